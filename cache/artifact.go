@@ -1,0 +1,343 @@
+package cache
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Artifact is the record of one build of one element at one cache key,
+// successful or failed.
+type Artifact struct {
+	Project, Element, Key string
+
+	Success bool
+	Error   string // the failure message when !Success
+
+	Files Digest // root Directory of the install tree; the empty tree for failures and stacks
+	Log   Digest // the build log blob; zero when there is none
+
+	Dependencies map[string]string // element name -> cache key it was built against
+
+	BuildDuration time.Duration
+	Started       time.Time // read back in UTC
+	Finished      time.Time // read back in UTC
+}
+
+// Name returns "project/element/key", how artifacts are named in messages.
+func (a *Artifact) Name() string { return a.Project + "/" + a.Element + "/" + a.Key }
+
+// recordVersion is the version of the artifact record format.
+const recordVersion = 1
+
+// record is how an Artifact is stored: a JSON blob in the CAS. Field order is
+// the declaration order and map keys are sorted, so equal artifacts give
+// equal blobs.
+type record struct {
+	Version         int               `json:"version"`
+	Project         string            `json:"project"`
+	Element         string            `json:"element"`
+	Key             string            `json:"key"`
+	Success         bool              `json:"success"`
+	Error           string            `json:"error,omitempty"`
+	Files           Digest            `json:"files"`
+	Log             Digest            `json:"log,omitzero"`
+	Dependencies    map[string]string `json:"dependencies,omitempty"`
+	BuildDurationNS int64             `json:"build_duration_ns"`
+	Started         time.Time         `json:"started,omitzero"`
+	Finished        time.Time         `json:"finished,omitzero"`
+}
+
+// CorruptRefError reports a ref that exists but does not lead to a readable
+// artifact record. It wraps ErrCorrupt.
+type CorruptRefError struct {
+	Ref string // path of the ref file
+	Err error
+}
+
+func (e *CorruptRefError) Error() string {
+	return fmt.Sprintf("artifact ref %s is corrupt: %v; run `gantry cache verify`", e.Ref, e.Err)
+}
+
+func (e *CorruptRefError) Unwrap() []error { return []error{e.Err, ErrCorrupt} }
+
+// validSegment reports whether s may be one path component of a ref.
+func validSegment(s string) bool {
+	return s != "" && s != "." && s != ".." && !strings.ContainsAny(s, "/\\\x00")
+}
+
+func validateRefName(project, element, key string) error {
+	if !validSegment(project) {
+		return fmt.Errorf("invalid project name %q", project)
+	}
+	for _, seg := range strings.Split(element, "/") {
+		if !validSegment(seg) {
+			return fmt.Errorf("invalid element name %q", element)
+		}
+	}
+	if !validSegment(key) {
+		return fmt.Errorf("invalid cache key %q", key)
+	}
+	return nil
+}
+
+// RefPath returns the path of the ref of an artifact, whether or not it exists.
+func (c *Cache) RefPath(project, element, key string) (string, error) {
+	if err := validateRefName(project, element, key); err != nil {
+		return "", err
+	}
+	return filepath.Join(c.Root, refsDir, project, filepath.FromSlash(element), key), nil
+}
+
+// Complete checks that every blob a's record points at is present: every
+// Directory of the files tree (read and validated), every file blob (by size)
+// and the log.
+func (c *Cache) Complete(a *Artifact) error {
+	var problems []error
+	c.auditTree(a.Files, nil, func(d Digest) error {
+		if !c.HasBlob(d) {
+			return fmt.Errorf("blob %s is missing", d)
+		}
+		return nil
+	}, func(p string, err error) {
+		problems = append(problems, treeProblem(p, err))
+	})
+	if !a.Log.IsZero() && !c.HasBlob(a.Log) {
+		problems = append(problems, fmt.Errorf("log blob %s is missing", a.Log))
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("artifact %s is incomplete: %w", a.Name(), problems[0])
+	}
+	return nil
+}
+
+// Commit stores the artifact record a in the CAS and then, last, its ref,
+// replacing any earlier artifact of the same key. Everything a points at must
+// already be stored; Commit checks. A zero a.Files is set to the empty tree.
+func (c *Cache) Commit(a *Artifact) error {
+	refPath, err := c.RefPath(a.Project, a.Element, a.Key)
+	if err != nil {
+		return fmt.Errorf("committing artifact %s: %w", a.Name(), err)
+	}
+	if a.Files.IsZero() {
+		if a.Files, err = c.EmptyTree(); err != nil {
+			return fmt.Errorf("committing artifact %s: %w", a.Name(), err)
+		}
+	}
+	if err := c.Complete(a); err != nil {
+		return fmt.Errorf("committing artifact: %w", err)
+	}
+	data, err := json.Marshal(record{
+		Version:         recordVersion,
+		Project:         a.Project,
+		Element:         a.Element,
+		Key:             a.Key,
+		Success:         a.Success,
+		Error:           a.Error,
+		Files:           a.Files,
+		Log:             a.Log,
+		Dependencies:    a.Dependencies,
+		BuildDurationNS: int64(a.BuildDuration),
+		Started:         utc(a.Started),
+		Finished:        utc(a.Finished),
+	})
+	if err != nil {
+		return fmt.Errorf("committing artifact %s: encoding record: %w", a.Name(), err)
+	}
+	rd, err := c.PutBlob(append(data, '\n'))
+	if err != nil {
+		return fmt.Errorf("committing artifact %s: %w", a.Name(), err)
+	}
+	// The ref goes last, and durably: from here on the artifact is visible.
+	if err := c.writeFileAtomic(refPath, []byte(rd.String()+"\n"), 0o644, true); err != nil {
+		return fmt.Errorf("committing artifact %s: %w", a.Name(), err)
+	}
+	return nil
+}
+
+func utc(t time.Time) time.Time {
+	if t.IsZero() {
+		return time.Time{}
+	}
+	return t.UTC()
+}
+
+// Lookup reads the artifact of element at key. An absent artifact gives an
+// error wrapping ErrNotFound; a ref that cannot be followed gives a
+// *CorruptRefError.
+func (c *Cache) Lookup(project, element, key string) (*Artifact, error) {
+	refPath, err := c.RefPath(project, element, key)
+	if err != nil {
+		return nil, fmt.Errorf("looking up artifact: %w", err)
+	}
+	data, err := os.ReadFile(refPath)
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
+		return nil, fmt.Errorf("artifact %s/%s/%s: %w", project, element, key, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("looking up artifact %s/%s/%s: %w", project, element, key, err)
+	}
+	a, err := c.readRecord(data, project, element, key)
+	if err != nil {
+		return nil, &CorruptRefError{Ref: refPath, Err: err}
+	}
+	return a, nil
+}
+
+// readRecord follows the content of a ref to its record.
+func (c *Cache) readRecord(ref []byte, project, element, key string) (*Artifact, error) {
+	rd, err := ParseDigest(string(bytes.TrimSpace(ref)))
+	if err != nil {
+		return nil, err
+	}
+	data, err := c.ReadBlob(rd)
+	if err != nil {
+		return nil, err
+	}
+	var r record
+	if err := json.Unmarshal(data, &r); err != nil {
+		return nil, fmt.Errorf("decoding artifact record %s: %w", rd, err)
+	}
+	if r.Version != recordVersion {
+		return nil, fmt.Errorf("artifact record %s has version %d, this gantry reads version %d", rd, r.Version, recordVersion)
+	}
+	if r.Project != project || r.Element != element || r.Key != key {
+		return nil, fmt.Errorf("artifact record %s is for %s/%s/%s", rd, r.Project, r.Element, r.Key)
+	}
+	if err := r.Files.Validate(); err != nil {
+		return nil, fmt.Errorf("artifact record %s: files: %w", rd, err)
+	}
+	return &Artifact{
+		Project:       r.Project,
+		Element:       r.Element,
+		Key:           r.Key,
+		Success:       r.Success,
+		Error:         r.Error,
+		Files:         r.Files,
+		Log:           r.Log,
+		Dependencies:  r.Dependencies,
+		BuildDuration: time.Duration(r.BuildDurationNS),
+		Started:       r.Started,
+		Finished:      r.Finished,
+	}, nil
+}
+
+// refName is a ref found on disk.
+type refName struct {
+	Path                  string
+	Project, Element, Key string
+}
+
+// listRefs finds the refs of project ("" for all projects), sorted by
+// project, element, key. Files in refs/ too shallow to be refs are returned
+// as problems.
+func (c *Cache) listRefs(project string) ([]refName, []error, error) {
+	refsRoot := filepath.Join(c.Root, refsDir)
+	top := refsRoot
+	if project != "" {
+		if !validSegment(project) {
+			return nil, nil, fmt.Errorf("listing artifacts: invalid project name %q", project)
+		}
+		top = filepath.Join(refsRoot, project)
+	}
+	var refs []refName
+	var problems []error
+	err := filepath.WalkDir(top, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if p == top && errors.Is(err, fs.ErrNotExist) {
+				return fs.SkipAll // no artifacts of this project
+			}
+			return err
+		}
+		if d.IsDir() {
+			return nil
+		}
+		rel, err := filepath.Rel(refsRoot, p)
+		if err != nil {
+			return err
+		}
+		parts := strings.Split(filepath.ToSlash(rel), "/")
+		if len(parts) < 3 || !d.Type().IsRegular() {
+			problems = append(problems, fmt.Errorf("%s is not an artifact ref", p))
+			return nil
+		}
+		refs = append(refs, refName{
+			Path:    p,
+			Project: parts[0],
+			Element: strings.Join(parts[1:len(parts)-1], "/"),
+			Key:     parts[len(parts)-1],
+		})
+		return nil
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("listing artifacts in %s: %w", top, err)
+	}
+	slices.SortFunc(refs, func(a, b refName) int {
+		if n := strings.Compare(a.Project, b.Project); n != 0 {
+			return n
+		}
+		if n := strings.Compare(a.Element, b.Element); n != 0 {
+			return n
+		}
+		return strings.Compare(a.Key, b.Key)
+	})
+	return refs, problems, nil
+}
+
+// List returns the artifacts of project ("" for every project), sorted by
+// project, element and key. Refs that cannot be read are left out and
+// reported together in the error; the artifacts returned with such an error
+// are still valid.
+func (c *Cache) List(project string) ([]*Artifact, error) {
+	refs, problems, err := c.listRefs(project)
+	if err != nil {
+		return nil, err
+	}
+	arts := make([]*Artifact, 0, len(refs))
+	for _, r := range refs {
+		a, err := c.Lookup(r.Project, r.Element, r.Key)
+		if errors.Is(err, ErrNotFound) {
+			continue // deleted since we listed it
+		}
+		if err != nil {
+			problems = append(problems, err)
+			continue
+		}
+		arts = append(arts, a)
+	}
+	return arts, errors.Join(problems...)
+}
+
+// Delete removes the ref of an artifact, and the directories this empties.
+// The blobs stay until garbage collection. Deleting an absent artifact gives
+// an error wrapping ErrNotFound.
+func (c *Cache) Delete(project, element, key string) error {
+	refPath, err := c.RefPath(project, element, key)
+	if err != nil {
+		return fmt.Errorf("deleting artifact: %w", err)
+	}
+	if err := os.Remove(refPath); err != nil {
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
+			return fmt.Errorf("deleting artifact %s/%s/%s: %w", project, element, key, ErrNotFound)
+		}
+		return fmt.Errorf("deleting artifact %s/%s/%s: %w", project, element, key, err)
+	}
+	// Remove emptied parents up to refs/; fails harmlessly at the first
+	// directory that still has entries. A concurrent Commit recreates what
+	// it needs (see renameInto).
+	refsRoot := filepath.Join(c.Root, refsDir)
+	for dir := filepath.Dir(refPath); dir != refsRoot && strings.HasPrefix(dir, refsRoot); dir = filepath.Dir(dir) {
+		if os.Remove(dir) != nil {
+			break
+		}
+	}
+	return nil
+}

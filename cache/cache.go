@@ -1,0 +1,276 @@
+// Package cache is gantry's local content-addressed artifact cache.
+//
+// Layout under Root:
+//
+//	cas/ab/abcdef…                   blobs named by SHA-256, fanned out by the first two hex characters
+//	refs/<project>/<element>/<key>   "hash/size" of an artifact record blob (element names may contain "/")
+//	sources/                         fetched sources (owned by package source)
+//	logs/                            build logs being written
+//	tmp/                             temporary files and directories, on the same filesystem
+//	stats                            learned build durations (JSON)
+//
+// Invariants, which make it safe for several gantry processes to use one cache
+// at once and for any of them to be killed at any instant:
+//   - Everything is written to a fresh temporary name under tmp/, fsynced, and
+//     renamed into place, so a reader never sees a partial file.
+//   - A blob's content never changes once it is in cas/: blobs are read-only
+//     (mode 0444) and are hard-linked, never written through. Writing the same
+//     blob twice renames identical content over itself, which is harmless.
+//   - An artifact's ref is written last, after every blob it reaches, so an
+//     artifact is visible only when complete. Deleting a ref leaves the blobs
+//     for garbage collection.
+//   - Entries under tmp/ are named "<pid>-<pattern>-<random>", so an entry
+//     whose owner has exited is recognisably stray; Open removes stray
+//     entries older than an hour.
+//
+// A Cache holds no mutable state and may be used from several goroutines.
+package cache
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+const (
+	casDir     = "cas"
+	refsDir    = "refs"
+	sourcesDir = "sources"
+	logsDir    = "logs"
+	tmpDir     = "tmp"
+	statsFile  = "stats"
+
+	// staleTempAge is how old an abandoned tmp/ entry must be before Open
+	// removes it.
+	staleTempAge = time.Hour
+)
+
+// Cache is a local cache directory. Its methods are safe for concurrent use,
+// also by several processes sharing the directory.
+type Cache struct {
+	Root string // absolute path of the cache directory
+
+	pid int // prefixes our tmp/ entries so that others can tell they are live
+}
+
+// Open prepares the cache at root, creating the layout if needed, and removes
+// entries of tmp/ that crashed processes left behind more than an hour ago.
+func Open(root string) (*Cache, error) {
+	abs, err := filepath.Abs(root)
+	if err != nil {
+		return nil, fmt.Errorf("opening cache %s: %w", root, err)
+	}
+	c := &Cache{Root: abs, pid: os.Getpid()}
+	for _, d := range []string{casDir, refsDir, sourcesDir, logsDir, tmpDir} {
+		if err := os.MkdirAll(filepath.Join(abs, d), 0o755); err != nil {
+			return nil, fmt.Errorf("opening cache %s: %w", abs, err)
+		}
+	}
+	// Best effort: a cache with some old garbage in tmp/ is still usable.
+	_, _ = c.CleanTemp(staleTempAge)
+	return c, nil
+}
+
+// SourcesDir is where fetched sources are kept.
+func (c *Cache) SourcesDir() string { return filepath.Join(c.Root, sourcesDir) }
+
+// LogsDir is where build logs are written before they are stored as blobs.
+func (c *Cache) LogsDir() string { return filepath.Join(c.Root, logsDir) }
+
+func (c *Cache) tmpPath() string { return filepath.Join(c.Root, tmpDir) }
+
+// tempPattern names tmp/ entries "<pid>-<pattern>-*" (see the package doc).
+func (c *Cache) tempPattern(pattern string) string {
+	pattern = strings.Map(func(r rune) rune {
+		if r == '*' || r == '/' || r == os.PathSeparator {
+			return '_'
+		}
+		return r
+	}, pattern)
+	if pattern == "" {
+		pattern = "tmp"
+	}
+	return strconv.Itoa(c.pid) + "-" + pattern + "-*"
+}
+
+// TempDir creates a fresh directory under tmp/, on the cache's filesystem so
+// that its contents can be renamed into the cache. The caller removes it.
+func (c *Cache) TempDir(pattern string) (string, error) {
+	dir, err := os.MkdirTemp(c.tmpPath(), c.tempPattern(pattern))
+	if err != nil {
+		return "", fmt.Errorf("creating temporary directory in %s: %w", c.tmpPath(), err)
+	}
+	return dir, nil
+}
+
+// tempFile creates a fresh file under tmp/.
+func (c *Cache) tempFile(pattern string) (*os.File, error) {
+	f, err := os.CreateTemp(c.tmpPath(), c.tempPattern(pattern))
+	if err != nil {
+		return nil, fmt.Errorf("creating temporary file in %s: %w", c.tmpPath(), err)
+	}
+	return f, nil
+}
+
+// writeFileAtomic writes data to dst through a temporary file: fsync, chmod,
+// rename. With syncDir it also fsyncs dst's directory so that the rename itself
+// is durable (used for refs, which must never point at lost blobs).
+func (c *Cache) writeFileAtomic(dst string, data []byte, perm fs.FileMode, syncDir bool) error {
+	f, err := c.tempFile("write")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	fail := func(err error) error {
+		f.Close()
+		os.Remove(tmp)
+		return fmt.Errorf("writing %s: %w", dst, err)
+	}
+	if _, err := f.Write(data); err != nil {
+		return fail(err)
+	}
+	if err := f.Sync(); err != nil {
+		return fail(err)
+	}
+	if err := f.Chmod(perm); err != nil {
+		return fail(err)
+	}
+	if err := f.Close(); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("writing %s: %w", dst, err)
+	}
+	if err := renameInto(tmp, dst); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	if syncDir {
+		if err := syncDirectory(filepath.Dir(dst)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// renameInto renames src to dst, creating dst's directory if needed. It
+// retries because a concurrent Delete may remove an emptied directory between
+// our MkdirAll and Rename.
+func renameInto(src, dst string) error {
+	var err error
+	for range 4 {
+		err = os.Rename(src, dst)
+		if err == nil || !errors.Is(err, fs.ErrNotExist) {
+			break
+		}
+		if _, serr := os.Lstat(src); serr != nil {
+			break // the source is gone: retrying cannot help
+		}
+		if merr := os.MkdirAll(filepath.Dir(dst), 0o755); merr != nil {
+			return fmt.Errorf("creating directory for %s: %w", dst, merr)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("moving %s into place: %w", dst, err)
+	}
+	return nil
+}
+
+func syncDirectory(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("syncing directory %s: %w", dir, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("syncing directory %s: %w", dir, err)
+	}
+	return nil
+}
+
+// tempOwner parses the pid prefix of a tmp/ entry name.
+func tempOwner(name string) (int, bool) {
+	prefix, _, ok := strings.Cut(name, "-")
+	if !ok {
+		return 0, false
+	}
+	pid, err := strconv.Atoi(prefix)
+	if err != nil || pid <= 0 {
+		return 0, false
+	}
+	return pid, true
+}
+
+// strayTemp reports whether the tmp/ entry name was left behind: its owner
+// process has exited, or the name does not follow our naming at all.
+func (c *Cache) strayTemp(name string) bool {
+	pid, ok := tempOwner(name)
+	if !ok {
+		return true
+	}
+	return !processAlive(pid)
+}
+
+// StrayTemp lists entries of tmp/ (as paths) whose owning process has exited,
+// typically left by a crash. They are harmless: nothing refers to them.
+func (c *Cache) StrayTemp() ([]string, error) {
+	entries, err := os.ReadDir(c.tmpPath())
+	if err != nil {
+		return nil, fmt.Errorf("listing %s: %w", c.tmpPath(), err)
+	}
+	var stray []string
+	for _, e := range entries {
+		if c.strayTemp(e.Name()) {
+			stray = append(stray, filepath.Join(c.tmpPath(), e.Name()))
+		}
+	}
+	return stray, nil
+}
+
+// CleanTemp removes stray entries of tmp/ (see StrayTemp) last modified at
+// least minAge ago and returns their paths. Entries of live processes are
+// never removed, whatever their age: a build may be suspended for hours.
+func (c *Cache) CleanTemp(minAge time.Duration) ([]string, error) {
+	stray, err := c.StrayTemp()
+	if err != nil {
+		return nil, err
+	}
+	var removed []string
+	var errs []error
+	for _, p := range stray {
+		info, err := os.Lstat(p)
+		if err != nil {
+			continue // removed concurrently
+		}
+		if time.Since(info.ModTime()) < minAge {
+			continue
+		}
+		if err := removeAll(p); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		removed = append(removed, p)
+	}
+	return removed, errors.Join(errs...)
+}
+
+// removeAll is os.RemoveAll that also copes with read-only directories, as
+// left by builds that chmod their install trees.
+func removeAll(path string) error {
+	if err := os.RemoveAll(path); err == nil {
+		return nil
+	}
+	_ = filepath.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			_ = os.Chmod(p, 0o755)
+		}
+		return nil
+	})
+	if err := os.RemoveAll(path); err != nil {
+		return fmt.Errorf("removing %s: %w", path, err)
+	}
+	return nil
+}

@@ -1,0 +1,186 @@
+package cache
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+)
+
+var (
+	// ErrNotFound is wrapped by errors for artifacts that are not in the cache.
+	ErrNotFound = errors.New("not found")
+	// ErrCorrupt is wrapped by errors for cache content that fails its checks:
+	// a blob whose size or hash does not match its name, an unreadable ref or
+	// record, a malformed tree.
+	ErrCorrupt = errors.New("cache entry is corrupt")
+)
+
+// verifyHashLimit is the largest blob ReadBlob re-hashes on every read; larger
+// blobs only get their size checked (Verify hashes everything).
+const verifyHashLimit = 16 << 20
+
+// blobMode is the mode of every file in cas/: read-only, because checkouts may
+// hard-link it.
+const blobMode = 0o444
+
+// BlobPath returns where the blob d is stored (whether or not it is present),
+// or "" if d is not a valid digest.
+func (c *Cache) BlobPath(d Digest) string {
+	if d.Validate() != nil {
+		return ""
+	}
+	return filepath.Join(c.Root, casDir, d.Hash[:2], d.Hash)
+}
+
+// HasBlob reports whether the blob d is present with the right size.
+func (c *Cache) HasBlob(d Digest) bool {
+	p := c.BlobPath(d)
+	return p != "" && blobPresent(p, d.Size)
+}
+
+func blobPresent(path string, size int64) bool {
+	fi, err := os.Lstat(path)
+	return err == nil && fi.Mode().IsRegular() && fi.Size() == size
+}
+
+// PutBlob stores data and returns its digest. Storing a blob that is already
+// present does nothing.
+func (c *Cache) PutBlob(data []byte) (Digest, error) {
+	d := DigestOf(data)
+	p := c.BlobPath(d)
+	if blobPresent(p, d.Size) {
+		return d, nil
+	}
+	if err := c.writeFileAtomic(p, data, blobMode, false); err != nil {
+		return Digest{}, fmt.Errorf("storing blob %s: %w", d, err)
+	}
+	return d, nil
+}
+
+// PutFile stores the content of the regular file at path, hashing it while
+// copying (the file is never read into memory whole).
+func (c *Cache) PutFile(path string) (Digest, error) {
+	d, _, err := c.putFile(path)
+	return d, err
+}
+
+// putFile is PutFile that also returns the file's mode.
+func (c *Cache) putFile(path string) (Digest, fs.FileMode, error) {
+	src, err := os.Open(path)
+	if err != nil {
+		return Digest{}, 0, fmt.Errorf("storing file %s: %w", path, err)
+	}
+	defer src.Close()
+	fi, err := src.Stat()
+	if err != nil {
+		return Digest{}, 0, fmt.Errorf("storing file %s: %w", path, err)
+	}
+	if !fi.Mode().IsRegular() {
+		return Digest{}, 0, fmt.Errorf("storing file %s: not a regular file (%s)", path, fi.Mode().Type())
+	}
+	tmp, err := c.tempFile("blob")
+	if err != nil {
+		return Digest{}, 0, fmt.Errorf("storing file %s: %w", path, err)
+	}
+	fail := func(err error) (Digest, fs.FileMode, error) {
+		tmp.Close()
+		os.Remove(tmp.Name())
+		return Digest{}, 0, fmt.Errorf("storing file %s: %w", path, err)
+	}
+	h := sha256.New()
+	n, err := io.Copy(tmp, io.TeeReader(src, h))
+	if err != nil {
+		return fail(err)
+	}
+	d := Digest{Hash: hex.EncodeToString(h.Sum(nil)), Size: n}
+	dst := c.BlobPath(d)
+	if blobPresent(dst, n) {
+		tmp.Close()
+		os.Remove(tmp.Name())
+		return d, fi.Mode(), nil
+	}
+	if err := tmp.Sync(); err != nil {
+		return fail(err)
+	}
+	if err := tmp.Chmod(blobMode); err != nil {
+		return fail(err)
+	}
+	if err := tmp.Close(); err != nil {
+		os.Remove(tmp.Name())
+		return Digest{}, 0, fmt.Errorf("storing file %s: %w", path, err)
+	}
+	if err := renameInto(tmp.Name(), dst); err != nil {
+		os.Remove(tmp.Name())
+		return Digest{}, 0, fmt.Errorf("storing file %s as blob %s: %w", path, d, err)
+	}
+	return d, fi.Mode(), nil
+}
+
+// ReadBlob returns the content of blob d. It checks the size, and the hash of
+// blobs up to 16 MiB; a mismatch gives an error wrapping ErrCorrupt. A missing
+// blob gives an error wrapping fs.ErrNotExist.
+func (c *Cache) ReadBlob(d Digest) ([]byte, error) {
+	if err := d.Validate(); err != nil {
+		return nil, fmt.Errorf("reading blob: %w", err)
+	}
+	p := c.BlobPath(d)
+	data, err := os.ReadFile(p)
+	if err != nil {
+		return nil, fmt.Errorf("reading blob %s: %w", d, err)
+	}
+	if int64(len(data)) != d.Size {
+		return nil, fmt.Errorf("reading blob %s: %s has %d bytes: %w", d, p, len(data), ErrCorrupt)
+	}
+	if d.Size <= verifyHashLimit {
+		if got := DigestOf(data); got != d {
+			return nil, fmt.Errorf("reading blob %s: %s hashes to %s: %w", d, p, got.Hash, ErrCorrupt)
+		}
+	}
+	return data, nil
+}
+
+// OpenBlob opens blob d for streaming, checking its size but not its hash.
+func (c *Cache) OpenBlob(d Digest) (*os.File, error) {
+	if err := d.Validate(); err != nil {
+		return nil, fmt.Errorf("opening blob: %w", err)
+	}
+	p := c.BlobPath(d)
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, fmt.Errorf("opening blob %s: %w", d, err)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("opening blob %s: %w", d, err)
+	}
+	if fi.Size() != d.Size {
+		f.Close()
+		return nil, fmt.Errorf("opening blob %s: %s has %d bytes: %w", d, p, fi.Size(), ErrCorrupt)
+	}
+	return f, nil
+}
+
+// checkBlob hashes blob d in full, as Verify does.
+func (c *Cache) checkBlob(d Digest) error {
+	f, err := c.OpenBlob(d)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return fmt.Errorf("reading blob %s: %w", d, err)
+	}
+	got := Digest{Hash: hex.EncodeToString(h.Sum(nil)), Size: n}
+	if got != d {
+		return fmt.Errorf("blob %s: %s hashes to %s: %w", d, f.Name(), got, ErrCorrupt)
+	}
+	return nil
+}

@@ -1,0 +1,451 @@
+package cache
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"unicode/utf8"
+
+	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/protobuf/proto"
+)
+
+// Trees are stored as REAPI Directory messages, one blob per directory,
+// children named by digest: a Merkle tree, so a remote REAPI cache can hold
+// them unchanged. Entries are sorted by name within each list, files keep
+// their executable bit, symlinks are kept as symlinks, empty directories are
+// kept; nothing else (mtimes, owners, other mode bits) is recorded, so the
+// same content always gives the same root digest.
+
+// Tree entry types, as in TreeEntry.Type.
+const (
+	TypeFile    = "file"
+	TypeDir     = "dir"
+	TypeSymlink = "symlink"
+)
+
+// TreeEntry is one entry of a stored tree, as visited by WalkTree.
+type TreeEntry struct {
+	Path       string // slash-separated, relative to the root
+	Type       string // TypeFile, TypeDir or TypeSymlink
+	Size       int64  // files only
+	Executable bool   // files only
+	Target     string // symlinks only
+	Digest     Digest // the file's blob, or the directory's Directory blob
+}
+
+// CheckoutOptions controls Checkout.
+type CheckoutOptions struct {
+	// Hardlink links files to their read-only blobs instead of copying them,
+	// falling back to a copy where linking fails (another filesystem, too many
+	// links). Executable files are always copied, because a blob's single
+	// inode cannot be both executable and not. Hard-linked files must never be
+	// written to: that would change the cache.
+	Hardlink bool
+}
+
+// ioParallelism bounds the goroutines copying files in and out of the cache.
+func ioParallelism() int { return max(4, runtime.GOMAXPROCS(0)) }
+
+func marshalDirectory(d *repb.Directory) ([]byte, error) {
+	return proto.MarshalOptions{Deterministic: true}.Marshal(d)
+}
+
+// PutDirectory stores one Directory message, which must already be valid
+// (sorted, children stored first).
+func (c *Cache) PutDirectory(dir *repb.Directory) (Digest, error) {
+	data, err := marshalDirectory(dir)
+	if err != nil {
+		return Digest{}, fmt.Errorf("encoding directory: %w", err)
+	}
+	return c.PutBlob(data)
+}
+
+// EmptyTree stores the empty directory and returns its digest: the Files of
+// artifacts that install nothing.
+func (c *Cache) EmptyTree() (Digest, error) {
+	return c.PutDirectory(&repb.Directory{})
+}
+
+// ReadDirectory reads, decodes and validates one Directory blob.
+func (c *Cache) ReadDirectory(d Digest) (*repb.Directory, error) {
+	data, err := c.ReadBlob(d)
+	if err != nil {
+		return nil, err
+	}
+	dir := &repb.Directory{}
+	if err := proto.Unmarshal(data, dir); err != nil {
+		return nil, fmt.Errorf("decoding directory %s: %v: %w", d, err, ErrCorrupt)
+	}
+	if err := validateDirectory(dir); err != nil {
+		return nil, fmt.Errorf("directory %s: %v: %w", d, err, ErrCorrupt)
+	}
+	return dir, nil
+}
+
+// validName reports whether name may be a tree entry: one path component.
+func validName(name string) bool {
+	return name != "" && name != "." && name != ".." &&
+		!strings.ContainsAny(name, "/\x00") && utf8.ValidString(name)
+}
+
+// validateDirectory checks what REAPI requires and what checking out safely
+// needs: valid, unique names, each list sorted, valid digests.
+func validateDirectory(dir *repb.Directory) error {
+	seen := make(map[string]bool, len(dir.Files)+len(dir.Directories)+len(dir.Symlinks))
+	check := func(i int, name, prev string) error {
+		if !validName(name) {
+			return fmt.Errorf("invalid entry name %q", name)
+		}
+		if i > 0 && name <= prev {
+			return fmt.Errorf("entries not sorted by name at %q", name)
+		}
+		if seen[name] {
+			return fmt.Errorf("duplicate entry %q", name)
+		}
+		seen[name] = true
+		return nil
+	}
+	for i, f := range dir.Files {
+		if err := check(i, f.Name, name(dir.Files, i-1)); err != nil {
+			return err
+		}
+		if err := DigestFromProto(f.Digest).Validate(); err != nil {
+			return fmt.Errorf("file %q: %w", f.Name, err)
+		}
+	}
+	for i, d := range dir.Directories {
+		if err := check(i, d.Name, name(dir.Directories, i-1)); err != nil {
+			return err
+		}
+		if err := DigestFromProto(d.Digest).Validate(); err != nil {
+			return fmt.Errorf("directory %q: %w", d.Name, err)
+		}
+	}
+	for i, s := range dir.Symlinks {
+		if err := check(i, s.Name, name(dir.Symlinks, i-1)); err != nil {
+			return err
+		}
+		if s.Target == "" {
+			return fmt.Errorf("symlink %q has an empty target", s.Name)
+		}
+	}
+	return nil
+}
+
+// name returns the name of nodes[i], or "" when i is out of range.
+func name[N interface{ GetName() string }](nodes []N, i int) string {
+	if i < 0 || i >= len(nodes) {
+		return ""
+	}
+	return nodes[i].GetName()
+}
+
+// scannedDir is a directory being captured by StoreTree: its Directory is
+// complete once the file puts have finished and the subdirectories' digests
+// are filled in.
+type scannedDir struct {
+	dir     *repb.Directory
+	subdirs []*scannedDir // parallel to dir.Directories
+}
+
+// StoreTree captures the directory tree at dir into the cache and returns the
+// digest of its root Directory. File contents are copied (never linked), so
+// later changes to dir cannot reach the cache. Files other than regular files,
+// directories and symlinks are an error.
+func (c *Cache) StoreTree(dir string) (Digest, error) {
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return Digest{}, fmt.Errorf("storing tree: %w", err)
+	}
+	if !fi.IsDir() {
+		return Digest{}, fmt.Errorf("storing tree %s: not a directory", dir)
+	}
+	var g errgroup.Group
+	g.SetLimit(ioParallelism())
+	root, scanErr := c.scanDir(&g, dir)
+	putErr := g.Wait() // always wait: no goroutine outlives the call
+	if err := firstErr(scanErr, putErr); err != nil {
+		return Digest{}, fmt.Errorf("storing tree %s: %w", dir, err)
+	}
+	d, err := c.finishDir(root)
+	if err != nil {
+		return Digest{}, fmt.Errorf("storing tree %s: %w", dir, err)
+	}
+	return d, nil
+}
+
+func firstErr(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// scanDir records dir's entries and starts storing its files on g.
+func (c *Cache) scanDir(g *errgroup.Group, dir string) (*scannedDir, error) {
+	entries, err := os.ReadDir(dir) // sorted by name, as REAPI requires
+	if err != nil {
+		return nil, err
+	}
+	sd := &scannedDir{dir: &repb.Directory{}}
+	for _, e := range entries {
+		p := filepath.Join(dir, e.Name())
+		if !utf8.ValidString(e.Name()) {
+			return nil, fmt.Errorf("%s: file name is not valid UTF-8", p)
+		}
+		switch t := e.Type(); {
+		case t.IsRegular():
+			fn := &repb.FileNode{Name: e.Name()}
+			sd.dir.Files = append(sd.dir.Files, fn)
+			g.Go(func() error {
+				d, mode, err := c.putFile(p)
+				if err != nil {
+					return err
+				}
+				fn.Digest = d.Proto()
+				fn.IsExecutable = mode&0o111 != 0
+				return nil
+			})
+		case t.IsDir():
+			sub, err := c.scanDir(g, p)
+			if err != nil {
+				return nil, err
+			}
+			sd.dir.Directories = append(sd.dir.Directories, &repb.DirectoryNode{Name: e.Name()})
+			sd.subdirs = append(sd.subdirs, sub)
+		case t&fs.ModeSymlink != 0:
+			target, err := os.Readlink(p)
+			if err != nil {
+				return nil, err
+			}
+			if !utf8.ValidString(target) {
+				return nil, fmt.Errorf("%s: symlink target is not valid UTF-8", p)
+			}
+			sd.dir.Symlinks = append(sd.dir.Symlinks, &repb.SymlinkNode{Name: e.Name(), Target: target})
+		default:
+			return nil, fmt.Errorf("%s: cannot store a %s, only files, directories and symlinks", p, t.Type())
+		}
+	}
+	return sd, nil
+}
+
+// finishDir stores sd's subdirectories and then sd, bottom-up.
+func (c *Cache) finishDir(sd *scannedDir) (Digest, error) {
+	for i, sub := range sd.subdirs {
+		d, err := c.finishDir(sub)
+		if err != nil {
+			return Digest{}, err
+		}
+		sd.dir.Directories[i].Digest = d.Proto()
+	}
+	return c.PutDirectory(sd.dir)
+}
+
+// Checkout materialises the tree root at dest, creating dest if needed. dest
+// may already hold files (several artifacts are staged into one sysroot): a
+// path that already exists is accepted only if it is identical (same content
+// and executable bit, same symlink target, or a directory where the tree has a
+// directory), and is otherwise an error naming it. Symlinks already in dest
+// are never followed. Copied files get mode 0644 or 0755.
+func (c *Cache) Checkout(root Digest, dest string, opts CheckoutOptions) error {
+	if err := os.MkdirAll(dest, 0o755); err != nil {
+		return fmt.Errorf("checking out %s: %w", root, err)
+	}
+	var g errgroup.Group
+	g.SetLimit(ioParallelism())
+	walkErr := c.checkoutDir(&g, root, dest, opts)
+	fileErr := g.Wait() // always wait: no goroutine outlives the call
+	if err := firstErr(walkErr, fileErr); err != nil {
+		return fmt.Errorf("checking out %s into %s: %w", root, dest, err)
+	}
+	return nil
+}
+
+func (c *Cache) checkoutDir(g *errgroup.Group, d Digest, dir string, opts CheckoutOptions) error {
+	tree, err := c.ReadDirectory(d)
+	if err != nil {
+		return err
+	}
+	for _, f := range tree.Files {
+		p := filepath.Join(dir, f.Name)
+		g.Go(func() error { return c.checkoutFile(f, p, opts) })
+	}
+	for _, s := range tree.Symlinks {
+		p := filepath.Join(dir, s.Name)
+		if err := os.Symlink(s.Target, p); err != nil {
+			if target, rerr := os.Readlink(p); rerr == nil && target == s.Target {
+				continue // identical symlink already there
+			}
+			return fmt.Errorf("creating symlink %s -> %s: %w", p, s.Target, conflict(p, err))
+		}
+	}
+	for _, sub := range tree.Directories {
+		p := filepath.Join(dir, sub.Name)
+		if err := os.Mkdir(p, 0o755); err != nil {
+			fi, lerr := os.Lstat(p)
+			if lerr != nil || !fi.IsDir() {
+				return fmt.Errorf("creating directory %s: %w", p, conflict(p, err))
+			}
+		}
+		if err := c.checkoutDir(g, DigestFromProto(sub.Digest), p, opts); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// conflict rewords "file exists" for a path that exists with other content.
+func conflict(path string, err error) error {
+	if errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("%s already exists and differs from the tree being checked out", path)
+	}
+	return err
+}
+
+func (c *Cache) checkoutFile(f *repb.FileNode, p string, opts CheckoutOptions) error {
+	d := DigestFromProto(f.Digest)
+	if opts.Hardlink && !f.IsExecutable {
+		err := os.Link(c.BlobPath(d), p)
+		if err == nil {
+			return nil
+		}
+		if errors.Is(err, fs.ErrExist) {
+			return c.existingFile(f, p)
+		}
+		// Otherwise (EXDEV, EMLINK, EPERM, a missing blob): copy, which
+		// also reports a missing blob clearly.
+	}
+	return c.copyBlob(f, p)
+}
+
+func (c *Cache) copyBlob(f *repb.FileNode, p string) error {
+	d := DigestFromProto(f.Digest)
+	src, err := c.OpenBlob(d)
+	if err != nil {
+		return fmt.Errorf("checking out %s: %w", p, err)
+	}
+	defer src.Close()
+	dst, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, fs.ErrExist) {
+		return c.existingFile(f, p)
+	}
+	if err != nil {
+		return fmt.Errorf("checking out %s: %w", p, err)
+	}
+	mode := fs.FileMode(0o644)
+	if f.IsExecutable {
+		mode = 0o755
+	}
+	_, err = io.Copy(dst, src) // copy_file_range: a reflink where the filesystem can
+	if err == nil {
+		err = dst.Chmod(mode)
+	}
+	if cerr := dst.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(p)
+		return fmt.Errorf("checking out %s: %w", p, err)
+	}
+	return nil
+}
+
+// existingFile accepts a file already at p if it is identical to f.
+func (c *Cache) existingFile(f *repb.FileNode, p string) error {
+	d := DigestFromProto(f.Digest)
+	fi, err := os.Lstat(p)
+	if err != nil {
+		return fmt.Errorf("checking out %s: %w", p, err)
+	}
+	same := fi.Mode().IsRegular() && (fi.Mode()&0o111 != 0) == f.IsExecutable && fi.Size() == d.Size
+	if same {
+		if bi, err := os.Stat(c.BlobPath(d)); err != nil || !os.SameFile(fi, bi) {
+			got, err := hashFile(p)
+			same = err == nil && got == d
+		}
+	}
+	if !same {
+		return conflict(p, fs.ErrExist)
+	}
+	return nil
+}
+
+func hashFile(p string) (Digest, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return Digest{}, err
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return Digest{}, err
+	}
+	return Digest{Hash: hex.EncodeToString(h.Sum(nil)), Size: n}, nil
+}
+
+// WalkTree calls fn for every entry of the tree root, depth first, a
+// directory before its contents, entries of a directory in name order. As
+// with filepath.WalkDir, fn may return fs.SkipDir to skip a directory's
+// contents (or, on another entry, the rest of its directory) and fs.SkipAll
+// to stop; any other error stops the walk and is returned as is.
+func (c *Cache) WalkTree(root Digest, fn func(TreeEntry) error) error {
+	err := c.walkTree(root, "", fn)
+	if errors.Is(err, fs.SkipAll) {
+		return nil
+	}
+	return err
+}
+
+func (c *Cache) walkTree(d Digest, prefix string, fn func(TreeEntry) error) error {
+	dir, err := c.ReadDirectory(d)
+	if err != nil {
+		if prefix != "" {
+			return fmt.Errorf("walking tree at %s: %w", prefix, err)
+		}
+		return fmt.Errorf("walking tree: %w", err)
+	}
+	entries := make([]TreeEntry, 0, len(dir.Files)+len(dir.Directories)+len(dir.Symlinks))
+	for _, f := range dir.Files {
+		fd := DigestFromProto(f.Digest)
+		entries = append(entries, TreeEntry{Path: path.Join(prefix, f.Name), Type: TypeFile, Size: fd.Size, Executable: f.IsExecutable, Digest: fd})
+	}
+	for _, s := range dir.Symlinks {
+		entries = append(entries, TreeEntry{Path: path.Join(prefix, s.Name), Type: TypeSymlink, Target: s.Target})
+	}
+	for _, sub := range dir.Directories {
+		entries = append(entries, TreeEntry{Path: path.Join(prefix, sub.Name), Type: TypeDir, Digest: DigestFromProto(sub.Digest)})
+	}
+	slices.SortFunc(entries, func(a, b TreeEntry) int { return strings.Compare(a.Path, b.Path) })
+	for _, e := range entries {
+		err := fn(e)
+		if errors.Is(err, fs.SkipDir) {
+			if e.Type == TypeDir {
+				continue
+			}
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if e.Type == TypeDir {
+			if err := c.walkTree(e.Digest, e.Path, fn); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,188 @@
+package cache
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+)
+
+// VerifyReport is the result of Verify.
+type VerifyReport struct {
+	Refs  int // refs checked
+	Blobs int // distinct blobs whose size and hash were checked
+
+	// Problems names each ref or blob that is damaged and what is wrong.
+	Problems []string
+
+	// StrayTemp lists tmp/ entries left by processes that have exited (a
+	// crash or kill -9 mid-write). They are not problems: nothing refers to
+	// them, and Open removes them once they are an hour old.
+	StrayTemp []string
+}
+
+// Clean reports whether Verify found no problems. Stray temporary files do
+// not make a cache unclean.
+func (r *VerifyReport) Clean() bool { return len(r.Problems) == 0 }
+
+// Verify checks the whole cache: every ref leads to a record that parses,
+// every blob it reaches (record, tree directories, files, log) exists with
+// the right size and hash, and every tree is complete and well-formed. It
+// then hashes the blobs of cas/ that no ref reaches, and lists stray tmp/
+// entries. An error is returned only when the check itself cannot proceed.
+func (c *Cache) Verify() (*VerifyReport, error) {
+	rep := &VerifyReport{}
+	refs, refProblems, err := c.listRefs("")
+	if err != nil {
+		return nil, fmt.Errorf("verifying cache %s: %w", c.Root, err)
+	}
+	for _, p := range refProblems {
+		rep.Problems = append(rep.Problems, p.Error())
+	}
+
+	checked := map[Digest]error{} // every blob is hashed once
+	check := func(d Digest) error {
+		err, ok := checked[d]
+		if !ok {
+			err = c.checkBlob(d)
+			checked[d] = err
+		}
+		return err
+	}
+	goodTrees := map[Digest]bool{}
+	for _, r := range refs {
+		rep.Refs++
+		for _, err := range c.verifyRef(r, check, goodTrees) {
+			rep.Problems = append(rep.Problems, fmt.Sprintf("ref %s: %v", r.Path, err))
+		}
+	}
+
+	if err := c.verifyUnreferenced(checked, check, rep); err != nil {
+		return nil, fmt.Errorf("verifying cache %s: %w", c.Root, err)
+	}
+	rep.Blobs = len(checked)
+
+	if rep.StrayTemp, err = c.StrayTemp(); err != nil {
+		return nil, fmt.Errorf("verifying cache %s: %w", c.Root, err)
+	}
+	return rep, nil
+}
+
+// verifyRef checks one ref and everything it reaches.
+func (c *Cache) verifyRef(r refName, check func(Digest) error, goodTrees map[Digest]bool) []error {
+	data, err := os.ReadFile(r.Path)
+	if err != nil {
+		return []error{err}
+	}
+	if rd, err := ParseDigest(strings.TrimSpace(string(data))); err == nil {
+		if err := check(rd); err != nil {
+			return []error{fmt.Errorf("record: %w", err)}
+		}
+	}
+	a, err := c.readRecord(data, r.Project, r.Element, r.Key)
+	if err != nil {
+		return []error{fmt.Errorf("record: %w", err)}
+	}
+	var problems []error
+	c.auditTree(a.Files, goodTrees, check, func(p string, err error) {
+		problems = append(problems, treeProblem(p, err))
+	})
+	if !a.Log.IsZero() {
+		if err := check(a.Log); err != nil {
+			problems = append(problems, fmt.Errorf("log: %w", err))
+		}
+	}
+	return problems
+}
+
+// treeProblem says where in a tree a problem is.
+func treeProblem(p string, err error) error {
+	if p == "" {
+		return fmt.Errorf("files tree root: %w", err)
+	}
+	return fmt.Errorf("files tree at %s: %w", p, err)
+}
+
+// auditTree walks the tree at root without stopping at problems: it calls
+// check on every blob (Directories and files), reads and validates every
+// Directory, and calls report with the path in the tree of each problem.
+// Subtrees recorded in good (which may be nil) are skipped; subtrees found
+// without problems are added to it.
+func (c *Cache) auditTree(root Digest, good map[Digest]bool, check func(Digest) error, report func(path string, err error)) {
+	var walk func(d Digest, prefix string) bool
+	walk = func(d Digest, prefix string) bool {
+		if good[d] {
+			return true
+		}
+		if err := check(d); err != nil {
+			report(prefix, err)
+			return false
+		}
+		dir, err := c.ReadDirectory(d)
+		if err != nil {
+			report(prefix, err)
+			return false
+		}
+		ok := true
+		for _, f := range dir.Files {
+			if err := check(DigestFromProto(f.Digest)); err != nil {
+				report(path.Join(prefix, f.Name), err)
+				ok = false
+			}
+		}
+		for _, sub := range dir.Directories {
+			ok = walk(DigestFromProto(sub.Digest), path.Join(prefix, sub.Name)) && ok
+		}
+		if ok && good != nil {
+			good[d] = true
+		}
+		return ok
+	}
+	walk(root, "")
+}
+
+// verifyUnreferenced hashes the blobs in cas/ that no ref reached, and
+// reports files that are not blobs at all.
+func (c *Cache) verifyUnreferenced(checked map[Digest]error, check func(Digest) error, rep *VerifyReport) error {
+	reached := make(map[string]bool, len(checked))
+	for d := range checked {
+		reached[d.Hash] = true
+	}
+	casRoot := filepath.Join(c.Root, casDir)
+	return filepath.WalkDir(casRoot, func(p string, e fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) && p != casRoot {
+				return nil // removed by a concurrent gc
+			}
+			return err
+		}
+		rel, _ := filepath.Rel(casRoot, p)
+		parts := strings.Split(filepath.ToSlash(rel), "/")
+		if e.IsDir() {
+			if p != casRoot && (len(parts) != 1 || len(parts[0]) != 2) {
+				rep.Problems = append(rep.Problems, fmt.Sprintf("%s: unexpected directory in the CAS", p))
+				return fs.SkipDir
+			}
+			return nil
+		}
+		info, err := e.Info()
+		if err != nil {
+			return nil // removed by a concurrent gc
+		}
+		d := Digest{Hash: e.Name(), Size: info.Size()}
+		if len(parts) != 2 || d.Validate() != nil || parts[0] != d.Hash[:2] || !e.Type().IsRegular() {
+			rep.Problems = append(rep.Problems, fmt.Sprintf("%s: unexpected file in the CAS", p))
+			return nil
+		}
+		if reached[d.Hash] {
+			return nil // reached from a ref, already reported if bad
+		}
+		if err := check(d); err != nil {
+			rep.Problems = append(rep.Problems, fmt.Sprintf("unreferenced blob: %v", err))
+		}
+		return nil
+	})
+}

@@ -1,0 +1,73 @@
+package cli
+
+import (
+	"bufio"
+	"fmt"
+	"strconv"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gantry-build/gantry/element"
+)
+
+func newGraphCmd(g *globalOptions) *cobra.Command {
+	var deps string
+	cmd := &cobra.Command{
+		Use:   "graph [ELEMENT...]",
+		Short: "Print the dependency graph as Graphviz DOT",
+		Long: `Print the dependency graph of the elements as Graphviz DOT, for example:
+
+    gantry graph app.toml | dot -Tsvg > graph.svg
+
+Solid edges are build-and-run dependencies (depends), dashed are build-only
+(build-depends), dotted are runtime-only (runtime-depends).`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			d, err := element.ParseDeps(deps)
+			if err != nil {
+				return usagef("%v", err)
+			}
+			s, err := g.load()
+			if err != nil {
+				return err
+			}
+			gr, err := s.loadGraph(args)
+			if err != nil {
+				return err
+			}
+			w := bufio.NewWriter(g.ios.Out)
+			defer w.Flush()
+			writeDOT(w, s.project.Name, gr.Select(gr.Targets, d))
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&deps, "deps", "all", "which dependencies to include: none, run, build or all")
+	return cmd
+}
+
+func writeDOT(w *bufio.Writer, project string, elements []*element.Element) {
+	in := map[string]bool{}
+	for _, e := range elements {
+		in[e.Name] = true
+	}
+	fmt.Fprintf(w, "digraph %s {\n  rankdir=LR;\n  node [shape=box];\n", strconv.Quote(project))
+	for _, e := range elements {
+		fmt.Fprintf(w, "  %s [label=%s];\n", strconv.Quote(e.Name), strconv.Quote(e.Name+"\n"+e.Kind.Name))
+	}
+	edge := func(from *element.Element, to string, style string) {
+		if in[to] {
+			fmt.Fprintf(w, "  %s -> %s%s;\n", strconv.Quote(from.Name), strconv.Quote(to), style)
+		}
+	}
+	for _, e := range elements {
+		for _, d := range e.Depends {
+			edge(e, d, "")
+		}
+		for _, d := range e.BuildDepends {
+			edge(e, d, " [style=dashed]")
+		}
+		for _, d := range e.RuntimeDepends {
+			edge(e, d, " [style=dotted]")
+		}
+	}
+	w.WriteString("}\n")
+}

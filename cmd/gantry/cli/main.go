@@ -1,0 +1,17 @@
+// Package cli holds gantry's cobra commands. Main is the only entry point; errors become
+// exit codes in one place (exitCode).
+package cli
+
+import (
+	"context"
+	"os"
+)
+
+// Main runs gantry with os.Args and returns the exit code.
+func Main() int {
+	ios := System()
+	root := newRootCmd(ios)
+	root.SetArgs(os.Args[1:])
+	err := root.ExecuteContext(context.Background())
+	return exitCode(err, ios.ErrOut)
+}

@@ -1,0 +1,208 @@
+package cli
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gantry-build/gantry/element"
+)
+
+// globalOptions are the flags every command shares.
+type globalOptions struct {
+	ios      *IOStreams
+	dir      string // -C
+	cacheDir string
+	config   string
+	ui       string
+	verbose  bool
+}
+
+// session is a loaded project with the user configuration, for commands that need one.
+type session struct {
+	opts    *globalOptions
+	project *element.Project
+	user    *element.UserConfig
+	lock    *element.Lock
+}
+
+func newRootCmd(ios *IOStreams) *cobra.Command {
+	opts := &globalOptions{ios: ios}
+	root := &cobra.Command{
+		Use:   "gantry",
+		Short: "Build orchestrator: elements through Track → Pull → Fetch → Build → Push",
+		Long: `gantry builds a graph of elements (TOML files) into cached artifacts.
+
+A project is a directory with project.toml and element files under elements/.
+Run 'gantry init' to start one, 'gantry show' to inspect it.`,
+		SilenceErrors: true,
+		SilenceUsage:  true,
+	}
+	root.SetOut(ios.Out)
+	root.SetErr(ios.ErrOut)
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return usagef("%v (see '%s --help')", err, c.CommandPath())
+	})
+	f := root.PersistentFlags()
+	f.StringVarP(&opts.dir, "directory", "C", "", "run as if started in `DIR` (the project is found upward from there)")
+	f.StringVar(&opts.cacheDir, "cache-dir", "", "local cache `DIR` (default $GANTRY_CACHE_DIR, else $XDG_CACHE_HOME/gantry)")
+	f.StringVar(&opts.config, "config", "", "user configuration `FILE` (default $XDG_CONFIG_HOME/gantry/config.toml)")
+	f.StringVar(&opts.ui, "ui", "auto", "progress display: auto, tui, plain or json")
+	f.BoolVarP(&opts.verbose, "verbose", "v", false, "show more detail")
+
+	root.AddCommand(
+		newShowCmd(opts),
+		newGraphCmd(opts),
+		newInitCmd(opts),
+		newVersionCmd(opts),
+	)
+	root.InitDefaultCompletionCmd()
+	return root
+}
+
+// startDir is where project lookup begins.
+func (o *globalOptions) startDir() string {
+	if o.dir != "" {
+		return o.dir
+	}
+	wd, _ := os.Getwd()
+	return wd
+}
+
+// load finds and loads the project, the user configuration and the lock file.
+func (o *globalOptions) load() (*session, error) {
+	if o.dir != "" {
+		if info, err := os.Stat(o.dir); err != nil || !info.IsDir() {
+			return nil, usagef("-C %s: not a directory", o.dir)
+		}
+	}
+	root, err := element.FindProject(o.startDir())
+	if err != nil {
+		return nil, err
+	}
+	project, err := element.LoadProject(root)
+	if err != nil {
+		return nil, err
+	}
+	cfgPath, explicit := o.config, o.config != ""
+	if !explicit {
+		if env := os.Getenv("GANTRY_CONFIG"); env != "" {
+			cfgPath, explicit = env, true
+		} else {
+			cfgPath = element.DefaultUserConfigPath()
+		}
+	}
+	user, err := element.LoadUserConfig(cfgPath, explicit)
+	if err != nil {
+		return nil, err
+	}
+	lock, err := element.LoadLock(root)
+	if err != nil {
+		return nil, err
+	}
+	return &session{opts: o, project: project, user: user, lock: lock}, nil
+}
+
+// cacheRoot resolves the cache directory: flag > env > user config > default.
+func (s *session) cacheRoot() string {
+	switch {
+	case s.opts.cacheDir != "":
+		return s.opts.cacheDir
+	case os.Getenv("GANTRY_CACHE_DIR") != "":
+		return os.Getenv("GANTRY_CACHE_DIR")
+	case s.user.Cache.Dir != "":
+		return expandHome(s.user.Cache.Dir)
+	}
+	return element.DefaultCacheDir()
+}
+
+func expandHome(p string) string {
+	if strings.HasPrefix(p, "~/") {
+		home, _ := os.UserHomeDir()
+		return filepath.Join(home, p[2:])
+	}
+	return os.ExpandEnv(p)
+}
+
+// targets returns the named elements, or the project's default targets.
+func (s *session) targets(args []string) ([]string, error) {
+	if len(args) > 0 {
+		out := make([]string, len(args))
+		for i, a := range args {
+			out[i] = s.elementArg(a)
+		}
+		return out, nil
+	}
+	if len(s.project.DefaultTargets) == 0 {
+		return nil, usagef("no elements named and project.toml has no default-targets: name the elements (e.g. `gantry show app.toml`) or add default-targets = [\"app.toml\"] to project.toml")
+	}
+	return s.project.DefaultTargets, nil
+}
+
+// elementArg accepts an element name, or a path to the element file relative to the cwd
+// (tab completion in a shell gives "elements/app.toml").
+func (s *session) elementArg(a string) string {
+	if abs, err := filepath.Abs(a); err == nil {
+		if rel, err := filepath.Rel(s.project.ElementDir(), abs); err == nil && !strings.HasPrefix(rel, "..") {
+			if _, statErr := os.Stat(abs); statErr == nil {
+				return filepath.ToSlash(rel)
+			}
+		}
+	}
+	return a
+}
+
+// loadGraph loads the targets named by args (or the default targets).
+func (s *session) loadGraph(args []string) (*element.Graph, error) {
+	targets, err := s.targets(args)
+	if err != nil {
+		return nil, err
+	}
+	return element.Load(s.project, s.lock, targets)
+}
+
+func newVersionCmd(opts *globalOptions) *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print gantry's version",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			fmt.Fprintf(opts.ios.Out, "gantry %s\n", version())
+			return nil
+		},
+	}
+}
+
+func version() string {
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "(unknown)"
+	}
+	v := info.Main.Version
+	for _, s := range info.Settings {
+		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+			v += " (" + s.Value[:12] + ")"
+		}
+	}
+	return v
+}
+
+func noArgs(cmd *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return usagef("%s takes no arguments, got %q", cmd.CommandPath(), args)
+	}
+	return nil
+}
+
+func rangeArgs(lo, hi int) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) < lo || len(args) > hi {
+			return usagef("%s: wrong number of arguments (usage: %s)", cmd.CommandPath(), cmd.UseLine())
+		}
+		return nil
+	}
+}

@@ -1,0 +1,124 @@
+package element
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+)
+
+// OnError is the scheduler's policy when a job fails.
+type OnError string
+
+const (
+	OnErrorContinue  OnError = "continue"
+	OnErrorQuit      OnError = "quit"
+	OnErrorTerminate OnError = "terminate"
+)
+
+// ParseOnError validates an on-error value.
+func ParseOnError(s string) (OnError, bool) {
+	switch OnError(s) {
+	case OnErrorContinue, OnErrorQuit, OnErrorTerminate:
+		return OnError(s), true
+	}
+	return "", false
+}
+
+// SchedulerConfig holds the scheduler limits of the user configuration.
+type SchedulerConfig struct {
+	Builders       int    `toml:"builders"`
+	Fetchers       int    `toml:"fetchers"`
+	Pushers        int    `toml:"pushers"`
+	NetworkRetries *int   `toml:"network-retries"`
+	OnError        string `toml:"on-error"`
+}
+
+// CacheConfig holds the local cache settings.
+type CacheConfig struct {
+	Dir   string `toml:"dir"`
+	Quota string `toml:"quota"`
+}
+
+// UserConfig is $XDG_CONFIG_HOME/gantry/config.toml.
+type UserConfig struct {
+	Path      string          `toml:"-"`
+	Scheduler SchedulerConfig `toml:"scheduler"`
+	Cache     CacheConfig     `toml:"cache"`
+	Remotes   []Remote        `toml:"remote"`
+	UI        struct {
+		Mode  string `toml:"mode"`
+		Color *bool  `toml:"color"`
+	} `toml:"ui"`
+	MaxJobs int `toml:"max-jobs"`
+}
+
+var userConfigKeys = map[string][]string{
+	"":          {"scheduler", "cache", "remote", "ui", "max-jobs"},
+	"scheduler": {"builders", "fetchers", "pushers", "network-retries", "on-error"},
+	"cache":     {"dir", "quota"},
+	"remote":    {"url", "push"},
+	"ui":        {"mode", "color"},
+}
+
+// DefaultUserConfigPath returns $XDG_CONFIG_HOME/gantry/config.toml (~/.config by default).
+func DefaultUserConfigPath() string {
+	dir := os.Getenv("XDG_CONFIG_HOME")
+	if dir == "" {
+		home, _ := os.UserHomeDir()
+		dir = filepath.Join(home, ".config")
+	}
+	return filepath.Join(dir, "gantry", "config.toml")
+}
+
+// DefaultCacheDir returns $XDG_CACHE_HOME/gantry (~/.cache/gantry by default).
+func DefaultCacheDir() string {
+	dir := os.Getenv("XDG_CACHE_HOME")
+	if dir == "" {
+		home, _ := os.UserHomeDir()
+		dir = filepath.Join(home, ".cache")
+	}
+	return filepath.Join(dir, "gantry")
+}
+
+// LoadUserConfig reads the user configuration. A missing file is an empty configuration
+// unless explicit is set (the user named it with --config).
+func LoadUserConfig(path string, explicit bool) (*UserConfig, error) {
+	c := &UserConfig{Path: path}
+	doc, err := decodeTOML(path, path, c)
+	if err != nil {
+		var pe *ProjectError
+		if !explicit && errors.As(err, &pe) {
+			if _, statErr := os.Stat(path); errors.Is(statErr, fs.ErrNotExist) {
+				return &UserConfig{Path: path}, nil
+			}
+		}
+		return nil, err
+	}
+	if err := doc.unknownKeys(func(parent []string) []string {
+		if len(parent) == 0 {
+			return userConfigKeys[""]
+		}
+		return userConfigKeys[parent[0]]
+	}); err != nil {
+		return nil, err
+	}
+	if c.Scheduler.OnError != "" {
+		if _, ok := ParseOnError(c.Scheduler.OnError); !ok {
+			return nil, doc.valueError("scheduler.on-error", "%q is not one of continue, quit, terminate", c.Scheduler.OnError)
+		}
+	}
+	for _, k := range []struct {
+		name string
+		v    int
+	}{{"builders", c.Scheduler.Builders}, {"fetchers", c.Scheduler.Fetchers}, {"pushers", c.Scheduler.Pushers}} {
+		if k.v < 0 {
+			return nil, doc.valueError("scheduler."+k.name, "must be at least 1, got %d", k.v)
+		}
+	}
+	return c, nil
+}
+
+// DefaultMaxJobs is the value of %{max-jobs} when not configured: the number of CPUs.
+func DefaultMaxJobs() int { return runtime.NumCPU() }

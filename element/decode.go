@@ -1,0 +1,327 @@
+package element
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/BurntSushi/toml"
+)
+
+// tomlDoc is one decoded TOML file, kept so that later checks can report errors with
+// the file, line and text of the offending key.
+type tomlDoc struct {
+	display string   // the path shown to the user
+	lines   []string // the file's lines, for error context
+	md      toml.MetaData
+	index   map[string]int // key path ("sources[1].path") -> 1-based line; built on first use
+}
+
+// decodeTOML reads path and decodes it into v. Errors are *ProjectError with position.
+func decodeTOML(path, display string, v any) (*tomlDoc, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, &ProjectError{File: display, Msg: fmt.Sprintf("cannot read file: %v", errors.Unwrap(err))}
+	}
+	return decodeTOMLBytes(data, display, v)
+}
+
+func decodeTOMLBytes(data []byte, display string, v any) (*tomlDoc, error) {
+	doc := &tomlDoc{display: display, lines: strings.Split(string(data), "\n")}
+	md, err := toml.Decode(string(data), v)
+	doc.md = md
+	if err != nil {
+		return nil, doc.convert(err)
+	}
+	return doc, nil
+}
+
+var plainTypeErr = regexp.MustCompile(`^toml: line (\d+) \(last key "([^"]*)"\): (.*)$`)
+
+var typeMismatch = regexp.MustCompile(`incompatible types: TOML value has type (\S+); destination has type (\S+)`)
+
+var typeNames = map[string]string{
+	"slice": "a list", "array": "a list", "[]interface {}": "a list", "string": "a string",
+	"map": "a table", "struct": "a table", "map[string]interface {}": "a table",
+	"int": "an integer", "int64": "an integer", "bool": "a boolean", "float64": "a number",
+}
+
+func typeName(t string) string {
+	if n, ok := typeNames[t]; ok {
+		return n
+	}
+	return t
+}
+
+// convert turns a BurntSushi error into a ProjectError showing file:line:col and the line.
+func (d *tomlDoc) convert(err error) error {
+	var pe toml.ParseError
+	if p := new(toml.ParseError); errors.As(err, p) {
+		pe = *p
+	} else if pp := new(*toml.ParseError); errors.As(err, pp) {
+		pe = **pp
+	} else if m := plainTypeErr.FindStringSubmatch(err.Error()); m != nil {
+		// Type mismatches come as plain errors: "toml: line N (last key "k"): msg".
+		pe.Line, _ = strconv.Atoi(m[1])
+		pe.Position.Line = pe.Line
+		pe.LastKey, pe.Message = m[2], m[3]
+		if l := d.line(pe.Line); strings.Contains(l, "=") {
+			pe.Position.Col = strings.Index(l, "=") + 1 + len(l[strings.Index(l, "=")+1:]) - len(strings.TrimLeft(l[strings.Index(l, "=")+1:], " \t")) + 1
+		}
+	} else {
+		return &ProjectError{File: d.display, Msg: err.Error()}
+	}
+	msg := pe.Message
+	if m := typeMismatch.FindStringSubmatch(msg); m != nil {
+		msg = fmt.Sprintf("wrong type for key %q: expected %s, found %s", pe.LastKey, typeName(m[2]), typeName(m[1]))
+	} else if pe.LastKey != "" && !strings.Contains(msg, pe.LastKey) {
+		msg = fmt.Sprintf("%s (at key %q)", msg, pe.LastKey)
+	}
+	line, col := pe.Position.Line, pe.Position.Col
+	if line == 0 && pe.Line > 0 {
+		line = pe.Line
+	}
+	if col == 0 && line > 0 && line <= len(d.lines) && pe.Position.Start > 0 {
+		// BurntSushi gives a byte offset; turn it into a column on that line.
+		col = columnOf(d.lines, line, pe.Position.Start)
+	}
+	return &ProjectError{File: d.display, Line: line, Col: col, Msg: "invalid TOML: " + msg, Text: d.line(line)}
+}
+
+func columnOf(lines []string, line, offset int) int {
+	start := 0
+	for i := 0; i < line-1 && i < len(lines); i++ {
+		start += len(lines[i]) + 1
+	}
+	if offset < start || offset-start > len(lines[line-1]) {
+		return 0
+	}
+	return offset - start + 1
+}
+
+func (d *tomlDoc) line(n int) string {
+	if n <= 0 || n > len(d.lines) {
+		return ""
+	}
+	return d.lines[n-1]
+}
+
+// unknownKeys reports the first key that the decoder did not consume, with a did-you-mean
+// from candidates(parent path).
+func (d *tomlDoc) unknownKeys(candidates func(parent []string) []string, skip ...string) error {
+	var und []toml.Key
+	for _, k := range d.md.Undecoded() {
+		if len(k) > 1 && slices.Contains(skip, k[0]) {
+			continue
+		}
+		und = append(und, k)
+	}
+	if len(und) == 0 {
+		return nil
+	}
+	sort.Slice(und, func(i, j int) bool { return len(und[i]) < len(und[j]) })
+	k := und[0]
+	return d.keyError(strings.Join(k, "."), k[len(k)-1], candidates(k[:len(k)-1]))
+}
+
+// keyError reports an unknown key at path ("sources[1].pth"); name is its last element.
+func (d *tomlDoc) keyError(path, name string, allowed []string) error {
+	line := d.lineOf(path)
+	where := ""
+	if i := strings.LastIndex(path, "."); i >= 0 {
+		where = " in [" + path[:i] + "]"
+	}
+	hint := ""
+	if len(allowed) > 0 {
+		hint = "known keys: " + strings.Join(allowed, ", ")
+	}
+	return &ProjectError{File: d.display, Line: line, Msg: fmt.Sprintf("unknown key %q%s%s", name, where, didYouMean(name, allowed)), Text: d.line(line), Hint: hint}
+}
+
+// valueError reports a bad value at path.
+func (d *tomlDoc) valueError(path, format string, args ...any) error {
+	line := d.lineOf(path)
+	return &ProjectError{File: d.display, Line: line, Msg: fmt.Sprintf("key %q: ", path) + fmt.Sprintf(format, args...), Text: d.line(line)}
+}
+
+var keyLine = regexp.MustCompile(`^\s*((?:[A-Za-z0-9_-]+|"[^"]*"|'[^']*')(?:\s*\.\s*(?:[A-Za-z0-9_-]+|"[^"]*"|'[^']*'))*)\s*=`)
+var headerLine = regexp.MustCompile(`^\s*(\[\[?)\s*([^\]]+?)\s*\]\]?`)
+
+// lineOf finds the line of a key path. Arrays of tables are indexed: "sources[1].url".
+// It is a light scanner used only for error messages; 0 means not found.
+func (d *tomlDoc) lineOf(path string) int {
+	if d.index == nil {
+		d.index = map[string]int{}
+		counts := map[string]int{}
+		prefix := ""
+		for i, l := range d.lines {
+			if m := headerLine.FindStringSubmatch(l); m != nil && !strings.Contains(strings.SplitN(l, "]", 2)[0], "=") {
+				name := joinKey(m[2])
+				if m[1] == "[[" {
+					name = fmt.Sprintf("%s[%d]", name, counts[name])
+					counts[joinKey(m[2])]++
+				}
+				prefix = name
+				if _, ok := d.index[prefix]; !ok {
+					d.index[prefix] = i + 1
+				}
+				continue
+			}
+			if m := keyLine.FindStringSubmatch(l); m != nil {
+				full := joinKey(m[1])
+				if prefix != "" {
+					full = prefix + "." + full
+				}
+				if _, ok := d.index[full]; !ok {
+					d.index[full] = i + 1
+				}
+			}
+		}
+	}
+	if n, ok := d.index[path]; ok {
+		return n
+	}
+	// An unindexed path ("sources.url" from the decoder): try the first array element.
+	if i := strings.Index(path, "."); i > 0 {
+		if n, ok := d.index[path[:i]+"[0]"+path[i:]]; ok {
+			return n
+		}
+	}
+	return 0
+}
+
+// joinKey normalises a dotted TOML key: whitespace and quotes removed.
+func joinKey(k string) string {
+	parts := strings.Split(k, ".")
+	for i, p := range parts {
+		p = strings.TrimSpace(p)
+		if uq, err := strconv.Unquote(p); err == nil {
+			p = uq
+		} else {
+			p = strings.Trim(p, "'")
+		}
+		parts[i] = p
+	}
+	return strings.Join(parts, ".")
+}
+
+// table is a decoded TOML table of kind-specific keys (sources, config), checked by hand so
+// that errors can name the key and its line.
+type table struct {
+	doc  *tomlDoc
+	path string // "sources[0]", "config"
+	m    map[string]any
+	used map[string]bool
+}
+
+func (d *tomlDoc) table(path string, p toml.Primitive) (*table, error) {
+	t := &table{doc: d, path: path, m: map[string]any{}, used: map[string]bool{}}
+	if err := d.md.PrimitiveDecode(p, &t.m); err != nil {
+		return nil, d.convert(err)
+	}
+	return t, nil
+}
+
+func (t *table) keyPath(k string) string { return t.path + "." + k }
+
+func (t *table) has(k string) bool { _, ok := t.m[k]; return ok }
+
+func (t *table) str(k string) (string, error) {
+	t.used[k] = true
+	v, ok := t.m[k]
+	if !ok {
+		return "", nil
+	}
+	s, ok := v.(string)
+	if !ok {
+		return "", t.doc.valueError(t.keyPath(k), "expected a string, found %s", tomlTypeName(v))
+	}
+	return s, nil
+}
+
+func (t *table) boolean(k string) (bool, error) {
+	t.used[k] = true
+	v, ok := t.m[k]
+	if !ok {
+		return false, nil
+	}
+	b, ok := v.(bool)
+	if !ok {
+		return false, t.doc.valueError(t.keyPath(k), "expected a boolean, found %s", tomlTypeName(v))
+	}
+	return b, nil
+}
+
+func (t *table) integer(k string, def int) (int, error) {
+	t.used[k] = true
+	v, ok := t.m[k]
+	if !ok {
+		return def, nil
+	}
+	n, ok := v.(int64)
+	if !ok {
+		return 0, t.doc.valueError(t.keyPath(k), "expected an integer, found %s", tomlTypeName(v))
+	}
+	return int(n), nil
+}
+
+// strings returns a list of strings; set is false when the key is absent.
+func (t *table) strings(k string) (list []string, set bool, err error) {
+	t.used[k] = true
+	v, ok := t.m[k]
+	if !ok {
+		return nil, false, nil
+	}
+	arr, ok := v.([]any)
+	if !ok {
+		return nil, true, t.doc.valueError(t.keyPath(k), "expected a list of strings, found %s", tomlTypeName(v))
+	}
+	list = make([]string, 0, len(arr))
+	for i, e := range arr {
+		s, ok := e.(string)
+		if !ok {
+			return nil, true, t.doc.valueError(t.keyPath(k), "item %d: expected a string, found %s", i+1, tomlTypeName(e))
+		}
+		list = append(list, s)
+	}
+	return list, true, nil
+}
+
+// done reports the first key that no accessor asked for.
+func (t *table) done(allowed []string) error {
+	keys := make([]string, 0, len(t.m))
+	for k := range t.m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if !t.used[k] {
+			return t.doc.keyError(t.keyPath(k), k, allowed)
+		}
+	}
+	return nil
+}
+
+func tomlTypeName(v any) string {
+	switch v.(type) {
+	case string:
+		return "a string"
+	case int64:
+		return "an integer"
+	case float64:
+		return "a number"
+	case bool:
+		return "a boolean"
+	case []any, []map[string]any:
+		return "a list"
+	case map[string]any:
+		return "a table"
+	default:
+		return fmt.Sprintf("%T", v)
+	}
+}

@@ -1,0 +1,279 @@
+package element
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+
+	"golang.org/x/sync/errgroup"
+)
+
+// Deps selects which dependencies of the targets a command works on.
+type Deps string
+
+const (
+	DepsNone  Deps = "none"  // the targets only
+	DepsRun   Deps = "run"   // the targets and what they need to run
+	DepsBuild Deps = "build" // what the targets need to build (not the targets)
+	DepsAll   Deps = "all"   // everything the targets depend on, and the targets
+)
+
+// ParseDeps validates a --deps value.
+func ParseDeps(s string) (Deps, error) {
+	switch d := Deps(s); d {
+	case DepsNone, DepsRun, DepsBuild, DepsAll:
+		return d, nil
+	}
+	return "", fmt.Errorf("invalid --deps %q: use none, run, build or all", s)
+}
+
+// Graph is the set of elements reachable from some targets, with links and keys.
+type Graph struct {
+	Project  *Project
+	Lock     *Lock
+	Elements map[string]*Element
+	Targets  []*Element
+	Order    []*Element // every loaded element, dependencies before dependants
+}
+
+// Load reads the targets and everything they depend on, checks the graph for missing
+// elements and cycles, and computes cache keys. Files are parsed in parallel.
+func Load(p *Project, lock *Lock, targets []string) (*Graph, error) {
+	if len(targets) == 0 {
+		return nil, &ProjectError{Msg: "no elements given and project.toml has no default-targets",
+			Hint: "name the elements to work on (e.g. `gantry show app.toml`) or add default-targets = [\"app.toml\"] to project.toml"}
+	}
+	g := &Graph{Project: p, Lock: lock, Elements: map[string]*Element{}}
+	referrer := map[string]*Element{} // first element that named a dependency, for errors
+	frontier := make([]string, 0, len(targets))
+	for _, t := range targets {
+		if err := checkElementName(t); err != nil {
+			return nil, &ProjectError{Msg: err.Error()}
+		}
+		if !slices.Contains(frontier, t) {
+			frontier = append(frontier, t)
+		}
+	}
+	for len(frontier) > 0 {
+		loaded := make([]*Element, len(frontier))
+		var eg errgroup.Group
+		eg.SetLimit(2 * runtime.GOMAXPROCS(0))
+		errs := make([]error, len(frontier))
+		for i, name := range frontier {
+			eg.Go(func() error {
+				loaded[i], errs[i] = g.loadOne(name, referrer[name])
+				return nil
+			})
+		}
+		eg.Wait()
+		// Report the first failure in a deterministic order.
+		for _, err := range errs {
+			if err != nil {
+				return nil, err
+			}
+		}
+		var next []string
+		for _, e := range loaded {
+			g.Elements[e.Name] = e
+			for _, d := range slices.Concat(e.Depends, e.BuildDepends, e.RuntimeDepends) {
+				if _, ok := g.Elements[d]; ok {
+					continue
+				}
+				if _, ok := referrer[d]; ok {
+					continue
+				}
+				referrer[d] = e
+				next = append(next, d)
+			}
+		}
+		frontier = next
+	}
+	for _, t := range targets {
+		g.Targets = append(g.Targets, g.Elements[t])
+	}
+	g.link()
+	if err := g.order(); err != nil {
+		return nil, err
+	}
+	g.computeKeys()
+	return g, nil
+}
+
+// loadOne parses one element and the keys of its sources.
+func (g *Graph) loadOne(name string, ref *Element) (*Element, error) {
+	path := filepath.Join(g.Project.ElementDir(), filepath.FromSlash(name))
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		return nil, g.missing(name, ref)
+	}
+	e, err := loadElement(g.Project, g.Lock, name)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.CheckVariables(g.Project); err != nil {
+		return nil, err
+	}
+	if e.resolved, err = e.Resolve(g.Project, KeyPaths); err != nil {
+		return nil, err
+	}
+	e.sourceKeys = make([]string, len(e.Sources))
+	for i := range e.Sources {
+		s := &e.Sources[i]
+		if s.NeedsRef() && s.Ref == "" {
+			continue
+		}
+		k, err := s.UniqueKey(g.Project.Root)
+		if err != nil {
+			return nil, &ProjectError{File: e.File, Line: e.doc.lineOf(fmt.Sprintf("sources[%d]", i)), Msg: fmt.Sprintf("source %d (%s): %v", i+1, s.Describe(), err)}
+		}
+		e.sourceKeys[i] = k
+	}
+	return e, nil
+}
+
+func (g *Graph) missing(name string, ref *Element) error {
+	display := filepath.ToSlash(filepath.Join(g.Project.ElementPath, name))
+	all, _ := g.Project.ElementNames()
+	if ref == nil {
+		return &ProjectError{Msg: fmt.Sprintf("element %s not found: %s does not exist%s", name, display, didYouMean(name, all))}
+	}
+	line := ref.doc.lineOf(dependsKeyOf(ref, name))
+	return &ProjectError{File: ref.File, Line: line, Text: ref.doc.line(line),
+		Msg: fmt.Sprintf("depends on %s, which does not exist (no file %s)%s", name, display, didYouMean(name, all))}
+}
+
+func dependsKeyOf(e *Element, dep string) string {
+	switch {
+	case slices.Contains(e.BuildDepends, dep):
+		return "build-depends"
+	case slices.Contains(e.RuntimeDepends, dep):
+		return "runtime-depends"
+	}
+	return "depends"
+}
+
+func (g *Graph) link() {
+	for _, e := range g.Elements {
+		for _, d := range e.Depends {
+			e.BuildDeps = append(e.BuildDeps, g.Elements[d])
+			e.RunDeps = append(e.RunDeps, g.Elements[d])
+		}
+		for _, d := range e.BuildDepends {
+			e.BuildDeps = append(e.BuildDeps, g.Elements[d])
+		}
+		for _, d := range e.RuntimeDepends {
+			e.RunDeps = append(e.RunDeps, g.Elements[d])
+		}
+	}
+}
+
+// order sorts the graph depth-first from the targets, dependencies first, and reports a
+// cycle with its path.
+func (g *Graph) order() error {
+	const (
+		unseen = iota
+		active
+		done
+	)
+	state := make(map[*Element]int, len(g.Elements))
+	var stack []*Element
+	var visit func(e *Element) error
+	visit = func(e *Element) error {
+		switch state[e] {
+		case done:
+			return nil
+		case active:
+			i := slices.Index(stack, e)
+			names := make([]string, 0, len(stack)-i+1)
+			for _, s := range stack[i:] {
+				names = append(names, s.Name)
+			}
+			names = append(names, e.Name)
+			from := stack[len(stack)-1]
+			line := from.doc.lineOf(dependsKeyOf(from, e.Name))
+			return &ProjectError{File: from.File, Line: line, Text: from.doc.line(line),
+				Msg: "dependency cycle: " + strings.Join(names, " -> ")}
+		}
+		state[e] = active
+		stack = append(stack, e)
+		for _, d := range e.BuildDeps {
+			if err := visit(d); err != nil {
+				return err
+			}
+		}
+		for _, d := range e.RunDeps {
+			if err := visit(d); err != nil {
+				return err
+			}
+		}
+		stack = stack[:len(stack)-1]
+		state[e] = done
+		g.Order = append(g.Order, e)
+		return nil
+	}
+	for _, t := range g.Targets {
+		if err := visit(t); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Select returns the elements a command with --deps works on, dependencies first.
+func (g *Graph) Select(targets []*Element, deps Deps) []*Element {
+	want := map[*Element]bool{}
+	var addRun func(e *Element)
+	addRun = func(e *Element) {
+		if want[e] {
+			return
+		}
+		want[e] = true
+		for _, d := range e.RunDeps {
+			addRun(d)
+		}
+	}
+	var addAll func(e *Element)
+	addAll = func(e *Element) {
+		if want[e] {
+			return
+		}
+		want[e] = true
+		for _, d := range e.BuildDeps {
+			addAll(d)
+		}
+		for _, d := range e.RunDeps {
+			addAll(d)
+		}
+	}
+	for _, t := range targets {
+		switch deps {
+		case DepsNone:
+			want[t] = true
+		case DepsRun:
+			addRun(t)
+		case DepsBuild:
+			for _, d := range t.BuildDeps {
+				addRun(d)
+			}
+		default:
+			addAll(t)
+		}
+	}
+	out := make([]*Element, 0, len(want))
+	for _, e := range g.Order {
+		if want[e] {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// StageDeps returns what a build of e stages into its sysroot: its build dependencies
+// and, transitively, their runtime dependencies; dependencies first.
+func (g *Graph) StageDeps(e *Element) []*Element {
+	return g.Select(e.BuildDeps, DepsRun)
+}

@@ -1,0 +1,208 @@
+package element
+
+import (
+	"maps"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+var baseFiles = map[string]string{
+	"project.toml": "name = \"demo\"\n[variables]\nprefix = \"/usr\"\n[environment]\nLC_ALL = \"C\"\n[pools]\nlic = 1\n",
+	"elements/lib.toml": `kind = "manual"
+[[sources]]
+kind = "local"
+path = "files/lib"
+[config]
+build-commands = ["make -j%{max-jobs} PREFIX=%{prefix}"]
+`,
+	"elements/app.toml": `kind = "manual"
+description = "the app"
+depends = ["lib.toml"]
+build-depends = ["tool.toml"]
+[variables]
+opt = "-O2"
+[environment]
+CFLAGS = "%{opt}"
+[[sources]]
+kind = "tar"
+url = "https://example.com/app.tar.gz"
+ref = "aaaa"
+[config]
+install-commands = ["make DESTDIR=%{install-root} install"]
+`,
+	"elements/tool.toml":      "kind = \"import\"\n[[sources]]\nkind = \"local\"\npath = \"files/tool\"\n",
+	"elements/other.toml":     "kind = \"stack\"\n",
+	"files/lib/lib.c":         "int lib;\n",
+	"files/tool/bin/tool":     "#!/bin/sh\n",
+	"elements/unrelated.toml": "kind = \"stack\"\n",
+}
+
+func keysOf(t *testing.T, files map[string]string) map[string]string {
+	t.Helper()
+	dir := writeProject(t, files)
+	g := mustGraph(t, dir, "app.toml")
+	out := map[string]string{}
+	for name, e := range g.Elements {
+		out[name] = e.Key
+	}
+	return out
+}
+
+func with(files map[string]string, path, content string) map[string]string {
+	out := maps.Clone(files)
+	out[path] = content
+	return out
+}
+
+// Every change that affects a build changes the key of the element and everything above.
+func TestKeyChangesWhenBuildInputsChange(t *testing.T) {
+	base := keysOf(t, baseFiles)
+	app := baseFiles["elements/app.toml"]
+	lib := baseFiles["elements/lib.toml"]
+	cases := []struct {
+		name     string
+		files    map[string]string
+		changed  []string // elements whose key must change
+		constant []string // elements whose key must not change
+	}{
+		{"kind", with(baseFiles, "elements/app.toml", replace(app, `kind = "manual"`, `kind = "make"`)), []string{"app.toml"}, []string{"lib.toml"}},
+		{"command", with(baseFiles, "elements/lib.toml", replace(lib, "make -j", "make -k -j")), []string{"lib.toml", "app.toml"}, []string{"tool.toml"}},
+		{"element variable used by env", with(baseFiles, "elements/app.toml", replace(app, `opt = "-O2"`, `opt = "-O3"`)), []string{"app.toml"}, []string{"lib.toml"}},
+		{"project variable", with(baseFiles, "project.toml", replace(baseFiles["project.toml"], `prefix = "/usr"`, `prefix = "/opt"`)), []string{"lib.toml", "app.toml"}, []string{"tool.toml"}},
+		{"project environment", with(baseFiles, "project.toml", replace(baseFiles["project.toml"], `LC_ALL = "C"`, `LC_ALL = "C.UTF-8"`)), []string{"lib.toml", "app.toml", "tool.toml"}, nil},
+		{"source ref", with(baseFiles, "elements/app.toml", replace(app, `ref = "aaaa"`, `ref = "bbbb"`)), []string{"app.toml"}, []string{"lib.toml"}},
+		{"source url", with(baseFiles, "elements/app.toml", replace(app, "app.tar.gz", "app2.tar.gz")), []string{"app.toml"}, nil},
+		{"local file content", with(baseFiles, "files/lib/lib.c", "int lib2;\n"), []string{"lib.toml", "app.toml"}, []string{"tool.toml"}},
+		{"local file added", with(baseFiles, "files/lib/extra.h", ""), []string{"lib.toml", "app.toml"}, nil},
+		{"build-only dependency", with(baseFiles, "files/tool/bin/tool", "#!/bin/sh\necho\n"), []string{"tool.toml", "app.toml"}, []string{"lib.toml"}},
+		{"dependency added", with(baseFiles, "elements/app.toml", replace(app, `build-depends = ["tool.toml"]`, `build-depends = ["tool.toml", "other.toml"]`)), []string{"app.toml"}, []string{"lib.toml"}},
+		{"dependency type", with(baseFiles, "elements/app.toml", replace(app, `build-depends = ["tool.toml"]`, `runtime-depends = ["tool.toml"]`)), []string{"app.toml"}, nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got := keysOf(t, tc.files)
+			for _, n := range tc.changed {
+				if got[n] == base[n] {
+					t.Errorf("%s: key did not change", n)
+				}
+			}
+			for _, n := range tc.constant {
+				if got[n] != base[n] {
+					t.Errorf("%s: key changed but should not", n)
+				}
+			}
+		})
+	}
+}
+
+// Nothing that leaves the build unchanged changes a key.
+func TestKeyStableWhenNothingRelevantChanges(t *testing.T) {
+	base := keysOf(t, baseFiles)
+	app := baseFiles["elements/app.toml"]
+	reordered := `description = "the app"
+# a comment
+build-depends = [ "tool.toml" ]
+
+depends = ["lib.toml"]
+kind = "manual"
+
+[environment]
+CFLAGS    =    "%{opt}"
+
+[variables]
+opt = "-O2"
+unused = "x"
+
+[config]
+install-commands = ["make DESTDIR=%{install-root} install"]
+
+[[sources]]
+ref = "aaaa"
+url = "https://example.com/app.tar.gz"
+kind = "tar"
+`
+	cases := []struct {
+		name  string
+		files map[string]string
+	}{
+		{"key order, comments, whitespace, unused variable", with(baseFiles, "elements/app.toml", reordered)},
+		{"description", with(baseFiles, "elements/app.toml", replace(app, "the app", "the best app"))},
+		{"unrelated element", with(baseFiles, "elements/unrelated.toml", "kind = \"stack\"\ndescription = \"changed\"\n")},
+		{"pool", with(baseFiles, "elements/app.toml", replace(app, "kind = \"manual\"", "kind = \"manual\"\npool = \"lic\""))},
+		{"default targets", with(baseFiles, "project.toml", baseFiles["project.toml"]+"default-targets = [\"other.toml\"]\n")},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.name == "default targets" {
+				// default-targets must be top-level: rewrite the file with it first.
+				tc.files["project.toml"] = "default-targets = [\"other.toml\"]\n" + baseFiles["project.toml"]
+			}
+			got := keysOf(t, tc.files)
+			for _, n := range []string{"app.toml", "lib.toml", "tool.toml"} {
+				if got[n] != base[n] {
+					t.Errorf("%s: key changed", n)
+				}
+			}
+		})
+	}
+}
+
+func TestKeyIgnoresMaxJobsAndFileModesOtherThanExec(t *testing.T) {
+	dir := writeProject(t, baseFiles)
+	g1 := mustGraph(t, dir, "app.toml")
+	if err := os.Chmod(filepath.Join(dir, "files/lib/lib.c"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	g2 := mustGraph(t, dir, "app.toml")
+	if g1.Elements["lib.toml"].Key != g2.Elements["lib.toml"].Key {
+		t.Error("permission bits other than exec changed the key")
+	}
+	if err := os.Chmod(filepath.Join(dir, "files/lib/lib.c"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	g3 := mustGraph(t, dir, "app.toml")
+	if g1.Elements["lib.toml"].Key == g3.Elements["lib.toml"].Key {
+		t.Error("making a file executable did not change the key")
+	}
+}
+
+func TestNoRefGivesNoKeyUpTheGraph(t *testing.T) {
+	files := with(baseFiles, "elements/lib.toml", "kind = \"manual\"\n[[sources]]\nkind = \"git\"\nurl = \"https://example.com/lib.git\"\ntrack = \"main\"\n")
+	dir := writeProject(t, files)
+	g := mustGraph(t, dir, "app.toml")
+	if !g.Elements["lib.toml"].NoRef || g.Elements["lib.toml"].Key != "" {
+		t.Fatal("lib.toml without ref should have no key")
+	}
+	if g.Elements["app.toml"].Key != "" {
+		t.Error("app.toml depends on a no-ref element but has a key")
+	}
+	if g.Elements["tool.toml"].Key == "" {
+		t.Error("tool.toml is unaffected but lost its key")
+	}
+	// The lock file supplies the ref.
+	os.WriteFile(filepath.Join(dir, LockFile), []byte("[refs]\n\"lib.toml\" = [\"0123abcd\"]\n"), 0o644)
+	g = mustGraph(t, dir, "app.toml")
+	if g.Elements["lib.toml"].Key == "" || g.Elements["app.toml"].Key == "" {
+		t.Error("ref from gantry.lock not used")
+	}
+}
+
+func replace(s, old, new string) string {
+	out := ""
+	i := indexOf(s, old)
+	if i < 0 {
+		panic("replace: " + old + " not found")
+	}
+	out = s[:i] + new + s[i+len(old):]
+	return out
+}
+
+func indexOf(s, sub string) int {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if s[i:i+len(sub)] == sub {
+			return i
+		}
+	}
+	return -1
+}

@@ -1,0 +1,74 @@
+package element
+
+import "sort"
+
+// Kind describes an element kind: which [config] keys it takes and its defaults.
+type Kind struct {
+	Name string
+	// Commands is true for kinds that run command lists (manual and the presets).
+	Commands bool
+	// ConfigKeys are the keys allowed in [config].
+	ConfigKeys []string
+	// DefaultCommands are the preset's commands, overridable key by key.
+	DefaultCommands map[string][]string
+	// Variables are the preset's default variables (project and element override them).
+	Variables map[string]string
+}
+
+// CommandSteps are the command lists of a manual-like kind, in the order they run.
+var CommandSteps = []string{"configure-commands", "build-commands", "install-commands"}
+
+var makeInstall = []string{`make -j1 DESTDIR="%{install-root}" install`}
+
+var kinds = map[string]*Kind{
+	"import":  {Name: "import", ConfigKeys: []string{"source", "target"}},
+	"stack":   {Name: "stack"},
+	"compose": {Name: "compose", ConfigKeys: []string{"include", "exclude"}},
+	"manual":  {Name: "manual", Commands: true, ConfigKeys: CommandSteps},
+	"make": {Name: "make", Commands: true, ConfigKeys: CommandSteps,
+		Variables: map[string]string{"make-args": "-j%{max-jobs}"},
+		DefaultCommands: map[string][]string{
+			"build-commands":   {"make %{make-args}"},
+			"install-commands": makeInstall,
+		}},
+	"autotools": {Name: "autotools", Commands: true, ConfigKeys: CommandSteps,
+		Variables: map[string]string{
+			"make-args": "-j%{max-jobs}",
+			"conf-args": "--prefix=%{prefix} --bindir=%{bindir} --libdir=%{libdir} --sysconfdir=%{sysconfdir}",
+		},
+		DefaultCommands: map[string][]string{
+			"configure-commands": {"./configure %{conf-args}"},
+			"build-commands":     {"make %{make-args}"},
+			"install-commands":   makeInstall,
+		}},
+	"cmake": {Name: "cmake", Commands: true, ConfigKeys: CommandSteps,
+		Variables: map[string]string{"cmake-args": "-DCMAKE_BUILD_TYPE=RelWithDebInfo"},
+		DefaultCommands: map[string][]string{
+			"configure-commands": {`cmake -B _build -S . -DCMAKE_INSTALL_PREFIX:PATH="%{prefix}" %{cmake-args}`},
+			"build-commands":     {"cmake --build _build --parallel %{max-jobs}"},
+			"install-commands":   {`env DESTDIR="%{install-root}" cmake --install _build`},
+		}},
+	"meson": {Name: "meson", Commands: true, ConfigKeys: CommandSteps,
+		Variables: map[string]string{"meson-args": "--buildtype=debugoptimized"},
+		DefaultCommands: map[string][]string{
+			"configure-commands": {"meson setup _build --prefix=%{prefix} %{meson-args}"},
+			"build-commands":     {"ninja -C _build -j %{max-jobs}"},
+			"install-commands":   {`env DESTDIR="%{install-root}" ninja -C _build install`},
+		}},
+}
+
+// LookupKind returns the kind named name.
+func LookupKind(name string) (*Kind, bool) {
+	k, ok := kinds[name]
+	return k, ok
+}
+
+// KindNames lists the known kinds, sorted.
+func KindNames() []string {
+	names := make([]string, 0, len(kinds))
+	for n := range kinds {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}

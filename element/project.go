@@ -1,0 +1,160 @@
+// Package element loads a gantry project: project.toml, the user configuration, element
+// files and gantry.lock; it expands variables, builds the dependency graph and computes
+// cache keys.
+package element
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+)
+
+// ProjectFile is the name of the file that marks a project root.
+const ProjectFile = "project.toml"
+
+// Remote is one [[remote]] artifact cache.
+type Remote struct {
+	URL  string `toml:"url"`
+	Push bool   `toml:"push"`
+	// Auth and TLS settings land with the remote cache issue.
+}
+
+// Project is a loaded project.toml.
+type Project struct {
+	Root           string            // absolute directory holding project.toml
+	Name           string            `toml:"name"`
+	ElementPath    string            `toml:"element-path"`
+	DefaultTargets []string          `toml:"default-targets"`
+	Variables      map[string]string `toml:"variables"`
+	Environment    map[string]string `toml:"environment"`
+	Pools          map[string]int    `toml:"pools"`
+	Remotes        []Remote          `toml:"remote"`
+}
+
+var projectKeys = []string{"name", "element-path", "default-targets", "variables", "environment", "pools", "remote"}
+
+var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]*$`)
+
+// FindProject searches dir and its parents for project.toml and returns the directory
+// holding it.
+func FindProject(dir string) (string, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", err
+	}
+	var looked []string
+	for d := abs; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, ProjectFile)); err == nil {
+			return d, nil
+		}
+		looked = append(looked, d)
+		if d == filepath.Dir(d) {
+			break
+		}
+	}
+	return "", &ProjectError{
+		Msg:  fmt.Sprintf("no %s found in %s or any parent directory", ProjectFile, abs),
+		Hint: "run gantry inside a project, pass -C DIR, or create one with `gantry init`",
+	}
+}
+
+// LoadProject reads root/project.toml.
+func LoadProject(root string) (*Project, error) {
+	p := &Project{Root: root}
+	doc, err := decodeTOML(filepath.Join(root, ProjectFile), ProjectFile, p)
+	if err != nil {
+		return nil, err
+	}
+	if err := doc.unknownKeys(func(parent []string) []string {
+		switch {
+		case len(parent) == 0:
+			return projectKeys
+		case parent[0] == "remote":
+			return []string{"url", "push"}
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	if p.Name == "" {
+		return nil, &ProjectError{File: ProjectFile, Msg: "missing required key \"name\"", Hint: `add a line like name = "demo"`}
+	}
+	if !nameRE.MatchString(p.Name) {
+		return nil, doc.valueError("name", "%q is not a valid project name: use lowercase letters, digits, '.', '_' and '-', starting with a letter or digit", p.Name)
+	}
+	if p.ElementPath == "" {
+		p.ElementPath = "elements"
+	}
+	if filepath.IsAbs(p.ElementPath) || strings.HasPrefix(filepath.Clean(p.ElementPath), "..") {
+		return nil, doc.valueError("element-path", "%q must be a directory inside the project", p.ElementPath)
+	}
+	for name, n := range p.Pools {
+		if n < 1 {
+			return nil, doc.valueError("pools."+name, "a pool needs at least 1 token, got %d", n)
+		}
+	}
+	for i, r := range p.Remotes {
+		if r.URL == "" {
+			return nil, &ProjectError{File: ProjectFile, Line: doc.lineOf(fmt.Sprintf("remote[%d]", i)), Msg: fmt.Sprintf("remote %d has no url", i+1)}
+		}
+	}
+	for _, t := range p.DefaultTargets {
+		if err := checkElementName(t); err != nil {
+			return nil, doc.valueError("default-targets", "%v", err)
+		}
+	}
+	if err := checkVariableNames(doc, "variables", p.Variables); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// ElementDir is the absolute directory holding element files.
+func (p *Project) ElementDir() string { return filepath.Join(p.Root, p.ElementPath) }
+
+// ElementNames lists every element file of the project, sorted.
+func (p *Project) ElementNames() ([]string, error) {
+	var names []string
+	dir := p.ElementDir()
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) && path == dir {
+				return fs.SkipAll
+			}
+			return err
+		}
+		if !d.IsDir() && strings.HasSuffix(path, ".toml") {
+			rel, _ := filepath.Rel(dir, path)
+			names = append(names, filepath.ToSlash(rel))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing elements in %s: %w", dir, err)
+	}
+	sort.Strings(names)
+	return names, nil
+}
+
+// checkElementName rejects names that are absolute, escape the element directory, or are
+// not .toml files.
+func checkElementName(name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("empty element name")
+	case filepath.IsAbs(name) || strings.HasPrefix(name, "/"):
+		return fmt.Errorf("element name %q is an absolute path: name elements by their path under element-path", name)
+	case strings.Contains("/"+name+"/", "/../") || strings.Contains("/"+name+"/", "/./"):
+		return fmt.Errorf("element name %q contains '.' or '..': name elements by their path under element-path", name)
+	case !strings.HasSuffix(name, ".toml"):
+		return fmt.Errorf("element name %q must end in .toml", name)
+	case strings.Contains(name, "//") || strings.Contains(name, "\\"):
+		return fmt.Errorf("element name %q is not a clean path", name)
+	}
+	return nil
+}

@@ -1,0 +1,178 @@
+// Package source knows the source kinds of an element: how each is keyed, and (as the
+// network issues land) how it is tracked, fetched into the source cache and staged.
+package source
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+)
+
+// Kind names a source kind.
+type Kind string
+
+const (
+	Local  Kind = "local"
+	Tar    Kind = "tar"
+	Git    Kind = "git"
+	Remote Kind = "remote"
+	Patch  Kind = "patch"
+)
+
+// Kinds lists the known kinds, for error messages.
+var Kinds = []string{string(Local), string(Tar), string(Git), string(Remote), string(Patch)}
+
+// keysByKind lists the keys each kind accepts besides "kind".
+var keysByKind = map[Kind][]string{
+	Local:  {"path", "directory"},
+	Tar:    {"url", "ref", "track", "directory", "base-dir"},
+	Remote: {"url", "ref", "track", "directory", "filename", "executable"},
+	Git:    {"url", "ref", "track", "directory", "submodules", "checkout-dot-git"},
+	Patch:  {"path", "directory", "strip-level"},
+}
+
+// AllowedKeys returns the keys valid for kind k (including "kind"), or nil for an unknown kind.
+func AllowedKeys(k Kind) []string {
+	keys, ok := keysByKind[k]
+	if !ok {
+		return nil
+	}
+	return append([]string{"kind"}, keys...)
+}
+
+// Spec is one [[sources]] entry of an element, as declared.
+type Spec struct {
+	Kind       Kind   `json:"kind"`
+	URL        string `json:"url,omitempty"`
+	Path       string `json:"path,omitempty"` // local and patch: relative to the project root
+	Ref        string `json:"ref,omitempty"`  // inline ref, or the one from gantry.lock
+	Track      string `json:"track,omitempty"`
+	Directory  string `json:"directory,omitempty"` // where in the build root to stage
+	BaseDir    string `json:"base-dir,omitempty"`  // tar: "*" strips one top-level directory
+	Filename   string `json:"filename,omitempty"`
+	Executable bool   `json:"executable,omitempty"`
+	Submodules bool   `json:"submodules,omitempty"`
+	DotGit     bool   `json:"checkout-dot-git,omitempty"`
+	StripLevel int    `json:"strip-level,omitempty"`
+}
+
+// NeedsRef reports whether the kind is versioned by a ref (as opposed to by content).
+func (s *Spec) NeedsRef() bool { return s.Kind == Tar || s.Kind == Git || s.Kind == Remote }
+
+// Describe names the source for messages: "tar https://…", "local files/app".
+func (s *Spec) Describe() string {
+	if s.URL != "" {
+		return fmt.Sprintf("%s %s", s.Kind, s.URL)
+	}
+	return fmt.Sprintf("%s %s", s.Kind, s.Path)
+}
+
+// UniqueKey returns the string that identifies exactly what this source stages: kind, url
+// and ref for versioned kinds, a content hash for local files and patches. projectRoot
+// resolves relative paths. It fails for a versioned source without a ref.
+func (s *Spec) UniqueKey(projectRoot string) (string, error) {
+	switch s.Kind {
+	case Local, Patch:
+		h, err := HashPath(filepath.Join(projectRoot, s.Path))
+		if err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("%s:%s:dir=%s:strip=%d", s.Kind, h, s.Directory, s.StripLevel), nil
+	default:
+		if s.Ref == "" {
+			return "", fmt.Errorf("%s has no ref", s.Describe())
+		}
+		return fmt.Sprintf("%s:%s@%s:dir=%s:base=%s:file=%s:x=%t:sub=%t:git=%t",
+			s.Kind, s.URL, s.Ref, s.Directory, s.BaseDir, s.Filename, s.Executable, s.Submodules, s.DotGit), nil
+	}
+}
+
+// HashPath hashes a file or directory tree deterministically: relative paths, types, the
+// executable bit, symlink targets and contents. Other mode bits (umask noise) and times
+// do not count.
+func HashPath(root string) (string, error) {
+	info, err := os.Lstat(root)
+	if err != nil {
+		return "", fmt.Errorf("hashing local source: %w", err)
+	}
+	h := sha256.New()
+	if !info.IsDir() {
+		if err := hashEntry(h, root, ".", info); err != nil {
+			return "", err
+		}
+		return hex.EncodeToString(h.Sum(nil)), nil
+	}
+	var paths []string
+	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		paths = append(paths, p)
+		return nil
+	})
+	if err != nil {
+		return "", fmt.Errorf("hashing local source: %w", err)
+	}
+	sort.Strings(paths)
+	for _, p := range paths {
+		info, err := os.Lstat(p)
+		if err != nil {
+			return "", fmt.Errorf("hashing local source: %w", err)
+		}
+		rel, _ := filepath.Rel(root, p)
+		if err := hashEntry(h, p, filepath.ToSlash(rel), info); err != nil {
+			return "", err
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+func hashEntry(h io.Writer, p, rel string, info fs.FileInfo) error {
+	switch {
+	case info.Mode()&fs.ModeSymlink != 0:
+		target, err := os.Readlink(p)
+		if err != nil {
+			return fmt.Errorf("hashing local source: %w", err)
+		}
+		fmt.Fprintf(h, "L %q %q\n", rel, target)
+	case info.IsDir():
+		fmt.Fprintf(h, "D %q\n", rel)
+	case info.Mode().IsRegular():
+		f, err := os.Open(p)
+		if err != nil {
+			return fmt.Errorf("hashing local source: %w", err)
+		}
+		defer f.Close()
+		c := sha256.New()
+		if _, err := io.Copy(c, f); err != nil {
+			return fmt.Errorf("hashing local source %s: %w", p, err)
+		}
+		fmt.Fprintf(h, "F %q %t %x\n", rel, info.Mode()&0o111 != 0, c.Sum(nil))
+	default:
+		return fmt.Errorf("hashing local source: %s is a %s, which cannot be a source", p, info.Mode().Type())
+	}
+	return nil
+}
+
+// IsKnown reports whether k is a source kind.
+func IsKnown(k string) bool { return slices.Contains(Kinds, k) }
+
+// Cached reports whether the source is in the source cache under dir (cache/sources), so
+// that a build needs no network for it. Local sources and patches are always at hand.
+func Cached(dir string, s *Spec) bool {
+	switch s.Kind {
+	case Local, Patch:
+		return true
+	case Tar, Remote:
+		_, err := os.Stat(filepath.Join(dir, "files", s.Ref))
+		return s.Ref != "" && err == nil
+	}
+	// git mirrors land with the network sources.
+	return false
+}
