@@ -24,6 +24,9 @@ type Artifact struct {
 
 	Files Digest // root Directory of the install tree; the empty tree for failures and stacks
 	Log   Digest // the build log blob; zero when there is none
+	// BuildTree is the root Directory of a failed build's build directory, kept for
+	// `gantry shell --build`; zero for successful builds.
+	BuildTree Digest
 
 	Dependencies map[string]string // element name -> cache key it was built against
 
@@ -50,6 +53,7 @@ type record struct {
 	Error           string            `json:"error,omitempty"`
 	Files           Digest            `json:"files"`
 	Log             Digest            `json:"log,omitzero"`
+	BuildTree       Digest            `json:"build_tree,omitzero"`
 	Dependencies    map[string]string `json:"dependencies,omitempty"`
 	BuildDurationNS int64             `json:"build_duration_ns"`
 	Started         time.Time         `json:"started,omitzero"`
@@ -110,6 +114,16 @@ func (c *Cache) Complete(a *Artifact) error {
 	}, func(p string, err error) {
 		problems = append(problems, treeProblem(p, err))
 	})
+	if !a.BuildTree.IsZero() {
+		c.auditTree(a.BuildTree, nil, func(d Digest) error {
+			if !c.HasBlob(d) {
+				return fmt.Errorf("blob %s is missing", d)
+			}
+			return nil
+		}, func(p string, err error) {
+			problems = append(problems, treeProblem("build tree "+p, err))
+		})
+	}
 	if !a.Log.IsZero() && !c.HasBlob(a.Log) {
 		problems = append(problems, fmt.Errorf("log blob %s is missing", a.Log))
 	}
@@ -144,6 +158,7 @@ func (c *Cache) Commit(a *Artifact) error {
 		Error:           a.Error,
 		Files:           a.Files,
 		Log:             a.Log,
+		BuildTree:       a.BuildTree,
 		Dependencies:    a.Dependencies,
 		BuildDurationNS: int64(a.BuildDuration),
 		Started:         utc(a.Started),
@@ -223,6 +238,7 @@ func (c *Cache) readRecord(ref []byte, project, element, key string) (*Artifact,
 		Error:         r.Error,
 		Files:         r.Files,
 		Log:           r.Log,
+		BuildTree:     r.BuildTree,
 		Dependencies:  r.Dependencies,
 		BuildDuration: time.Duration(r.BuildDurationNS),
 		Started:       r.Started,

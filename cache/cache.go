@@ -17,8 +17,10 @@
 //     (mode 0444) and are hard-linked, never written through. Writing the same
 //     blob twice renames identical content over itself, which is harmless.
 //   - An artifact's ref is written last, after every blob it reaches, so an
-//     artifact is visible only when complete. Deleting a ref leaves the blobs
-//     for garbage collection.
+//     artifact is visible only when complete; its directory is fsynced too.
+//     (Blob renames are not followed by a directory fsync: a journaling
+//     filesystem commits them before the later rename of the ref.) Deleting
+//     a ref leaves the blobs for garbage collection.
 //   - Entries under tmp/ are named "<pid>-<pattern>-<random>", so an entry
 //     whose owner has exited is recognisably stray; Open removes stray
 //     entries older than an hour.

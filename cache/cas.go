@@ -62,8 +62,10 @@ func (c *Cache) PutBlob(data []byte) (Digest, error) {
 	return d, nil
 }
 
-// PutFile stores the content of the regular file at path, hashing it while
-// copying (the file is never read into memory whole).
+// PutFile stores the content of the regular file at path and returns its
+// digest. The file is streamed, never read into memory whole: it is hashed,
+// and copied (and hashed again, so the blob is named after what was copied)
+// only if the cache lacks it.
 func (c *Cache) PutFile(path string) (Digest, error) {
 	d, _, err := c.putFile(path)
 	return d, err
@@ -83,6 +85,21 @@ func (c *Cache) putFile(path string) (Digest, fs.FileMode, error) {
 	if !fi.Mode().IsRegular() {
 		return Digest{}, 0, fmt.Errorf("storing file %s: not a regular file (%s)", path, fi.Mode().Type())
 	}
+	// Hash first: rebuilds mostly produce files the cache already has, and
+	// reading is much cheaper than writing a copy.
+	h := sha256.New()
+	n, err := io.Copy(h, src)
+	if err != nil {
+		return Digest{}, 0, fmt.Errorf("storing file %s: %w", path, err)
+	}
+	if d := (Digest{Hash: hex.EncodeToString(h.Sum(nil)), Size: n}); blobPresent(c.BlobPath(d), n) {
+		return d, fi.Mode(), nil
+	}
+	if _, err := src.Seek(0, io.SeekStart); err != nil {
+		return Digest{}, 0, fmt.Errorf("storing file %s: %w", path, err)
+	}
+	// The copy is hashed again: if the file changed meanwhile, the blob is
+	// still named after what was stored.
 	tmp, err := c.tempFile("blob")
 	if err != nil {
 		return Digest{}, 0, fmt.Errorf("storing file %s: %w", path, err)
@@ -92,8 +109,8 @@ func (c *Cache) putFile(path string) (Digest, fs.FileMode, error) {
 		os.Remove(tmp.Name())
 		return Digest{}, 0, fmt.Errorf("storing file %s: %w", path, err)
 	}
-	h := sha256.New()
-	n, err := io.Copy(tmp, io.TeeReader(src, h))
+	h.Reset()
+	n, err = io.Copy(tmp, io.TeeReader(src, h))
 	if err != nil {
 		return fail(err)
 	}

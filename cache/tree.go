@@ -117,7 +117,7 @@ func validateDirectory(dir *repb.Directory) error {
 		return nil
 	}
 	for i, f := range dir.Files {
-		if err := check(i, f.Name, name(dir.Files, i-1)); err != nil {
+		if err := check(i, f.Name, nodeName(dir.Files, i-1)); err != nil {
 			return err
 		}
 		if err := DigestFromProto(f.Digest).Validate(); err != nil {
@@ -125,7 +125,7 @@ func validateDirectory(dir *repb.Directory) error {
 		}
 	}
 	for i, d := range dir.Directories {
-		if err := check(i, d.Name, name(dir.Directories, i-1)); err != nil {
+		if err := check(i, d.Name, nodeName(dir.Directories, i-1)); err != nil {
 			return err
 		}
 		if err := DigestFromProto(d.Digest).Validate(); err != nil {
@@ -133,7 +133,7 @@ func validateDirectory(dir *repb.Directory) error {
 		}
 	}
 	for i, s := range dir.Symlinks {
-		if err := check(i, s.Name, name(dir.Symlinks, i-1)); err != nil {
+		if err := check(i, s.Name, nodeName(dir.Symlinks, i-1)); err != nil {
 			return err
 		}
 		if s.Target == "" {
@@ -143,8 +143,8 @@ func validateDirectory(dir *repb.Directory) error {
 	return nil
 }
 
-// name returns the name of nodes[i], or "" when i is out of range.
-func name[N interface{ GetName() string }](nodes []N, i int) string {
+// nodeName returns the name of nodes[i], or "" when i is out of range.
+func nodeName[N interface{ GetName() string }](nodes []N, i int) string {
 	if i < 0 || i >= len(nodes) {
 		return ""
 	}
@@ -259,7 +259,8 @@ func (c *Cache) finishDir(sd *scannedDir) (Digest, error) {
 // path that already exists is accepted only if it is identical (same content
 // and executable bit, same symlink target, or a directory where the tree has a
 // directory), and is otherwise an error naming it. Symlinks already in dest
-// are never followed. Copied files get mode 0644 or 0755.
+// are never followed. Copied files get mode 0644 or 0755. On error dest may
+// be partly populated.
 func (c *Cache) Checkout(root Digest, dest string, opts CheckoutOptions) error {
 	if err := os.MkdirAll(dest, 0o755); err != nil {
 		return fmt.Errorf("checking out %s: %w", root, err)

@@ -90,6 +90,11 @@ func (c *Cache) verifyRef(r refName, check func(Digest) error, goodTrees map[Dig
 	c.auditTree(a.Files, goodTrees, check, func(p string, err error) {
 		problems = append(problems, treeProblem(p, err))
 	})
+	if !a.BuildTree.IsZero() {
+		c.auditTree(a.BuildTree, goodTrees, check, func(p string, err error) {
+			problems = append(problems, treeProblem("build tree "+p, err))
+		})
+	}
 	if !a.Log.IsZero() {
 		if err := check(a.Log); err != nil {
 			problems = append(problems, fmt.Errorf("log: %w", err))

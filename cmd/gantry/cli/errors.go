@@ -40,7 +40,10 @@ func exitCode(err error, w io.Writer) int {
 	var ue *usageError
 	var pe *element.ProjectError
 	var fe *failedError
+	var xe *exitStatusError
 	switch {
+	case errors.As(err, &xe):
+		return xe.code
 	case errors.Is(err, errInterrupted) || errors.Is(err, context.Canceled):
 		fmt.Fprintln(w, "gantry: interrupted")
 		return exitInterrupted

@@ -9,6 +9,9 @@ import (
 
 // Main runs gantry with os.Args and returns the exit code.
 func Main() int {
+	if len(os.Args) > 1 && os.Args[1] == jobCommand {
+		return runJob()
+	}
 	ios := System()
 	root := newRootCmd(ios)
 	root.SetArgs(os.Args[1:])

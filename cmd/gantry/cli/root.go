@@ -56,6 +56,9 @@ Run 'gantry init' to start one, 'gantry show' to inspect it.`,
 
 	root.AddCommand(
 		newShowCmd(opts),
+		newBuildCmd(opts),
+		newArtifactCmd(opts),
+		newShellCmd(opts),
 		newGraphCmd(opts),
 		newInitCmd(opts),
 		newVersionCmd(opts),

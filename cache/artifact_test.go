@@ -1,0 +1,286 @@
+package cache
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+// commitSample stores a small tree and log and commits an artifact for them.
+func commitSample(t testing.TB, c *Cache, project, element, key string) *Artifact {
+	t.Helper()
+	src := t.TempDir()
+	writeTree(t, src, map[string]string{
+		"usr/bin/" + key: "exec:binary of " + element,
+		"usr/share/doc":  "file:docs",
+	}, nil)
+	files, err := c.StoreTree(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log, err := c.PutBlob([]byte("building " + element + "\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := time.Date(2026, 3, 1, 12, 0, 0, 123456789, time.FixedZone("CET", 3600))
+	a := &Artifact{
+		Project:       project,
+		Element:       element,
+		Key:           key,
+		Success:       true,
+		Files:         files,
+		Log:           log,
+		Dependencies:  map[string]string{"base/sdk.toml": "k1", "lib.toml": "k2"},
+		BuildDuration: 90*time.Second + 5*time.Millisecond,
+		Started:       started,
+		Finished:      started.Add(91 * time.Second),
+	}
+	if err := c.Commit(a); err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+func TestCommitLookup(t *testing.T) {
+	c := openTestCache(t)
+	want := commitSample(t, c, "demo", "base/gcc.toml", "0123abcd")
+	got, err := c.Lookup("demo", "base/gcc.toml", "0123abcd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Times come back in UTC.
+	want.Started, want.Finished = want.Started.UTC(), want.Finished.UTC()
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Lookup = %+v\nwant %+v", got, want)
+	}
+	ref := filepath.Join(c.Root, "refs", "demo", "base", "gcc.toml", "0123abcd")
+	if p, _ := c.RefPath("demo", "base/gcc.toml", "0123abcd"); p != ref {
+		t.Errorf("RefPath = %s, want %s", p, ref)
+	}
+	data, err := os.ReadFile(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ParseDigest(string(data)); err != nil {
+		t.Errorf("ref content %q: %v", data, err)
+	}
+}
+
+func TestCommitFailedArtifact(t *testing.T) {
+	c := openTestCache(t)
+	a := &Artifact{Project: "demo", Element: "app.toml", Key: "k", Error: "command exited with status 2"}
+	if err := c.Commit(a); err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.Lookup("demo", "app.toml", "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Success || got.Error != a.Error || got.Files != DigestOf(nil) || !got.Log.IsZero() {
+		t.Errorf("failed artifact read back as %+v", got)
+	}
+	var n int
+	if err := c.WalkTree(got.Files, func(TreeEntry) error { n++; return nil }); err != nil || n != 0 {
+		t.Errorf("files of a failed artifact: %d entries, %v", n, err)
+	}
+}
+
+func TestCommitRefusesIncompleteArtifact(t *testing.T) {
+	c := openTestCache(t)
+	a := &Artifact{Project: "demo", Element: "app.toml", Key: "k", Success: true, Files: DigestOf([]byte("not stored"))}
+	if err := c.Commit(a); err == nil {
+		t.Fatal("Commit with a missing files tree succeeded")
+	}
+	a.Files = Digest{}
+	a.Log = DigestOf([]byte("not stored either"))
+	if err := c.Commit(a); err == nil {
+		t.Fatal("Commit with a missing log succeeded")
+	}
+	if _, err := c.Lookup("demo", "app.toml", "k"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("refused artifact is visible: %v", err)
+	}
+}
+
+func TestLookupMissing(t *testing.T) {
+	c := openTestCache(t)
+	commitSample(t, c, "demo", "app.toml", "k1")
+	for _, args := range [][3]string{
+		{"demo", "app.toml", "k2"},
+		{"demo", "other.toml", "k1"},
+		{"other", "app.toml", "k1"},
+		{"demo", "app.toml/k1", "x"}, // a ref file where a directory would be
+	} {
+		_, err := c.Lookup(args[0], args[1], args[2])
+		if !errors.Is(err, ErrNotFound) {
+			t.Errorf("Lookup%q = %v, want ErrNotFound", args, err)
+		}
+	}
+}
+
+func TestLookupRejectsBadNames(t *testing.T) {
+	c := openTestCache(t)
+	for _, args := range [][3]string{
+		{"", "app.toml", "k"}, {"demo", "", "k"}, {"demo", "app.toml", ""},
+		{"..", "app.toml", "k"}, {"demo", "../../x", "k"}, {"demo", "a//b", "k"},
+		{"demo", "app.toml", "../k"}, {"demo", "/abs", "k"},
+	} {
+		if _, err := c.Lookup(args[0], args[1], args[2]); err == nil || errors.Is(err, ErrNotFound) {
+			t.Errorf("Lookup%q = %v, want an invalid-name error", args, err)
+		}
+		if err := c.Commit(&Artifact{Project: args[0], Element: args[1], Key: args[2]}); err == nil {
+			t.Errorf("Commit%q succeeded", args)
+		}
+	}
+}
+
+// The ref is written last: a record blob without a ref (a crash between the
+// two) is not an artifact.
+func TestRecordWithoutRefIsNotFound(t *testing.T) {
+	c := openTestCache(t)
+	commitSample(t, c, "demo", "app.toml", "k")
+	ref, _ := c.RefPath("demo", "app.toml", "k")
+	if err := os.Remove(ref); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Lookup("demo", "app.toml", "k"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Lookup without ref = %v, want ErrNotFound", err)
+	}
+	rep, err := c.Verify()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Clean() || rep.Refs != 0 {
+		t.Errorf("Verify = %+v, want clean with no refs", rep)
+	}
+}
+
+func TestLookupCorruptRef(t *testing.T) {
+	for name, damage := range map[string]func(t *testing.T, c *Cache, ref string){
+		"garbage ref": func(t *testing.T, c *Cache, ref string) {
+			if err := os.WriteFile(ref, []byte("garbage"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		},
+		"missing record": func(t *testing.T, c *Cache, ref string) {
+			data, _ := os.ReadFile(ref)
+			d, _ := ParseDigest(string(data))
+			if err := os.Remove(c.BlobPath(d)); err != nil {
+				t.Fatal(err)
+			}
+		},
+		"corrupt record": func(t *testing.T, c *Cache, ref string) {
+			data, _ := os.ReadFile(ref)
+			d, _ := ParseDigest(string(data))
+			corruptFile(t, c.BlobPath(d))
+		},
+		"record of another artifact": func(t *testing.T, c *Cache, ref string) {
+			other, _ := c.RefPath("demo", "other.toml", "k")
+			data, _ := os.ReadFile(other)
+			if err := os.WriteFile(ref, data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := openTestCache(t)
+			commitSample(t, c, "demo", "app.toml", "k")
+			commitSample(t, c, "demo", "other.toml", "k")
+			ref, _ := c.RefPath("demo", "app.toml", "k")
+			damage(t, c, ref)
+			_, err := c.Lookup("demo", "app.toml", "k")
+			var cre *CorruptRefError
+			if !errors.As(err, &cre) || cre.Ref != ref || !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("Lookup = %v, want a CorruptRefError for %s", err, ref)
+			}
+			if msg := err.Error(); !strings.Contains(msg, ref) || !strings.Contains(msg, "gantry cache verify") {
+				t.Errorf("error %q should name the ref and suggest gantry cache verify", msg)
+			}
+			if rep, err := c.Verify(); err != nil || rep.Clean() {
+				t.Errorf("Verify = %+v, %v; want problems", rep, err)
+			}
+		})
+	}
+}
+
+func TestListAndDelete(t *testing.T) {
+	c := openTestCache(t)
+	commitSample(t, c, "demo", "base/gcc.toml", "k2")
+	commitSample(t, c, "demo", "app.toml", "k1")
+	commitSample(t, c, "demo", "base/gcc.toml", "k1")
+	commitSample(t, c, "alpha", "x.toml", "k9")
+
+	names := func(arts []*Artifact) []string {
+		var out []string
+		for _, a := range arts {
+			out = append(out, a.Name())
+		}
+		return out
+	}
+	all, err := c.List("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"alpha/x.toml/k9", "demo/app.toml/k1", "demo/base/gcc.toml/k1", "demo/base/gcc.toml/k2"}
+	if got := names(all); !reflect.DeepEqual(got, want) {
+		t.Errorf("List(\"\") = %q, want %q", got, want)
+	}
+	demo, err := c.List("demo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := names(demo); !reflect.DeepEqual(got, want[1:]) {
+		t.Errorf("List(demo) = %q, want %q", got, want[1:])
+	}
+	if none, err := c.List("nothing"); err != nil || len(none) != 0 {
+		t.Errorf("List(nothing) = %v, %v", none, err)
+	}
+
+	if err := c.Delete("demo", "base/gcc.toml", "k1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Delete("demo", "base/gcc.toml", "k2"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Lookup("demo", "base/gcc.toml", "k1"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Lookup after Delete = %v, want ErrNotFound", err)
+	}
+	if err := c.Delete("demo", "base/gcc.toml", "k1"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("second Delete = %v, want ErrNotFound", err)
+	}
+	if _, err := os.Stat(filepath.Join(c.Root, "refs", "demo", "base")); !os.IsNotExist(err) {
+		t.Errorf("emptied ref directory left behind: %v", err)
+	}
+	demo, err = c.List("demo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := names(demo); !reflect.DeepEqual(got, want[1:2]) {
+		t.Errorf("List after Delete = %q, want %q", got, want[1:2])
+	}
+	// Committing again after the directories were removed works.
+	commitSample(t, c, "demo", "base/gcc.toml", "k3")
+	if rep, err := c.Verify(); err != nil || !rep.Clean() {
+		t.Errorf("Verify after Delete = %+v, %v", rep, err)
+	}
+}
+
+func TestListReportsCorruptRefs(t *testing.T) {
+	c := openTestCache(t)
+	commitSample(t, c, "demo", "a.toml", "k")
+	commitSample(t, c, "demo", "b.toml", "k")
+	ref, _ := c.RefPath("demo", "a.toml", "k")
+	if err := os.WriteFile(ref, []byte("garbage"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	arts, err := c.List("demo")
+	if err == nil || !strings.Contains(err.Error(), ref) {
+		t.Errorf("List error = %v, want one naming %s", err, ref)
+	}
+	if len(arts) != 1 || arts[0].Element != "b.toml" {
+		t.Errorf("List returned %v, want the readable artifact", arts)
+	}
+}

@@ -1,0 +1,287 @@
+package cli
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"runtime"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gantry-build/gantry/element"
+	"github.com/gantry-build/gantry/queues"
+	"github.com/gantry-build/gantry/resources"
+	"github.com/gantry-build/gantry/source"
+	"github.com/gantry-build/gantry/ui"
+)
+
+// schedulerFlags are the flags of every command that runs the scheduler.
+type schedulerFlags struct {
+	onError  string
+	builders int
+	fetchers int
+	pushers  int
+	maxJobs  int
+	sandbox  string
+}
+
+func (f *schedulerFlags) register(cmd *cobra.Command) {
+	fl := cmd.Flags()
+	fl.StringVar(&f.onError, "on-error", "", "what to do when a job fails: continue, quit or terminate (default quit)")
+	fl.IntVar(&f.builders, "builders", 0, "build jobs at once (default: number of CPUs)")
+	fl.IntVar(&f.fetchers, "fetchers", 0, "fetch jobs at once (default 10)")
+	fl.IntVar(&f.pushers, "pushers", 0, "push jobs at once (default 4)")
+	fl.IntVar(&f.maxJobs, "max-jobs", 0, "parallelism inside one build, %{max-jobs} (default: number of CPUs)")
+	fl.StringVar(&f.sandbox, "sandbox", "auto", "build sandbox: auto, host or bwrap")
+}
+
+type buildOptions struct {
+	*globalOptions
+	schedulerFlags
+	retryFailed bool
+}
+
+func newBuildCmd(g *globalOptions) *cobra.Command {
+	opts := &buildOptions{globalOptions: g}
+	cmd := &cobra.Command{
+		Use:   "build [ELEMENT...]",
+		Short: "Build elements and what they depend on into the cache",
+		Long: `Build the elements (default: the project's default-targets) and everything they
+need, in dependency order, through the Fetch and Build queues. Cached elements are not
+built again; a failed build is cached too: --retry-failed builds it again.
+
+Ctrl-C (without a terminal) or SIGTERM terminates running jobs; a second Ctrl-C kills
+them. Ctrl-Z suspends every job and gantry; 'fg' resumes them.`,
+		RunE: func(cmd *cobra.Command, args []string) error { return runBuild(opts, args) },
+	}
+	opts.schedulerFlags.register(cmd)
+	cmd.Flags().BoolVar(&opts.retryFailed, "retry-failed", false, "build elements whose failed build is cached")
+	return cmd
+}
+
+// limits resolves the scheduler settings: flag > environment > user config > default.
+func (s *session) limits(f *schedulerFlags) (map[resources.Resource]int, element.OnError, int, error) {
+	pick := func(flag int, env string, cfg, def int) (int, error) {
+		switch {
+		case flag < 0:
+			return 0, usagef("--%s must be at least 1", env)
+		case flag > 0:
+			return flag, nil
+		}
+		if v := os.Getenv("GANTRY_" + env); v != "" {
+			var n int
+			if _, err := fmt.Sscan(v, &n); err != nil || n < 1 {
+				return 0, usagef("GANTRY_%s=%q: want a number of at least 1", env, v)
+			}
+			return n, nil
+		}
+		if cfg > 0 {
+			return cfg, nil
+		}
+		return def, nil
+	}
+	sc := s.user.Scheduler
+	builders, err := pick(f.builders, "BUILDERS", sc.Builders, runtime.NumCPU())
+	if err != nil {
+		return nil, "", 0, err
+	}
+	fetchers, err := pick(f.fetchers, "FETCHERS", sc.Fetchers, 10)
+	if err != nil {
+		return nil, "", 0, err
+	}
+	pushers, err := pick(f.pushers, "PUSHERS", sc.Pushers, 4)
+	if err != nil {
+		return nil, "", 0, err
+	}
+	maxJobs, err := pick(f.maxJobs, "MAX_JOBS", s.user.MaxJobs, element.DefaultMaxJobs())
+	if err != nil {
+		return nil, "", 0, err
+	}
+	onErr := element.OnErrorQuit
+	for _, v := range []string{f.onError, os.Getenv("GANTRY_ON_ERROR"), sc.OnError} {
+		if v == "" {
+			continue
+		}
+		o, ok := element.ParseOnError(v)
+		if !ok {
+			return nil, "", 0, usagef("on-error %q: use continue, quit or terminate", v)
+		}
+		onErr = o
+		break
+	}
+	limits := map[resources.Resource]int{
+		resources.Process: builders, resources.Download: fetchers, resources.Upload: pushers, resources.Cache: 0,
+	}
+	for name, n := range s.project.Pools {
+		limits[resources.PoolResource(name)] = n
+	}
+	return limits, onErr, maxJobs, nil
+}
+
+func runBuild(opts *buildOptions, args []string) error {
+	switch opts.sandbox {
+	case "auto", "host", "bwrap":
+	default:
+		return usagef("--sandbox %q: use auto, host or bwrap", opts.sandbox)
+	}
+	display, err := opts.display()
+	if err != nil {
+		return err
+	}
+	s, err := opts.load()
+	if err != nil {
+		return err
+	}
+	limits, onErr, maxJobs, err := s.limits(&opts.schedulerFlags)
+	if err != nil {
+		return err
+	}
+	g, err := s.loadGraph(args)
+	if err != nil {
+		return err
+	}
+	c, err := s.openCache()
+	if err != nil {
+		return err
+	}
+	stats, _ := c.LoadStats() // never fatal: a damaged stats file only loses estimates
+	q := cacheQuery{c}
+	items, err := queues.Plan(g, g.Targets, queues.PlanOptions{
+		Artifact:    func(e *element.Element) element.ArtifactStatus { return q.Artifact(g.Project.Name, e.Name, e.Key) },
+		RetryFailed: opts.retryFailed,
+		Estimate: func(e *element.Element) (time.Duration, bool) {
+			d, ok := stats.Durations[g.Project.Name+"/"+e.Name]
+			return d, ok
+		},
+	})
+	if err != nil {
+		return err
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("finding the gantry executable to run jobs: %w", err)
+	}
+	fetch := queues.FetchQueue{
+		SourcesCached: func(it *queues.Item) bool { return q.SourcesCached(g.Project, it.Element) },
+		PayloadFunc: func(it *queues.Item) (json.RawMessage, error) {
+			return json.Marshal(fetchSpec{CacheDir: c.Root, ProjectRoot: g.Project.Root, Sources: it.Element.Sources})
+		},
+		NetworkRetries: s.networkRetries(),
+	}
+	build := queues.BuildQueue{PayloadFunc: func(it *queues.Item) (json.RawMessage, error) {
+		work, err := c.TempDir("build-")
+		if err != nil {
+			return nil, err
+		}
+		spec, err := element.NewBuildSpec(g, it.Element, c.Root, work, opts.sandbox, maxJobs)
+		if err != nil {
+			os.RemoveAll(work)
+			return nil, err
+		}
+		return json.Marshal(spec)
+	}}
+	pub := queues.NewPublisher(func(e queues.Event) {
+		if end, ok := e.(queues.JobEnd); ok && end.Action == queues.Build && end.Result == queues.ResultSuccess {
+			stats.Observe(g.Project.Name+"/"+end.Element, end.Duration)
+		}
+		display.Handle(e)
+	})
+	sched := queues.New(queues.Config{
+		Project: g.Project.Name,
+		Queues:  []queues.Queue{fetch, build},
+		Items:   items,
+		Pool:    resources.NewPool(limits),
+		Runner:  queues.ProcessRunner{Command: []string{exe, jobCommand}, Grace: 5 * time.Second},
+		OnError: onErr,
+		LogDir:  c.LogsDir(),
+		Publish: pub.Publish,
+	})
+	stopSignals := forwardSignals(sched)
+	summary := sched.Run()
+	stopSignals()
+	pub.Close()
+	if err := c.SaveStats(stats); err != nil {
+		fmt.Fprintf(opts.ios.ErrOut, "gantry: warning: %v\n", err)
+	}
+	switch {
+	case summary.Interrupted:
+		return errInterrupted
+	case !summary.OK():
+		return &failedError{}
+	}
+	return nil
+}
+
+func (s *session) networkRetries() int {
+	if s.user.Scheduler.NetworkRetries != nil {
+		return *s.user.Scheduler.NetworkRetries
+	}
+	return 2
+}
+
+// fetchSpec is the payload of a fetch job.
+type fetchSpec struct {
+	CacheDir    string        `json:"cache-dir"`
+	ProjectRoot string        `json:"project-root"`
+	Sources     []source.Spec `json:"sources"`
+}
+
+// display picks the progress display for --ui.
+func (o *globalOptions) display() (ui.Display, error) {
+	uo := ui.Options{Verbose: o.verbose}
+	switch o.ui {
+	case "auto", "plain":
+		return ui.NewPlain(o.ios.ErrOut, uo), nil
+	case "json":
+		return ui.NewJSON(o.ios.ErrOut, uo), nil
+	case "tui":
+		return nil, usagef("--ui tui: the interactive display is not available yet; use --ui plain or --ui json")
+	}
+	return nil, usagef("--ui %q: use auto, tui, plain or json", o.ui)
+}
+
+// forwardSignals turns signals into scheduler commands until the returned stop is called.
+//   - SIGINT (no terminal UI): terminate; a second SIGINT kills at once.
+//   - SIGTERM: terminate.
+//   - SIGTSTP: suspend every job, then stop gantry itself; SIGCONT resumes the jobs.
+func forwardSignals(sched *queues.Scheduler) (stop func()) {
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGTSTP, syscall.SIGCONT)
+	done := make(chan struct{})
+	go func() {
+		interrupts := 0
+		for {
+			select {
+			case <-done:
+				return
+			case sig := <-sigs:
+				switch sig {
+				case syscall.SIGINT:
+					interrupts++
+					if interrupts > 1 {
+						sched.Send(queues.CmdKill)
+					} else {
+						sched.Send(queues.CmdTerminate)
+					}
+				case syscall.SIGTERM:
+					sched.Send(queues.CmdTerminate)
+				case syscall.SIGTSTP:
+					sched.Do(queues.CmdSuspend)
+					syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+				case syscall.SIGCONT:
+					sched.Send(queues.CmdResume)
+				}
+			}
+		}
+	}()
+	return func() {
+		signal.Stop(sigs)
+		close(done)
+	}
+}
+
+var errNoFetch = errors.New("fetching network sources (tar, git, remote) is not supported yet")

@@ -1,0 +1,127 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gantry-build/gantry/cache"
+	"github.com/gantry-build/gantry/element"
+	"github.com/gantry-build/gantry/sandbox"
+	"github.com/gantry-build/gantry/source"
+)
+
+type shellOptions struct {
+	*globalOptions
+	build   bool
+	sandbox string
+}
+
+func newShellCmd(g *globalOptions) *cobra.Command {
+	opts := &shellOptions{globalOptions: g}
+	cmd := &cobra.Command{
+		Use:   "shell ELEMENT [-- COMMAND...]",
+		Short: "Open a shell (or run a command) in an element's build environment",
+		Long: `Stage an element's build environment — its build dependencies in the sysroot and
+its sources in the build directory — and run an interactive shell there, or COMMAND.
+With --build, the build directory is the tree of the element's failed build instead,
+as it was when the build failed. The command's exit code is gantry's.`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) < 1 {
+				return usagef("shell: name an element (usage: %s)", cmd.UseLine())
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runShell(cmd.Context(), opts, args[0], args[1:])
+		},
+	}
+	cmd.Flags().BoolVar(&opts.build, "build", false, "open the tree of the element's failed build")
+	cmd.Flags().StringVar(&opts.sandbox, "sandbox", "auto", "sandbox: auto, host or bwrap")
+	return cmd
+}
+
+// exitStatusError carries a shell command's exit code out as gantry's.
+type exitStatusError struct{ code int }
+
+func (e *exitStatusError) Error() string { return fmt.Sprintf("command exited with status %d", e.code) }
+
+func runShell(ctx context.Context, opts *shellOptions, name string, argv []string) error {
+	s, err := opts.load()
+	if err != nil {
+		return err
+	}
+	c, err := s.openCache()
+	if err != nil {
+		return err
+	}
+	g, e, a, err := s.artifactOf(c, s.elementArg(name))
+	if opts.build {
+		if err != nil {
+			return err
+		}
+		if a.Success || a.BuildTree.IsZero() {
+			return fmt.Errorf("%s has no failed build tree to open (its cached build succeeded): drop --build", e.Name)
+		}
+	} else if g == nil {
+		return err
+	}
+	work, err := c.TempDir("shell-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+	sysroot, buildDir, installDir := filepath.Join(work, "sysroot"), filepath.Join(work, "build"), filepath.Join(work, "install")
+	for _, d := range []string{sysroot, buildDir, installDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	for _, d := range g.StageDeps(e) {
+		da, err := c.Lookup(s.project.Name, d.Name, d.Key)
+		if err != nil || !da.Success {
+			return fmt.Errorf("staging %s for the shell: dependency %s is not built: run `gantry build %s` first", e.Name, d.Name, e.Name)
+		}
+		// Copies: an interactive shell may change anything, the cache must not change.
+		if err := c.Checkout(da.Files, sysroot, cache.CheckoutOptions{}); err != nil {
+			return fmt.Errorf("staging %s for the shell: %w", d.Name, err)
+		}
+	}
+	if opts.build {
+		if err := c.Checkout(a.BuildTree, buildDir, cache.CheckoutOptions{}); err != nil {
+			return fmt.Errorf("checking out the failed build tree of %s: %w", e.Name, err)
+		}
+	} else {
+		for i := range e.Sources {
+			if err := source.Stage(ctx, &e.Sources[i], source.StageOptions{ProjectRoot: s.project.Root, SourcesDir: c.SourcesDir(), BuildRoot: buildDir, Log: opts.ios.ErrOut}); err != nil {
+				return fmt.Errorf("staging %s for the shell: %w", e.Name, err)
+			}
+		}
+	}
+	kind, reason := sandbox.Resolve(sandbox.Kind(opts.sandbox), sysroot)
+	paths := element.Paths{BuildRoot: buildDir, InstallRoot: installDir, Sysroot: sysroot, MaxJobs: fmt.Sprint(element.DefaultMaxJobs())}
+	if kind == sandbox.Bwrap {
+		paths = element.Paths{BuildRoot: element.SandboxBuildRoot, InstallRoot: element.SandboxInstallRoot, Sysroot: "/", MaxJobs: paths.MaxJobs}
+	}
+	resolved, err := e.Resolve(g.Project, paths)
+	if err != nil {
+		return err
+	}
+	if opts.verbose {
+		fmt.Fprintf(opts.ios.ErrOut, "shell: %s sandbox (%s), build root %s\n", kind, reason, paths.BuildRoot)
+	}
+	cfg := sandbox.Config{Kind: kind, Sysroot: sysroot, BuildDir: buildDir, InstallDir: installDir,
+		SandboxBuildRoot: element.SandboxBuildRoot, SandboxInstallRoot: element.SandboxInstallRoot,
+		Env: resolved.Env, Stdout: opts.ios.Out, Stderr: opts.ios.ErrOut}
+	code, err := sandbox.Shell(ctx, cfg, argv, opts.ios.In)
+	if err != nil {
+		return fmt.Errorf("running the shell for %s: %w", e.Name, err)
+	}
+	if code != 0 {
+		return &exitStatusError{code}
+	}
+	return nil
+}

@@ -1,0 +1,260 @@
+package element
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gantry-build/gantry/cache"
+	"github.com/gantry-build/gantry/job"
+	"github.com/gantry-build/gantry/sandbox"
+	"github.com/gantry-build/gantry/source"
+)
+
+// BuildSpec is the payload of a build job: everything the child process needs to build
+// one element, so that it never loads the project again.
+type BuildSpec struct {
+	CacheDir    string            `json:"cache-dir"`
+	Project     string            `json:"project"`
+	ProjectRoot string            `json:"project-root"`
+	Element     string            `json:"element"`
+	Key         string            `json:"key"`
+	Kind        string            `json:"kind"`
+	Sandbox     string            `json:"sandbox"` // auto, host, bwrap
+	Stage       []StagedArtifact  `json:"stage"`   // dependencies first
+	Sources     []source.Spec     `json:"sources"`
+	Host        *Resolved         `json:"host"`  // config expanded with host paths
+	Bwrap       *Resolved         `json:"bwrap"` // config expanded with sandbox paths
+	WorkDir     string            `json:"work-dir"`
+	DepKeys     map[string]string `json:"dep-keys"`
+}
+
+// StagedArtifact is one dependency artifact to check out into the sysroot.
+type StagedArtifact struct {
+	Element string `json:"element"`
+	Key     string `json:"key"`
+}
+
+// Sandbox paths: where the build and install roots appear inside bwrap.
+const (
+	SandboxBuildRoot   = "/gantry/build"
+	SandboxInstallRoot = "/gantry/install"
+)
+
+// NewBuildSpec prepares the build of e. workDir is a fresh directory for this build
+// (under the cache's tmp/, so that results can be renamed into the cache).
+func NewBuildSpec(g *Graph, e *Element, cacheDir, workDir, sandboxKind string, maxJobs int) (*BuildSpec, error) {
+	spec := &BuildSpec{CacheDir: cacheDir, Project: g.Project.Name, ProjectRoot: g.Project.Root, Element: e.Name,
+		Key: e.Key, Kind: e.Kind.Name, Sandbox: sandboxKind, Sources: e.Sources, WorkDir: workDir, DepKeys: map[string]string{}}
+	for _, d := range g.StageDeps(e) {
+		spec.Stage = append(spec.Stage, StagedArtifact{Element: d.Name, Key: d.Key})
+	}
+	for _, d := range append(append([]*Element{}, e.BuildDeps...), e.RunDeps...) {
+		spec.DepKeys[d.Name] = d.Key
+	}
+	jobs := strconv.Itoa(max(maxJobs, 1))
+	host := Paths{BuildRoot: filepath.Join(workDir, "build"), InstallRoot: filepath.Join(workDir, "install"),
+		Sysroot: filepath.Join(workDir, "sysroot"), MaxJobs: jobs}
+	bwrap := Paths{BuildRoot: SandboxBuildRoot, InstallRoot: SandboxInstallRoot, Sysroot: "/", MaxJobs: jobs}
+	var err error
+	if spec.Host, err = e.Resolve(g.Project, host); err != nil {
+		return nil, err
+	}
+	if spec.Bwrap, err = e.Resolve(g.Project, bwrap); err != nil {
+		return nil, err
+	}
+	return spec, nil
+}
+
+// Assemble is the child side of a build job: stage, run the kind's commands, collect
+// the install root and commit the artifact (failed builds too). The artifact's ref is
+// written last, so a build killed at any point leaves nothing half-visible.
+func Assemble(ctx context.Context, js job.Spec, r *job.Reporter) (job.Result, error) {
+	var spec BuildSpec
+	if err := json.Unmarshal(js.Payload, &spec); err != nil {
+		return job.Result{}, fmt.Errorf("reading build spec: %w", err)
+	}
+	c, err := cache.Open(spec.CacheDir)
+	if err != nil {
+		return job.Result{}, err
+	}
+	defer os.RemoveAll(spec.WorkDir)
+	started := time.Now()
+	buildErr := build(ctx, c, &spec, r)
+	if ctx.Err() != nil {
+		// Terminated: cache nothing, the next session builds again.
+		return job.Result{}, context.Cause(ctx)
+	}
+	var infra *infraError
+	if errors.As(buildErr, &infra) {
+		return job.Result{}, buildErr // not the element's fault: do not cache a failure
+	}
+	a := &cache.Artifact{Project: spec.Project, Element: spec.Element, Key: spec.Key, Success: buildErr == nil,
+		Dependencies: spec.DepKeys, Started: started, Finished: time.Now()}
+	a.BuildDuration = a.Finished.Sub(started)
+	if buildErr != nil {
+		a.Error = buildErr.Error()
+		r.Log("error: " + buildErr.Error())
+		a.Files, err = c.EmptyTree()
+		if err == nil {
+			// Keep the failed build tree, for `gantry shell --build`.
+			a.BuildTree, err = c.StoreTree(filepath.Join(spec.WorkDir, "build"))
+		}
+	} else {
+		r.Status("caching artifact")
+		a.Files, err = c.StoreTree(filepath.Join(spec.WorkDir, "install"))
+	}
+	if err != nil {
+		return job.Result{}, fmt.Errorf("caching the artifact of %s: %w", spec.Element, err)
+	}
+	if js.LogPath != "" {
+		if a.Log, err = c.PutFile(js.LogPath); err != nil {
+			return job.Result{}, fmt.Errorf("caching the build log of %s: %w", spec.Element, err)
+		}
+	}
+	if err := c.Commit(a); err != nil {
+		return job.Result{}, err
+	}
+	if buildErr != nil {
+		return job.Result{OK: false, Error: buildErr.Error()}, nil
+	}
+	return job.Result{OK: true}, nil
+}
+
+// infraError is a failure of gantry or the machine (staging, disk), not of the build.
+type infraError struct{ err error }
+
+func (e *infraError) Error() string { return e.err.Error() }
+func (e *infraError) Unwrap() error { return e.err }
+
+func build(ctx context.Context, c *cache.Cache, spec *BuildSpec, r *job.Reporter) error {
+	sysroot := filepath.Join(spec.WorkDir, "sysroot")
+	buildDir := filepath.Join(spec.WorkDir, "build")
+	installDir := filepath.Join(spec.WorkDir, "install")
+	for _, d := range []string{sysroot, buildDir, installDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return &infraError{fmt.Errorf("preparing the build directory: %w", err)}
+		}
+	}
+	if len(spec.Stage) > 0 {
+		r.Status(fmt.Sprintf("staging %d dependencies", len(spec.Stage)))
+	}
+	for _, s := range spec.Stage {
+		a, err := c.Lookup(spec.Project, s.Element, s.Key)
+		if err != nil {
+			return &infraError{fmt.Errorf("staging dependency %s: %w", s.Element, err)}
+		}
+		if !a.Success {
+			return &infraError{fmt.Errorf("staging dependency %s: its cached build failed", s.Element)}
+		}
+		if err := c.Checkout(a.Files, sysroot, cache.CheckoutOptions{Hardlink: true}); err != nil {
+			return &infraError{fmt.Errorf("staging dependency %s into the sysroot: %w", s.Element, err)}
+		}
+	}
+	for i := range spec.Sources {
+		s := &spec.Sources[i]
+		r.Status("staging " + s.Describe())
+		err := source.Stage(ctx, s, source.StageOptions{ProjectRoot: spec.ProjectRoot, SourcesDir: c.SourcesDir(), BuildRoot: buildDir, Log: r.Writer()})
+		if err != nil {
+			return fmt.Errorf("source %d: %w", i+1, err)
+		}
+	}
+	switch spec.Kind {
+	case "stack":
+		return nil
+	case "import":
+		return importFiles(spec, buildDir, installDir)
+	case "compose":
+		return compose(spec, sysroot, installDir)
+	}
+	kind, reason := sandbox.Resolve(sandbox.Kind(spec.Sandbox), sysroot)
+	r.Log("sandbox: " + string(kind) + " (" + reason + ")")
+	resolved := spec.Host
+	if kind == sandbox.Bwrap {
+		resolved = spec.Bwrap
+	}
+	cfg := sandbox.Config{Kind: kind, Sysroot: sysroot, BuildDir: buildDir, InstallDir: installDir,
+		SandboxBuildRoot: SandboxBuildRoot, SandboxInstallRoot: SandboxInstallRoot,
+		Env: resolved.Env, Stdout: r.Writer(), Stderr: r.Writer(),
+		// The job's process group: suspend and terminate of the job reach the commands.
+		Group: sandbox.CallerGroup}
+	for _, step := range CommandSteps {
+		for _, cmd := range resolved.Commands[step] {
+			r.Status(strings.TrimSuffix(step, "-commands") + ": " + firstLine(cmd))
+			r.Log("+ " + cmd)
+			if err := sandbox.Run(ctx, cfg, cmd); err != nil {
+				return fmt.Errorf("%s: command failed: %w", step, err)
+			}
+		}
+	}
+	return nil
+}
+
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i] + " …"
+	}
+	return s
+}
+
+// importFiles moves the staged sources (config.source, default the whole build root)
+// into the artifact under config.target.
+func importFiles(spec *BuildSpec, buildDir, installDir string) error {
+	from := filepath.Join(buildDir, filepath.FromSlash(spec.Host.Source))
+	to := filepath.Join(installDir, filepath.FromSlash(spec.Bwrap.Target))
+	if !strings.HasPrefix(filepath.Clean(from)+"/", filepath.Clean(buildDir)+"/") {
+		return fmt.Errorf("config.source %q is outside the build root", spec.Host.Source)
+	}
+	if _, err := os.Stat(from); err != nil {
+		return fmt.Errorf("import: config.source %q: %w", spec.Host.Source, err)
+	}
+	if err := os.MkdirAll(to, 0o755); err != nil {
+		return &infraError{err}
+	}
+	return source.CopyTree(from, to)
+}
+
+// compose copies the staged dependencies, filtered by include and exclude globs, into
+// the artifact. Globs match paths relative to the root; "dir/**" matches below dir.
+func compose(spec *BuildSpec, sysroot, installDir string) error {
+	inc, exc := spec.Host.Include, spec.Host.Exclude
+	return filepath.WalkDir(sysroot, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || p == sysroot {
+			return err
+		}
+		rel, _ := filepath.Rel(sysroot, p)
+		rel = filepath.ToSlash(rel)
+		if d.IsDir() {
+			return nil
+		}
+		if (len(inc) > 0 && !matchAny(inc, rel)) || matchAny(exc, rel) {
+			return nil
+		}
+		target := filepath.Join(installDir, filepath.FromSlash(rel))
+		if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
+			return err
+		}
+		return source.CopyTree(p, filepath.Dir(target)) // keeps the mode or symlink
+	})
+}
+
+func matchAny(globs []string, rel string) bool {
+	for _, g := range globs {
+		g = strings.TrimPrefix(g, "/")
+		if strings.HasSuffix(g, "/**") && (rel == strings.TrimSuffix(g, "/**") || strings.HasPrefix(rel, strings.TrimSuffix(g, "**"))) {
+			return true
+		}
+		if ok, _ := path.Match(g, rel); ok {
+			return true
+		}
+	}
+	return false
+}

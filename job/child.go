@@ -1,0 +1,252 @@
+package job
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// messageFD is the child's end of the message pipe (Options.ExtraFiles[0]).
+const messageFD = 3
+
+// ErrTerminated is the cause of a handler's context when the job is
+// terminated (SIGTERM).
+var ErrTerminated = errors.New("terminated")
+
+// Handler does one action in the child. Its context is cancelled with cause
+// ErrTerminated when the job is terminated. A non-nil error makes the result
+// a failure with the error's text; the rest of the returned Result (Temporary,
+// Skipped, Data) is kept.
+type Handler func(ctx context.Context, spec Spec, r *Reporter) (Result, error)
+
+// RunChild is the whole of a job's child process: it reads the Spec from
+// stdin, opens the log file, sends start on fd 3, runs the handler for
+// spec.Action with a context cancelled on SIGTERM, sends the result, and
+// returns the exit code for the caller to exit with: 0 if the result is OK,
+// 1 otherwise.
+func RunChild(handlers map[string]Handler) int {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	go func() {
+		select {
+		case <-sigs:
+			cancel(ErrTerminated)
+		case <-ctx.Done():
+		}
+	}()
+
+	var st syscall.Stat_t
+	if err := syscall.Fstat(messageFD, &st); err != nil {
+		fmt.Fprintf(os.Stderr, "gantry job: fd %d is not open (%v); this command is run by gantry itself\n", messageFD, err)
+		return 1
+	}
+	syscall.CloseOnExec(messageFD) // commands the handler runs must not hold the pipe open
+	msgs := os.NewFile(messageFD, "job-messages")
+	defer msgs.Close()
+	return runChild(ctx, os.Stdin, msgs, handlers)
+}
+
+func runChild(ctx context.Context, stdin io.Reader, msgs io.Writer, handlers map[string]Handler) int {
+	r := &Reporter{msgs: msgs, log: io.Discard}
+	var spec Spec
+	if err := json.NewDecoder(stdin).Decode(&spec); err != nil {
+		return r.finish(Result{Error: fmt.Sprintf("reading job spec from stdin: %v", err)})
+	}
+	logFile, err := os.OpenFile(spec.LogPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		return r.finish(Result{Error: fmt.Sprintf("opening job log: %v", err)})
+	}
+	defer logFile.Close()
+	r.log = logFile
+
+	r.start(spec)
+	h := handlers[spec.Action]
+	if h == nil {
+		return r.finish(Result{Error: fmt.Sprintf("unknown job action %q", spec.Action)})
+	}
+	res := runHandler(ctx, h, spec, r)
+	r.flush()
+	return r.finish(res)
+}
+
+func runHandler(ctx context.Context, h Handler, spec Spec, r *Reporter) (res Result) {
+	defer func() {
+		if v := recover(); v != nil {
+			r.Log(fmt.Sprintf("panic: %v\n\n%s", v, debug.Stack()))
+			res = Result{Error: fmt.Sprintf("%s of %s: internal error: %v", spec.Action, spec.Element, v)}
+		}
+	}()
+	res, err := h(ctx, spec, r)
+	if err != nil {
+		res.OK = false
+		res.Error = errorText(ctx, err)
+	}
+	return res
+}
+
+// errorText is err's text, naming the cancellation cause if err is only
+// "context canceled".
+func errorText(ctx context.Context, err error) string {
+	cause := context.Cause(ctx)
+	if cause == nil || errors.Is(err, cause) || !errors.Is(err, context.Canceled) {
+		return err.Error()
+	}
+	return fmt.Sprintf("%v: %v", cause, err)
+}
+
+// Reporter is how a handler reports to the parent. Its methods are safe for
+// concurrent use. Sending never fails visibly: if the parent is gone the
+// child is about to be killed anyway.
+type Reporter struct {
+	mu      sync.Mutex
+	msgs    io.Writer
+	log     io.Writer
+	sendErr error // first failure to send; later messages are dropped
+	writers []*lineWriter
+}
+
+// Status sends a short description of what the job is doing now, e.g.
+// "Staging 3 dependencies". It is also written to the log.
+func (r *Reporter) Status(text string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.writeLog("[status] " + text)
+	r.send(Message{Type: MessageStatus, Text: text})
+}
+
+// Log writes line to the log file and sends it as a log message.
+func (r *Reporter) Log(line string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.logLocked(line)
+}
+
+// Progress sends how far the job has got: done of total bytes or steps
+// (total 0 if unknown). It is not written to the log.
+func (r *Reporter) Progress(done, total int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.send(Message{Type: MessageProgress, Done: done, Total: total})
+}
+
+// Writer returns a writer for a command's output: every line written to it
+// goes to the log and is sent as a log message, as Log does. Each call
+// returns a new writer with its own partial line; a partial line left when
+// the handler returns is flushed then.
+func (r *Reporter) Writer() io.Writer {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	w := &lineWriter{r: r}
+	r.writers = append(r.writers, w)
+	return w
+}
+
+func (r *Reporter) logLocked(line string) {
+	line = strings.TrimRight(line, "\r\n")
+	r.writeLog(line)
+	r.send(Message{Type: MessageLog, Text: line})
+}
+
+func (r *Reporter) writeLog(line string) {
+	_, _ = io.WriteString(r.log, line+"\n") // a log that cannot be written must not fail the job
+}
+
+func (r *Reporter) send(m Message) {
+	if r.sendErr != nil {
+		return
+	}
+	m.Time = time.Now()
+	b, err := json.Marshal(m)
+	if err != nil {
+		// Only Result.Data can fail to encode; say so instead.
+		m.Result = &Result{Error: fmt.Sprintf("encoding job message: %v", err)}
+		b, _ = json.Marshal(m)
+	}
+	_, r.sendErr = r.msgs.Write(append(b, '\n'))
+}
+
+func (r *Reporter) start(spec Spec) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.writeLog(fmt.Sprintf("[start] %s %s (job %s, pid %d)", spec.Action, spec.Element, spec.ID, os.Getpid()))
+	r.send(Message{Type: MessageStart, Text: spec.Action + " " + spec.Element})
+}
+
+// finish sends the result and returns the exit code.
+func (r *Reporter) finish(res Result) int {
+	if !res.OK && res.Error == "" {
+		res.Error = "job failed without an error message"
+	}
+	if len(res.Data) > 0 && !json.Valid(res.Data) {
+		res = Result{Error: "job returned invalid JSON as its result data"}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if res.OK {
+		r.writeLog("[success]")
+	} else {
+		r.writeLog("[failure] " + res.Error)
+	}
+	r.send(Message{Type: MessageResult, Result: &res})
+	if res.OK {
+		return 0
+	}
+	return 1
+}
+
+// flush sends every writer's partial last line.
+func (r *Reporter) flush() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, w := range r.writers {
+		if len(w.buf) > 0 {
+			r.logLocked(string(w.buf))
+			w.buf = w.buf[:0]
+		}
+	}
+}
+
+// maxLine is where a line with no newline in sight is cut.
+const maxLine = 64 << 10
+
+// lineWriter splits output into lines for Reporter.Log. It is guarded by its
+// Reporter's mutex.
+type lineWriter struct {
+	r   *Reporter
+	buf []byte // the partial line so far
+}
+
+func (w *lineWriter) Write(p []byte) (int, error) {
+	w.r.mu.Lock()
+	defer w.r.mu.Unlock()
+	n := len(p)
+	for len(p) > 0 {
+		i := bytes.IndexByte(p, '\n')
+		if i < 0 {
+			w.buf = append(w.buf, p...)
+			if len(w.buf) >= maxLine {
+				w.r.logLocked(string(w.buf))
+				w.buf = w.buf[:0]
+			}
+			break
+		}
+		w.buf = append(w.buf, p[:i]...)
+		w.r.logLocked(string(w.buf))
+		w.buf = w.buf[:0]
+		p = p[i+1:]
+	}
+	return n, nil
+}

@@ -1,0 +1,564 @@
+package job
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The tests start real children by re-executing the test binary with
+// childEnv set; TestMain then runs RunChild with testHandlers.
+const childEnv = "GANTRY_JOB_TEST_CHILD"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) == "1" {
+		os.Exit(RunChild(testHandlers))
+	}
+	os.Exit(m.Run())
+}
+
+// tickerPayload configures the "ticker" handler.
+type tickerPayload struct {
+	File      string // the grandchild appends a line here every 20ms
+	TrapTerm  bool   // the grandchild ignores SIGTERM
+	IgnoreCtx bool   // the child ignores termination (and so SIGTERM)
+}
+
+var testHandlers = map[string]Handler{
+	"messages": func(ctx context.Context, spec Spec, r *Reporter) (Result, error) {
+		r.Status("compiling")
+		r.Log("line one")
+		r.Progress(1, 2)
+		fmt.Fprint(r.Writer(), "out 1\nout 2\r\npart")
+		r.Progress(2, 2)
+		return Result{OK: true, Data: spec.Payload}, nil
+	},
+	"fail": func(ctx context.Context, spec Spec, r *Reporter) (Result, error) {
+		r.Log("about to fail")
+		return Result{Temporary: true}, errors.New("fetching foo.tar: remote unreachable")
+	},
+	"crash": func(ctx context.Context, spec Spec, r *Reporter) (Result, error) {
+		r.Log("crashing")
+		os.Exit(3)
+		return Result{}, nil
+	},
+	"panic": func(ctx context.Context, spec Spec, r *Reporter) (Result, error) {
+		panic("kaboom")
+	},
+	// ticker starts a grandchild that appends to a file, reports its pid in a
+	// status message, and runs until terminated.
+	"ticker": func(ctx context.Context, spec Spec, r *Reporter) (Result, error) {
+		var p tickerPayload
+		if err := json.Unmarshal(spec.Payload, &p); err != nil {
+			return Result{}, err
+		}
+		script := fmt.Sprintf("while :; do echo tick >> '%s'; sleep 0.02; done", p.File)
+		if p.TrapTerm {
+			script = "trap '' TERM; " + script
+		}
+		cmd := exec.Command("sh", "-c", script)
+		cmd.Stdout = r.Writer()
+		cmd.Stderr = cmd.Stdout
+		if err := cmd.Start(); err != nil {
+			return Result{}, err
+		}
+		r.Status(fmt.Sprintf("grandchild %d", cmd.Process.Pid))
+		if p.IgnoreCtx {
+			time.Sleep(time.Hour)
+		}
+		<-ctx.Done()
+		r.Log("grandchild: " + cmd.Wait().Error())
+		return Result{}, context.Cause(ctx)
+	},
+}
+
+// recorder collects a job's messages and lets a test wait for one.
+type recorder struct {
+	mu      sync.Mutex
+	msgs    []Message
+	changed chan struct{}
+}
+
+func newRecorder() *recorder { return &recorder{changed: make(chan struct{}, 1)} }
+
+func (r *recorder) add(m Message) {
+	r.mu.Lock()
+	r.msgs = append(r.msgs, m)
+	r.mu.Unlock()
+	select {
+	case r.changed <- struct{}{}:
+	default:
+	}
+}
+
+func (r *recorder) messages() []Message {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]Message(nil), r.msgs...)
+}
+
+// waitStatus waits for a status message starting with prefix and returns it.
+func (r *recorder) waitStatus(t *testing.T, prefix string) string {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
+	for {
+		for _, m := range r.messages() {
+			if m.Type == MessageStatus && strings.HasPrefix(m.Text, prefix) {
+				return m.Text
+			}
+		}
+		select {
+		case <-r.changed:
+		case <-timeout:
+			t.Fatalf("no status %q within 10s; got %+v", prefix, r.messages())
+		}
+	}
+}
+
+// eventually polls cond until it holds, failing the test after 10s.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func waitOutcome(t *testing.T, j *Job) Outcome {
+	t.Helper()
+	select {
+	case <-j.Done():
+		return j.Wait()
+	case <-time.After(20 * time.Second):
+		_ = j.Kill()
+		t.Fatalf("job %s did not finish within 20s", j.Spec().ID)
+		return Outcome{}
+	}
+}
+
+type started struct {
+	job *Job
+	rec *recorder
+	log string
+}
+
+func start(t *testing.T, action string, payload any, grace time.Duration) started {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := json.Marshal(payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logPath := filepath.Join(t.TempDir(), "logs", action+".log")
+	rec := newRecorder()
+	j, err := Start(Spec{ID: action + "-1", Action: action, Element: "app.toml", LogPath: logPath, Payload: raw},
+		Options{
+			Command:   []string{exe, "job"},
+			Env:       append(os.Environ(), childEnv+"=1"),
+			Grace:     grace,
+			OnMessage: rec.add,
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = j.Kill()
+		j.Wait()
+	})
+	return started{j, rec, logPath}
+}
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func fileSize(path string) int64 {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
+}
+
+// procState returns the state letter of pid from /proc ("R", "S", "T", "Z"),
+// or "" if there is no such process.
+func procState(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return ""
+	}
+	// pid (comm) state ...: comm may contain spaces, so look after the last ')'.
+	fields := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(fields) == 0 {
+		return ""
+	}
+	return fields[0]
+}
+
+// gone reports whether pid is dead: no such process, or a zombie nobody has
+// reaped yet (this container's init may not reap orphans).
+func gone(pid int) bool {
+	if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+		return true
+	}
+	return procState(pid) == "Z"
+}
+
+// waitStopped waits until the ticker grandchild pid is stopped and its tick
+// file has stopped growing, and returns the file's size.
+func waitStopped(t *testing.T, pid int, ticks string) int64 {
+	t.Helper()
+	// "D": sh may be waiting, uninterruptibly, for a vfork child that was
+	// stopped before it could exec.
+	eventually(t, fmt.Sprintf("grandchild %d to be stopped", pid), func() bool {
+		st := procState(pid)
+		return st == "T" || st == "D"
+	})
+	// Settle: a write in flight when SIGSTOP arrived may still land.
+	size := fileSize(ticks)
+	eventually(t, "the tick file to stop growing", func() bool {
+		time.Sleep(50 * time.Millisecond)
+		n := fileSize(ticks)
+		stable := n == size
+		size = n
+		return stable
+	})
+	return size
+}
+
+// waitGrowing waits until the tick file is larger than size.
+func waitGrowing(t *testing.T, ticks string, size int64) {
+	t.Helper()
+	eventually(t, fmt.Sprintf("%s to grow past %d bytes", ticks, size), func() bool { return fileSize(ticks) > size })
+}
+
+func grandchildPid(t *testing.T, rec *recorder) int {
+	t.Helper()
+	var pid int
+	if _, err := fmt.Sscanf(rec.waitStatus(t, "grandchild "), "grandchild %d", &pid); err != nil {
+		t.Fatal(err)
+	}
+	return pid
+}
+
+func TestMessagesInOrder(t *testing.T) {
+	s := start(t, "messages", map[string]string{"echo": "yes"}, 0)
+	out := waitOutcome(t, s.job)
+
+	if !out.Result.OK || out.Terminated || out.ExitCode != 0 {
+		t.Fatalf("outcome = %+v, want OK, not terminated, exit 0", out)
+	}
+	if got := string(out.Result.Data); got != `{"echo":"yes"}` {
+		t.Errorf("result data = %s, want the payload back", got)
+	}
+	want := []Message{
+		{Type: MessageStart, Text: "messages app.toml"},
+		{Type: MessageStatus, Text: "compiling"},
+		{Type: MessageLog, Text: "line one"},
+		{Type: MessageProgress, Done: 1, Total: 2},
+		{Type: MessageLog, Text: "out 1"},
+		{Type: MessageLog, Text: "out 2"},
+		{Type: MessageProgress, Done: 2, Total: 2},
+		{Type: MessageLog, Text: "part"}, // the partial line, flushed when the handler returns
+		{Type: MessageResult},
+	}
+	got := s.rec.messages()
+	if len(got) != len(want) {
+		t.Fatalf("got %d messages, want %d: %+v", len(got), len(want), got)
+	}
+	for i, w := range want {
+		g := got[i]
+		if g.Type != w.Type || g.Text != w.Text || g.Done != w.Done || g.Total != w.Total {
+			t.Errorf("message %d = %+v, want %+v", i, g, w)
+		}
+		if g.Time.IsZero() {
+			t.Errorf("message %d has no time", i)
+		}
+	}
+	if r := got[len(got)-1].Result; r == nil || !r.OK {
+		t.Errorf("result message = %+v, want OK", r)
+	}
+	log := readFile(t, s.log)
+	for _, line := range []string{"line one\n", "out 1\n", "out 2\n", "part\n", "[status] compiling\n"} {
+		if !strings.Contains(log, line) {
+			t.Errorf("log lacks %q:\n%s", line, log)
+		}
+	}
+	if out.Elapsed <= 0 || out.Elapsed != s.job.Elapsed() {
+		t.Errorf("Elapsed = %v, job.Elapsed() = %v; want equal and positive", out.Elapsed, s.job.Elapsed())
+	}
+}
+
+func TestFailures(t *testing.T) {
+	tests := []struct {
+		action    string
+		wantError string // the exact error, or with a "~" prefix a substring
+		wantExit  int
+		temporary bool
+		wantLog   string
+	}{
+		{"fail", "fetching foo.tar: remote unreachable", 1, true, "about to fail\n"},
+		{"crash", "job process exited with status 3 without reporting a result (see log LOG)", 3, false, "crashing\n"},
+		{"panic", "~panic of app.toml: internal error: kaboom", 1, false, "panic: kaboom"},
+		{"no-such-action", `unknown job action "no-such-action"`, 1, false, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.action, func(t *testing.T) {
+			s := start(t, tt.action, nil, 0)
+			out := waitOutcome(t, s.job)
+			want := strings.ReplaceAll(tt.wantError, "LOG", s.log)
+			if sub, ok := strings.CutPrefix(want, "~"); ok {
+				if !strings.Contains(out.Result.Error, sub) {
+					t.Errorf("error = %q, want it to contain %q", out.Result.Error, sub)
+				}
+			} else if out.Result.Error != want {
+				t.Errorf("error = %q, want %q", out.Result.Error, want)
+			}
+			if out.Result.OK || out.Terminated || out.ExitCode != tt.wantExit || out.Result.Temporary != tt.temporary {
+				t.Errorf("outcome = %+v, want failed, not terminated, exit %d, temporary %v", out, tt.wantExit, tt.temporary)
+			}
+			if log := readFile(t, s.log); !strings.Contains(log, tt.wantLog) {
+				t.Errorf("log lacks %q:\n%s", tt.wantLog, log)
+			}
+		})
+	}
+}
+
+func TestSuspendResume(t *testing.T) {
+	ticks := filepath.Join(t.TempDir(), "ticks")
+	wallStart := time.Now()
+	s := start(t, "ticker", tickerPayload{File: ticks}, 0)
+	pid := grandchildPid(t, s.rec)
+	waitGrowing(t, ticks, 0)
+
+	if err := s.job.Suspend(); err != nil {
+		t.Fatal(err)
+	}
+	suspendedAt := time.Now()
+	size := waitStopped(t, pid, ticks)
+	elapsedBefore := s.job.Elapsed()
+	const window = 400 * time.Millisecond
+	time.Sleep(window) // the measured suspension, not a wait for an event
+	if n := fileSize(ticks); n != size {
+		t.Fatalf("tick file grew from %d to %d bytes while suspended", size, n)
+	}
+	if e := s.job.Elapsed(); e != elapsedBefore {
+		t.Errorf("Elapsed moved from %v to %v while suspended", elapsedBefore, e)
+	}
+	if err := s.job.Suspend(); err != nil { // suspending twice is harmless
+		t.Fatal(err)
+	}
+	if err := s.job.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	suspended := time.Since(suspendedAt)
+	waitGrowing(t, ticks, size)
+
+	wall := time.Since(wallStart)
+	if e := s.job.Elapsed(); e >= wall-window*8/10 || e <= 0 {
+		t.Errorf("Elapsed = %v, want below %v (wall %v, suspended %v)", e, wall-window*8/10, wall, suspended)
+	}
+
+	if err := s.job.Terminate(); err != nil {
+		t.Fatal(err)
+	}
+	out := waitOutcome(t, s.job)
+	if !out.Terminated || out.Result.Error != "terminated" {
+		t.Errorf("outcome = %+v, want terminated with error %q", out, "terminated")
+	}
+	if out.Elapsed >= time.Since(wallStart)-window*8/10 {
+		t.Errorf("outcome elapsed %v includes the suspension", out.Elapsed)
+	}
+}
+
+func TestTerminateReachesWholeGroup(t *testing.T) {
+	ticks := filepath.Join(t.TempDir(), "ticks")
+	s := start(t, "ticker", tickerPayload{File: ticks}, 0)
+	pid := grandchildPid(t, s.rec)
+
+	if err := s.job.Terminate(); err != nil {
+		t.Fatal(err)
+	}
+	out := waitOutcome(t, s.job)
+	if !out.Terminated || out.ExitCode != 1 || out.Result.Error != "terminated" {
+		t.Errorf("outcome = %+v, want terminated, exit 1, error %q", out, "terminated")
+	}
+	// The child waited for its grandchild, which SIGTERM to the group killed.
+	if log := readFile(t, s.log); !strings.Contains(log, "grandchild: signal: terminated") {
+		t.Errorf("log does not show the grandchild killed by SIGTERM:\n%s", log)
+	}
+	eventually(t, fmt.Sprintf("grandchild %d to be gone", pid), func() bool { return gone(pid) })
+	for _, err := range []error{s.job.Suspend(), s.job.Resume(), s.job.Terminate(), s.job.Kill()} {
+		if err != nil {
+			t.Errorf("signalling an exited job: %v", err)
+		}
+	}
+}
+
+func TestTerminateSuspended(t *testing.T) {
+	ticks := filepath.Join(t.TempDir(), "ticks")
+	s := start(t, "ticker", tickerPayload{File: ticks}, 0)
+	pid := grandchildPid(t, s.rec)
+	if err := s.job.Suspend(); err != nil {
+		t.Fatal(err)
+	}
+	waitStopped(t, pid, ticks)
+	if err := s.job.Terminate(); err != nil {
+		t.Fatal(err)
+	}
+	// The child handles SIGTERM itself and reports, well within the 5s grace.
+	out := waitOutcome(t, s.job)
+	if !out.Terminated || out.Result.Error != "terminated" || out.ExitCode != 1 {
+		t.Errorf("outcome = %+v, want the child's own terminated result", out)
+	}
+	eventually(t, fmt.Sprintf("grandchild %d to be gone", pid), func() bool { return gone(pid) })
+}
+
+func TestTerminateKillsAfterGrace(t *testing.T) {
+	ticks := filepath.Join(t.TempDir(), "ticks")
+	const grace = 300 * time.Millisecond
+	s := start(t, "ticker", tickerPayload{File: ticks, TrapTerm: true, IgnoreCtx: true}, grace)
+	pid := grandchildPid(t, s.rec)
+
+	t0 := time.Now()
+	if err := s.job.Terminate(); err != nil {
+		t.Fatal(err)
+	}
+	out := waitOutcome(t, s.job)
+	if d := time.Since(t0); d < grace {
+		t.Errorf("job ended %v after Terminate, before the %v grace", d, grace)
+	}
+	want := fmt.Sprintf("job process was killed by signal 9 (killed) without reporting a result (see log %s)", s.log)
+	if !out.Terminated || out.ExitCode != -1 || out.Result.Error != want {
+		t.Errorf("outcome = %+v, want terminated, exit -1, error %q", out, want)
+	}
+	eventually(t, fmt.Sprintf("grandchild %d to be gone", pid), func() bool { return gone(pid) })
+}
+
+func TestRegistry(t *testing.T) {
+	var reg Registry
+	var jobs []started
+	var pids []int
+	var tickFiles []string
+	for i := range 2 {
+		ticks := filepath.Join(t.TempDir(), fmt.Sprintf("ticks%d", i))
+		tickFiles = append(tickFiles, ticks)
+		s := start(t, "ticker", tickerPayload{File: ticks}, 0)
+		reg.Add(s.job)
+		reg.Add(s.job)
+		jobs = append(jobs, s)
+		pids = append(pids, grandchildPid(t, s.rec))
+	}
+	if reg.Len() != 2 {
+		t.Fatalf("Len = %d, want 2", reg.Len())
+	}
+	if err := reg.SuspendAll(); err != nil {
+		t.Fatal(err)
+	}
+	var sizes []int64
+	for i, pid := range pids {
+		sizes = append(sizes, waitStopped(t, pid, tickFiles[i]))
+	}
+	if err := reg.ResumeAll(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range pids {
+		waitGrowing(t, tickFiles[i], sizes[i])
+	}
+	if err := reg.KillAll(); err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range jobs {
+		out := waitOutcome(t, s.job)
+		if !out.Terminated || out.ExitCode != -1 || out.Result.OK {
+			t.Errorf("job %d outcome = %+v, want killed", i, out)
+		}
+		eventually(t, fmt.Sprintf("grandchild %d to be gone", pids[i]), func() bool { return gone(pids[i]) })
+		reg.Remove(s.job)
+	}
+	if reg.Len() != 0 {
+		t.Errorf("Len = %d after removing all, want 0", reg.Len())
+	}
+}
+
+func TestRegistryTerminateAll(t *testing.T) {
+	var reg Registry
+	s := start(t, "ticker", tickerPayload{File: filepath.Join(t.TempDir(), "ticks")}, 0)
+	reg.Add(s.job)
+	grandchildPid(t, s.rec)
+	if err := reg.TerminateAll(); err != nil {
+		t.Fatal(err)
+	}
+	if out := waitOutcome(t, s.job); !out.Terminated || out.Result.Error != "terminated" {
+		t.Errorf("outcome = %+v, want terminated", out)
+	}
+}
+
+func TestStartErrors(t *testing.T) {
+	dir := t.TempDir()
+	tests := []struct {
+		name string
+		spec Spec
+		opts Options
+		want string
+	}{
+		{"no command", Spec{ID: "a", LogPath: filepath.Join(dir, "a.log")}, Options{}, "starting job a: no command given"},
+		{"no log", Spec{ID: "b"}, Options{Command: []string{"true"}}, "starting job b: no log path given"},
+		{"missing executable", Spec{ID: "c", Action: "build", Element: "x.toml", LogPath: filepath.Join(dir, "c.log")},
+			Options{Command: []string{filepath.Join(dir, "nonexistent")}}, "starting job c (build of x.toml)"},
+		{"bad payload", Spec{ID: "d", LogPath: filepath.Join(dir, "d.log"), Payload: json.RawMessage("{")},
+			Options{Command: []string{"true"}}, "starting job d: encoding spec"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			j, err := Start(tt.spec, tt.opts)
+			if err == nil {
+				j.Kill()
+				j.Wait()
+				t.Fatalf("Start succeeded, want error %q", tt.want)
+			}
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error = %q, want it to contain %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// A child that is not a gantry job still gets an outcome, with its output in
+// the log.
+func TestForeignChild(t *testing.T) {
+	logPath := filepath.Join(t.TempDir(), "sh.log")
+	j, err := Start(Spec{ID: "sh", LogPath: logPath}, Options{Command: []string{"sh", "-c", "echo oops >&2; exit 7"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := waitOutcome(t, j)
+	want := fmt.Sprintf("job process exited with status 7 without reporting a result (see log %s)", logPath)
+	if out.Result.Error != want || out.ExitCode != 7 {
+		t.Errorf("outcome = %+v, want error %q", out, want)
+	}
+	if log := readFile(t, logPath); log != "oops\n" {
+		t.Errorf("log = %q, want the child's stderr", log)
+	}
+}

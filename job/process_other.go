@@ -1,0 +1,20 @@
+//go:build !linux
+
+package job
+
+import (
+	"errors"
+	"syscall"
+)
+
+// sysProcAttr puts the child in its own process group. Without Pdeathsig the
+// child outlives a gantry that is killed outright.
+func sysProcAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setpgid: true}
+}
+
+// waitExitedNoReap is not available: the child is reaped before it is marked
+// exited, and whatever it left in its process group is not killed.
+func waitExitedNoReap(int) error {
+	return errors.ErrUnsupported
+}

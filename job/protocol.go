@@ -1,0 +1,81 @@
+// Package job runs one piece of scheduler work (track, pull, fetch, build,
+// push of one element) as a child process, and is also the child's side of
+// that arrangement (DESIGN.md §5).
+//
+// The parent starts the child with Start: a re-execution of gantry (the
+// caller supplies the argv, e.g. {exe, "job"}) in its own process group, with
+// the Spec as JSON on stdin and a pipe on fd 3. The child, RunChild, runs the
+// handler for the spec's action and sends Messages back over fd 3 as JSON
+// lines (start, status, log, progress and finally result), while writing the
+// full log to Spec.LogPath. The child's stdout and stderr go to the same log
+// file, so a crash's panic trace is kept.
+//
+// The parent can suspend (SIGSTOP), resume (SIGCONT), terminate (SIGTERM, then
+// SIGKILL after a grace period) or kill the job's whole process group. When
+// the job's main process exits, whatever it left behind in its process group
+// is killed too, so no job outlives its result.
+package job
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Spec is what one job attempt must do. It travels to the child as JSON.
+type Spec struct {
+	ID      string          `json:"id"`      // unique per job attempt
+	Action  string          `json:"action"`  // "track", "pull", "fetch", "build", "push"
+	Element string          `json:"element"` // the element's name, e.g. "base/gcc.toml"
+	LogPath string          `json:"log_path"`
+	Payload json.RawMessage `json:"payload,omitempty"` // action-specific, opaque to this package
+}
+
+// MessageType says what a Message carries.
+type MessageType string
+
+// The message types, in the order a child sends them: one start, any number
+// of status, log and progress messages, and one result.
+const (
+	MessageStart    MessageType = "start"
+	MessageStatus   MessageType = "status"
+	MessageLog      MessageType = "log"
+	MessageProgress MessageType = "progress"
+	MessageResult   MessageType = "result"
+)
+
+// String returns the type's name.
+func (t MessageType) String() string { return string(t) }
+
+// Message is one report from a child. Messages are values; the parent hands
+// each one to Options.OnMessage in the order the child sent them.
+type Message struct {
+	Type   MessageType `json:"type"`
+	Time   time.Time   `json:"time"`
+	Text   string      `json:"text,omitempty"`  // status text or log line (no trailing newline)
+	Done   int64       `json:"done,omitempty"`  // progress, in bytes or steps
+	Total  int64       `json:"total,omitempty"` // 0 when unknown
+	Result *Result     `json:"result,omitempty"`
+}
+
+// Result is how a job ended, as the child reports it.
+type Result struct {
+	OK        bool            `json:"ok"`
+	Error     string          `json:"error,omitempty"`
+	Temporary bool            `json:"temporary,omitempty"` // a network error worth retrying
+	Skipped   bool            `json:"skipped,omitempty"`   // nothing to do, e.g. the remote lacks the artifact
+	Data      json.RawMessage `json:"data,omitempty"`      // action-specific
+}
+
+// Outcome is what Wait returns once the child has exited and every message
+// has been delivered.
+type Outcome struct {
+	// Result is the child's result. If the child exited without sending one,
+	// it is a failure saying how the process ended and where the log is.
+	Result Result
+	// Terminated is true if Terminate or Kill was called before the child exited.
+	Terminated bool
+	// ExitCode is the child's exit status, or -1 if a signal killed it.
+	ExitCode int
+	// Elapsed is the wall time the job ran, not counting time suspended.
+	Elapsed time.Duration
+}

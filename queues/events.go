@@ -1,0 +1,199 @@
+package queues
+
+import (
+	"sync"
+	"time"
+)
+
+// Event is one immutable value the scheduler publishes for displays. Displays receive
+// events in order through a Publisher and never block the loop.
+type Event interface{ eventTime() time.Time }
+
+// Base carries the time of an event.
+type Base struct{ Time time.Time }
+
+func (b Base) eventTime() time.Time { return b.Time }
+
+// SessionStart opens a session.
+type SessionStart struct {
+	Base
+	Project  string
+	Queues   []Action
+	Elements int // elements in the plan
+}
+
+// JobStart: a job was spawned.
+type JobStart struct {
+	Base
+	JobID   string
+	Action  Action
+	Element string
+	Key     string
+	LogPath string
+	Attempt int // 1 for the first try
+}
+
+// JobMessage: a job reported a status line, a log line or progress.
+type JobMessage struct {
+	Base
+	JobID   string
+	Action  Action
+	Element string
+	Key     string
+	Kind    string // "status", "log", "progress"
+	Text    string
+	Done    int64
+	Total   int64
+}
+
+// JobResult says how a job ended.
+type JobResult string
+
+const (
+	ResultSuccess    JobResult = "success"
+	ResultFailure    JobResult = "failure"
+	ResultTerminated JobResult = "terminated"
+	ResultSkipped    JobResult = "skipped"
+)
+
+// JobEnd: a job finished.
+type JobEnd struct {
+	Base
+	JobID     string
+	Action    Action
+	Element   string
+	Key       string
+	Result    JobResult
+	Error     string
+	Duration  time.Duration // excluding suspended time
+	LogPath   string
+	WillRetry bool
+}
+
+// ElementSkipped: a queue had nothing to do for an element (cached, no push remote, ...).
+type ElementSkipped struct {
+	Base
+	Action  Action
+	Element string
+	Key     string
+	Reason  string
+}
+
+// Notice is a message for the user that is not about one job.
+type Notice struct {
+	Base
+	Level   string // "info", "warning", "error"
+	Element string // may be empty
+	Text    string
+}
+
+// Suspended and Resumed bracket a pause of all jobs.
+type Suspended struct{ Base }
+type Resumed struct{ Base }
+
+// SessionEnd closes a session with its summary.
+type SessionEnd struct {
+	Base
+	Summary *Summary
+}
+
+// QueueStats counts what one queue did.
+type QueueStats struct {
+	Action    Action
+	Processed int
+	Skipped   int
+	Failed    int
+}
+
+// FailedElement is an element whose job failed, with the log to read.
+type FailedElement struct {
+	Element string
+	Action  Action
+	Error   string
+	LogPath string
+	Cached  bool // the failure was cached by an earlier session
+}
+
+// Summary ends every session.
+type Summary struct {
+	Project     string
+	Queues      []QueueStats
+	Failed      []FailedElement
+	NotStarted  []NotStarted // elements never reached because of a failure or a stop
+	Elapsed     time.Duration
+	Interrupted bool // terminated by the user or a signal
+	Quit        bool // stopped starting new work after a failure or the user's quit
+}
+
+// NotStarted names an element the session did not get to, and why.
+type NotStarted struct {
+	Element string
+	Reason  string
+}
+
+// OK reports whether the session built everything it was asked to.
+func (s *Summary) OK() bool {
+	return len(s.Failed) == 0 && len(s.NotStarted) == 0 && !s.Interrupted
+}
+
+// Publisher hands events from the scheduler to a display without ever blocking the
+// scheduler: events queue up in an unbounded buffer that one goroutine drains.
+type Publisher struct {
+	mu      sync.Mutex
+	buf     []Event
+	wake    chan struct{}
+	closed  bool
+	drained chan struct{}
+}
+
+// NewPublisher starts delivering events to deliver, in order, from its own goroutine.
+func NewPublisher(deliver func(Event)) *Publisher {
+	p := &Publisher{wake: make(chan struct{}, 1), drained: make(chan struct{})}
+	go p.pump(deliver)
+	return p
+}
+
+// Publish queues an event; it never blocks on the display.
+func (p *Publisher) Publish(e Event) {
+	p.mu.Lock()
+	p.buf = append(p.buf, e)
+	p.mu.Unlock()
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Close delivers what is queued and waits until the display has seen it all.
+func (p *Publisher) Close() {
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+	<-p.drained
+}
+
+func (p *Publisher) pump(deliver func(Event)) {
+	defer close(p.drained)
+	for {
+		<-p.wake
+		for {
+			p.mu.Lock()
+			batch, closed := p.buf, p.closed
+			p.buf = nil
+			p.mu.Unlock()
+			if len(batch) == 0 {
+				if closed {
+					return
+				}
+				break
+			}
+			for _, e := range batch {
+				deliver(e)
+			}
+		}
+	}
+}

@@ -1,0 +1,486 @@
+package queues
+
+import (
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gantry-build/gantry/element"
+	"github.com/gantry-build/gantry/job"
+	"github.com/gantry-build/gantry/resources"
+)
+
+// timeout bounds every wait for something the scheduler should do. Tests wait on
+// events, never sleep; reaching it means the scheduler hung or never did the thing.
+const timeout = 5 * time.Second
+
+// fakeRunner is the scheduler's seam for tests, after ninja's FakeCommandRunner: Start
+// records the job and returns a fakeJob that runs until the test finishes it, in any
+// order, with any outcome.
+type fakeRunner struct {
+	started chan *fakeJob // every started job, in start order
+
+	mu        sync.Mutex
+	seq       int // orders starts and ends
+	jobs      []*fakeJob
+	active    map[string]int // running jobs per action
+	maxActive map[string]int // the most ever running at once, per action
+	startErr  func(spec job.Spec) error
+}
+
+func newFakeRunner() *fakeRunner {
+	return &fakeRunner{
+		started:   make(chan *fakeJob, 10000),
+		active:    map[string]int{},
+		maxActive: map[string]int{},
+	}
+}
+
+// Start is called on the scheduler goroutine; it never blocks.
+func (r *fakeRunner) Start(spec job.Spec, onMessage func(job.Message)) (Running, error) {
+	r.mu.Lock()
+	if r.startErr != nil {
+		if err := r.startErr(spec); err != nil {
+			r.mu.Unlock()
+			return nil, err
+		}
+	}
+	r.seq++
+	j := &fakeJob{Spec: spec, r: r, onMessage: onMessage, startSeq: r.seq, out: make(chan job.Outcome, 1)}
+	r.jobs = append(r.jobs, j)
+	r.active[spec.Action]++
+	r.maxActive[spec.Action] = max(r.maxActive[spec.Action], r.active[spec.Action])
+	r.mu.Unlock()
+	r.started <- j
+	return j, nil
+}
+
+// maxRunning is the most jobs of action that ever ran at once.
+func (r *fakeRunner) maxRunning(action Action) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.maxActive[string(action)]
+}
+
+// startsOf counts the jobs started per element for action.
+func (r *fakeRunner) startsOf(action Action) map[string]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := map[string]int{}
+	for _, j := range r.jobs {
+		if j.Spec.Action == string(action) {
+			n[j.Spec.Element]++
+		}
+	}
+	return n
+}
+
+// fakeJob is one started job. Wait blocks until the test (or Terminate, or Kill)
+// finishes it.
+type fakeJob struct {
+	Spec      job.Spec
+	r         *fakeRunner
+	onMessage func(job.Message)
+	startSeq  int
+	out       chan job.Outcome // receives the outcome once
+
+	// Guarded by r.mu.
+	calls    []string // "suspend", "resume", "terminate", "kill"
+	finished bool
+	endSeq   int
+	outcome  job.Outcome
+}
+
+func (j *fakeJob) String() string { return j.Spec.Action + " " + j.Spec.Element }
+
+func (j *fakeJob) record(call string) {
+	j.r.mu.Lock()
+	j.calls = append(j.calls, call)
+	j.r.mu.Unlock()
+}
+
+// Calls lists the control calls the scheduler made, in order.
+func (j *fakeJob) Calls() []string {
+	j.r.mu.Lock()
+	defer j.r.mu.Unlock()
+	return append([]string(nil), j.calls...)
+}
+
+func (j *fakeJob) Suspend() error { j.record("suspend"); return nil }
+func (j *fakeJob) Resume() error  { j.record("resume"); return nil }
+
+func (j *fakeJob) Terminate() error {
+	j.record("terminate")
+	j.end(job.Outcome{Terminated: true, ExitCode: -1, Result: job.Result{Error: "terminated"}})
+	return nil
+}
+
+func (j *fakeJob) Kill() error {
+	j.record("kill")
+	j.end(job.Outcome{Terminated: true, ExitCode: -1, Result: job.Result{Error: "killed"}})
+	return nil
+}
+
+func (j *fakeJob) Wait() job.Outcome { return <-j.out }
+
+// end makes the job exit with out, unless it already has. It reports whether it did.
+func (j *fakeJob) end(out job.Outcome) bool {
+	j.r.mu.Lock()
+	if j.finished {
+		j.r.mu.Unlock()
+		return false
+	}
+	j.finished = true
+	j.r.seq++
+	j.endSeq = j.r.seq
+	j.outcome = out
+	j.r.active[j.Spec.Action]--
+	j.r.mu.Unlock()
+	j.out <- out
+	return true
+}
+
+// Finish ends the job with out; finishing a job twice is a mistake in the test.
+func (j *fakeJob) Finish(t testing.TB, out job.Outcome) {
+	t.Helper()
+	if !j.end(out) {
+		t.Fatalf("%s: finished twice", j)
+	}
+}
+
+func (j *fakeJob) Succeed(t testing.TB) {
+	t.Helper()
+	j.Finish(t, job.Outcome{Result: job.Result{OK: true}, Elapsed: time.Millisecond})
+}
+
+func (j *fakeJob) Fail(t testing.TB, msg string) {
+	t.Helper()
+	j.Finish(t, job.Outcome{Result: job.Result{Error: msg}, ExitCode: 1})
+}
+
+func (j *fakeJob) FailTemporarily(t testing.TB, msg string) {
+	t.Helper()
+	j.Finish(t, job.Outcome{Result: job.Result{Error: msg, Temporary: true}, ExitCode: 1})
+}
+
+// Say sends a status message as the child would.
+func (j *fakeJob) Say(text string) {
+	j.onMessage(job.Message{Type: job.MessageStatus, Time: time.Now(), Text: text})
+}
+
+// recorder collects published events; Publish never blocks for long.
+type recorder struct {
+	mu     sync.Mutex
+	events []Event
+	change chan struct{} // closed and replaced on every event
+}
+
+func newRecorder() *recorder { return &recorder{change: make(chan struct{})} }
+
+func (r *recorder) Publish(e Event) {
+	r.mu.Lock()
+	r.events = append(r.events, e)
+	close(r.change)
+	r.change = make(chan struct{})
+	r.mu.Unlock()
+}
+
+func (r *recorder) all() []Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]Event(nil), r.events...)
+}
+
+// eventsOf returns the recorded events of type E.
+func eventsOf[E Event](r *recorder) []E {
+	var out []E
+	for _, e := range r.all() {
+		if e, ok := e.(E); ok {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// waitEvent waits until an event of type E matching match has been published.
+func waitEvent[E Event](t testing.TB, r *recorder, match func(E) bool) E {
+	t.Helper()
+	deadline := time.After(timeout)
+	for {
+		r.mu.Lock()
+		for _, e := range r.events {
+			if e, ok := e.(E); ok && match(e) {
+				r.mu.Unlock()
+				return e
+			}
+		}
+		change := r.change
+		r.mu.Unlock()
+		select {
+		case <-change:
+		case <-deadline:
+			var zero E
+			t.Fatalf("no %T event came within %v", zero, timeout)
+		}
+	}
+}
+
+// session is one scheduler run in the background, steered by a test.
+type session struct {
+	t       testing.TB
+	s       *Scheduler
+	runner  *fakeRunner
+	pool    *resources.Pool
+	events  *recorder
+	summary chan *Summary
+	barrier int
+}
+
+// startSession runs a scheduler for cfg in its own goroutine. It fills in the fake
+// runner, the event recorder and a log directory; cfg must have Queues, Items and Pool.
+func startSession(t testing.TB, cfg Config, setup ...func(*fakeRunner)) *session {
+	t.Helper()
+	h := &session{t: t, runner: newFakeRunner(), pool: cfg.Pool, events: newRecorder(), summary: make(chan *Summary, 1)}
+	for _, f := range setup {
+		f(h.runner)
+	}
+	cfg.Runner = h.runner
+	cfg.Publish = h.events.Publish
+	if cfg.LogDir == "" {
+		cfg.LogDir = "/logs"
+	}
+	if cfg.Project == "" {
+		cfg.Project = "test"
+	}
+	h.s = New(cfg)
+	go func() { h.summary <- h.s.Run() }()
+	t.Cleanup(func() {
+		// A failed test may leave the loop running: stop it and its jobs.
+		h.s.Send(CmdKill)
+	})
+	return h
+}
+
+// next waits for the next job to start.
+func (h *session) next() *fakeJob {
+	h.t.Helper()
+	select {
+	case j := <-h.runner.started:
+		return j
+	case sum := <-h.summary:
+		h.summary <- sum
+		h.t.Fatalf("session ended while a job start was expected: %+v", sum)
+	case <-time.After(timeout):
+		h.t.Fatalf("no job started within %v", timeout)
+	}
+	return nil
+}
+
+// expect waits for the next job to start and checks its action and element.
+func (h *session) expect(action Action, element string) *fakeJob {
+	h.t.Helper()
+	j := h.next()
+	if j.Spec.Action != string(action) || j.Spec.Element != element {
+		h.t.Fatalf("started %s, want %s %s", j, action, element)
+	}
+	return j
+}
+
+// nextN waits for n job starts and returns them by element name.
+func (h *session) nextN(n int) map[string]*fakeJob {
+	h.t.Helper()
+	jobs := map[string]*fakeJob{}
+	for range n {
+		j := h.next()
+		jobs[j.Spec.Element] = j
+	}
+	return jobs
+}
+
+// noStart fails if a job started that the test has not taken. Call it after sync, so
+// the loop has done everything the events so far led to.
+func (h *session) noStart() {
+	h.t.Helper()
+	select {
+	case j := <-h.runner.started:
+		h.t.Fatalf("%s started; no job should have", j)
+	default:
+	}
+}
+
+// sync waits until the loop has handled a message sent through running job j. The
+// inbox is FIFO and the loop fills capacity before taking a message, so afterwards
+// every earlier event (for example a job end that was waited for) has been followed
+// by a harvest.
+func (h *session) sync(j *fakeJob) {
+	h.t.Helper()
+	h.barrier++
+	text := fmt.Sprintf("sync %d", h.barrier)
+	j.Say(text)
+	waitEvent(h.t, h.events, func(e JobMessage) bool { return e.JobID == j.Spec.ID && e.Text == text })
+}
+
+// ended waits until the loop has booked the end of j.
+func (h *session) ended(j *fakeJob) JobEnd {
+	h.t.Helper()
+	return waitEvent(h.t, h.events, func(e JobEnd) bool { return e.JobID == j.Spec.ID })
+}
+
+// wait waits for Run to return.
+func (h *session) wait() *Summary {
+	h.t.Helper()
+	select {
+	case sum := <-h.summary:
+		h.summary <- sum
+		return sum
+	case <-time.After(timeout):
+		h.t.Fatalf("Run did not return within %v", timeout)
+	}
+	return nil
+}
+
+// succeedAll finishes every job with success as it starts, until Run returns.
+func (h *session) succeedAll() *Summary {
+	h.t.Helper()
+	for {
+		select {
+		case j := <-h.runner.started:
+			j.Succeed(h.t)
+		case sum := <-h.summary:
+			h.summary <- sum
+			return sum
+		case <-time.After(timeout):
+			h.t.Fatalf("neither a job start nor the end of Run within %v", timeout)
+		}
+	}
+}
+
+// testQueue is a queue whose behaviour the test chooses.
+type testQueue struct {
+	action    Action
+	status    func(it *Item) (Status, string) // nil: always Ready
+	resources func(it *Item) resources.Request
+	retries   int
+}
+
+func (q *testQueue) Action() Action { return q.action }
+
+func (q *testQueue) Status(it *Item) (Status, string) {
+	if q.status == nil {
+		return Ready, ""
+	}
+	return q.status(it)
+}
+
+func (q *testQueue) Resources(it *Item) resources.Request { return q.resources(it) }
+
+func (q *testQueue) Payload(*Item) (json.RawMessage, error) { return nil, nil }
+
+func (q *testQueue) Done(*Item, job.Result) {}
+
+func (q *testQueue) Retries() int { return q.retries }
+
+// needs returns a Resources func asking for the same request for every item.
+func needs(shared []resources.Resource, exclusive ...resources.Resource) func(*Item) resources.Request {
+	return func(*Item) resources.Request { return resources.Request{Shared: shared, Exclusive: exclusive} }
+}
+
+func noPayload(*Item) (json.RawMessage, error) { return nil, nil }
+
+func buildQueue() Queue { return BuildQueue{PayloadFunc: noPayload} }
+
+func buildPool(process int) *resources.Pool {
+	return resources.NewPool(map[resources.Resource]int{resources.Process: process, resources.Cache: 0})
+}
+
+// newGraph makes a graph by hand from lines "name: dep dep ..." (dependencies listed
+// before their dependants). Dependencies are build dependencies.
+func newGraph(t testing.TB, lines ...string) *element.Graph {
+	t.Helper()
+	manual, ok := element.LookupKind("manual")
+	if !ok {
+		t.Fatal("no manual kind")
+	}
+	g := &element.Graph{Elements: map[string]*element.Element{}}
+	for _, line := range lines {
+		name, deps, _ := strings.Cut(line, ":")
+		name = strings.TrimSpace(name)
+		e := &element.Element{Name: name, File: "elements/" + name, Kind: manual,
+			Key: fmt.Sprintf("%x", sha256.Sum256([]byte(name)))}
+		for _, d := range strings.Fields(deps) {
+			de := g.Elements[d]
+			if de == nil {
+				t.Fatalf("%s: dependency %s is not defined before it", name, d)
+			}
+			e.Depends = append(e.Depends, d)
+			e.BuildDeps = append(e.BuildDeps, de)
+		}
+		g.Elements[name] = e
+		g.Order = append(g.Order, e)
+	}
+	return g
+}
+
+// randomGraph makes a random DAG of n elements, each depending on up to fanin earlier
+// ones.
+func randomGraph(t testing.TB, n, fanin int, seed uint64) *element.Graph {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(seed, 1))
+	lines := make([]string, n)
+	for i := range n {
+		deps := map[int]bool{}
+		if i > 0 {
+			for range rng.IntN(fanin + 1) {
+				deps[rng.IntN(i)] = true
+			}
+		}
+		line := fmt.Sprintf("e%04d.toml:", i)
+		for d := range n {
+			if deps[d] {
+				line += fmt.Sprintf(" e%04d.toml", d)
+			}
+		}
+		lines[i] = line
+	}
+	return newGraph(t, lines...)
+}
+
+// plan plans a build of every element of g; the named elements are cached.
+func plan(t testing.TB, g *element.Graph, opts PlanOptions, cached ...string) []*Item {
+	t.Helper()
+	if opts.Artifact == nil {
+		opts.Artifact = func(e *element.Element) element.ArtifactStatus {
+			for _, c := range cached {
+				if e.Name == c {
+					return element.ArtifactSuccess
+				}
+			}
+			return element.ArtifactMissing
+		}
+	}
+	items, err := Plan(g, g.Order, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return items
+}
+
+// instantRunner finishes every job with success at once (for benchmarks).
+type instantRunner struct{}
+
+func (instantRunner) Start(job.Spec, func(job.Message)) (Running, error) { return instantJob{}, nil }
+
+type instantJob struct{}
+
+func (instantJob) Suspend() error   { return nil }
+func (instantJob) Resume() error    { return nil }
+func (instantJob) Terminate() error { return nil }
+func (instantJob) Kill() error      { return nil }
+func (instantJob) Wait() job.Outcome {
+	return job.Outcome{Result: job.Result{OK: true}}
+}

@@ -1,0 +1,134 @@
+package queues
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/gantry-build/gantry/element"
+)
+
+// DefaultEstimate is the build time assumed for an element never built before.
+const DefaultEstimate = 2 * time.Second
+
+// PlanOptions says how to plan a build session.
+type PlanOptions struct {
+	// Artifact says what the local cache holds for an element's key.
+	Artifact func(e *element.Element) element.ArtifactStatus
+	// RetryFailed builds elements whose failure is cached instead of reporting it.
+	RetryFailed bool
+	// Estimate is the expected build time of an element (learned durations).
+	Estimate func(e *element.Element) (time.Duration, bool)
+}
+
+// NoRefError says which element cannot be planned because a source has no ref.
+type NoRefError struct {
+	Element string
+	Source  int // 1-based
+	Desc    string
+}
+
+func (e *NoRefError) Error() string {
+	return fmt.Sprintf("element %s has no ref for source %d (%s): run `gantry track %s`", e.Element, e.Source, e.Desc, e.Element)
+}
+
+// Plan returns the items a build of targets works on, dependencies first: the targets,
+// what they need at run time, and — only for elements that are not cached — what they
+// need to build. Below a cached element nothing needs building, so nothing is planned.
+func Plan(g *element.Graph, targets []*element.Element, opts PlanOptions) ([]*Item, error) {
+	items := map[*element.Element]*Item{}
+	var order []*Item
+	var visit func(e *element.Element) error
+	visit = func(e *element.Element) error {
+		if _, ok := items[e]; ok {
+			return nil
+		}
+		if e.Key == "" {
+			return noRef(e)
+		}
+		it := &Item{Element: e, queue: -1}
+		items[e] = it
+		status := opts.Artifact(e)
+		it.Cached = status == element.ArtifactSuccess
+		it.Failed = status == element.ArtifactFailure && !opts.RetryFailed
+		if !it.Cached && !it.Failed {
+			for _, d := range g.StageDeps(e) {
+				if err := visit(d); err != nil {
+					return err
+				}
+			}
+		}
+		for _, d := range e.RunDeps {
+			if err := visit(d); err != nil {
+				return err
+			}
+		}
+		order = append(order, it)
+		return nil
+	}
+	for _, t := range targets {
+		if err := visit(t); err != nil {
+			return nil, err
+		}
+	}
+	for _, it := range order {
+		if it.Cached || it.Failed {
+			continue
+		}
+		for _, d := range g.StageDeps(it.Element) {
+			it.Stage = append(it.Stage, items[d])
+		}
+	}
+	setPriorities(order, opts.Estimate)
+	return order, nil
+}
+
+// noRef finds the element (e or below) whose source lacks a ref.
+func noRef(e *element.Element) error {
+	seen := map[*element.Element]bool{}
+	var find func(e *element.Element) error
+	find = func(e *element.Element) error {
+		if seen[e] {
+			return nil
+		}
+		seen[e] = true
+		if e.NoRef {
+			for i, s := range e.Sources {
+				if s.NeedsRef() && s.Ref == "" {
+					return &NoRefError{Element: e.Name, Source: i + 1, Desc: s.Describe()}
+				}
+			}
+		}
+		for _, d := range append(append([]*element.Element{}, e.BuildDeps...), e.RunDeps...) {
+			if err := find(d); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := find(e); err != nil {
+		return err
+	}
+	return fmt.Errorf("element %s has no cache key", e.Name)
+}
+
+// setPriorities gives each item the length of the longest chain of builds from it to
+// the end of the plan: the build queue starts the longest critical path first.
+func setPriorities(order []*Item, estimate func(*element.Element) (time.Duration, bool)) {
+	after := make(map[*Item]time.Duration, len(order))
+	for i := len(order) - 1; i >= 0; i-- {
+		it := order[i]
+		own := time.Duration(0)
+		if !it.Cached && !it.Failed {
+			own = DefaultEstimate
+			if estimate != nil {
+				if d, ok := estimate(it.Element); ok {
+					own = d
+				}
+			}
+		}
+		it.Priority = own + after[it]
+		for _, d := range it.Stage {
+			after[d] = max(after[d], it.Priority)
+		}
+	}
+}

@@ -1,0 +1,117 @@
+// Package queues holds the five queues (Track, Pull, Fetch, Build, Push) and the
+// scheduler loop that moves elements through them.
+//
+// The scheduler is an actor: one goroutine (the one running Scheduler.Run) owns every
+// queue, every Item, the token pool and the table of active jobs. Nothing else touches
+// them; jobs, signals and user input reach the loop only as messages on its channel. No
+// mutex guards scheduler state.
+package queues
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/gantry-build/gantry/element"
+	"github.com/gantry-build/gantry/job"
+	"github.com/gantry-build/gantry/resources"
+)
+
+// Action names a queue and the jobs it runs.
+type Action string
+
+const (
+	Track Action = "track"
+	Pull  Action = "pull"
+	Fetch Action = "fetch"
+	Build Action = "build"
+	Push  Action = "push"
+)
+
+// Status is what a queue says about an element right now.
+type Status int
+
+const (
+	Wait  Status = iota // not yet possible (dependencies unbuilt, no ref)
+	Ready               // a job can run for it
+	Skip                // nothing to do (already cached, fetched, no remote)
+)
+
+func (s Status) String() string {
+	switch s {
+	case Wait:
+		return "wait"
+	case Ready:
+		return "ready"
+	case Skip:
+		return "skip"
+	}
+	return "unknown"
+}
+
+// Item is the scheduler's record of one element in the session. Called only from the
+// scheduler goroutine.
+type Item struct {
+	Element *element.Element
+	// Cached: a successful artifact for Element.Key is in the local cache.
+	Cached bool
+	// Failed: a job for it failed in this session, or a failed build is cached.
+	Failed bool
+	// Terminated: its job was stopped by a terminate.
+	Terminated bool
+	// Priority orders READY items in the build queue: the longest remaining critical
+	// path (estimated seconds) through this element to a target.
+	Priority time.Duration
+	// Stage lists the items its build stages (build dependencies and their runtime
+	// dependencies).
+	Stage []*Item
+
+	queue   int // index of the queue it is waiting in; -1 when out of the pipeline
+	attempt int // attempts of the current queue's job
+	retryAt time.Time
+}
+
+// Name is the element's name.
+func (it *Item) Name() string { return it.Element.Name }
+
+// Queue is one stage of the pipeline. Its methods are called only from the scheduler
+// goroutine, so implementations may read Items freely.
+type Queue interface {
+	Action() Action
+	// Status says whether the element can be processed now, must wait, or needs nothing.
+	Status(it *Item) (Status, string)
+	// Resources are what one job of this queue needs for it.
+	Resources(it *Item) resources.Request
+	// Payload is the job's action-specific input.
+	Payload(it *Item) (json.RawMessage, error)
+	// Done records a job's success (for example the element is now cached).
+	Done(it *Item, res job.Result)
+	// Retries is how often a temporary failure is retried (network queues).
+	Retries() int
+}
+
+// Runner starts jobs. The real one spawns `gantry job` processes; the scheduler's unit
+// tests use a fake that finishes jobs when the test says so.
+type Runner interface {
+	Start(spec job.Spec, onMessage func(job.Message)) (Running, error)
+}
+
+// Running is one started job.
+type Running interface {
+	Suspend() error
+	Resume() error
+	Terminate() error
+	Kill() error
+	Wait() job.Outcome
+}
+
+// ProcessRunner runs jobs as child processes (gantry re-executing itself).
+type ProcessRunner struct {
+	Command []string // e.g. {"/usr/bin/gantry", "job"}
+	Env     []string
+	Grace   time.Duration
+}
+
+// Start spawns the child process for spec.
+func (r ProcessRunner) Start(spec job.Spec, onMessage func(job.Message)) (Running, error) {
+	return job.Start(spec, job.Options{Command: r.Command, Env: r.Env, Grace: r.Grace, OnMessage: onMessage})
+}

@@ -1,0 +1,529 @@
+package queues
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/gantry-build/gantry/element"
+	"github.com/gantry-build/gantry/job"
+	"github.com/gantry-build/gantry/resources"
+)
+
+// Command is an instruction to a running scheduler from outside (signals, keys).
+type Command int
+
+const (
+	CmdSuspend   Command = iota // SIGSTOP every job; start nothing until resumed
+	CmdResume                   // SIGCONT every job
+	CmdQuit                     // start nothing new (pushes of what was built go on)
+	CmdTerminate                // stop running jobs now, start nothing
+	CmdKill                     // SIGKILL every job at once
+)
+
+func (c Command) String() string {
+	return [...]string{"suspend", "resume", "quit", "terminate", "kill"}[c]
+}
+
+// Config is everything a scheduler session needs.
+type Config struct {
+	Project string
+	Queues  []Queue // in pipeline order
+	Items   []*Item // the plan, dependencies first
+	Pool    *resources.Pool
+	Runner  Runner
+	OnError element.OnError
+	// LogDir receives one log file per job attempt.
+	LogDir string
+	// Publish receives events; it must not block (use a Publisher).
+	Publish func(Event)
+	// Backoff is the wait before retry number attempt (1-based); nil = exponential
+	// from 1s with jitter, capped at 30s.
+	Backoff func(attempt int) time.Duration
+}
+
+// Scheduler runs one session. Create it with New, run it with Run, and steer it from
+// other goroutines with Send.
+type Scheduler struct {
+	cfg    Config
+	inbox  chan any
+	queues []*queueState
+	active map[string]*activeJob
+	seq    int
+
+	quitting    bool // start no new work except pushes
+	terminating bool // start nothing; running jobs are being stopped
+	interrupted bool // the user or a signal stopped the session
+	userQuit    bool
+
+	suspended      bool
+	suspendedAt    time.Time
+	suspendedTotal time.Duration
+	start          time.Time
+
+	retries int // retry timers pending
+	failed  []FailedElement
+	ended   chan struct{} // closed when Run returns
+}
+
+type queueState struct {
+	q         Queue
+	wait      []*Item
+	done      []*Item
+	processed int
+	skipped   int
+	failed    int
+}
+
+type activeJob struct {
+	id      string
+	item    *Item
+	qs      *queueState
+	req     resources.Request
+	running Running
+	logPath string
+}
+
+// Inbox messages.
+type jobMessage struct {
+	id  string
+	msg job.Message
+}
+type jobDone struct {
+	id  string
+	out job.Outcome
+}
+type retryDue struct{}
+
+// New prepares a session.
+func New(cfg Config) *Scheduler {
+	s := &Scheduler{cfg: cfg, inbox: make(chan any, 1024), active: map[string]*activeJob{}, ended: make(chan struct{})}
+	for _, q := range cfg.Queues {
+		s.queues = append(s.queues, &queueState{q: q})
+	}
+	if s.cfg.Backoff == nil {
+		s.cfg.Backoff = defaultBackoff
+	}
+	if s.cfg.Publish == nil {
+		s.cfg.Publish = func(Event) {}
+	}
+	return s
+}
+
+func defaultBackoff(attempt int) time.Duration {
+	d := time.Second << min(attempt-1, 5)
+	d = min(d, 30*time.Second)
+	return time.Duration(float64(d) * (0.5 + rand.Float64()))
+}
+
+// Send delivers a command to the loop. Safe from any goroutine; never blocks the caller
+// for long (the loop always drains its inbox until the session ends).
+func (s *Scheduler) Send(c Command) {
+	select {
+	case s.inbox <- c:
+	case <-s.ended:
+	}
+}
+
+// Do delivers a command and waits until the loop has carried it out (for example, until
+// every job is stopped before gantry stops itself on Ctrl-Z).
+func (s *Scheduler) Do(c Command) {
+	done := make(chan struct{})
+	select {
+	case s.inbox <- commandRequest{c, done}:
+	case <-s.ended:
+		return
+	}
+	select {
+	case <-done:
+	case <-s.ended:
+	}
+}
+
+type commandRequest struct {
+	c    Command
+	done chan struct{}
+}
+
+// Elapsed is the session's run time without suspended time. Loop goroutine only.
+func (s *Scheduler) elapsed(now time.Time) time.Duration {
+	d := now.Sub(s.start) - s.suspendedTotal
+	if s.suspended {
+		d -= now.Sub(s.suspendedAt)
+	}
+	return d
+}
+
+// Run drives the session to its end and returns the summary. The calling goroutine
+// becomes the scheduler goroutine.
+func (s *Scheduler) Run() *Summary {
+	s.start = time.Now()
+	actions := make([]Action, len(s.queues))
+	for i, qs := range s.queues {
+		actions[i] = qs.q.Action()
+	}
+	s.cfg.Publish(SessionStart{Base: Base{s.start}, Project: s.cfg.Project, Queues: actions, Elements: len(s.cfg.Items)})
+	if len(s.queues) > 0 {
+		for _, it := range s.cfg.Items {
+			if it.Failed { // a cached failure: reported, never queued
+				continue
+			}
+			it.queue = 0
+			s.queues[0].add(it)
+		}
+	}
+	for {
+		for s.promote() || s.harvest() {
+		}
+		// Done when nothing runs and nothing can start. Pending retries keep the session
+		// alive unless it is quitting (they would never be harvested).
+		if len(s.active) == 0 && !s.suspended && (s.retries == 0 || s.quitting) {
+			break
+		}
+		s.handle(<-s.inbox)
+	}
+	close(s.ended)
+	sum := s.summarize()
+	s.cfg.Publish(SessionEnd{Base: Base{time.Now()}, Summary: sum})
+	return sum
+}
+
+// add inserts it into the wait list, highest priority first, stable among equals.
+func (qs *queueState) add(it *Item) {
+	i, _ := slices.BinarySearchFunc(qs.wait, it, func(a, b *Item) int {
+		if a.Priority > b.Priority {
+			return -1
+		}
+		if a.Priority < b.Priority {
+			return 1
+		}
+		return 0
+	})
+	for i < len(qs.wait) && qs.wait[i].Priority == it.Priority {
+		i++
+	}
+	qs.wait = slices.Insert(qs.wait, i, it)
+}
+
+// promote moves the done items of each queue into the next one. It reports whether
+// anything moved.
+func (s *Scheduler) promote() bool {
+	moved := false
+	for i := len(s.queues) - 1; i >= 0; i-- {
+		qs := s.queues[i]
+		for _, it := range qs.done {
+			moved = true
+			it.attempt = 0
+			if i+1 < len(s.queues) {
+				it.queue = i + 1
+				s.queues[i+1].add(it)
+			} else {
+				it.queue = -1
+			}
+		}
+		qs.done = qs.done[:0]
+	}
+	return moved
+}
+
+// harvest walks the queues in reverse (Push first, Track last) and starts every READY
+// element the tokens allow. It reports whether any element was skipped (moved to done).
+func (s *Scheduler) harvest() bool {
+	if s.suspended || s.terminating {
+		return false
+	}
+	now := time.Now()
+	skipped := false
+	var refused []resources.Request
+	for i := len(s.queues) - 1; i >= 0; i-- {
+		qs := s.queues[i]
+		if s.quitting && qs.q.Action() != Push {
+			continue
+		}
+		keep := qs.wait[:0]
+		for _, it := range qs.wait {
+			if now.Before(it.retryAt) {
+				keep = append(keep, it)
+				continue
+			}
+			st, reason := qs.q.Status(it)
+			switch st {
+			case Skip:
+				qs.skipped++
+				qs.done = append(qs.done, it)
+				skipped = true
+				s.cfg.Publish(ElementSkipped{Base: Base{now}, Action: qs.q.Action(), Element: it.Name(), Key: it.Element.Key, Reason: reason})
+				continue
+			case Ready:
+				if s.spawn(qs, it, &refused) {
+					continue
+				}
+			}
+			keep = append(keep, it)
+		}
+		clear(qs.wait[len(keep):])
+		qs.wait = keep
+	}
+	return skipped
+}
+
+// spawn reserves the job's resources and starts it. It returns false, leaving the item
+// waiting, when the tokens are not there. A job that cannot even start fails the item.
+func (s *Scheduler) spawn(qs *queueState, it *Item, refused *[]resources.Request) bool {
+	req := qs.q.Resources(it)
+	// Tokens are only freed between turns: a request shape refused once this turn is
+	// refused again, so do not ask (this keeps a turn O(waiting) with no allocation).
+	for _, r := range *refused {
+		if slices.Equal(r.Shared, req.Shared) && slices.Equal(r.Exclusive, req.Exclusive) {
+			return false
+		}
+	}
+	if !s.cfg.Pool.Reserve(req) {
+		*refused = append(*refused, req)
+		if len(req.Exclusive) > 0 {
+			s.cfg.Pool.RegisterExclusiveInterest(req.Exclusive, it.Name())
+		}
+		return false
+	}
+	if len(req.Exclusive) > 0 {
+		s.cfg.Pool.UnregisterExclusiveInterest(req.Exclusive, it.Name())
+	}
+	it.attempt++
+	s.seq++
+	action := qs.q.Action()
+	id := fmt.Sprintf("%s-%d", action, s.seq)
+	logPath := s.logPath(it, action)
+	payload, err := qs.q.Payload(it)
+	if err == nil {
+		var running Running
+		spec := job.Spec{ID: id, Action: string(action), Element: it.Name(), LogPath: logPath, Payload: payload}
+		running, err = s.cfg.Runner.Start(spec, func(m job.Message) { s.inbox <- jobMessage{id, m} })
+		if err == nil {
+			a := &activeJob{id: id, item: it, qs: qs, req: req, running: running, logPath: logPath}
+			s.active[id] = a
+			go func() { s.inbox <- jobDone{id, running.Wait()} }()
+			s.cfg.Publish(JobStart{Base: Base{time.Now()}, JobID: id, Action: action, Element: it.Name(),
+				Key: it.Element.Key, LogPath: logPath, Attempt: it.attempt})
+			return true
+		}
+	}
+	// Could not start: the item fails like a job would.
+	s.cfg.Pool.Release(req)
+	s.fail(qs, it, fmt.Sprintf("cannot start %s job: %v", action, err), "")
+	return true
+}
+
+func (s *Scheduler) logPath(it *Item, action Action) string {
+	name := strings.TrimSuffix(it.Name(), ".toml")
+	file := fmt.Sprintf("%s-%s.log", it.Element.ShortKey(), action)
+	if it.attempt > 1 {
+		file = fmt.Sprintf("%s-%s.%d.log", it.Element.ShortKey(), action, it.attempt)
+	}
+	return filepath.Join(s.cfg.LogDir, s.cfg.Project, filepath.FromSlash(name), file)
+}
+
+// handle processes one inbox message.
+func (s *Scheduler) handle(m any) {
+	switch m := m.(type) {
+	case jobMessage:
+		a := s.active[m.id]
+		if a == nil {
+			return
+		}
+		switch m.msg.Type {
+		case job.MessageStatus, job.MessageLog, job.MessageProgress:
+			s.cfg.Publish(JobMessage{Base: Base{m.msg.Time}, JobID: a.id, Action: a.qs.q.Action(), Element: a.item.Name(),
+				Key: a.item.Element.Key, Kind: string(m.msg.Type), Text: m.msg.Text, Done: m.msg.Done, Total: m.msg.Total})
+		}
+	case jobDone:
+		if a := s.active[m.id]; a != nil {
+			s.finish(a, m.out)
+		}
+	case retryDue:
+		s.retries--
+	case Command:
+		s.command(m)
+	case commandRequest:
+		s.command(m.c)
+		close(m.done)
+	}
+}
+
+// finish books a job's outcome: the one place where tokens are released.
+func (s *Scheduler) finish(a *activeJob, out job.Outcome) {
+	delete(s.active, a.id)
+	s.cfg.Pool.Release(a.req)
+	it, qs := a.item, a.qs
+	end := JobEnd{Base: Base{time.Now()}, JobID: a.id, Action: qs.q.Action(), Element: it.Name(), Key: it.Element.Key,
+		Duration: out.Elapsed, LogPath: a.logPath, Error: out.Result.Error}
+	switch {
+	case out.Terminated:
+		it.Terminated = true
+		end.Result = ResultTerminated
+		s.cfg.Publish(end)
+	case out.Result.OK && out.Result.Skipped:
+		qs.skipped++
+		qs.done = append(qs.done, it)
+		end.Result = ResultSkipped
+		s.cfg.Publish(end)
+	case out.Result.OK:
+		qs.processed++
+		qs.q.Done(it, out.Result)
+		qs.done = append(qs.done, it)
+		end.Result = ResultSuccess
+		s.cfg.Publish(end)
+	case out.Result.Temporary && it.attempt <= qs.q.Retries() && !s.quitting:
+		wait := s.cfg.Backoff(it.attempt)
+		it.retryAt = time.Now().Add(wait)
+		qs.add(it)
+		s.retries++
+		time.AfterFunc(wait, func() {
+			select {
+			case s.inbox <- retryDue{}:
+			case <-s.ended:
+			}
+		})
+		end.Result, end.WillRetry = ResultFailure, true
+		s.cfg.Publish(end)
+	default:
+		end.Result = ResultFailure
+		s.cfg.Publish(end)
+		s.fail(qs, it, out.Result.Error, a.logPath)
+	}
+}
+
+// fail records a failed element and applies the on-error policy.
+func (s *Scheduler) fail(qs *queueState, it *Item, msg, logPath string) {
+	qs.failed++
+	it.Failed = true
+	it.queue = -1
+	s.failed = append(s.failed, FailedElement{Element: it.Name(), Action: qs.q.Action(), Error: msg, LogPath: logPath})
+	switch s.cfg.OnError {
+	case element.OnErrorContinue:
+	case element.OnErrorTerminate:
+		s.terminate()
+	default:
+		s.quitting = true
+	}
+}
+
+func (s *Scheduler) command(c Command) {
+	now := time.Now()
+	switch c {
+	case CmdSuspend:
+		if s.suspended {
+			return
+		}
+		for _, a := range s.active {
+			a.running.Suspend()
+		}
+		s.suspended, s.suspendedAt = true, now
+		s.cfg.Publish(Suspended{Base{now}})
+	case CmdResume:
+		if !s.suspended {
+			return
+		}
+		for _, a := range s.active {
+			a.running.Resume()
+		}
+		s.suspended = false
+		s.suspendedTotal += now.Sub(s.suspendedAt)
+		s.cfg.Publish(Resumed{Base{now}})
+	case CmdQuit:
+		s.quitting, s.userQuit = true, true
+		s.cfg.Publish(Notice{Base: Base{now}, Level: "info", Text: "quitting: no new jobs start; running jobs finish"})
+	case CmdTerminate:
+		s.interrupted = true
+		s.terminate()
+	case CmdKill:
+		s.interrupted = true
+		s.terminating, s.quitting = true, true
+		if s.suspended { // SIGKILL ends stopped jobs too; nothing is left to resume
+			s.suspended = false
+			s.suspendedTotal += now.Sub(s.suspendedAt)
+		}
+		for _, a := range s.active {
+			a.running.Kill()
+		}
+	}
+}
+
+// terminate stops every running job (SIGTERM, then SIGKILL after the grace period) and
+// starts nothing more.
+func (s *Scheduler) terminate() {
+	if s.terminating {
+		return
+	}
+	s.terminating, s.quitting = true, true
+	if s.suspended {
+		s.suspended = false
+		s.suspendedTotal += time.Since(s.suspendedAt)
+	}
+	for _, a := range s.active {
+		a.running.Terminate()
+	}
+}
+
+// summarize books what is left in the queues: elements held back by a failure or a stop,
+// and any element stuck for no reason, which is a bug worth reporting loudly.
+func (s *Scheduler) summarize() *Summary {
+	now := time.Now()
+	sum := &Summary{Project: s.cfg.Project, Failed: s.failed, Elapsed: s.elapsed(now),
+		Interrupted: s.interrupted, Quit: s.quitting}
+	for _, it := range s.cfg.Items {
+		if it.Failed && !slices.ContainsFunc(s.failed, func(f FailedElement) bool { return f.Element == it.Name() }) {
+			sum.Failed = append(sum.Failed, FailedElement{Element: it.Name(), Action: Build, Cached: true,
+				Error: "a failed build is cached (use --retry-failed to build again)"})
+		}
+	}
+	for _, qs := range s.queues {
+		sum.Queues = append(sum.Queues, QueueStats{Action: qs.q.Action(), Processed: qs.processed, Skipped: qs.skipped, Failed: qs.failed})
+		for _, it := range qs.wait {
+			sum.NotStarted = append(sum.NotStarted, NotStarted{Element: it.Name(), Reason: s.whyNotStarted(qs, it)})
+		}
+	}
+	for _, it := range s.cfg.Items {
+		if it.Terminated {
+			sum.NotStarted = append(sum.NotStarted, NotStarted{Element: it.Name(), Reason: "terminated"})
+		}
+	}
+	return sum
+}
+
+func (s *Scheduler) whyNotStarted(qs *queueState, it *Item) string {
+	if dep := failedDependency(it, map[*Item]bool{}); dep != nil {
+		if dep.Terminated {
+			return fmt.Sprintf("dependency %s was terminated", dep.Name())
+		}
+		return fmt.Sprintf("dependency %s failed", dep.Name())
+	}
+	if s.terminating {
+		return "session terminated"
+	}
+	if s.quitting {
+		return "session quit before it started"
+	}
+	_, reason := qs.q.Status(it)
+	msg := fmt.Sprintf("stuck in the %s queue with nothing running: %s (this is a bug in gantry: please report it)", qs.q.Action(), reason)
+	s.cfg.Publish(Notice{Base: Base{time.Now()}, Level: "error", Element: it.Name(), Text: msg})
+	return msg
+}
+
+func failedDependency(it *Item, seen map[*Item]bool) *Item {
+	for _, d := range it.Stage {
+		if seen[d] {
+			continue
+		}
+		seen[d] = true
+		if d.Failed || d.Terminated {
+			return d
+		}
+		if f := failedDependency(d, seen); f != nil {
+			return f
+		}
+	}
+	return nil
+}

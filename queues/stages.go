@@ -1,0 +1,71 @@
+package queues
+
+import (
+	"encoding/json"
+
+	"github.com/gantry-build/gantry/job"
+	"github.com/gantry-build/gantry/resources"
+)
+
+// BuildQueue builds elements whose staged dependencies are all cached.
+type BuildQueue struct {
+	// Pools maps an element's pool name to its resource.
+	PayloadFunc func(it *Item) (json.RawMessage, error)
+}
+
+func (BuildQueue) Action() Action { return Build }
+
+func (BuildQueue) Status(it *Item) (Status, string) {
+	if it.Cached {
+		return Skip, "cached"
+	}
+	for _, d := range it.Stage {
+		if !d.Cached {
+			return Wait, "waiting for dependencies to build"
+		}
+	}
+	return Ready, ""
+}
+
+func (BuildQueue) Resources(it *Item) resources.Request {
+	req := resources.Request{Shared: []resources.Resource{resources.Process, resources.Cache}}
+	if p := it.Element.Pool; p != "" {
+		req.Shared = append(req.Shared, resources.PoolResource(p))
+	}
+	return req
+}
+
+func (q BuildQueue) Payload(it *Item) (json.RawMessage, error) { return q.PayloadFunc(it) }
+
+func (BuildQueue) Done(it *Item, res job.Result) { it.Cached = true }
+
+func (BuildQueue) Retries() int { return 0 }
+
+// FetchQueue downloads the sources of elements that will be built.
+type FetchQueue struct {
+	SourcesCached  func(it *Item) bool
+	PayloadFunc    func(it *Item) (json.RawMessage, error)
+	NetworkRetries int
+}
+
+func (FetchQueue) Action() Action { return Fetch }
+
+func (q FetchQueue) Status(it *Item) (Status, string) {
+	if it.Cached {
+		return Skip, "cached"
+	}
+	if q.SourcesCached(it) {
+		return Skip, "sources cached"
+	}
+	return Ready, ""
+}
+
+func (FetchQueue) Resources(*Item) resources.Request {
+	return resources.Request{Shared: []resources.Resource{resources.Download}}
+}
+
+func (q FetchQueue) Payload(it *Item) (json.RawMessage, error) { return q.PayloadFunc(it) }
+
+func (FetchQueue) Done(*Item, job.Result) {}
+
+func (q FetchQueue) Retries() int { return q.NetworkRetries }

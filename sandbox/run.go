@@ -1,0 +1,122 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os/exec"
+	"syscall"
+)
+
+// Run runs `sh -e -c command` in the sandbox described by cfg, with output to
+// cfg.Stdout and cfg.Stderr and /dev/null as stdin. cfg.Kind must be Host or
+// Bwrap (see Resolve).
+//
+// A non-zero exit is an *ExitError. When ctx is cancelled, the command gets
+// SIGTERM (and SIGCONT, in case it is suspended), then SIGKILL after a grace
+// period of 2s, and Run returns context.Cause(ctx). Which processes the
+// signals reach is cfg.Group's business; see ProcessGroup.
+func Run(ctx context.Context, cfg Config, command string) error {
+	if err := checkKind(cfg.Kind); err != nil {
+		return err
+	}
+	var cmd *exec.Cmd
+	var err error
+	switch cfg.Kind {
+	case Host:
+		var sh string
+		if sh, err = hostShell(); err != nil {
+			return err
+		}
+		cmd = hostCmd(cfg, sh, []string{"sh", "-e", "-c", command})
+	case Bwrap:
+		cmd, err = bwrapCmd(cfg, []string{"/bin/sh", "-e", "-c", command})
+		if err != nil {
+			return err
+		}
+	}
+	cmd.Stdout, cmd.Stderr = cfg.Stdout, cfg.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if cfg.Group == NewGroup {
+		cmd.SysProcAttr.Setsid = true // a new session is also a new process group
+	}
+	state, err := execute(ctx, cmd, cfg.Group, cfg.onStart)
+	if err != nil {
+		return fmt.Errorf("%s sandbox: %w", cfg.Kind, err)
+	}
+	if code, sig := exitStatus(state); code != 0 {
+		return &ExitError{Command: command, ExitCode: code, Signal: sig}
+	}
+	return nil
+}
+
+// Shell runs argv (default: an interactive sh) in the same environment Run
+// would use, with stdin and cfg's Stdout and Stderr, for `gantry shell`.
+// argv[0] is looked up in the environment's PATH (the sysroot's first on the
+// host; the sandbox's under bwrap). The shell stays in the caller's process
+// group and session, so it can use the caller's terminal; the caller should
+// not die of the terminal's SIGINT meanwhile (handle or ignore it).
+//
+// It returns the exit code (128+signal if killed by a signal); err is set only
+// if the shell could not be run or ctx was cancelled (context.Cause(ctx)).
+func Shell(ctx context.Context, cfg Config, argv []string, stdin io.Reader) (exitCode int, err error) {
+	if err := checkKind(cfg.Kind); err != nil {
+		return -1, err
+	}
+	var cmd *exec.Cmd
+	switch cfg.Kind {
+	case Host:
+		path, args := "", argv
+		if len(argv) == 0 {
+			if path, err = hostShell(); err != nil {
+				return -1, err
+			}
+			args = []string{"sh", "-i"}
+		} else if path, err = lookPathIn(argv[0], envValue(hostEnv(cfg), "PATH")); err != nil {
+			return -1, fmt.Errorf("host sandbox: %w", err)
+		}
+		cmd = hostCmd(cfg, path, args)
+	case Bwrap:
+		if len(argv) == 0 {
+			argv = []string{"/bin/sh", "-i"}
+		}
+		if cmd, err = bwrapCmd(cfg, argv); err != nil {
+			return -1, err
+		}
+	}
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, cfg.Stdout, cfg.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	state, err := execute(ctx, cmd, CallerGroup, cfg.onStart)
+	if err != nil {
+		return -1, fmt.Errorf("%s sandbox: %w", cfg.Kind, err)
+	}
+	code, _ := exitStatus(state)
+	return code, nil
+}
+
+func checkKind(k Kind) error {
+	switch k {
+	case Host, Bwrap:
+		return nil
+	case Auto, "":
+		return errors.New("sandbox kind auto must be resolved with sandbox.Resolve before running commands")
+	default:
+		return fmt.Errorf("unknown sandbox kind %q", string(k))
+	}
+}
+
+// hostCmd runs path with args (args[0] is the name) on the host in BuildDir.
+func hostCmd(cfg Config, path string, args []string) *exec.Cmd {
+	return &exec.Cmd{Path: path, Args: args, Dir: cfg.BuildDir, Env: hostEnv(cfg)}
+}
+
+// bwrapCmd runs argv in a bwrap sandbox; bwrap itself gets an empty
+// environment, the command gets cfg's through bwrap's arguments.
+func bwrapCmd(cfg Config, argv []string) (*exec.Cmd, error) {
+	path, args, err := bwrapCommand(cfg, argv)
+	if err != nil {
+		return nil, err
+	}
+	return &exec.Cmd{Path: path, Args: append([]string{"bwrap"}, args...), Env: []string{}}, nil
+}

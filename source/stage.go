@@ -1,0 +1,100 @@
+package source
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+)
+
+// StageOptions says where a source is staged from and to.
+type StageOptions struct {
+	ProjectRoot string    // local and patch paths are relative to it
+	SourcesDir  string    // the source cache (cache/sources)
+	BuildRoot   string    // the build directory; Spec.Directory is relative to it
+	Log         io.Writer // command output
+}
+
+// Stage puts the source into the build root.
+func Stage(ctx context.Context, s *Spec, o StageOptions) error {
+	dest := filepath.Join(o.BuildRoot, filepath.FromSlash(s.Directory))
+	if err := os.MkdirAll(dest, 0o755); err != nil {
+		return fmt.Errorf("staging %s: %w", s.Describe(), err)
+	}
+	switch s.Kind {
+	case Local:
+		if err := CopyTree(filepath.Join(o.ProjectRoot, filepath.FromSlash(s.Path)), dest); err != nil {
+			return fmt.Errorf("staging %s: %w", s.Describe(), err)
+		}
+		return nil
+	case Patch:
+		patch := filepath.Join(o.ProjectRoot, filepath.FromSlash(s.Path))
+		cmd := exec.CommandContext(ctx, "patch", "-p"+strconv.Itoa(s.StripLevel), "--batch", "--forward", "-i", patch)
+		cmd.Dir, cmd.Stdout, cmd.Stderr = dest, o.Log, o.Log
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("applying %s in %s: `patch -p%d -i %s` failed: %w (see the log)", s.Describe(), dest, s.StripLevel, patch, err)
+		}
+		return nil
+	}
+	return fmt.Errorf("staging %s: %s sources cannot be staged yet", s.Describe(), s.Kind)
+}
+
+// CopyTree copies src (a file or directory) into dir dst, keeping modes and symlinks.
+// Existing files in dst are overwritten.
+func CopyTree(src, dst string) error {
+	info, err := os.Lstat(src)
+	if err != nil {
+		return err
+	}
+	if !info.IsDir() {
+		return copyEntry(src, filepath.Join(dst, filepath.Base(src)), info)
+	}
+	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		target := filepath.Join(dst, rel)
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			return os.MkdirAll(target, info.Mode().Perm()|0o700)
+		}
+		return copyEntry(p, target, info)
+	})
+}
+
+func copyEntry(src, dst string, info fs.FileInfo) error {
+	switch {
+	case info.Mode()&fs.ModeSymlink != 0:
+		link, err := os.Readlink(src)
+		if err != nil {
+			return err
+		}
+		os.Remove(dst)
+		return os.Symlink(link, dst)
+	case info.Mode().IsRegular():
+		in, err := os.Open(src)
+		if err != nil {
+			return err
+		}
+		defer in.Close()
+		os.Remove(dst)
+		out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, info.Mode().Perm())
+		if err != nil {
+			return err
+		}
+		if _, err := io.Copy(out, in); err != nil {
+			out.Close()
+			return err
+		}
+		return out.Close()
+	}
+	return fmt.Errorf("%s: cannot copy a %s", src, info.Mode().Type())
+}

@@ -1,0 +1,111 @@
+// Package ui renders the scheduler's event stream: plain lines, JSON lines, or the
+// interactive TUI, and prints the end-of-session summary.
+package ui
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/gantry-build/gantry/queues"
+)
+
+// Display consumes events, one at a time, from one goroutine (the Publisher's).
+type Display interface {
+	Handle(e queues.Event)
+}
+
+// Options configure a display.
+type Options struct {
+	Verbose    bool
+	ErrorLines int // lines of a failed job's log to show (default 20)
+}
+
+func (o Options) errorLines() int {
+	if o.ErrorLines <= 0 {
+		return 20
+	}
+	return o.ErrorLines
+}
+
+// clock formats a duration as BuildStream does: [hh:mm:ss].
+func clock(d time.Duration) string {
+	s := int(d.Round(time.Second) / time.Second)
+	return fmt.Sprintf("%02d:%02d:%02d", s/3600, s/60%60, s%60)
+}
+
+func shortKey(k string) string {
+	if len(k) < 8 {
+		return "????????"
+	}
+	return k[:8]
+}
+
+// tail returns the last n lines of the file at path (best effort).
+func tail(path string, n int) []string {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var lines []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+		if len(lines) > n {
+			lines = lines[1:]
+		}
+	}
+	return lines
+}
+
+// WriteSummary prints the end-of-session summary.
+func WriteSummary(w io.Writer, s *queues.Summary) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "\nSession summary: %s, %s\n", s.Project, formatDuration(s.Elapsed))
+	for _, q := range s.Queues {
+		fmt.Fprintf(&b, "  %-6s processed %d, skipped %d, failed %d\n", q.Action+":", q.Processed, q.Skipped, q.Failed)
+	}
+	if len(s.Failed) > 0 {
+		fmt.Fprintf(&b, "Failed:\n")
+		for _, f := range s.Failed {
+			fmt.Fprintf(&b, "  %s (%s): %s\n", f.Element, f.Action, firstLine(f.Error))
+			if f.LogPath != "" {
+				fmt.Fprintf(&b, "    log: %s\n", f.LogPath)
+			} else if f.Cached {
+				fmt.Fprintf(&b, "    log: gantry artifact log %s\n", f.Element)
+			}
+		}
+	}
+	if len(s.NotStarted) > 0 {
+		fmt.Fprintf(&b, "Not built:\n")
+		for _, n := range s.NotStarted {
+			fmt.Fprintf(&b, "  %s: %s\n", n.Element, n.Reason)
+		}
+	}
+	switch {
+	case s.Interrupted:
+		b.WriteString("Interrupted.\n")
+	case s.OK():
+		b.WriteString("Success.\n")
+	}
+	io.WriteString(w, b.String())
+}
+
+func formatDuration(d time.Duration) string {
+	if d < time.Second {
+		return d.Round(time.Millisecond).String()
+	}
+	return d.Round(10 * time.Millisecond).String()
+}
+
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}

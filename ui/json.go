@@ -1,0 +1,108 @@
+package ui
+
+import (
+	"encoding/json"
+	"io"
+	"time"
+
+	"github.com/gantry-build/gantry/queues"
+)
+
+// JSON writes one JSON object per event and line, for CI tools. Every object has
+// "time" (RFC 3339) and "event"; job events carry "action", "element", "key" and
+// "job"; job-end carries "result" (success, failure, terminated, skipped) and
+// "duration" in seconds.
+type JSON struct {
+	enc  *json.Encoder
+	opts Options
+}
+
+// NewJSON returns a JSON-lines display writing to w.
+func NewJSON(w io.Writer, opts Options) *JSON { return &JSON{enc: json.NewEncoder(w), opts: opts} }
+
+type jsonEvent struct {
+	Time     time.Time       `json:"time"`
+	Event    string          `json:"event"`
+	Action   queues.Action   `json:"action,omitempty"`
+	Element  string          `json:"element,omitempty"`
+	Key      string          `json:"key,omitempty"`
+	Job      string          `json:"job,omitempty"`
+	Attempt  int             `json:"attempt,omitempty"`
+	Result   string          `json:"result,omitempty"`
+	Duration *float64        `json:"duration,omitempty"`
+	Error    string          `json:"error,omitempty"`
+	Log      string          `json:"log,omitempty"`
+	Text     string          `json:"text,omitempty"`
+	Level    string          `json:"level,omitempty"`
+	Done     int64           `json:"done,omitempty"`
+	Total    int64           `json:"total,omitempty"`
+	Retry    bool            `json:"will-retry,omitempty"`
+	Project  string          `json:"project,omitempty"`
+	Elements int             `json:"elements,omitempty"`
+	Queues   []queues.Action `json:"queues,omitempty"`
+	Summary  *jsonSummary    `json:"summary,omitempty"`
+}
+
+type jsonSummary struct {
+	OK          bool                   `json:"ok"`
+	Elapsed     float64                `json:"elapsed"`
+	Queues      []jsonQueue            `json:"queues"`
+	Failed      []queues.FailedElement `json:"failed"`
+	NotStarted  []queues.NotStarted    `json:"not-started"`
+	Interrupted bool                   `json:"interrupted"`
+}
+
+type jsonQueue struct {
+	Action    queues.Action `json:"action"`
+	Processed int           `json:"processed"`
+	Skipped   int           `json:"skipped"`
+	Failed    int           `json:"failed"`
+}
+
+func seconds(d time.Duration) *float64 {
+	s := d.Seconds()
+	return &s
+}
+
+// Handle renders one event.
+func (j *JSON) Handle(e queues.Event) {
+	var o jsonEvent
+	switch e := e.(type) {
+	case queues.SessionStart:
+		o = jsonEvent{Time: e.Time, Event: "session-start", Project: e.Project, Elements: e.Elements, Queues: e.Queues}
+	case queues.JobStart:
+		o = jsonEvent{Time: e.Time, Event: "job-start", Action: e.Action, Element: e.Element, Key: e.Key, Job: e.JobID, Log: e.LogPath, Attempt: e.Attempt}
+	case queues.JobMessage:
+		if e.Kind == "log" && !j.opts.Verbose {
+			return
+		}
+		o = jsonEvent{Time: e.Time, Event: "job-" + e.Kind, Action: e.Action, Element: e.Element, Key: e.Key, Job: e.JobID, Text: e.Text, Done: e.Done, Total: e.Total}
+	case queues.JobEnd:
+		o = jsonEvent{Time: e.Time, Event: "job-end", Action: e.Action, Element: e.Element, Key: e.Key, Job: e.JobID,
+			Result: string(e.Result), Duration: seconds(e.Duration), Error: e.Error, Log: e.LogPath, Retry: e.WillRetry}
+	case queues.ElementSkipped:
+		o = jsonEvent{Time: e.Time, Event: "element-skipped", Action: e.Action, Element: e.Element, Key: e.Key, Text: e.Reason}
+	case queues.Notice:
+		o = jsonEvent{Time: e.Time, Event: "notice", Level: e.Level, Element: e.Element, Text: e.Text}
+	case queues.Suspended:
+		o = jsonEvent{Time: e.Time, Event: "suspended"}
+	case queues.Resumed:
+		o = jsonEvent{Time: e.Time, Event: "resumed"}
+	case queues.SessionEnd:
+		s := e.Summary
+		js := &jsonSummary{OK: s.OK(), Elapsed: s.Elapsed.Seconds(), Failed: s.Failed, NotStarted: s.NotStarted, Interrupted: s.Interrupted}
+		if js.Failed == nil {
+			js.Failed = []queues.FailedElement{}
+		}
+		if js.NotStarted == nil {
+			js.NotStarted = []queues.NotStarted{}
+		}
+		for _, q := range s.Queues {
+			js.Queues = append(js.Queues, jsonQueue(q))
+		}
+		o = jsonEvent{Time: e.Time, Event: "session-end", Project: s.Project, Summary: js}
+	default:
+		return
+	}
+	j.enc.Encode(o)
+}
