@@ -191,7 +191,7 @@ func build(ctx context.Context, c *cache.Cache, spec *BuildSpec, r *job.Reporter
 			r.Status(strings.TrimSuffix(step, "-commands") + ": " + firstLine(cmd))
 			r.Log("+ " + cmd)
 			if err := sandbox.Run(ctx, cfg, cmd); err != nil {
-				return fmt.Errorf("%s: command failed: %w", step, err)
+				return fmt.Errorf("%s: %w", step, err)
 			}
 		}
 	}
