@@ -14,8 +14,9 @@ type cacheQuery struct {
 	c *cache.Cache
 }
 
-func (s *session) openCache() (*cache.Cache, error) {
-	root := s.cacheRoot()
+func (s *session) openCache() (*cache.Cache, error) { return openCacheAt(s.cacheRoot()) }
+
+func openCacheAt(root string) (*cache.Cache, error) {
 	c, err := cache.Open(root)
 	if err != nil {
 		return nil, fmt.Errorf("opening the cache at %s: %w (set --cache-dir or GANTRY_CACHE_DIR to use another)", root, err)
