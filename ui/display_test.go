@@ -1,0 +1,124 @@
+package ui
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gantry-build/gantry/queues"
+)
+
+var t0 = time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)
+
+const key = "1a2b3c4d5e6f00000000000000000000000000000000000000000000000000ff"
+
+func session(logPath string) []queues.Event {
+	return []queues.Event{
+		queues.SessionStart{Base: queues.Base{Time: t0}, Project: "demo", Queues: []queues.Action{queues.Fetch, queues.Build}, Elements: 2},
+		queues.JobStart{Base: queues.Base{Time: t0}, JobID: "build-1", Action: queues.Build, Element: "app.toml", Key: key, LogPath: logPath, Attempt: 1},
+		queues.JobMessage{Base: queues.Base{Time: t0.Add(time.Second)}, JobID: "build-1", Action: queues.Build, Element: "app.toml", Key: key, Kind: "status", Text: "build: make"},
+		queues.JobEnd{Base: queues.Base{Time: t0.Add(3 * time.Second)}, JobID: "build-1", Action: queues.Build, Element: "app.toml", Key: key,
+			Result: queues.ResultFailure, Error: "build-commands: `make` exited with status 2", Duration: 3 * time.Second, LogPath: logPath},
+		queues.SessionEnd{Base: queues.Base{Time: t0.Add(4 * time.Second)}, Summary: &queues.Summary{
+			Project: "demo", Elapsed: 4 * time.Second,
+			Queues:     []queues.QueueStats{{Action: queues.Fetch, Skipped: 2}, {Action: queues.Build, Failed: 1}},
+			Failed:     []queues.FailedElement{{Element: "app.toml", Action: queues.Build, Error: "build-commands: `make` exited with status 2", LogPath: logPath}},
+			NotStarted: []queues.NotStarted{{Element: "top.toml", Reason: "dependency app.toml failed"}},
+		}},
+	}
+}
+
+func writeLog(t *testing.T) string {
+	p := filepath.Join(t.TempDir(), "app.log")
+	var lines []string
+	for i := 1; i <= 30; i++ {
+		lines = append(lines, "line "+string(rune('a'+i%26)))
+	}
+	lines = append(lines, "make: *** [all] Error 2")
+	if err := os.WriteFile(p, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestPlainLinesHaveBuildStreamShape(t *testing.T) {
+	log := writeLog(t)
+	var out bytes.Buffer
+	d := NewPlain(&out, Options{ErrorLines: 5})
+	for _, e := range session(log) {
+		d.Handle(e)
+	}
+	got := out.String()
+	for _, want := range []string{
+		"[--:--:--][1a2b3c4d][build:app.toml] START    " + log,
+		"[00:00:03][1a2b3c4d][build:app.toml] FAILURE  build-commands: `make` exited with status 2",
+		"    make: *** [all] Error 2\n",
+		"(full log: " + log + ")",
+		"  build: processed 0, skipped 0, failed 1",
+		"  app.toml (build): build-commands",
+		"  top.toml: dependency app.toml failed",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("plain output lacks %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "\x1b[") {
+		t.Error("plain output contains escape codes")
+	}
+	if strings.Contains(got, "STATUS") {
+		t.Error("status lines shown without --verbose")
+	}
+	if n := strings.Count(got, "    line "); n != 4 {
+		t.Errorf("want the last 5 log lines (4 'line' + the error), got %d 'line' lines", n)
+	}
+}
+
+func TestPlainVerboseShowsStatus(t *testing.T) {
+	var out bytes.Buffer
+	d := NewPlain(&out, Options{Verbose: true})
+	for _, e := range session("") {
+		d.Handle(e)
+	}
+	if !strings.Contains(out.String(), "[00:00:01][1a2b3c4d][build:app.toml] STATUS   build: make") {
+		t.Errorf("verbose status line missing:\n%s", out.String())
+	}
+}
+
+func TestJSONEventsAreOneObjectPerLine(t *testing.T) {
+	var out bytes.Buffer
+	d := NewJSON(&out, Options{})
+	for _, e := range session("/logs/app.log") {
+		d.Handle(e)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 5 {
+		t.Fatalf("want 5 JSON lines, got %d:\n%s", len(lines), out.String())
+	}
+	var end map[string]any
+	if err := json.Unmarshal([]byte(lines[3]), &end); err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range map[string]any{"event": "job-end", "action": "build", "element": "app.toml", "result": "failure", "duration": 3.0, "log": "/logs/app.log", "key": key} {
+		if end[k] != v {
+			t.Errorf("job-end %s = %v, want %v", k, end[k], v)
+		}
+	}
+	var last struct {
+		Event   string
+		Summary struct {
+			OK         bool
+			Queues     []map[string]any
+			NotStarted []map[string]any `json:"not-started"`
+		}
+	}
+	if err := json.Unmarshal([]byte(lines[4]), &last); err != nil {
+		t.Fatal(err)
+	}
+	if last.Event != "session-end" || last.Summary.OK || len(last.Summary.Queues) != 2 || len(last.Summary.NotStarted) != 1 {
+		t.Errorf("bad session-end: %s", lines[4])
+	}
+}
