@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
+	"os/signal"
 	"syscall"
 )
 
@@ -37,13 +39,10 @@ func Run(ctx context.Context, cfg Config, command string) error {
 		}
 	}
 	cmd.Stdout, cmd.Stderr = cfg.Stdout, cfg.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if cfg.Group == NewGroup {
-		cmd.SysProcAttr.Setsid = true // a new session is also a new process group
-	}
+	cmd.SysProcAttr = sysProcAttr(cfg.Group == NewGroup)
 	state, err := execute(ctx, cmd, cfg.Group, cfg.onStart)
 	if err != nil {
-		return fmt.Errorf("%s sandbox: %w", cfg.Kind, err)
+		return wrapError(ctx, cfg.Kind, err)
 	}
 	if code, sig := exitStatus(state); code != 0 {
 		return &ExitError{Command: command, ExitCode: code, Signal: sig}
@@ -55,8 +54,10 @@ func Run(ctx context.Context, cfg Config, command string) error {
 // would use, with stdin and cfg's Stdout and Stderr, for `gantry shell`.
 // argv[0] is looked up in the environment's PATH (the sysroot's first on the
 // host; the sandbox's under bwrap). The shell stays in the caller's process
-// group and session, so it can use the caller's terminal; the caller should
-// not die of the terminal's SIGINT meanwhile (handle or ignore it).
+// group and session, so it can use the caller's terminal. While it runs, the
+// caller's process does not die of SIGINT or SIGQUIT (Ctrl-C is the shell's);
+// a caller must not turn SIGINT into cancelling ctx meanwhile, and must not
+// ignore SIGINT (signal.Ignore), which the shell would inherit.
 //
 // It returns the exit code (128+signal if killed by a signal); err is set only
 // if the shell could not be run or ctx was cancelled (context.Cause(ctx)).
@@ -86,13 +87,29 @@ func Shell(ctx context.Context, cfg Config, argv []string, stdin io.Reader) (exi
 		}
 	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, cfg.Stdout, cfg.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = sysProcAttr(false)
+	defer keepForeground(stdin)()
+	// Like system(3): the terminal's SIGINT and SIGQUIT are for the shell;
+	// the caller must survive them. Caught (not ignored), so the shell
+	// still gets the default dispositions across exec.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGQUIT)
+	defer signal.Stop(sigs)
 	state, err := execute(ctx, cmd, CallerGroup, cfg.onStart)
 	if err != nil {
-		return -1, fmt.Errorf("%s sandbox: %w", cfg.Kind, err)
+		return -1, wrapError(ctx, cfg.Kind, err)
 	}
 	code, _ := exitStatus(state)
 	return code, nil
+}
+
+// wrapError says which sandbox failed, except for the cancellation cause,
+// which reaches the user verbatim.
+func wrapError(ctx context.Context, k Kind, err error) error {
+	if cause := context.Cause(ctx); cause != nil && err == cause {
+		return err
+	}
+	return fmt.Errorf("%s sandbox: %w", k, err)
 }
 
 func checkKind(k Kind) error {

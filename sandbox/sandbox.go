@@ -71,7 +71,8 @@ const (
 	// group of its own (Setsid: it also has no controlling terminal, so it
 	// cannot write to or inject input into the user's terminal). On
 	// cancellation Run signals the whole group, which includes every process
-	// the command started, in the sandbox or not.
+	// the command started, in the sandbox or not, and when the command exits
+	// Run kills whatever it left running in the group (on Linux).
 	//
 	// Use it when Run is called in-process and nobody outside needs to signal
 	// the command.
@@ -82,10 +83,11 @@ const (
 	// terminates by signalling the job's process group: the command and all
 	// of its children, including those inside bwrap's PID namespace, are in
 	// that group and receive those signals. (A NewGroup command would keep
-	// running while its job is stopped.) On cancellation Run signals only the
-	// command's own process: under bwrap that takes down the whole sandbox
-	// (--die-with-parent, PID namespace); on the host, children of sh that
-	// outlive it stay in the caller's group for the scheduler's group kill.
+	// running while its job is stopped.) On cancellation Run signals the
+	// command's process and its descendants (found in /proc on Linux; under
+	// bwrap, the sandbox dies with its bwrap process anyway). Background
+	// processes a host command leaves running when it exits normally are not
+	// killed by Run; they stay in the caller's group.
 	CallerGroup
 )
 

@@ -1,0 +1,199 @@
+//go:build linux
+
+package sandbox
+
+import (
+	"bytes"
+	"debug/elf"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// requireBwrap skips the test when bwrap does not work here, or fails it on CI.
+func requireBwrap(t *testing.T) {
+	t.Helper()
+	if ok, why := probeBwrap(); !ok {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("bwrap does not work here: %s", why)
+		}
+		t.Skipf("bwrap does not work here: %s; install bubblewrap (and busybox-static) to run this test, CI=true makes this a failure", why)
+	}
+}
+
+// busyboxApplets are linked into the test sysroot.
+var busyboxApplets = []string{
+	"cat", "cp", "echo", "env", "false", "hostname", "id", "kill", "ls", "mkdir",
+	"pwd", "rm", "sleep", "test", "touch", "true", "wc",
+}
+
+// busyboxSysroot stages a statically linked busybox as a minimal sysroot:
+// /bin/busybox, /bin/sh -> /bin/busybox (absolute, resolved inside the
+// sysroot), and relative links for the other applets.
+func busyboxSysroot(t *testing.T, sysroot string) {
+	t.Helper()
+	bb := "/bin/busybox"
+	if p, err := exec.LookPath("busybox"); err == nil {
+		bb = p
+	}
+	f, err := elf.Open(bb)
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("no busybox: %v", err)
+		}
+		t.Skipf("no busybox (%v): install busybox-static to run this test", err)
+	}
+	static := true
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			static = false
+		}
+	}
+	f.Close()
+	if !static {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("%s is dynamically linked: install busybox-static", bb)
+		}
+		t.Skipf("%s is dynamically linked: install busybox-static to run this test", bb)
+	}
+	data, err := os.ReadFile(bb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(sysroot, "bin", "busybox"), string(data), 0o755)
+	if err := os.Symlink("/bin/busybox", filepath.Join(sysroot, "bin", "sh")); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range busyboxApplets {
+		if err := os.Symlink("busybox", filepath.Join(sysroot, "bin", a)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// readyWriter collects output and closes ready when a line "ready" appears.
+type readyWriter struct {
+	mu    sync.Mutex
+	buf   bytes.Buffer
+	ready chan struct{}
+	once  sync.Once
+}
+
+func newReadyWriter() *readyWriter { return &readyWriter{ready: make(chan struct{})} }
+
+func (w *readyWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf.Write(p)
+	if strings.Contains("\n"+w.buf.String(), "\nready\n") {
+		w.once.Do(func() { close(w.ready) })
+	}
+	return len(p), nil
+}
+
+func (w *readyWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
+}
+
+// waitReady waits for the "ready" line, or for the command to end (errc).
+func waitReady(t *testing.T, w *readyWriter, errc <-chan error) {
+	t.Helper()
+	select {
+	case <-w.ready:
+	case err := <-errc:
+		t.Fatalf("command ended before it was ready: %v; output:\n%s", err, w)
+	case <-time.After(20 * time.Second):
+		t.Fatalf("command not ready after 20s; output:\n%s", w)
+	}
+}
+
+// procInfo is what the tests need to know about a process.
+type procInfo struct {
+	pid   int
+	state byte // R, S, T, Z, ...
+	pgrp  int
+	comm  string
+}
+
+func readProc(pid int) (procInfo, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return procInfo{}, false
+	}
+	s := string(b)
+	open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+	f := strings.Fields(s[end+1:])
+	pgrp, _ := strconv.Atoi(f[2])
+	return procInfo{pid: pid, state: f[0][0], pgrp: pgrp, comm: s[open+1 : end]}, true
+}
+
+// alive reports whether pid is a live (non-zombie) process.
+func alive(pid int) bool {
+	p, ok := readProc(pid)
+	return ok && p.state != 'Z'
+}
+
+// groupMembers returns the live processes of process group pgid.
+func groupMembers(pgid int) []procInfo {
+	var out []procInfo
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if p, ok := readProc(pid); ok && p.pgrp == pgid && p.state != 'Z' {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// eventually polls cond until it holds or 10s pass. For process states,
+// which the kernel changes asynchronously with no event to wait on.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// allStopped reports whether the group has at least min members, all
+// stopped (state T).
+func allStopped(pgid, min int) bool {
+	members := groupMembers(pgid)
+	for _, p := range members {
+		if p.state != 'T' && p.state != 't' {
+			return false
+		}
+	}
+	return len(members) >= min
+}
+
+func noneStopped(pgid int) bool {
+	for _, p := range groupMembers(pgid) {
+		if p.state == 'T' || p.state == 't' {
+			return false
+		}
+	}
+	return true
+}
+
+func describeGroup(pgid int) string {
+	var b strings.Builder
+	for _, p := range groupMembers(pgid) {
+		b.WriteString(strconv.Itoa(p.pid) + " " + string(p.state) + " " + p.comm + "\n")
+	}
+	return b.String()
+}

@@ -1,0 +1,38 @@
+//go:build !linux
+
+package sandbox
+
+import (
+	"errors"
+	"io"
+	"syscall"
+)
+
+// sysProcAttr starts the command, for newGroup, in a new session (and so a
+// new process group, without a controlling terminal). Without Pdeathsig the
+// command outlives a gantry that is killed outright.
+func sysProcAttr(newGroup bool) *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setsid: newGroup}
+}
+
+// waitExitedNoReap is not available: the command is reaped as it exits, and
+// what it left in its process group is not killed.
+func waitExitedNoReap(int) error {
+	return errors.ErrUnsupported
+}
+
+// processTree returns only root: without /proc, descendants are not found,
+// and cancelling a CallerGroup command signals only its own process.
+func processTree(root int) []procRef {
+	return []procRef{{pid: root}}
+}
+
+// startTime cannot tell processes apart here.
+func startTime(pid int) (string, bool) {
+	return "", syscall.Kill(pid, 0) == nil
+}
+
+// keepForeground does nothing here.
+func keepForeground(io.Reader) (restore func()) {
+	return func() {}
+}
