@@ -6,7 +6,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// sysProcAttr puts the child in its own process group (so the terminal's ^C
+// sysProcAttr puts the child in a new session and process group (so the terminal's ^C
 // and ^Z reach only gantry, and the job can be signalled as a whole) and kills
 // it if gantry dies.
 //
@@ -14,7 +14,7 @@ import (
 // its threads unless a goroutine locked to one exits, so Start must not be
 // called from a goroutine that calls runtime.LockOSThread.
 func sysProcAttr() *syscall.SysProcAttr {
-	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	return &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
 }
 
 // waitExitedNoReap blocks until pid has exited but leaves it a zombie, so its
