@@ -215,9 +215,17 @@ func (e *Element) parseSources(prims []toml.Primitive, lockRefs []string) error 
 		if err := t.done(allowed); err != nil {
 			return err
 		}
+		// Defaults that an explicit value (even "") overrides.
+		if s.Kind == source.Tar && !t.has("base-dir") {
+			s.BaseDir = "*" // strip a single top-level directory, as BuildStream does
+		}
+		if s.Kind == source.Patch && !t.has("strip-level") {
+			s.StripLevel = 1
+		}
 		if err := e.checkSource(i, &s); err != nil {
 			return err
 		}
+		s.Pinned = s.Ref != ""
 		if s.Ref == "" && i < len(lockRefs) {
 			s.Ref = lockRefs[i]
 		}
@@ -239,16 +247,12 @@ func (e *Element) checkSource(i int, s *source.Spec) error {
 		if filepath.IsAbs(s.Path) || strings.HasPrefix(filepath.Clean(s.Path), "..") {
 			return e.doc.valueError(path+".path", "%q must be a path inside the project", s.Path)
 		}
-		if s.Kind == source.Patch && !e.doc.md.IsDefined("sources", "strip-level") {
-			s.StripLevel = 1
-		}
+
 	default:
 		if s.URL == "" {
 			return &ProjectError{File: e.File, Line: e.doc.lineOf(path), Msg: fmt.Sprintf("%s source %d needs a url", s.Kind, i+1)}
 		}
-		if s.Kind == source.Tar && s.BaseDir == "" {
-			s.BaseDir = "*"
-		}
+
 	}
 	if s.Directory != "" && (filepath.IsAbs(s.Directory) || strings.HasPrefix(filepath.Clean(s.Directory), "..")) {
 		return e.doc.valueError(path+".directory", "%q must be a relative path inside the build root", s.Directory)

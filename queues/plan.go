@@ -42,8 +42,8 @@ func Plan(g *element.Graph, targets []*element.Element, opts PlanOptions) ([]*It
 		if _, ok := items[e]; ok {
 			return nil
 		}
-		if e.Key == "" {
-			return noRef(e)
+		if err := MissingRef(e); err != nil {
+			return err
 		}
 		it := &Item{Element: e, queue: -1}
 		items[e] = it
@@ -82,8 +82,12 @@ func Plan(g *element.Graph, targets []*element.Element, opts PlanOptions) ([]*It
 	return order, nil
 }
 
-// noRef finds the element (e or below) whose source lacks a ref.
-func noRef(e *element.Element) error {
+// MissingRef says which source (of e or below it) has no ref when e has no cache key,
+// and what to run; nil when e has a key.
+func MissingRef(e *element.Element) error {
+	if e.Key != "" {
+		return nil
+	}
 	seen := map[*element.Element]bool{}
 	var find func(e *element.Element) error
 	find = func(e *element.Element) error {

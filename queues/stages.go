@@ -69,3 +69,31 @@ func (q FetchQueue) Payload(it *Item) (json.RawMessage, error) { return q.Payloa
 func (FetchQueue) Done(*Item, job.Result) {}
 
 func (q FetchQueue) Retries() int { return q.NetworkRetries }
+
+// TrackQueue resolves each source's track (branch, tag, URL) to a ref.
+type TrackQueue struct {
+	PayloadFunc    func(it *Item) (json.RawMessage, error)
+	DoneFunc       func(it *Item, res job.Result)
+	NetworkRetries int
+}
+
+func (TrackQueue) Action() Action { return Track }
+
+func (TrackQueue) Status(it *Item) (Status, string) {
+	for i := range it.Element.Sources {
+		if it.Element.Sources[i].Trackable() {
+			return Ready, ""
+		}
+	}
+	return Skip, "nothing to track"
+}
+
+func (TrackQueue) Resources(*Item) resources.Request {
+	return resources.Request{Shared: []resources.Resource{resources.Download}}
+}
+
+func (q TrackQueue) Payload(it *Item) (json.RawMessage, error) { return q.PayloadFunc(it) }
+
+func (q TrackQueue) Done(it *Item, res job.Result) { q.DoneFunc(it, res) }
+
+func (q TrackQueue) Retries() int { return q.NetworkRetries }

@@ -1,5 +1,3 @@
-// Package source knows the source kinds of an element: how each is keyed, and (as the
-// network issues land) how it is tracked, fetched into the source cache and staged.
 package source
 
 import (
@@ -60,7 +58,14 @@ type Spec struct {
 	Submodules bool   `json:"submodules,omitempty"`
 	DotGit     bool   `json:"checkout-dot-git,omitempty"`
 	StripLevel int    `json:"strip-level,omitempty"`
+	// Pinned: the ref is written inline in the element, so `track` leaves it alone.
+	Pinned bool `json:"pinned,omitempty"`
 }
+
+// Trackable reports whether `gantry track` resolves a ref for the source: a versioned
+// source whose ref is not pinned inline (git follows Track, or the remote's HEAD; tar and
+// remote download the URL).
+func (s *Spec) Trackable() bool { return s.NeedsRef() && !s.Pinned }
 
 // NeedsRef reports whether the kind is versioned by a ref (as opposed to by content).
 func (s *Spec) NeedsRef() bool { return s.Kind == Tar || s.Kind == Git || s.Kind == Remote }
@@ -170,9 +175,15 @@ func Cached(dir string, s *Spec) bool {
 	case Local, Patch:
 		return true
 	case Tar, Remote:
-		_, err := os.Stat(filepath.Join(dir, "files", s.Ref))
-		return s.Ref != "" && err == nil
+		if !isSHA256(s.Ref) {
+			return false
+		}
+		_, err := os.Stat(cachedFile(dir, s.Ref))
+		return err == nil
+	case Git:
+		// The mirror holds the commit (git cat-file -e <ref>^{commit}), and the
+		// submodules' commits when they are wanted.
+		return gitCached(dir, s)
 	}
-	// git mirrors land with the network sources.
 	return false
 }

@@ -5,10 +5,13 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net/url"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"strconv"
+	"strings"
 )
 
 // StageOptions says where a source is staged from and to.
@@ -39,8 +42,92 @@ func Stage(ctx context.Context, s *Spec, o StageOptions) error {
 			return fmt.Errorf("applying %s in %s: `patch -p%d -i %s` failed: %w (see the log)", s.Describe(), dest, s.StripLevel, patch, err)
 		}
 		return nil
+	case Tar:
+		if err := stageTar(ctx, s, o, dest); err != nil {
+			return fmt.Errorf("staging %s: %w", s.Describe(), err)
+		}
+		return nil
+	case Remote:
+		if err := stageRemote(s, o, dest); err != nil {
+			return fmt.Errorf("staging %s: %w", s.Describe(), err)
+		}
+		return nil
+	case Git:
+		if err := stageGit(ctx, s, o, dest); err != nil {
+			return fmt.Errorf("staging %s at %s: %w", s.Describe(), s.Ref, err)
+		}
+		return nil
 	}
-	return fmt.Errorf("staging %s: %s sources cannot be staged yet", s.Describe(), s.Kind)
+	return fmt.Errorf("staging %s: unknown source kind %q", s.Describe(), s.Kind)
+}
+
+// stageTar extracts the cached archive into dest (see extractTar for base-dir and for
+// what is refused).
+func stageTar(ctx context.Context, s *Spec, o StageOptions, dest string) error {
+	f, err := openCachedFile(o.SourcesDir, s)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	open := func() (io.ReadCloser, error) {
+		if _, err := f.Seek(0, io.SeekStart); err != nil {
+			return nil, err
+		}
+		return decompress(ctx, f)
+	}
+	return extractTar(ctx, open, dest, s.BaseDir)
+}
+
+// stageRemote copies the cached file to dest/filename (default: the url's last path
+// element), mode 0755 when executable, else 0644.
+func stageRemote(s *Spec, o StageOptions, dest string) error {
+	name := s.Filename
+	if name == "" {
+		name = remoteFilename(s.URL)
+	}
+	if name == "" || name == "." || name == ".." || strings.ContainsAny(name, `/\`) {
+		return fmt.Errorf("bad file name %q: set filename to a plain file name", name)
+	}
+	in, err := openCachedFile(o.SourcesDir, s)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	mode := fs.FileMode(0o644)
+	if s.Executable {
+		mode = 0o755
+	}
+	target := filepath.Join(dest, name)
+	if info, err := os.Lstat(target); err == nil && info.IsDir() {
+		return fmt.Errorf("%s is a directory", target)
+	}
+	os.Remove(target) // a symlink there is replaced, not written through
+	out, err := os.OpenFile(target, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	if err := out.Chmod(mode); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+// remoteFilename is the last path element of a url, unescaped.
+func remoteFilename(rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return ""
+	}
+	p := u.Path
+	if p == "" {
+		p = u.Opaque
+	}
+	return path.Base(strings.TrimRight(p, "/"))
 }
 
 // CopyTree copies src (a file or directory) into dir dst, keeping modes and symlinks.

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -12,10 +11,10 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gantry-build/gantry/cache"
 	"github.com/gantry-build/gantry/element"
 	"github.com/gantry-build/gantry/queues"
 	"github.com/gantry-build/gantry/resources"
-	"github.com/gantry-build/gantry/source"
 	"github.com/gantry-build/gantry/ui"
 )
 
@@ -43,6 +42,7 @@ type buildOptions struct {
 	*globalOptions
 	schedulerFlags
 	retryFailed bool
+	track       bool
 }
 
 func newBuildCmd(g *globalOptions) *cobra.Command {
@@ -60,6 +60,7 @@ them. Ctrl-Z suspends every job and gantry; 'fg' resumes them.`,
 	}
 	opts.schedulerFlags.register(cmd)
 	cmd.Flags().BoolVar(&opts.retryFailed, "retry-failed", false, "build elements whose failed build is cached")
+	cmd.Flags().BoolVar(&opts.track, "track", false, "track every source first (writes gantry.lock), then build with the new refs")
 	return cmd
 }
 
@@ -148,6 +149,20 @@ func runBuild(opts *buildOptions, args []string) error {
 	if err != nil {
 		return err
 	}
+	if opts.track {
+		summary, changes, err := s.trackSession(display, c, g, g.Select(g.Targets, element.DepsAll), limits, onErr)
+		if err != nil {
+			return err
+		}
+		printChanges(opts.ios, changes)
+		if !summary.OK() {
+			return sessionError(summary)
+		}
+		// Keys are computed from the new refs.
+		if g, err = element.Load(s.project, s.lock, targetNames(g)); err != nil {
+			return err
+		}
+	}
 	stats, _ := c.LoadStats() // never fatal: a damaged stats file only loses estimates
 	q := cacheQuery{c}
 	items, err := queues.Plan(g, g.Targets, queues.PlanOptions{
@@ -161,17 +176,7 @@ func runBuild(opts *buildOptions, args []string) error {
 	if err != nil {
 		return err
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		return fmt.Errorf("finding the gantry executable to run jobs: %w", err)
-	}
-	fetch := queues.FetchQueue{
-		SourcesCached: func(it *queues.Item) bool { return q.SourcesCached(g.Project, it.Element) },
-		PayloadFunc: func(it *queues.Item) (json.RawMessage, error) {
-			return json.Marshal(fetchSpec{CacheDir: c.Root, ProjectRoot: g.Project.Root, Sources: it.Element.Sources})
-		},
-		NetworkRetries: s.networkRetries(),
-	}
+	fetch := s.fetchQueue(c, g)
 	build := queues.BuildQueue{PayloadFunc: func(it *queues.Item) (json.RawMessage, error) {
 		work, err := c.TempDir("build-")
 		if err != nil {
@@ -184,29 +189,67 @@ func runBuild(opts *buildOptions, args []string) error {
 		}
 		return json.Marshal(spec)
 	}}
+	summary, err := s.runScheduler(schedulerRun{
+		display: display, cache: c, limits: limits, onError: onErr,
+		queues: []queues.Queue{fetch, build}, items: items,
+		observe: func(e queues.Event) {
+			if end, ok := e.(queues.JobEnd); ok && end.Action == queues.Build && end.Result == queues.ResultSuccess {
+				stats.Observe(g.Project.Name+"/"+end.Element, end.Duration)
+			}
+		},
+	})
+	if err != nil {
+		return err
+	}
+	if err := c.SaveStats(stats); err != nil {
+		fmt.Fprintf(opts.ios.ErrOut, "gantry: warning: %v\n", err)
+	}
+	return sessionError(summary)
+}
+
+// schedulerRun is one scheduler session as the commands set it up.
+type schedulerRun struct {
+	display ui.Display
+	cache   *cache.Cache
+	limits  map[resources.Resource]int
+	onError element.OnError
+	queues  []queues.Queue
+	items   []*queues.Item
+	observe func(queues.Event) // sees every event before the display, on the display goroutine; may be nil
+}
+
+// runScheduler runs a session with signals forwarded, and waits until the display has
+// shown everything, summary included.
+func (s *session) runScheduler(r schedulerRun) (*queues.Summary, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("finding the gantry executable to run jobs: %w", err)
+	}
 	pub := queues.NewPublisher(func(e queues.Event) {
-		if end, ok := e.(queues.JobEnd); ok && end.Action == queues.Build && end.Result == queues.ResultSuccess {
-			stats.Observe(g.Project.Name+"/"+end.Element, end.Duration)
+		if r.observe != nil {
+			r.observe(e)
 		}
-		display.Handle(e)
+		r.display.Handle(e)
 	})
 	sched := queues.New(queues.Config{
-		Project: g.Project.Name,
-		Queues:  []queues.Queue{fetch, build},
-		Items:   items,
-		Pool:    resources.NewPool(limits),
+		Project: s.project.Name,
+		Queues:  r.queues,
+		Items:   r.items,
+		Pool:    resources.NewPool(r.limits),
 		Runner:  queues.ProcessRunner{Command: []string{exe, jobCommand}, Grace: 5 * time.Second},
-		OnError: onErr,
-		LogDir:  c.LogsDir(),
+		OnError: r.onError,
+		LogDir:  r.cache.LogsDir(),
 		Publish: pub.Publish,
 	})
 	stopSignals := forwardSignals(sched)
 	summary := sched.Run()
 	stopSignals()
 	pub.Close()
-	if err := c.SaveStats(stats); err != nil {
-		fmt.Fprintf(opts.ios.ErrOut, "gantry: warning: %v\n", err)
-	}
+	return summary, nil
+}
+
+// sessionError turns a session's summary into the command's error (exit code).
+func sessionError(summary *queues.Summary) error {
 	switch {
 	case summary.Interrupted:
 		return errInterrupted
@@ -223,11 +266,19 @@ func (s *session) networkRetries() int {
 	return 2
 }
 
-// fetchSpec is the payload of a fetch job.
-type fetchSpec struct {
-	CacheDir    string        `json:"cache-dir"`
-	ProjectRoot string        `json:"project-root"`
-	Sources     []source.Spec `json:"sources"`
+// sourcesPayload is the payload of a fetch or track job for an element.
+func (s *session) sourcesPayload(c *cache.Cache, e *element.Element) (json.RawMessage, error) {
+	return json.Marshal(sourcesSpec{CacheDir: c.Root, ProjectRoot: s.project.Root, SourcesDir: c.SourcesDir(), Sources: e.Sources})
+}
+
+// fetchQueue fetches the sources of elements that are not cached.
+func (s *session) fetchQueue(c *cache.Cache, g *element.Graph) queues.FetchQueue {
+	q := cacheQuery{c}
+	return queues.FetchQueue{
+		SourcesCached:  func(it *queues.Item) bool { return q.SourcesCached(g.Project, it.Element) },
+		PayloadFunc:    func(it *queues.Item) (json.RawMessage, error) { return s.sourcesPayload(c, it.Element) },
+		NetworkRetries: s.networkRetries(),
+	}
 }
 
 // display picks the progress display for --ui.
@@ -284,4 +335,10 @@ func forwardSignals(sched *queues.Scheduler) (stop func()) {
 	}
 }
 
-var errNoFetch = errors.New("fetching network sources (tar, git, remote) is not supported yet")
+func targetNames(g *element.Graph) []string {
+	names := make([]string, len(g.Targets))
+	for i, t := range g.Targets {
+		names[i] = t.Name
+	}
+	return names
+}

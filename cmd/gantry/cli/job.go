@@ -17,19 +17,70 @@ const jobCommand = "__job"
 func runJob() int {
 	return job.RunChild(map[string]job.Handler{
 		"build": element.Assemble,
-		"fetch": runFetch,
+		"fetch": fetchJob,
+		"track": trackJob,
 	})
 }
 
-func runFetch(ctx context.Context, spec job.Spec, r *job.Reporter) (job.Result, error) {
-	var fs fetchSpec
-	if err := json.Unmarshal(spec.Payload, &fs); err != nil {
-		return job.Result{}, fmt.Errorf("reading fetch spec: %w", err)
+// sourcesSpec is the payload of fetch and track jobs.
+type sourcesSpec struct {
+	CacheDir    string        `json:"cache-dir"`
+	ProjectRoot string        `json:"project-root"`
+	SourcesDir  string        `json:"sources-dir"`
+	Sources     []source.Spec `json:"sources"`
+}
+
+func (sp *sourcesSpec) options(r *job.Reporter) source.FetchOptions {
+	return source.FetchOptions{SourcesDir: sp.SourcesDir, ProjectRoot: sp.ProjectRoot, Log: r.Writer(), Progress: r.Progress}
+}
+
+func decodeSources(spec job.Spec) (*sourcesSpec, error) {
+	var sp sourcesSpec
+	if err := json.Unmarshal(spec.Payload, &sp); err != nil {
+		return nil, fmt.Errorf("reading %s spec: %w", spec.Action, err)
 	}
-	for i, s := range fs.Sources {
-		if s.Kind != source.Local && s.Kind != source.Patch {
-			return job.Result{}, fmt.Errorf("source %d (%s): %w", i+1, s.Describe(), errNoFetch)
+	return &sp, nil
+}
+
+// fetchJob downloads every source of an element into the source cache.
+func fetchJob(ctx context.Context, spec job.Spec, r *job.Reporter) (job.Result, error) {
+	sp, err := decodeSources(spec)
+	if err != nil {
+		return job.Result{}, err
+	}
+	for i := range sp.Sources {
+		s := &sp.Sources[i]
+		if source.Cached(sp.SourcesDir, s) {
+			continue
+		}
+		r.Status("fetching " + s.Describe())
+		if err := source.Fetch(ctx, s, sp.options(r)); err != nil {
+			return job.Result{Temporary: source.IsTemporary(err)}, fmt.Errorf("source %d: %w", i+1, err)
 		}
 	}
 	return job.Result{OK: true}, nil
+}
+
+// trackJob resolves each tracked source to a ref. Result.Data holds the refs by source
+// index ("" for sources that are not tracked).
+func trackJob(ctx context.Context, spec job.Spec, r *job.Reporter) (job.Result, error) {
+	sp, err := decodeSources(spec)
+	if err != nil {
+		return job.Result{}, err
+	}
+	refs := make([]string, len(sp.Sources))
+	for i := range sp.Sources {
+		s := &sp.Sources[i]
+		if !s.Trackable() {
+			continue
+		}
+		r.Status("tracking " + s.Describe() + " " + s.Track)
+		ref, err := source.Track(ctx, s, sp.options(r))
+		if err != nil {
+			return job.Result{Temporary: source.IsTemporary(err)}, fmt.Errorf("source %d: %w", i+1, err)
+		}
+		refs[i] = ref
+	}
+	data, err := json.Marshal(refs)
+	return job.Result{OK: true, Data: data}, err
 }

@@ -56,6 +56,8 @@ Run 'gantry init' to start one, 'gantry show' to inspect it.`,
 
 	root.AddCommand(
 		newShowCmd(opts),
+		newTrackCmd(opts),
+		newFetchCmd(opts),
 		newBuildCmd(opts),
 		newArtifactCmd(opts),
 		newShellCmd(opts),

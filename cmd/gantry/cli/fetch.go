@@ -1,0 +1,79 @@
+package cli
+
+import (
+	"github.com/spf13/cobra"
+
+	"github.com/gantry-build/gantry/element"
+	"github.com/gantry-build/gantry/queues"
+)
+
+type fetchOptions struct {
+	*globalOptions
+	schedulerFlags
+	deps string
+}
+
+func newFetchCmd(g *globalOptions) *cobra.Command {
+	opts := &fetchOptions{globalOptions: g}
+	cmd := &cobra.Command{
+		Use:   "fetch [ELEMENT...]",
+		Short: "Download elements' sources into the source cache",
+		Long: `Fetch downloads the sources of the elements into the source cache, so that a
+build needs no network. With --deps plan (the default) it fetches what 'gantry build'
+would build: cached elements need no sources.`,
+		RunE: func(cmd *cobra.Command, args []string) error { return runFetchCmd(opts, args) },
+	}
+	opts.schedulerFlags.register(cmd)
+	cmd.Flags().StringVar(&opts.deps, "deps", "plan", "which elements: plan (what a build needs), none, run, build or all")
+	return cmd
+}
+
+func runFetchCmd(opts *fetchOptions, args []string) error {
+	display, err := opts.display()
+	if err != nil {
+		return err
+	}
+	s, err := opts.load()
+	if err != nil {
+		return err
+	}
+	limits, onErr, _, err := s.limits(&opts.schedulerFlags)
+	if err != nil {
+		return err
+	}
+	g, err := s.loadGraph(args)
+	if err != nil {
+		return err
+	}
+	c, err := s.openCache()
+	if err != nil {
+		return err
+	}
+	q := cacheQuery{c}
+	var items []*queues.Item
+	if opts.deps == "plan" {
+		items, err = queues.Plan(g, g.Targets, queues.PlanOptions{
+			Artifact: func(e *element.Element) element.ArtifactStatus { return q.Artifact(g.Project.Name, e.Name, e.Key) },
+		})
+		if err != nil {
+			return err
+		}
+	} else {
+		deps, err := element.ParseDeps(opts.deps)
+		if err != nil {
+			return usagef("%v", err)
+		}
+		for _, e := range g.Select(g.Targets, deps) {
+			if err := queues.MissingRef(e); err != nil {
+				return err
+			}
+			items = append(items, &queues.Item{Element: e})
+		}
+	}
+	summary, err := s.runScheduler(schedulerRun{display: display, cache: c, limits: limits, onError: onErr,
+		queues: []queues.Queue{s.fetchQueue(c, g)}, items: items})
+	if err != nil {
+		return err
+	}
+	return sessionError(summary)
+}

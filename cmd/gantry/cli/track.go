@@ -1,0 +1,150 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gantry-build/gantry/cache"
+	"github.com/gantry-build/gantry/element"
+	"github.com/gantry-build/gantry/job"
+	"github.com/gantry-build/gantry/queues"
+	"github.com/gantry-build/gantry/resources"
+	"github.com/gantry-build/gantry/ui"
+)
+
+type trackOptions struct {
+	*globalOptions
+	schedulerFlags
+	deps string
+}
+
+func newTrackCmd(g *globalOptions) *cobra.Command {
+	opts := &trackOptions{globalOptions: g}
+	cmd := &cobra.Command{
+		Use:   "track [ELEMENT...]",
+		Short: "Resolve sources' track (branch, tag, URL) to refs and write gantry.lock",
+		Long: `Track resolves each source's 'track' to an exact ref — a git commit, a tarball's
+sha256 — and records it in gantry.lock at the project root (written atomically, sorted,
+one line per element). Refs written inline in an element are pinned and left alone.
+It prints what changed, old ref → new ref.`,
+		RunE: func(cmd *cobra.Command, args []string) error { return runTrack(opts, args) },
+	}
+	opts.schedulerFlags.register(cmd)
+	cmd.Flags().StringVar(&opts.deps, "deps", "none", "also track dependencies: none or all")
+	return cmd
+}
+
+// refChange is one source whose ref track changed.
+type refChange struct {
+	element string
+	source  int
+	desc    string
+	old     string
+	new     string
+}
+
+func runTrack(opts *trackOptions, args []string) error {
+	deps, err := element.ParseDeps(opts.deps)
+	if err != nil || (deps != element.DepsNone && deps != element.DepsAll) {
+		return usagef("--deps %q: use none or all", opts.deps)
+	}
+	display, err := opts.display()
+	if err != nil {
+		return err
+	}
+	s, err := opts.load()
+	if err != nil {
+		return err
+	}
+	limits, onErr, _, err := s.limits(&opts.schedulerFlags)
+	if err != nil {
+		return err
+	}
+	g, err := s.loadGraph(args)
+	if err != nil {
+		return err
+	}
+	c, err := s.openCache()
+	if err != nil {
+		return err
+	}
+	summary, changes, err := s.trackSession(display, c, g, g.Select(g.Targets, deps), limits, onErr)
+	if err != nil {
+		return err
+	}
+	printChanges(opts.ios, changes)
+	if len(changes) == 0 && summary.OK() {
+		fmt.Fprintln(opts.ios.ErrOut, "all refs are up to date")
+	}
+	return sessionError(summary)
+}
+
+// trackSession runs the Track queue over elements and writes gantry.lock with what it
+// resolved (also after a failure: what was tracked is kept).
+func (s *session) trackSession(display ui.Display, c *cache.Cache, g *element.Graph, elements []*element.Element, limits map[resources.Resource]int, onErr element.OnError) (*queues.Summary, []refChange, error) {
+	var changes []refChange
+	items := make([]*queues.Item, len(elements))
+	for i, e := range elements {
+		items[i] = &queues.Item{Element: e}
+	}
+	track := queues.TrackQueue{
+		PayloadFunc: func(it *queues.Item) (json.RawMessage, error) { return s.sourcesPayload(c, it.Element) },
+		// Runs on the scheduler goroutine: the lock is touched by nobody else meanwhile.
+		DoneFunc: func(it *queues.Item, res job.Result) {
+			var refs []string
+			if json.Unmarshal(res.Data, &refs) != nil {
+				return
+			}
+			e := it.Element
+			locked := s.lock.Refs(e.Name)
+			merged := make([]string, len(e.Sources))
+			for i, src := range e.Sources {
+				old := ""
+				if i < len(locked) {
+					old = locked[i]
+				}
+				merged[i] = old
+				if i < len(refs) && refs[i] != "" {
+					merged[i] = refs[i]
+					if refs[i] != old {
+						changes = append(changes, refChange{element: e.Name, source: i + 1, desc: src.Describe(), old: old, new: refs[i]})
+					}
+				}
+			}
+			if slices.ContainsFunc(merged, func(r string) bool { return r != "" }) {
+				s.lock.Set(e.Name, merged)
+			}
+		},
+		NetworkRetries: s.networkRetries(),
+	}
+	summary, err := s.runScheduler(schedulerRun{display: display, cache: c, limits: limits, onError: onErr,
+		queues: []queues.Queue{track}, items: items})
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(changes) > 0 {
+		if err := s.lock.Write(); err != nil {
+			return nil, nil, err
+		}
+	}
+	return summary, changes, nil
+}
+
+func shortRef(r string) string {
+	switch {
+	case r == "":
+		return "(none)"
+	case len(r) > 12:
+		return r[:12]
+	}
+	return r
+}
+
+func printChanges(ios *IOStreams, changes []refChange) {
+	for _, ch := range changes {
+		fmt.Fprintf(ios.ErrOut, "%s: source %d (%s): %s → %s\n", ch.element, ch.source, ch.desc, shortRef(ch.old), shortRef(ch.new))
+	}
+}

@@ -1,0 +1,424 @@
+package source
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// tarServer serves tarballs on 127.0.0.1 and misbehaves on purpose, by path:
+//
+//	/ok/NAME     the file NAME
+//	/flaky/NAME  503 on the first request, then the file
+//	/truncated   announces more bytes than it sends
+//	/wrong       other bytes than the test expects
+//	/stall       headers, then nothing until the client gives up
+//	/status/N    HTTP status N
+type tarServer struct {
+	*httptest.Server
+	files    map[string][]byte
+	requests atomic.Int64
+	flaky    sync.Map // name → already failed
+}
+
+func newTarServer(t *testing.T, files map[string][]byte) *tarServer {
+	s := &tarServer{files: files}
+	stop := make(chan struct{})
+	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.requests.Add(1)
+		kind, name, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/"), "/")
+		switch kind {
+		case "ok":
+			s.serve(w, name)
+		case "flaky":
+			if _, failed := s.flaky.LoadOrStore(name, true); !failed {
+				http.Error(w, "try later", http.StatusServiceUnavailable)
+				return
+			}
+			s.serve(w, name)
+		case "truncated":
+			w.Header().Set("Content-Length", "100000")
+			w.Write([]byte("only the beginning"))
+		case "wrong":
+			w.Write([]byte("not what you expected"))
+		case "stall":
+			w.Header().Set("Content-Length", "1000")
+			w.WriteHeader(http.StatusOK)
+			w.(http.Flusher).Flush()
+			select {
+			case <-r.Context().Done():
+			case <-stop:
+			}
+		case "status":
+			code, _ := strconv.Atoi(name)
+			http.Error(w, "nope", code)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(s.Close)
+	t.Cleanup(func() { close(stop) }) // runs first: frees a stalled handler
+	return s
+}
+
+func (s *tarServer) serve(w http.ResponseWriter, name string) {
+	b, ok := s.files[name]
+	if !ok {
+		http.Error(w, "no such file", http.StatusNotFound)
+		return
+	}
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.Write(b)
+}
+
+func fetchOpts(t *testing.T) FetchOptions {
+	return FetchOptions{SourcesDir: filepath.Join(t.TempDir(), "sources"), IdleTimeout: 5 * time.Second}
+}
+
+func TestFetchTarAndStage(t *testing.T) {
+	archive := gzipped(t, makeTar(t,
+		dir("hello-1.0/"), file("hello-1.0/README", "hi\n"), exe("hello-1.0/configure", "#!/bin/sh\n"),
+		symlink("hello-1.0/LINK", "README")))
+	srv := newTarServer(t, map[string][]byte{"hello.tar.gz": archive})
+	o := fetchOpts(t)
+	var lastDone, lastTotal int64
+	o.Progress = func(done, total int64) { lastDone, lastTotal = done, total }
+	s := &Spec{Kind: Tar, URL: srv.URL + "/ok/hello.tar.gz", Ref: sha(archive), BaseDir: "*"}
+
+	if Cached(o.SourcesDir, s) {
+		t.Fatal("Cached before fetching")
+	}
+	if err := Fetch(context.Background(), s, o); err != nil {
+		t.Fatal(err)
+	}
+	if !Cached(o.SourcesDir, s) {
+		t.Fatal("not Cached after fetching")
+	}
+	if lastDone != int64(len(archive)) || lastTotal != int64(len(archive)) {
+		t.Errorf("last progress = %d/%d, want %d/%d", lastDone, lastTotal, len(archive), len(archive))
+	}
+	if got := readFile(t, filepath.Join(o.SourcesDir, "files", s.Ref)); got != string(archive) {
+		t.Error("the cached file is not the archive")
+	}
+	if entries, _ := os.ReadDir(filepath.Join(o.SourcesDir, "tmp")); len(entries) != 0 {
+		t.Errorf("tmp/ keeps %d entries", len(entries))
+	}
+
+	// Fetching again is a no-op without the network.
+	before := srv.requests.Load()
+	if err := Fetch(context.Background(), s, o); err != nil {
+		t.Fatal(err)
+	}
+	if n := srv.requests.Load() - before; n != 0 {
+		t.Errorf("a cached fetch made %d requests", n)
+	}
+
+	build := t.TempDir()
+	s.Directory = "src"
+	if err := Stage(context.Background(), s, StageOptions{SourcesDir: o.SourcesDir, BuildRoot: build}); err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Join(listTree(t, filepath.Join(build, "src")), " ")
+	if want := "LINK->README README=hi\n configure=#!/bin/sh\n"; got != want {
+		t.Errorf("staged %q, want %q", got, want)
+	}
+	info, err := os.Stat(filepath.Join(build, "src", "configure"))
+	if err != nil || info.Mode().Perm() != 0o755 {
+		t.Errorf("configure mode = %v, %v; want 0755", info.Mode(), err)
+	}
+	if !info.ModTime().Equal(testTime) {
+		t.Errorf("configure mtime = %v, want the archive's %v", info.ModTime(), testTime)
+	}
+}
+
+func TestTrackTarDownloadsIntoCache(t *testing.T) {
+	archive := makeTar(t, file("a", "1"))
+	srv := newTarServer(t, map[string][]byte{"a.tar": archive})
+	o := fetchOpts(t)
+	s := &Spec{Kind: Tar, URL: srv.URL + "/ok/a.tar"}
+	ref, err := Track(context.Background(), s, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ref != sha(archive) {
+		t.Fatalf("Track = %s, want %s", ref, sha(archive))
+	}
+	if s.Ref != "" {
+		t.Error("Track changed the spec")
+	}
+	s.Ref = ref
+	before := srv.requests.Load()
+	if !Cached(o.SourcesDir, s) {
+		t.Error("tracked source not Cached")
+	}
+	if err := Fetch(context.Background(), s, o); err != nil {
+		t.Fatal(err)
+	}
+	if srv.requests.Load() != before {
+		t.Error("Fetch after Track used the network")
+	}
+}
+
+func TestFetchErrors(t *testing.T) {
+	archive := gzipped(t, makeTar(t, file("a", "1")))
+	srv := newTarServer(t, map[string][]byte{"a.tar.gz": archive})
+	tests := []struct {
+		path      string
+		temporary bool
+		status    int
+		contains  []string
+	}{
+		{path: "/status/404", status: 404, contains: []string{"404"}},
+		{path: "/status/403", status: 403, contains: []string{"403"}},
+		{path: "/status/429", status: 429, temporary: true, contains: []string{"429"}},
+		{path: "/status/408", status: 408, temporary: true},
+		{path: "/status/500", status: 500, temporary: true},
+		{path: "/status/503", status: 503, temporary: true, contains: []string{"503 Service Unavailable"}},
+		{path: "/truncated", temporary: true, contains: []string{"18 of 100000 bytes"}},
+		{path: "/wrong", contains: []string{"checksum mismatch", sha(archive), sha([]byte("not what you expected"))}},
+	}
+	for _, tt := range tests {
+		t.Run(strings.ReplaceAll(tt.path[1:], "/", "-"), func(t *testing.T) {
+			o := fetchOpts(t)
+			s := &Spec{Kind: Tar, URL: srv.URL + tt.path, Ref: sha(archive)}
+			err := Fetch(context.Background(), s, o)
+			if err == nil {
+				t.Fatal("Fetch succeeded")
+			}
+			t.Log(err)
+			if IsTemporary(err) != tt.temporary {
+				t.Errorf("IsTemporary = %t, want %t: %v", !tt.temporary, tt.temporary, err)
+			}
+			if !strings.Contains(err.Error(), s.URL) {
+				t.Errorf("error does not name the url: %v", err)
+			}
+			for _, c := range tt.contains {
+				if !strings.Contains(err.Error(), c) {
+					t.Errorf("error does not contain %q: %v", c, err)
+				}
+			}
+			var ne *NetworkError
+			if tt.status != 0 && (!errors.As(err, &ne) || ne.Status != tt.status) {
+				t.Errorf("error is not a NetworkError with status %d: %#v", tt.status, err)
+			}
+			if Cached(o.SourcesDir, s) {
+				t.Error("a failed fetch left the source Cached")
+			}
+			if entries, _ := os.ReadDir(filepath.Join(o.SourcesDir, "tmp")); len(entries) != 0 {
+				t.Errorf("a failed fetch left %d files in tmp/", len(entries))
+			}
+		})
+	}
+}
+
+func TestFetchUnavailableThenAvailable(t *testing.T) {
+	archive := makeTar(t, file("a", "1"))
+	srv := newTarServer(t, map[string][]byte{"a.tar": archive})
+	o := fetchOpts(t)
+	s := &Spec{Kind: Tar, URL: srv.URL + "/flaky/a.tar", Ref: sha(archive)}
+	err := Fetch(context.Background(), s, o)
+	if !IsTemporary(err) {
+		t.Fatalf("first fetch: want a temporary error, got %v", err)
+	}
+	if err := Fetch(context.Background(), s, o); err != nil {
+		t.Fatalf("second fetch: %v", err)
+	}
+	if !Cached(o.SourcesDir, s) {
+		t.Error("not Cached after the second fetch")
+	}
+}
+
+func TestFetchStallTimesOut(t *testing.T) {
+	srv := newTarServer(t, nil)
+	o := fetchOpts(t)
+	o.IdleTimeout = 200 * time.Millisecond
+	s := &Spec{Kind: Tar, URL: srv.URL + "/stall", Ref: strings.Repeat("0", 64)}
+	start := time.Now()
+	err := Fetch(context.Background(), s, o)
+	elapsed := time.Since(start)
+	t.Log(err)
+	if !IsTemporary(err) {
+		t.Fatalf("want a temporary error, got %v", err)
+	}
+	if !strings.Contains(err.Error(), "no data received for 200ms") {
+		t.Errorf("error does not say it stalled: %v", err)
+	}
+	if elapsed > 5*time.Second {
+		t.Errorf("the stalled fetch took %v", elapsed)
+	}
+}
+
+func TestFetchCancelled(t *testing.T) {
+	srv := newTarServer(t, nil)
+	o := fetchOpts(t)
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cause := errors.New("interrupted by user")
+	time.AfterFunc(50*time.Millisecond, func() { cancel(cause) })
+	err := Fetch(ctx, &Spec{Kind: Tar, URL: srv.URL + "/stall", Ref: strings.Repeat("0", 64)}, o)
+	if !errors.Is(err, cause) {
+		t.Fatalf("want the cancel cause, got %v", err)
+	}
+	if IsTemporary(err) {
+		t.Error("a cancelled fetch is temporary")
+	}
+}
+
+func TestFetchConnectionRefusedIsTemporary(t *testing.T) {
+	srv := httptest.NewServer(http.NotFoundHandler())
+	url := srv.URL
+	srv.Close()
+	err := Fetch(context.Background(), &Spec{Kind: Tar, URL: url + "/a.tar", Ref: strings.Repeat("0", 64)}, fetchOpts(t))
+	if !IsTemporary(err) {
+		t.Fatalf("want a temporary error, got %v", err)
+	}
+}
+
+func TestFetchFileURL(t *testing.T) {
+	archive := zstded(t, makeTar(t, file("pkg/a", "from a file url")))
+	p := filepath.Join(t.TempDir(), "pkg.tar.zst")
+	if err := os.WriteFile(p, archive, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	o := fetchOpts(t)
+	s := &Spec{Kind: Tar, URL: "file://" + p, BaseDir: "*"}
+	ref, err := Track(context.Background(), s, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Ref = ref
+	if err := Fetch(context.Background(), s, o); err != nil {
+		t.Fatal(err)
+	}
+	build := t.TempDir()
+	if err := Stage(context.Background(), s, StageOptions{SourcesDir: o.SourcesDir, BuildRoot: build}); err != nil {
+		t.Fatal(err)
+	}
+	if got := readFile(t, filepath.Join(build, "a")); got != "from a file url" {
+		t.Errorf("staged %q", got)
+	}
+
+	missing := &Spec{Kind: Tar, URL: "file://" + p + ".missing", Ref: ref}
+	err = Fetch(context.Background(), missing, fetchOpts(t))
+	if err == nil || IsTemporary(err) || !strings.Contains(err.Error(), missing.URL) {
+		t.Errorf("missing file: want a permanent error naming the url, got %v", err)
+	}
+}
+
+func TestFetchRejectsBadRef(t *testing.T) {
+	err := Fetch(context.Background(), &Spec{Kind: Tar, URL: "http://127.0.0.1:1/a.tar", Ref: "../../etc/passwd"}, fetchOpts(t))
+	if err == nil || !strings.Contains(err.Error(), "not a sha256") {
+		t.Fatalf("want a bad-ref error, got %v", err)
+	}
+	if Cached(t.TempDir(), &Spec{Kind: Tar, Ref: "../x"}) {
+		t.Error("Cached with a path as ref")
+	}
+}
+
+func TestRemote(t *testing.T) {
+	body := []byte("#!/bin/sh\necho tool\n")
+	srv := newTarServer(t, map[string][]byte{"tool.sh": body})
+	o := fetchOpts(t)
+	s := &Spec{Kind: Remote, URL: srv.URL + "/ok/tool.sh", Ref: sha(body), Directory: "bin", Executable: true}
+	if err := Fetch(context.Background(), s, o); err != nil {
+		t.Fatal(err)
+	}
+	build := t.TempDir()
+	so := StageOptions{SourcesDir: o.SourcesDir, BuildRoot: build}
+	if err := Stage(context.Background(), s, so); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(build, "bin", "tool.sh")
+	info, err := os.Stat(p)
+	if err != nil || info.Mode().Perm() != 0o755 || readFile(t, p) != string(body) {
+		t.Fatalf("staged %v %v", info, err)
+	}
+
+	named := *s
+	named.Filename, named.Executable = "renamed.txt", false
+	if err := Stage(context.Background(), &named, so); err != nil {
+		t.Fatal(err)
+	}
+	info, err = os.Stat(filepath.Join(build, "bin", "renamed.txt"))
+	if err != nil || info.Mode().Perm() != 0o644 {
+		t.Fatalf("renamed: %v %v", info, err)
+	}
+
+	bad := *s
+	bad.Filename = "../escape"
+	if err := Stage(context.Background(), &bad, so); err == nil {
+		t.Error("a filename with a slash was staged")
+	}
+}
+
+func TestStageNotFetched(t *testing.T) {
+	s := &Spec{Kind: Tar, URL: "http://127.0.0.1:1/a.tar", Ref: strings.Repeat("a", 64)}
+	err := Stage(context.Background(), s, StageOptions{SourcesDir: t.TempDir(), BuildRoot: t.TempDir()})
+	if err == nil || !strings.Contains(err.Error(), "gantry fetch") {
+		t.Fatalf("want a not-fetched error, got %v", err)
+	}
+}
+
+func TestStageDetectsCorruptCache(t *testing.T) {
+	archive := makeTar(t, file("a", "1"))
+	o := fetchOpts(t)
+	s := &Spec{Kind: Tar, URL: "file:///x", Ref: sha(archive)}
+	os.MkdirAll(filepath.Join(o.SourcesDir, "files"), 0o755)
+	os.WriteFile(filepath.Join(o.SourcesDir, "files", s.Ref), []byte("garbage"), 0o644)
+	err := Stage(context.Background(), s, StageOptions{SourcesDir: o.SourcesDir, BuildRoot: t.TempDir()})
+	if err == nil || !strings.Contains(err.Error(), "corrupt") {
+		t.Fatalf("want a corruption error, got %v", err)
+	}
+}
+
+func TestProgress(t *testing.T) {
+	big := make([]byte, 1<<20)
+	for i := range big {
+		big[i] = byte(i * 7)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/chunked" {
+			w.Write(big[:1000]) // no Content-Length: flushed before the end
+			w.(http.Flusher).Flush()
+			w.Write(big[1000:])
+			return
+		}
+		w.Header().Set("Content-Length", strconv.Itoa(len(big)))
+		w.Write(big)
+	}))
+	defer srv.Close()
+	for _, tt := range []struct {
+		path  string
+		total int64
+	}{{"/sized", int64(len(big))}, {"/chunked", 0}} {
+		t.Run(tt.path[1:], func(t *testing.T) {
+			o := fetchOpts(t)
+			var calls []int64
+			o.Progress = func(done, total int64) {
+				if total != tt.total {
+					t.Errorf("total = %d, want %d", total, tt.total)
+				}
+				calls = append(calls, done)
+			}
+			if err := Fetch(context.Background(), &Spec{Kind: Remote, URL: srv.URL + tt.path, Ref: sha(big)}, o); err != nil {
+				t.Fatal(err)
+			}
+			if len(calls) < 2 || calls[len(calls)-1] != int64(len(big)) {
+				t.Fatalf("progress calls %v", calls)
+			}
+			for i := 1; i < len(calls); i++ {
+				if calls[i] < calls[i-1] {
+					t.Fatalf("progress went backwards: %v", calls)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,570 @@
+package source
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Git sources are kept as bare mirrors in the source cache (git/<sha256(url)[:16]>-<name>),
+// made by `git clone --mirror` and updated by `git fetch --prune`. A mirror never runs
+// gc by itself (gc.auto = 0), so a commit once fetched stays even when upstream drops
+// the branch that held it. A mirror is changed only under its lock file (<mirror>.lock).
+//
+// Submodules (submodules = true) are mirrored the same way, each under its own url, at
+// the commit the superproject records; staging checks them out from their mirrors, so a
+// build needs no network for them either.
+
+// maxSubmoduleDepth bounds the recursion through submodules of submodules.
+const maxSubmoduleDepth = 8
+
+// mirrorPath is where the mirror of url lives.
+func mirrorPath(sourcesDir, url string) string {
+	sum := sha256.Sum256([]byte(url))
+	return filepath.Join(sourcesDir, gitDir, hex.EncodeToString(sum[:])[:16]+"-"+repoName(url))
+}
+
+var unsafeNameChars = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
+
+// repoName is a readable name for the mirror of url: its last path element.
+func repoName(url string) string {
+	s := strings.TrimRight(url, "/")
+	if i := strings.LastIndexAny(s, "/:"); i >= 0 {
+		s = s[i+1:]
+	}
+	s = unsafeNameChars.ReplaceAllString(s, "_")
+	if strings.Trim(s, ".") == "" {
+		return "repo"
+	}
+	return s
+}
+
+var commitID = regexp.MustCompile(`^([0-9a-f]{40}|[0-9a-f]{64})$`)
+
+func checkCommitRef(s *Spec) error {
+	switch {
+	case s.Ref == "":
+		return fmt.Errorf("no ref; run `gantry track` first")
+	case !commitID.MatchString(s.Ref):
+		return fmt.Errorf("ref %q is not a full commit id (40 or 64 lowercase hex digits)", s.Ref)
+	}
+	return nil
+}
+
+// gitCached reports whether the mirror of s holds its commit, and those of its
+// submodules when they are wanted.
+func gitCached(sourcesDir string, s *Spec) bool {
+	if checkCommitRef(s) != nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return gitCachedAt(ctx, sourcesDir, s.URL, s.Ref, s.Submodules, 0)
+}
+
+func gitCachedAt(ctx context.Context, sourcesDir, url, ref string, submodules bool, depth int) bool {
+	m := mirrorPath(sourcesDir, url)
+	if !hasCommit(ctx, m, ref) {
+		return false
+	}
+	if !submodules || depth > maxSubmoduleDepth {
+		return true
+	}
+	subs, err := listSubmodules(ctx, m, ref, url)
+	if err != nil {
+		return false
+	}
+	for _, sub := range subs {
+		if !gitCachedAt(ctx, sourcesDir, sub.url, sub.commit, true, depth+1) {
+			return false
+		}
+	}
+	return true
+}
+
+func hasCommit(ctx context.Context, mirror, ref string) bool {
+	if _, err := os.Stat(mirror); err != nil {
+		return false
+	}
+	_, err := runGit(ctx, gitRun{}, "--git-dir="+mirror, "cat-file", "-e", ref+"^{commit}")
+	return err == nil
+}
+
+// fetchGit makes the commit s.Ref (and its submodules' commits) available in the cache.
+func fetchGit(ctx context.Context, s *Spec, o *FetchOptions) error {
+	if err := checkCommitRef(s); err != nil {
+		return fmt.Errorf("fetching %s: %w", s.Describe(), err)
+	}
+	return fetchCommit(ctx, s.URL, s.Ref, s.Submodules, o, 0)
+}
+
+func fetchCommit(ctx context.Context, url, ref string, submodules bool, o *FetchOptions, depth int) error {
+	if depth > maxSubmoduleDepth {
+		return fmt.Errorf("fetching git %s: submodules nest deeper than %d levels", redactURL(url), maxSubmoduleDepth)
+	}
+	m := mirrorPath(o.SourcesDir, url)
+	err := withMirror(ctx, url, o, func(fresh bool) error {
+		if hasCommit(ctx, m, ref) {
+			return nil
+		}
+		if !fresh {
+			if err := fetchMirror(ctx, url, m, o); err != nil {
+				return err
+			}
+			if hasCommit(ctx, m, ref) {
+				return nil
+			}
+		}
+		// Not on any branch or tag: ask for the commit itself (servers allow it for
+		// reachable commits with protocol v2).
+		o.logf("commit %s is on no branch or tag of %s; fetching it by id", ref, redactURL(url))
+		_, err := runGit(ctx, o.gitRun(), "--git-dir="+m, "fetch", "--quiet", "--no-tags", "--", url, ref)
+		if ctx.Err() != nil {
+			return fmt.Errorf("fetching git %s: %w", redactURL(url), context.Cause(ctx))
+		}
+		if ne := remoteError(url, "git fetch", err); err != nil && IsTemporary(ne) {
+			return ne
+		}
+		if err != nil || !hasCommit(ctx, m, ref) {
+			return fmt.Errorf("fetching git %s: commit %s is not in the repository (was it force-pushed away? `gantry track` finds the current one)", redactURL(url), ref)
+		}
+		return nil
+	})
+	if err != nil || !submodules {
+		return err
+	}
+	subs, err := listSubmodules(ctx, m, ref, url)
+	if err != nil {
+		return fmt.Errorf("fetching git %s: %w", redactURL(url), err)
+	}
+	for _, sub := range subs {
+		if err := fetchCommit(ctx, sub.url, sub.commit, true, o, depth+1); err != nil {
+			return fmt.Errorf("submodule %s: %w", sub.path, err)
+		}
+	}
+	return nil
+}
+
+// trackGit fetches the mirror and resolves s.Track (default HEAD, the remote's default
+// branch) to a commit.
+func trackGit(ctx context.Context, s *Spec, o *FetchOptions) (string, error) {
+	track := s.Track
+	if track == "" {
+		track = "HEAD"
+	}
+	if strings.HasPrefix(track, "-") {
+		return "", fmt.Errorf("tracking %s: bad track %q", s.Describe(), track)
+	}
+	m := mirrorPath(o.SourcesDir, s.URL)
+	var commit string
+	err := withMirror(ctx, s.URL, o, func(fresh bool) error {
+		if !fresh {
+			if err := fetchMirror(ctx, s.URL, m, o); err != nil {
+				return err
+			}
+		}
+		out, err := runGit(ctx, gitRun{}, "--git-dir="+m, "rev-parse", "--verify", "--quiet", track+"^{commit}")
+		if ctx.Err() != nil {
+			return fmt.Errorf("tracking %s: %w", s.Describe(), context.Cause(ctx))
+		}
+		if err != nil {
+			return fmt.Errorf("tracking %s: %q is no branch or tag there", s.Describe(), track)
+		}
+		commit = out
+		return nil
+	})
+	return commit, err
+}
+
+// withMirror runs f holding the mirror's lock, after cloning the mirror if it does not
+// exist yet (fresh is then true: it was just fetched).
+func withMirror(ctx context.Context, url string, o *FetchOptions, f func(fresh bool) error) error {
+	if o.SourcesDir == "" {
+		return fmt.Errorf("fetching git %s: no source cache directory", redactURL(url))
+	}
+	if strings.HasPrefix(url, "-") {
+		return fmt.Errorf("fetching git %s: bad url", url)
+	}
+	m := mirrorPath(o.SourcesDir, url)
+	if err := os.MkdirAll(filepath.Dir(m), 0o755); err != nil {
+		return fmt.Errorf("preparing the source cache: %w", err)
+	}
+	unlock, err := lockFile(ctx, m+".lock")
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	fresh := false
+	if _, err := os.Stat(m); os.IsNotExist(err) {
+		if err := cloneMirror(ctx, url, m, o); err != nil {
+			return err
+		}
+		fresh = true
+	}
+	return f(fresh)
+}
+
+// cloneMirror clones url into a temporary directory and renames it to m: a mirror is
+// either absent or complete.
+func cloneMirror(ctx context.Context, url, m string, o *FetchOptions) error {
+	tmpParent := filepath.Join(o.SourcesDir, tmpDir)
+	if err := os.MkdirAll(tmpParent, 0o755); err != nil {
+		return fmt.Errorf("preparing the source cache: %w", err)
+	}
+	tmp, err := os.MkdirTemp(tmpParent, "git-")
+	if err != nil {
+		return fmt.Errorf("preparing the source cache: %w", err)
+	}
+	defer os.RemoveAll(tmp)
+	dir := filepath.Join(tmp, filepath.Base(m))
+	o.logf("cloning %s", redactURL(url))
+	if _, err := runGit(ctx, o.gitRun(), "clone", "--mirror", "--quiet", "--", url, dir); err != nil {
+		return remoteError(url, "git clone", err)
+	}
+	if _, err := runGit(ctx, gitRun{}, "--git-dir="+dir, "config", "gc.auto", "0"); err != nil {
+		return fmt.Errorf("configuring the mirror of %s: %w", redactURL(url), err)
+	}
+	if err := os.Rename(dir, m); err != nil {
+		return fmt.Errorf("storing the mirror of %s: %w", redactURL(url), err)
+	}
+	return nil
+}
+
+func fetchMirror(ctx context.Context, url, m string, o *FetchOptions) error {
+	o.logf("fetching %s", redactURL(url))
+	if _, err := runGit(ctx, o.gitRun(), "--git-dir="+m, "fetch", "--prune", "--quiet", "origin"); err != nil {
+		return remoteError(url, "git fetch", err)
+	}
+	return nil
+}
+
+// stageGit checks out s.Ref from the mirror into dest: the files only, or with a .git
+// holding the ref's history when checkout-dot-git is set; then the submodules' files.
+func stageGit(ctx context.Context, s *Spec, o StageOptions, dest string) error {
+	if err := checkCommitRef(s); err != nil {
+		return err
+	}
+	m := mirrorPath(o.SourcesDir, s.URL)
+	if !hasCommit(ctx, m, s.Ref) {
+		return fmt.Errorf("commit %s is not in the source cache; run `gantry fetch` first", s.Ref)
+	}
+	run := gitRun{log: o.Log}
+	if s.DotGit {
+		if err := checkoutRepo(ctx, run, m, s.URL, s.Ref, dest); err != nil {
+			return err
+		}
+	} else if err := checkoutFiles(ctx, run, m, s.Ref, dest, o.SourcesDir); err != nil {
+		return err
+	}
+	if s.Submodules {
+		return stageSubmodules(ctx, run, o.SourcesDir, m, s.URL, s.Ref, dest, 0)
+	}
+	return nil
+}
+
+// checkoutFiles writes the tree of ref into dest with a throwaway index, leaving no .git.
+// Files already in dest that the tree does not have stay.
+func checkoutFiles(ctx context.Context, run gitRun, mirror, ref, dest, sourcesDir string) error {
+	tmp, err := os.MkdirTemp(filepath.Join(sourcesDir, tmpDir), "index-")
+	if err != nil {
+		tmp, err = os.MkdirTemp("", "gantry-index-")
+		if err != nil {
+			return err
+		}
+	}
+	defer os.RemoveAll(tmp)
+	run.env = append(run.env, "GIT_INDEX_FILE="+filepath.Join(tmp, "index"))
+	_, err = runGit(ctx, run, "--git-dir="+mirror, "--work-tree="+dest,
+		"-c", "core.autocrlf=false", "-c", "core.symlinks=true",
+		"checkout", "--quiet", ref, "--", ".")
+	return err
+}
+
+// checkoutRepo makes dest a repository holding the history of ref (no branches, no
+// tags; HEAD detached at ref; origin = the upstream url) with ref checked out.
+func checkoutRepo(ctx context.Context, run gitRun, mirror, url, ref, dest string) error {
+	steps := [][]string{
+		{"init", "--quiet", dest},
+		{"-C", dest, "fetch", "--quiet", "--no-tags", "--", mirror, ref},
+		{"-C", dest, "remote", "add", "origin", url},
+		{"-C", dest, "-c", "advice.detachedHead=false", "checkout", "--quiet", "--force", "--detach", ref},
+	}
+	for _, args := range steps {
+		if _, err := runGit(ctx, run, args...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// stageSubmodules checks out the files of each submodule of ref (from its own mirror)
+// into its path under dest, recursively. Submodules get no .git.
+func stageSubmodules(ctx context.Context, run gitRun, sourcesDir, mirror, url, ref, dest string, depth int) error {
+	if depth > maxSubmoduleDepth {
+		return fmt.Errorf("submodules nest deeper than %d levels", maxSubmoduleDepth)
+	}
+	subs, err := listSubmodules(ctx, mirror, ref, url)
+	if err != nil {
+		return err
+	}
+	root := &extractor{root: dest}
+	for _, sub := range subs {
+		subDest, err := root.resolve(sub.path, true)
+		if err != nil {
+			return fmt.Errorf("submodule %s: %w", sub.path, err)
+		}
+		if err := os.MkdirAll(subDest, 0o755); err != nil {
+			return err
+		}
+		m := mirrorPath(sourcesDir, sub.url)
+		if !hasCommit(ctx, m, sub.commit) {
+			return fmt.Errorf("submodule %s: commit %s of %s is not in the source cache; run `gantry fetch` first", sub.path, sub.commit, redactURL(sub.url))
+		}
+		if err := checkoutFiles(ctx, run, m, sub.commit, subDest, sourcesDir); err != nil {
+			return fmt.Errorf("submodule %s: %w", sub.path, err)
+		}
+		if err := stageSubmodules(ctx, run, sourcesDir, m, sub.url, sub.commit, subDest, depth+1); err != nil {
+			return fmt.Errorf("submodule %s: %w", sub.path, err)
+		}
+	}
+	return nil
+}
+
+// submodule is one gitlink of a commit, with its url from .gitmodules.
+type submodule struct {
+	path, url, commit string
+}
+
+// listSubmodules reads the submodules of ref: .gitmodules at ref gives paths and urls
+// (relative urls resolve against parentURL), the tree gives each one's commit. Entries of
+// .gitmodules without a gitlink in the tree are ignored.
+func listSubmodules(ctx context.Context, mirror, ref, parentURL string) ([]submodule, error) {
+	if _, err := runGit(ctx, gitRun{}, "--git-dir="+mirror, "cat-file", "-e", ref+":.gitmodules"); err != nil {
+		return nil, nil // no .gitmodules
+	}
+	out, err := runGit(ctx, gitRun{}, "--git-dir="+mirror, "config", "--blob", ref+":.gitmodules",
+		"--get-regexp", `^submodule\..*\.(path|url)$`)
+	var ge *gitError
+	if errors.As(err, &ge) && ge.exitCode == 1 {
+		return nil, nil // no entries
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading .gitmodules: %w", err)
+	}
+	paths, urls := map[string]string{}, map[string]string{}
+	var names []string
+	for _, line := range strings.Split(out, "\n") {
+		key, value, ok := strings.Cut(line, " ")
+		if !ok {
+			continue
+		}
+		key = strings.TrimPrefix(key, "submodule.")
+		if name, ok := strings.CutSuffix(key, ".path"); ok {
+			if _, seen := paths[name]; !seen {
+				names = append(names, name)
+			}
+			paths[name] = value
+		} else if name, ok := strings.CutSuffix(key, ".url"); ok {
+			urls[name] = value
+		}
+	}
+	var subs []submodule
+	for _, name := range names {
+		p, err := memberPath(paths[name])
+		if err != nil || p == "." {
+			return nil, fmt.Errorf("submodule %s: bad path %q", name, paths[name])
+		}
+		u := urls[name]
+		if u == "" {
+			return nil, fmt.Errorf("submodule %s has no url in .gitmodules", name)
+		}
+		tree, err := runGit(ctx, gitRun{}, "--git-dir="+mirror, "ls-tree", ref, "--", p)
+		if err != nil {
+			return nil, fmt.Errorf("submodule %s: %w", name, err)
+		}
+		fields := strings.Fields(tree)
+		if len(fields) < 3 || fields[0] != "160000" || fields[1] != "commit" {
+			continue
+		}
+		subs = append(subs, submodule{path: p, url: resolveSubmoduleURL(parentURL, u), commit: fields[2]})
+	}
+	return subs, nil
+}
+
+// resolveSubmoduleURL resolves a .gitmodules url that starts with ./ or ../ against the
+// superproject's url, as git does.
+func resolveSubmoduleURL(parent, u string) string {
+	if !strings.HasPrefix(u, "./") && !strings.HasPrefix(u, "../") {
+		return u
+	}
+	base := strings.TrimRight(parent, "/")
+	for {
+		switch {
+		case strings.HasPrefix(u, "./"):
+			u = u[2:]
+			continue
+		case strings.HasPrefix(u, "../"):
+			u = u[3:]
+			if i := strings.LastIndexAny(base, "/:"); i >= 0 && base[i] == ':' {
+				base = base[:i+1] // host:repo → host:
+			} else if i >= 0 {
+				base = base[:i]
+			}
+			continue
+		}
+		break
+	}
+	if strings.HasSuffix(base, ":") {
+		return base + u
+	}
+	return base + "/" + u
+}
+
+// gitRun says how to run git: extra environment and configuration (git -c), and where
+// its stderr goes besides the error message.
+type gitRun struct {
+	env    []string
+	config []string
+	log    io.Writer
+}
+
+// gitRun is for commands that reach the remote: a stalled http transfer fails like a
+// stalled download.
+func (o *FetchOptions) gitRun() gitRun {
+	return gitRun{log: o.Log, config: []string{
+		"http.lowSpeedLimit=1",
+		"http.lowSpeedTime=" + strconv.Itoa(max(1, int(o.idleTimeout().Seconds()))),
+	}}
+}
+
+// gitError is a git command that failed: its command line and the end of its stderr.
+type gitError struct {
+	args     []string
+	exitCode int
+	stderr   string
+	err      error
+}
+
+func (e *gitError) Error() string {
+	args := make([]string, len(e.args))
+	for i, a := range e.args {
+		args[i] = redactURL(a)
+	}
+	msg := fmt.Sprintf("`git %s` failed: %v", strings.Join(args, " "), e.err)
+	if e.stderr != "" {
+		msg += ": " + e.stderr
+	}
+	return msg
+}
+
+func (e *gitError) Unwrap() error { return e.err }
+
+// runGit runs git with args and returns its trimmed stdout. It never prompts for
+// credentials, and stops when ctx ends.
+func runGit(ctx context.Context, run gitRun, args ...string) (string, error) {
+	var full []string
+	for _, c := range run.config {
+		full = append(full, "-c", c)
+	}
+	cmd := exec.CommandContext(ctx, "git", append(full, args...)...)
+	cmd.Env = append(gitEnviron(), "GIT_TERMINAL_PROMPT=0", "LC_ALL=C")
+	cmd.Env = append(cmd.Env, run.env...)
+	cmd.WaitDelay = 10 * time.Second // git's helpers may hold the pipes after a kill
+	var stdout bytes.Buffer
+	stderr := &tailBuffer{max: 4 << 10}
+	cmd.Stdout = &stdout
+	cmd.Stderr = stderr
+	if run.log != nil {
+		cmd.Stderr = io.MultiWriter(stderr, run.log)
+	}
+	if err := cmd.Run(); err != nil {
+		if ctx.Err() != nil {
+			err = fmt.Errorf("%w (%v)", context.Cause(ctx), err)
+		}
+		ge := &gitError{args: args, exitCode: -1, stderr: strings.TrimSpace(stderr.String()), err: err}
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			ge.exitCode = ee.ExitCode()
+		}
+		return "", ge
+	}
+	return strings.TrimSpace(stdout.String()), nil
+}
+
+// repoEnv are the variables that point git at a repository: inherited (gantry run from a
+// git hook), they would turn our commands to another repository.
+var repoEnv = []string{"GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY",
+	"GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_COMMON_DIR", "GIT_NAMESPACE", "GIT_PREFIX"}
+
+func gitEnviron() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		if !slices.Contains(repoEnv, name) {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+// remoteError wraps a failed git remote operation as a NetworkError, temporary when git's
+// message says the network or the server failed rather than the request.
+func remoteError(url, op string, err error) error {
+	var ge *gitError
+	if !errors.As(err, &ge) {
+		return &NetworkError{URL: url, Op: op, Err: err}
+	}
+	msg := strings.ToLower(ge.stderr)
+	ne := &NetworkError{URL: url, Op: op, Err: err}
+	if m := httpStatusInGit.FindStringSubmatch(msg); m != nil {
+		ne.Status, _ = strconv.Atoi(m[1])
+		ne.Temporary = temporaryStatus(ne.Status)
+		return ne
+	}
+	for _, s := range temporaryGitMessages {
+		if strings.Contains(msg, s) {
+			ne.Temporary = true
+		}
+	}
+	return ne
+}
+
+var httpStatusInGit = regexp.MustCompile(`returned error: (\d{3})`)
+
+// temporaryGitMessages are parts of git's messages (LC_ALL=C) for failures of the network
+// or the server, which may go away by themselves.
+var temporaryGitMessages = []string{
+	"could not resolve host", "temporary failure in name resolution", "connection refused",
+	"connection timed out", "operation timed out", "timed out", "connection reset",
+	"network is unreachable", "no route to host", "early eof", "unexpected disconnect",
+	"the remote end hung up unexpectedly", "rpc failed", "transfer closed",
+	"operation too slow", "http/2 stream", "ssl_read", "gnutls_handshake",
+}
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	max int
+	buf []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.buf = append(t.buf, p...)
+	if len(t.buf) > t.max {
+		t.buf = t.buf[len(t.buf)-t.max:]
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string { return string(t.buf) }

@@ -1,0 +1,271 @@
+package source
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// NetworkError is a failed download or git remote operation. Temporary ones (connection
+// errors, timeouts, HTTP 5xx, 408, 429, truncated bodies) are worth retrying; the
+// scheduler does that, not Fetch.
+type NetworkError struct {
+	URL       string
+	Op        string // what was done: "downloading", "git fetch", …
+	Status    int    // HTTP status, or 0
+	Temporary bool
+	Err       error
+}
+
+func (e *NetworkError) Error() string {
+	msg := e.Op + " " + redactURL(e.URL)
+	if e.Status != 0 {
+		msg += fmt.Sprintf(": HTTP status %d %s", e.Status, http.StatusText(e.Status))
+	}
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
+	return msg
+}
+
+func (e *NetworkError) Unwrap() error { return e.Err }
+
+// ChecksumError is a download whose content is not the one its ref names. It is not
+// temporary: downloading again gives the same bytes.
+type ChecksumError struct {
+	URL      string
+	Expected string // sha256, hex
+	Actual   string
+}
+
+func (e *ChecksumError) Error() string {
+	return fmt.Sprintf("checksum mismatch for %s: expected sha256 %s, got %s (the file changed upstream, or the ref is wrong; `gantry track` records the current one)",
+		redactURL(e.URL), e.Expected, e.Actual)
+}
+
+// IsTemporary reports whether err (or an error it wraps) is a NetworkError worth retrying.
+func IsTemporary(err error) bool {
+	var ne *NetworkError
+	return errors.As(err, &ne) && ne.Temporary
+}
+
+// temporaryStatus reports whether an HTTP status may go away by itself.
+func temporaryStatus(code int) bool {
+	return code >= 500 || code == http.StatusRequestTimeout || code == http.StatusTooManyRequests
+}
+
+// redactURL hides a password in u, for messages.
+func redactURL(u string) string {
+	p, err := url.Parse(u)
+	if err != nil || p.User == nil {
+		return u
+	}
+	return p.Redacted()
+}
+
+const defaultIdleTimeout = 60 * time.Second
+
+func (o *FetchOptions) httpClient() *http.Client {
+	if o.HTTPClient != nil {
+		return o.HTTPClient
+	}
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.DialContext = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	t.TLSHandshakeTimeout = 30 * time.Second
+	t.ResponseHeaderTimeout = 60 * time.Second
+	return &http.Client{Transport: t}
+}
+
+func (o *FetchOptions) idleTimeout() time.Duration {
+	if o.IdleTimeout > 0 {
+		return o.IdleTimeout
+	}
+	return defaultIdleTimeout
+}
+
+func (o *FetchOptions) logf(format string, args ...any) {
+	if o.Log != nil {
+		fmt.Fprintf(o.Log, format+"\n", args...)
+	}
+}
+
+// errIdle cancels a download that received nothing for the idle timeout.
+var errIdle = errors.New("download stalled")
+
+// download copies rawURL (http, https or file) to w, reporting progress. Errors reaching
+// the remote are *NetworkError; a cancelled ctx gives its cause.
+func download(ctx context.Context, rawURL string, w io.Writer, o *FetchOptions) error {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return fmt.Errorf("downloading %s: bad url: %w", redactURL(rawURL), err)
+	}
+	switch u.Scheme {
+	case "http", "https":
+		return downloadHTTP(ctx, rawURL, w, o)
+	case "file":
+		return copyLocalFile(ctx, u, w, o)
+	}
+	return fmt.Errorf("downloading %s: unsupported url scheme %q (use http, https or file)", redactURL(rawURL), u.Scheme)
+}
+
+func downloadHTTP(parent context.Context, rawURL string, w io.Writer, o *FetchOptions) error {
+	idle := o.idleTimeout()
+	ctx, cancel := context.WithCancelCause(parent)
+	defer cancel(nil)
+	// The watchdog: every byte that arrives pushes it back; it covers waiting for the
+	// response headers too.
+	watchdog := time.AfterFunc(idle, func() { cancel(errIdle) })
+	defer watchdog.Stop()
+
+	netErr := func(status int, temporary bool, err error) error {
+		switch {
+		case parent.Err() != nil:
+			return fmt.Errorf("downloading %s: %w", redactURL(rawURL), context.Cause(parent))
+		case context.Cause(ctx) == errIdle:
+			return &NetworkError{URL: rawURL, Op: "downloading", Status: status, Temporary: true,
+				Err: fmt.Errorf("no data received for %s", idle)}
+		}
+		return &NetworkError{URL: rawURL, Op: "downloading", Status: status, Temporary: temporary, Err: err}
+	}
+
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, rawURL, nil)
+	if err != nil {
+		return fmt.Errorf("downloading %s: %w", redactURL(rawURL), err)
+	}
+	// Ask for the bytes as stored: a transparently decompressed body would not match its
+	// checksum.
+	req.Header.Set("Accept-Encoding", "identity")
+	req.Header.Set("User-Agent", "gantry")
+	client := o.httpClient()
+	if o.HTTPClient == nil {
+		defer client.CloseIdleConnections() // the client is this download's alone
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return netErr(0, !isCertificateError(err), unwrapURLError(err))
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return netErr(resp.StatusCode, temporaryStatus(resp.StatusCode), nil)
+	}
+	total := max(resp.ContentLength, 0)
+	o.logf("downloading %s (%s)", redactURL(rawURL), sizeString(total))
+	pw := &progressWriter{w: w, total: total, progress: o.Progress, onData: func() { watchdog.Reset(idle) }}
+	if _, err := io.Copy(pw, resp.Body); err != nil {
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			err = fmt.Errorf("connection closed after %d of %d bytes", pw.done, total)
+		}
+		var we *writeError
+		if errors.As(err, &we) {
+			return fmt.Errorf("downloading %s: %w", redactURL(rawURL), we.err)
+		}
+		return netErr(0, true, unwrapURLError(err))
+	}
+	if total > 0 && pw.done != total {
+		return netErr(0, true, fmt.Errorf("received %d of %d bytes", pw.done, total))
+	}
+	return nil
+}
+
+func copyLocalFile(ctx context.Context, u *url.URL, w io.Writer, o *FetchOptions) error {
+	p := u.Path
+	if u.Opaque != "" { // file:relative/path is relative to the project root
+		p = filepath.Join(o.ProjectRoot, filepath.FromSlash(u.Opaque))
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		return &NetworkError{URL: u.String(), Op: "reading", Err: err}
+	}
+	defer f.Close()
+	var total int64
+	if info, err := f.Stat(); err == nil {
+		total = info.Size()
+	}
+	pw := &progressWriter{w: w, total: total, progress: o.Progress}
+	if _, err := io.Copy(pw, ctxReader{ctx, f}); err != nil {
+		return fmt.Errorf("copying %s: %w", u.String(), err)
+	}
+	return nil
+}
+
+// progressWriter passes bytes to w and counts them.
+type progressWriter struct {
+	w        io.Writer
+	done     int64
+	total    int64
+	progress func(done, total int64)
+	onData   func()
+}
+
+// writeError marks a failure of the local side of a copy (disk full), which is not a
+// network error.
+type writeError struct{ err error }
+
+func (e *writeError) Error() string { return e.err.Error() }
+
+func (p *progressWriter) Write(b []byte) (int, error) {
+	if p.onData != nil && len(b) > 0 {
+		p.onData()
+	}
+	n, err := p.w.Write(b)
+	p.done += int64(n)
+	if p.progress != nil {
+		p.progress(p.done, p.total)
+	}
+	if err != nil {
+		return n, &writeError{err}
+	}
+	return n, nil
+}
+
+// ctxReader stops a long local copy when ctx ends.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(b []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, context.Cause(c.ctx)
+	}
+	return c.r.Read(b)
+}
+
+func isCertificateError(err error) bool {
+	var (
+		unknownAuthority x509.UnknownAuthorityError
+		hostname         x509.HostnameError
+		invalid          x509.CertificateInvalidError
+		verification     *tls.CertificateVerificationError
+	)
+	return errors.As(err, &unknownAuthority) || errors.As(err, &hostname) ||
+		errors.As(err, &invalid) || errors.As(err, &verification)
+}
+
+// unwrapURLError drops the "Get \"url\":" prefix of *url.Error: NetworkError names the URL.
+func unwrapURLError(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
+}
+
+func sizeString(n int64) string {
+	switch {
+	case n <= 0:
+		return "size unknown"
+	case n < 1<<20:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+}
