@@ -70,9 +70,7 @@ func (d *tomlDoc) convert(err error) error {
 		pe.Line, _ = strconv.Atoi(m[1])
 		pe.Position.Line = pe.Line
 		pe.LastKey, pe.Message = m[2], m[3]
-		if l := d.line(pe.Line); strings.Contains(l, "=") {
-			pe.Position.Col = strings.Index(l, "=") + 1 + len(l[strings.Index(l, "=")+1:]) - len(strings.TrimLeft(l[strings.Index(l, "=")+1:], " \t")) + 1
-		}
+		pe.Position.Col = valueColumn(d.line(pe.Line))
 	} else {
 		return &ProjectError{File: d.display, Msg: err.Error()}
 	}
@@ -324,4 +322,14 @@ func tomlTypeName(v any) string {
 	default:
 		return fmt.Sprintf("%T", v)
 	}
+}
+
+// valueColumn is the 1-based column where the value of a "key = value" line starts, or 0.
+func valueColumn(line string) int {
+	eq := strings.IndexByte(line, '=')
+	if eq < 0 {
+		return 0
+	}
+	rest := line[eq+1:]
+	return eq + 1 + len(rest) - len(strings.TrimLeft(rest, " \t")) + 1
 }

@@ -24,6 +24,19 @@ func newArtifactCmd(g *globalOptions) *cobra.Command {
 	return cmd
 }
 
+// loadWithCache loads the project and opens the local cache.
+func (o *globalOptions) loadWithCache() (*session, *cache.Cache, error) {
+	s, err := o.load()
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := s.openCache()
+	if err != nil {
+		return nil, nil, err
+	}
+	return s, c, nil
+}
+
 // artifactOf loads the element named by arg and finds its artifact at its current key.
 func (s *session) artifactOf(c *cache.Cache, name string) (*element.Graph, *element.Element, *cache.Artifact, error) {
 	g, err := s.loadGraph([]string{name})
@@ -53,11 +66,7 @@ func newArtifactCheckoutCmd(g *globalOptions) *cobra.Command {
 			if err != nil || (d != element.DepsNone && d != element.DepsRun) {
 				return usagef("--deps %q: use none or run", deps)
 			}
-			s, err := g.load()
-			if err != nil {
-				return err
-			}
-			c, err := s.openCache()
+			s, c, err := g.loadWithCache()
 			if err != nil {
 				return err
 			}
@@ -96,11 +105,7 @@ func newArtifactLogCmd(g *globalOptions) *cobra.Command {
 		Short: "Print the build log of an element's artifact (failed builds too)",
 		Args:  rangeArgs(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			s, err := g.load()
-			if err != nil {
-				return err
-			}
-			c, err := s.openCache()
+			s, c, err := g.loadWithCache()
 			if err != nil {
 				return err
 			}
@@ -129,11 +134,7 @@ func newArtifactListCmd(g *globalOptions) *cobra.Command {
 		Short: "List the project's artifacts in the local cache",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			s, err := g.load()
-			if err != nil {
-				return err
-			}
-			c, err := s.openCache()
+			s, c, err := g.loadWithCache()
 			if err != nil {
 				return err
 			}
@@ -170,11 +171,7 @@ func newArtifactFilesCmd(g *globalOptions) *cobra.Command {
 		Short: "List the files in an element's artifact",
 		Args:  rangeArgs(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			s, err := g.load()
-			if err != nil {
-				return err
-			}
-			c, err := s.openCache()
+			s, c, err := g.loadWithCache()
 			if err != nil {
 				return err
 			}
@@ -216,11 +213,7 @@ func newArtifactDeleteCmd(g *globalOptions) *cobra.Command {
 		Short: "Delete elements' artifacts (successful or failed) from the local cache",
 		Args:  rangeArgs(1, 1<<20),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			s, err := g.load()
-			if err != nil {
-				return err
-			}
-			c, err := s.openCache()
+			s, c, err := g.loadWithCache()
 			if err != nil {
 				return err
 			}

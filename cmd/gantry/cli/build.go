@@ -129,26 +129,11 @@ func runBuild(opts *buildOptions, args []string) error {
 	default:
 		return usagef("--sandbox %q: use auto, host or bwrap", opts.sandbox)
 	}
-	display, err := opts.display()
+	p, err := opts.openPipeline(&opts.schedulerFlags, args)
 	if err != nil {
 		return err
 	}
-	s, err := opts.load()
-	if err != nil {
-		return err
-	}
-	limits, onErr, maxJobs, err := s.limits(&opts.schedulerFlags)
-	if err != nil {
-		return err
-	}
-	g, err := s.loadGraph(args)
-	if err != nil {
-		return err
-	}
-	c, err := s.openCache()
-	if err != nil {
-		return err
-	}
+	s, g, c, display, limits, onErr, maxJobs := p.session, p.graph, p.cache, p.display, p.limits, p.onError, p.maxJobs
 	if opts.track {
 		summary, changes, err := s.trackSession(display, c, g, g.Select(g.Targets, element.DepsAll), limits, onErr)
 		if err != nil {
@@ -205,6 +190,40 @@ func runBuild(opts *buildOptions, args []string) error {
 		fmt.Fprintf(opts.ios.ErrOut, "gantry: warning: %v\n", err)
 	}
 	return sessionError(summary)
+}
+
+// pipeline is what every scheduler command starts from.
+type pipeline struct {
+	session *session
+	graph   *element.Graph
+	cache   *cache.Cache
+	display ui.Display
+	limits  map[resources.Resource]int
+	onError element.OnError
+	maxJobs int
+}
+
+// openPipeline loads the project, the targets named by args, the limits and the cache.
+func (o *globalOptions) openPipeline(f *schedulerFlags, args []string) (*pipeline, error) {
+	display, err := o.display()
+	if err != nil {
+		return nil, err
+	}
+	s, err := o.load()
+	if err != nil {
+		return nil, err
+	}
+	p := &pipeline{session: s, display: display}
+	if p.limits, p.onError, p.maxJobs, err = s.limits(f); err != nil {
+		return nil, err
+	}
+	if p.graph, err = s.loadGraph(args); err != nil {
+		return nil, err
+	}
+	if p.cache, err = s.openCache(); err != nil {
+		return nil, err
+	}
+	return p, nil
 }
 
 // schedulerRun is one scheduler session as the commands set it up.

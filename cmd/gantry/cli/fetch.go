@@ -29,26 +29,11 @@ would build: cached elements need no sources.`,
 }
 
 func runFetchCmd(opts *fetchOptions, args []string) error {
-	display, err := opts.display()
+	p, err := opts.openPipeline(&opts.schedulerFlags, args)
 	if err != nil {
 		return err
 	}
-	s, err := opts.load()
-	if err != nil {
-		return err
-	}
-	limits, onErr, _, err := s.limits(&opts.schedulerFlags)
-	if err != nil {
-		return err
-	}
-	g, err := s.loadGraph(args)
-	if err != nil {
-		return err
-	}
-	c, err := s.openCache()
-	if err != nil {
-		return err
-	}
+	s, g, c, display, limits, onErr := p.session, p.graph, p.cache, p.display, p.limits, p.onError
 	q := cacheQuery{c}
 	var items []*queues.Item
 	if opts.deps == "plan" {

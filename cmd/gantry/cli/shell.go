@@ -50,11 +50,7 @@ type exitStatusError struct{ code int }
 func (e *exitStatusError) Error() string { return fmt.Sprintf("command exited with status %d", e.code) }
 
 func runShell(ctx context.Context, opts *shellOptions, name string, argv []string) error {
-	s, err := opts.load()
-	if err != nil {
-		return err
-	}
-	c, err := s.openCache()
+	s, c, err := opts.loadWithCache()
 	if err != nil {
 		return err
 	}

@@ -51,26 +51,11 @@ func runTrack(opts *trackOptions, args []string) error {
 	if err != nil || (deps != element.DepsNone && deps != element.DepsAll) {
 		return usagef("--deps %q: use none or all", opts.deps)
 	}
-	display, err := opts.display()
+	p, err := opts.openPipeline(&opts.schedulerFlags, args)
 	if err != nil {
 		return err
 	}
-	s, err := opts.load()
-	if err != nil {
-		return err
-	}
-	limits, onErr, _, err := s.limits(&opts.schedulerFlags)
-	if err != nil {
-		return err
-	}
-	g, err := s.loadGraph(args)
-	if err != nil {
-		return err
-	}
-	c, err := s.openCache()
-	if err != nil {
-		return err
-	}
+	s, g, c, display, limits, onErr := p.session, p.graph, p.cache, p.display, p.limits, p.onError
 	summary, changes, err := s.trackSession(display, c, g, g.Select(g.Targets, deps), limits, onErr)
 	if err != nil {
 		return err
