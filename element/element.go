@@ -61,6 +61,7 @@ type Element struct {
 	Key       string     // full cache key; "" when some source (here or below) has no ref
 	NoRef     bool       // some source of this element itself has no ref
 
+	position   int       // index in Graph.Order
 	resolved   *Resolved // config and environment expanded with KeyPaths
 	sourceKeys []string  // unique key per source; "" for a source without a ref
 }

@@ -57,11 +57,6 @@ func caretPad(line string, col int) string {
 	return b.String()
 }
 
-// IsProjectError reports whether err is (or wraps) a ProjectError.
-func errorf(file string, format string, args ...any) *ProjectError {
-	return &ProjectError{File: file, Msg: fmt.Sprintf(format, args...)}
-}
-
 // didYouMean returns ` (did you mean "x"?)` for the candidate closest to word, or "".
 func didYouMean(word string, candidates []string) string {
 	best, bestDist := "", len(word)/2+2

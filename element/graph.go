@@ -212,6 +212,7 @@ func (g *Graph) order() error {
 		}
 		stack = stack[:len(stack)-1]
 		state[e] = done
+		e.position = len(g.Order)
 		g.Order = append(g.Order, e)
 		return nil
 	}
@@ -264,11 +265,12 @@ func (g *Graph) Select(targets []*Element, deps Deps) []*Element {
 		}
 	}
 	out := make([]*Element, 0, len(want))
-	for _, e := range g.Order {
-		if want[e] {
-			out = append(out, e)
-		}
+	for e := range want {
+		out = append(out, e)
 	}
+	// Sorting the selection by graph position costs O(k log k), not a walk of the whole
+	// graph: StageDeps calls this once per element built.
+	slices.SortFunc(out, func(a, b *Element) int { return a.position - b.position })
 	return out
 }
 

@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"sort"
 )
 
 // keyVersion changes whenever the key encoding changes, so old artifacts are not reused.
@@ -65,14 +64,4 @@ func (g *Graph) KeyInput(e *Element) []byte {
 	data, _ := json.MarshalIndent(keyInput{Version: keyVersion, Kind: e.Kind.Name, Config: e.resolved,
 		Sources: e.sourceKeys, BuildDeps: deps(e.BuildDeps), RunDeps: deps(e.RunDeps)}, "", "  ")
 	return data
-}
-
-// sortedNames returns the names of elements, sorted.
-func sortedNames(list []*Element) []string {
-	names := make([]string, len(list))
-	for i, e := range list {
-		names[i] = e.Name
-	}
-	sort.Strings(names)
-	return names
 }

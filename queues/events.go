@@ -107,11 +107,11 @@ type QueueStats struct {
 
 // FailedElement is an element whose job failed, with the log to read.
 type FailedElement struct {
-	Element string
-	Action  Action
-	Error   string
-	LogPath string
-	Cached  bool // the failure was cached by an earlier session
+	Element string `json:"element"`
+	Action  Action `json:"action"`
+	Error   string `json:"error"`
+	LogPath string `json:"log,omitempty"`
+	Cached  bool   `json:"cached,omitempty"` // the failure was cached by an earlier session
 }
 
 // Summary ends every session.
@@ -127,8 +127,8 @@ type Summary struct {
 
 // NotStarted names an element the session did not get to, and why.
 type NotStarted struct {
-	Element string
-	Reason  string
+	Element string `json:"element"`
+	Reason  string `json:"reason"`
 }
 
 // OK reports whether the session built everything it was asked to.

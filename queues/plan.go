@@ -36,6 +36,7 @@ func (e *NoRefError) Error() string {
 // need to build. Below a cached element nothing needs building, so nothing is planned.
 func Plan(g *element.Graph, targets []*element.Element, opts PlanOptions) ([]*Item, error) {
 	items := map[*element.Element]*Item{}
+	stages := map[*Item][]*element.Element{}
 	var order []*Item
 	var visit func(e *element.Element) error
 	visit = func(e *element.Element) error {
@@ -51,7 +52,8 @@ func Plan(g *element.Graph, targets []*element.Element, opts PlanOptions) ([]*It
 		it.Cached = status == element.ArtifactSuccess
 		it.Failed = status == element.ArtifactFailure && !opts.RetryFailed
 		if !it.Cached && !it.Failed {
-			for _, d := range g.StageDeps(e) {
+			stages[it] = g.StageDeps(e)
+			for _, d := range stages[it] {
 				if err := visit(d); err != nil {
 					return err
 				}
@@ -71,10 +73,7 @@ func Plan(g *element.Graph, targets []*element.Element, opts PlanOptions) ([]*It
 		}
 	}
 	for _, it := range order {
-		if it.Cached || it.Failed {
-			continue
-		}
-		for _, d := range g.StageDeps(it.Element) {
+		for _, d := range stages[it] {
 			it.Stage = append(it.Stage, items[d])
 		}
 	}

@@ -57,7 +57,6 @@ type Scheduler struct {
 	quitting    bool // start no new work except pushes
 	terminating bool // start nothing; running jobs are being stopped
 	interrupted bool // the user or a signal stopped the session
-	userQuit    bool
 
 	suspended      bool
 	suspendedAt    time.Time
@@ -433,7 +432,7 @@ func (s *Scheduler) command(c Command) {
 		s.suspendedTotal += now.Sub(s.suspendedAt)
 		s.cfg.Publish(Resumed{Base{now}})
 	case CmdQuit:
-		s.quitting, s.userQuit = true, true
+		s.quitting = true
 		s.cfg.Publish(Notice{Base: Base{now}, Level: "info", Text: "quitting: no new jobs start; running jobs finish"})
 	case CmdTerminate:
 		s.interrupted = true

@@ -9,7 +9,6 @@ import (
 
 // BuildQueue builds elements whose staged dependencies are all cached.
 type BuildQueue struct {
-	// Pools maps an element's pool name to its resource.
 	PayloadFunc func(it *Item) (json.RawMessage, error)
 }
 

@@ -205,11 +205,11 @@ type pipeline struct {
 
 // openPipeline loads the project, the targets named by args, the limits and the cache.
 func (o *globalOptions) openPipeline(f *schedulerFlags, args []string) (*pipeline, error) {
-	display, err := o.display()
+	s, err := o.load()
 	if err != nil {
 		return nil, err
 	}
-	s, err := o.load()
+	display, err := s.display()
 	if err != nil {
 		return nil, err
 	}
@@ -301,9 +301,19 @@ func (s *session) fetchQueue(c *cache.Cache, g *element.Graph) queues.FetchQueue
 }
 
 // display picks the progress display for --ui.
-func (o *globalOptions) display() (ui.Display, error) {
+// Precedence: --ui > GANTRY_UI > the user config's [ui] mode > auto.
+func (s *session) display() (ui.Display, error) {
+	o := s.opts
+	mode := o.ui
+	if !o.uiSet {
+		if env := os.Getenv("GANTRY_UI"); env != "" {
+			mode = env
+		} else if s.user.UI.Mode != "" {
+			mode = s.user.UI.Mode
+		}
+	}
 	uo := ui.Options{Verbose: o.verbose}
-	switch o.ui {
+	switch mode {
 	case "auto", "plain":
 		return ui.NewPlain(o.ios.ErrOut, uo), nil
 	case "json":
@@ -311,7 +321,7 @@ func (o *globalOptions) display() (ui.Display, error) {
 	case "tui":
 		return nil, usagef("--ui tui: the interactive display is not available yet; use --ui plain or --ui json")
 	}
-	return nil, usagef("--ui %q: use auto, tui, plain or json", o.ui)
+	return nil, usagef("--ui %q: use auto, tui, plain or json", mode)
 }
 
 // forwardSignals turns signals into scheduler commands until the returned stop is called.

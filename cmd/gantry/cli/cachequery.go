@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/gantry-build/gantry/cache"
@@ -35,7 +34,7 @@ func (s *session) cacheQuery() (element.CacheQuery, error) {
 func (q cacheQuery) Artifact(project, name, key string) element.ArtifactStatus {
 	a, err := q.c.Lookup(project, name, key)
 	switch {
-	case errors.Is(err, cache.ErrNotFound), err != nil:
+	case err != nil: // absent, or a damaged ref (`cache verify` reports it): not cached
 		return element.ArtifactMissing
 	case a.Success:
 		return element.ArtifactSuccess

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"fmt"
 	"regexp"
 	"strconv"
 	"strings"
@@ -89,5 +88,3 @@ func contains(list []string, s string) bool {
 	}
 	return false
 }
-
-var _ = fmt.Sprint

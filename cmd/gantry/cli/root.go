@@ -19,6 +19,7 @@ type globalOptions struct {
 	cacheDir string
 	config   string
 	ui       string
+	uiSet    bool // --ui was given: it wins over GANTRY_UI and the user config
 	verbose  bool
 }
 
@@ -41,6 +42,9 @@ A project is a directory with project.toml and element files under elements/.
 Run 'gantry init' to start one, 'gantry show' to inspect it.`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
+		PersistentPreRun: func(cmd *cobra.Command, args []string) {
+			opts.uiSet = cmd.Flags().Changed("ui")
+		},
 	}
 	root.SetOut(ios.Out)
 	root.SetErr(ios.ErrOut)

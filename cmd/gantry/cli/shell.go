@@ -54,16 +54,21 @@ func runShell(ctx context.Context, opts *shellOptions, name string, argv []strin
 	if err != nil {
 		return err
 	}
-	g, e, a, err := s.artifactOf(c, s.elementArg(name))
+	var g *element.Graph
+	var e *element.Element
+	var a *cache.Artifact // only with --build: the failed build whose tree is opened
 	if opts.build {
-		if err != nil {
+		if g, e, a, err = s.artifactOf(c, s.elementArg(name)); err != nil {
 			return err
 		}
 		if a.Success || a.BuildTree.IsZero() {
 			return fmt.Errorf("%s has no failed build tree to open (its cached build succeeded): drop --build", e.Name)
 		}
-	} else if g == nil {
-		return err
+	} else {
+		if g, err = s.loadGraph([]string{s.elementArg(name)}); err != nil {
+			return err
+		}
+		e = g.Targets[0]
 	}
 	work, err := c.TempDir("shell-")
 	if err != nil {
