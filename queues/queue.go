@@ -67,6 +67,10 @@ type Item struct {
 
 	queue   int // index of the queue it is waiting in; -1 when out of the pipeline
 	attempt int // attempts of the current queue's job
+	// req caches what the current queue's job needs: harvest asks on every turn, and
+	// the answer only changes with the queue.
+	req      resources.Request
+	reqQueue int // queue index req was computed for, plus one (0 = none)
 	retryAt time.Time
 }
 

@@ -272,7 +272,10 @@ func (s *Scheduler) harvest() bool {
 // spawn reserves the job's resources and starts it. It returns false, leaving the item
 // waiting, when the tokens are not there. A job that cannot even start fails the item.
 func (s *Scheduler) spawn(qs *queueState, it *Item, refused *[]resources.Request) bool {
-	req := qs.q.Resources(it)
+	if it.reqQueue != it.queue+1 {
+		it.req, it.reqQueue = qs.q.Resources(it), it.queue+1
+	}
+	req := it.req
 	// Tokens are only freed between turns: a request shape refused once this turn is
 	// refused again, so do not ask (this keeps a turn O(waiting) with no allocation).
 	for _, r := range *refused {
