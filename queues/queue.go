@@ -71,7 +71,7 @@ type Item struct {
 	// the answer only changes with the queue.
 	req      resources.Request
 	reqQueue int // queue index req was computed for, plus one (0 = none)
-	retryAt time.Time
+	retryAt  time.Time
 }
 
 // Name is the element's name.
