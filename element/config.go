@@ -15,6 +15,9 @@ const (
 	OnErrorContinue  OnError = "continue"
 	OnErrorQuit      OnError = "quit"
 	OnErrorTerminate OnError = "terminate"
+	// OnErrorAsk holds the session on a failure until the user decides (continue,
+	// quit, terminate or retry). Only the interactive display sets it; users cannot.
+	OnErrorAsk OnError = "ask"
 )
 
 // ParseOnError validates an on-error value.

@@ -91,18 +91,42 @@ type Notice struct {
 type Suspended struct{ Base }
 type Resumed struct{ Base }
 
+// Held: under on-error "ask" a job failed, every other job is suspended and nothing
+// starts until a decision arrives: CmdContinue, CmdQuit, CmdTerminate or CmdRetry.
+// Failures that happen meanwhile are held too and asked about one after the other.
+type Held struct {
+	Base
+	JobID   string
+	Action  Action
+	Element string
+	Key     string
+	Error   string
+	LogPath string
+}
+
+// Counts is published after every loop turn that changed a counter: what each queue
+// has done and holds now, and how far the session is.
+type Counts struct {
+	Base
+	Queues []QueueStats
+	Done   int // elements through the whole pipeline, failed or skipped
+	Total  int // elements in the session
+}
+
 // SessionEnd closes a session with its summary.
 type SessionEnd struct {
 	Base
 	Summary *Summary
 }
 
-// QueueStats counts what one queue did.
+// QueueStats counts what one queue did and, while the session runs, holds.
 type QueueStats struct {
 	Action    Action
 	Processed int
 	Skipped   int
 	Failed    int
+	Running   int // jobs running now (0 in a summary)
+	Waiting   int // elements waiting in the queue, retries included (0 in a summary)
 }
 
 // FailedElement is an element whose job failed, with the log to read.

@@ -22,10 +22,13 @@ const (
 	CmdQuit                     // start nothing new (pushes of what was built go on)
 	CmdTerminate                // stop running jobs now, start nothing
 	CmdKill                     // SIGKILL every job at once
+	// Answers to a Held failure (on-error "ask"); CmdQuit and CmdTerminate answer too.
+	CmdContinue // leave the failure booked, go on with everything else
+	CmdRetry    // run the failed job again
 )
 
 func (c Command) String() string {
-	return [...]string{"suspend", "resume", "quit", "terminate", "kill"}[c]
+	return [...]string{"suspend", "resume", "quit", "terminate", "kill", "continue", "retry"}[c]
 }
 
 // Config is everything a scheduler session needs.
@@ -66,6 +69,20 @@ type Scheduler struct {
 	retries int // retry timers pending
 	failed  []FailedElement
 	ended   chan struct{} // closed when Run returns
+
+	// held are failures waiting for the user's decision (on-error "ask"), first one
+	// asked; holdSuspended says the hold, not the user, suspended the jobs.
+	held          []held
+	holdSuspended bool
+
+	done       int    // elements out of the pipeline: through every queue, or failed
+	lastCounts Counts // last published, to publish only changes
+}
+
+type held struct {
+	qs  *queueState
+	it  *Item
+	ask Held
 }
 
 type queueState struct {
@@ -75,6 +92,7 @@ type queueState struct {
 	processed int
 	skipped   int
 	failed    int
+	running   int
 }
 
 type activeJob struct {
@@ -168,6 +186,7 @@ func (s *Scheduler) Run() *Summary {
 	if len(s.queues) > 0 {
 		for _, it := range s.cfg.Items {
 			if it.Failed { // a cached failure: reported, never queued
+				s.done++
 				continue
 			}
 			it.queue = 0
@@ -177,9 +196,11 @@ func (s *Scheduler) Run() *Summary {
 	for {
 		for s.promote() || s.harvest() {
 		}
+		s.publishCounts()
 		// Done when nothing runs and nothing can start. Pending retries keep the session
-		// alive unless it is quitting (they would never be harvested).
-		if len(s.active) == 0 && !s.suspended && (s.retries == 0 || s.quitting) {
+		// alive unless it is quitting (they would never be harvested); so does a failure
+		// waiting for the user's decision.
+		if len(s.active) == 0 && !s.suspended && len(s.held) == 0 && (s.retries == 0 || s.quitting) {
 			break
 		}
 		s.handle(<-s.inbox)
@@ -221,6 +242,7 @@ func (s *Scheduler) promote() bool {
 				s.queues[i+1].add(it)
 			} else {
 				it.queue = -1
+				s.done++
 			}
 		}
 		qs.done = qs.done[:0]
@@ -231,7 +253,7 @@ func (s *Scheduler) promote() bool {
 // harvest walks the queues in reverse (Push first, Track last) and starts every READY
 // element the tokens allow. It reports whether any element was skipped (moved to done).
 func (s *Scheduler) harvest() bool {
-	if s.suspended || s.terminating {
+	if s.suspended || s.terminating || len(s.held) > 0 {
 		return false
 	}
 	now := time.Now()
@@ -306,6 +328,7 @@ func (s *Scheduler) spawn(qs *queueState, it *Item, refused *[]resources.Request
 		if err == nil {
 			a := &activeJob{id: id, item: it, qs: qs, req: req, running: running, logPath: logPath}
 			s.active[id] = a
+			qs.running++
 			go func() { s.inbox <- jobDone{id, running.Wait()} }()
 			s.cfg.Publish(JobStart{Base: Base{time.Now()}, JobID: id, Action: action, Element: it.Name(),
 				Key: it.Element.Key, LogPath: logPath, Attempt: it.attempt})
@@ -359,6 +382,7 @@ func (s *Scheduler) finish(a *activeJob, out job.Outcome) {
 	delete(s.active, a.id)
 	s.cfg.Pool.Release(a.req)
 	it, qs := a.item, a.qs
+	qs.running--
 	end := JobEnd{Base: Base{time.Now()}, JobID: a.id, Action: qs.q.Action(), Element: it.Name(), Key: it.Element.Key,
 		Duration: out.Elapsed, LogPath: a.logPath, Error: out.Result.Error}
 	switch {
@@ -394,6 +418,10 @@ func (s *Scheduler) finish(a *activeJob, out job.Outcome) {
 		end.Result = ResultFailure
 		s.cfg.Publish(end)
 		s.fail(qs, it, out.Result.Error, a.logPath)
+		if s.cfg.OnError == element.OnErrorAsk && !s.terminating {
+			s.hold(held{qs, it, Held{Base: Base{end.Time}, JobID: a.id, Action: end.Action, Element: it.Name(),
+				Key: it.Element.Key, Error: out.Result.Error, LogPath: a.logPath}})
+		}
 	}
 }
 
@@ -402,9 +430,10 @@ func (s *Scheduler) fail(qs *queueState, it *Item, msg, logPath string) {
 	qs.failed++
 	it.Failed = true
 	it.queue = -1
+	s.done++
 	s.failed = append(s.failed, FailedElement{Element: it.Name(), Action: qs.q.Action(), Error: msg, LogPath: logPath})
 	switch s.cfg.OnError {
-	case element.OnErrorContinue:
+	case element.OnErrorContinue, element.OnErrorAsk:
 	case element.OnErrorTerminate:
 		s.terminate()
 	default:
@@ -437,9 +466,25 @@ func (s *Scheduler) command(c Command) {
 	case CmdQuit:
 		s.quitting = true
 		s.cfg.Publish(Notice{Base: Base{now}, Level: "info", Text: "quitting: no new jobs start; running jobs finish"})
+		s.held = nil
+		s.unhold()
 	case CmdTerminate:
 		s.interrupted = true
+		s.held = nil
+		s.holdSuspended = false
 		s.terminate()
+	case CmdContinue:
+		if len(s.held) > 0 {
+			s.held = s.held[1:]
+			s.unhold()
+		}
+	case CmdRetry:
+		if len(s.held) > 0 {
+			h := s.held[0]
+			s.held = s.held[1:]
+			s.unfail(h.qs, h.it)
+			s.unhold()
+		}
 	case CmdKill:
 		s.interrupted = true
 		s.terminating, s.quitting = true, true
@@ -451,6 +496,64 @@ func (s *Scheduler) command(c Command) {
 			a.running.Kill()
 		}
 	}
+}
+
+// hold books a failure that waits for the user's decision. The first one suspends every
+// job and is asked at once; later ones are asked when the earlier are answered.
+func (s *Scheduler) hold(h held) {
+	s.held = append(s.held, h)
+	if len(s.held) > 1 {
+		return
+	}
+	if !s.suspended {
+		s.command(CmdSuspend)
+		s.holdSuspended = true
+	}
+	s.cfg.Publish(h.ask)
+}
+
+// unhold moves on after a decision: it asks about the next held failure, or resumes the
+// jobs the hold suspended.
+func (s *Scheduler) unhold() {
+	if len(s.held) > 0 {
+		next := s.held[0].ask
+		next.Time = time.Now()
+		s.cfg.Publish(next)
+		return
+	}
+	if s.holdSuspended {
+		s.holdSuspended = false
+		s.command(CmdResume)
+	}
+}
+
+// unfail takes back a failure the user wants retried: the element waits in its queue
+// again and its next job is a new attempt (with its own log).
+func (s *Scheduler) unfail(qs *queueState, it *Item) {
+	qs.failed--
+	s.done--
+	it.Failed = false
+	if i := slices.IndexFunc(s.failed, func(f FailedElement) bool { return f.Element == it.Name() && f.Action == qs.q.Action() }); i >= 0 {
+		s.failed = slices.Delete(s.failed, i, i+1)
+	}
+	it.queue = slices.Index(s.queues, qs)
+	it.retryAt = time.Time{}
+	qs.add(it)
+}
+
+// publishCounts publishes the counters if they changed since the last time.
+func (s *Scheduler) publishCounts() {
+	c := Counts{Done: s.done, Total: len(s.cfg.Items), Queues: make([]QueueStats, len(s.queues))}
+	for i, qs := range s.queues {
+		c.Queues[i] = QueueStats{Action: qs.q.Action(), Processed: qs.processed, Skipped: qs.skipped,
+			Failed: qs.failed, Running: qs.running, Waiting: len(qs.wait)}
+	}
+	if c.Done == s.lastCounts.Done && slices.Equal(c.Queues, s.lastCounts.Queues) {
+		return
+	}
+	c.Time = time.Now()
+	s.lastCounts = c
+	s.cfg.Publish(c)
 }
 
 // terminate stops every running job (SIGTERM, then SIGKILL after the grace period) and

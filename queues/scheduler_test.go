@@ -909,3 +909,120 @@ func BenchmarkScheduler2000(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/element")
 }
+
+// TestOnErrorAsk: under on-error "ask" a failure suspends the other jobs, starts
+// nothing, and waits for the user's answer. a and d run (b needs a); a fails.
+func TestOnErrorAsk(t *testing.T) {
+	for _, answer := range []Command{CmdContinue, CmdRetry, CmdQuit, CmdTerminate} {
+		t.Run(answer.String(), func(t *testing.T) {
+			g := newGraph(t, "a", "d", "e", "b: a")
+			pool := buildPool(2)
+			h := startSession(t, Config{Queues: []Queue{buildQueue()}, Items: plan(t, g, PlanOptions{}), Pool: pool, OnError: element.OnErrorAsk})
+			jobs := h.nextN(2)
+			a, d := jobs["a"], jobs["d"]
+			if a == nil || d == nil {
+				t.Fatalf("started %v, want a and d", jobs)
+			}
+			a.Fail(t, "exit status 1")
+			ask := waitEvent(t, h.events, func(e Held) bool { return true })
+			if ask.Element != "a" || ask.Error != "exit status 1" || ask.LogPath != a.Spec.LogPath || ask.Action != Build {
+				t.Errorf("held %+v, want a's failure with its log", ask)
+			}
+			h.sync(d)
+			h.noStart() // e waits while the question is open
+			if !slices.Equal(d.Calls(), []string{"suspend"}) {
+				t.Fatalf("d got %v while held, want suspend", d.Calls())
+			}
+			h.s.Send(answer)
+			switch answer {
+			case CmdTerminate:
+				if end := h.ended(d); end.Result != ResultTerminated {
+					t.Errorf("d ended %+v, want terminated", end)
+				}
+			case CmdQuit:
+				h.sync(d)
+				h.noStart()
+				d.Succeed(t)
+			case CmdContinue:
+				h.expect(Build, "e").Succeed(t)
+				d.Succeed(t)
+			case CmdRetry:
+				again := h.expect(Build, "a")
+				if again.Spec.LogPath == a.Spec.LogPath {
+					t.Errorf("the retry writes over the failed attempt's log %s", a.Spec.LogPath)
+				}
+				again.Succeed(t)
+				d.Succeed(t)
+				for range 2 {
+					h.next().Succeed(t) // b and e
+				}
+			}
+			sum := h.wait()
+			if answer != CmdTerminate && !slices.Equal(d.Calls(), []string{"suspend", "resume"}) {
+				t.Errorf("d got %v, want suspend then resume", d.Calls())
+			}
+			wantFailed := answer != CmdRetry
+			if got := len(sum.Failed) == 1 && sum.Failed[0].Element == "a"; got != wantFailed || (!wantFailed && len(sum.Failed) != 0) {
+				t.Errorf("failed %+v, want a failed: %v", sum.Failed, wantFailed)
+			}
+			if answer == CmdRetry && !sum.OK() {
+				t.Errorf("after a successful retry the session is not OK: %+v", sum)
+			}
+			if sum.Interrupted != (answer == CmdTerminate) {
+				t.Errorf("Interrupted = %v after %s", sum.Interrupted, answer)
+			}
+			last := eventsOf[Counts](h.events)
+			if len(last) == 0 {
+				t.Fatal("no Counts published")
+			}
+			c := last[len(last)-1]
+			q := c.Queues[0]
+			if c.Total != 4 || q.Running != 0 || q.Waiting != len(sum.NotStarted)-countReason(sum, "terminated") ||
+				q.Processed != sum.Queues[0].Processed || q.Failed != sum.Queues[0].Failed {
+				t.Errorf("last counts %+v do not match the summary %+v", c, sum)
+			}
+			if answer == CmdRetry && c.Done != 4 {
+				t.Errorf("done %d of %d after everything built", c.Done, c.Total)
+			}
+			checkTokensFree(t, pool, resources.Process, resources.Cache)
+		})
+	}
+}
+
+func countReason(s *Summary, reason string) int {
+	n := 0
+	for _, ns := range s.NotStarted {
+		if ns.Reason == reason {
+			n++
+		}
+	}
+	return n
+}
+
+// TestOnErrorAskQueuesQuestions: failures while a question is open are asked in turn,
+// and the jobs are resumed only when the last is answered.
+func TestOnErrorAskQueuesQuestions(t *testing.T) {
+	g := newGraph(t, "a", "d", "e")
+	h := startSession(t, Config{Queues: []Queue{buildQueue()}, Items: plan(t, g, PlanOptions{}), Pool: buildPool(3), OnError: element.OnErrorAsk})
+	jobs := h.nextN(3)
+	jobs["a"].Fail(t, "a broke")
+	waitEvent(t, h.events, func(e Held) bool { return e.Element == "a" })
+	jobs["d"].Fail(t, "d broke") // it was on its way out when the jobs were suspended
+	h.ended(jobs["d"])
+	h.sync(jobs["e"])
+	if n := len(eventsOf[Held](h.events)); n != 1 {
+		t.Fatalf("%d questions open at once, want 1", n)
+	}
+	h.s.Send(CmdContinue)
+	waitEvent(t, h.events, func(e Held) bool { return e.Element == "d" })
+	h.sync(jobs["e"])
+	if calls := jobs["e"].Calls(); !slices.Equal(calls, []string{"suspend"}) {
+		t.Errorf("e got %v before the second answer, want only suspend", calls)
+	}
+	h.s.Send(CmdContinue)
+	jobs["e"].Succeed(t)
+	sum := h.wait()
+	if len(sum.Failed) != 2 || !slices.Equal(jobs["e"].Calls(), []string{"suspend", "resume"}) {
+		t.Errorf("failed %+v, e calls %v", sum.Failed, jobs["e"].Calls())
+	}
+}

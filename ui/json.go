@@ -98,7 +98,7 @@ func (j *JSON) Handle(e queues.Event) {
 			js.NotStarted = []queues.NotStarted{}
 		}
 		for _, q := range s.Queues {
-			js.Queues = append(js.Queues, jsonQueue(q))
+			js.Queues = append(js.Queues, jsonQueue{Action: q.Action, Processed: q.Processed, Skipped: q.Skipped, Failed: q.Failed})
 		}
 		o = jsonEvent{Time: e.Time, Event: "session-end", Project: s.Project, Summary: js}
 	default:
