@@ -230,9 +230,6 @@ func (e *Element) parseSources(prims []toml.Primitive, lockRefs []string) error 
 		if s.Ref == "" && i < len(lockRefs) {
 			s.Ref = lockRefs[i]
 		}
-		if s.NeedsRef() && s.Ref == "" {
-			e.NoRef = true
-		}
 		e.Sources = append(e.Sources, s)
 	}
 	return nil

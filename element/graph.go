@@ -120,19 +120,47 @@ func (g *Graph) loadOne(name string, ref *Element) (*Element, error) {
 	if e.resolved, err = e.Resolve(g.Project, KeyPaths); err != nil {
 		return nil, err
 	}
+	if err := g.keySources(e); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// keySources computes the unique key of each of e's sources that has a ref, and
+// whether one lacks a ref (NoRef).
+func (g *Graph) keySources(e *Element) error {
 	e.sourceKeys = make([]string, len(e.Sources))
+	e.NoRef = false
 	for i := range e.Sources {
 		s := &e.Sources[i]
 		if s.NeedsRef() && s.Ref == "" {
+			e.NoRef = true
 			continue
 		}
 		k, err := s.UniqueKey(g.Project.Root)
 		if err != nil {
-			return nil, &ProjectError{File: e.File, Line: e.doc.lineOf(fmt.Sprintf("sources[%d]", i)), Msg: fmt.Sprintf("source %d (%s): %v", i+1, s.Describe(), err)}
+			return &ProjectError{File: e.File, Line: e.doc.lineOf(fmt.Sprintf("sources[%d]", i)), Msg: fmt.Sprintf("source %d (%s): %v", i+1, s.Describe(), err)}
 		}
 		e.sourceKeys[i] = k
 	}
-	return e, nil
+	return nil
+}
+
+// SetRefs gives e's sources the refs tracking found (by source index; "" keeps the ref
+// it has; pinned refs are never replaced) and recomputes their keys. e's cache key and
+// those of its dependants are stale afterwards: recompute them with ComputeKey, in
+// dependency order.
+func (g *Graph) SetRefs(e *Element, refs []string) error {
+	for i := range e.Sources {
+		if s := &e.Sources[i]; i < len(refs) && refs[i] != "" && !s.Pinned {
+			s.Ref = refs[i]
+		}
+	}
+	err := g.keySources(e)
+	if err != nil {
+		e.NoRef = true // no key from a source that cannot be keyed
+	}
+	return err
 }
 
 func (g *Graph) missing(name string, ref *Element) error {

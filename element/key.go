@@ -24,31 +24,38 @@ type keyInput struct {
 // (or whose dependencies' sources) lack a ref gets no key.
 func (g *Graph) computeKeys() {
 	for _, e := range g.Order {
-		e.Key = ""
-		if e.NoRef {
-			continue
-		}
-		in := keyInput{Version: keyVersion, Kind: e.Kind.Name, Config: e.resolved, Sources: e.sourceKeys,
-			BuildDeps: map[string]string{}, RunDeps: map[string]string{}}
-		complete := true
-		for _, d := range e.BuildDeps {
-			complete = complete && d.Key != ""
-			in.BuildDeps[d.Name] = d.Key
-		}
-		for _, d := range e.RunDeps {
-			complete = complete && d.Key != ""
-			in.RunDeps[d.Name] = d.Key
-		}
-		if !complete {
-			continue
-		}
-		data, err := json.Marshal(in)
-		if err != nil {
-			panic("element: encoding cache key input: " + err.Error()) // only plain types inside
-		}
-		sum := sha256.Sum256(data)
-		e.Key = hex.EncodeToString(sum[:])
+		g.ComputeKey(e)
 	}
+}
+
+// ComputeKey sets e's cache key from its configuration, its sources' keys and its
+// dependencies' keys, which must be current. It leaves Key empty when a source of e
+// lacks a ref or a dependency has no key.
+func (g *Graph) ComputeKey(e *Element) {
+	e.Key = ""
+	if e.NoRef {
+		return
+	}
+	in := keyInput{Version: keyVersion, Kind: e.Kind.Name, Config: e.resolved, Sources: e.sourceKeys,
+		BuildDeps: map[string]string{}, RunDeps: map[string]string{}}
+	for _, d := range e.BuildDeps {
+		if d.Key == "" {
+			return
+		}
+		in.BuildDeps[d.Name] = d.Key
+	}
+	for _, d := range e.RunDeps {
+		if d.Key == "" {
+			return
+		}
+		in.RunDeps[d.Name] = d.Key
+	}
+	data, err := json.Marshal(in)
+	if err != nil {
+		panic("element: encoding cache key input: " + err.Error()) // only plain types inside
+	}
+	sum := sha256.Sum256(data)
+	e.Key = hex.EncodeToString(sum[:])
 }
 
 // KeyInput returns the canonical JSON the key of e is computed from (for debugging and

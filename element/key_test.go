@@ -193,3 +193,30 @@ func replace(s, old, new string) string {
 	}
 	return strings.Replace(s, old, new, 1)
 }
+
+// SetRefs then ComputeKey, in dependency order, give the keys a fresh load with the same
+// refs in gantry.lock gives; a pinned ref is never replaced.
+func TestSetRefsGivesTheKeysOfALockedLoad(t *testing.T) {
+	files := with(baseFiles, "elements/lib.toml", "kind = \"manual\"\n[[sources]]\nkind = \"git\"\nurl = \"https://example.com/lib.git\"\ntrack = \"main\"\n")
+	dir := writeProject(t, files)
+	g := mustGraph(t, dir, "app.toml")
+	if err := g.SetRefs(g.Elements["lib.toml"], []string{"0123abcd"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.SetRefs(g.Elements["app.toml"], []string{"ffff"}); err != nil { // pinned inline: "aaaa"
+		t.Fatal(err)
+	}
+	for _, e := range g.Order {
+		g.ComputeKey(e)
+	}
+	os.WriteFile(filepath.Join(dir, LockFile), []byte("[refs]\n\"lib.toml\" = [\"0123abcd\"]\n"), 0o644)
+	want := mustGraph(t, dir, "app.toml")
+	for name, e := range want.Elements {
+		if e.Key == "" || g.Elements[name].Key != e.Key {
+			t.Errorf("%s: key %q after SetRefs, %q from the lock", name, g.Elements[name].Key, e.Key)
+		}
+	}
+	if r := g.Elements["app.toml"].Sources[0].Ref; r != "aaaa" {
+		t.Errorf("pinned ref replaced by %q", r)
+	}
+}

@@ -35,6 +35,18 @@ func (e *NoRefError) Error() string {
 // what they need at run time, and — only for elements that are not cached — what they
 // need to build. Below a cached element nothing needs building, so nothing is planned.
 func Plan(g *element.Graph, targets []*element.Element, opts PlanOptions) ([]*Item, error) {
+	order, err := walkPlan(g, targets, opts, func(e *element.Element) *Item { return &Item{Element: e, queue: -1} }, nil)
+	if err != nil {
+		return nil, err
+	}
+	setPriorities(order, opts.Estimate)
+	return order, nil
+}
+
+// walkPlan walks from the targets as Plan describes, taking each element's item from
+// itemOf, and returns the items it reached, dependencies first. An element without a
+// key ends the walk with MissingRef's error, unless noKey takes it (and returns nil).
+func walkPlan(g *element.Graph, targets []*element.Element, opts PlanOptions, itemOf func(*element.Element) *Item, noKey func(*Item, error) error) ([]*Item, error) {
 	items := map[*element.Element]*Item{}
 	stages := map[*Item][]*element.Element{}
 	var order []*Item
@@ -43,11 +55,15 @@ func Plan(g *element.Graph, targets []*element.Element, opts PlanOptions) ([]*It
 		if _, ok := items[e]; ok {
 			return nil
 		}
-		if err := MissingRef(e); err != nil {
-			return err
-		}
-		it := &Item{Element: e, queue: -1}
+		it := itemOf(e)
 		items[e] = it
+		if err := MissingRef(e); err != nil {
+			if noKey == nil {
+				return err
+			}
+			order = append(order, it)
+			return noKey(it, err)
+		}
 		status := opts.Artifact(e)
 		it.Cached = status == element.ArtifactSuccess
 		it.Failed = status == element.ArtifactFailure && !opts.RetryFailed
@@ -73,11 +89,11 @@ func Plan(g *element.Graph, targets []*element.Element, opts PlanOptions) ([]*It
 		}
 	}
 	for _, it := range order {
+		it.Stage = it.Stage[:0]
 		for _, d := range stages[it] {
 			it.Stage = append(it.Stage, items[d])
 		}
 	}
-	setPriorities(order, opts.Estimate)
 	return order, nil
 }
 

@@ -72,6 +72,8 @@ type Item struct {
 	req      resources.Request
 	reqQueue int // queue index req was computed for, plus one (0 = none)
 	retryAt  time.Time
+	// later is set when the plan is decided in the loop (PlanTracked).
+	later *deferred
 }
 
 // Name is the element's name.

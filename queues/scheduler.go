@@ -599,6 +599,9 @@ func (s *Scheduler) summarize() *Summary {
 }
 
 func (s *Scheduler) whyNotStarted(qs *queueState, it *Item) string {
+	if it.later != nil && it.later.blocked != "" {
+		return it.later.blocked
+	}
 	if dep := failedDependency(it, map[*Item]bool{}); dep != nil {
 		if dep.Terminated {
 			return fmt.Sprintf("dependency %s was terminated", dep.Name())

@@ -15,6 +15,9 @@ type BuildQueue struct {
 func (BuildQueue) Action() Action { return Build }
 
 func (BuildQueue) Status(it *Item) (Status, string) {
+	if st, reason, ok := deferredStatus(it); ok {
+		return st, reason
+	}
 	if it.Cached {
 		return Skip, "cached"
 	}
@@ -50,6 +53,9 @@ type FetchQueue struct {
 func (FetchQueue) Action() Action { return Fetch }
 
 func (q FetchQueue) Status(it *Item) (Status, string) {
+	if st, reason, ok := deferredStatus(it); ok {
+		return st, reason
+	}
 	if it.Cached {
 		return Skip, "cached"
 	}
