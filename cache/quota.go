@@ -1,0 +1,78 @@
+package cache
+
+import (
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// ParseQuota reads a cache quota: a number of bytes with an optional K, M, G or T
+// suffix (powers of 1024, "10G"), or a percentage of the size of the filesystem
+// holding dir ("50%"), as BuildStream's cache quota.
+func ParseQuota(s, dir string) (int64, error) {
+	s = strings.TrimSpace(s)
+	bad := fmt.Errorf("quota %q: want a size like 500M, 10G or 2T, or a share of the disk like 50%%", s)
+	if pct, ok := strings.CutSuffix(s, "%"); ok {
+		p, err := strconv.ParseFloat(pct, 64)
+		if err != nil || p <= 0 || p > 100 {
+			return 0, bad
+		}
+		var st unix.Statfs_t
+		if err := unix.Statfs(dir, &st); err != nil {
+			return 0, fmt.Errorf("quota %q: reading the size of the filesystem of %s: %w", s, dir, err)
+		}
+		return int64(float64(st.Blocks) * float64(st.Bsize) * p / 100), nil
+	}
+	mult := int64(1)
+	if n := len(s); n > 0 {
+		if i := strings.IndexByte("KMGT", s[n-1]&^0x20); i >= 0 {
+			mult = 1 << (10 * (i + 1))
+			s = s[:n-1]
+		}
+	}
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil || v <= 0 {
+		return 0, bad
+	}
+	return int64(v * float64(mult)), nil
+}
+
+// Usage is the space the cache takes on disk: blobs, refs, sources and logs (a file
+// hard-linked twice inside the cache counts once).
+func (c *Cache) Usage() (int64, error) {
+	var total int64
+	seen := map[uint64]bool{}
+	err := filepath.WalkDir(c.Root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if path == c.Root {
+				return err
+			}
+			return nil // vanished meanwhile (another gantry's temp file)
+		}
+		info, err := d.Info()
+		if err != nil {
+			return nil
+		}
+		if st, ok := info.Sys().(*syscall.Stat_t); ok {
+			if st.Nlink > 1 {
+				if seen[st.Ino] {
+					return nil
+				}
+				seen[st.Ino] = true
+			}
+			total += st.Blocks * 512
+			return nil
+		}
+		total += info.Size()
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("measuring the cache %s: %w", c.Root, err)
+	}
+	return total, nil
+}
