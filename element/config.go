@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+
+	"github.com/gantry-build/gantry/cache"
 )
 
 // OnError is the scheduler's policy when a job fails.
@@ -110,6 +112,12 @@ func LoadUserConfig(path string, explicit bool) (*UserConfig, error) {
 	if c.Scheduler.OnError != "" {
 		if _, ok := ParseOnError(c.Scheduler.OnError); !ok {
 			return nil, doc.valueError("scheduler.on-error", "%q is not one of continue, quit, terminate", c.Scheduler.OnError)
+		}
+	}
+	if c.Cache.Quota != "" {
+		// The share of a disk is measured where the cache is; "/" checks the syntax.
+		if _, err := cache.ParseQuota(c.Cache.Quota, "/"); err != nil {
+			return nil, doc.valueError("cache.quota", "%v", err)
 		}
 	}
 	for _, k := range []struct {

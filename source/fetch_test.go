@@ -20,6 +20,7 @@ import (
 //	/ok/NAME     the file NAME
 //	/flaky/NAME  503 on the first request, then the file
 //	/truncated   announces more bytes than it sends
+//	/cut         sends some bytes of unknown length, then closes the connection
 //	/wrong       other bytes than the test expects
 //	/stall       headers, then nothing until the client gives up
 //	/status/N    HTTP status N
@@ -48,6 +49,10 @@ func newTarServer(t *testing.T, files map[string][]byte) *tarServer {
 		case "truncated":
 			w.Header().Set("Content-Length", "100000")
 			w.Write([]byte("only the beginning"))
+		case "cut":
+			w.Write([]byte("only the beginning"))
+			w.(http.Flusher).Flush() // chunked: no Content-Length
+			panic(http.ErrAbortHandler)
 		case "wrong":
 			w.Write([]byte("not what you expected"))
 		case "stall":
@@ -184,6 +189,7 @@ func TestFetchErrors(t *testing.T) {
 		{path: "/status/500", status: 500, temporary: true},
 		{path: "/status/503", status: 503, temporary: true, contains: []string{"503 Service Unavailable"}},
 		{path: "/truncated", temporary: true, contains: []string{"18 of 100000 bytes"}},
+		{path: "/cut", temporary: true, contains: []string{"connection closed after 18 bytes"}},
 		{path: "/wrong", contains: []string{"checksum mismatch", sha(archive), sha([]byte("not what you expected"))}},
 	}
 	for _, tt := range tests {

@@ -162,7 +162,11 @@ func downloadHTTP(parent context.Context, rawURL string, w io.Writer, o *FetchOp
 	pw := &progressWriter{w: w, total: total, progress: o.Progress, onData: func() { watchdog.Reset(idle) }}
 	if _, err := io.Copy(pw, resp.Body); err != nil {
 		if errors.Is(err, io.ErrUnexpectedEOF) {
-			err = fmt.Errorf("connection closed after %d of %d bytes", pw.done, total)
+			if total > 0 {
+				err = fmt.Errorf("connection closed after %d of %d bytes", pw.done, total)
+			} else {
+				err = fmt.Errorf("connection closed after %d bytes", pw.done)
+			}
 		}
 		var we *writeError
 		if errors.As(err, &we) {
@@ -264,6 +268,8 @@ func sizeString(n int64) string {
 	switch {
 	case n <= 0:
 		return "size unknown"
+	case n < 1<<10:
+		return fmt.Sprintf("%d bytes", n)
 	case n < 1<<20:
 		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
 	}

@@ -32,7 +32,11 @@ func TestScripts(t *testing.T) {
 		Dir:                 "testdata",
 		RequireExplicitExec: true,
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
-			"exitcode": cmdExitCode,
+			"exitcode":  cmdExitCode,
+			"httpd":     cmdHTTPD,
+			"httpcount": cmdHTTPCount,
+			"sha256":    cmdSHA256,
+			"expand":    cmdExpand,
 		},
 		Setup: func(env *testscript.Env) error {
 			env.Setenv("HOME", filepath.Join(env.WorkDir, "home"))
@@ -41,6 +45,7 @@ func TestScripts(t *testing.T) {
 			env.Setenv("GANTRY_CACHE_DIR", "")
 			env.Setenv("REPO", root)
 			env.Setenv("NCPU", strconv.Itoa(runtime.NumCPU()))
+			env.Values[httpdKey{}] = &httpd{}
 			return nil
 		},
 	})

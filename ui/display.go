@@ -63,6 +63,20 @@ func tail(path string, n int) []string {
 	return lines
 }
 
+// logExcerpt is the tail of a failed job's log, indented, followed by where the whole
+// log is; "" when there is no log.
+func logExcerpt(logPath string, n int) string {
+	if logPath == "" {
+		return ""
+	}
+	var b strings.Builder
+	for _, l := range tail(logPath, n) {
+		fmt.Fprintf(&b, "    %s\n", l)
+	}
+	fmt.Fprintf(&b, "    (full log: %s)\n", logPath)
+	return b.String()
+}
+
 // WriteSummary prints the end-of-session summary.
 func WriteSummary(w io.Writer, s *queues.Summary) {
 	var b strings.Builder

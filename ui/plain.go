@@ -80,16 +80,7 @@ func (p *Plain) Handle(e queues.Event) {
 
 // failureDetail prints the tail of a failed job's log, indented, and where the log is.
 func (p *Plain) failureDetail(e queues.JobEnd) {
-	if e.LogPath == "" {
-		return
-	}
-	lines := tail(e.LogPath, p.opts.errorLines())
-	var b strings.Builder
-	for _, l := range lines {
-		fmt.Fprintf(&b, "    %s\n", l)
-	}
-	fmt.Fprintf(&b, "    (full log: %s)\n", e.LogPath)
-	io.WriteString(p.w, b.String())
+	io.WriteString(p.w, logExcerpt(e.LogPath, p.opts.errorLines()))
 }
 
 func joinActions(a []queues.Action) string {

@@ -60,7 +60,7 @@ them. Ctrl-Z suspends every job and gantry; 'fg' resumes them.`,
 	}
 	opts.schedulerFlags.register(cmd)
 	cmd.Flags().BoolVar(&opts.retryFailed, "retry-failed", false, "build elements whose failed build is cached")
-	cmd.Flags().BoolVar(&opts.track, "track", false, "track every source first (writes gantry.lock), then build with the new refs")
+	cmd.Flags().BoolVar(&opts.track, "track", false, "track every source the targets depend on (writes gantry.lock) and build with the new refs, in one session")
 	return cmd
 }
 
@@ -102,7 +102,7 @@ func (s *session) limits(f *schedulerFlags) (map[resources.Resource]int, element
 	if err != nil {
 		return nil, "", 0, err
 	}
-	onErr := element.OnErrorQuit
+	var onErr element.OnError // none given: the display decides (openPipeline)
 	for _, v := range []string{f.onError, os.Getenv("GANTRY_ON_ERROR"), sc.OnError} {
 		if v == "" {
 			continue
@@ -134,31 +134,26 @@ func runBuild(opts *buildOptions, args []string) error {
 		return err
 	}
 	s, g, c, display, limits, onErr, maxJobs := p.session, p.graph, p.cache, p.display, p.limits, p.onError, p.maxJobs
-	if opts.track {
-		summary, changes, err := s.trackSession(display, c, g, g.Select(g.Targets, element.DepsAll), limits, onErr)
-		if err != nil {
-			return err
-		}
-		printChanges(opts.ios, changes)
-		if !summary.OK() {
-			return sessionError(summary)
-		}
-		// Keys are computed from the new refs.
-		if g, err = element.Load(s.project, s.lock, targetNames(g)); err != nil {
-			return err
-		}
-	}
 	stats, _ := c.LoadStats() // never fatal: a damaged stats file only loses estimates
 	q := cacheQuery{c}
-	items, err := queues.Plan(g, g.Targets, queues.PlanOptions{
+	planOpts := queues.PlanOptions{
 		Artifact:    func(e *element.Element) element.ArtifactStatus { return q.Artifact(g.Project.Name, e.Name, e.Key) },
 		RetryFailed: opts.retryFailed,
 		Estimate: func(e *element.Element) (time.Duration, bool) {
 			d, ok := stats.Durations[g.Project.Name+"/"+e.Name]
 			return d, ok
 		},
-	})
-	if err != nil {
+	}
+	var pipeline []queues.Queue
+	var items []*queues.Item
+	var track *tracker
+	if opts.track {
+		// One session: Track first; keys, and what needs building, follow from the
+		// refs it finds.
+		track = s.trackQueue(c, g)
+		pipeline = append(pipeline, track)
+		items = queues.PlanTracked(g, g.Targets, planOpts)
+	} else if items, err = queues.Plan(g, g.Targets, planOpts); err != nil {
 		return err
 	}
 	fetch := s.fetchQueue(c, g)
@@ -176,7 +171,7 @@ func runBuild(opts *buildOptions, args []string) error {
 	}}
 	summary, err := s.runScheduler(schedulerRun{
 		display: display, cache: c, limits: limits, onError: onErr,
-		queues: []queues.Queue{fetch, build}, items: items,
+		queues: append(pipeline, fetch, build), items: items,
 		observe: func(e queues.Event) {
 			if end, ok := e.(queues.JobEnd); ok && end.Action == queues.Build && end.Result == queues.ResultSuccess {
 				stats.Observe(g.Project.Name+"/"+end.Element, end.Duration)
@@ -185,6 +180,13 @@ func runBuild(opts *buildOptions, args []string) error {
 	})
 	if err != nil {
 		return err
+	}
+	if track != nil {
+		changes, err := track.finish()
+		printChanges(opts.ios, changes)
+		if err != nil {
+			return err
+		}
 	}
 	if err := c.SaveStats(stats); err != nil {
 		fmt.Fprintf(opts.ios.ErrOut, "gantry: warning: %v\n", err)
@@ -216,6 +218,13 @@ func (o *globalOptions) openPipeline(f *schedulerFlags, args []string) (*pipelin
 	p := &pipeline{session: s, display: display}
 	if p.limits, p.onError, p.maxJobs, err = s.limits(f); err != nil {
 		return nil, err
+	}
+	if p.onError == "" {
+		// Default quit; at a terminal the TUI asks what to do instead.
+		p.onError = element.OnErrorQuit
+		if _, ok := display.(*ui.TUI); ok {
+			p.onError = element.OnErrorAsk
+		}
 	}
 	if p.graph, err = s.loadGraph(args); err != nil {
 		return nil, err
@@ -259,11 +268,22 @@ func (s *session) runScheduler(r schedulerRun) (*queues.Summary, error) {
 		OnError: r.onError,
 		LogDir:  r.cache.LogsDir(),
 		Publish: pub.Publish,
+		Backoff: s.retryBackoff(),
 	})
+	tui, _ := r.display.(*ui.TUI)
+	if tui != nil {
+		tui.Start(sched)
+	}
 	stopSignals := forwardSignals(sched)
 	summary := sched.Run()
 	stopSignals()
 	pub.Close()
+	if tui != nil {
+		// The summary is printed once the terminal is given back.
+		if err := tui.Wait(); err != nil {
+			fmt.Fprintf(s.opts.ios.ErrOut, "gantry: warning: the terminal display failed: %v\n", err)
+		}
+	}
 	return summary, nil
 }
 
@@ -314,12 +334,17 @@ func (s *session) display() (ui.Display, error) {
 	}
 	uo := ui.Options{Verbose: o.verbose}
 	switch mode {
-	case "auto", "plain":
+	case "auto":
+		if s.wantTUI() {
+			return s.tui(uo)
+		}
+		return ui.NewPlain(o.ios.ErrOut, uo), nil
+	case "plain":
 		return ui.NewPlain(o.ios.ErrOut, uo), nil
 	case "json":
 		return ui.NewJSON(o.ios.ErrOut, uo), nil
 	case "tui":
-		return nil, usagef("--ui tui: the interactive display is not available yet; use --ui plain or --ui json")
+		return s.tui(uo)
 	}
 	return nil, usagef("--ui %q: use auto, tui, plain or json", mode)
 }
@@ -362,12 +387,4 @@ func forwardSignals(sched *queues.Scheduler) (stop func()) {
 		signal.Stop(sigs)
 		close(done)
 	}
-}
-
-func targetNames(g *element.Graph) []string {
-	names := make([]string, len(g.Targets))
-	for i, t := range g.Targets {
-		names[i] = t.Name
-	}
-	return names
 }

@@ -460,6 +460,37 @@ func describeGroup(pgid int) string {
 	return b.String()
 }
 
+// groupStopped reports whether every process of job group pgid is stopped. A process
+// stops when it next leaves the kernel (one in the middle of a fork or an exec shows R
+// or D for a moment). A shell that vforked a child which was stopped before its exec
+// stays in D (vfork waits are not stoppable) but cannot go on until its child does.
+func groupStopped(pgid int) bool {
+	members := liveMembers(pgid)
+	for _, m := range members {
+		if m.state == 'T' {
+			continue
+		}
+		vforkParent := false
+		for _, c := range members {
+			vforkParent = vforkParent || (m.state == 'D' && c.ppid == m.pid && c.state == 'T')
+		}
+		if !vforkParent {
+			return false
+		}
+	}
+	return len(members) > 0
+}
+
+// waitGroupStopped fails the test unless every process of job group pgid stops soon.
+func waitGroupStopped(t *testing.T, pgid int) {
+	t.Helper()
+	for deadline := time.Now().Add(2 * time.Second); !groupStopped(pgid); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the job's processes are not all stopped:\n%s", describeGroup(pgid))
+		}
+	}
+}
+
 // killGroupOnCleanup makes sure that, whatever the test's outcome, nothing of
 // the job process group pgid (which a build of this test started) outlives the test.
 func killGroupOnCleanup(t *testing.T, pgid int) {

@@ -116,32 +116,8 @@ func TestE2ESuspendStopsJobProcesses(t *testing.T) {
 		pi, ok := readProc(g.pid())
 		return ok && pi.state == 'T'
 	})
-	// gantry stops itself only after it sent SIGSTOP to every job; a process
-	// stops when it next leaves the kernel (one in the middle of a fork or an
-	// exec shows R or D for a moment). A shell that vforked a child which was
-	// stopped before its exec stays in D (vfork waits are not stoppable) but
-	// cannot go on until its child does.
-	allStopped := func() bool {
-		members := liveMembers(pgid)
-		for _, m := range members {
-			if m.state == 'T' {
-				continue
-			}
-			vforkParent := false
-			for _, c := range members {
-				vforkParent = vforkParent || (m.state == 'D' && c.ppid == m.pid && c.state == 'T')
-			}
-			if !vforkParent {
-				return false
-			}
-		}
-		return len(members) > 0
-	}
-	for deadline := time.Now().Add(2 * time.Second); !allStopped(); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("gantry is suspended but its job's processes are not all stopped:\n%s", describeGroup(pgid))
-		}
-	}
+	// gantry stops itself only after it sent SIGSTOP to every job.
+	waitGroupStopped(t, pgid)
 	time.Sleep(100 * time.Millisecond) // grace for a write in flight
 	stopped := fileSize(ticks)
 	time.Sleep(300 * time.Millisecond) // settle window: no tick may be written

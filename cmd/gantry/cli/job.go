@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"time"
 
 	"github.com/gantry-build/gantry/element"
 	"github.com/gantry-build/gantry/job"
@@ -30,8 +32,28 @@ type sourcesSpec struct {
 	Sources     []source.Spec `json:"sources"`
 }
 
-func (sp *sourcesSpec) options(r *job.Reporter) source.FetchOptions {
-	return source.FetchOptions{SourcesDir: sp.SourcesDir, ProjectRoot: sp.ProjectRoot, Log: r.Writer(), Progress: r.Progress}
+func (sp *sourcesSpec) options(r *job.Reporter) (source.FetchOptions, error) {
+	idle, err := netIdleTimeout()
+	if err != nil {
+		return source.FetchOptions{}, err
+	}
+	return source.FetchOptions{SourcesDir: sp.SourcesDir, ProjectRoot: sp.ProjectRoot, Log: r.Writer(), Progress: r.Progress,
+		IdleTimeout: idle}, nil
+}
+
+// netIdleTimeout reads GANTRY_NET_IDLE_TIMEOUT (a Go duration, "500ms"): a download that
+// receives nothing for that long fails and is retried. A knob for tests and CI; unset,
+// 0 gives source's default (60s). Jobs inherit gantry's environment.
+func netIdleTimeout() (time.Duration, error) {
+	v := os.Getenv("GANTRY_NET_IDLE_TIMEOUT")
+	if v == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf("GANTRY_NET_IDLE_TIMEOUT=%q: want a duration such as 30s", v)
+	}
+	return d, nil
 }
 
 func decodeSources(spec job.Spec) (*sourcesSpec, error) {
@@ -48,13 +70,17 @@ func fetchJob(ctx context.Context, spec job.Spec, r *job.Reporter) (job.Result, 
 	if err != nil {
 		return job.Result{}, err
 	}
+	o, err := sp.options(r)
+	if err != nil {
+		return job.Result{}, err
+	}
 	for i := range sp.Sources {
 		s := &sp.Sources[i]
 		if source.Cached(sp.SourcesDir, s) {
 			continue
 		}
 		r.Status("fetching " + s.Describe())
-		if err := source.Fetch(ctx, s, sp.options(r)); err != nil {
+		if err := source.Fetch(ctx, s, o); err != nil {
 			return job.Result{Temporary: source.IsTemporary(err)}, fmt.Errorf("source %d: %w", i+1, err)
 		}
 	}
@@ -68,6 +94,10 @@ func trackJob(ctx context.Context, spec job.Spec, r *job.Reporter) (job.Result, 
 	if err != nil {
 		return job.Result{}, err
 	}
+	o, err := sp.options(r)
+	if err != nil {
+		return job.Result{}, err
+	}
 	refs := make([]string, len(sp.Sources))
 	for i := range sp.Sources {
 		s := &sp.Sources[i]
@@ -75,7 +105,7 @@ func trackJob(ctx context.Context, spec job.Spec, r *job.Reporter) (job.Result, 
 			continue
 		}
 		r.Status("tracking " + s.Describe() + " " + s.Track)
-		ref, err := source.Track(ctx, s, sp.options(r))
+		ref, err := source.Track(ctx, s, o)
 		if err != nil {
 			return job.Result{Temporary: source.IsTemporary(err)}, fmt.Errorf("source %d: %w", i+1, err)
 		}

@@ -70,14 +70,35 @@ func runTrack(opts *trackOptions, args []string) error {
 // trackSession runs the Track queue over elements and writes gantry.lock with what it
 // resolved (also after a failure: what was tracked is kept).
 func (s *session) trackSession(display ui.Display, c *cache.Cache, g *element.Graph, elements []*element.Element, limits map[resources.Resource]int, onErr element.OnError) (*queues.Summary, []refChange, error) {
-	var changes []refChange
 	items := make([]*queues.Item, len(elements))
 	for i, e := range elements {
 		items[i] = &queues.Item{Element: e}
 	}
-	track := queues.TrackQueue{
+	track := s.trackQueue(c, g)
+	summary, err := s.runScheduler(schedulerRun{display: display, cache: c, limits: limits, onError: onErr,
+		queues: []queues.Queue{track}, items: items})
+	if err != nil {
+		return nil, nil, err
+	}
+	changes, err := track.finish()
+	return summary, changes, err
+}
+
+// tracker is the Track queue of a session with what it found: the new refs go into
+// the graph (so keys can be computed from them) and into the lock.
+type tracker struct {
+	queues.TrackQueue
+	s       *session
+	changes []refChange
+	err     error
+}
+
+func (s *session) trackQueue(c *cache.Cache, g *element.Graph) *tracker {
+	t := &tracker{s: s}
+	t.TrackQueue = queues.TrackQueue{
 		PayloadFunc: func(it *queues.Item) (json.RawMessage, error) { return s.sourcesPayload(c, it.Element) },
-		// Runs on the scheduler goroutine: the lock is touched by nobody else meanwhile.
+		// Runs on the scheduler goroutine: the lock and the graph are touched by
+		// nobody else meanwhile.
 		DoneFunc: func(it *queues.Item, res job.Result) {
 			var refs []string
 			if json.Unmarshal(res.Data, &refs) != nil {
@@ -92,30 +113,33 @@ func (s *session) trackSession(display ui.Display, c *cache.Cache, g *element.Gr
 					old = locked[i]
 				}
 				merged[i] = old
-				if i < len(refs) && refs[i] != "" {
+				if i < len(refs) && refs[i] != "" && !src.Pinned {
 					merged[i] = refs[i]
 					if refs[i] != old {
-						changes = append(changes, refChange{element: e.Name, source: i + 1, desc: src.Describe(), old: old, new: refs[i]})
+						t.changes = append(t.changes, refChange{element: e.Name, source: i + 1, desc: src.Describe(), old: old, new: refs[i]})
 					}
 				}
 			}
 			if slices.ContainsFunc(merged, func(r string) bool { return r != "" }) {
 				s.lock.Set(e.Name, merged)
 			}
+			if err := g.SetRefs(e, refs); err != nil && t.err == nil {
+				t.err = fmt.Errorf("%s: keying the tracked sources: %w", e.Name, err)
+			}
 		},
 		NetworkRetries: s.networkRetries(),
 	}
-	summary, err := s.runScheduler(schedulerRun{display: display, cache: c, limits: limits, onError: onErr,
-		queues: []queues.Queue{track}, items: items})
-	if err != nil {
-		return nil, nil, err
-	}
-	if len(changes) > 0 {
-		if err := s.lock.Write(); err != nil {
-			return nil, nil, err
+	return t
+}
+
+// finish writes gantry.lock when a ref changed, and returns the changes.
+func (t *tracker) finish() ([]refChange, error) {
+	if len(t.changes) > 0 {
+		if err := t.s.lock.Write(); err != nil {
+			return t.changes, err
 		}
 	}
-	return summary, changes, nil
+	return t.changes, t.err
 }
 
 func shortRef(r string) string {

@@ -1,0 +1,27 @@
+package cli
+
+import (
+	"fmt"
+	"os"
+	"time"
+)
+
+// retryBackoff is the wait before a network job's retry number attempt (1-based), for
+// queues.Config.Backoff. GANTRY_RETRY_BACKOFF (a Go duration, "10ms") sets the base of
+// the exponential backoff, without jitter: retries wait base, 2·base, 4·base … at most
+// 32·base and 30s. It is a knob for tests and CI; unset (or invalid, with a warning), nil
+// keeps the scheduler's default: from 1s with jitter, capped at 30s.
+func (s *session) retryBackoff() func(attempt int) time.Duration {
+	v := os.Getenv("GANTRY_RETRY_BACKOFF")
+	if v == "" {
+		return nil
+	}
+	base, err := time.ParseDuration(v)
+	if err != nil || base < 0 {
+		fmt.Fprintf(s.opts.ios.ErrOut, "gantry: warning: GANTRY_RETRY_BACKOFF=%q is not a duration such as 10ms; using the default backoff\n", v)
+		return nil
+	}
+	return func(attempt int) time.Duration {
+		return min(base<<min(attempt-1, 5), 30*time.Second)
+	}
+}

@@ -1,0 +1,206 @@
+package cli
+
+// The interactive display end to end: gantry runs in a real terminal (a tmux pane),
+// the test types keys with send-keys and reads the screen with capture-pane.
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// tmuxPane is one gantry process in a pane of a private tmux server.
+type tmuxPane struct {
+	t      *testing.T
+	tmux   string
+	socket string
+}
+
+// requireTmux returns tmux's path; it skips the test without tmux, or fails it in CI.
+func requireTmux(t *testing.T) string {
+	t.Helper()
+	path, err := exec.LookPath("tmux")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("tmux is not installed: install tmux (apt-get install tmux)")
+		}
+		t.Skip("tmux is not installed: install tmux to run the terminal display's end-to-end test")
+	}
+	return path
+}
+
+// shellQuote quotes s for sh.
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// startInTmux runs gantry with args in a new 100×30 tmux pane. The pane stays after
+// gantry exits, so the screen it left and its exit status (file "status") can be read.
+func (p *e2eProject) startInTmux(args ...string) *tmuxPane {
+	p.t.Helper()
+	tp := &tmuxPane{t: p.t, tmux: requireTmux(p.t), socket: filepath.Join(p.tmp, "tmux.sock")}
+	conf := filepath.Join(p.tmp, "tmux.conf")
+	if err := os.WriteFile(conf, []byte("set -g status off\n"), 0o644); err != nil {
+		p.t.Fatal(err)
+	}
+	// gantry runs under a shell, as at a prompt: tmux sends SIGCONT to a pane's own
+	// process when it stops, which would undo Ctrl-Z. The shell records the exit status
+	// and keeps the pane open (a dead pane no longer reports the terminal's modes).
+	script := filepath.Join(p.tmp, "run.sh")
+	status := shellQuote(filepath.Join(p.tmp, "status"))
+	if err := os.WriteFile(script, []byte("\"$@\"\necho $? > "+status+".tmp\nmv "+status+".tmp "+status+"\nexec sleep 3600\n"), 0o755); err != nil {
+		p.t.Fatal(err)
+	}
+	cmd := p.command(args...)
+	line := []string{"exec", "env", "-i"}
+	for _, kv := range append(cmd.Env, "TERM=screen") {
+		if !strings.HasPrefix(kv, "TERM=") || kv == "TERM=screen" {
+			line = append(line, shellQuote(kv))
+		}
+	}
+	line = append(line, "/bin/sh", shellQuote(script))
+	for _, a := range cmd.Args {
+		line = append(line, shellQuote(a))
+	}
+	tp.run("-f", conf, "new-session", "-d", "-x", "100", "-y", "30", "-s", "gantry", "-c", p.tmp, strings.Join(line, " "))
+	p.t.Cleanup(func() { exec.Command(tp.tmux, "-S", tp.socket, "kill-server").Run() })
+	return tp
+}
+
+func (tp *tmuxPane) run(args ...string) string {
+	tp.t.Helper()
+	out, err := exec.Command(tp.tmux, append([]string{"-S", tp.socket}, args...)...).CombinedOutput()
+	if err != nil {
+		tp.t.Fatalf("tmux %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// format expands a tmux format string for the pane (pane_pid, pane_dead, ...).
+func (tp *tmuxPane) format(f string) string {
+	return strings.TrimSpace(tp.run("display-message", "-p", "-t", "gantry", f))
+}
+
+// gantryPid is the pid of gantry, the child of the pane's shell.
+func (tp *tmuxPane) gantryPid() int {
+	tp.t.Helper()
+	sh := tp.format("#{pane_pid}")
+	b, err := os.ReadFile("/proc/" + sh + "/task/" + sh + "/children")
+	if err != nil {
+		tp.t.Fatalf("children of the pane's shell: %v", err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		tp.t.Fatalf("the pane's shell has children %q, want gantry alone", b)
+	}
+	return pid
+}
+
+// screen is what the pane shows now.
+func (tp *tmuxPane) screen() string { return tp.run("capture-pane", "-p", "-t", "gantry") }
+
+// keys types keys (tmux key names: "s", "C-c", "Enter").
+func (tp *tmuxPane) keys(keys ...string) {
+	tp.t.Helper()
+	tp.run(append([]string{"send-keys", "-t", "gantry"}, keys...)...)
+}
+
+// waitScreen waits until the screen matches re, and returns it.
+func (tp *tmuxPane) waitScreen(what, re string) string {
+	tp.t.Helper()
+	return tp.waitScreenIs(what, re, true)
+}
+
+// waitScreenIs waits until whether the screen matches re is want.
+func (tp *tmuxPane) waitScreenIs(what, re string, want bool) string {
+	tp.t.Helper()
+	rx := regexp.MustCompile(re)
+	var screen string
+	deadline := time.Now().Add(e2eTimeout)
+	for {
+		screen = tp.screen()
+		if rx.MatchString(screen) == want {
+			return screen
+		}
+		if time.Now().After(deadline) {
+			tp.t.Fatalf("timed out after %v waiting for %s (/%s/); the screen:\n%s", e2eTimeout, what, re, screen)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestE2ETUI: the header and the running job appear; s stops the job's processes and s
+// resumes them; Ctrl-C suspends and asks, c continues; Ctrl-Z stops jobs and gantry,
+// SIGCONT resumes; the session ends with the summary, exit code 0 and a clean terminal.
+func TestE2ETUI(t *testing.T) {
+	t.Parallel()
+	requireTmux(t)
+	p := newE2EProject(t, map[string]string{"project.toml": projectTOML("tick.toml")})
+	ticks, shPid, release := p.scratch("ticks"), p.scratch("sh.pid"), p.scratch("release")
+	p.write("elements/tick.toml", manualElement(nil,
+		fmt.Sprintf("echo $$ > %s; while [ ! -e %s ]; do echo x >> %s; sleep 0.05; done; echo ticking done", shPid, release, ticks)))
+	tp := p.startInTmux("build", "--sandbox", "host")
+
+	tp.waitScreen("the header and the running job", `(?s)e2e.*build.*tick\.toml`)
+	sh, ok := readProc(readPid(t, shPid))
+	if !ok {
+		t.Fatal("the build command is not running")
+	}
+	pgid := sh.pgrp // the job's process group
+	killGroupOnCleanup(t, pgid)
+	waitGrowth(t, ticks, 0)
+
+	// s suspends every job; s again resumes them.
+	tp.keys("s")
+	tp.waitScreen("the header saying SUSPENDED", `SUSPENDED`)
+	waitGroupStopped(t, pgid)
+	tp.keys("s")
+	waitGrowth(t, ticks, fileSize(ticks))
+	tp.waitScreenIs("the header without SUSPENDED", `SUSPENDED`, false)
+
+	// Ctrl-C suspends and asks; c continues.
+	tp.keys("C-c")
+	tp.waitScreen("the Ctrl-C prompt", `(?i)continue.*quit.*terminate`)
+	waitGroupStopped(t, pgid)
+	tp.keys("c")
+	waitGrowth(t, ticks, fileSize(ticks))
+
+	// Ctrl-Z stops the jobs and gantry; SIGCONT (what fg sends) resumes both.
+	gantry := tp.gantryPid()
+	tp.keys("C-z")
+	eventually(t, e2eTimeout, "gantry is stopped (state T)", func() bool {
+		pi, ok := readProc(gantry)
+		return ok && pi.state == 'T'
+	})
+	waitGroupStopped(t, pgid)
+	syscall.Kill(gantry, syscall.SIGCONT)
+	waitGrowth(t, ticks, fileSize(ticks))
+	tp.waitScreen("the display back after SIGCONT", `tick\.toml`)
+
+	// Let the build finish: the live area gives way to the summary.
+	if err := os.WriteFile(release, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, e2eTimeout, "gantry exits", func() bool { return fileSize(p.scratch("status")) > 0 })
+	screen := tp.screen()
+	if !strings.Contains(screen, "Session summary") || !strings.Contains(screen, "Success.") {
+		t.Errorf("no summary on the screen after the session:\n%s", screen)
+	}
+	if status, _ := os.ReadFile(p.scratch("status")); strings.TrimSpace(string(status)) != "0" {
+		t.Errorf("gantry exited with status %q, want 0; the screen:\n%s", status, screen)
+	}
+	if cursor := tp.format("#{cursor_flag}"); cursor != "1" {
+		t.Errorf("the cursor is hidden after gantry exited (cursor_flag %s)", cursor)
+	}
+	if alt := tp.format("#{alternate_on}"); alt != "0" {
+		t.Errorf("the terminal is left in the alternate screen")
+	}
+	if st := p.state("tick.toml"); st != "cached" {
+		t.Errorf("tick.toml is %q after the session, want cached", st)
+	}
+}

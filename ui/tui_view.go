@@ -1,0 +1,270 @@
+package ui
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+
+	"github.com/charmbracelet/bubbles/progress"
+	"github.com/charmbracelet/lipgloss"
+	"github.com/charmbracelet/x/ansi"
+	"github.com/muesli/termenv"
+
+	"github.com/gantry-build/gantry/queues"
+)
+
+// The size assumed until the terminal tells its own (it never does when the output is
+// not a terminal).
+const (
+	defaultWidth  = 80
+	defaultHeight = 24
+)
+
+// tuiStyles are the colours of the live area, made by one renderer: with the Ascii
+// profile (NoColor) every style renders its text unchanged.
+type tuiStyles struct {
+	ok, skipped, failed lipgloss.Style // the per-queue counters
+	suspended, selected lipgloss.Style
+	dim                 lipgloss.Style
+	bar                 progress.Model
+}
+
+func newTUIStyles(r *lipgloss.Renderer) tuiStyles {
+	return tuiStyles{
+		ok:        r.NewStyle().Foreground(lipgloss.Color("2")),
+		skipped:   r.NewStyle().Foreground(lipgloss.Color("3")),
+		failed:    r.NewStyle().Foreground(lipgloss.Color("1")),
+		suspended: r.NewStyle().Bold(true).Foreground(lipgloss.Color("3")),
+		selected:  r.NewStyle().Reverse(true),
+		dim:       r.NewStyle().Faint(true),
+		bar:       progress.New(progress.WithSolidFill("4"), progress.WithoutPercentage(), progress.WithColorProfile(r.ColorProfile())),
+	}
+}
+
+// newRenderer renders for out; noColor forces the Ascii profile (no escape sequences).
+func newRenderer(out io.Writer, noColor bool) *lipgloss.Renderer {
+	r := lipgloss.NewRenderer(out)
+	if noColor {
+		r.SetColorProfile(termenv.Ascii)
+	}
+	return r
+}
+
+func (m tuiModel) size() (width, height int) {
+	width, height = m.width, m.height
+	if width <= 0 {
+		width = defaultWidth
+	}
+	if height <= 0 {
+		height = defaultHeight
+	}
+	return width, height
+}
+
+// View draws the live area: header, running jobs or a log, then notes, prompts and
+// help. Every line is cut to the terminal's width. After SessionEnd it is empty.
+func (m tuiModel) View() string {
+	if m.st.finished {
+		return ""
+	}
+	w, h := m.size()
+	head, foot := m.header(w), m.footer()
+	var body []string
+	if m.log.open {
+		body = m.logLines()
+	} else {
+		body = m.jobLines(w, h-1-len(head)-len(foot))
+	}
+	lines := slices.Concat(head, body, foot)
+	for i, l := range lines {
+		lines[i] = ansi.Truncate(l, w, "…")
+	}
+	return strings.Join(lines, "\n")
+}
+
+// layout gives the log view the rows that the header and footer leave.
+func (m tuiModel) layout() tuiModel {
+	w, h := m.size()
+	rows := h - 1 - len(m.header(w)) - len(m.footer()) - len(m.logHead())
+	m.log = m.log.resize(w, max(3, rows))
+	return m
+}
+
+// header is the session line and the queues' counters, as many groups a line as fit.
+func (m tuiModel) header(width int) []string {
+	c := m.st.counts
+	first := fmt.Sprintf("[%s] %s  %d/%d elements", clock(m.st.clock.elapsed(m.st.now)), m.st.project, c.Done, c.Total)
+	if m.quota > 0 && m.used >= 0 {
+		cache := fmt.Sprintf("cache %s / %s", byteSize(m.used), byteSize(m.quota))
+		if m.used > m.quota {
+			cache = m.sty.failed.Render(cache)
+		}
+		first += "  " + cache
+	}
+	if m.st.clock.suspended() {
+		first += "  " + m.sty.suspended.Render("SUSPENDED")
+	}
+	if !m.help {
+		first += "  " + m.sty.dim.Render("? keys")
+	}
+	lines := []string{first}
+	line := ""
+	for _, q := range m.queueStats() {
+		group := fmt.Sprintf("%s %s %s %s %d run %d wait", q.Action,
+			m.sty.ok.Render(fmt.Sprintf("%d ok", q.Processed)),
+			m.sty.skipped.Render(fmt.Sprintf("%d skip", q.Skipped)),
+			m.sty.failed.Render(fmt.Sprintf("%d fail", q.Failed)),
+			q.Running, q.Waiting)
+		switch {
+		case line == "":
+			line = group
+		case ansi.StringWidth(line)+3+ansi.StringWidth(group) <= width:
+			line += " │ " + group
+		default:
+			lines = append(lines, line)
+			line = group
+		}
+	}
+	if line != "" {
+		lines = append(lines, line)
+	}
+	return lines
+}
+
+// queueStats are the latest counters, or zeros for the queues of the session until the
+// first Counts.
+func (m tuiModel) queueStats() []queues.QueueStats {
+	if len(m.st.counts.Queues) > 0 {
+		return m.st.counts.Queues
+	}
+	stats := make([]queues.QueueStats, len(m.st.queues))
+	for i, a := range m.st.queues {
+		stats[i].Action = a
+	}
+	return stats
+}
+
+// jobLines is a line per running job, at most rows lines; the jobs that do not fit are
+// counted in a last line. The selected job is always among those shown.
+func (m tuiModel) jobLines(width, rows int) []string {
+	jobs := m.st.jobs
+	if len(jobs) == 0 {
+		return []string{m.sty.dim.Render("no jobs running")}
+	}
+	shown := len(jobs)
+	if shown > max(rows, 1) {
+		shown = max(rows-1, 1)
+	}
+	first := max(0, m.sel-shown+1)
+	nameWidth := 0
+	for _, j := range jobs[first : first+shown] {
+		nameWidth = max(nameWidth, min(ansi.StringWidth(j.element), 32))
+	}
+	lines := make([]string, 0, shown+1)
+	for i, j := range jobs[first : first+shown] {
+		lead := fmt.Sprintf("  %-5s  %-*s", j.action, nameWidth, j.element)
+		if first+i == m.sel {
+			lead = m.sty.selected.Render(">" + lead[1:])
+		}
+		lines = append(lines, lead+"  "+clock(j.elapsed(m.st.clock, m.st.now))+"  "+m.jobDetail(j, width))
+	}
+	if more := len(jobs) - shown; more > 0 {
+		lines = append(lines, fmt.Sprintf("  … and %d more", more))
+	}
+	return lines
+}
+
+// jobDetail is what a job line ends with: its attempt, its progress (a bar when the
+// total is known, else the amount done) and its last status or log line.
+func (m tuiModel) jobDetail(j runningJob, width int) string {
+	var parts []string
+	if j.attempt > 1 {
+		parts = append(parts, fmt.Sprintf("attempt %d", j.attempt))
+	}
+	if j.progress {
+		if j.total > 0 {
+			pct := min(float64(j.done)/float64(j.total), 1)
+			bar := m.sty.bar
+			bar.Width = max(10, min(30, width/5))
+			parts = append(parts, fmt.Sprintf("%s %3.0f%% %s/%s", bar.ViewAs(pct), pct*100, byteSize(j.done), byteSize(j.total)))
+		} else {
+			parts = append(parts, byteSize(j.done))
+		}
+	}
+	if j.last != "" {
+		parts = append(parts, ansi.Strip(j.last))
+	}
+	return strings.Join(parts, "  ")
+}
+
+// logLines is the log view: its head and the viewport.
+func (m tuiModel) logLines() []string {
+	return append(m.logHead(), strings.Split(m.log.vp.View(), "\n")...)
+}
+
+// logHead is the title of the log view and, if reading failed, why.
+func (m tuiModel) logHead() []string {
+	lines := []string{"log of " + m.log.title + ": " + m.log.path}
+	if m.log.err != nil {
+		lines = append(lines, m.sty.failed.Render(m.log.err.Error()))
+	}
+	return lines
+}
+
+// footer is the note, the question asked (if any) and the keys.
+func (m tuiModel) footer() []string {
+	var lines []string
+	if m.note != "" {
+		lines = append(lines, m.sty.dim.Render(m.note))
+	}
+	held := m.st.held
+	switch {
+	case m.prompt == interruptPrompt:
+		lines = append(lines, m.sty.suspended.Render("continue / quit / terminate? [C/q/t]"))
+	case m.prompt == terminatePrompt:
+		lines = append(lines, m.sty.failed.Render("terminate running jobs? y/N"))
+	case held != nil:
+		lines = append(lines, m.sty.failed.Render(fmt.Sprintf("%s of %s failed: %s", held.Action, held.Element, firstLine(held.Error))))
+		if !m.log.open {
+			lines = append(lines, m.heldKeys())
+		}
+	}
+	switch {
+	case m.log.open && held != nil:
+		lines = append(lines, "↑/↓ pgup/pgdn scroll · esc back to the question")
+	case m.log.open:
+		lines = append(lines, "↑/↓ pgup/pgdn scroll · esc back")
+	case m.help && held == nil:
+		lines = append(lines, "s suspend/resume · q quit · t terminate · ↑/↓ select · enter log")
+		fallthrough
+	case m.help:
+		lines = append(lines, "ctrl+c interrupt · ctrl+z stop gantry · ? hide these keys",
+			"counters per queue: processed, skipped, failed, running, waiting")
+	}
+	return lines
+}
+
+// heldKeys are the answers to a held failure.
+func (m tuiModel) heldKeys() string {
+	keys := "c continue · q quit · t terminate · r retry · l log"
+	if m.shell != nil {
+		keys += " · s shell"
+	}
+	return keys
+}
+
+// byteSize formats a count of bytes: 512 B, 12.3 MiB.
+func byteSize(n int64) string {
+	if n < 1024 {
+		return fmt.Sprintf("%d B", n)
+	}
+	v, unit := float64(n)/1024, "KiB"
+	for _, u := range []string{"MiB", "GiB", "TiB"} {
+		if v < 1024 {
+			break
+		}
+		v, unit = v/1024, u
+	}
+	return fmt.Sprintf("%.1f %s", v, unit)
+}
