@@ -204,3 +204,38 @@ func TestE2ETUI(t *testing.T) {
 		t.Errorf("tick.toml is %q after the session, want cached", st)
 	}
 }
+
+// TestE2ETUIFailurePrompt: with no --on-error, a failed build holds the session and
+// asks; l shows the failed job's log, esc goes back to the question, r runs the build
+// again (it passes the second time) and the session ends successfully.
+func TestE2ETUIFailurePrompt(t *testing.T) {
+	t.Parallel()
+	requireTmux(t)
+	p := newE2EProject(t, map[string]string{"project.toml": projectTOML("flaky.toml")})
+	marker := p.scratch("second-try")
+	p.write("elements/flaky.toml", manualElement(nil,
+		fmt.Sprintf("if [ ! -e %s ]; then touch %s; echo 'first try: broken on purpose'; exit 3; fi; echo 'second try: fine'", marker, marker)))
+	tp := p.startInTmux("build", "--sandbox", "host")
+
+	tp.waitScreen("the failure question", `(?s)flaky\.toml.*c continue.*r retry.*l log`)
+	tp.keys("l")
+	tp.waitScreen("the failed job's log", `first try: broken on purpose`)
+	tp.keys("Escape")
+	tp.waitScreen("the question again", `r retry`)
+	tp.keys("r")
+	eventually(t, e2eTimeout, "gantry exits", func() bool { return fileSize(p.scratch("status")) > 0 })
+	screen := tp.screen()
+	if status, _ := os.ReadFile(p.scratch("status")); strings.TrimSpace(string(status)) != "0" {
+		t.Errorf("gantry exited with status %q after a successful retry, want 0; the screen:\n%s", status, screen)
+	}
+	if !strings.Contains(screen, "Success.") {
+		t.Errorf("no successful summary:\n%s", screen)
+	}
+	if st := p.state("flaky.toml"); st != "cached" {
+		t.Errorf("flaky.toml is %q after the retry, want cached", st)
+	}
+	log, _ := p.mustRun(0, "artifact", "log", "flaky.toml")
+	if !strings.Contains(log, "second try: fine") {
+		t.Errorf("the cached log is not the retry's:\n%s", log)
+	}
+}
