@@ -21,6 +21,7 @@ type tmuxPane struct {
 	t      *testing.T
 	tmux   string
 	socket string
+	status string // where the pane's shell writes gantry's exit status
 }
 
 // requireTmux returns tmux's path; it skips the test without tmux, or fails it in CI.
@@ -43,7 +44,7 @@ func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''
 // gantry exits, so the screen it left and its exit status (file "status") can be read.
 func (p *e2eProject) startInTmux(args ...string) *tmuxPane {
 	p.t.Helper()
-	tp := &tmuxPane{t: p.t, tmux: requireTmux(p.t), socket: filepath.Join(p.tmp, "tmux.sock")}
+	tp := &tmuxPane{t: p.t, tmux: requireTmux(p.t), socket: filepath.Join(p.tmp, "tmux.sock"), status: filepath.Join(p.tmp, "status")}
 	conf := filepath.Join(p.tmp, "tmux.conf")
 	if err := os.WriteFile(conf, []byte("set -g status off\n"), 0o644); err != nil {
 		p.t.Fatal(err)
@@ -52,7 +53,7 @@ func (p *e2eProject) startInTmux(args ...string) *tmuxPane {
 	// process when it stops, which would undo Ctrl-Z. The shell records the exit status
 	// and keeps the pane open (a dead pane no longer reports the terminal's modes).
 	script := filepath.Join(p.tmp, "run.sh")
-	status := shellQuote(filepath.Join(p.tmp, "status"))
+	status := shellQuote(tp.status)
 	if err := os.WriteFile(script, []byte("\"$@\"\necho $? > "+status+".tmp\nmv "+status+".tmp "+status+"\nexec sleep 3600\n"), 0o755); err != nil {
 		p.t.Fatal(err)
 	}
@@ -99,6 +100,19 @@ func (tp *tmuxPane) gantryPid() int {
 		tp.t.Fatalf("the pane's shell has children %q, want gantry alone", b)
 	}
 	return pid
+}
+
+// waitExit waits until gantry has exited, and returns its exit status and the screen
+// it left.
+func (tp *tmuxPane) waitExit() (int, string) {
+	tp.t.Helper()
+	eventually(tp.t, e2eTimeout, "gantry exits", func() bool { return fileSize(tp.status) > 0 })
+	b, _ := os.ReadFile(tp.status)
+	code, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		tp.t.Fatalf("exit status %q: %v", b, err)
+	}
+	return code, tp.screen()
 }
 
 // screen is what the pane shows now.
@@ -186,13 +200,12 @@ func TestE2ETUI(t *testing.T) {
 	if err := os.WriteFile(release, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, e2eTimeout, "gantry exits", func() bool { return fileSize(p.scratch("status")) > 0 })
-	screen := tp.screen()
+	code, screen := tp.waitExit()
 	if !strings.Contains(screen, "Session summary") || !strings.Contains(screen, "Success.") {
 		t.Errorf("no summary on the screen after the session:\n%s", screen)
 	}
-	if status, _ := os.ReadFile(p.scratch("status")); strings.TrimSpace(string(status)) != "0" {
-		t.Errorf("gantry exited with status %q, want 0; the screen:\n%s", status, screen)
+	if code != 0 {
+		t.Errorf("gantry exited with status %d, want 0; the screen:\n%s", code, screen)
 	}
 	if cursor := tp.format("#{cursor_flag}"); cursor != "1" {
 		t.Errorf("the cursor is hidden after gantry exited (cursor_flag %s)", cursor)
@@ -223,10 +236,9 @@ func TestE2ETUIFailurePrompt(t *testing.T) {
 	tp.keys("Escape")
 	tp.waitScreen("the question again", `r retry`)
 	tp.keys("r")
-	eventually(t, e2eTimeout, "gantry exits", func() bool { return fileSize(p.scratch("status")) > 0 })
-	screen := tp.screen()
-	if status, _ := os.ReadFile(p.scratch("status")); strings.TrimSpace(string(status)) != "0" {
-		t.Errorf("gantry exited with status %q after a successful retry, want 0; the screen:\n%s", status, screen)
+	code, screen := tp.waitExit()
+	if code != 0 {
+		t.Errorf("gantry exited with status %d after a successful retry, want 0; the screen:\n%s", code, screen)
 	}
 	if !strings.Contains(screen, "Success.") {
 		t.Errorf("no successful summary:\n%s", screen)
@@ -238,4 +250,37 @@ func TestE2ETUIFailurePrompt(t *testing.T) {
 	if !strings.Contains(log, "second try: fine") {
 		t.Errorf("the cached log is not the retry's:\n%s", log)
 	}
+}
+
+// TestE2ETUITerminate: t asks, y terminates the running job; gantry exits with 130,
+// nothing of the job survives, nothing is cached, and the terminal is left clean.
+func TestE2ETUITerminate(t *testing.T) {
+	t.Parallel()
+	requireTmux(t)
+	p := newE2EProject(t, map[string]string{"project.toml": projectTOML("tick.toml")})
+	ticks, shPid := p.scratch("ticks"), p.scratch("sh.pid")
+	p.write("elements/tick.toml", manualElement(nil,
+		fmt.Sprintf("echo $$ > %s; while :; do echo x >> %s; sleep 0.05; done", shPid, ticks)))
+	tp := p.startInTmux("build", "--sandbox", "host")
+	tp.waitScreen("the running job", `build +tick\.toml`)
+	sh, ok := readProc(readPid(t, shPid))
+	if !ok {
+		t.Fatal("the build command is not running")
+	}
+	killGroupOnCleanup(t, sh.pgrp)
+	tp.keys("t")
+	tp.waitScreen("the confirmation", `(?i)terminate.*y/N`)
+	tp.keys("y")
+	code, screen := tp.waitExit()
+	if code != exitInterrupted {
+		t.Errorf("gantry exited with status %d after terminate, want %d; the screen:\n%s", code, exitInterrupted, screen)
+	}
+	if !strings.Contains(screen, "Interrupted.") {
+		t.Errorf("the summary does not say the session was interrupted:\n%s", screen)
+	}
+	eventually(t, 2*time.Second, "the job's processes are gone", func() bool { return len(liveMembers(sh.pgrp)) == 0 })
+	if cursor := tp.format("#{cursor_flag}"); cursor != "1" {
+		t.Errorf("the cursor is hidden after gantry exited (cursor_flag %s)", cursor)
+	}
+	assertNotBuilt(t, p, "tick.toml")
 }
