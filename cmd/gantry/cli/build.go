@@ -2,6 +2,7 @@ package cli
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -173,8 +174,19 @@ func runBuild(opts *buildOptions, args []string) error {
 		display: display, cache: c, limits: limits, onError: onErr,
 		queues: append(pipeline, fetch, build), items: items,
 		observe: func(e queues.Event) {
-			if end, ok := e.(queues.JobEnd); ok && end.Action == queues.Build && end.Result == queues.ResultSuccess {
+			end, ok := e.(queues.JobEnd)
+			if !ok || end.Action != queues.Build {
+				return
+			}
+			switch end.Result {
+			case queues.ResultSuccess:
 				stats.Observe(g.Project.Name+"/"+end.Element, end.Duration)
+			case queues.ResultTerminated:
+				// The job may have seen its command die of the terminate before its own
+				// SIGTERM and cached a failure; the user stopped it, it did not fail.
+				if err := dropFailure(c, g.Project.Name, end.Element, end.Key); err != nil {
+					fmt.Fprintf(opts.ios.ErrOut, "gantry: warning: %v\n", err)
+				}
 			}
 		},
 	})
@@ -387,4 +399,18 @@ func forwardSignals(sched *queues.Scheduler) (stop func()) {
 		signal.Stop(sigs)
 		close(done)
 	}
+}
+
+// dropFailure deletes the artifact of element's key if it records a failed build.
+func dropFailure(c *cache.Cache, project, element, key string) error {
+	a, err := c.Lookup(project, element, key)
+	switch {
+	case errors.Is(err, cache.ErrNotFound):
+		return nil
+	case err != nil:
+		return err
+	case a.Success:
+		return nil
+	}
+	return c.Delete(project, element, key)
 }
