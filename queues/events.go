@@ -14,6 +14,9 @@ type Base struct{ Time time.Time }
 
 func (b Base) eventTime() time.Time { return b.Time }
 
+// TimeOf is when e happened.
+func TimeOf(e Event) time.Time { return e.eventTime() }
+
 // SessionStart opens a session.
 type SessionStart struct {
 	Base

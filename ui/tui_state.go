@@ -101,17 +101,15 @@ func (s sessionState) at(t time.Time) sessionState {
 // apply returns the state after e.
 func (s sessionState) apply(e queues.Event) sessionState {
 	s.clock = s.clock.observe(e)
-	var t time.Time // when e happened
 	switch e := e.(type) {
 	case queues.SessionStart:
-		s.project, s.queues, t = e.Project, e.Queues, e.Time
+		s.project, s.queues = e.Project, e.Queues
 		s.counts = queues.Counts{Total: e.Elements}
 	case queues.Counts:
-		s.counts, t = e, e.Time
+		s.counts = e
 	case queues.JobStart:
 		s.jobs = append(slices.Clip(s.jobs), runningJob{id: e.JobID, action: e.Action, element: e.Element,
 			logPath: e.LogPath, attempt: e.Attempt, started: e.Time, pausedAt0: s.clock.pausedBy(e.Time)})
-		t = e.Time
 	case queues.JobMessage:
 		s.jobs = s.updateJob(e.JobID, func(j *runningJob) {
 			if e.Kind == "progress" {
@@ -121,26 +119,16 @@ func (s sessionState) apply(e queues.Event) sessionState {
 				j.last = text
 			}
 		})
-		t = e.Time
 	case queues.JobEnd:
 		if i := s.jobIndex(e.JobID); i >= 0 {
 			s.jobs = slices.Delete(slices.Clone(s.jobs), i, i+1)
 		}
-		t = e.Time
 	case queues.Held:
-		s.held, t = &e, e.Time
+		s.held = &e
 	case queues.SessionEnd:
-		s.finished, s.held, t = true, nil, e.Time
-	case queues.Suspended:
-		t = e.Time
-	case queues.Resumed:
-		t = e.Time
-	case queues.Notice:
-		t = e.Time
-	case queues.ElementSkipped:
-		t = e.Time
+		s.finished, s.held = true, nil
 	}
-	return s.at(t)
+	return s.at(queues.TimeOf(e))
 }
 
 // answersHeld reports whether c answers a held failure: the scheduler then asks about
