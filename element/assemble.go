@@ -89,19 +89,10 @@ func Assemble(ctx context.Context, js job.Spec, r *job.Reporter) (job.Result, er
 	defer os.RemoveAll(spec.WorkDir)
 	started := time.Now()
 	buildErr := build(ctx, c, &spec, r)
-	if buildErr != nil && ctx.Err() == nil && mayBeTermination(buildErr) {
-		// Terminating a job sends SIGTERM to its whole process group, so a command can
-		// die of it before this process has handled its own copy (os/signal delivers
-		// it through goroutines): wait a moment for that, or a build the user stopped
-		// would be cached as failed. The kernel queues the signal to every member of the
-		// group before the command's death can be observed, so it is on its way.
-		select {
-		case <-ctx.Done():
-		case <-time.After(terminationRace):
-		}
-	}
 	if ctx.Err() != nil {
-		// Terminated: cache nothing, the next session builds again.
+		// Terminated: cache nothing, the next session builds again. A command can die
+		// of the group's SIGTERM before this process sees its own; then a failure is
+		// cached, and the parent, which knows the job was terminated, drops it.
 		return job.Result{}, context.Cause(ctx)
 	}
 	var infra *infraError
@@ -138,17 +129,6 @@ func Assemble(ctx context.Context, js job.Spec, r *job.Reporter) (job.Result, er
 		return job.Result{OK: false, Error: buildErr.Error()}, nil
 	}
 	return job.Result{OK: true}, nil
-}
-
-// terminationRace bounds how long Assemble waits for its own SIGTERM after a command
-// died of a signal (see mayBeTermination).
-const terminationRace = 500 * time.Millisecond
-
-// mayBeTermination reports whether err is a command killed by a signal (or a shell
-// reporting 128+signal), which is what terminating the job looks like from inside.
-func mayBeTermination(err error) bool {
-	var ee *sandbox.ExitError
-	return errors.As(err, &ee) && (ee.Signal != 0 || ee.ExitCode > 128)
 }
 
 // infraError is a failure of gantry or the machine (staging, disk), not of the build.

@@ -505,7 +505,7 @@ func (s *Scheduler) hold(h held) {
 	if len(s.held) > 1 {
 		return
 	}
-	if !s.suspended {
+	if !s.suspended && len(s.active) > 0 {
 		s.command(CmdSuspend)
 		s.holdSuspended = true
 	}
@@ -542,16 +542,24 @@ func (s *Scheduler) unfail(qs *queueState, it *Item) {
 }
 
 // publishCounts publishes the counters if they changed since the last time.
+// It runs every loop turn, so it allocates only when it publishes.
 func (s *Scheduler) publishCounts() {
-	c := Counts{Done: s.done, Total: len(s.cfg.Items), Queues: make([]QueueStats, len(s.queues))}
-	for i, qs := range s.queues {
-		c.Queues[i] = QueueStats{Action: qs.q.Action(), Processed: qs.processed, Skipped: qs.skipped,
+	stats := func(qs *queueState) QueueStats {
+		return QueueStats{Action: qs.q.Action(), Processed: qs.processed, Skipped: qs.skipped,
 			Failed: qs.failed, Running: qs.running, Waiting: len(qs.wait)}
 	}
-	if c.Done == s.lastCounts.Done && slices.Equal(c.Queues, s.lastCounts.Queues) {
+	changed := s.done != s.lastCounts.Done || len(s.lastCounts.Queues) != len(s.queues)
+	for i := 0; !changed && i < len(s.queues); i++ {
+		changed = stats(s.queues[i]) != s.lastCounts.Queues[i]
+	}
+	if !changed {
 		return
 	}
-	c.Time = time.Now()
+	// A new slice each time: published events are immutable.
+	c := Counts{Base: Base{time.Now()}, Done: s.done, Total: len(s.cfg.Items), Queues: make([]QueueStats, len(s.queues))}
+	for i, qs := range s.queues {
+		c.Queues[i] = stats(qs)
+	}
 	s.lastCounts = c
 	s.cfg.Publish(c)
 }

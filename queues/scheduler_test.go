@@ -1026,3 +1026,26 @@ func TestOnErrorAskQueuesQuestions(t *testing.T) {
 		t.Errorf("failed %+v, e calls %v", sum.Failed, jobs["e"].Calls())
 	}
 }
+
+// TestOnErrorAskWithNothingRunning: a question with no other job running suspends
+// nothing, and the session waits for the answer instead of ending.
+func TestOnErrorAskWithNothingRunning(t *testing.T) {
+	g := newGraph(t, "a", "b: a")
+	h := startSession(t, Config{Queues: []Queue{buildQueue()}, Items: plan(t, g, PlanOptions{}), Pool: buildPool(2), OnError: element.OnErrorAsk})
+	h.expect(Build, "a").Fail(t, "broken")
+	waitEvent(t, h.events, func(e Held) bool { return e.Element == "a" })
+	select {
+	case sum := <-h.summary:
+		t.Fatalf("the session ended with a question open: %+v", sum)
+	default:
+	}
+	h.s.Send(CmdRetry)
+	h.expect(Build, "a").Succeed(t)
+	h.expect(Build, "b").Succeed(t)
+	if sum := h.wait(); !sum.OK() {
+		t.Errorf("summary %+v, want OK after the retry", sum)
+	}
+	if n := len(eventsOf[Suspended](h.events)); n != 0 {
+		t.Errorf("%d Suspended events with no job to suspend", n)
+	}
+}

@@ -21,6 +21,12 @@ func trackedSession(t *testing.T, g *element.Graph, targets []string, trackable 
 		e.Sources = []source.Spec{{Kind: source.Git, URL: "https://example.com/" + name, Track: "main"}}
 		e.NoRef = true
 	}
+	for _, e := range g.Order { // as loaded: no key for them and what depends on them
+		g.ComputeKey(e)
+	}
+	if g.Elements[trackable[0]].Key != "" {
+		t.Fatal("an element without a ref has a key")
+	}
 	tracked := map[string]bool{}
 	var ts []*element.Element
 	for _, name := range targets {

@@ -232,8 +232,10 @@ func TestE2ETUIFailurePrompt(t *testing.T) {
 
 	tp.waitScreen("the failure question", `(?s)flaky\.toml.*c continue.*r retry.*l log`)
 	tp.keys("l")
-	tp.waitScreen("the failed job's log", `first try: broken on purpose`)
+	// The failure's lines above the live area quote the log too: wait for the view.
+	tp.waitScreen("the failed job's log", `(?s)log of build flaky\.toml.*first try: broken on purpose.*esc back`)
 	tp.keys("Escape")
+	tp.waitScreenIs("the log view closed", `esc back`, false)
 	tp.waitScreen("the question again", `r retry`)
 	tp.keys("r")
 	code, screen := tp.waitExit()

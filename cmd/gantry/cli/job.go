@@ -56,21 +56,20 @@ func netIdleTimeout() (time.Duration, error) {
 	return d, nil
 }
 
-func decodeSources(spec job.Spec) (*sourcesSpec, error) {
+// decodeSources reads a fetch or track job's spec and the options its sources are
+// fetched with.
+func decodeSources(spec job.Spec, r *job.Reporter) (*sourcesSpec, source.FetchOptions, error) {
 	var sp sourcesSpec
 	if err := json.Unmarshal(spec.Payload, &sp); err != nil {
-		return nil, fmt.Errorf("reading %s spec: %w", spec.Action, err)
+		return nil, source.FetchOptions{}, fmt.Errorf("reading %s spec: %w", spec.Action, err)
 	}
-	return &sp, nil
+	o, err := sp.options(r)
+	return &sp, o, err
 }
 
 // fetchJob downloads every source of an element into the source cache.
 func fetchJob(ctx context.Context, spec job.Spec, r *job.Reporter) (job.Result, error) {
-	sp, err := decodeSources(spec)
-	if err != nil {
-		return job.Result{}, err
-	}
-	o, err := sp.options(r)
+	sp, o, err := decodeSources(spec, r)
 	if err != nil {
 		return job.Result{}, err
 	}
@@ -90,11 +89,7 @@ func fetchJob(ctx context.Context, spec job.Spec, r *job.Reporter) (job.Result, 
 // trackJob resolves each tracked source to a ref. Result.Data holds the refs by source
 // index ("" for sources that are not tracked).
 func trackJob(ctx context.Context, spec job.Spec, r *job.Reporter) (job.Result, error) {
-	sp, err := decodeSources(spec)
-	if err != nil {
-		return job.Result{}, err
-	}
-	o, err := sp.options(r)
+	sp, o, err := decodeSources(spec, r)
 	if err != nil {
 		return job.Result{}, err
 	}
