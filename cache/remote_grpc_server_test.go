@@ -1,0 +1,349 @@
+package cache
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
+	bspb "google.golang.org/genproto/googleapis/bytestream"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// testREAPI is a small in-process REAPI server (CAS, ByteStream, ActionCache,
+// Capabilities) for the tests of the grpc store: bazel-remote could not be
+// installed here, and bst-artifact-server has no ActionCache. Its knobs inject
+// the faults the tests need.
+type testREAPI struct {
+	repb.UnimplementedContentAddressableStorageServer
+	repb.UnimplementedActionCacheServer
+	repb.UnimplementedCapabilitiesServer
+	bspb.UnimplementedByteStreamServer
+
+	batchLimit    int64 // stated in Capabilities and enforced
+	updateEnabled bool  // stated in Capabilities and enforced
+	noActionCache bool  // register no ActionCache service
+
+	// tamper, when set, changes the bytes served for a blob.
+	tamper func(data []byte) []byte
+	// stall makes ByteStream.Read send one message and then nothing, and
+	// FindMissingBlobs answer nothing, until the call is canceled.
+	stall bool
+	// readGate, when set, holds every BatchReadBlobs call until it is closed;
+	// readArrived receives one value per call held.
+	readGate    chan struct{}
+	readArrived chan struct{}
+
+	mu          sync.Mutex
+	blobs       map[Digest][]byte
+	ac          map[string]*repb.ActionResult
+	batchReads  []int // blobs per BatchReadBlobs call, in order
+	earlyWrites int   // ByteStream writes ended early: the blob was there
+}
+
+func newTestREAPI() *testREAPI {
+	return &testREAPI{batchLimit: 1 << 20, updateEnabled: true, blobs: map[Digest][]byte{}, ac: map[string]*repb.ActionResult{}}
+}
+
+// start serves srv on 127.0.0.1 until the test ends and returns its address.
+func (srv *testREAPI) start(t testing.TB, opts ...grpc.ServerOption) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer(opts...)
+	repb.RegisterContentAddressableStorageServer(g, srv)
+	repb.RegisterCapabilitiesServer(g, srv)
+	bspb.RegisterByteStreamServer(g, srv)
+	if !srv.noActionCache {
+		repb.RegisterActionCacheServer(g, srv)
+	}
+	go g.Serve(lis)
+	t.Cleanup(g.Stop)
+	return lis.Addr().String()
+}
+
+func (srv *testREAPI) blob(d Digest) ([]byte, bool) {
+	srv.mu.Lock()
+	defer srv.mu.Unlock()
+	data, ok := srv.blobs[d]
+	if ok && srv.tamper != nil {
+		data = srv.tamper(data)
+	}
+	return data, ok
+}
+
+func (srv *testREAPI) put(d Digest, data []byte) error {
+	if DigestOf(data) != d {
+		return status.Errorf(codes.InvalidArgument, "data does not match digest %s", d)
+	}
+	srv.mu.Lock()
+	defer srv.mu.Unlock()
+	srv.blobs[d] = data
+	return nil
+}
+
+func (srv *testREAPI) GetCapabilities(context.Context, *repb.GetCapabilitiesRequest) (*repb.ServerCapabilities, error) {
+	return &repb.ServerCapabilities{CacheCapabilities: &repb.CacheCapabilities{
+		DigestFunctions:               []repb.DigestFunction_Value{repb.DigestFunction_SHA256},
+		MaxBatchTotalSizeBytes:        srv.batchLimit,
+		ActionCacheUpdateCapabilities: &repb.ActionCacheUpdateCapabilities{UpdateEnabled: srv.updateEnabled},
+	}}, nil
+}
+
+func (srv *testREAPI) FindMissingBlobs(ctx context.Context, req *repb.FindMissingBlobsRequest) (*repb.FindMissingBlobsResponse, error) {
+	if srv.stall {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	resp := &repb.FindMissingBlobsResponse{}
+	for _, p := range req.BlobDigests {
+		if _, ok := srv.blob(DigestFromProto(p)); !ok {
+			resp.MissingBlobDigests = append(resp.MissingBlobDigests, p)
+		}
+	}
+	return resp, nil
+}
+
+func (srv *testREAPI) BatchReadBlobs(ctx context.Context, req *repb.BatchReadBlobsRequest) (*repb.BatchReadBlobsResponse, error) {
+	srv.mu.Lock()
+	srv.batchReads = append(srv.batchReads, len(req.Digests))
+	srv.mu.Unlock()
+	if srv.readGate != nil {
+		srv.readArrived <- struct{}{}
+		<-srv.readGate
+	}
+	var total int64
+	resp := &repb.BatchReadBlobsResponse{}
+	for _, p := range req.Digests {
+		total += p.SizeBytes
+		r := &repb.BatchReadBlobsResponse_Response{Digest: p, Status: status.New(codes.OK, "").Proto()}
+		if data, ok := srv.blob(DigestFromProto(p)); ok {
+			r.Data = data
+		} else {
+			r.Status = status.New(codes.NotFound, "no such blob").Proto()
+		}
+		resp.Responses = append(resp.Responses, r)
+	}
+	if total > srv.batchLimit {
+		return nil, status.Errorf(codes.InvalidArgument, "batch of %d bytes over the limit of %d", total, srv.batchLimit)
+	}
+	return resp, nil
+}
+
+func (srv *testREAPI) BatchUpdateBlobs(ctx context.Context, req *repb.BatchUpdateBlobsRequest) (*repb.BatchUpdateBlobsResponse, error) {
+	var total int64
+	resp := &repb.BatchUpdateBlobsResponse{}
+	for _, r := range req.Requests {
+		total += int64(len(r.Data))
+		st := status.New(codes.OK, "")
+		if err := srv.put(DigestFromProto(r.Digest), r.Data); err != nil {
+			st = status.Convert(err)
+		}
+		resp.Responses = append(resp.Responses, &repb.BatchUpdateBlobsResponse_Response{Digest: r.Digest, Status: st.Proto()})
+	}
+	if total > srv.batchLimit {
+		return nil, status.Errorf(codes.InvalidArgument, "batch of %d bytes over the limit of %d", total, srv.batchLimit)
+	}
+	return resp, nil
+}
+
+// resourceDigest parses the digest at the end of a ByteStream resource name.
+func resourceDigest(name string) (Digest, error) {
+	parts := strings.Split(name, "/")
+	if len(parts) < 3 || parts[len(parts)-3] != "blobs" {
+		return Digest{}, status.Errorf(codes.InvalidArgument, "bad resource name %q", name)
+	}
+	size, err := strconv.ParseInt(parts[len(parts)-1], 10, 64)
+	if err != nil {
+		return Digest{}, status.Errorf(codes.InvalidArgument, "bad resource name %q", name)
+	}
+	return Digest{Hash: parts[len(parts)-2], Size: size}, nil
+}
+
+func (srv *testREAPI) Read(req *bspb.ReadRequest, stream bspb.ByteStream_ReadServer) error {
+	d, err := resourceDigest(req.ResourceName)
+	if err != nil {
+		return err
+	}
+	data, ok := srv.blob(d)
+	if !ok {
+		return status.Errorf(codes.NotFound, "no blob %s", d)
+	}
+	for len(data) > 0 {
+		n := min(len(data), 64<<10)
+		if err := stream.Send(&bspb.ReadResponse{Data: data[:n]}); err != nil {
+			return err
+		}
+		data = data[n:]
+		if srv.stall {
+			<-stream.Context().Done()
+			return stream.Context().Err()
+		}
+	}
+	return nil
+}
+
+func (srv *testREAPI) Write(stream bspb.ByteStream_WriteServer) error {
+	var d Digest
+	var data []byte
+	for {
+		req, err := stream.Recv()
+		if err != nil {
+			return err // the client went away: nothing is stored
+		}
+		if req.ResourceName != "" && d.IsZero() {
+			if d, err = resourceDigest(req.ResourceName); err != nil {
+				return err
+			}
+			if _, ok := srv.blob(d); ok {
+				srv.mu.Lock()
+				srv.earlyWrites++
+				srv.mu.Unlock()
+				return stream.SendAndClose(&bspb.WriteResponse{CommittedSize: d.Size})
+			}
+		}
+		if req.WriteOffset != int64(len(data)) {
+			return status.Errorf(codes.InvalidArgument, "write at offset %d, have %d bytes", req.WriteOffset, len(data))
+		}
+		data = append(data, req.Data...)
+		if req.FinishWrite {
+			if err := srv.put(d, data); err != nil {
+				return err
+			}
+			return stream.SendAndClose(&bspb.WriteResponse{CommittedSize: int64(len(data))})
+		}
+	}
+}
+
+func (srv *testREAPI) GetActionResult(ctx context.Context, req *repb.GetActionResultRequest) (*repb.ActionResult, error) {
+	srv.mu.Lock()
+	defer srv.mu.Unlock()
+	if ar, ok := srv.ac[req.ActionDigest.GetHash()]; ok {
+		return ar, nil
+	}
+	return nil, status.Error(codes.NotFound, "no such action result")
+}
+
+func (srv *testREAPI) UpdateActionResult(ctx context.Context, req *repb.UpdateActionResultRequest) (*repb.ActionResult, error) {
+	if !srv.updateEnabled {
+		return nil, status.Error(codes.PermissionDenied, "read-only")
+	}
+	srv.mu.Lock()
+	defer srv.mu.Unlock()
+	srv.ac[req.ActionDigest.GetHash()] = req.ActionResult
+	return req.ActionResult, nil
+}
+
+// requireAuthorization is a server option refusing calls whose authorization
+// header is not want.
+func requireAuthorization(want string) []grpc.ServerOption {
+	check := func(ctx context.Context) error {
+		md, _ := metadata.FromIncomingContext(ctx)
+		if got := md.Get("authorization"); len(got) != 1 || got[0] != want {
+			return status.Error(codes.Unauthenticated, "bad or missing credentials")
+		}
+		return nil
+	}
+	return []grpc.ServerOption{
+		grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			if err := check(ctx); err != nil {
+				return nil, err
+			}
+			return h(ctx, req)
+		}),
+		grpc.StreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+			if err := check(ss.Context()); err != nil {
+				return err
+			}
+			return h(srv, ss)
+		}),
+	}
+}
+
+// testPKI is a CA with a server certificate for 127.0.0.1 and a client
+// certificate, as PEM files in a temporary directory.
+type testPKI struct {
+	CA, ServerCert, ServerKey, ClientCert, ClientKey string // file paths
+	pool                                             *x509.CertPool
+}
+
+func newTestPKI(t testing.TB) *testPKI {
+	t.Helper()
+	dir := t.TempDir()
+	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "gantry test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caCert, _ := x509.ParseCertificate(caDER)
+	p := &testPKI{CA: filepath.Join(dir, "ca.pem"), pool: x509.NewCertPool()}
+	p.pool.AddCert(caCert)
+	writePEM(t, p.CA, "CERTIFICATE", caDER)
+	issue := func(name string, serial int64, usage x509.ExtKeyUsage, ips []net.IP) (string, string) {
+		key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		tmpl := &x509.Certificate{
+			SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: name},
+			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+			ExtKeyUsage: []x509.ExtKeyUsage{usage}, IPAddresses: ips, KeyUsage: x509.KeyUsageDigitalSignature,
+		}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		keyDER, _ := x509.MarshalPKCS8PrivateKey(key)
+		certPath, keyPath := filepath.Join(dir, name+".pem"), filepath.Join(dir, name+"-key.pem")
+		writePEM(t, certPath, "CERTIFICATE", der)
+		writePEM(t, keyPath, "PRIVATE KEY", keyDER)
+		return certPath, keyPath
+	}
+	p.ServerCert, p.ServerKey = issue("server", 2, x509.ExtKeyUsageServerAuth, []net.IP{net.IPv4(127, 0, 0, 1)})
+	p.ClientCert, p.ClientKey = issue("client", 3, x509.ExtKeyUsageClientAuth, nil)
+	return p
+}
+
+func writePEM(t testing.TB, path, typ string, der []byte) {
+	t.Helper()
+	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// serverTLS is the server option of p's server certificate, requiring a client
+// certificate signed by the CA when mutual is set.
+func (p *testPKI) serverTLS(t testing.TB, mutual bool) grpc.ServerOption {
+	t.Helper()
+	cert, err := tls.LoadX509KeyPair(p.ServerCert, p.ServerKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	if mutual {
+		cfg.ClientCAs, cfg.ClientAuth = p.pool, tls.RequireAndVerifyClientCert
+	}
+	return grpc.Creds(credentials.NewTLS(cfg))
+}
