@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 
 	"github.com/gantry-build/gantry/cache/internal/bstpb"
@@ -130,7 +131,12 @@ func newGRPCStore(spec RemoteSpec, u *url.URL) (RemoteStore, error) {
 	if err != nil {
 		return nil, err
 	}
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds), grpc.WithUserAgent("gantry")}
+	opts := []grpc.DialOption{
+		grpc.WithTransportCredentials(creds), grpc.WithUserAgent("gantry"),
+		// A call that hears nothing for 30 s pings the server: a peer that is gone
+		// drops the connection, and the next call dials again.
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 20 * time.Second}),
+	}
 	if auth != "" {
 		opts = append(opts, grpc.WithPerRPCCredentials(auth))
 	}
