@@ -47,6 +47,8 @@ type testREAPI struct {
 	// stall makes ByteStream.Read send one message and then nothing, and
 	// FindMissingBlobs answer nothing, until the call is canceled.
 	stall bool
+	// pace, when set, is the pause between the messages of ByteStream.Read.
+	pace time.Duration
 	// readGate, when set, holds every BatchReadBlobs call until it is closed;
 	// readArrived receives one value per call held.
 	readGate    chan struct{}
@@ -195,6 +197,7 @@ func (srv *testREAPI) Read(req *bspb.ReadRequest, stream bspb.ByteStream_ReadSer
 			return err
 		}
 		data = data[n:]
+		time.Sleep(srv.pace) // a slow but steady server
 		if srv.stall {
 			<-stream.Context().Done()
 			return stream.Context().Err()

@@ -489,6 +489,16 @@ func TestGRPCStall(t *testing.T) {
 	if _, err := s.FindMissing(ctx, []Digest{DigestOf(nil)}); !IsRemoteKind(err, RemoteUnavailable) {
 		t.Errorf("FindMissing on a server that never answers = %v, want unavailable", err)
 	}
+	// A slow but steady stream outlives the idle timeout: each message rearms it.
+	srv.stall, srv.pace, s.idle = false, 25*time.Millisecond, 500*time.Millisecond
+	for d := range blobs {
+		if err := s.ReadBlob(ctx, d, io.Discard); err != nil {
+			t.Errorf("ReadBlob of %d bytes in 64 KiB messages 25 ms apart, idle timeout 500 ms: %v", d.Size, err)
+		}
+	}
+	srv.pace = 0
+	srv.stall = true
+
 	// The caller's context is honoured too, and named as the cause.
 	s.idle = time.Hour
 	cctx, cancel := context.WithCancelCause(ctx)
