@@ -234,6 +234,7 @@ func exerciseStore(t *testing.T, s RemoteStore) *RemoteEntry {
 }
 
 func TestGRPCBuildStreamServer(t *testing.T) {
+	t.Parallel()
 	s := openGRPC(t, RemoteSpec{URL: startBST(t, true), Push: true})
 	got := exerciseStore(t, s)
 	if s.info.api != apiReferences || s.info.batchLimit != 1<<20 {
@@ -245,6 +246,7 @@ func TestGRPCBuildStreamServer(t *testing.T) {
 }
 
 func TestGRPCBuildStreamServerReadOnly(t *testing.T) {
+	t.Parallel()
 	s := openGRPC(t, RemoteSpec{URL: startBST(t, false)})
 	err := s.UpdateEntry(context.Background(), "k", &RemoteEntry{Files: DigestOf(nil), Record: DigestOf(nil)})
 	if !IsRemoteKind(err, RemoteRefused) || !strings.Contains(err.Error(), "--enable-push") {
@@ -253,6 +255,7 @@ func TestGRPCBuildStreamServerReadOnly(t *testing.T) {
 }
 
 func TestGRPCActionCacheServer(t *testing.T) {
+	t.Parallel()
 	srv := newTestREAPI()
 	s := openGRPC(t, RemoteSpec{URL: "grpc://" + srv.start(t), Instance: "main"})
 	got := exerciseStore(t, s)
@@ -282,6 +285,7 @@ func TestGRPCActionCacheServer(t *testing.T) {
 
 // The batcher packs requests queued while its lanes are busy into one call.
 func TestGRPCBatchPacksQueuedReads(t *testing.T) {
+	t.Parallel()
 	srv := newTestREAPI()
 	s := openGRPC(t, RemoteSpec{URL: "grpc://" + srv.start(t)})
 	ctx := context.Background()
@@ -317,6 +321,7 @@ func TestGRPCBatchPacksQueuedReads(t *testing.T) {
 }
 
 func TestGRPCBatchTakeRespectsLimit(t *testing.T) {
+	t.Parallel()
 	const limit = 64 << 10
 	b := newBatcher(limit, 4, nil)
 	var sizes []int64
@@ -349,6 +354,7 @@ func TestGRPCBatchTakeRespectsLimit(t *testing.T) {
 }
 
 func TestGRPCReadOnlyActionCache(t *testing.T) {
+	t.Parallel()
 	srv := newTestREAPI()
 	srv.updateEnabled = false
 	s := openGRPC(t, RemoteSpec{URL: "grpc://" + srv.start(t)})
@@ -359,6 +365,7 @@ func TestGRPCReadOnlyActionCache(t *testing.T) {
 }
 
 func TestGRPCNoArtifactIndex(t *testing.T) {
+	t.Parallel()
 	srv := newTestREAPI()
 	srv.noActionCache = true
 	s := openGRPC(t, RemoteSpec{URL: "grpc://" + srv.start(t)})
@@ -369,6 +376,7 @@ func TestGRPCNoArtifactIndex(t *testing.T) {
 }
 
 func TestGRPCUnreachable(t *testing.T) {
+	t.Parallel()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -386,6 +394,7 @@ func TestGRPCUnreachable(t *testing.T) {
 }
 
 func TestGRPCCredentials(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	tokenFile := func(tok string) string {
 		p := filepath.Join(dir, tok)
@@ -430,6 +439,7 @@ func TestGRPCCredentials(t *testing.T) {
 }
 
 func TestGRPCServerSendsWrongBytes(t *testing.T) {
+	t.Parallel()
 	srv := newTestREAPI()
 	s := openGRPC(t, RemoteSpec{URL: "grpc://" + srv.start(t)})
 	ctx := context.Background()
@@ -467,6 +477,7 @@ func TestGRPCServerSendsWrongBytes(t *testing.T) {
 }
 
 func TestGRPCStall(t *testing.T) {
+	t.Parallel()
 	srv := newTestREAPI()
 	s := openGRPC(t, RemoteSpec{URL: "grpc://" + srv.start(t)})
 	s.idle = 300 * time.Millisecond
@@ -509,6 +520,7 @@ func TestGRPCStall(t *testing.T) {
 }
 
 func TestGRPCTLS(t *testing.T) {
+	t.Parallel()
 	pki := newTestPKI(t)
 	tlsURL := "grpcs://" + newTestREAPI().start(t, pki.serverTLS(t, false))
 	mtlsURL := "grpcs://" + newTestREAPI().start(t, pki.serverTLS(t, true))
@@ -539,6 +551,7 @@ func TestGRPCTLS(t *testing.T) {
 }
 
 func TestGRPCOpenRefusesBadSettings(t *testing.T) {
+	t.Parallel()
 	tok := filepath.Join(t.TempDir(), "token")
 	os.WriteFile(tok, []byte("t"), 0o600)
 	for _, tc := range []struct {
