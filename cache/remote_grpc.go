@@ -105,27 +105,9 @@ func newGRPCStore(spec RemoteSpec, u *url.URL) (RemoteStore, error) {
 	if strings.Trim(u.Path, "/") != "" || u.RawQuery != "" {
 		return nil, fmt.Errorf("remote %s: a %s:// url is HOST:PORT only; set the REAPI instance name with the remote's instance key", name, u.Scheme)
 	}
-	var creds credentials.TransportCredentials
-	if u.Scheme == "grpcs" {
-		cfg, err := remoteTLS(spec)
-		if err != nil {
-			return nil, err
-		}
-		if cfg == nil {
-			cfg = &tls.Config{MinVersion: tls.VersionTLS12} // the system's roots
-		}
-		if len(cfg.Certificates) == 0 {
-			cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
-				s.certAsked.Store(true)
-				return &tls.Certificate{}, nil // none: the server may still accept us
-			}
-		}
-		creds = credentials.NewTLS(cfg)
-	} else {
-		if spec.ServerCA != "" || spec.ClientCert != "" || spec.ClientKey != "" {
-			return nil, fmt.Errorf("remote %s: server-ca, client-cert and client-key need TLS: use grpcs://", name)
-		}
-		creds = insecure.NewCredentials()
+	creds, err := s.transport(spec, u)
+	if err != nil {
+		return nil, err
 	}
 	auth, err := grpcAuthorization(spec, u)
 	if err != nil {
@@ -149,6 +131,32 @@ func newGRPCStore(spec RemoteSpec, u *url.URL) (RemoteStore, error) {
 	s.bs, s.refs = bspb.NewByteStreamClient(conn), bstpb.NewReferenceStorageClient(conn)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	return s, nil
+}
+
+// transport returns the connection security of the remote: TLS for grpcs://
+// (with its server-ca and client certificate, else the system's roots),
+// plaintext for grpc://.
+func (s *grpcStore) transport(spec RemoteSpec, u *url.URL) (credentials.TransportCredentials, error) {
+	if u.Scheme != "grpcs" {
+		if spec.ServerCA != "" || spec.ClientCert != "" || spec.ClientKey != "" {
+			return nil, fmt.Errorf("remote %s: server-ca, client-cert and client-key need TLS: use grpcs://", s.name)
+		}
+		return insecure.NewCredentials(), nil
+	}
+	cfg, err := remoteTLS(spec)
+	if err != nil {
+		return nil, err
+	}
+	if cfg == nil {
+		cfg = &tls.Config{MinVersion: tls.VersionTLS12} // the system's roots
+	}
+	if len(cfg.Certificates) == 0 {
+		cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			s.certAsked.Store(true)
+			return &tls.Certificate{}, nil // none: the server may still accept us
+		}
+	}
+	return credentials.NewTLS(cfg), nil
 }
 
 // grpcAuthorization is the authorization header every call carries: a bearer

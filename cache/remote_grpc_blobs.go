@@ -126,7 +126,7 @@ func readBlobContent(d Digest, open func() (io.ReadCloser, error)) ([]byte, erro
 		return nil, err
 	}
 	if int64(len(data)) != d.Size {
-		return nil, fmt.Errorf("the local content has %d bytes or more, the digest says %d", len(data), d.Size)
+		return nil, fmt.Errorf("the local content is not the %d bytes its digest says (read %d before stopping)", d.Size, len(data))
 	}
 	return data, nil
 }
