@@ -58,6 +58,7 @@ type testREAPI struct {
 	blobs       map[Digest][]byte
 	ac          map[string]*repb.ActionResult
 	batchReads  []int // blobs per BatchReadBlobs call, in order
+	findCalls   []int // digests per FindMissingBlobs call, in order
 	earlyWrites int   // ByteStream writes ended early: the blob was there
 }
 
@@ -117,6 +118,9 @@ func (srv *testREAPI) FindMissingBlobs(ctx context.Context, req *repb.FindMissin
 		<-ctx.Done()
 		return nil, ctx.Err()
 	}
+	srv.mu.Lock()
+	srv.findCalls = append(srv.findCalls, len(req.BlobDigests))
+	srv.mu.Unlock()
 	resp := &repb.FindMissingBlobsResponse{}
 	for _, p := range req.BlobDigests {
 		if _, ok := srv.blob(DigestFromProto(p)); !ok {

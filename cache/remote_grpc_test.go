@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -350,6 +351,26 @@ func TestGRPCBatchTakeRespectsLimit(t *testing.T) {
 	}
 	if !b.fits(Digest{Size: limit - b.base - batchBlobOverhead}) || b.fits(Digest{Size: limit - b.base - batchBlobOverhead + 1}) {
 		t.Error("fits disagrees with the overhead take counts")
+	}
+}
+
+func TestGRPCFindMissingInChunks(t *testing.T) {
+	t.Parallel()
+	srv := newTestREAPI()
+	s := openGRPC(t, RemoteSpec{URL: "grpc://" + srv.start(t)})
+	var ds []Digest
+	for i := range 2*findMissingChunk + 5 {
+		ds = append(ds, DigestOf([]byte(strconv.Itoa(i))))
+	}
+	missing, err := s.FindMissing(context.Background(), ds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(missing) != len(ds) {
+		t.Errorf("%d of %d digests missing, want all", len(missing), len(ds))
+	}
+	if want := []int{findMissingChunk, findMissingChunk, 5}; !slices.Equal(srv.findCalls, want) {
+		t.Errorf("digests per FindMissingBlobs call = %v, want %v", srv.findCalls, want)
 	}
 }
 
