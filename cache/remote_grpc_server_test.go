@@ -44,8 +44,9 @@ type testREAPI struct {
 
 	// tamper, when set, changes the bytes served for a blob.
 	tamper func(data []byte) []byte
-	// stall makes ByteStream.Read send one message and then nothing, and
-	// FindMissingBlobs answer nothing, until the call is canceled.
+	// stall makes ByteStream.Read send one message and then nothing,
+	// ByteStream.Write read nothing, and FindMissingBlobs answer nothing, until
+	// the call is canceled.
 	stall bool
 	// pace, when set, is the pause between the messages of ByteStream.Read.
 	pace time.Duration
@@ -211,6 +212,10 @@ func (srv *testREAPI) Read(req *bspb.ReadRequest, stream bspb.ByteStream_ReadSer
 }
 
 func (srv *testREAPI) Write(stream bspb.ByteStream_WriteServer) error {
+	if srv.stall {
+		<-stream.Context().Done()
+		return stream.Context().Err()
+	}
 	var d Digest
 	var data []byte
 	for {

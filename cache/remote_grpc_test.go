@@ -521,6 +521,12 @@ func TestGRPCStall(t *testing.T) {
 	if _, err := s.FindMissing(ctx, []Digest{DigestOf(nil)}); !IsRemoteKind(err, RemoteUnavailable) {
 		t.Errorf("FindMissing on a server that never answers = %v, want unavailable", err)
 	}
+	for d, data := range testBlobs(0, 8<<20) { // more than the flow-control windows hold
+		err := s.WriteBlob(ctx, d, func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil })
+		if d.Size > 0 && !IsRemoteKind(err, RemoteUnavailable) {
+			t.Errorf("WriteBlob to a server that reads nothing = %v, want unavailable", err)
+		}
+	}
 	// A slow but steady stream outlives the idle timeout: each message rearms it.
 	srv.stall, srv.pace, s.idle = false, 25*time.Millisecond, 500*time.Millisecond
 	for d := range blobs {
