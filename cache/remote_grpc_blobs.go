@@ -25,6 +25,9 @@ const (
 	findMissingChunk = 10000
 	// streamChunk is the size of ByteStream write messages.
 	streamChunk = 1 << 20
+	// streamResumes is how many times a broken ByteStream read that made
+	// progress is resumed from where it stopped.
+	streamResumes = 3
 	// batchBlobOverhead bounds what one blob adds to a batch message besides its
 	// bytes (digest, framing, status); batchBaseOverhead the rest of the message,
 	// besides the instance name.
@@ -140,16 +143,29 @@ func (s *grpcStore) resource(parts ...string) string {
 	return strings.Join(parts, "/")
 }
 
-// readStream reads blob d over ByteStream.Read, each message under the idle
-// deadline.
+// readStream reads blob d over ByteStream.Read. A stream that breaks after
+// delivering bytes is resumed where it stopped, up to streamResumes times.
 func (s *grpcStore) readStream(ctx context.Context, op string, d Digest, w io.Writer) error {
+	var n int64 // bytes written to w
+	for resumes := 0; ; resumes++ {
+		before := n
+		err := s.readStreamFrom(ctx, op, d, w, &n)
+		if err == nil || n == before || resumes == streamResumes || ctx.Err() != nil || !IsRemoteKind(err, RemoteUnavailable) {
+			return err
+		}
+	}
+}
+
+// readStreamFrom reads blob d from offset *n on in one ByteStream.Read, each
+// message under the idle deadline, advancing *n by what it writes to w.
+func (s *grpcStore) readStreamFrom(ctx context.Context, op string, d Digest, w io.Writer, n *int64) error {
 	ctx, kick, stop := s.watch(ctx)
 	defer stop()
-	stream, err := s.bs.Read(ctx, &bspb.ReadRequest{ResourceName: s.resource("blobs", d.Hash, strconv.FormatInt(d.Size, 10))})
+	req := &bspb.ReadRequest{ResourceName: s.resource("blobs", d.Hash, strconv.FormatInt(d.Size, 10)), ReadOffset: *n}
+	stream, err := s.bs.Read(ctx, req)
 	if err != nil {
 		return s.fail(ctx, op, err)
 	}
-	var n int64
 	for {
 		resp, err := stream.Recv()
 		if err == io.EOF {
@@ -159,16 +175,16 @@ func (s *grpcStore) readStream(ctx context.Context, op string, d Digest, w io.Wr
 			return s.fail(ctx, op, err)
 		}
 		kick()
-		n += int64(len(resp.Data))
-		if n > d.Size {
+		if *n+int64(len(resp.Data)) > d.Size {
 			return &RemoteError{Remote: s.name, Op: op, Kind: RemoteCorrupt, Err: fmt.Errorf("the server sent more than the blob's %d bytes", d.Size)}
 		}
 		if _, err := w.Write(resp.Data); err != nil {
 			return fmt.Errorf("%s from remote %s: %w", op, s.name, err)
 		}
+		*n += int64(len(resp.Data))
 	}
-	if n != d.Size {
-		return &RemoteError{Remote: s.name, Op: op, Kind: RemoteCorrupt, Err: fmt.Errorf("the stream ended after %d of the blob's %d bytes", n, d.Size)}
+	if *n != d.Size {
+		return &RemoteError{Remote: s.name, Op: op, Kind: RemoteCorrupt, Err: fmt.Errorf("the stream ended after %d of the blob's %d bytes", *n, d.Size)}
 	}
 	return nil
 }

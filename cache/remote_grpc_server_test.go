@@ -50,6 +50,9 @@ type testREAPI struct {
 	stall bool
 	// pace, when set, is the pause between the messages of ByteStream.Read.
 	pace time.Duration
+	// breakReads is how many ByteStream.Read calls fail with UNAVAILABLE
+	// after their first message, like a connection reset.
+	breakReads int
 	// readGate, when set, holds every BatchReadBlobs call until it is closed;
 	// readArrived receives one value per call held.
 	readGate    chan struct{}
@@ -58,9 +61,10 @@ type testREAPI struct {
 	mu          sync.Mutex
 	blobs       map[Digest][]byte
 	ac          map[string]*repb.ActionResult
-	batchReads  []int // blobs per BatchReadBlobs call, in order
-	findCalls   []int // digests per FindMissingBlobs call, in order
-	earlyWrites int   // ByteStream writes ended early: the blob was there
+	batchReads  []int   // blobs per BatchReadBlobs call, in order
+	readOffsets []int64 // read_offset of each ByteStream.Read, in order
+	findCalls   []int   // digests per FindMissingBlobs call, in order
+	earlyWrites int     // ByteStream writes ended early: the blob was there
 }
 
 func newTestREAPI() *testREAPI {
@@ -196,12 +200,21 @@ func (srv *testREAPI) Read(req *bspb.ReadRequest, stream bspb.ByteStream_ReadSer
 	if !ok {
 		return status.Errorf(codes.NotFound, "no blob %s", d)
 	}
+	srv.mu.Lock()
+	srv.readOffsets = append(srv.readOffsets, req.ReadOffset)
+	breakThis := srv.breakReads > 0
+	srv.breakReads--
+	srv.mu.Unlock()
+	data = data[min(req.ReadOffset, int64(len(data))):]
 	for len(data) > 0 {
 		n := min(len(data), 64<<10)
 		if err := stream.Send(&bspb.ReadResponse{Data: data[:n]}); err != nil {
 			return err
 		}
 		data = data[n:]
+		if breakThis {
+			return status.Error(codes.Unavailable, "connection reset")
+		}
 		time.Sleep(srv.pace) // a slow but steady server
 		if srv.stall {
 			<-stream.Context().Done()

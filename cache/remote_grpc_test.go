@@ -497,6 +497,29 @@ func TestGRPCServerSendsWrongBytes(t *testing.T) {
 	}
 }
 
+func TestGRPCResumesBrokenReads(t *testing.T) {
+	t.Parallel()
+	srv := newTestREAPI()
+	s := openGRPC(t, RemoteSpec{URL: "grpc://" + srv.start(t)})
+	ctx := context.Background()
+	blobs := testBlobs(0, 2<<20)
+	delete(blobs, DigestOf(nil))
+	if err := putBlobs(ctx, s, blobs); err != nil {
+		t.Fatal(err)
+	}
+	srv.breakReads = streamResumes
+	if err := checkBlobs(ctx, s, blobs); err != nil {
+		t.Fatalf("a read broken %d times after one message each: %v", streamResumes, err)
+	}
+	if want := []int64{0, 64 << 10, 128 << 10, 192 << 10}; !slices.Equal(srv.readOffsets, want) {
+		t.Errorf("read offsets = %v, want %v: each resumed where the last stopped", srv.readOffsets, want)
+	}
+	srv.breakReads = streamResumes + 1
+	if err := checkBlobs(ctx, s, blobs); !IsRemoteKind(err, RemoteUnavailable) {
+		t.Errorf("a read broken once more than it is resumed = %v, want unavailable", err)
+	}
+}
+
 func TestGRPCStall(t *testing.T) {
 	t.Parallel()
 	srv := newTestREAPI()
