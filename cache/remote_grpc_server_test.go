@@ -90,6 +90,14 @@ func (srv *testREAPI) start(t testing.TB, opts ...grpc.ServerOption) string {
 	return lis.Addr().String()
 }
 
+// locked runs f with the server's lock held: tests set knobs and read
+// counters through it.
+func (srv *testREAPI) locked(f func()) {
+	srv.mu.Lock()
+	defer srv.mu.Unlock()
+	f()
+}
+
 func (srv *testREAPI) blob(d Digest) ([]byte, bool) {
 	srv.mu.Lock()
 	defer srv.mu.Unlock()
@@ -119,13 +127,14 @@ func (srv *testREAPI) GetCapabilities(context.Context, *repb.GetCapabilitiesRequ
 }
 
 func (srv *testREAPI) FindMissingBlobs(ctx context.Context, req *repb.FindMissingBlobsRequest) (*repb.FindMissingBlobsResponse, error) {
-	if srv.stall {
+	srv.mu.Lock()
+	srv.findCalls = append(srv.findCalls, len(req.BlobDigests))
+	stall := srv.stall
+	srv.mu.Unlock()
+	if stall {
 		<-ctx.Done()
 		return nil, ctx.Err()
 	}
-	srv.mu.Lock()
-	srv.findCalls = append(srv.findCalls, len(req.BlobDigests))
-	srv.mu.Unlock()
 	resp := &repb.FindMissingBlobsResponse{}
 	for _, p := range req.BlobDigests {
 		if _, ok := srv.blob(DigestFromProto(p)); !ok {
@@ -138,10 +147,11 @@ func (srv *testREAPI) FindMissingBlobs(ctx context.Context, req *repb.FindMissin
 func (srv *testREAPI) BatchReadBlobs(ctx context.Context, req *repb.BatchReadBlobsRequest) (*repb.BatchReadBlobsResponse, error) {
 	srv.mu.Lock()
 	srv.batchReads = append(srv.batchReads, len(req.Digests))
+	gate, arrived := srv.readGate, srv.readArrived
 	srv.mu.Unlock()
-	if srv.readGate != nil {
-		srv.readArrived <- struct{}{}
-		<-srv.readGate
+	if gate != nil {
+		arrived <- struct{}{}
+		<-gate
 	}
 	var total int64
 	resp := &repb.BatchReadBlobsResponse{}
@@ -202,7 +212,7 @@ func (srv *testREAPI) Read(req *bspb.ReadRequest, stream bspb.ByteStream_ReadSer
 	}
 	srv.mu.Lock()
 	srv.readOffsets = append(srv.readOffsets, req.ReadOffset)
-	breakThis := srv.breakReads > 0
+	breakThis, pace, stall := srv.breakReads > 0, srv.pace, srv.stall
 	srv.breakReads--
 	srv.mu.Unlock()
 	data = data[min(req.ReadOffset, int64(len(data))):]
@@ -215,8 +225,8 @@ func (srv *testREAPI) Read(req *bspb.ReadRequest, stream bspb.ByteStream_ReadSer
 		if breakThis {
 			return status.Error(codes.Unavailable, "connection reset")
 		}
-		time.Sleep(srv.pace) // a slow but steady server
-		if srv.stall {
+		time.Sleep(pace) // a slow but steady server
+		if stall {
 			<-stream.Context().Done()
 			return stream.Context().Err()
 		}
@@ -225,7 +235,9 @@ func (srv *testREAPI) Read(req *bspb.ReadRequest, stream bspb.ByteStream_ReadSer
 }
 
 func (srv *testREAPI) Write(stream bspb.ByteStream_WriteServer) error {
-	if srv.stall {
+	var stall bool
+	srv.locked(func() { stall = srv.stall })
+	if stall {
 		<-stream.Context().Done()
 		return stream.Context().Err()
 	}

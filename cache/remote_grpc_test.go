@@ -266,12 +266,14 @@ func TestGRPCActionCacheServer(t *testing.T) {
 	if got.Tree.IsZero() {
 		t.Error("an entry from an action cache lost its Tree")
 	}
-	if ar := srv.ac[RemoteKey("k1").Hash]; ar == nil || len(ar.OutputFiles) != 1 {
-		t.Errorf("the action cache holds %v under RemoteKey(k1)", ar)
-	}
-	if srv.earlyWrites != 0 {
-		t.Errorf("%d writes ended early on an empty server", srv.earlyWrites)
-	}
+	srv.locked(func() {
+		if ar := srv.ac[RemoteKey("k1").Hash]; ar == nil || len(ar.OutputFiles) != 1 {
+			t.Errorf("the action cache holds %v under RemoteKey(k1)", ar)
+		}
+		if srv.earlyWrites != 0 {
+			t.Errorf("%d writes ended early on an empty server", srv.earlyWrites)
+		}
+	})
 	// A large blob the server has already: the server ends the stream early.
 	big := testBlobs(0, 3<<20)
 	for range 2 {
@@ -279,9 +281,11 @@ func TestGRPCActionCacheServer(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if srv.earlyWrites != 1 {
-		t.Errorf("rewriting a large blob: %d early ends, want 1", srv.earlyWrites)
-	}
+	srv.locked(func() {
+		if srv.earlyWrites != 1 {
+			t.Errorf("rewriting a large blob: %d early ends, want 1", srv.earlyWrites)
+		}
+	})
 }
 
 // The batcher packs requests queued while its lanes are busy into one call.
@@ -299,26 +303,29 @@ func TestGRPCBatchPacksQueuedReads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv.readGate, srv.readArrived = make(chan struct{}), make(chan struct{}, batchLanes)
+	gate, arrived := make(chan struct{}), make(chan struct{}, batchLanes)
+	srv.locked(func() { srv.readGate, srv.readArrived = gate, arrived })
 	var ops []*batchOp
 	for d := range blobs {
 		op := &batchOp{d: d}
 		ops = append(ops, op)
 		info.reads.submit(op)
 		if len(ops) <= batchLanes {
-			<-srv.readArrived // each of the first ops has a lane of its own, held by the server
+			<-arrived // each of the first ops has a lane of its own, held by the server
 		}
 	}
-	close(srv.readGate)
+	close(gate)
 	for _, op := range ops {
 		<-op.done
 		if op.err != nil || !bytes.Equal(op.data, blobs[op.d]) {
 			t.Fatalf("batched read of %s: %v", op.d, op.err)
 		}
 	}
-	if !slices.Equal(srv.batchReads, []int{1, 1, 1, 1, 17}) {
-		t.Errorf("blobs per BatchReadBlobs call = %v, want 4 single reads then the 17 queued ones in one call", srv.batchReads)
-	}
+	srv.locked(func() {
+		if !slices.Equal(srv.batchReads, []int{1, 1, 1, 1, 17}) {
+			t.Errorf("blobs per BatchReadBlobs call = %v, want 4 single reads then the 17 queued ones in one call", srv.batchReads)
+		}
+	})
 }
 
 func TestGRPCBatchTakeRespectsLimit(t *testing.T) {
@@ -369,9 +376,11 @@ func TestGRPCFindMissingInChunks(t *testing.T) {
 	if len(missing) != len(ds) {
 		t.Errorf("%d of %d digests missing, want all", len(missing), len(ds))
 	}
-	if want := []int{findMissingChunk, findMissingChunk, 5}; !slices.Equal(srv.findCalls, want) {
-		t.Errorf("digests per FindMissingBlobs call = %v, want %v", srv.findCalls, want)
-	}
+	srv.locked(func() {
+		if want := []int{findMissingChunk, findMissingChunk, 5}; !slices.Equal(srv.findCalls, want) {
+			t.Errorf("digests per FindMissingBlobs call = %v, want %v", srv.findCalls, want)
+		}
+	})
 }
 
 func TestGRPCReadOnlyActionCache(t *testing.T) {
@@ -477,7 +486,7 @@ func TestGRPCServerSendsWrongBytes(t *testing.T) {
 		{"truncated", func(b []byte) []byte { return b[:len(b)-1] }, RemoteCorrupt},
 		{"extended", func(b []byte) []byte { return append(slices.Clone(b), 0) }, RemoteCorrupt},
 	} {
-		srv.tamper = tc.tamper
+		srv.locked(func() { srv.tamper = tc.tamper })
 		for d, data := range blobs {
 			if d.Size == 0 {
 				continue
@@ -507,14 +516,16 @@ func TestGRPCResumesBrokenReads(t *testing.T) {
 	if err := putBlobs(ctx, s, blobs); err != nil {
 		t.Fatal(err)
 	}
-	srv.breakReads = streamResumes
+	srv.locked(func() { srv.breakReads = streamResumes })
 	if err := checkBlobs(ctx, s, blobs); err != nil {
 		t.Fatalf("a read broken %d times after one message each: %v", streamResumes, err)
 	}
-	if want := []int64{0, 64 << 10, 128 << 10, 192 << 10}; !slices.Equal(srv.readOffsets, want) {
-		t.Errorf("read offsets = %v, want %v: each resumed where the last stopped", srv.readOffsets, want)
-	}
-	srv.breakReads = streamResumes + 1
+	srv.locked(func() {
+		if want := []int64{0, 64 << 10, 128 << 10, 192 << 10}; !slices.Equal(srv.readOffsets, want) {
+			t.Errorf("read offsets = %v, want %v: each resumed where the last stopped", srv.readOffsets, want)
+		}
+		srv.breakReads = streamResumes + 1
+	})
 	if err := checkBlobs(ctx, s, blobs); !IsRemoteKind(err, RemoteUnavailable) {
 		t.Errorf("a read broken once more than it is resumed = %v, want unavailable", err)
 	}
@@ -530,7 +541,7 @@ func TestGRPCStall(t *testing.T) {
 	if err := putBlobs(ctx, s, blobs); err != nil {
 		t.Fatal(err)
 	}
-	srv.stall = true
+	srv.locked(func() { srv.stall = true })
 	for d := range blobs {
 		if d.Size == 0 {
 			continue
@@ -551,14 +562,14 @@ func TestGRPCStall(t *testing.T) {
 		}
 	}
 	// A slow but steady stream outlives the idle timeout: each message rearms it.
-	srv.stall, srv.pace, s.idle = false, 25*time.Millisecond, 500*time.Millisecond
+	s.idle = 500 * time.Millisecond
+	srv.locked(func() { srv.stall, srv.pace = false, 25*time.Millisecond })
 	for d := range blobs {
 		if err := s.ReadBlob(ctx, d, io.Discard); err != nil {
 			t.Errorf("ReadBlob of %d bytes in 64 KiB messages 25 ms apart, idle timeout 500 ms: %v", d.Size, err)
 		}
 	}
-	srv.pace = 0
-	srv.stall = true
+	srv.locked(func() { srv.stall, srv.pace = true, 0 })
 
 	// The caller's context is honoured too, and named as the cause.
 	s.idle = time.Hour
