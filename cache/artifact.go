@@ -273,14 +273,18 @@ func (c *Cache) listRefs(project string) ([]refName, []error, error) {
 			}
 			return err
 		}
-		if d.IsDir() {
-			return nil
-		}
 		rel, err := filepath.Rel(refsRoot, p)
 		if err != nil {
 			return err
 		}
 		parts := strings.Split(filepath.ToSlash(rel), "/")
+		if d.IsDir() {
+			if refSlot(parts) {
+				problems = append(problems, fmt.Errorf("%s is a directory where an artifact ref should be", p))
+				return fs.SkipDir
+			}
+			return nil
+		}
 		if len(parts) < 3 || !d.Type().IsRegular() {
 			problems = append(problems, fmt.Errorf("%s is not an artifact ref", p))
 			return nil
@@ -306,6 +310,14 @@ func (c *Cache) listRefs(project string) ([]refName, []error, error) {
 		return strings.Compare(a.Key, b.Key)
 	})
 	return refs, problems, nil
+}
+
+// refSlot reports whether the path parts under refs/ name a ref: the last
+// part of project/element/key, where an element's name ends in ".toml" and a
+// key does not.
+func refSlot(parts []string) bool {
+	n := len(parts)
+	return n >= 3 && strings.HasSuffix(parts[n-2], ".toml") && !strings.HasSuffix(parts[n-1], ".toml")
 }
 
 // List returns the artifacts of project ("" for every project), sorted by

@@ -1,8 +1,7 @@
 package cache
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -49,12 +48,15 @@ func blobPresent(path string, size int64) bool {
 }
 
 // PutBlob stores data and returns its digest. Storing a blob that is already
-// present does nothing.
+// present does nothing, once the present copy is found identical; a damaged
+// copy is replaced.
 func (c *Cache) PutBlob(data []byte) (Digest, error) {
 	d := DigestOf(data)
 	p := c.BlobPath(d)
 	if blobPresent(p, d.Size) {
-		return d, nil
+		if old, err := os.ReadFile(p); err == nil && bytes.Equal(old, data) {
+			return d, nil
+		}
 	}
 	if err := c.writeFileAtomic(p, data, blobMode, false); err != nil {
 		return Digest{}, fmt.Errorf("storing blob %s: %w", d, err)
@@ -65,7 +67,9 @@ func (c *Cache) PutBlob(data []byte) (Digest, error) {
 // PutFile stores the content of the regular file at path and returns its
 // digest. The file is streamed, never read into memory whole: it is hashed,
 // and copied (and hashed again, so the blob is named after what was copied)
-// only if the cache lacks it.
+// only if the cache lacks it. A blob already present is trusted only once
+// its own content hashes right (reading it costs less than writing a copy);
+// a damaged one is replaced.
 func (c *Cache) PutFile(path string) (Digest, error) {
 	d, _, err := c.putFile(path)
 	return d, err
@@ -87,12 +91,9 @@ func (c *Cache) putFile(path string) (Digest, fs.FileMode, error) {
 	}
 	// Hash first: rebuilds mostly produce files the cache already has, and
 	// reading is much cheaper than writing a copy.
-	h := sha256.New()
-	n, err := io.Copy(h, src)
-	if err != nil {
+	if d, err := hashReader(src); err != nil {
 		return Digest{}, 0, fmt.Errorf("storing file %s: %w", path, err)
-	}
-	if d := (Digest{Hash: hex.EncodeToString(h.Sum(nil)), Size: n}); blobPresent(c.BlobPath(d), n) {
+	} else if c.checkBlob(d) == nil {
 		return d, fi.Mode(), nil
 	}
 	if _, err := src.Seek(0, io.SeekStart); err != nil {
@@ -109,18 +110,11 @@ func (c *Cache) putFile(path string) (Digest, fs.FileMode, error) {
 		os.Remove(tmp.Name())
 		return Digest{}, 0, fmt.Errorf("storing file %s: %w", path, err)
 	}
-	h.Reset()
-	n, err = io.Copy(tmp, io.TeeReader(src, h))
+	d, err := copyHashed(tmp, src)
 	if err != nil {
 		return fail(err)
 	}
-	d := Digest{Hash: hex.EncodeToString(h.Sum(nil)), Size: n}
 	dst := c.BlobPath(d)
-	if blobPresent(dst, n) {
-		tmp.Close()
-		os.Remove(tmp.Name())
-		return d, fi.Mode(), nil
-	}
 	if err := tmp.Sync(); err != nil {
 		return fail(err)
 	}
@@ -190,14 +184,12 @@ func (c *Cache) checkBlob(d Digest) error {
 		return err
 	}
 	defer f.Close()
-	h := sha256.New()
-	n, err := io.Copy(h, f)
+	got, err := hashReader(f)
 	if err != nil {
 		return fmt.Errorf("reading blob %s: %w", d, err)
 	}
-	got := Digest{Hash: hex.EncodeToString(h.Sum(nil)), Size: n}
 	if got != d {
-		return fmt.Errorf("blob %s: %s hashes to %s: %w", d, f.Name(), got, ErrCorrupt)
+		return fmt.Errorf("blob %s: %w", d, mismatch(d, got, f.Name()))
 	}
 	return nil
 }

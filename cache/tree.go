@@ -1,8 +1,6 @@
 package cache
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -50,8 +48,14 @@ type CheckoutOptions struct {
 	// falling back to a copy where linking fails (another filesystem, too many
 	// links). Executable files are always copied, because a blob's single
 	// inode cannot be both executable and not. Hard-linked files must never be
-	// written to: that would change the cache.
+	// written to: that would change the cache. Use it only where nothing will
+	// write to dest (a sysroot mounted read-only, a tree only read by gantry);
+	// without it files are copied, as reflinks where the filesystem can.
 	Hardlink bool
+
+	// unverified skips hashing file contents (sizes are still checked), to
+	// measure what verification costs. Never set outside benchmarks.
+	unverified bool
 }
 
 // ioParallelism bounds the goroutines copying files in and out of the cache.
@@ -261,13 +265,18 @@ func (c *Cache) finishDir(sd *scannedDir) (Digest, error) {
 // directory), and is otherwise an error naming it. Symlinks already in dest
 // are never followed. Copied files get mode 0644 or 0755. On error dest may
 // be partly populated.
+//
+// Every file's content is hashed as it is checked out (copied, or read once
+// through the new hard link), and every Directory blob when it is read. A
+// blob that is missing or does not match its digest gives an error wrapping a
+// *BlobError; a corrupt blob has then been removed from the CAS.
 func (c *Cache) Checkout(root Digest, dest string, opts CheckoutOptions) error {
 	if err := os.MkdirAll(dest, 0o755); err != nil {
 		return fmt.Errorf("checking out %s: %w", root, err)
 	}
 	var g errgroup.Group
 	g.SetLimit(ioParallelism())
-	walkErr := c.checkoutDir(&g, root, dest, opts)
+	walkErr := c.checkoutDir(&g, root, dest, "", opts)
 	fileErr := g.Wait() // always wait: no goroutine outlives the call
 	if err := firstErr(walkErr, fileErr); err != nil {
 		return fmt.Errorf("checking out %s into %s: %w", root, dest, err)
@@ -275,14 +284,15 @@ func (c *Cache) Checkout(root Digest, dest string, opts CheckoutOptions) error {
 	return nil
 }
 
-func (c *Cache) checkoutDir(g *errgroup.Group, d Digest, dir string, opts CheckoutOptions) error {
+// checkoutDir checks out the Directory d, at treePath in the tree, into dir.
+func (c *Cache) checkoutDir(g *errgroup.Group, d Digest, dir, treePath string, opts CheckoutOptions) error {
 	tree, err := c.ReadDirectory(d)
 	if err != nil {
-		return err
+		return c.blobError(d, treePath, err)
 	}
 	for _, f := range tree.Files {
-		p := filepath.Join(dir, f.Name)
-		g.Go(func() error { return c.checkoutFile(f, p, opts) })
+		p, rel := filepath.Join(dir, f.Name), path.Join(treePath, f.Name)
+		g.Go(func() error { return c.blobError(DigestFromProto(f.Digest), rel, c.checkoutFile(f, p, opts)) })
 	}
 	for _, s := range tree.Symlinks {
 		p := filepath.Join(dir, s.Name)
@@ -301,7 +311,7 @@ func (c *Cache) checkoutDir(g *errgroup.Group, d Digest, dir string, opts Checko
 				return fmt.Errorf("creating directory %s: %w", p, conflict(p, err))
 			}
 		}
-		if err := c.checkoutDir(g, DigestFromProto(sub.Digest), p, opts); err != nil {
+		if err := c.checkoutDir(g, DigestFromProto(sub.Digest), p, path.Join(treePath, sub.Name), opts); err != nil {
 			return err
 		}
 	}
@@ -321,7 +331,7 @@ func (c *Cache) checkoutFile(f *repb.FileNode, p string, opts CheckoutOptions) e
 	if opts.Hardlink && !f.IsExecutable {
 		err := os.Link(c.BlobPath(d), p)
 		if err == nil {
-			return nil
+			return c.checkLinked(d, p, opts)
 		}
 		if errors.Is(err, fs.ErrExist) {
 			return c.existingFile(f, p)
@@ -329,10 +339,39 @@ func (c *Cache) checkoutFile(f *repb.FileNode, p string, opts CheckoutOptions) e
 		// Otherwise (EXDEV, EMLINK, EPERM, a missing blob): copy, which
 		// also reports a missing blob clearly.
 	}
-	return c.copyBlob(f, p)
+	return c.copyBlob(f, p, opts)
 }
 
-func (c *Cache) copyBlob(f *repb.FileNode, p string) error {
+// checkLinked checks the content of blob d through p, a hard link to it just
+// made; a damaged blob's link is removed with the blob.
+func (c *Cache) checkLinked(d Digest, p string, opts CheckoutOptions) error {
+	f, err := os.Open(p)
+	if err != nil {
+		return fmt.Errorf("checking out %s: %w", p, err)
+	}
+	defer f.Close()
+	var got Digest
+	if opts.unverified {
+		var fi fs.FileInfo
+		if fi, err = f.Stat(); err == nil {
+			got = Digest{Hash: d.Hash, Size: fi.Size()}
+		}
+	} else {
+		got, err = hashReader(f)
+	}
+	if err != nil {
+		return fmt.Errorf("checking out %s: %w", p, err)
+	}
+	if got != d {
+		os.Remove(p)
+		return fmt.Errorf("checking out %s: %w", p, mismatch(d, got, c.BlobPath(d)))
+	}
+	return nil
+}
+
+// copyBlob copies blob f to the new file p, as a reflink where the filesystem
+// can, and checks that what was copied is what f names.
+func (c *Cache) copyBlob(f *repb.FileNode, p string, opts CheckoutOptions) error {
 	d := DigestFromProto(f.Digest)
 	src, err := c.OpenBlob(d)
 	if err != nil {
@@ -350,7 +389,18 @@ func (c *Cache) copyBlob(f *repb.FileNode, p string) error {
 	if f.IsExecutable {
 		mode = 0o755
 	}
-	_, err = io.Copy(dst, src) // copy_file_range: a reflink where the filesystem can
+	got := d
+	switch {
+	case opts.unverified:
+		_, err = io.Copy(dst, src) // copy_file_range: a reflink where the filesystem can
+	case cloneFile(dst, src) == nil:
+		got, err = hashReader(src) // the clone shares these bytes
+	default:
+		got, err = copyHashed(dst, src)
+	}
+	if err == nil && got != d {
+		err = mismatch(d, got, src.Name())
+	}
 	if err == nil {
 		err = dst.Chmod(mode)
 	}
@@ -390,12 +440,7 @@ func hashFile(p string) (Digest, error) {
 		return Digest{}, err
 	}
 	defer f.Close()
-	h := sha256.New()
-	n, err := io.Copy(h, f)
-	if err != nil {
-		return Digest{}, err
-	}
-	return Digest{Hash: hex.EncodeToString(h.Sum(nil)), Size: n}, nil
+	return hashReader(f)
 }
 
 // WalkTree calls fn for every entry of the tree root, depth first, a

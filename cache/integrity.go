@@ -1,0 +1,112 @@
+package cache
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+)
+
+// Cache integrity. A blob's name is the SHA-256 of its content, but what is on
+// disk can still differ: bit rot, a disk that lost a write, a build that wrote
+// through a hard link into cas/ before sysroots were staged safely, a user's
+// mistake. Such damage must not spread (into a dependant's build, a checkout,
+// an artifact that reuses the blob) and must not stick: a blob found bad or
+// missing where its bytes are read anyway (checking out, staging, storing the
+// same content again) is removed, so the next write of that content stores it
+// afresh, and the caller learns which blob it was through a *BlobError so that
+// it can drop the artifact that needed it (see DropArtifact).
+//
+// Cached-or-not questions (the plan, `show`) stay cheap: they read refs and
+// records only. Hashing every dependency on every null build would cost as much
+// as staging it; `cache verify` hashes everything on demand.
+
+// BlobError reports a blob that is missing or whose content does not match its
+// digest, found while reading it. A damaged blob has already been removed from
+// the CAS when the error is returned. It wraps fs.ErrNotExist for a missing
+// blob and ErrCorrupt for a damaged one.
+type BlobError struct {
+	Digest Digest
+	// Path is where the blob sits in the tree being read (slash-separated,
+	// "" for the root directory or a blob outside any tree).
+	Path string
+	// Missing says the blob was absent; otherwise it was damaged.
+	Missing bool
+	Err     error
+}
+
+func (e *BlobError) Error() string {
+	what := "blob " + e.Digest.String()
+	if e.Path != "" {
+		what += " (" + e.Path + ")"
+	}
+	if e.Missing {
+		return what + " is missing from the cache"
+	}
+	return fmt.Sprintf("%s is corrupt (%v); removed it from the cache", what, e.Err)
+}
+
+func (e *BlobError) Unwrap() error { return e.Err }
+
+// blobError turns an error from reading blob d into a *BlobError when it says
+// the blob is missing or damaged, removing a damaged blob. Other errors (a
+// full disk, a permission problem) are returned as they are.
+func (c *Cache) blobError(d Digest, treePath string, err error) error {
+	var be *BlobError
+	switch {
+	case err == nil || errors.As(err, &be):
+		return err
+	case errors.Is(err, fs.ErrNotExist):
+		return &BlobError{Digest: d, Path: treePath, Missing: true, Err: err}
+	case errors.Is(err, ErrCorrupt):
+		c.removeBlob(d)
+		return &BlobError{Digest: d, Path: treePath, Err: err}
+	}
+	return err
+}
+
+// removeBlob removes blob d, found damaged. A concurrent writer may just have
+// renamed good content into place; removing that is harmless (the blob is then
+// missing, which heals the same way).
+func (c *Cache) removeBlob(d Digest) {
+	if p := c.BlobPath(d); p != "" {
+		_ = os.Remove(p)
+	}
+}
+
+// copyBuffer is the buffer size for hashing copies: large enough that the
+// system calls cost little next to SHA-256.
+const copyBuffer = 256 << 10
+
+// copyHashed copies src to dst, hashing what it copies, and returns the
+// digest of the copied bytes.
+func copyHashed(dst io.Writer, src io.Reader) (Digest, error) {
+	h := sha256.New()
+	n, err := io.CopyBuffer(io.MultiWriter(dst, h), src, make([]byte, copyBuffer))
+	if err != nil {
+		return Digest{}, err
+	}
+	return Digest{Hash: hex.EncodeToString(h.Sum(nil)), Size: n}, nil
+}
+
+// hashReader returns the digest of everything r yields.
+func hashReader(r io.Reader) (Digest, error) { return copyHashed(io.Discard, r) }
+
+// mismatch is the error for content that hashes to got instead of d.
+func mismatch(d, got Digest, p string) error {
+	return fmt.Errorf("%s hashes to %s, not %s: %w", p, got, d, ErrCorrupt)
+}
+
+// DropArtifact removes the ref of an artifact found damaged (a blob it needs
+// is missing or corrupt), so that it is no longer cached and the next build
+// makes it again. An artifact already gone is not an error.
+func (c *Cache) DropArtifact(project, element, key string) error {
+	err := c.Delete(project, element, key)
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,138 @@
+package cache
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// A blob of the right size but the wrong content, or no blob at all, is
+// found while checking out (by copy or by hard link): the error names the
+// blob and its place in the tree, a corrupt blob is removed from the CAS,
+// and nothing damaged is left in the destination.
+func TestCheckoutDetectsDamagedBlob(t *testing.T) {
+	docs := DigestOf([]byte("docs"))
+	for _, damage := range []string{"corrupt", "missing"} {
+		for _, hardlink := range []bool{false, true} {
+			t.Run(damage+map[bool]string{false: "/copy", true: "/hardlink"}[hardlink], func(t *testing.T) {
+				c := openTestCache(t)
+				a := commitSample(t, c, "demo", "app.toml", "k")
+				if damage == "corrupt" {
+					corruptFile(t, c.BlobPath(docs)) // same size, other bytes
+				} else if err := os.Remove(c.BlobPath(docs)); err != nil {
+					t.Fatal(err)
+				}
+				dest := t.TempDir()
+				err := c.Checkout(a.Files, dest, CheckoutOptions{Hardlink: hardlink})
+				var be *BlobError
+				if !errors.As(err, &be) {
+					t.Fatalf("Checkout = %v, want a *BlobError", err)
+				}
+				if be.Digest != docs || be.Path != "usr/share/doc" || be.Missing != (damage == "missing") {
+					t.Errorf("BlobError = %+v, want blob %s at usr/share/doc, missing=%v", be, docs, damage == "missing")
+				}
+				wantErr := ErrCorrupt
+				if damage == "missing" {
+					wantErr = fs.ErrNotExist
+				}
+				if !errors.Is(err, wantErr) || !strings.Contains(err.Error(), docs.String()) {
+					t.Errorf("Checkout = %v, want it to wrap %v and name %s", err, wantErr, docs)
+				}
+				if c.HasBlob(docs) {
+					t.Errorf("the damaged blob is still in the CAS")
+				}
+				if _, err := os.Lstat(filepath.Join(dest, "usr", "share", "doc")); !errors.Is(err, fs.ErrNotExist) {
+					t.Errorf("the damaged file was left in the checkout: %v", err)
+				}
+			})
+		}
+	}
+}
+
+// A Directory blob of the tree that fails its hash is removed and named too.
+func TestCheckoutDetectsDamagedDirectory(t *testing.T) {
+	c := openTestCache(t)
+	a := commitSample(t, c, "demo", "app.toml", "k")
+	var share Digest
+	c.WalkTree(a.Files, func(e TreeEntry) error {
+		if e.Path == "usr/share" {
+			share = e.Digest
+		}
+		return nil
+	})
+	corruptFile(t, c.BlobPath(share))
+	err := c.Checkout(a.Files, t.TempDir(), CheckoutOptions{})
+	var be *BlobError
+	if !errors.As(err, &be) || be.Digest != share || be.Path != "usr/share" || !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("Checkout = %v, want a *BlobError for the directory usr/share (%s)", err, share)
+	}
+	if c.HasBlob(share) {
+		t.Errorf("the corrupt directory blob is still in the CAS")
+	}
+}
+
+// Storing content whose blob is present but damaged (same size) replaces the
+// blob instead of trusting it: an artifact rebuilt after `artifact delete` is
+// sound again.
+func TestStoringAgainReplacesCorruptBlob(t *testing.T) {
+	for name, put := range map[string]func(c *Cache, content []byte) (Digest, error){
+		"PutBlob": func(c *Cache, content []byte) (Digest, error) { return c.PutBlob(content) },
+		"PutFile": func(c *Cache, content []byte) (Digest, error) {
+			p := filepath.Join(c.Root, "..", "src")
+			if err := os.WriteFile(p, content, 0o644); err != nil {
+				return Digest{}, err
+			}
+			return c.PutFile(p)
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := openTestCache(t)
+			content := []byte("the content of a library")
+			d, err := put(c, content)
+			if err != nil {
+				t.Fatal(err)
+			}
+			corruptFile(t, c.BlobPath(d))
+			if _, err := put(c, content); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.checkBlob(d); err != nil {
+				t.Errorf("after storing the content again: %v", err)
+			}
+			if fi, err := os.Stat(c.BlobPath(d)); err != nil || fi.Mode().Perm() != blobMode {
+				t.Errorf("the replaced blob: %v, %v; want mode %v", fi, err, fs.FileMode(blobMode))
+			}
+		})
+	}
+}
+
+// `cache verify` reports a directory where a ref file should be, whether it
+// is empty or holds files, and still checks the other refs.
+func TestVerifyReportsDirectoryInPlaceOfRef(t *testing.T) {
+	for name, inside := range map[string]string{"empty": "", "holding a file": "stray"} {
+		t.Run(name, func(t *testing.T) {
+			c := openTestCache(t)
+			commitSample(t, c, "demo", "app.toml", "k")
+			dir := filepath.Join(c.Root, "refs", "demo", "lib.toml", "k2")
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if inside != "" {
+				if err := os.WriteFile(filepath.Join(dir, inside), []byte("x"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			rep, err := c.Verify()
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := dir + " is a directory where an artifact ref should be"
+			if len(rep.Problems) != 1 || rep.Problems[0] != want || rep.Refs != 1 {
+				t.Errorf("Verify = %+v, want one problem %q and 1 ref checked", rep, want)
+			}
+		})
+	}
+}
