@@ -46,6 +46,10 @@ func (e *BlobError) Error() string {
 	if e.Missing {
 		return what + " is missing from the cache"
 	}
+	var mm *mismatchError
+	if errors.As(e.Err, &mm) {
+		return fmt.Sprintf("%s is corrupt: its content hashes to %s; removed %s from the cache", what, mm.got, mm.path)
+	}
 	return fmt.Sprintf("%s is corrupt (%v); removed it from the cache", what, e.Err)
 }
 
@@ -95,10 +99,20 @@ func copyHashed(dst io.Writer, src io.Reader) (Digest, error) {
 // hashReader returns the digest of everything r yields.
 func hashReader(r io.Reader) (Digest, error) { return copyHashed(io.Discard, r) }
 
-// mismatch is the error for content that hashes to got instead of d.
-func mismatch(d, got Digest, p string) error {
-	return fmt.Errorf("%s hashes to %s, not %s: %w", p, got, d, ErrCorrupt)
+// mismatchError is content at path that hashes to got instead of want. It
+// wraps ErrCorrupt.
+type mismatchError struct {
+	path      string
+	want, got Digest
 }
+
+func (e *mismatchError) Error() string {
+	return fmt.Sprintf("%s hashes to %s, not %s", e.path, e.got, e.want)
+}
+
+func (e *mismatchError) Unwrap() error { return ErrCorrupt }
+
+func mismatch(want, got Digest, path string) error { return &mismatchError{path: path, want: want, got: got} }
 
 // DropArtifact removes the ref of an artifact found damaged (a blob it needs
 // is missing or corrupt), so that it is no longer cached and the next build

@@ -95,6 +95,15 @@ func Assemble(ctx context.Context, js job.Spec, r *job.Reporter) (job.Result, er
 		// cached, and the parent, which knows the job was terminated, drops it.
 		return job.Result{}, context.Cause(ctx)
 	}
+	var damaged *DamagedDependencyError
+	if errors.As(buildErr, &damaged) {
+		// Not the element's fault: nothing is cached; the result names the dependency.
+		data, err := json.Marshal(damaged.DamagedDependency)
+		if err != nil {
+			return job.Result{}, errors.Join(buildErr, err)
+		}
+		return job.Result{Data: data}, buildErr
+	}
 	var infra *infraError
 	if errors.As(buildErr, &infra) {
 		return job.Result{}, buildErr // not the element's fault: do not cache a failure
@@ -146,20 +155,11 @@ func build(ctx context.Context, c *cache.Cache, spec *BuildSpec, r *job.Reporter
 			return &infraError{fmt.Errorf("preparing the build directory: %w", err)}
 		}
 	}
-	if len(spec.Stage) > 0 {
-		r.Status(fmt.Sprintf("staging %d dependencies", len(spec.Stage)))
-	}
-	for _, s := range spec.Stage {
-		a, err := c.Lookup(spec.Project, s.Element, s.Key)
-		if err != nil {
-			return &infraError{fmt.Errorf("staging dependency %s: %w", s.Element, err)}
-		}
-		if !a.Success {
-			return &infraError{fmt.Errorf("staging dependency %s: its cached build failed", s.Element)}
-		}
-		if err := c.Checkout(a.Files, sysroot, cache.CheckoutOptions{Hardlink: true}); err != nil {
-			return &infraError{fmt.Errorf("staging dependency %s into the sysroot: %w", s.Element, err)}
-		}
+	// Hard links into the cache are safe only where nothing can write through
+	// them: see stageLinks.
+	links := stageLinks(spec)
+	if err := stageDependencies(c, spec, sysroot, links, r); err != nil {
+		return err
 	}
 	for i := range spec.Sources {
 		s := &spec.Sources[i]
@@ -179,6 +179,12 @@ func build(ctx context.Context, c *cache.Cache, spec *BuildSpec, r *job.Reporter
 	}
 	kind, reason := sandbox.Resolve(sandbox.Kind(spec.Sandbox), sysroot)
 	r.Log("sandbox: " + string(kind) + " (" + reason + ")")
+	if kind == sandbox.Host && links && len(spec.Stage) > 0 {
+		// auto chose the host after all: the commands can write to the sysroot.
+		if err := restage(c, spec, sysroot, r); err != nil {
+			return err
+		}
+	}
 	resolved := spec.Host
 	if kind == sandbox.Bwrap {
 		resolved = spec.Bwrap
@@ -198,6 +204,97 @@ func build(ctx context.Context, c *cache.Cache, spec *BuildSpec, r *job.Reporter
 		}
 	}
 	return nil
+}
+
+// stageLinks says whether dependencies may be staged as hard links to the
+// cache's read-only blobs. As root (common in CI) mode 0444 stops nothing: a
+// command that could write to the sysroot would change the cache itself. So
+// links are used only where no command writes to the sysroot: kinds that run
+// no commands (stack, import and compose only read it), and bwrap, which
+// mounts the sysroot read-only with every capability dropped (and link(2)
+// across mounts fails, so the writable build root cannot link to it either).
+// For auto, which picks bwrap or the host only once the sysroot is staged,
+// the build restages with copies if it picks the host.
+func stageLinks(spec *BuildSpec) bool {
+	switch spec.Kind {
+	case "stack", "import", "compose":
+		return true
+	}
+	return sandbox.Kind(spec.Sandbox) != sandbox.Host
+}
+
+// stageDependencies checks out the artifacts of spec.Stage into sysroot, as
+// hard links or as copies (reflinks where the filesystem can). Every file is
+// hashed as it is staged; a dependency found damaged is dropped from the
+// cache (see damagedDependency).
+func stageDependencies(c *cache.Cache, spec *BuildSpec, sysroot string, links bool, r *job.Reporter) error {
+	if len(spec.Stage) > 0 {
+		r.Status(fmt.Sprintf("staging %d dependencies", len(spec.Stage)))
+	}
+	for _, s := range spec.Stage {
+		a, err := c.Lookup(spec.Project, s.Element, s.Key)
+		if err != nil {
+			return &infraError{fmt.Errorf("staging dependency %s: %w", s.Element, err)}
+		}
+		if !a.Success {
+			return &infraError{fmt.Errorf("staging dependency %s: its cached build failed", s.Element)}
+		}
+		err = c.Checkout(a.Files, sysroot, cache.CheckoutOptions{Hardlink: links})
+		var blob *cache.BlobError
+		if errors.As(err, &blob) {
+			return damagedDependency(c, spec.Project, s, blob)
+		}
+		if err != nil {
+			return &infraError{fmt.Errorf("staging dependency %s into the sysroot: %w", s.Element, err)}
+		}
+	}
+	return nil
+}
+
+// restage replaces a sysroot staged with hard links by one staged with copies.
+func restage(c *cache.Cache, spec *BuildSpec, sysroot string, r *job.Reporter) error {
+	r.Log("staging the dependencies again as copies: host commands can write to the sysroot")
+	if err := os.RemoveAll(sysroot); err != nil {
+		return &infraError{fmt.Errorf("removing the sysroot to stage it again: %w", err)}
+	}
+	if err := os.Mkdir(sysroot, 0o755); err != nil {
+		return &infraError{fmt.Errorf("preparing the build directory: %w", err)}
+	}
+	return stageDependencies(c, spec, sysroot, false, r)
+}
+
+// DamagedDependency is the Data of a build job's result when staging found a
+// blob of a dependency's artifact missing or corrupt. The job has removed a
+// corrupt blob and dropped the artifact from the cache, so that the
+// dependency is built (or pulled) again before the element is.
+type DamagedDependency struct {
+	Element string `json:"element"`
+	Key     string `json:"key"`
+	Blob    string `json:"blob"` // the blob's digest, "hash/size"
+	Problem string `json:"problem"`
+}
+
+// DamagedDependencyError is the build error for a DamagedDependency. It is not
+// the element's failure and is never cached as one.
+type DamagedDependencyError struct {
+	DamagedDependency
+	Err error
+}
+
+func (e *DamagedDependencyError) Error() string {
+	return fmt.Sprintf("staging dependency %s: %v; dropped its artifact %s from the cache, so it is built again",
+		e.Element, e.Err, e.Key[:min(len(e.Key), 8)])
+}
+
+func (e *DamagedDependencyError) Unwrap() error { return e.Err }
+
+// damagedDependency drops the artifact of s, found damaged while staging it.
+func damagedDependency(c *cache.Cache, project string, s StagedArtifact, blob *cache.BlobError) error {
+	if err := c.DropArtifact(project, s.Element, s.Key); err != nil {
+		return &infraError{fmt.Errorf("staging dependency %s: %v; dropping its artifact: %w", s.Element, blob, err)}
+	}
+	return &DamagedDependencyError{DamagedDependency: DamagedDependency{Element: s.Element, Key: s.Key,
+		Blob: blob.Digest.String(), Problem: blob.Error()}, Err: blob}
 }
 
 func firstLine(s string) string {

@@ -88,7 +88,7 @@ func newArtifactCheckoutCmd(g *globalOptions) *cobra.Command {
 				}
 				// Copies, never hard links: the user's files must not alias the cache.
 				if err := c.Checkout(a.Files, dir, cache.CheckoutOptions{}); err != nil {
-					return fmt.Errorf("checking out %s into %s: %w", el.Name, dir, err)
+					return checkoutError(c, s.project.Name, el, dir, err)
 				}
 			}
 			return nil
@@ -97,6 +97,21 @@ func newArtifactCheckoutCmd(g *globalOptions) *cobra.Command {
 	cmd.Flags().StringVar(&deps, "deps", "run", "also check out dependencies: none or run")
 	cmd.Flags().BoolVarP(&force, "force", "f", false, "check out into a non-empty directory")
 	return cmd
+}
+
+// checkoutError says why checking out el failed. An artifact found damaged (a
+// blob missing or corrupt; a corrupt blob is already removed) is dropped from
+// the cache, so that the next build makes it again.
+func checkoutError(c *cache.Cache, project string, el *element.Element, dir string, err error) error {
+	var blob *cache.BlobError
+	if !errors.As(err, &blob) {
+		return fmt.Errorf("checking out %s into %s: %w", el.Name, dir, err)
+	}
+	if derr := c.DropArtifact(project, el.Name, el.Key); derr != nil {
+		return fmt.Errorf("checking out %s into %s: %v; dropping the damaged artifact: %w", el.Name, dir, blob, derr)
+	}
+	return fmt.Errorf("checking out %s into %s: %w; dropped the damaged artifact of %s from the cache: run `gantry build %s` to build it again",
+		el.Name, dir, blob, el.Name, el.Name)
 }
 
 func newArtifactLogCmd(g *globalOptions) *cobra.Command {

@@ -1,0 +1,174 @@
+package cli
+
+// End-to-end tests of cache integrity: a build cannot alter the cache through
+// its sysroot, and a damaged artifact (a blob corrupt or missing) heals.
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gantry-build/gantry/cache"
+)
+
+const integrityContent = "original content\n"
+
+// newIntegrityProject is base.toml (an import of a.txt) and app.toml (a
+// manual element that stages base.toml and runs cmds on the host).
+func newIntegrityProject(t *testing.T, cmds ...string) *e2eProject {
+	t.Helper()
+	return newE2EProject(t, map[string]string{
+		"project.toml": projectTOML("app.toml"),
+		"elements/base.toml": `kind = "import"
+[[sources]]
+kind = "local"
+path = "files/base"
+`,
+		"files/base/a.txt":  integrityContent,
+		"elements/app.toml": manualElement([]string{"base.toml"}, cmds...),
+	})
+}
+
+// blobPath is where the cache keeps content.
+func (p *e2eProject) blobPath(content string) string {
+	p.t.Helper()
+	c, err := cache.Open(p.cache)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	return c.BlobPath(cache.DigestOf([]byte(content)))
+}
+
+// checkoutFile checks out element and returns the content of its file name.
+func (p *e2eProject) checkoutFile(element, name string) string {
+	p.t.Helper()
+	dir := filepath.Join(p.t.TempDir(), "out")
+	p.mustRun(0, "artifact", "checkout", "--deps", "none", element, dir)
+	data, err := os.ReadFile(filepath.Join(dir, name))
+	if err != nil {
+		p.t.Fatalf("artifact of %s: %v", element, err)
+	}
+	return string(data)
+}
+
+// damageBlob replaces the blob of content with other bytes of the same size,
+// or removes it.
+func damageBlob(t *testing.T, path, damage string) {
+	t.Helper()
+	if damage == "missing" {
+		if err := os.Remove(path); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	if err := os.Chmod(path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(strings.ToUpper(integrityContent)), 0o444); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A host build that writes to a staged dependency's file changes its own
+// sysroot, never the dependency's artifact (as root, mode 0444 stops nothing:
+// hard links would let it write into the CAS).
+func TestE2EHostBuildCannotAlterCache(t *testing.T) {
+	t.Parallel()
+	for _, sandbox := range []string{"host", "auto"} {
+		t.Run(sandbox, func(t *testing.T) {
+			p := newIntegrityProject(t,
+				"echo changed >> %{sysroot}/a.txt",
+				"cp %{sysroot}/a.txt %{install-root}/seen.txt")
+			p.mustRun(0, "build", "--ui", "plain", "--sandbox", sandbox)
+			if got, want := p.checkoutFile("app.toml", "seen.txt"), integrityContent+"changed\n"; got != want {
+				t.Errorf("the build saw %q in its sysroot, want %q", got, want)
+			}
+			if got := p.checkoutFile("base.toml", "a.txt"); got != integrityContent {
+				t.Errorf("the build changed base.toml's artifact: a.txt is %q, want %q", got, integrityContent)
+			}
+			p.verifyCache()
+		})
+	}
+}
+
+// A dependency whose blob is corrupt (same size, other bytes) or missing is
+// found while staging it: it is dropped from the cache with a warning naming
+// it and the blob, and rebuilt; the dependant ends up with the right content.
+func TestE2EDamagedDependencyHeals(t *testing.T) {
+	t.Parallel()
+	for _, damage := range []string{"corrupt", "missing"} {
+		t.Run(damage, func(t *testing.T) {
+			p := newIntegrityProject(t, "cp %{sysroot}/a.txt %{install-root}/copy.txt")
+			p.mustRun(0, "build", "--ui", "plain", "--sandbox", "host", "base.toml")
+			blob := p.blobPath(integrityContent)
+			damageBlob(t, blob, damage)
+
+			_, stderr, code := p.run("build", "--ui", "plain", "--sandbox", "host")
+			digest := cache.DigestOf([]byte(integrityContent)).String()
+			if !strings.Contains(stderr, "base.toml") || !strings.Contains(stderr, digest) || !strings.Contains(stderr, "a.txt") {
+				t.Errorf("the build does not name base.toml, the blob %s and a.txt:\n%s", digest, stderr)
+			}
+			if code != 0 {
+				// Healed by the next session, without the user's help.
+				t.Logf("first build after the damage exited %d:\n%s", code, stderr)
+				if st := p.state("base.toml"); st == "cached" {
+					t.Errorf("base.toml is still cached after its damaged blob was found")
+				}
+				p.mustRun(0, "build", "--ui", "plain", "--sandbox", "host")
+			}
+			if got := p.checkoutFile("app.toml", "copy.txt"); got != integrityContent {
+				t.Errorf("app.toml's copy.txt is %q, want %q", got, integrityContent)
+			}
+			if got := p.checkoutFile("base.toml", "a.txt"); got != integrityContent {
+				t.Errorf("base.toml's a.txt is %q, want %q", got, integrityContent)
+			}
+			p.verifyCache()
+		})
+	}
+}
+
+// `artifact delete` and a rebuild give a sound artifact even though the
+// damaged blob, of the right size, is still in the CAS.
+func TestE2ERebuildReplacesCorruptBlob(t *testing.T) {
+	t.Parallel()
+	p := newIntegrityProject(t, "true")
+	p.mustRun(0, "build", "--ui", "plain", "--sandbox", "host", "base.toml")
+	damageBlob(t, p.blobPath(integrityContent), "corrupt")
+	p.mustRun(0, "artifact", "delete", "base.toml")
+	p.mustRun(0, "build", "--ui", "plain", "--sandbox", "host", "base.toml")
+	if got := p.checkoutFile("base.toml", "a.txt"); got != integrityContent {
+		t.Errorf("the rebuilt base.toml's a.txt is %q, want %q", got, integrityContent)
+	}
+	p.verifyCache()
+}
+
+// `artifact checkout` of an artifact with a corrupt blob fails naming the
+// blob, removes it and the artifact's ref, and says so; the next build makes
+// the artifact again.
+func TestE2EArtifactCheckoutOfCorruptBlob(t *testing.T) {
+	t.Parallel()
+	p := newIntegrityProject(t, "true")
+	p.mustRun(0, "build", "--ui", "plain", "--sandbox", "host", "base.toml")
+	blob := p.blobPath(integrityContent)
+	damageBlob(t, blob, "corrupt")
+
+	_, stderr := p.mustRun(1, "artifact", "checkout", "base.toml", filepath.Join(t.TempDir(), "out"))
+	digest := cache.DigestOf([]byte(integrityContent)).String()
+	for _, want := range []string{digest, "a.txt", "corrupt", "dropped the damaged artifact of base.toml", "gantry build base.toml"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("artifact checkout's error does not say %q:\n%s", want, stderr)
+		}
+	}
+	if _, err := os.Lstat(blob); !os.IsNotExist(err) {
+		t.Errorf("the corrupt blob is still in the cache (%v)", err)
+	}
+	if st := p.state("base.toml"); st == "cached" {
+		t.Errorf("base.toml is still cached after checkout found it corrupt")
+	}
+	p.mustRun(0, "build", "--ui", "plain", "--sandbox", "host", "base.toml")
+	if got := p.checkoutFile("base.toml", "a.txt"); got != integrityContent {
+		t.Errorf("the rebuilt base.toml's a.txt is %q, want %q", got, integrityContent)
+	}
+	p.verifyCache()
+}
