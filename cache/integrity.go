@@ -112,7 +112,9 @@ func (e *mismatchError) Error() string {
 
 func (e *mismatchError) Unwrap() error { return ErrCorrupt }
 
-func mismatch(want, got Digest, path string) error { return &mismatchError{path: path, want: want, got: got} }
+func mismatch(want, got Digest, path string) error {
+	return &mismatchError{path: path, want: want, got: got}
+}
 
 // DropArtifact removes the ref of an artifact found damaged (a blob it needs
 // is missing or corrupt), so that it is no longer cached and the next build
