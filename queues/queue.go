@@ -74,6 +74,9 @@ type Item struct {
 	retryAt  time.Time
 	// later is set when the plan is decided in the loop (PlanTracked).
 	later *deferred
+	// healed: its artifact was found damaged and it went back into the pipeline
+	// (see heal); it happens once per session.
+	healed bool
 }
 
 // Name is the element's name.

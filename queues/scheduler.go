@@ -414,6 +414,7 @@ func (s *Scheduler) finish(a *activeJob, out job.Outcome) {
 		})
 		end.Result, end.WillRetry = ResultFailure, true
 		s.cfg.Publish(end)
+	case s.heal(a, out.Result, end):
 	default:
 		end.Result = ResultFailure
 		s.cfg.Publish(end)

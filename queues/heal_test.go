@@ -1,0 +1,89 @@
+package queues
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/gantry-build/gantry/element"
+	"github.com/gantry-build/gantry/job"
+)
+
+// failDamaged ends a build job as one whose staging found dep's artifact damaged.
+func failDamaged(t *testing.T, j *fakeJob, dep string) {
+	t.Helper()
+	data, err := json.Marshal(element.DamagedDependency{Element: dep, Key: "k", Blob: "h/1", Problem: "blob h/1 is missing"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j.Finish(t, job.Outcome{Result: job.Result{Error: "staging dependency " + dep + ": damaged", Data: data}, ExitCode: 1})
+}
+
+// healSession builds app.toml, which needs lib.toml, which needs base.toml;
+// lib.toml is cached, so base.toml is not even planned.
+func healSession(t *testing.T) *session {
+	g := newGraph(t, "base.toml:", "lib.toml: base.toml", "app.toml: lib.toml")
+	items, err := Plan(g, []*element.Element{g.Elements["app.toml"]}, PlanOptions{
+		Artifact: func(e *element.Element) element.ArtifactStatus {
+			if e.Name == "app.toml" {
+				return element.ArtifactMissing
+			}
+			return element.ArtifactSuccess
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(items) != 2 {
+		t.Fatalf("planned %d items, want lib.toml and app.toml", len(items))
+	}
+	return startSession(t, Config{Queues: []Queue{buildQueue()}, Items: items, Pool: buildPool(2)})
+}
+
+// A build that finds a staged dependency damaged sends the dependency back to
+// be built, also one the plan never reached, and then builds again itself;
+// the session succeeds, and each heal is announced once.
+func TestHealDamagedDependency(t *testing.T) {
+	h := healSession(t)
+	failDamaged(t, h.expect(Build, "app.toml"), "lib.toml")
+	failDamaged(t, h.expect(Build, "lib.toml"), "base.toml") // below the plan
+	h.expect(Build, "base.toml").Succeed(t)
+	h.expect(Build, "lib.toml").Succeed(t)
+	h.expect(Build, "app.toml").Succeed(t)
+	sum := h.wait()
+	if !sum.OK() || len(sum.Failed) != 0 {
+		t.Errorf("summary = %+v, want success", sum)
+	}
+	starts := h.runner.startsOf(Build)
+	if starts["base.toml"] != 1 || starts["lib.toml"] != 2 || starts["app.toml"] != 2 {
+		t.Errorf("build starts = %v, want base 1, lib 2, app 2", starts)
+	}
+	warned := map[string]int{}
+	for _, n := range eventsOf[Notice](h.events) {
+		if n.Level == "warning" {
+			warned[n.Element]++
+		}
+	}
+	if warned["lib.toml"] != 1 || warned["base.toml"] != 1 || len(warned) != 2 {
+		t.Errorf("warnings per element = %v, want one for lib.toml and one for base.toml", warned)
+	}
+	for _, end := range eventsOf[JobEnd](h.events) {
+		if end.Result == ResultFailure && !end.WillRetry {
+			t.Errorf("%s's job ended as a failure that stands: %+v", end.Element, end)
+		}
+	}
+}
+
+// A dependency is healed once per session: found damaged again, the
+// dependant's failure stands and nothing loops.
+func TestHealOnlyOnce(t *testing.T) {
+	h := healSession(t)
+	failDamaged(t, h.expect(Build, "app.toml"), "lib.toml")
+	h.expect(Build, "lib.toml").Succeed(t)
+	failDamaged(t, h.expect(Build, "app.toml"), "lib.toml")
+	sum := h.wait()
+	if sum.OK() || len(sum.Failed) != 1 || sum.Failed[0].Element != "app.toml" {
+		t.Errorf("summary = %+v, want app.toml failed", sum)
+	}
+	if starts := h.runner.startsOf(Build); starts["lib.toml"] != 1 || starts["app.toml"] != 2 {
+		t.Errorf("build starts = %v, want lib 1, app 2", starts)
+	}
+}
