@@ -8,6 +8,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"sync"
 )
 
 // Cache integrity. A blob's name is the SHA-256 of its content, but what is on
@@ -81,15 +82,18 @@ func (c *Cache) removeBlob(d Digest) {
 	}
 }
 
-// copyBuffer is the buffer size for hashing copies: large enough that the
-// system calls cost little next to SHA-256.
-const copyBuffer = 256 << 10
+// copyBuffers hold the buffers of hashing copies: large enough that the
+// system calls cost little next to SHA-256, and reused, because allocating
+// one per file would cost more than hashing a small file.
+var copyBuffers = sync.Pool{New: func() any { return new([256 << 10]byte) }}
 
 // copyHashed copies src to dst, hashing what it copies, and returns the
 // digest of the copied bytes.
 func copyHashed(dst io.Writer, src io.Reader) (Digest, error) {
 	h := sha256.New()
-	n, err := io.CopyBuffer(io.MultiWriter(dst, h), src, make([]byte, copyBuffer))
+	buf := copyBuffers.Get().(*[256 << 10]byte)
+	defer copyBuffers.Put(buf)
+	n, err := io.CopyBuffer(io.MultiWriter(dst, h), src, buf[:])
 	if err != nil {
 		return Digest{}, err
 	}

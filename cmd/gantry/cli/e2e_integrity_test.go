@@ -109,7 +109,7 @@ func TestE2EDamagedDependencyHeals(t *testing.T) {
 			// One session heals it: base.toml is built again, then app.toml.
 			_, stderr := p.mustRun(0, "build", "--ui", "plain", "--sandbox", "host")
 			digest := cache.DigestOf([]byte(integrityContent)).String()
-			warnings := regexp.MustCompile(`(?m)WARNING.*the artifact of base\.toml was damaged \(blob ` + regexp.QuoteMeta(digest) +
+			warnings := regexp.MustCompile(`(?m)WARNING.*the artifact of base\.toml was damaged \(blob `+regexp.QuoteMeta(digest)+
 				` \(a\.txt\) is (corrupt|missing).*building it again before app\.toml`).FindAllString(stderr, -1)
 			if len(warnings) != 1 {
 				t.Errorf("want one warning naming base.toml, the blob %s and a.txt, got %d:\n%s", digest, len(warnings), stderr)
