@@ -14,8 +14,10 @@
 //   - Everything is written to a fresh temporary name under tmp/, fsynced, and
 //     renamed into place, so a reader never sees a partial file.
 //   - A blob's content never changes once it is in cas/: blobs are read-only
-//     (mode 0444) and are hard-linked, never written through. Writing the same
-//     blob twice renames identical content over itself, which is harmless.
+//     (mode 0444) and are hard-linked only where nothing writes through the link
+//     (see CheckoutOptions.Hardlink). Writing the same blob twice renames
+//     identical content over itself, which is harmless; a blob found damaged is
+//     removed (see integrity.go).
 //   - An artifact's ref is written last, after every blob it reaches, so an
 //     artifact is visible only when complete; its directory is fsynced too.
 //     (Blob renames are not followed by a directory fsync: a journaling
