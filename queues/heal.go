@@ -30,44 +30,67 @@ func (s *Scheduler) heal(a *activeJob, res job.Result, end JobEnd) bool {
 		return false
 	}
 	it := a.item
-	dep := s.itemToHeal(it, damaged.Element)
+	dep, rebuild := s.itemToHeal(it, damaged.Element)
 	if dep == nil {
 		return false
 	}
-	dep.healed, dep.Cached = true, false
+	if rebuild {
+		dep.healed, dep.Cached = true, false
+		s.requeue(dep, s.firstQueueAfterTrack())
+		s.cfg.Publish(Notice{Base: Base{time.Now()}, Level: "warning", Element: dep.Name(),
+			Text: fmt.Sprintf("the artifact of %s was damaged (%s): building it again before %s", dep.Name(), damaged.Problem, it.Name())})
+	}
 	if !slices.Contains(it.Stage, dep) {
 		it.Stage = append(it.Stage, dep)
 	}
-	s.requeue(dep, s.firstQueueAfterTrack())
 	s.requeue(it, slices.Index(s.queues, a.qs))
 	end.Result, end.WillRetry = ResultFailure, true
 	s.cfg.Publish(end)
-	s.cfg.Publish(Notice{Base: Base{time.Now()}, Level: "warning", Element: dep.Name(),
-		Text: fmt.Sprintf("the artifact of %s was damaged (%s): building it again before %s", dep.Name(), damaged.Problem, it.Name())})
 	return true
 }
 
-// itemToHeal finds the session's item for the dependency named name of it,
-// making one if the plan has none (the dependency was below a cached element).
-// It returns nil if the dependency is not one of it's, was healed already, is
-// not cached (something else is already building it) or is still in a queue.
-func (s *Scheduler) itemToHeal(it *Item, name string) *Item {
+// itemToHeal finds the session's item for it's dependency named name, making
+// one if the plan has none (the dependency was below a cached element), and
+// says whether it must be built again. A dependency already being built again
+// (another dependant found it damaged first) is returned to wait for. It
+// returns nil when the failure stands: the dependency failed, was damaged
+// again after being healed, is not a dependency of it, or has a job running.
+func (s *Scheduler) itemToHeal(it *Item, name string) (dep *Item, rebuild bool) {
 	for _, d := range s.cfg.Items {
-		if d.Name() == name {
-			if d.healed || !d.Cached || d.Failed || d.queue != -1 {
-				return nil
-			}
-			return d
+		if d.Name() != name {
+			continue
 		}
+		if d.healed && !d.Cached && !d.Failed && !d.Terminated {
+			return d, false
+		}
+		if d.healed || !d.Cached || !s.leaveQueue(d) {
+			return nil, false
+		}
+		return d, true
 	}
 	e := findDependency(it.Element, name, map[*element.Element]bool{})
 	if e == nil {
-		return nil
+		return nil, false
 	}
 	d := &Item{Element: e, Cached: true, queue: -1, Priority: it.Priority + DefaultEstimate}
 	s.cfg.Items = append(s.cfg.Items, d)
 	s.done++ // out of the pipeline, as a cached item would be by now; requeue takes it back
-	return d
+	return d, true
+}
+
+// leaveQueue takes a cached item out of the queue it still waits in (say
+// Push), and reports whether it could: not while a job runs for it.
+func (s *Scheduler) leaveQueue(it *Item) bool {
+	if it.queue == -1 {
+		return true
+	}
+	qs := s.queues[it.queue]
+	i := slices.Index(qs.wait, it)
+	if i < 0 {
+		return false
+	}
+	qs.wait = slices.Delete(qs.wait, i, i+1)
+	return true
 }
 
 // findDependency finds the element named name among e's dependencies, direct

@@ -87,3 +87,39 @@ func TestHealOnlyOnce(t *testing.T) {
 		t.Errorf("build starts = %v, want lib 1, app 2", starts)
 	}
 }
+
+// Two dependants staging the same damaged dependency at once: the first
+// sends it back to be built, the second (which then finds the blob gone)
+// waits for that build instead of failing; the dependency is built once.
+func TestHealSharedDependency(t *testing.T) {
+	g := newGraph(t, "lib.toml:", "one.toml: lib.toml", "two.toml: lib.toml")
+	targets := []*element.Element{g.Elements["one.toml"], g.Elements["two.toml"]}
+	items, err := Plan(g, targets, PlanOptions{Artifact: func(e *element.Element) element.ArtifactStatus {
+		if e.Name == "lib.toml" {
+			return element.ArtifactSuccess
+		}
+		return element.ArtifactMissing
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := startSession(t, Config{Queues: []Queue{buildQueue()}, Items: items, Pool: buildPool(2)})
+	jobs := h.nextN(2)
+	failDamaged(t, jobs["one.toml"], "lib.toml")
+	lib := h.expect(Build, "lib.toml")
+	failDamaged(t, jobs["two.toml"], "lib.toml")
+	h.ended(jobs["two.toml"])
+	lib.Succeed(t)
+	for _, j := range h.nextN(2) {
+		j.Succeed(t)
+	}
+	if sum := h.wait(); !sum.OK() {
+		t.Errorf("summary = %+v, want success", sum)
+	}
+	if starts := h.runner.startsOf(Build); starts["lib.toml"] != 1 || starts["one.toml"] != 2 || starts["two.toml"] != 2 {
+		t.Errorf("build starts = %v, want lib 1, one 2, two 2", starts)
+	}
+	if n := len(eventsOf[Notice](h.events)); n != 1 {
+		t.Errorf("%d notices, want one warning", n)
+	}
+}
