@@ -93,6 +93,35 @@ func TestE2EHostBuildCannotAlterCache(t *testing.T) {
 	}
 }
 
+// Under bwrap the sysroot stays hard-linked to the cache: it is mounted
+// read-only with every capability dropped, and a link from the writable build
+// root to it crosses mounts. A build trying both as root changes nothing.
+func TestE2EBwrapBuildCannotAlterCache(t *testing.T) {
+	t.Parallel()
+	requireSandboxTools(t)
+	p := newIntegrityProject(t,
+		"echo changed >> /a.txt || true",
+		"chmod 644 /a.txt || true",
+		"ln /a.txt %{build-root}/link || true",
+		"echo changed >> %{build-root}/link || true",
+		"cat /a.txt > %{install-root}/seen.txt")
+	writeBusyboxSysroot(t, filepath.Join(p.root, "files", "base"), "sh", "echo", "cat", "chmod", "ln", "true")
+	p.mustRun(0, "build", "--ui", "plain", "--sandbox", "bwrap")
+	log, _ := p.mustRun(0, "artifact", "log", "app.toml")
+	for _, refusal := range []string{"Read-only file system", "cross-device link"} {
+		if !strings.Contains(log, refusal) {
+			t.Errorf("the build log does not show the sandbox refusing a write (%q):\n%s", refusal, log)
+		}
+	}
+	if got := p.checkoutFile("app.toml", "seen.txt"); got != integrityContent {
+		t.Errorf("the build changed its read-only sysroot: a.txt is %q, want %q", got, integrityContent)
+	}
+	if got := p.checkoutFile("base.toml", "a.txt"); got != integrityContent {
+		t.Errorf("the build changed base.toml's artifact: a.txt is %q, want %q", got, integrityContent)
+	}
+	p.verifyCache()
+}
+
 // A dependency whose blob is corrupt (same size, other bytes) or missing is
 // found while staging it: it is dropped from the cache with a warning naming
 // it and the blob, and rebuilt in the same session; the dependant ends up with

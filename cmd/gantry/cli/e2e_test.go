@@ -413,6 +413,21 @@ func requireSandboxTools(t *testing.T) {
 	}
 }
 
+// writeBusyboxSysroot writes bin/busybox under dir, with the tools as links to it.
+func writeBusyboxSysroot(t *testing.T, dir string, tools ...string) {
+	t.Helper()
+	bin := filepath.Join(dir, "bin")
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	copyFile(t, "/bin/busybox", filepath.Join(bin, "busybox"), 0o755)
+	for _, tool := range tools {
+		if err := os.Symlink("busybox", filepath.Join(bin, tool)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // With --sandbox auto and a sysroot that provides /bin/sh, the build runs
 // under bubblewrap and sees only the staged sysroot.
 func TestE2EBwrapSandbox(t *testing.T) {
@@ -434,16 +449,7 @@ build-commands = ` + tomlList(
 			"cat /etc/hostname > %{install-root}/hostname.txt 2>/dev/null || echo absent > %{install-root}/hostname.txt",
 		) + "\n",
 	})
-	bin := filepath.Join(p.root, "files", "sysroot", "bin")
-	if err := os.MkdirAll(bin, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	copyFile(t, "/bin/busybox", filepath.Join(bin, "busybox"), 0o755)
-	for _, tool := range []string{"sh", "echo", "cat", "mkdir", "ls", "true"} {
-		if err := os.Symlink("busybox", filepath.Join(bin, tool)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	writeBusyboxSysroot(t, filepath.Join(p.root, "files", "sysroot"), "sh", "echo", "cat", "mkdir", "ls", "true")
 
 	p.mustRun(0, "build", "--ui", "plain", "--sandbox", "auto")
 	log, _ := p.mustRun(0, "artifact", "log", "app.toml")
