@@ -9,9 +9,12 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 
 	"github.com/gantry-build/gantry/cache"
 	"github.com/gantry-build/gantry/job"
@@ -155,10 +158,14 @@ func build(ctx context.Context, c *cache.Cache, spec *BuildSpec, r *job.Reporter
 			return &infraError{fmt.Errorf("preparing the build directory: %w", err)}
 		}
 	}
+	deps, err := lookupDependencies(c, spec)
+	if err != nil {
+		return err
+	}
 	// Hard links into the cache are safe only where nothing can write through
 	// them: see stageLinks.
-	links := stageLinks(spec)
-	if err := stageDependencies(c, spec, sysroot, links, r); err != nil {
+	links := stageLinks(c, spec, deps)
+	if err := stageDependencies(c, spec, deps, sysroot, links, r); err != nil {
 		return err
 	}
 	for i := range spec.Sources {
@@ -179,9 +186,9 @@ func build(ctx context.Context, c *cache.Cache, spec *BuildSpec, r *job.Reporter
 	}
 	kind, reason := sandbox.Resolve(sandbox.Kind(spec.Sandbox), sysroot)
 	r.Log("sandbox: " + string(kind) + " (" + reason + ")")
-	if kind == sandbox.Host && links && len(spec.Stage) > 0 {
+	if kind == sandbox.Host && links && len(deps) > 0 {
 		// auto chose the host after all: the commands can write to the sysroot.
-		if err := restage(c, spec, sysroot, r); err != nil {
+		if err := restage(c, spec, deps, sysroot, r); err != nil {
 			return err
 		}
 	}
@@ -213,33 +220,62 @@ func build(ctx context.Context, c *cache.Cache, spec *BuildSpec, r *job.Reporter
 // no commands (stack, import and compose only read it), and bwrap, which
 // mounts the sysroot read-only with every capability dropped (and link(2)
 // across mounts fails, so the writable build root cannot link to it either).
-// For auto, which picks bwrap or the host only once the sysroot is staged,
-// the build restages with copies if it picks the host.
-func stageLinks(spec *BuildSpec) bool {
+// auto picks bwrap or the host only once the sysroot is staged: it gets links
+// when a dependency has a top-level bin (without one there is no /bin/sh, so
+// auto picks the host), and the build stages again with copies if it picks
+// the host after all.
+func stageLinks(c *cache.Cache, spec *BuildSpec, deps []*cache.Artifact) bool {
 	switch spec.Kind {
 	case "stack", "import", "compose":
 		return true
 	}
-	return sandbox.Kind(spec.Sandbox) != sandbox.Host
+	switch sandbox.Kind(spec.Sandbox) {
+	case sandbox.Host:
+		return false
+	case sandbox.Auto, "":
+		return slices.ContainsFunc(deps, func(a *cache.Artifact) bool { return hasBin(c, a) })
+	}
+	return true
 }
 
-// stageDependencies checks out the artifacts of spec.Stage into sysroot, as
-// hard links or as copies (reflinks where the filesystem can). Every file is
-// hashed as it is staged; a dependency found damaged is dropped from the
-// cache (see damagedDependency).
-func stageDependencies(c *cache.Cache, spec *BuildSpec, sysroot string, links bool, r *job.Reporter) error {
-	if len(spec.Stage) > 0 {
-		r.Status(fmt.Sprintf("staging %d dependencies", len(spec.Stage)))
+// hasBin reports whether a's files have a top-level bin, a directory or a
+// symlink. An unreadable tree says no: staging reports it.
+func hasBin(c *cache.Cache, a *cache.Artifact) bool {
+	root, err := c.ReadDirectory(a.Files)
+	if err != nil {
+		return false
 	}
+	return slices.ContainsFunc(root.Directories, func(d *repb.DirectoryNode) bool { return d.Name == "bin" }) ||
+		slices.ContainsFunc(root.Symlinks, func(l *repb.SymlinkNode) bool { return l.Name == "bin" })
+}
+
+// lookupDependencies finds the artifacts of spec.Stage, in order.
+func lookupDependencies(c *cache.Cache, spec *BuildSpec) ([]*cache.Artifact, error) {
+	deps := make([]*cache.Artifact, 0, len(spec.Stage))
 	for _, s := range spec.Stage {
 		a, err := c.Lookup(spec.Project, s.Element, s.Key)
 		if err != nil {
-			return &infraError{fmt.Errorf("staging dependency %s: %w", s.Element, err)}
+			return nil, &infraError{fmt.Errorf("staging dependency %s: %w", s.Element, err)}
 		}
 		if !a.Success {
-			return &infraError{fmt.Errorf("staging dependency %s: its cached build failed", s.Element)}
+			return nil, &infraError{fmt.Errorf("staging dependency %s: its cached build failed", s.Element)}
 		}
-		err = c.Checkout(a.Files, sysroot, cache.CheckoutOptions{Hardlink: links})
+		deps = append(deps, a)
+	}
+	return deps, nil
+}
+
+// stageDependencies checks out deps, the artifacts of spec.Stage, into
+// sysroot, as hard links or as copies (reflinks where the filesystem can).
+// Every file is hashed as it is staged; a dependency found damaged is dropped
+// from the cache (see damagedDependency).
+func stageDependencies(c *cache.Cache, spec *BuildSpec, deps []*cache.Artifact, sysroot string, links bool, r *job.Reporter) error {
+	if len(deps) > 0 {
+		r.Status(fmt.Sprintf("staging %d dependencies", len(deps)))
+	}
+	for i, a := range deps {
+		s := spec.Stage[i]
+		err := c.Checkout(a.Files, sysroot, cache.CheckoutOptions{Hardlink: links})
 		var blob *cache.BlobError
 		if errors.As(err, &blob) {
 			return damagedDependency(c, spec.Project, s, blob)
@@ -252,7 +288,7 @@ func stageDependencies(c *cache.Cache, spec *BuildSpec, sysroot string, links bo
 }
 
 // restage replaces a sysroot staged with hard links by one staged with copies.
-func restage(c *cache.Cache, spec *BuildSpec, sysroot string, r *job.Reporter) error {
+func restage(c *cache.Cache, spec *BuildSpec, deps []*cache.Artifact, sysroot string, r *job.Reporter) error {
 	r.Log("staging the dependencies again as copies: host commands can write to the sysroot")
 	if err := os.RemoveAll(sysroot); err != nil {
 		return &infraError{fmt.Errorf("removing the sysroot to stage it again: %w", err)}
@@ -260,7 +296,7 @@ func restage(c *cache.Cache, spec *BuildSpec, sysroot string, r *job.Reporter) e
 	if err := os.Mkdir(sysroot, 0o755); err != nil {
 		return &infraError{fmt.Errorf("preparing the build directory: %w", err)}
 	}
-	return stageDependencies(c, spec, sysroot, false, r)
+	return stageDependencies(c, spec, deps, sysroot, false, r)
 }
 
 // DamagedDependency is the Data of a build job's result when staging found a

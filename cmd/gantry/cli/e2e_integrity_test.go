@@ -76,12 +76,21 @@ func damageBlob(t *testing.T, path, damage string) {
 // hard links would let it write into the CAS).
 func TestE2EHostBuildCannotAlterCache(t *testing.T) {
 	t.Parallel()
-	for _, sandbox := range []string{"host", "auto"} {
-		t.Run(sandbox, func(t *testing.T) {
+	// auto stages copies at once when no dependency has a bin (so no /bin/sh),
+	// and stages again with copies when one has a bin without sh.
+	for name, sandbox := range map[string]string{"host": "host", "auto": "auto", "auto, bin without sh": "auto"} {
+		t.Run(name, func(t *testing.T) {
 			p := newIntegrityProject(t,
 				"echo changed >> %{sysroot}/a.txt",
 				"cp %{sysroot}/a.txt %{install-root}/seen.txt")
+			if strings.Contains(name, "bin") {
+				p.write("files/base/bin/tool", "#!/bin/sh\n")
+			}
 			p.mustRun(0, "build", "--ui", "plain", "--sandbox", sandbox)
+			log, _ := p.mustRun(0, "artifact", "log", "app.toml")
+			if restaged := strings.Contains(log, "staging the dependencies again as copies"); restaged != strings.Contains(name, "bin") {
+				t.Errorf("staged twice: %v, want %v; the build log:\n%s", restaged, !restaged, log)
+			}
 			if got, want := p.checkoutFile("app.toml", "seen.txt"), integrityContent+"changed\n"; got != want {
 				t.Errorf("the build saw %q in its sysroot, want %q", got, want)
 			}
