@@ -36,6 +36,13 @@ func (s *Scheduler) heal(a *activeJob, res job.Result, end JobEnd) bool {
 	}
 	if rebuild {
 		dep.healed, dep.Cached = true, false
+		if dep.later != nil {
+			// A tracked plan: the dependency is needed now. What it stages that
+			// the plan did not reach is below a cached element, so taken as
+			// cached (its build checks).
+			dep.later.needed = true
+			dep.Stage = slices.DeleteFunc(slices.Clone(dep.Stage), func(d *Item) bool { return !d.later.needed })
+		}
 		s.requeue(dep, s.firstQueueAfterTrack())
 		s.cfg.Publish(Notice{Base: Base{time.Now()}, Level: "warning", Element: dep.Name(),
 			Text: fmt.Sprintf("the artifact of %s was damaged (%s): building it again before %s", dep.Name(), damaged.Problem, it.Name())})

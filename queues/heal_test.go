@@ -123,3 +123,28 @@ func TestHealSharedDependency(t *testing.T) {
 		t.Errorf("%d notices, want one warning", n)
 	}
 }
+
+// In a build --track session the dependency to heal may be one the plan did
+// not need (what depends on it was cached): it becomes needed, goes through
+// Fetch and Build, and what it stages below the plan is taken as cached.
+func TestHealInTrackedPlan(t *testing.T) {
+	g := newGraph(t, "a", "b: a", "c", "t: b c")
+	h, _ := trackedSession(t, g, []string{"t"}, []string{"a", "c"}, []string{"b"}, element.OnErrorQuit)
+	for _, j := range h.nextN(2) { // track a and c
+		j.Succeed(t)
+	}
+	for _, j := range h.nextN(2) { // fetch c and t
+		j.Succeed(t)
+	}
+	h.expect(Build, "c").Succeed(t)
+	failDamaged(t, h.expect(Build, "t"), "b")
+	h.expect(Fetch, "b").Succeed(t)
+	h.expect(Build, "b").Succeed(t)
+	h.expect(Build, "t").Succeed(t)
+	if sum := h.wait(); !sum.OK() {
+		t.Errorf("summary = %+v, want success", sum)
+	}
+	if n := h.runner.startsOf(Build)["a"]; n != 0 {
+		t.Errorf("a was built %d times; it is below the plan, taken as cached", n)
+	}
+}
