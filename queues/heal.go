@@ -41,7 +41,7 @@ func (s *Scheduler) heal(a *activeJob, res job.Result, end JobEnd) bool {
 			// the plan did not reach is below a cached element, so taken as
 			// cached (its build checks).
 			dep.later.needed = true
-			dep.Stage = slices.DeleteFunc(slices.Clone(dep.Stage), func(d *Item) bool { return !d.later.needed })
+			dep.Stage = slices.DeleteFunc(slices.Clone(dep.Stage), unneeded)
 		}
 		s.requeue(dep, s.firstQueueAfterTrack())
 		s.cfg.Publish(Notice{Base: Base{time.Now()}, Level: "warning", Element: dep.Name(),
@@ -70,7 +70,7 @@ func (s *Scheduler) itemToHeal(it *Item, name string) (dep *Item, rebuild bool) 
 		if d.healed && !d.Cached && !d.Failed && !d.Terminated {
 			return d, false
 		}
-		if d.healed || !d.Cached || !s.leaveQueue(d) {
+		if d.healed || !(d.Cached || unneeded(d)) || !s.leaveQueue(d) {
 			return nil, false
 		}
 		return d, true
@@ -84,6 +84,10 @@ func (s *Scheduler) itemToHeal(it *Item, name string) (dep *Item, rebuild bool) 
 	s.done++ // out of the pipeline, as a cached item would be by now; requeue takes it back
 	return d, true
 }
+
+// unneeded reports whether a tracked plan left it out: it is below a cached
+// element, so taken as cached, though the plan never asked.
+func unneeded(it *Item) bool { return it.later != nil && !it.later.needed }
 
 // leaveQueue takes a cached item out of the queue it still waits in (say
 // Push), and reports whether it could: not while a job runs for it.
