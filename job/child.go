@@ -34,7 +34,13 @@ type Handler func(ctx context.Context, spec Spec, r *Reporter) (Result, error)
 // spec.Action with a context cancelled on SIGTERM, sends the result, and
 // returns the exit code for the caller to exit with: 0 if the result is OK,
 // 1 otherwise.
+//
+// Every process the handler started dies with the job: whatever is still
+// running when the handler returns is killed before RunChild returns, and if
+// gantry dies first the child kills them all and itself (see watchParent).
 func RunChild(handlers map[string]Handler) int {
+	defer KillDescendants()
+	defer watchParent()()
 	ctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
 	sigs := make(chan os.Signal, 1)

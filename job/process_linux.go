@@ -1,20 +1,68 @@
 package job
 
 import (
+	"fmt"
+	"os"
+	"os/signal"
 	"syscall"
 
 	"golang.org/x/sys/unix"
 )
 
+// parentDeathSignal is what the kernel sends a job child when gantry dies
+// (Pdeathsig). It is caught, not fatal: the child must first kill what it
+// started (see watchParent).
+const parentDeathSignal = syscall.SIGHUP
+
 // sysProcAttr puts the child in a new session and process group (so the terminal's ^C
-// and ^Z reach only gantry, and the job can be signalled as a whole) and kills
-// it if gantry dies.
+// and ^Z reach only gantry, and the job can be signalled as a whole) and tells
+// it, with parentDeathSignal, when gantry dies.
 //
 // Pdeathsig fires when the OS thread that started the child exits; Go keeps
 // its threads unless a goroutine locked to one exits, so Start must not be
 // called from a goroutine that calls runtime.LockOSThread.
 func sysProcAttr() *syscall.SysProcAttr {
-	return &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
+	return &syscall.SysProcAttr{Setsid: true, Pdeathsig: parentDeathSignal}
+}
+
+// watchParent makes the job child a child subreaper, so that every process it
+// starts stays its descendant even after leaving its process group (setsid,
+// double fork), and, when gantry dies (kill -9, the OOM killer), kills all of
+// them and then itself: no build process outlives gantry. It returns a
+// function that stops watching.
+//
+// If gantry dies before the handler is installed, parentDeathSignal's default
+// action ends the child, which has started nothing yet.
+func watchParent() (stop func()) {
+	parent := os.Getppid()
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		fmt.Fprintf(os.Stderr, "gantry job: warning: cannot become a child subreaper (%v): daemonised build processes may outlive gantry\n", err)
+	}
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, parentDeathSignal)
+	done := make(chan struct{})
+	check := func() {
+		if os.Getppid() != parent { // a stray SIGHUP from the build is not gantry's death
+			fmt.Fprintln(os.Stderr, "gantry job: gantry exited; killing every process of this job")
+			KillDescendants()
+			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		}
+	}
+	check() // gantry may have died between exec and Notify
+	go func() {
+		for {
+			select {
+			case <-sigs:
+				check()
+			case <-done:
+				return
+			}
+		}
+	}()
+	return func() {
+		signal.Stop(sigs)
+		close(done)
+	}
 }
 
 // waitExitedNoReap blocks until pid has exited but leaves it a zombie, so its

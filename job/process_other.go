@@ -13,6 +13,9 @@ func sysProcAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true}
 }
 
+// watchParent does nothing here: there is no subreaper and no Pdeathsig.
+func watchParent() (stop func()) { return func() {} }
+
 // waitExitedNoReap is not available: the child is reaped before it is marked
 // exited, and whatever it left in its process group is not killed.
 func waitExitedNoReap(int) error {

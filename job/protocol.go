@@ -13,7 +13,10 @@
 // The parent can suspend (SIGSTOP), resume (SIGCONT), terminate (SIGTERM, then
 // SIGKILL after a grace period) or kill the job's whole process group. When
 // the job's main process exits, whatever it left behind in its process group
-// is killed too, so no job outlives its result.
+// is killed too, so no job outlives its result. The child is a child
+// subreaper: processes that leave its group (setsid, double fork) stay its
+// descendants, and it kills them before it exits and when gantry dies, even
+// by kill -9 (see watchParent).
 package job
 
 import (

@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gantry-build/gantry/job"
 )
 
 // TestMain doubles as a helper process standing in for a `gantry job` child:
@@ -322,7 +324,7 @@ func TestBwrapCancelCallerGroup(t *testing.T) {
 	go func() { errc <- Run(ctx, cfg, "sh -c 'sleep 100 & wait' &\necho ready\nsleep 100") }()
 	pid := <-pidc
 	waitReady(t, out, errc)
-	tree := processTree(pid)
+	tree := job.Tree(pid)
 	if len(tree) < 4 { // bwrap, bwrap (init of the PID namespace), sh, sh -c
 		t.Fatalf("the sandbox has only %d processes", len(tree))
 	}
@@ -332,6 +334,6 @@ func TestBwrapCancelCallerGroup(t *testing.T) {
 		t.Errorf("Run returned %v, want the cause", err)
 	}
 	for _, p := range tree {
-		eventually(t, fmt.Sprintf("process %d is gone", p.pid), func() bool { return !alive(p.pid) })
+		eventually(t, fmt.Sprintf("process %d is gone", p.Pid), func() bool { return !alive(p.Pid) })
 	}
 }

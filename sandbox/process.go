@@ -8,6 +8,8 @@ import (
 	"os/exec"
 	"syscall"
 	"time"
+
+	"github.com/gantry-build/gantry/job"
 )
 
 // killGrace is how long a cancelled command has between SIGTERM and SIGKILL.
@@ -87,11 +89,11 @@ func terminate(pid int, group ProcessGroup, exited <-chan struct{}) {
 		// Freeze the tree before each signal, so that no process forks a
 		// child the signal would miss. Remember every process found: its
 		// parent may exit and orphan it.
-		known := map[procRef]bool{}
+		known := map[job.Proc]bool{}
 		signal = func(sig syscall.Signal) {
-			freezeTree(pid, known)
+			job.FreezeTree(pid, known)
 			for p := range known {
-				p.kill(sig)
+				p.Signal(sig)
 			}
 		}
 		defer signal(syscall.SIGKILL)
@@ -108,26 +110,6 @@ func terminate(pid int, group ProcessGroup, exited <-chan struct{}) {
 	}
 }
 
-// freezeTree stops (SIGSTOP) root and its descendants, adding them to known,
-// until a walk of the process table finds no new process. A process that has
-// been sent SIGSTOP cannot complete a fork (the kernel restarts it after the
-// stop), so the walks reach a fixed point.
-func freezeTree(root int, known map[procRef]bool) {
-	for {
-		added := false
-		for _, p := range processTree(root) {
-			if !known[p] {
-				known[p] = true
-				p.kill(syscall.SIGSTOP)
-				added = true
-			}
-		}
-		if !added {
-			return
-		}
-	}
-}
-
 // exitStatus returns the shell-style exit code of a finished process:
 // the exit status, or 128+signal when a signal killed it.
 func exitStatus(state *os.ProcessState) (int, syscall.Signal) {
@@ -136,17 +118,4 @@ func exitStatus(state *os.ProcessState) (int, syscall.Signal) {
 		return 128 + int(ws.Signal()), ws.Signal()
 	}
 	return state.ExitCode(), 0
-}
-
-// procRef identifies a process across pid reuse by its start time.
-type procRef struct {
-	pid   int
-	start string
-}
-
-// kill signals p if it is still the same process.
-func (p procRef) kill(sig syscall.Signal) {
-	if start, ok := startTime(p.pid); ok && start == p.start {
-		_ = syscall.Kill(p.pid, sig)
-	}
 }

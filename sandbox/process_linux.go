@@ -4,8 +4,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"strconv"
-	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -32,68 +30,6 @@ func waitExitedNoReap(pid int) error {
 			return err
 		}
 	}
-}
-
-// processTree returns root and all its descendants, from /proc.
-func processTree(root int) []procRef {
-	children := map[int][]procRef{}
-	var self procRef
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		ppid, start, ok := readStat(pid)
-		if !ok {
-			continue
-		}
-		if pid == root {
-			self = procRef{pid, start}
-		}
-		children[ppid] = append(children[ppid], procRef{pid, start})
-	}
-	if self.pid == 0 {
-		return nil
-	}
-	tree := []procRef{self}
-	for i := 0; i < len(tree); i++ {
-		tree = append(tree, children[tree[i].pid]...)
-	}
-	return tree
-}
-
-// startTime returns a process's start time, which tells it apart from a
-// later process with the same pid.
-func startTime(pid int) (string, bool) {
-	_, start, ok := readStat(pid)
-	return start, ok
-}
-
-// readStat returns a process's parent pid and start time from /proc/PID/stat.
-func readStat(pid int) (ppid int, start string, ok bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, "", false
-	}
-	// The command name (field 2) may contain anything; fields resume after
-	// the last ')': state ppid pgrp session tty_nr tpgid flags minflt
-	// cminflt majflt cmajflt utime stime cutime cstime priority nice
-	// num_threads itrealvalue starttime ...
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0, "", false
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 20 {
-		return 0, "", false
-	}
-	ppid, err = strconv.Atoi(f[1])
-	if err != nil {
-		return 0, "", false
-	}
-	return ppid, f[19], true
 }
 
 // keepForeground records the terminal's foreground process group if stdin

@@ -21,17 +21,6 @@ func waitExitedNoReap(int) error {
 	return errors.ErrUnsupported
 }
 
-// processTree returns only root: without /proc, descendants are not found,
-// and cancelling a CallerGroup command signals only its own process.
-func processTree(root int) []procRef {
-	return []procRef{{pid: root}}
-}
-
-// startTime cannot tell processes apart here.
-func startTime(pid int) (string, bool) {
-	return "", syscall.Kill(pid, 0) == nil
-}
-
 // keepForeground does nothing here.
 func keepForeground(io.Reader) (restore func()) {
 	return func() {}

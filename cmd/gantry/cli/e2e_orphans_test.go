@@ -1,0 +1,100 @@
+package cli
+
+// End-to-end tests of what outlives gantry: nothing a build started.
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// markedProcesses lists the pids of live processes whose command line contains marker.
+func markedProcesses(marker string) []int {
+	var pids []int
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && bytes.Contains(b, []byte(marker)) && !processGone(pid) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// killMarkedOnCleanup kills, when the test ends, whatever carries marker, so that a
+// failing test leaves nothing behind.
+func killMarkedOnCleanup(t *testing.T, marker string) {
+	t.Cleanup(func() {
+		for _, pid := range markedProcesses(marker) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+}
+
+// longLivedBuild is a build command that starts three processes carrying marker in
+// their command line, each meant to live for minutes: one in the background, one
+// daemonised (setsid, and orphaned by its own parent's exit), and one in the
+// foreground, after touching ready.
+func longLivedBuild(marker, ready string) string {
+	sleeper := "./" + marker
+	return fmt.Sprintf("ln -s \"$(command -v sleep)\" %[1]s; %[1]s 300 & setsid sh -c '%[1]s 300 & exit 0'; touch %[2]s; %[1]s 300",
+		sleeper, ready)
+}
+
+// waitMarked waits until n processes carry marker.
+func waitMarked(t *testing.T, marker string, n int) []int {
+	t.Helper()
+	var pids []int
+	eventually(t, e2eTimeout, fmt.Sprintf("%d build processes marked %s run", n, marker), func() bool {
+		pids = markedProcesses(marker)
+		return len(pids) >= n
+	})
+	return pids
+}
+
+// kill -9 of gantry: every process the build started dies with it, including one
+// that left the job's process group and session (setsid) and whose parent exited.
+func TestE2EKill9LeavesNoBuildProcess(t *testing.T) {
+	t.Parallel()
+	marker := fmt.Sprintf("gantry-orphan-%d", time.Now().UnixNano())
+	killMarkedOnCleanup(t, marker)
+	p := newE2EProject(t, map[string]string{"project.toml": projectTOML("long.toml")})
+	ready := p.scratch("ready")
+	p.write("elements/long.toml", manualElement(nil, longLivedBuild(marker, ready)))
+
+	g := p.start("build", "--ui", "json", "--sandbox", "host")
+	g.waitEvent("job-start", "build", "long.toml")
+	eventually(t, e2eTimeout, "the build is ready", func() bool { _, err := os.Stat(ready); return err == nil })
+	pids := waitMarked(t, marker, 3)
+
+	g.signal(syscall.SIGKILL)
+	g.wait(e2eTimeout)
+	eventually(t, 10*time.Second, fmt.Sprintf("no process marked %s is left (was %v)", marker, pids), func() bool {
+		return len(markedProcesses(marker)) == 0
+	})
+}
+
+// A build that leaves a daemon behind and succeeds: the daemon dies with the job.
+func TestE2EFinishedJobLeavesNoDaemon(t *testing.T) {
+	t.Parallel()
+	marker := fmt.Sprintf("gantry-daemon-%d", time.Now().UnixNano())
+	killMarkedOnCleanup(t, marker)
+	p := newE2EProject(t, map[string]string{"project.toml": projectTOML("d.toml")})
+	sleeper := "./" + marker
+	p.write("elements/d.toml", manualElement(nil,
+		fmt.Sprintf("ln -s \"$(command -v sleep)\" %[1]s; setsid sh -c '%[1]s 300 & exit 0'; %[1]s 0.01", sleeper)))
+	_, stderr := p.mustRun(0, "build", "--ui", "json", "--sandbox", "host")
+	if left := markedProcesses(marker); len(left) > 0 {
+		t.Errorf("the build's daemon outlived its job: %v\n%s", left, strings.TrimSpace(stderr))
+	}
+}

@@ -1,0 +1,58 @@
+package job
+
+import (
+	"os"
+	"syscall"
+)
+
+// Proc identifies a process across pid reuse by its start time.
+type Proc struct {
+	Pid   int
+	start string
+}
+
+// Signal sends sig to p if it is still the same process.
+func (p Proc) Signal(sig syscall.Signal) {
+	if start, ok := startTime(p.Pid); ok && start == p.start {
+		_ = syscall.Kill(p.Pid, sig)
+	}
+}
+
+// FreezeTree stops (SIGSTOP) root and its descendants, adding them to known,
+// until a walk of the process table finds no new process. A process that has
+// been sent SIGSTOP cannot complete a fork (the kernel restarts it after the
+// stop), so the walks reach a fixed point. The calling process is recorded
+// but never stopped.
+func FreezeTree(root int, known map[Proc]bool) {
+	self := os.Getpid()
+	for {
+		added := false
+		for _, p := range Tree(root) {
+			if !known[p] {
+				known[p] = true
+				if p.Pid != self {
+					p.Signal(syscall.SIGSTOP)
+				}
+				added = true
+			}
+		}
+		if !added {
+			return
+		}
+	}
+}
+
+// KillDescendants kills (SIGKILL) every descendant of the calling process,
+// frozen first so that none forks a child the kill would miss. In a child
+// subreaper (see becomeSubreaper) that is every process it started that is
+// still alive, whatever session or group they moved to.
+func KillDescendants() {
+	self := os.Getpid()
+	known := map[Proc]bool{}
+	FreezeTree(self, known)
+	for p := range known {
+		if p.Pid != self {
+			p.Signal(syscall.SIGKILL)
+		}
+	}
+}

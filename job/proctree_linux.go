@@ -1,0 +1,69 @@
+package job
+
+import (
+	"os"
+	"strconv"
+	"strings"
+)
+
+// Tree returns root and all its descendants, from /proc.
+func Tree(root int) []Proc {
+	children := map[int][]Proc{}
+	var self Proc
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		ppid, start, ok := readStat(pid)
+		if !ok {
+			continue
+		}
+		if pid == root {
+			self = Proc{pid, start}
+		}
+		children[ppid] = append(children[ppid], Proc{pid, start})
+	}
+	if self.Pid == 0 {
+		return nil
+	}
+	tree := []Proc{self}
+	for i := 0; i < len(tree); i++ {
+		tree = append(tree, children[tree[i].Pid]...)
+	}
+	return tree
+}
+
+// startTime returns a process's start time, which tells it apart from a
+// later process with the same pid.
+func startTime(pid int) (string, bool) {
+	_, start, ok := readStat(pid)
+	return start, ok
+}
+
+// readStat returns a process's parent pid and start time from /proc/PID/stat.
+func readStat(pid int) (ppid int, start string, ok bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, "", false
+	}
+	// The command name (field 2) may contain anything; fields resume after
+	// the last ')': state ppid pgrp session tty_nr tpgid flags minflt
+	// cminflt majflt cmajflt utime stime cutime cstime priority nice
+	// num_threads itrealvalue starttime ...
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, "", false
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 20 {
+		return 0, "", false
+	}
+	ppid, err = strconv.Atoi(f[1])
+	if err != nil {
+		return 0, "", false
+	}
+	return ppid, f[19], true
+}

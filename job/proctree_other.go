@@ -1,0 +1,15 @@
+//go:build !linux
+
+package job
+
+import "syscall"
+
+// Tree returns only root: without /proc, descendants are not found.
+func Tree(root int) []Proc {
+	return []Proc{{Pid: root}}
+}
+
+// startTime cannot tell processes apart here.
+func startTime(pid int) (string, bool) {
+	return "", syscall.Kill(pid, 0) == nil
+}
