@@ -71,7 +71,50 @@ Run 'gantry init' to start one, 'gantry show' to inspect it.`,
 		newVersionCmd(opts),
 	)
 	root.InitDefaultCompletionCmd()
+	root.SetHelpCommand(newHelpCmd(root))
+	requireSubcommands(root)
 	return root
+}
+
+// requireSubcommands makes every command group (a command with subcommands and
+// nothing to run itself, root included) a usage error, exit 2, when it is given no
+// subcommand or an unknown one; cobra would print the help and exit 0, so a typo in
+// a script would pass unnoticed.
+func requireSubcommands(cmd *cobra.Command) {
+	for _, sub := range cmd.Commands() {
+		requireSubcommands(sub)
+	}
+	if !cmd.HasSubCommands() || cmd.Runnable() {
+		return
+	}
+	cmd.Args = cobra.ArbitraryArgs
+	cmd.RunE = func(c *cobra.Command, args []string) error {
+		if len(args) > 0 {
+			return usagef("unknown command %q for %q (see '%s --help')", args[0], c.CommandPath(), c.CommandPath())
+		}
+		var names []string
+		for _, sub := range c.Commands() {
+			if sub.IsAvailableCommand() {
+				names = append(names, sub.Name())
+			}
+		}
+		return usagef("missing command for %q: use one of %s (see '%s --help')", c.CommandPath(), strings.Join(names, ", "), c.CommandPath())
+	}
+}
+
+// newHelpCmd is `gantry help [COMMAND...]`; an unknown topic is a usage error.
+func newHelpCmd(root *cobra.Command) *cobra.Command {
+	return &cobra.Command{
+		Use:   "help [command]",
+		Short: "Help about any command",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, rest, err := root.Find(args)
+			if err != nil || c == nil || len(rest) > 0 {
+				return usagef("unknown help topic %q (see 'gantry --help')", strings.Join(args, " "))
+			}
+			return c.Help()
+		},
+	}
 }
 
 // startDir is where project lookup begins.
