@@ -31,6 +31,7 @@ type fakeRunner struct {
 	active    map[string]int // running jobs per action
 	maxActive map[string]int // the most ever running at once, per action
 	startErr  func(spec job.Spec) error
+	signalErr error // returned by every Suspend, Resume, Terminate and Kill when set
 }
 
 func newFakeRunner() *fakeRunner {
@@ -98,10 +99,11 @@ type fakeJob struct {
 
 func (j *fakeJob) String() string { return j.Spec.Action + " " + j.Spec.Element }
 
-func (j *fakeJob) record(call string) {
+func (j *fakeJob) record(call string) error {
 	j.r.mu.Lock()
+	defer j.r.mu.Unlock()
 	j.calls = append(j.calls, call)
-	j.r.mu.Unlock()
+	return j.r.signalErr
 }
 
 // Calls lists the control calls the scheduler made, in order.
@@ -111,17 +113,21 @@ func (j *fakeJob) Calls() []string {
 	return append([]string(nil), j.calls...)
 }
 
-func (j *fakeJob) Suspend() error { j.record("suspend"); return nil }
-func (j *fakeJob) Resume() error  { j.record("resume"); return nil }
+func (j *fakeJob) Suspend() error { return j.record("suspend") }
+func (j *fakeJob) Resume() error  { return j.record("resume") }
 
 func (j *fakeJob) Terminate() error {
-	j.record("terminate")
+	if err := j.record("terminate"); err != nil {
+		return err
+	}
 	j.end(job.Outcome{Terminated: true, ExitCode: -1, Result: job.Result{Error: "terminated"}})
 	return nil
 }
 
 func (j *fakeJob) Kill() error {
-	j.record("kill")
+	if err := j.record("kill"); err != nil {
+		return err
+	}
 	j.end(job.Outcome{Terminated: true, ExitCode: -1, Result: job.Result{Error: "killed"}})
 	return nil
 }

@@ -46,6 +46,12 @@ type Config struct {
 	// Backoff is the wait before retry number attempt (1-based); nil = exponential
 	// from 1s with jitter, capped at 30s.
 	Backoff func(attempt int) time.Duration
+	// OnJobEnd, if set, is called on the scheduler goroutine when a job has ended,
+	// before its JobEnd is published. Side effects of a job's end that change the
+	// cache (dropping a terminated build's failed artifact, recording durations)
+	// belong here, never in a display. An error is published as a warning Notice
+	// naming the element.
+	OnJobEnd func(JobEnd) error
 }
 
 // Scheduler runs one session. Create it with New, run it with Run, and steer it from
@@ -185,8 +191,9 @@ func (s *Scheduler) Run() *Summary {
 	s.cfg.Publish(SessionStart{Base: Base{s.start}, Project: s.cfg.Project, Queues: actions, Elements: len(s.cfg.Items)})
 	if len(s.queues) > 0 {
 		for _, it := range s.cfg.Items {
-			if it.Failed { // a cached failure: reported, never queued
+			if it.Failed { // a cached failure: counted and reported, never queued
 				s.done++
+				s.cachedFailureQueue().failed++
 				continue
 			}
 			it.queue = 0
@@ -209,6 +216,18 @@ func (s *Scheduler) Run() *Summary {
 	sum := s.summarize()
 	s.cfg.Publish(SessionEnd{Base: Base{time.Now()}, Summary: sum})
 	return sum
+}
+
+// cachedFailureQueue is the queue a failed build cached by an earlier session counts
+// against: Build, or the last queue of a session without one. Counts, the summary's
+// queue stats and its failure list then agree.
+func (s *Scheduler) cachedFailureQueue() *queueState {
+	for _, qs := range s.queues {
+		if qs.q.Action() == Build {
+			return qs
+		}
+	}
+	return s.queues[len(s.queues)-1]
 }
 
 // add inserts it into the wait list, highest priority first, stable among equals.
@@ -389,18 +408,18 @@ func (s *Scheduler) finish(a *activeJob, out job.Outcome) {
 	case out.Terminated:
 		it.Terminated = true
 		end.Result = ResultTerminated
-		s.cfg.Publish(end)
+		s.jobEnded(end)
 	case out.Result.OK && out.Result.Skipped:
 		qs.skipped++
 		qs.done = append(qs.done, it)
 		end.Result = ResultSkipped
-		s.cfg.Publish(end)
+		s.jobEnded(end)
 	case out.Result.OK:
 		qs.processed++
 		qs.q.Done(it, out.Result)
 		qs.done = append(qs.done, it)
 		end.Result = ResultSuccess
-		s.cfg.Publish(end)
+		s.jobEnded(end)
 	case out.Result.Temporary && it.attempt <= qs.q.Retries() && !s.quitting:
 		wait := s.cfg.Backoff(it.attempt)
 		it.retryAt = time.Now().Add(wait)
@@ -413,17 +432,29 @@ func (s *Scheduler) finish(a *activeJob, out job.Outcome) {
 			}
 		})
 		end.Result, end.WillRetry = ResultFailure, true
-		s.cfg.Publish(end)
+		s.jobEnded(end)
 	case s.heal(a, out.Result, end):
 	default:
 		end.Result = ResultFailure
-		s.cfg.Publish(end)
+		s.jobEnded(end)
 		s.fail(qs, it, out.Result.Error, a.logPath)
 		if s.cfg.OnError == element.OnErrorAsk && !s.terminating {
 			s.hold(held{qs, it, Held{Base: Base{end.Time}, JobID: a.id, Action: end.Action, Element: it.Name(),
 				Key: it.Element.Key, Error: out.Result.Error, LogPath: a.logPath}})
 		}
 	}
+}
+
+// jobEnded runs the OnJobEnd hook, then publishes end: whoever sees the event sees
+// the hook's effects.
+func (s *Scheduler) jobEnded(end JobEnd) {
+	if s.cfg.OnJobEnd != nil {
+		if err := s.cfg.OnJobEnd(end); err != nil {
+			s.cfg.Publish(Notice{Base: Base{time.Now()}, Level: "warning", Element: end.Element,
+				Text: fmt.Sprintf("after the %s job %s ended: %v", end.Action, end.JobID, err)})
+		}
+	}
+	s.cfg.Publish(end)
 }
 
 // fail records a failed element and applies the on-error policy.
@@ -449,18 +480,14 @@ func (s *Scheduler) command(c Command) {
 		if s.suspended {
 			return
 		}
-		for _, a := range s.active {
-			a.running.Suspend()
-		}
+		s.signalJobs((Running).Suspend)
 		s.suspended, s.suspendedAt = true, now
 		s.cfg.Publish(Suspended{Base{now}})
 	case CmdResume:
 		if !s.suspended {
 			return
 		}
-		for _, a := range s.active {
-			a.running.Resume()
-		}
+		s.signalJobs((Running).Resume)
 		s.suspended = false
 		s.suspendedTotal += now.Sub(s.suspendedAt)
 		s.cfg.Publish(Resumed{Base{now}})
@@ -493,9 +520,7 @@ func (s *Scheduler) command(c Command) {
 			s.suspended = false
 			s.suspendedTotal += now.Sub(s.suspendedAt)
 		}
-		for _, a := range s.active {
-			a.running.Kill()
-		}
+		s.signalJobs((Running).Kill)
 	}
 }
 
@@ -576,8 +601,17 @@ func (s *Scheduler) terminate() {
 		s.suspended = false
 		s.suspendedTotal += time.Since(s.suspendedAt)
 	}
+	s.signalJobs((Running).Terminate)
+}
+
+// signalJobs applies f (suspend, resume, terminate or kill) to every running job.
+// A job that could not be signalled is reported, not ignored: it may go on running.
+func (s *Scheduler) signalJobs(f func(Running) error) {
 	for _, a := range s.active {
-		a.running.Terminate()
+		if err := f(a.running); err != nil {
+			s.cfg.Publish(Notice{Base: Base{time.Now()}, Level: "warning", Element: a.item.Name(),
+				Text: fmt.Sprintf("%s job %s: %v", a.qs.q.Action(), a.id, err)})
+		}
 	}
 }
 

@@ -173,22 +173,7 @@ func runBuild(opts *buildOptions, args []string) error {
 	summary, err := s.runScheduler(schedulerRun{
 		display: display, cache: c, limits: limits, onError: onErr,
 		queues: append(pipeline, fetch, build), items: items,
-		observe: func(e queues.Event) {
-			end, ok := e.(queues.JobEnd)
-			if !ok || end.Action != queues.Build {
-				return
-			}
-			switch end.Result {
-			case queues.ResultSuccess:
-				stats.Observe(g.Project.Name+"/"+end.Element, end.Duration)
-			case queues.ResultTerminated:
-				// The job may have seen its command die of the terminate before its own
-				// SIGTERM and cached a failure; the user stopped it, it did not fail.
-				if err := dropFailure(c, g.Project.Name, end.Element, end.Key); err != nil {
-					fmt.Fprintf(opts.ios.ErrOut, "gantry: warning: %v\n", err)
-				}
-			}
-		},
+		onJobEnd: buildEnded(c, g.Project.Name, stats),
 	})
 	if err != nil {
 		return err
@@ -249,13 +234,13 @@ func (o *globalOptions) openPipeline(f *schedulerFlags, args []string) (*pipelin
 
 // schedulerRun is one scheduler session as the commands set it up.
 type schedulerRun struct {
-	display ui.Display
-	cache   *cache.Cache
-	limits  map[resources.Resource]int
-	onError element.OnError
-	queues  []queues.Queue
-	items   []*queues.Item
-	observe func(queues.Event) // sees every event before the display, on the display goroutine; may be nil
+	display  ui.Display
+	cache    *cache.Cache
+	limits   map[resources.Resource]int
+	onError  element.OnError
+	queues   []queues.Queue
+	items    []*queues.Item
+	onJobEnd func(queues.JobEnd) error // queues.Config.OnJobEnd: runs on the scheduler goroutine; may be nil
 }
 
 // runScheduler runs a session with signals forwarded, and waits until the display has
@@ -265,22 +250,18 @@ func (s *session) runScheduler(r schedulerRun) (*queues.Summary, error) {
 	if err != nil {
 		return nil, fmt.Errorf("finding the gantry executable to run jobs: %w", err)
 	}
-	pub := queues.NewPublisher(func(e queues.Event) {
-		if r.observe != nil {
-			r.observe(e)
-		}
-		r.display.Handle(e)
-	})
+	pub := queues.NewPublisher(r.display.Handle)
 	sched := queues.New(queues.Config{
-		Project: s.project.Name,
-		Queues:  r.queues,
-		Items:   r.items,
-		Pool:    resources.NewPool(r.limits),
-		Runner:  queues.ProcessRunner{Command: []string{exe, jobCommand}, Grace: 5 * time.Second},
-		OnError: r.onError,
-		LogDir:  r.cache.LogsDir(),
-		Publish: pub.Publish,
-		Backoff: s.retryBackoff(),
+		Project:  s.project.Name,
+		Queues:   r.queues,
+		Items:    r.items,
+		Pool:     resources.NewPool(r.limits),
+		Runner:   queues.ProcessRunner{Command: []string{exe, jobCommand}, Grace: 5 * time.Second},
+		OnError:  r.onError,
+		LogDir:   r.cache.LogsDir(),
+		Publish:  pub.Publish,
+		Backoff:  s.retryBackoff(),
+		OnJobEnd: r.onJobEnd,
 	})
 	tui, _ := r.display.(*ui.TUI)
 	if tui != nil {
@@ -398,6 +379,25 @@ func forwardSignals(sched *queues.Scheduler) (stop func()) {
 	return func() {
 		signal.Stop(sigs)
 		close(done)
+	}
+}
+
+// buildEnded is the build command's OnJobEnd hook, run on the scheduler goroutine: a
+// successful build's duration feeds the next session's estimates; a terminated build's
+// failed artifact is dropped (the job may have seen its command die of the terminate
+// before its own SIGTERM and cached a failure; the user stopped it, it did not fail).
+func buildEnded(c *cache.Cache, project string, stats *cache.Stats) func(queues.JobEnd) error {
+	return func(end queues.JobEnd) error {
+		if end.Action != queues.Build {
+			return nil
+		}
+		switch end.Result {
+		case queues.ResultSuccess:
+			stats.Observe(project+"/"+end.Element, end.Duration)
+		case queues.ResultTerminated:
+			return dropFailure(c, project, end.Element, end.Key)
+		}
+		return nil
 	}
 }
 

@@ -1,0 +1,117 @@
+package queues
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/gantry-build/gantry/element"
+)
+
+// OnJobEnd runs on the scheduler goroutine for every job end, before the JobEnd is
+// published: a display that sees the event sees the hook's side effects. Its error
+// becomes a warning Notice naming the element.
+func TestOnJobEndRunsBeforeTheEvent(t *testing.T) {
+	g := newGraph(t, "a", "b")
+	var mu sync.Mutex
+	var h *session      // set once the session starts, before any job can end
+	var hooked []string // written by the hook; read after Run returned
+	cfg := Config{Queues: []Queue{buildQueue()}, Items: plan(t, g, PlanOptions{}), Pool: buildPool(1),
+		OnError: element.OnErrorContinue,
+		OnJobEnd: func(end JobEnd) error {
+			mu.Lock()
+			events := h.events
+			mu.Unlock()
+			for _, e := range eventsOf[JobEnd](events) {
+				if e.JobID == end.JobID {
+					t.Errorf("the JobEnd of %s was published before OnJobEnd ran", end.JobID)
+				}
+			}
+			hooked = append(hooked, end.Element+" "+string(end.Result))
+			if end.Result == ResultFailure {
+				return errors.New("dropping the failed artifact: disk on fire")
+			}
+			return nil
+		}}
+	mu.Lock()
+	h = startSession(t, cfg)
+	mu.Unlock()
+	a := h.expect(Build, "a")
+	a.Succeed(t)
+	b := h.expect(Build, "b")
+	b.Fail(t, "exit 1")
+	h.wait()
+	if want := []string{"a success", "b failure"}; !slices.Equal(hooked, want) {
+		t.Errorf("OnJobEnd saw %v, want %v", hooked, want)
+	}
+	var notices []string
+	for _, n := range eventsOf[Notice](h.events) {
+		if n.Element == "b" && n.Level == "warning" && strings.Contains(n.Text, "disk on fire") {
+			notices = append(notices, n.Text)
+		}
+	}
+	if len(notices) != 1 {
+		t.Errorf("want one warning naming b with the hook's error, got %q", notices)
+	}
+}
+
+// A job that cannot be suspended, resumed, terminated or killed is reported: it may
+// go on running.
+func TestSignalErrorsAreReported(t *testing.T) {
+	g := newGraph(t, "a")
+	h := startSession(t, Config{Queues: []Queue{buildQueue()}, Items: plan(t, g, PlanOptions{}), Pool: buildPool(1)})
+	a := h.expect(Build, "a")
+	h.runner.mu.Lock()
+	h.runner.signalErr = errors.New("operation not permitted")
+	h.runner.mu.Unlock()
+	for _, c := range []Command{CmdSuspend, CmdResume, CmdTerminate} {
+		h.s.Do(c)
+	}
+	h.runner.mu.Lock()
+	h.runner.signalErr = nil
+	h.runner.mu.Unlock()
+	a.Succeed(t)
+	h.wait()
+	var got []string
+	for _, n := range eventsOf[Notice](h.events) {
+		if n.Element == "a" && n.Level == "warning" && strings.Contains(n.Text, "operation not permitted") {
+			got = append(got, n.Text)
+		}
+	}
+	if len(got) != 3 {
+		t.Errorf("want 3 warnings about job a (suspend, resume, terminate), got %q", got)
+	}
+}
+
+// A failed build cached by an earlier session counts as a build failure in Counts and
+// in the summary's queue stats, in agreement with the summary's failure list.
+func TestCachedFailureIsCounted(t *testing.T) {
+	g := newGraph(t, "base", "left: base")
+	items := plan(t, g, PlanOptions{Artifact: func(e *element.Element) element.ArtifactStatus {
+		if e.Name == "left" {
+			return element.ArtifactFailure
+		}
+		return element.ArtifactSuccess
+	}})
+	h := startSession(t, Config{Queues: []Queue{&testQueue{action: Fetch, status: skipAll}, buildQueue()}, Items: items, Pool: buildPool(1)})
+	sum := h.succeedAll()
+	if len(sum.Failed) != 1 || !sum.Failed[0].Cached {
+		t.Fatalf("failed %+v, want left (cached)", sum.Failed)
+	}
+	if got := sum.Queues[1]; got.Action != Build || got.Failed != 1 {
+		t.Errorf("summary build queue %+v, want failed 1", got)
+	}
+	counts := eventsOf[Counts](h.events)
+	if len(counts) == 0 {
+		t.Fatal("no Counts event")
+	}
+	for _, c := range counts {
+		if c.Queues[1].Failed != 1 || c.Queues[0].Failed != 0 {
+			t.Errorf("Counts %+v: want the build queue's failed = 1, fetch's 0", c.Queues)
+		}
+	}
+}
+
+func skipAll(*Item) (Status, string) { return Skip, "nothing to do" }
