@@ -11,7 +11,10 @@ import (
 // JSON writes one JSON object per event and line, for CI tools. Every object has
 // "time" (RFC 3339) and "event"; job events carry "action", "element", "key" and
 // "job"; job-end carries "result" (success, failure, terminated, skipped) and
-// "duration" in seconds.
+// "duration" in seconds. Under --ui json everything gantry writes to stderr is such
+// a line: messages outside a session are "notice" events, and a command that fails
+// outside a session's summary (a load error, an interruption) ends with an "error"
+// event carrying "text" and "exit-code".
 type JSON struct {
 	enc  *json.Encoder
 	opts Options
@@ -41,6 +44,20 @@ type jsonEvent struct {
 	Elements int             `json:"elements,omitempty"`
 	Queues   []queues.Action `json:"queues,omitempty"`
 	Summary  *jsonSummary    `json:"summary,omitempty"`
+	ExitCode *int            `json:"exit-code,omitempty"`
+}
+
+// WriteJSONNotice writes a notice event outside a session's event stream (a warning
+// before or after it), so that stderr stays JSON lines only.
+func WriteJSONNotice(w io.Writer, level, text string) {
+	_ = json.NewEncoder(w).Encode(jsonEvent{Time: time.Now(), Event: "notice", Level: level, Text: text})
+}
+
+// WriteJSONError writes the "error" event that ends a command which failed outside a
+// session's summary (a project that does not load, an unknown element, an
+// interruption), with the exit code gantry exits with.
+func WriteJSONError(w io.Writer, text string, exitCode int) {
+	_ = json.NewEncoder(w).Encode(jsonEvent{Time: time.Now(), Event: "error", Level: "error", Text: text, ExitCode: &exitCode})
 }
 
 type jsonSummary struct {

@@ -18,7 +18,7 @@ func (s *session) retryBackoff() func(attempt int) time.Duration {
 	}
 	base, err := time.ParseDuration(v)
 	if err != nil || base < 0 {
-		fmt.Fprintf(s.opts.ios.ErrOut, "gantry: warning: GANTRY_RETRY_BACKOFF=%q is not a duration such as 10ms; using the default backoff\n", v)
+		s.opts.ios.Message("warning", fmt.Sprintf("GANTRY_RETRY_BACKOFF=%q is not a duration such as 10ms; using the default backoff", v))
 		return nil
 	}
 	return func(attempt int) time.Duration {

@@ -186,7 +186,7 @@ func runBuild(opts *buildOptions, args []string) error {
 		}
 	}
 	if err := c.SaveStats(stats); err != nil {
-		fmt.Fprintf(opts.ios.ErrOut, "gantry: warning: %v\n", err)
+		opts.ios.Message("warning", err.Error())
 	}
 	return sessionError(summary)
 }
@@ -274,7 +274,7 @@ func (s *session) runScheduler(r schedulerRun) (*queues.Summary, error) {
 	if tui != nil {
 		// The summary is printed once the terminal is given back.
 		if err := tui.Wait(); err != nil {
-			fmt.Fprintf(s.opts.ios.ErrOut, "gantry: warning: the terminal display failed: %v\n", err)
+			s.opts.ios.Message("warning", fmt.Sprintf("the terminal display failed: %v", err))
 		}
 	}
 	return summary, nil
@@ -335,6 +335,7 @@ func (s *session) display() (ui.Display, error) {
 	case "plain":
 		return ui.NewPlain(o.ios.ErrOut, uo), nil
 	case "json":
+		o.ios.jsonErr = true
 		return ui.NewJSON(o.ios.ErrOut, uo), nil
 	case "tui":
 		return s.tui(uo)

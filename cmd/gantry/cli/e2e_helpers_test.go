@@ -207,8 +207,10 @@ type e2eEvent struct {
 	Result  string `json:"result"`
 	Error   string `json:"error"`
 	Log     string `json:"log"`
-	Text    string `json:"text"`
-	Summary *struct {
+	Text     string `json:"text"`
+	Level    string `json:"level"`
+	ExitCode *int   `json:"exit-code"`
+	Summary  *struct {
 		OK         bool `json:"ok"`
 		NotStarted []struct {
 			Element string
@@ -220,6 +222,10 @@ type e2eEvent struct {
 			LogPath string
 		} `json:"failed"`
 		Interrupted bool `json:"interrupted"`
+		Queues      []struct {
+			Action string `json:"action"`
+			Failed int    `json:"failed"`
+		} `json:"queues"`
 	} `json:"summary"`
 }
 

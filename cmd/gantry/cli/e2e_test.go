@@ -185,8 +185,8 @@ func TestE2ESigtermLeavesNoProcess(t *testing.T) {
 	if !ok || end.Summary == nil || !end.Summary.Interrupted {
 		t.Errorf("session-end does not say interrupted: %+v\n%s", end.Summary, g.output())
 	}
-	if !strings.Contains(g.output(), "gantry: interrupted") {
-		t.Errorf("stderr does not say 'gantry: interrupted'\n%s", g.output())
+	if last := lastEvent(t, g.output()); last.Event != "error" || last.Text != "interrupted" || last.ExitCode == nil || *last.ExitCode != exitInterrupted {
+		t.Errorf("stderr does not end with an error event 'interrupted' (exit %d)\n%s", exitInterrupted, g.output())
 	}
 	assertNotBuilt(t, p, "orphan.toml")
 	p.verifyCache()

@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 
 	"github.com/gantry-build/gantry/element"
+	"github.com/gantry-build/gantry/ui"
 )
 
 // Exit codes (DESIGN.md §8).
@@ -32,30 +32,40 @@ func (e *failedError) Error() string { return e.msg }
 // errInterrupted ends a session the user interrupted: exit code 130.
 var errInterrupted = errors.New("interrupted")
 
-// exitCode maps an error to the process exit code and prints it once.
-func exitCode(err error, w io.Writer) int {
+// exitCode maps an error to the process exit code and reports it once, as a line or,
+// under --ui json, as an error event.
+func exitCode(err error, ios *IOStreams) int {
 	if err == nil {
 		return exitOK
 	}
+	code, text := classify(err)
+	if text == "" {
+		return code
+	}
+	if ios.jsonErr {
+		ui.WriteJSONError(ios.ErrOut, text, code)
+	} else {
+		fmt.Fprintf(ios.ErrOut, "gantry: %s\n", text)
+	}
+	return code
+}
+
+// classify returns err's exit code and the text to report ("" when it was reported
+// already).
+func classify(err error) (int, string) {
 	var ue *usageError
 	var pe *element.ProjectError
 	var fe *failedError
 	var xe *exitStatusError
 	switch {
 	case errors.As(err, &xe):
-		return xe.code
+		return xe.code, ""
 	case errors.Is(err, errInterrupted) || errors.Is(err, context.Canceled):
-		fmt.Fprintln(w, "gantry: interrupted")
-		return exitInterrupted
+		return exitInterrupted, "interrupted"
 	case errors.As(err, &fe):
-		if fe.msg != "" {
-			fmt.Fprintf(w, "gantry: %s\n", fe.msg)
-		}
-		return exitFailure
+		return exitFailure, fe.msg
 	case errors.As(err, &ue), errors.As(err, &pe):
-		fmt.Fprintf(w, "gantry: %v\n", err)
-		return exitUsage
+		return exitUsage, err.Error()
 	}
-	fmt.Fprintf(w, "gantry: %v\n", err)
-	return exitFailure
+	return exitFailure, err.Error()
 }

@@ -16,5 +16,9 @@ func Main() int {
 	root := newRootCmd(ios)
 	root.SetArgs(os.Args[1:])
 	err := root.ExecuteContext(context.Background())
-	return exitCode(err, ios.ErrOut)
+	if err != nil && !ios.jsonErr {
+		// A flag error ends the command before the display mode is settled.
+		ios.jsonErr = earlyUIMode(root.PersistentFlags().Lookup("ui")) == "json"
+	}
+	return exitCode(err, ios)
 }

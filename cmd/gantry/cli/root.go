@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/gantry-build/gantry/element"
 )
@@ -44,6 +45,9 @@ Run 'gantry init' to start one, 'gantry show' to inspect it.`,
 		SilenceUsage:  true,
 		PersistentPreRun: func(cmd *cobra.Command, args []string) {
 			opts.uiSet = cmd.Flags().Changed("ui")
+			// Errors loading the project come before the display: under --ui json
+			// they must be JSON too.
+			ios.jsonErr = earlyUIMode(cmd.Flags().Lookup("ui")) == "json"
 		},
 	}
 	root.SetOut(ios.Out)
@@ -115,6 +119,16 @@ func newHelpCmd(root *cobra.Command) *cobra.Command {
 			return c.Help()
 		},
 	}
+}
+
+// earlyUIMode is the --ui mode as far as it is known before the user configuration is
+// loaded: the flag, else GANTRY_UI. (A mode set in the user configuration applies
+// once the display is chosen.)
+func earlyUIMode(flag *pflag.Flag) string {
+	if flag != nil && flag.Changed {
+		return flag.Value.String()
+	}
+	return os.Getenv("GANTRY_UI")
 }
 
 // startDir is where project lookup begins.

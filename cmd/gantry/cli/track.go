@@ -62,7 +62,7 @@ func runTrack(opts *trackOptions, args []string) error {
 	}
 	printChanges(opts.ios, changes)
 	if len(changes) == 0 && summary.OK() {
-		fmt.Fprintln(opts.ios.ErrOut, "all refs are up to date")
+		opts.ios.Info("all refs are up to date")
 	}
 	return sessionError(summary)
 }
@@ -154,6 +154,6 @@ func shortRef(r string) string {
 
 func printChanges(ios *IOStreams, changes []refChange) {
 	for _, ch := range changes {
-		fmt.Fprintf(ios.ErrOut, "%s: source %d (%s): %s → %s\n", ch.element, ch.source, ch.desc, shortRef(ch.old), shortRef(ch.new))
+		ios.Info(fmt.Sprintf("%s: source %d (%s): %s → %s", ch.element, ch.source, ch.desc, shortRef(ch.old), shortRef(ch.new)))
 	}
 }
