@@ -199,14 +199,14 @@ func (p *e2eProject) verifyCache() *cache.VerifyReport {
 
 // e2eEvent is one line of `--ui json` output (or any other stderr line, with Event "").
 type e2eEvent struct {
-	Raw     string `json:"-"`
-	Event   string `json:"event"`
-	Action  string `json:"action"`
-	Element string `json:"element"`
-	Job     string `json:"job"`
-	Result  string `json:"result"`
-	Error   string `json:"error"`
-	Log     string `json:"log"`
+	Raw      string `json:"-"`
+	Event    string `json:"event"`
+	Action   string `json:"action"`
+	Element  string `json:"element"`
+	Job      string `json:"job"`
+	Result   string `json:"result"`
+	Error    string `json:"error"`
+	Log      string `json:"log"`
 	Text     string `json:"text"`
 	Level    string `json:"level"`
 	ExitCode *int   `json:"exit-code"`
