@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path"
@@ -91,7 +92,8 @@ func Assemble(ctx context.Context, js job.Spec, r *job.Reporter) (job.Result, er
 	}
 	defer os.RemoveAll(spec.WorkDir)
 	started := time.Now()
-	buildErr := build(ctx, c, &spec, r)
+	out := &faultWatcher{w: r.Writer()}
+	buildErr := build(ctx, c, &spec, r, out)
 	if ctx.Err() != nil {
 		// Terminated: cache nothing, the next session builds again. A command can die
 		// of the group's SIGTERM before this process sees its own; then a failure is
@@ -107,9 +109,9 @@ func Assemble(ctx context.Context, js job.Spec, r *job.Reporter) (job.Result, er
 		}
 		return job.Result{Data: data}, buildErr
 	}
-	var infra *infraError
-	if errors.As(buildErr, &infra) {
-		return job.Result{}, buildErr // not the element's fault: do not cache a failure
+	if fault := machineFault(buildErr, spec.WorkDir, out); fault != nil {
+		r.Log("error: " + fault.Error())
+		return job.Result{}, fault // not the element's fault: do not cache a failure
 	}
 	a := &cache.Artifact{Project: spec.Project, Element: spec.Element, Key: spec.Key, Success: buildErr == nil,
 		Dependencies: spec.DepKeys, Started: started, Finished: time.Now()}
@@ -149,7 +151,8 @@ type infraError struct{ err error }
 func (e *infraError) Error() string { return e.err.Error() }
 func (e *infraError) Unwrap() error { return e.err }
 
-func build(ctx context.Context, c *cache.Cache, spec *BuildSpec, r *job.Reporter) error {
+// build stages and runs the element's commands, their output to out.
+func build(ctx context.Context, c *cache.Cache, spec *BuildSpec, r *job.Reporter, out io.Writer) error {
 	sysroot := filepath.Join(spec.WorkDir, "sysroot")
 	buildDir := filepath.Join(spec.WorkDir, "build")
 	installDir := filepath.Join(spec.WorkDir, "install")
@@ -186,6 +189,9 @@ func build(ctx context.Context, c *cache.Cache, spec *BuildSpec, r *job.Reporter
 	}
 	kind, reason := sandbox.Resolve(sandbox.Kind(spec.Sandbox), sysroot)
 	r.Log("sandbox: " + string(kind) + " (" + reason + ")")
+	if err := sandbox.CheckSysroot(kind, sysroot); err != nil {
+		return &infraError{err}
+	}
 	if kind == sandbox.Host && links && len(deps) > 0 {
 		// auto chose the host after all: the commands can write to the sysroot.
 		if err := restage(c, spec, deps, sysroot, r); err != nil {
@@ -198,7 +204,7 @@ func build(ctx context.Context, c *cache.Cache, spec *BuildSpec, r *job.Reporter
 	}
 	cfg := sandbox.Config{Kind: kind, Sysroot: sysroot, BuildDir: buildDir, InstallDir: installDir,
 		SandboxBuildRoot: SandboxBuildRoot, SandboxInstallRoot: SandboxInstallRoot,
-		Env: resolved.Env, Stdout: r.Writer(), Stderr: r.Writer(),
+		Env: resolved.Env, Stdout: out, Stderr: out,
 		// The job's process group: suspend and terminate of the job reach the commands.
 		Group: sandbox.CallerGroup}
 	for _, step := range CommandSteps {

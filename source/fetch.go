@@ -140,7 +140,8 @@ func openCachedFile(sourcesDir string, s *Spec) (*os.File, error) {
 	}
 	if got := hex.EncodeToString(h.Sum(nil)); got != s.Ref {
 		f.Close()
-		return nil, fmt.Errorf("the source cache's copy %s is corrupt (sha256 %s); delete it and fetch again", f.Name(), got)
+		os.Remove(f.Name()) // a later fetch downloads it again
+		return nil, &CorruptError{Path: f.Name(), Got: got}
 	}
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		f.Close()

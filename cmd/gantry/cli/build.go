@@ -16,6 +16,7 @@ import (
 	"github.com/gantry-build/gantry/element"
 	"github.com/gantry-build/gantry/queues"
 	"github.com/gantry-build/gantry/resources"
+	"github.com/gantry-build/gantry/sandbox"
 	"github.com/gantry-build/gantry/ui"
 )
 
@@ -157,6 +158,9 @@ func runBuild(opts *buildOptions, args []string) error {
 	} else if items, err = queues.Plan(g, g.Targets, planOpts); err != nil {
 		return err
 	}
+	if err := checkSandbox(opts.sandbox, items); err != nil {
+		return err
+	}
 	fetch := s.fetchQueue(c, g)
 	build := queues.BuildQueue{PayloadFunc: func(it *queues.Item) (json.RawMessage, error) {
 		work, err := c.TempDir("build-")
@@ -189,6 +193,18 @@ func runBuild(opts *buildOptions, args []string) error {
 		opts.ios.Message("warning", err.Error())
 	}
 	return sessionError(summary)
+}
+
+// checkSandbox fails the session before it starts, naming the fix, when the sandbox
+// asked for cannot run on this machine and something is to be built: a fault of the
+// machine must never be cached as an element's failed build.
+func checkSandbox(kind string, items []*queues.Item) error {
+	for _, it := range items {
+		if !it.Cached && !it.Failed {
+			return sandbox.CheckAvailable(sandbox.Kind(kind))
+		}
+	}
+	return nil
 }
 
 // pipeline is what every scheduler command starts from.
