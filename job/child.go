@@ -23,8 +23,13 @@ const messageFD = 3
 // terminated (SIGTERM).
 var ErrTerminated = errors.New("terminated")
 
+// ErrParentDied is the cause of a handler's context when gantry died: the job
+// kills everything it started, then itself.
+var ErrParentDied = errors.New("gantry exited")
+
 // Handler does one action in the child. Its context is cancelled with cause
-// ErrTerminated when the job is terminated. A non-nil error makes the result
+// ErrTerminated when the job is terminated, or ErrParentDied when gantry died
+// (kill -9). A non-nil error makes the result
 // a failure with the error's text; the rest of the returned Result (Temporary,
 // Skipped, Data) is kept.
 type Handler func(ctx context.Context, spec Spec, r *Reporter) (Result, error)
@@ -39,10 +44,16 @@ type Handler func(ctx context.Context, spec Spec, r *Reporter) (Result, error)
 // running when the handler returns is killed before RunChild returns, and if
 // gantry dies first the child kills them all and itself (see watchParent).
 func RunChild(handlers map[string]Handler) int {
-	defer KillDescendants()
-	defer watchParent()()
 	ctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
+	stopWatching := watchParent(cancel)
+	defer func() {
+		// Leftovers are killed while gantry's death is still watched for: a
+		// parent-death signal arriving after the watch stops ends the child by its
+		// default action, which must find nothing left to orphan.
+		KillDescendants()
+		stopWatching()
+	}()
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM)
 	defer signal.Stop(sigs)

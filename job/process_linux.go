@@ -1,6 +1,7 @@
 package job
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/signal"
@@ -29,11 +30,13 @@ func sysProcAttr() *syscall.SysProcAttr {
 // starts stays its descendant even after leaving its process group (setsid,
 // double fork), and, when gantry dies (kill -9, the OOM killer), kills all of
 // them and then itself: no build process outlives gantry. It returns a
-// function that stops watching.
+// function that stops watching. cancel is called first, with ErrParentDied, so
+// that a handler that sees its commands die of the kill knows why and caches
+// nothing.
 //
 // If gantry dies before the handler is installed, parentDeathSignal's default
 // action ends the child, which has started nothing yet.
-func watchParent() (stop func()) {
+func watchParent(cancel context.CancelCauseFunc) (stop func()) {
 	parent := os.Getppid()
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		fmt.Fprintf(os.Stderr, "gantry job: warning: cannot become a child subreaper (%v): daemonised build processes may outlive gantry\n", err)
@@ -44,6 +47,7 @@ func watchParent() (stop func()) {
 	check := func() {
 		if os.Getppid() != parent { // a stray SIGHUP from the build is not gantry's death
 			fmt.Fprintln(os.Stderr, "gantry job: gantry exited; killing every process of this job")
+			cancel(ErrParentDied)
 			KillDescendants()
 			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		}

@@ -3,6 +3,7 @@
 package job
 
 import (
+	"context"
 	"errors"
 	"syscall"
 )
@@ -14,7 +15,7 @@ func sysProcAttr() *syscall.SysProcAttr {
 }
 
 // watchParent does nothing here: there is no subreaper and no Pdeathsig.
-func watchParent() (stop func()) { return func() {} }
+func watchParent(context.CancelCauseFunc) (stop func()) { return func() {} }
 
 // waitExitedNoReap is not available: the child is reaped before it is marked
 // exited, and whatever it left in its process group is not killed.

@@ -3,6 +3,7 @@ package job
 import (
 	"os"
 	"syscall"
+	"time"
 )
 
 // Proc identifies a process across pid reuse by its start time.
@@ -43,16 +44,26 @@ func FreezeTree(root int, known map[Proc]bool) {
 }
 
 // KillDescendants kills (SIGKILL) every descendant of the calling process,
-// frozen first so that none forks a child the kill would miss. In a child
-// subreaper (see becomeSubreaper) that is every process it started that is
-// still alive, whatever session or group they moved to.
+// frozen first so that none forks a child the kill would miss, and waits until
+// none is left alive: a process caught between fork and exec can outlive the
+// first SIGKILL, and one the walk missed shows up in the next. In a child
+// subreaper (see watchParent) that is every process it started that is still
+// alive, whatever session or group they moved to.
 func KillDescendants() {
 	self := os.Getpid()
-	known := map[Proc]bool{}
-	FreezeTree(self, known)
-	for p := range known {
-		if p.Pid != self {
-			p.Signal(syscall.SIGKILL)
+	for range 1000 {
+		known := map[Proc]bool{}
+		FreezeTree(self, known)
+		alive := false
+		for p := range known {
+			if p.Pid != self && p.alive() {
+				p.Signal(syscall.SIGKILL)
+				alive = true
+			}
 		}
+		if !alive {
+			return
+		}
+		time.Sleep(time.Millisecond) // for the kernel to deliver the kills
 	}
 }

@@ -35,6 +35,13 @@ func Tree(root int) []Proc {
 	return tree
 }
 
+// alive reports whether p still runs: it exists, is the same process and is
+// not a zombie.
+func (p Proc) alive() bool {
+	_, start, state, ok := readStatState(p.Pid)
+	return ok && start == p.start && state != "Z" && state != "X"
+}
+
 // startTime returns a process's start time, which tells it apart from a
 // later process with the same pid.
 func startTime(pid int) (string, bool) {
@@ -44,9 +51,15 @@ func startTime(pid int) (string, bool) {
 
 // readStat returns a process's parent pid and start time from /proc/PID/stat.
 func readStat(pid int) (ppid int, start string, ok bool) {
+	ppid, start, _, ok = readStatState(pid)
+	return ppid, start, ok
+}
+
+// readStatState is readStat with the process's state (R, S, D, T, Z, ...).
+func readStatState(pid int) (ppid int, start, state string, ok bool) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return 0, "", false
+		return 0, "", "", false
 	}
 	// The command name (field 2) may contain anything; fields resume after
 	// the last ')': state ppid pgrp session tty_nr tpgid flags minflt
@@ -55,15 +68,15 @@ func readStat(pid int) (ppid int, start string, ok bool) {
 	s := string(b)
 	i := strings.LastIndexByte(s, ')')
 	if i < 0 {
-		return 0, "", false
+		return 0, "", "", false
 	}
 	f := strings.Fields(s[i+1:])
 	if len(f) < 20 {
-		return 0, "", false
+		return 0, "", "", false
 	}
 	ppid, err = strconv.Atoi(f[1])
 	if err != nil {
-		return 0, "", false
+		return 0, "", "", false
 	}
-	return ppid, f[19], true
+	return ppid, f[19], f[0], true
 }

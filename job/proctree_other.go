@@ -13,3 +13,6 @@ func Tree(root int) []Proc {
 func startTime(pid int) (string, bool) {
 	return "", syscall.Kill(pid, 0) == nil
 }
+
+// alive reports whether p still exists.
+func (p Proc) alive() bool { return syscall.Kill(p.Pid, 0) == nil }

@@ -15,7 +15,11 @@ import (
 )
 
 // markedProcesses lists the pids of live processes whose command line contains marker.
-func markedProcesses(marker string) []int {
+func markedProcesses(marker string) []int { return processesWith("cmdline", marker) }
+
+// processesWith lists the pids of live processes whose /proc/PID/file (cmdline,
+// environ) contains marker.
+func processesWith(file, marker string) []int {
 	var pids []int
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
@@ -23,7 +27,7 @@ func markedProcesses(marker string) []int {
 		if err != nil || pid == os.Getpid() {
 			continue
 		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), file))
 		if err == nil && bytes.Contains(b, []byte(marker)) && !processGone(pid) {
 			pids = append(pids, pid)
 		}
