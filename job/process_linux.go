@@ -38,8 +38,8 @@ func sysProcAttr() *syscall.SysProcAttr {
 // action ends the child, which has started nothing yet.
 func watchParent(cancel context.CancelCauseFunc) (stop func()) {
 	parent := os.Getppid()
-	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
-		fmt.Fprintf(os.Stderr, "gantry job: warning: cannot become a child subreaper (%v): daemonised build processes may outlive gantry\n", err)
+	if err := AdoptOrphans(); err != nil {
+		fmt.Fprintf(os.Stderr, "gantry job: warning: %v: daemonised build processes may outlive gantry\n", err)
 	}
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, parentDeathSignal)
@@ -67,6 +67,17 @@ func watchParent(cancel context.CancelCauseFunc) (stop func()) {
 		signal.Stop(sigs)
 		close(done)
 	}
+}
+
+// AdoptOrphans makes the calling process (gantry, for the length of a session)
+// a child subreaper: the processes of a job killed outright (SIGKILL cannot be
+// caught, so the job cannot kill them itself), which left the job's process
+// group, become its children instead of init's, for KillDescendants to find.
+func AdoptOrphans() error {
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("becoming a child subreaper: %w", err)
+	}
+	return nil
 }
 
 // waitExitedNoReap blocks until pid has exited but leaves it a zombie, so its

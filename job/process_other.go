@@ -17,6 +17,9 @@ func sysProcAttr() *syscall.SysProcAttr {
 // watchParent does nothing here: there is no subreaper and no Pdeathsig.
 func watchParent(context.CancelCauseFunc) (stop func()) { return func() {} }
 
+// AdoptOrphans is not available here.
+func AdoptOrphans() error { return errors.ErrUnsupported }
+
 // waitExitedNoReap is not available: the child is reaped before it is marked
 // exited, and whatever it left in its process group is not killed.
 func waitExitedNoReap(int) error {

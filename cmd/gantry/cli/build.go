@@ -14,6 +14,7 @@ import (
 
 	"github.com/gantry-build/gantry/cache"
 	"github.com/gantry-build/gantry/element"
+	"github.com/gantry-build/gantry/job"
 	"github.com/gantry-build/gantry/queues"
 	"github.com/gantry-build/gantry/resources"
 	"github.com/gantry-build/gantry/sandbox"
@@ -283,9 +284,15 @@ func (s *session) runScheduler(r schedulerRun) (*queues.Summary, error) {
 	if tui != nil {
 		tui.Start(sched)
 	}
+	// A job killed outright (a second Ctrl-C) cannot kill what it started: gantry
+	// adopts those processes and kills them when the session ends.
+	adopted := job.AdoptOrphans() == nil
 	stopSignals := forwardSignals(sched)
 	summary := sched.Run()
 	stopSignals()
+	if adopted {
+		job.KillDescendants()
+	}
 	pub.Close()
 	if tui != nil {
 		// The summary is printed once the terminal is given back.

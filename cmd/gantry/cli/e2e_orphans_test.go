@@ -102,3 +102,27 @@ func TestE2EFinishedJobLeavesNoDaemon(t *testing.T) {
 		t.Errorf("the build's daemon outlived its job: %v\n%s", left, strings.TrimSpace(stderr))
 	}
 }
+
+// A second Ctrl-C kills jobs outright (SIGKILL to the job's group), so the job cannot
+// clean up; a daemon it started must die with the session anyway.
+func TestE2EKilledJobLeavesNoDaemon(t *testing.T) {
+	t.Parallel()
+	marker := fmt.Sprintf("gantry-killed-%d", time.Now().UnixNano())
+	killMarkedOnCleanup(t, marker)
+	p := newE2EProject(t, map[string]string{"project.toml": projectTOML("k.toml")})
+	ready := p.scratch("ready")
+	sleeper := "./" + marker
+	// The foreground loop survives SIGTERM, so only the kill ends the job.
+	p.write("elements/k.toml", manualElement(nil, fmt.Sprintf(
+		"ln -s \"$(command -v sleep)\" %[1]s; setsid sh -c '%[1]s 300 & exit 0'; trap '' TERM; touch %[2]s; while :; do %[1]s 0.05 || :; done",
+		sleeper, ready)))
+
+	g := p.start("build", "--ui", "json", "--sandbox", "host")
+	g.waitEvent("job-start", "build", "k.toml")
+	eventually(t, e2eTimeout, "the build is ready", func() bool { _, err := os.Stat(ready); return err == nil })
+	waitMarked(t, marker, 2)
+	g.signal(syscall.SIGINT)
+	g.signal(syscall.SIGINT)
+	g.wait(e2eTimeout)
+	eventually(t, 10*time.Second, "no process marked "+marker+" is left", func() bool { return len(markedProcesses(marker)) == 0 })
+}
