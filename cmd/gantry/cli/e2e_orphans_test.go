@@ -126,3 +126,38 @@ func TestE2EKilledJobLeavesNoDaemon(t *testing.T) {
 	g.wait(e2eTimeout)
 	eventually(t, 10*time.Second, "no process marked "+marker+" is left", func() bool { return len(markedProcesses(marker)) == 0 })
 }
+
+// Under bwrap too, kill -9 of gantry leaves nothing of the build (bwrap's
+// --die-with-parent and the job's own cleanup).
+func TestE2EKill9LeavesNoBwrapProcess(t *testing.T) {
+	t.Parallel()
+	requireSandboxTools(t)
+	marker := fmt.Sprintf("gantry-bwrap-orphan-%d", time.Now().UnixNano())
+	killMarkedOnCleanup(t, marker)
+	p := newE2EProject(t, map[string]string{
+		"project.toml":          projectTOML("long.toml"),
+		"elements/sysroot.toml": "kind = \"import\"\n[[sources]]\nkind = \"local\"\npath = \"files/sysroot\"\n",
+		// Each sh carries marker as its $0 and waits for its sleep.
+		"elements/long.toml": "kind = \"manual\"\nbuild-depends = [\"sysroot.toml\"]\n[config]\nbuild-commands = " + tomlList(
+			fmt.Sprintf("sh -c 'sleep 300; :' %[1]s & setsid sh -c 'sleep 300; :' %[1]s & touch ready; sh -c 'sleep 300; :' %[1]s", marker)) + "\n",
+	})
+	bin := filepath.Join(p.root, "files", "sysroot", "bin")
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	copyFile(t, "/bin/busybox", filepath.Join(bin, "busybox"), 0o755)
+	for _, tool := range []string{"sh", "sleep", "setsid", "touch"} {
+		if err := os.Symlink("busybox", filepath.Join(bin, tool)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	g := p.start("build", "--ui", "json", "--sandbox", "bwrap")
+	g.waitEvent("job-start", "build", "long.toml")
+	pids := waitMarked(t, marker, 4) // the build's sh -c and the three marked shells
+	g.signal(syscall.SIGKILL)
+	g.wait(e2eTimeout)
+	eventually(t, 10*time.Second, fmt.Sprintf("no process marked %s is left (was %v)", marker, pids), func() bool {
+		return len(markedProcesses(marker)) == 0
+	})
+}
