@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"syscall"
 
+	"github.com/gantry-build/gantry/cache"
 	"github.com/gantry-build/gantry/sandbox"
 	"github.com/gantry-build/gantry/source"
 )
@@ -96,4 +98,69 @@ func (f *faultWatcher) fault() string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.seen
+}
+
+// CheckStagedShell is called by the parent before it starts a build job: under
+// --sandbox bwrap, commands run as /bin/sh of the staged sysroot, so a build whose
+// staged dependencies provide no /bin/sh cannot run at all. It says so, naming the
+// fix, before the job starts; nothing is cached. It reads only the top directories of
+// the staged artifacts (bin/, and usr/bin/ when bin is a symlink to it, as in merged-/usr
+// sysroots) and, when in doubt, lets the job check the staged sysroot itself.
+func (spec *BuildSpec) CheckStagedShell(c *cache.Cache) error {
+	switch {
+	case spec.Sandbox != string(sandbox.Bwrap), spec.Kind == "stack", spec.Kind == "import", spec.Kind == "compose":
+		return nil
+	}
+	var roots []cache.Digest
+	for _, s := range spec.Stage {
+		a, err := c.Lookup(spec.Project, s.Element, s.Key)
+		if err != nil {
+			return nil // the job reports it while staging
+		}
+		roots = append(roots, a.Files)
+	}
+	if stagedHas(c, roots, "bin", "sh") || stagedHas(c, roots, "usr", "bin", "sh") {
+		return nil
+	}
+	return &sandbox.MachineError{Msg: fmt.Sprintf("--sandbox bwrap: the sysroot staged for %s has no /bin/sh: add a base element that provides it (a build dependency), or use --sandbox host", spec.Element)}
+}
+
+// stagedHas reports whether any of the trees has the entry at path (a file, a symlink
+// or a directory), or whether it cannot tell (an unreadable directory, a symlinked
+// directory on the way other than bin -> usr/bin, which the caller checks separately).
+func stagedHas(c *cache.Cache, roots []cache.Digest, path ...string) bool {
+	for _, root := range roots {
+		d := root
+		for i, name := range path {
+			dir, err := c.ReadDirectory(d)
+			if err != nil {
+				return true
+			}
+			last := i == len(path)-1
+			found := false
+			for _, f := range dir.Files {
+				found = found || (last && f.Name == name)
+			}
+			for _, l := range dir.Symlinks {
+				if l.Name == name {
+					if last || !(name == "bin" && strings.TrimSuffix(strings.TrimPrefix(l.Target, "/"), "/") == "usr/bin") {
+						return true // the entry, or a link this check does not follow
+					}
+				}
+			}
+			for _, sub := range dir.Directories {
+				if sub.Name == name {
+					found = true
+					d = cache.DigestFromProto(sub.Digest)
+				}
+			}
+			if last && found {
+				return true
+			}
+			if !found {
+				break
+			}
+		}
+	}
+	return false
 }

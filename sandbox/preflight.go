@@ -4,9 +4,9 @@ import "fmt"
 
 // MachineError says that this machine or this sysroot cannot run the requested
 // sandbox at all: a fault to fix before building, never the element's failure.
-type MachineError struct{ msg string }
+type MachineError struct{ Msg string }
 
-func (e *MachineError) Error() string { return e.msg }
+func (e *MachineError) Error() string { return e.Msg }
 
 // CheckAvailable reports, as a *MachineError naming the fix, why the kind of
 // sandbox asked for cannot run on this machine: bwrap missing or not working.
@@ -16,7 +16,7 @@ func CheckAvailable(k Kind) error {
 		return nil
 	}
 	if ok, why := probeBwrap(); !ok {
-		return &MachineError{fmt.Sprintf("--sandbox bwrap: bwrap does not work on this machine (%s): install bubblewrap, or use --sandbox host", why)}
+		return &MachineError{Msg: fmt.Sprintf("--sandbox bwrap: bwrap does not work on this machine (%s): install bubblewrap, or use --sandbox host", why)}
 	}
 	return nil
 }
@@ -29,7 +29,7 @@ func CheckSysroot(k Kind, sysroot string) error {
 		return err
 	}
 	if err := checkShell(sysroot); err != nil {
-		return &MachineError{fmt.Sprintf("--sandbox bwrap: the sysroot has no usable /bin/sh (%v): add a base element that provides it, or use --sandbox host", err)}
+		return &MachineError{Msg: fmt.Sprintf("--sandbox bwrap: the sysroot has no usable /bin/sh (%v): add a base element that provides it, or use --sandbox host", err)}
 	}
 	return nil
 }

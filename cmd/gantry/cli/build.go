@@ -169,6 +169,9 @@ func runBuild(opts *buildOptions, args []string) error {
 			return nil, err
 		}
 		spec, err := element.NewBuildSpec(g, it.Element, c.Root, work, opts.sandbox, maxJobs)
+		if err == nil {
+			err = spec.CheckStagedShell(c)
+		}
 		if err != nil {
 			os.RemoveAll(work)
 			return nil, err

@@ -49,8 +49,8 @@ func TestE2EMissingBwrapIsNotCached(t *testing.T) {
 	}
 }
 
-// --sandbox bwrap with a sysroot that has no /bin/sh: the job says so before running a
-// command, naming the fix, and caches nothing.
+// --sandbox bwrap with a sysroot that has no /bin/sh: gantry says so before the build
+// job starts, naming the fix, and caches nothing.
 func TestE2ESysrootWithoutShellIsNotCached(t *testing.T) {
 	t.Parallel()
 	requireSandboxTools(t)
@@ -58,7 +58,10 @@ func TestE2ESysrootWithoutShellIsNotCached(t *testing.T) {
 		"project.toml":    projectTOML("a.toml"),
 		"elements/a.toml": manualElement(nil, "true"),
 	})
-	assertFaultNotCached(t, p, "a.toml", "add a base element that provides it", "--sandbox", "bwrap")
+	stderr := assertFaultNotCached(t, p, "a.toml", "add a base element that provides it", "--sandbox", "bwrap")
+	if _, started := findEvent(parseEvents(stderr), "job-start", "build", "a.toml"); started {
+		t.Errorf("the build job started; the missing /bin/sh must be said before:\n%s", stderr)
+	}
 }
 
 // A full disk while building: the command's own error is not the element's failure,
