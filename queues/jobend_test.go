@@ -8,6 +8,9 @@ import (
 	"testing"
 
 	"github.com/gantry-build/gantry/element"
+	"github.com/gantry-build/gantry/job"
+	"github.com/gantry-build/gantry/resources"
+	"github.com/gantry-build/gantry/source"
 )
 
 // OnJobEnd runs on the scheduler goroutine for every job end, before the JobEnd is
@@ -115,3 +118,31 @@ func TestCachedFailureIsCounted(t *testing.T) {
 }
 
 func skipAll(*Item) (Status, string) { return Skip, "nothing to do" }
+
+// Under build --track the plan, and so which failures are cached, is decided in the
+// loop: a cached failure counts as a build failure there too.
+func TestCachedFailureIsCountedInATrackedPlan(t *testing.T) {
+	g := newGraph(t, "a", "b: a")
+	a := g.Elements["a"]
+	a.Sources = []source.Spec{{Kind: source.Git, URL: "https://example.com/a", Track: "main"}}
+	a.NoRef = true
+	for _, e := range g.Order {
+		g.ComputeKey(e)
+	}
+	items := PlanTracked(g, []*element.Element{g.Elements["b"]}, PlanOptions{Artifact: func(e *element.Element) element.ArtifactStatus {
+		if e.Name == "b" {
+			return element.ArtifactFailure
+		}
+		return element.ArtifactSuccess
+	}})
+	track := TrackQueue{PayloadFunc: noPayload, DoneFunc: func(it *Item, _ job.Result) { it.Element.NoRef = false }}
+	pool := resources.NewPool(map[resources.Resource]int{resources.Download: 2, resources.Process: 2, resources.Cache: 0})
+	h := startSession(t, Config{Queues: []Queue{track, fetchQueue(0), buildQueue()}, Items: items, Pool: pool})
+	sum := h.succeedAll()
+	if len(sum.Failed) != 1 || sum.Failed[0].Element != "b" || !sum.Failed[0].Cached {
+		t.Fatalf("failed %+v, want b (cached)", sum.Failed)
+	}
+	if got := sum.Queues[2]; got.Action != Build || got.Failed != 1 {
+		t.Errorf("summary build queue %+v, want failed 1", got)
+	}
+}

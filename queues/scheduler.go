@@ -292,7 +292,11 @@ func (s *Scheduler) harvest() bool {
 			st, reason := qs.q.Status(it)
 			switch st {
 			case Skip:
-				qs.skipped++
+				if it.Failed && qs == s.cachedFailureQueue() {
+					qs.failed++ // a cached failure found once tracking decided the plan
+				} else {
+					qs.skipped++
+				}
 				qs.done = append(qs.done, it)
 				skipped = true
 				s.cfg.Publish(ElementSkipped{Base: Base{now}, Action: qs.q.Action(), Element: it.Name(), Key: it.Element.Key, Reason: reason})
