@@ -48,9 +48,7 @@ func RunChild(handlers map[string]Handler) int {
 	defer cancel(nil)
 	stopWatching := watchParent(cancel)
 	defer func() {
-		// Leftovers are killed while gantry's death is still watched for: a
-		// parent-death signal arriving after the watch stops ends the child by its
-		// default action, which must find nothing left to orphan.
+		// Leftovers are killed while gantry's death is still watched for.
 		KillDescendants()
 		stopWatching()
 	}()

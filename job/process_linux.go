@@ -64,7 +64,10 @@ func watchParent(cancel context.CancelCauseFunc) (stop func()) {
 		}
 	}()
 	return func() {
-		signal.Stop(sigs)
+		// Ignored from now on, not reset to the default (death): killing a stopped
+		// member of the job's process group, which is orphaned (its parent is in
+		// another session), makes the kernel send the group SIGHUP.
+		signal.Ignore(parentDeathSignal)
 		close(done)
 	}
 }
