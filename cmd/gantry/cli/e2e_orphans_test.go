@@ -96,7 +96,7 @@ func TestE2EFinishedJobLeavesNoDaemon(t *testing.T) {
 	p := newE2EProject(t, map[string]string{"project.toml": projectTOML("d.toml")})
 	sleeper := "./" + marker
 	p.write("elements/d.toml", manualElement(nil,
-		fmt.Sprintf("ln -s \"$(command -v sleep)\" %[1]s; setsid sh -c '%[1]s 300 & exit 0'; %[1]s 0.01", sleeper)))
+		fmt.Sprintf("ln -s \"$(command -v sleep)\" %[1]s; setsid sh -c '%[1]s 300 >/dev/null 2>&1 & exit 0'; %[1]s 0.01", sleeper)))
 	_, stderr := p.mustRun(0, "build", "--ui", "json", "--sandbox", "host")
 	if left := markedProcesses(marker); len(left) > 0 {
 		t.Errorf("the build's daemon outlived its job: %v\n%s", left, strings.TrimSpace(stderr))
