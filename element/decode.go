@@ -333,3 +333,26 @@ func valueColumn(line string) int {
 	rest := line[eq+1:]
 	return eq + 1 + len(rest) - len(strings.TrimLeft(rest, " \t")) + 1
 }
+
+// tomlTypeNames are MetaData.Type's names, for messages.
+var tomlTypeNames = map[string]string{"String": "a string", "Integer": "an integer", "Float": "a number",
+	"Bool": "a boolean", "Array": "a list", "ArrayHash": "a list of tables", "Datetime": "a date",
+	"DatetimeLocal": "a date", "DateLocal": "a date", "TimeLocal": "a time"}
+
+// checkTables reports the first of keys that is present but not a table: the decoder
+// leaves a table-typed field empty when the file gives a string, which would otherwise
+// silently drop `variables = "x"`.
+func (d *tomlDoc) checkTables(keys ...string) error {
+	for _, k := range keys {
+		t := d.md.Type(k)
+		if t == "" || t == "Hash" {
+			continue
+		}
+		name, ok := tomlTypeNames[t]
+		if !ok {
+			name = t
+		}
+		return d.valueError(k, "expected a table, found %s", name)
+	}
+	return nil
+}

@@ -80,7 +80,11 @@ func (e *Element) ShortKey() string {
 func loadElement(p *Project, lock *Lock, name string) (*Element, error) {
 	display := filepath.ToSlash(filepath.Join(p.ElementPath, name))
 	var f elementFile
-	doc, err := decodeTOML(filepath.Join(p.ElementDir(), filepath.FromSlash(name)), display, &f)
+	data, err := p.readInProject(filepath.Join(p.ElementPath, filepath.FromSlash(name)))
+	if err != nil {
+		return nil, &ProjectError{File: display, Msg: fmt.Sprintf("cannot read file: %v", err)}
+	}
+	doc, err := decodeTOMLBytes(data, display, &f)
 	if err != nil {
 		return nil, err
 	}
@@ -93,6 +97,9 @@ func loadElement(p *Project, lock *Lock, name string) (*Element, error) {
 	// Top-level typos first ("kinds" should not be reported as a missing "kind"); the
 	// kind-specific tables are checked key by key below.
 	if err := doc.unknownKeys(topLevel, "sources", "config"); err != nil {
+		return nil, err
+	}
+	if err := doc.checkTables("variables", "environment", "config"); err != nil {
 		return nil, err
 	}
 	e := &Element{Name: name, File: display, Description: f.Description, Pool: f.Pool, doc: doc}
@@ -113,6 +120,9 @@ func loadElement(p *Project, lock *Lock, name string) (*Element, error) {
 		return nil, err
 	}
 	if err := checkVariableNames(doc, "variables", f.Variables); err != nil {
+		return nil, err
+	}
+	if err := checkEnvironment(doc, "environment", f.Environment); err != nil {
 		return nil, err
 	}
 	e.vars = merge(kind.Variables, p.Variables, f.Variables)
@@ -360,6 +370,13 @@ func (e *Element) Resolve(p *Project, paths Paths) (*Resolved, error) {
 	if r.Target, err = expand("config.target", e.Config.Target); err != nil {
 		return nil, err
 	}
+	for _, c := range []struct{ key, val, root string }{{"config.source", r.Source, "build"}, {"config.target", r.Target, "install"}} {
+		if leavesRoot(c.val) {
+			line := e.doc.lineOf(c.key)
+			return nil, &ProjectError{File: e.File, Line: line, Text: e.doc.line(line),
+				Msg: fmt.Sprintf("%s %q contains '..': it must name a directory inside the %s root (a leading / is the root itself)", c.key, c.val, c.root)}
+		}
+	}
 	r.Include, r.Exclude = e.Config.Include, e.Config.Exclude
 	for k, v := range e.env {
 		if r.Env[k], err = expand("environment."+k, v); err != nil {
@@ -367,6 +384,12 @@ func (e *Element) Resolve(p *Project, paths Paths) (*Resolved, error) {
 		}
 	}
 	return r, nil
+}
+
+// leavesRoot reports whether p, a path taken relative to a root (build or install), has a
+// ".." component, which could climb out of it.
+func leavesRoot(p string) bool {
+	return slices.Contains(strings.Split(filepath.ToSlash(p), "/"), "..")
 }
 
 // CheckVariables expands every variable of the element, so that an undefined or cyclic

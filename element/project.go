@@ -81,6 +81,9 @@ func LoadProject(root string) (*Project, error) {
 	}); err != nil {
 		return nil, err
 	}
+	if err := doc.checkTables("variables", "environment", "pools"); err != nil {
+		return nil, err
+	}
 	if p.Name == "" {
 		return nil, &ProjectError{File: ProjectFile, Msg: "missing required key \"name\"", Hint: `add a line like name = "demo"`}
 	}
@@ -92,6 +95,9 @@ func LoadProject(root string) (*Project, error) {
 	}
 	if filepath.IsAbs(p.ElementPath) || strings.HasPrefix(filepath.Clean(p.ElementPath), "..") {
 		return nil, doc.valueError("element-path", "%q must be a directory inside the project", p.ElementPath)
+	}
+	if _, err := p.statInProject(p.ElementPath); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, doc.valueError("element-path", "%q reaches outside the project (through a symbolic link?): %v", p.ElementPath, err)
 	}
 	for name, n := range p.Pools {
 		if n < 1 {
@@ -111,7 +117,31 @@ func LoadProject(root string) (*Project, error) {
 	if err := checkVariableNames(doc, "variables", p.Variables); err != nil {
 		return nil, err
 	}
+	if err := checkEnvironment(doc, "environment", p.Environment); err != nil {
+		return nil, err
+	}
 	return p, nil
+}
+
+// readInProject reads the file at rel (relative to the project root) without leaving the
+// project: a symbolic link on the way that leads outside is refused by the kernel (os.Root).
+func (p *Project) readInProject(rel string) ([]byte, error) {
+	r, err := os.OpenRoot(p.Root)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	return r.ReadFile(rel)
+}
+
+// statInProject is os.Stat of rel inside the project root, with readInProject's rule.
+func (p *Project) statInProject(rel string) (fs.FileInfo, error) {
+	r, err := os.OpenRoot(p.Root)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	return r.Stat(rel)
 }
 
 // ElementDir is the absolute directory holding element files.

@@ -33,7 +33,6 @@ type Paths struct {
 // KeyPaths are the canonical paths (those seen inside the bwrap sandbox).
 var KeyPaths = Paths{BuildRoot: "/gantry/build", InstallRoot: "/gantry/install", Sysroot: "/", MaxJobs: "%{max-jobs}"}
 
-var varRef = regexp.MustCompile(`%\{([^}]*)\}`)
 var varNameRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]*$`)
 
 // VariableError is an undefined or cyclic variable; the caller adds which element and key.
@@ -70,19 +69,55 @@ func (v *Variables) Expand(s string) (string, error) {
 	return v.expand(s, nil)
 }
 
+// MaxExpandedSize bounds every expanded value (a variable, a command, an environment
+// value): doubling variables would otherwise grow exponentially. 1 MiB is far more than
+// any real command line (Linux caps one argument at 128 KiB).
+const MaxExpandedSize = 1 << 20
+
 func (v *Variables) expand(s string, stack []string) (string, error) {
-	var firstErr error
-	out := varRef.ReplaceAllStringFunc(s, func(m string) string {
-		if firstErr != nil {
-			return m
+	var b strings.Builder
+	for {
+		i := strings.Index(s, "%{")
+		if i < 0 {
+			break
 		}
-		val, err := v.lookup(m[2:len(m)-1], stack)
+		end := strings.IndexByte(s[i+2:], '}')
+		if end < 0 {
+			return "", &VariableError{Msg: fmt.Sprintf("unterminated variable reference %q: write %%{name}", truncate(s[i:], 40))}
+		}
+		b.WriteString(s[:i])
+		val, err := v.lookup(s[i+2:i+2+end], stack)
 		if err != nil {
-			firstErr = err
+			return "", err
 		}
-		return val
-	})
-	return out, firstErr
+		if b.Len()+len(val) > MaxExpandedSize {
+			return "", v.tooLarge(stack)
+		}
+		b.WriteString(val)
+		s = s[i+2+end+1:]
+	}
+	if b.Len()+len(s) > MaxExpandedSize {
+		return "", v.tooLarge(stack)
+	}
+	b.WriteString(s)
+	return b.String(), nil
+}
+
+// tooLarge names the variable being expanded (the innermost one) when a value passes
+// MaxExpandedSize.
+func (v *Variables) tooLarge(stack []string) error {
+	what := "the value"
+	if len(stack) > 0 {
+		what = "%{" + stack[len(stack)-1] + "}"
+	}
+	return &VariableError{Msg: fmt.Sprintf("%s expands to more than %d bytes (1 MiB, the limit for any expanded value): do variables refer to each other in a loop that doubles them?", what, MaxExpandedSize)}
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
 }
 
 func (v *Variables) lookup(name string, stack []string) (string, error) {
@@ -144,6 +179,20 @@ func checkVariableNames(doc *tomlDoc, table string, vars map[string]string) erro
 		}
 		if !varNameRE.MatchString(name) {
 			return doc.valueError(table+"."+name, "%q is not a valid variable name", name)
+		}
+	}
+	return nil
+}
+
+// checkEnvironment rejects names the process environment cannot hold: empty, or with
+// '=' or NUL; and values with NUL.
+func checkEnvironment(doc *tomlDoc, table string, env map[string]string) error {
+	for name, val := range env {
+		switch {
+		case name == "" || strings.ContainsAny(name, "=\x00"):
+			return doc.valueError(table+"."+name, "%q is not a valid environment variable name (it must be non-empty, without '=' or NUL)", name)
+		case strings.ContainsRune(val, 0):
+			return doc.valueError(table+"."+name, "the value contains a NUL byte, which the environment cannot hold")
 		}
 	}
 	return nil

@@ -3,6 +3,7 @@ package source
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -84,7 +85,11 @@ func (s *Spec) Describe() string {
 func (s *Spec) UniqueKey(projectRoot string) (string, error) {
 	switch s.Kind {
 	case Local, Patch:
-		h, err := HashPath(filepath.Join(projectRoot, s.Path))
+		p, err := ProjectPath(projectRoot, s.Path)
+		if err != nil {
+			return "", err
+		}
+		h, err := HashPath(p)
 		if err != nil {
 			return "", err
 		}
@@ -96,6 +101,22 @@ func (s *Spec) UniqueKey(projectRoot string) (string, error) {
 		return fmt.Sprintf("%s:%s@%s:dir=%s:base=%s:file=%s:x=%t:sub=%t:git=%t",
 			s.Kind, s.URL, s.Ref, s.Directory, s.BaseDir, s.Filename, s.Executable, s.Submodules, s.DotGit), nil
 	}
+}
+
+// ProjectPath returns the host path of p (relative to projectRoot) after checking that it
+// stays inside the project: no "..", and no symbolic link on the way that leads outside
+// (or is absolute), which the kernel enforces through os.Root. A path that does not exist
+// is returned as it is, for the caller's own error.
+func ProjectPath(projectRoot, p string) (string, error) {
+	r, err := os.OpenRoot(projectRoot)
+	if err != nil {
+		return "", fmt.Errorf("opening the project directory: %w", err)
+	}
+	defer r.Close()
+	if _, err := r.Stat(filepath.FromSlash(p)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("path %q reaches outside the project %s (through a symbolic link or '..'), which a source may not: %w", p, projectRoot, err)
+	}
+	return filepath.Join(projectRoot, filepath.FromSlash(p)), nil
 }
 
 // HashPath hashes a file or directory tree deterministically: relative paths, types, the

@@ -30,12 +30,19 @@ func Stage(ctx context.Context, s *Spec, o StageOptions) error {
 	}
 	switch s.Kind {
 	case Local:
-		if err := CopyTree(filepath.Join(o.ProjectRoot, filepath.FromSlash(s.Path)), dest); err != nil {
+		src, err := ProjectPath(o.ProjectRoot, s.Path)
+		if err != nil {
+			return fmt.Errorf("staging %s: %w", s.Describe(), err)
+		}
+		if err := CopyTree(src, dest); err != nil {
 			return fmt.Errorf("staging %s: %w", s.Describe(), err)
 		}
 		return nil
 	case Patch:
-		patch := filepath.Join(o.ProjectRoot, filepath.FromSlash(s.Path))
+		patch, err := ProjectPath(o.ProjectRoot, s.Path)
+		if err != nil {
+			return fmt.Errorf("applying %s: %w", s.Describe(), err)
+		}
 		cmd := exec.CommandContext(ctx, "patch", "-p"+strconv.Itoa(s.StripLevel), "--batch", "--forward", "-i", patch)
 		cmd.Dir, cmd.Stdout, cmd.Stderr = dest, o.Log, o.Log
 		if err := cmd.Run(); err != nil {
