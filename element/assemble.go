@@ -347,26 +347,37 @@ func firstLine(s string) string {
 }
 
 // importFiles moves the staged sources (config.source, default the whole build root)
-// into the artifact under config.target.
+// into the artifact under config.target. Both are resolved inside their roots by the
+// kernel (os.Root): a link staged by a source cannot lead the import out of them.
 func importFiles(spec *BuildSpec, buildDir, installDir string) error {
-	from := filepath.Join(buildDir, filepath.FromSlash(spec.Host.Source))
-	to := filepath.Join(installDir, filepath.FromSlash(spec.Bwrap.Target))
-	if !strings.HasPrefix(filepath.Clean(from)+"/", filepath.Clean(buildDir)+"/") {
-		return fmt.Errorf("config.source %q is outside the build root", spec.Host.Source)
-	}
-	if _, err := os.Stat(from); err != nil {
-		return fmt.Errorf("import: config.source %q: %w", spec.Host.Source, err)
-	}
-	if err := os.MkdirAll(to, 0o755); err != nil {
+	src, target := spec.Bwrap.Source, spec.Bwrap.Target
+	build, err := os.OpenRoot(buildDir)
+	if err != nil {
 		return &infraError{err}
 	}
-	return source.CopyTree(from, to)
+	defer build.Close()
+	rel := filepath.FromSlash(path.Clean("./" + src))
+	if _, err := build.Stat(rel); err != nil {
+		return fmt.Errorf("import: config.source %q: %w (it must be a path inside the build root, not through a link that leaves it)", src, err)
+	}
+	to, _, err := source.OpenDir(installDir, target)
+	if err != nil {
+		return fmt.Errorf("import: config.target %q: %w", target, err)
+	}
+	defer to.Close()
+	return source.CopyTree(filepath.Join(buildDir, rel), to, ".") // rel checked above: inside
 }
 
 // compose copies the staged dependencies, filtered by include and exclude globs, into
 // the artifact. Globs match paths relative to the root; "dir/**" matches below dir.
+// Writes go through an os.Root of the install root; links are copied, never followed.
 func compose(spec *BuildSpec, sysroot, installDir string) error {
 	inc, exc := spec.Host.Include, spec.Host.Exclude
+	out, err := os.OpenRoot(installDir)
+	if err != nil {
+		return &infraError{err}
+	}
+	defer out.Close()
 	return filepath.WalkDir(sysroot, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || p == sysroot {
 			return err
@@ -379,11 +390,7 @@ func compose(spec *BuildSpec, sysroot, installDir string) error {
 		if (len(inc) > 0 && !matchAny(inc, rel)) || matchAny(exc, rel) {
 			return nil
 		}
-		target := filepath.Join(installDir, filepath.FromSlash(rel))
-		if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
-			return err
-		}
-		return source.CopyTree(p, filepath.Dir(target)) // keeps the mode or symlink
+		return source.CopyTree(p, out, filepath.FromSlash(path.Dir(rel))) // keeps the mode or symlink
 	})
 }
 

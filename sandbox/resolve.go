@@ -46,11 +46,16 @@ func checkShell(sysroot string) error {
 	if sysroot == "" {
 		return errors.New("no sysroot")
 	}
-	p, err := resolveInRoot(sysroot, "/bin/sh")
+	root, err := os.OpenRoot(sysroot)
 	if err != nil {
 		return fmt.Errorf("no /bin/sh: %w", err)
 	}
-	fi, err := os.Stat(p)
+	defer root.Close()
+	p, err := resolveIn(root, "/bin/sh")
+	if err != nil {
+		return fmt.Errorf("no /bin/sh: %w", err)
+	}
+	fi, err := root.Stat(p)
 	if err != nil {
 		return fmt.Errorf("no /bin/sh: %w", err)
 	}
@@ -67,6 +72,23 @@ const maxSymlinks = 40
 // with every symlink resolved as if root were /: absolute targets start again
 // at root, and ".." never leaves it.
 func resolveInRoot(root, name string) (string, error) {
+	r, err := os.OpenRoot(root)
+	if err != nil {
+		return "", err
+	}
+	defer r.Close()
+	rel, err := resolveIn(r, name)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(root, rel), nil
+}
+
+// resolveIn is resolveInRoot's walk, returning a path relative to root. It reads the
+// tree only through root (os.Root), so even a tree changing underneath cannot lead it
+// outside; os.Root alone would refuse the absolute links every sysroot has (/bin/sh ->
+// /bin/busybox), which here mean "from the sysroot's top", as they do inside bwrap.
+func resolveIn(root *os.Root, name string) (string, error) {
 	cur := "/" // resolved so far, inside root
 	rest := strings.Split(name, "/")
 	links := 0
@@ -81,8 +103,8 @@ func resolveInRoot(root, name string) (string, error) {
 			continue
 		}
 		next := path.Join(cur, part)
-		host := filepath.Join(root, filepath.FromSlash(next))
-		fi, err := os.Lstat(host)
+		rel := filepath.FromSlash(strings.TrimPrefix(next, "/"))
+		fi, err := root.Lstat(rel)
 		if err != nil {
 			return "", err
 		}
@@ -93,7 +115,7 @@ func resolveInRoot(root, name string) (string, error) {
 		if links++; links > maxSymlinks {
 			return "", fmt.Errorf("%s: too many levels of symbolic links", name)
 		}
-		target, err := os.Readlink(host)
+		target, err := root.Readlink(rel)
 		if err != nil {
 			return "", err
 		}
@@ -102,7 +124,7 @@ func resolveInRoot(root, name string) (string, error) {
 		}
 		rest = append(strings.Split(target, "/"), rest...)
 	}
-	return filepath.Join(root, filepath.FromSlash(cur)), nil
+	return filepath.FromSlash("." + cur), nil
 }
 
 // The bwrap probe runs once per process; its result cannot change while

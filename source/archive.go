@@ -84,9 +84,6 @@ func (x *xzProcess) Close() error {
 // errEscape is a path that would leave the staging directory.
 var errEscape = errors.New("path escapes the staging directory")
 
-// errLoop is a path through too many symbolic links.
-var errLoop = errors.New("too many levels of symbolic links")
-
 // memberError names the archive member that was refused or failed.
 type memberError struct {
 	name string
@@ -100,12 +97,16 @@ func (e *memberError) Unwrap() error { return e.err }
 // everything; "*" strips the top-level directory if the archive has exactly one; any
 // other value (a path, or a glob matched against the archive's directories, first match
 // in sorted order) extracts only that directory's contents. open is called twice when
-// baseDir needs a look at the whole archive first.
+// baseDir needs a look at the whole archive first. limit caps the bytes of file content
+// written (0: DefaultMaxUnpacked).
 //
-// Invariant: nothing is written outside dest. Members with absolute paths or "..",
-// symbolic links whose target resolves outside dest, hard links to outside and device or
-// fifo files are refused with an error naming the member.
-func extractTar(ctx context.Context, open func() (io.ReadCloser, error), dest, baseDir string) error {
+// Invariant: nothing is written outside dest. Every write goes through dest (an
+// os.Root), so the kernel refuses a path through a symbolic link that leaves it. Symbolic
+// links themselves are data and are kept as they are, absolute ones too (a sysroot's
+// lib64/ld-linux-x86-64.so.2 -> /lib/…); extraction never follows one out of dest.
+// Members with absolute paths or "..", hard links to outside and device or fifo files
+// are refused with an error naming the member.
+func extractTar(ctx context.Context, open func() (io.ReadCloser, error), dest *os.Root, baseDir string, limit int64) error {
 	prefix := ""
 	if baseDir != "" {
 		var err error
@@ -117,15 +118,15 @@ func extractTar(ctx context.Context, open func() (io.ReadCloser, error), dest, b
 	if err != nil {
 		return err
 	}
-	x := &extractor{root: dest}
+	if limit <= 0 {
+		limit = DefaultMaxUnpacked
+	}
+	x := &extractor{root: dest, left: limit, limit: limit}
 	if err := x.extract(ctx, tar.NewReader(rc), prefix); err != nil {
 		rc.Close()
 		return err
 	}
-	if err := rc.Close(); err != nil {
-		return err
-	}
-	return x.checkSymlinks()
+	return rc.Close()
 }
 
 // memberPath cleans a member name, refusing absolute paths and "..". It returns "." for
@@ -212,11 +213,15 @@ func findBaseDir(open func() (io.ReadCloser, error), baseDir string) (string, er
 	return "", fmt.Errorf("base-dir %q matches no directory in the archive (top-level entries: %s)", baseDir, strings.Join(topNames, ", "))
 }
 
-// extractor writes members under root, resolving symbolic links itself so that no write
-// goes through a link to outside root.
+// DefaultMaxUnpacked caps what one archive may unpack to (the sum of its files' sizes):
+// a decompression bomb fails with a clear error instead of filling the disk. Real SDK
+// tarballs are a few GiB.
+const DefaultMaxUnpacked int64 = 32 << 30
+
+// extractor writes members under root; the kernel keeps every write inside it.
 type extractor struct {
-	root     string
-	symlinks []string // created links, relative to root, checked again at the end
+	root        *os.Root
+	left, limit int64 // bytes of file content still allowed, and the cap
 }
 
 func (x *extractor) extract(ctx context.Context, tr *tar.Reader, prefix string) error {
@@ -266,166 +271,101 @@ func (x *extractor) member(h *tar.Header, r io.Reader, prefix string) error {
 	if !ok {
 		return nil
 	}
-	if h.Typeflag == tar.TypeSymlink {
-		if err := x.checkLinkTarget(path.Dir(rel), h.Linkname); err != nil {
-			return fmt.Errorf("symbolic link to %q: %w", h.Linkname, err)
-		}
+	if h.Typeflag == tar.TypeSymlink && h.Linkname == "" {
+		return fmt.Errorf("symbolic link with an empty target")
 	}
-	parent, err := x.resolve(path.Dir(rel), true)
-	if err != nil {
-		return err
+	if err := x.root.MkdirAll(path.Dir(rel), 0o755); err != nil {
+		return escapeError(err)
 	}
-	if err := os.MkdirAll(parent, 0o755); err != nil {
-		return err
-	}
-	target := filepath.Join(parent, path.Base(rel))
 	mode := fs.FileMode(h.Mode) & fs.ModePerm
-
-	existing, err := os.Lstat(target)
-	switch {
-	case err == nil && existing.IsDir() && h.Typeflag == tar.TypeDir:
-		return os.Chmod(target, mode|0o700)
-	case err == nil && existing.IsDir():
-		return fmt.Errorf("%s is a directory already", target)
-	case err == nil:
-		if err := os.Remove(target); err != nil {
-			return err
+	if done, err := x.clear(rel, h.Typeflag == tar.TypeDir); done || err != nil {
+		if done && err == nil {
+			err = x.root.Chmod(rel, mode|0o700)
 		}
-	case !os.IsNotExist(err):
-		return err
+		return escapeError(err)
 	}
 
 	switch h.Typeflag {
 	case tar.TypeDir:
-		if err := os.Mkdir(target, 0o755); err != nil {
-			return err
+		if err := x.root.Mkdir(rel, mode|0o700); err != nil { // writable by us: later members go inside
+			return escapeError(err)
 		}
-		return os.Chmod(target, mode|0o700) // writable by us: later members go inside
+		return x.root.Chmod(rel, mode|0o700)
 	case tar.TypeSymlink:
-		if err := os.Symlink(h.Linkname, target); err != nil {
-			return err
-		}
-		relTarget, _ := filepath.Rel(x.root, target)
-		x.symlinks = append(x.symlinks, filepath.ToSlash(relTarget))
-		return nil
+		return x.root.Symlink(h.Linkname, rel) // kept as it is, never followed here
 	case tar.TypeLink:
-		return x.hardLink(h.Linkname, prefix, target)
+		return x.hardLink(h.Linkname, prefix, rel)
 	}
-	f, err := os.OpenFile(target, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if h.Size > x.left {
+		return fmt.Errorf("the archive unpacks to more than %d bytes, the limit (a decompression bomb? raise GANTRY_MAX_UNPACKED_SIZE if it is genuine)", x.limit)
+	}
+	f, err := x.root.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
-		return err
+		return escapeError(err)
 	}
-	if _, err := io.Copy(f, r); err != nil {
-		f.Close()
-		return err
+	n, err := io.Copy(f, io.LimitReader(r, x.left+1))
+	x.left -= n
+	if err == nil && x.left < 0 {
+		err = fmt.Errorf("the archive unpacks to more than %d bytes, the limit", x.limit)
 	}
-	if err := f.Chmod(mode | 0o600); err != nil { // exec bits kept; always ours to read and patch
-		f.Close()
-		return err
+	if err == nil {
+		err = f.Chmod(mode | 0o600) // exec bits kept; always ours to read and patch
 	}
-	if err := f.Close(); err != nil {
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
 		return err
 	}
 	// Keep the archive's times: make compares them (a configure older than configure.ac
 	// would run autoconf).
-	return os.Chtimes(target, h.ModTime, h.ModTime)
+	return x.root.Chtimes(rel, h.ModTime, h.ModTime)
 }
 
-func (x *extractor) hardLink(linkname, prefix, target string) error {
+// clear makes room for a member at rel: an existing file or link is removed (a link is
+// replaced, never written through). done is true when rel is a directory already and the
+// member is one too.
+func (x *extractor) clear(rel string, isDir bool) (done bool, err error) {
+	existing, err := x.root.Lstat(rel)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return false, nil
+	case err != nil:
+		return false, err
+	case existing.IsDir() && isDir:
+		return true, nil
+	case existing.IsDir():
+		return false, fmt.Errorf("%s is a directory already", rel)
+	}
+	return false, x.root.Remove(rel)
+}
+
+func (x *extractor) hardLink(linkname, prefix, rel string) error {
 	lp, err := memberPath(linkname)
 	if err != nil {
 		return fmt.Errorf("hard link to %q: %w", linkname, err)
 	}
-	rel, ok := strip(lp, prefix)
+	src, ok := strip(lp, prefix)
 	if !ok {
 		return fmt.Errorf("hard link to %q, which is outside base-dir %q", linkname, prefix)
 	}
-	src, err := x.resolve(rel, true)
+	info, err := x.root.Lstat(src)
 	if err != nil {
-		return fmt.Errorf("hard link to %q: %w", linkname, err)
-	}
-	info, err := os.Lstat(src)
-	if err != nil {
-		return fmt.Errorf("hard link to %q: the target is not extracted (it must come earlier in the archive)", linkname)
+		if errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("hard link to %q: the target is not extracted (it must come earlier in the archive)", linkname)
+		}
+		return fmt.Errorf("hard link to %q: %w", linkname, escapeError(err))
 	}
 	if !info.Mode().IsRegular() {
 		return fmt.Errorf("hard link to %q, which is not a regular file", linkname)
 	}
-	return os.Link(src, target)
+	return x.root.Link(src, rel)
 }
 
-// checkLinkTarget refuses a symbolic link in dir (relative to root) whose target leaves
-// root, following the links that exist so far.
-func (x *extractor) checkLinkTarget(dir, linkname string) error {
-	if linkname == "" {
-		return fmt.Errorf("empty target")
-	}
-	if strings.HasPrefix(linkname, "/") {
-		return fmt.Errorf("absolute target: %w", errEscape)
-	}
-	_, err := x.resolve(dir+"/"+linkname, true)
-	if errors.Is(err, errLoop) {
-		return nil // cannot be followed anywhere
+// escapeError words os.Root's refusal of a path through a link that leaves the root.
+func escapeError(err error) error {
+	if err != nil && strings.Contains(err.Error(), "path escapes from parent") {
+		return fmt.Errorf("%w: it goes through a symbolic link that leads out (%v)", errEscape, err)
 	}
 	return err
-}
-
-// checkSymlinks checks every created link again, now that the tree is complete: a link
-// checked early may lead through links created later.
-func (x *extractor) checkSymlinks() error {
-	for _, l := range x.symlinks {
-		if _, err := x.resolve(l, true); err != nil && !errors.Is(err, errLoop) {
-			p := filepath.Join(x.root, filepath.FromSlash(l))
-			target, _ := os.Readlink(p)
-			os.Remove(p) // leave no way out behind
-			return &memberError{l, fmt.Errorf("symbolic link to %q: %w", target, err)}
-		}
-	}
-	return nil
-}
-
-// resolve returns the host path of rel (slash-separated, relative to root), following the
-// symbolic links that exist below root; components that do not exist are taken as they
-// are. followLast says whether a link in the last component is followed. It fails with
-// errEscape when the path would leave root.
-func (x *extractor) resolve(rel string, followLast bool) (string, error) {
-	var done []string
-	todo := strings.Split(rel, "/")
-	hops := 0
-	for len(todo) > 0 {
-		c := todo[0]
-		todo = todo[1:]
-		switch c {
-		case "", ".":
-			continue
-		case "..":
-			if len(done) == 0 {
-				return "", errEscape
-			}
-			done = done[:len(done)-1]
-			continue
-		}
-		if len(todo) == 0 && !followLast {
-			done = append(done, c)
-			break
-		}
-		p := filepath.Join(x.root, filepath.Join(done...), c)
-		info, err := os.Lstat(p)
-		if err != nil || info.Mode()&fs.ModeSymlink == 0 {
-			done = append(done, c)
-			continue
-		}
-		if hops++; hops > 40 {
-			return "", errLoop
-		}
-		target, err := os.Readlink(p)
-		if err != nil {
-			return "", err
-		}
-		if filepath.IsAbs(target) {
-			return "", fmt.Errorf("through the link %s to %s: %w", filepath.Join(done...), target, errEscape)
-		}
-		todo = append(strings.Split(target, "/"), todo...)
-	}
-	return filepath.Join(x.root, filepath.Join(done...)), nil
 }

@@ -134,17 +134,19 @@ func TestRefusedMembers(t *testing.T) {
 		{name: "absolute path", members: []member{file("/tmp/gantry-absolute-evil", "x")},
 			refused: "/tmp/gantry-absolute-evil", reason: "absolute"},
 		{name: "symlink escape then write through it", members: []member{symlink("link", "../../etc"), file("link/passwd", "root::0:0")},
-			refused: "link", reason: "escapes", outside: "etc/passwd"},
-		{name: "absolute symlink", members: []member{symlink("link", "/etc")},
-			refused: "link", reason: "absolute"},
-		{name: "symlink chain escape", members: []member{
-			dir("deep/"), dir("deep/a/"), dir("deep/a/b/"),
-			symlink("x", "deep/a/b/s/.."), symlink("deep/a/b/s", "../../.."),
-		}, refused: "x", reason: "escapes"},
+			refused: "link/passwd", reason: "escapes", outside: "etc/passwd"},
 		{name: "write through a chain", members: []member{
 			dir("deep/"), dir("deep/a/"), dir("deep/a/b/"),
 			symlink("deep/a/b/s", "../../.."), symlink("x", "deep/a/b/s/.."), file("x/pwned", "x"),
-		}, refused: "x", reason: "escapes", outside: "build/pwned"},
+		}, refused: "x/pwned", reason: "escapes", outside: "build/pwned"},
+		{name: "write through an absolute link", members: []member{symlink("lib64", "/tmp"), file("lib64/gantry-evil", "x")},
+			refused: "lib64/gantry-evil", reason: "escapes"},
+		{name: "directory under an absolute link", members: []member{symlink("etc", "/etc"), dir("etc/gantry-evil/")},
+			refused: "etc/gantry-evil/", reason: "escapes"},
+		{name: "replace a link's target through it", members: []member{symlink("up", ".."), symlink("up/evil", "/etc")},
+			refused: "up/evil", reason: "escapes", outside: "build/evil"},
+		{name: "hard link through an absolute link", members: []member{symlink("l", "/etc"), hardlink("hl", "l/passwd")},
+			refused: "hl", reason: "escapes"},
 		{name: "hard link outside", members: []member{hardlink("hl", "../outside")},
 			refused: "hl", reason: "escapes"},
 		{name: "hard link absolute", members: []member{hardlink("hl", "/etc/passwd")},
@@ -176,8 +178,10 @@ func TestRefusedMembers(t *testing.T) {
 					}
 				}
 			}
-			if _, err := os.Lstat("/tmp/gantry-absolute-evil"); err == nil {
-				t.Error("an absolute member was written")
+			for _, p := range []string{"/tmp/gantry-absolute-evil", "/tmp/gantry-evil", "/etc/gantry-evil"} {
+				if _, err := os.Lstat(p); err == nil {
+					t.Errorf("%s was written", p)
+				}
 			}
 		})
 	}
@@ -198,6 +202,110 @@ func TestInternalLinksAllowed(t *testing.T) {
 	want := "current->v1 dangling->not-there lib/ lib/libfoo-copy=ELF lib/libfoo.so->libfoo.so.1 lib/libfoo.so.1=ELF self->self up-and-back->lib/../v1 v1/ v1/data=D"
 	if got != want {
 		t.Errorf("staged\n%s\nwant\n%s", got, want)
+	}
+}
+
+// TestSymlinksKept: symbolic links are data. Absolute ones (every sysroot has
+// lib64/ld-linux-x86-64.so.2 -> /lib/…) and relative ones pointing out are staged
+// exactly as they are, as BuildStream's tests/sources/tar.py::test_symlinks expects;
+// only writing through them is refused (TestRefusedMembers).
+func TestSymlinksKept(t *testing.T) {
+	archive := makeTar(t,
+		dir("sysroot/"), dir("sysroot/lib64/"),
+		symlink("sysroot/lib64/ld-linux-x86-64.so.2", "/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2"),
+		symlink("sysroot/etc", "/etc"),
+		symlink("sysroot/up", "../../.."),
+		dir("sysroot/deep/"), dir("sysroot/deep/a/"),
+		symlink("sysroot/x", "deep/a/s/.."), symlink("sysroot/deep/a/s", "../../.."))
+	for _, baseDir := range []string{"", "*"} {
+		dest, err := stageArchive(t, archive, baseDir)
+		if err != nil {
+			t.Fatalf("base-dir %q: %v", baseDir, err)
+		}
+		got := strings.Join(listTree(t, dest), " ")
+		want := "deep/ deep/a/ deep/a/s->../../.. etc->/etc lib64/ lib64/ld-linux-x86-64.so.2->/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2 up->../../.. x->deep/a/s/.."
+		if baseDir == "" {
+			want = "sysroot/ sysroot/" + strings.ReplaceAll(want, " ", " sysroot/")
+		}
+		if got != want {
+			t.Errorf("base-dir %q: staged\n%s\nwant\n%s", baseDir, got, want)
+		}
+	}
+}
+
+// TestStageThroughEarlierLinks: a link that an earlier source staged cannot lead a later
+// source's writes outside the build root: not as its directory, not as a path inside a
+// local source, not as the file a remote source writes.
+func TestStageThroughEarlierLinks(t *testing.T) {
+	root := t.TempDir()
+	outside := filepath.Join(root, "outside")
+	project := filepath.Join(root, "project")
+	build := filepath.Join(root, "build")
+	for _, d := range []string{outside, filepath.Join(project, "links"), filepath.Join(project, "tree", "d"), filepath.Join(project, "flat")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.Symlink(outside, filepath.Join(project, "links", "d"))
+	os.Symlink(outside, filepath.Join(project, "links", "abs"))
+	os.Symlink("../../outside", filepath.Join(project, "links", "rel"))
+	os.WriteFile(filepath.Join(project, "tree", "d", "x"), []byte("x"), 0o644)
+	os.WriteFile(filepath.Join(project, "flat", "f"), []byte("f"), 0o644)
+	o := StageOptions{ProjectRoot: project, SourcesDir: filepath.Join(root, "sources"), BuildRoot: build}
+	if err := Stage(context.Background(), &Spec{Kind: Local, Path: "links"}, o); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []*Spec{
+		{Kind: Local, Path: "flat", Directory: "d"},     // into the link
+		{Kind: Local, Path: "flat", Directory: "rel/x"}, // below a relative link out
+		{Kind: Local, Path: "tree"},                     // d/x through the link
+		{Kind: Local, Path: "flat", Directory: "abs"},
+	} {
+		err := Stage(context.Background(), s, o)
+		if err == nil || !strings.Contains(err.Error(), "escapes") {
+			t.Errorf("staging %s into %q: want a refusal, got %v", s.Path, s.Directory, err)
+		}
+	}
+	if entries, _ := os.ReadDir(outside); len(entries) != 0 {
+		t.Errorf("staging wrote outside the build root: %v", entries)
+	}
+	if _, err := os.Stat(filepath.Join(root, "x")); err == nil {
+		t.Error("staging wrote through a relative link")
+	}
+}
+
+// TestUnpackLimit: an archive that unpacks past the cap (a decompression bomb: a few KiB
+// of gzip, megabytes of zeros) is refused, naming the member that passed it; the cap
+// comes from StageOptions or GANTRY_MAX_UNPACKED_SIZE.
+func TestUnpackLimit(t *testing.T) {
+	zeros := strings.Repeat("\x00", 4<<20)
+	bomb := gzipped(t, makeTar(t, file("a", zeros), file("b", zeros)))
+	if len(bomb) > 64<<10 {
+		t.Fatalf("the bomb is %d bytes compressed", len(bomb))
+	}
+	root := t.TempDir()
+	sources := filepath.Join(root, "sources")
+	os.MkdirAll(filepath.Join(sources, "files"), 0o755)
+	os.WriteFile(filepath.Join(sources, "files", sha(bomb)), bomb, 0o444)
+	build := filepath.Join(root, "build")
+	s := &Spec{Kind: Tar, URL: "file:///bomb.tar.gz", Ref: sha(bomb)}
+	err := Stage(context.Background(), s, StageOptions{SourcesDir: sources, BuildRoot: build, MaxUnpacked: 6 << 20})
+	if err == nil || !strings.Contains(err.Error(), `tar member "b"`) || !strings.Contains(err.Error(), "more than 6291456 bytes") {
+		t.Fatalf("want a refusal of member b past the limit, got %v", err)
+	}
+	t.Setenv("GANTRY_MAX_UNPACKED_SIZE", "5M")
+	err = Stage(context.Background(), s, StageOptions{SourcesDir: sources, BuildRoot: filepath.Join(root, "b1")})
+	if err == nil || !strings.Contains(err.Error(), "more than 5242880 bytes") {
+		t.Fatalf("want a refusal past GANTRY_MAX_UNPACKED_SIZE, got %v", err)
+	}
+	t.Setenv("GANTRY_MAX_UNPACKED_SIZE", "lots")
+	err = Stage(context.Background(), s, StageOptions{SourcesDir: sources, BuildRoot: filepath.Join(root, "b1")})
+	if err == nil || !strings.Contains(err.Error(), "GANTRY_MAX_UNPACKED_SIZE") {
+		t.Fatalf("want an error naming the variable, got %v", err)
+	}
+	// Under the limit the same archive stages.
+	if err := Stage(context.Background(), s, StageOptions{SourcesDir: sources, BuildRoot: filepath.Join(root, "b2"), MaxUnpacked: 8 << 20}); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -319,15 +319,12 @@ func stageSubmodules(ctx context.Context, run gitRun, sourcesDir, mirror, url, r
 	if err != nil {
 		return err
 	}
-	root := &extractor{root: dest}
 	for _, sub := range subs {
-		subDest, err := root.resolve(sub.path, true)
+		subRoot, subDest, err := OpenDir(dest, sub.path)
 		if err != nil {
 			return fmt.Errorf("submodule %s: %w", sub.path, err)
 		}
-		if err := os.MkdirAll(subDest, 0o755); err != nil {
-			return err
-		}
+		subRoot.Close() // only its path is needed: git writes there
 		m := mirrorPath(sourcesDir, sub.url)
 		if !hasCommit(ctx, m, sub.commit) {
 			return fmt.Errorf("submodule %s: commit %s of %s is not in the source cache; run `gantry fetch` first", sub.path, sub.commit, redactURL(sub.url))

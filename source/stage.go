@@ -2,6 +2,7 @@ package source
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -12,6 +13,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/gantry-build/gantry/cache"
 )
 
 // StageOptions says where a source is staged from and to.
@@ -20,21 +23,25 @@ type StageOptions struct {
 	SourcesDir  string    // the source cache (cache/sources)
 	BuildRoot   string    // the build directory; Spec.Directory is relative to it
 	Log         io.Writer // command output
+	MaxUnpacked int64     // cap on what one archive unpacks to; 0: DefaultMaxUnpacked
 }
 
-// Stage puts the source into the build root.
+// Stage puts the source into the build root, at s.Directory. Every path it writes is
+// resolved inside the build root by the kernel (os.Root): a symbolic link that an earlier
+// source (or this one) created cannot lead a write outside.
 func Stage(ctx context.Context, s *Spec, o StageOptions) error {
-	dest := filepath.Join(o.BuildRoot, filepath.FromSlash(s.Directory))
-	if err := os.MkdirAll(dest, 0o755); err != nil {
-		return fmt.Errorf("staging %s: %w", s.Describe(), err)
+	root, dest, err := OpenDir(o.BuildRoot, s.Directory)
+	if err != nil {
+		return fmt.Errorf("staging %s into directory %q: %w", s.Describe(), s.Directory, err)
 	}
+	defer root.Close()
 	switch s.Kind {
 	case Local:
 		src, err := ProjectPath(o.ProjectRoot, s.Path)
 		if err != nil {
 			return fmt.Errorf("staging %s: %w", s.Describe(), err)
 		}
-		if err := CopyTree(src, dest); err != nil {
+		if err := CopyTree(src, root, "."); err != nil {
 			return fmt.Errorf("staging %s: %w", s.Describe(), err)
 		}
 		return nil
@@ -50,12 +57,12 @@ func Stage(ctx context.Context, s *Spec, o StageOptions) error {
 		}
 		return nil
 	case Tar:
-		if err := stageTar(ctx, s, o, dest); err != nil {
+		if err := stageTar(ctx, s, o, root); err != nil {
 			return fmt.Errorf("staging %s: %w", s.Describe(), err)
 		}
 		return nil
 	case Remote:
-		if err := stageRemote(s, o, dest); err != nil {
+		if err := stageRemote(s, o, root); err != nil {
 			return fmt.Errorf("staging %s: %w", s.Describe(), err)
 		}
 		return nil
@@ -68,9 +75,32 @@ func Stage(ctx context.Context, s *Spec, o StageOptions) error {
 	return fmt.Errorf("staging %s: unknown source kind %q", s.Describe(), s.Kind)
 }
 
+// OpenDir makes base and dir (slash-separated, relative to base; "" is base) and returns an
+// os.Root for it and its host path, for tools that take a path (patch, git). A symbolic
+// link on the way that leaves base, or is absolute, is refused by the kernel.
+func OpenDir(base, dir string) (*os.Root, string, error) {
+	if err := os.MkdirAll(base, 0o755); err != nil { // base is gantry's own
+		return nil, "", err
+	}
+	r, err := os.OpenRoot(base)
+	if err != nil {
+		return nil, "", err
+	}
+	defer r.Close()
+	rel := filepath.FromSlash(path.Clean("./" + dir))
+	if err := r.MkdirAll(rel, 0o755); err != nil {
+		return nil, "", escapeError(err)
+	}
+	sub, err := r.OpenRoot(rel)
+	if err != nil {
+		return nil, "", escapeError(err)
+	}
+	return sub, filepath.Join(base, rel), nil
+}
+
 // stageTar extracts the cached archive into dest (see extractTar for base-dir and for
 // what is refused).
-func stageTar(ctx context.Context, s *Spec, o StageOptions, dest string) error {
+func stageTar(ctx context.Context, s *Spec, o StageOptions, dest *os.Root) error {
 	f, err := openCachedFile(o.SourcesDir, s)
 	if err != nil {
 		return err
@@ -82,12 +112,33 @@ func stageTar(ctx context.Context, s *Spec, o StageOptions, dest string) error {
 		}
 		return decompress(ctx, f)
 	}
-	return extractTar(ctx, open, dest, s.BaseDir)
+	limit, err := o.unpackLimit()
+	if err != nil {
+		return err
+	}
+	return extractTar(ctx, open, dest, s.BaseDir, limit)
+}
+
+// unpackLimit is o.MaxUnpacked, else $GANTRY_MAX_UNPACKED_SIZE (cache.ParseSize: "500M",
+// "10G"), else DefaultMaxUnpacked.
+func (o StageOptions) unpackLimit() (int64, error) {
+	if o.MaxUnpacked > 0 {
+		return o.MaxUnpacked, nil
+	}
+	v := os.Getenv("GANTRY_MAX_UNPACKED_SIZE")
+	if v == "" {
+		return DefaultMaxUnpacked, nil
+	}
+	n, ok := cache.ParseSize(v)
+	if !ok {
+		return 0, fmt.Errorf("GANTRY_MAX_UNPACKED_SIZE %q: want a size like 500M, 10G or 2T", v)
+	}
+	return n, nil
 }
 
 // stageRemote copies the cached file to dest/filename (default: the url's last path
 // element), mode 0755 when executable, else 0644.
-func stageRemote(s *Spec, o StageOptions, dest string) error {
+func stageRemote(s *Spec, o StageOptions, dest *os.Root) error {
 	name := s.Filename
 	if name == "" {
 		name = remoteFilename(s.URL)
@@ -104,12 +155,11 @@ func stageRemote(s *Spec, o StageOptions, dest string) error {
 	if s.Executable {
 		mode = 0o755
 	}
-	target := filepath.Join(dest, name)
-	if info, err := os.Lstat(target); err == nil && info.IsDir() {
-		return fmt.Errorf("%s is a directory", target)
+	if info, err := dest.Lstat(name); err == nil && info.IsDir() {
+		return fmt.Errorf("%s is a directory", name)
 	}
-	os.Remove(target) // a symlink there is replaced, not written through
-	out, err := os.OpenFile(target, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	dest.Remove(name) // a symlink there is replaced, not written through
+	out, err := dest.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return err
 	}
@@ -137,52 +187,63 @@ func remoteFilename(rawURL string) string {
 	return path.Base(strings.TrimRight(p, "/"))
 }
 
-// CopyTree copies src (a file or directory) into dir dst, keeping modes and symlinks.
-// Existing files in dst are overwritten.
-func CopyTree(src, dst string) error {
+// CopyTree copies src (a host file or directory) into dir of dst ("." for its top),
+// keeping modes and symbolic links. Links below src are copied as links, never
+// followed; every write goes through dst, so a link created earlier (by an earlier
+// source, or by this copy) cannot lead a write out of it. Existing files are replaced.
+func CopyTree(src string, dst *os.Root, dir string) error {
 	info, err := os.Lstat(src)
 	if err != nil {
 		return err
 	}
 	if !info.IsDir() {
-		return copyEntry(src, filepath.Join(dst, filepath.Base(src)), info)
+		if err := dst.MkdirAll(dir, 0o755); err != nil {
+			return escapeError(err)
+		}
+		return copyEntry(src, dst, filepath.Join(dir, filepath.Base(src)), info)
 	}
 	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
 		rel, _ := filepath.Rel(src, p)
-		target := filepath.Join(dst, rel)
+		target := filepath.Join(dir, rel)
 		info, err := d.Info()
 		if err != nil {
 			return err
 		}
 		if d.IsDir() {
-			return os.MkdirAll(target, info.Mode().Perm()|0o700)
+			return escapeError(dst.MkdirAll(target, info.Mode().Perm()|0o700))
 		}
-		return copyEntry(p, target, info)
+		return copyEntry(p, dst, target, info)
 	})
 }
 
-func copyEntry(src, dst string, info fs.FileInfo) error {
+// copyEntry copies the file or link src to name in dst, replacing what is there.
+func copyEntry(src string, dst *os.Root, name string, info fs.FileInfo) error {
+	if existing, err := dst.Lstat(name); err == nil && !existing.IsDir() {
+		if err := dst.Remove(name); err != nil {
+			return err
+		}
+	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return escapeError(err)
+	}
 	switch {
 	case info.Mode()&fs.ModeSymlink != 0:
 		link, err := os.Readlink(src)
 		if err != nil {
 			return err
 		}
-		os.Remove(dst)
-		return os.Symlink(link, dst)
+		return dst.Symlink(link, name)
 	case info.Mode().IsRegular():
 		in, err := os.Open(src)
 		if err != nil {
 			return err
 		}
 		defer in.Close()
-		os.Remove(dst)
-		out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, info.Mode().Perm())
+		out, err := dst.OpenFile(name, os.O_CREATE|os.O_WRONLY|os.O_EXCL, info.Mode().Perm())
 		if err != nil {
-			return err
+			return escapeError(err)
 		}
 		if _, err := io.Copy(out, in); err != nil {
 			out.Close()
