@@ -69,13 +69,39 @@ func NewBuildSpec(g *Graph, e *Element, cacheDir, workDir, sandboxKind string, m
 		Sysroot: filepath.Join(workDir, "sysroot"), MaxJobs: jobs}
 	bwrap := Paths{BuildRoot: SandboxBuildRoot, InstallRoot: SandboxInstallRoot, Sysroot: "/", MaxJobs: jobs}
 	var err error
-	if spec.Host, err = e.Resolve(g.Project, host); err != nil {
+	if spec.Host, err = resolveHost(g.Project, e, host); err != nil {
 		return nil, err
 	}
 	if spec.Bwrap, err = e.Resolve(g.Project, bwrap); err != nil {
 		return nil, err
 	}
 	return spec, nil
+}
+
+// Host commands reach the host paths through these environment variables: the paths
+// (under the cache directory, which the user names) are never spliced into `sh -c` text,
+// where a directory named `c$(touch x)` would run. "${GANTRY_INSTALL_ROOT}" expands to
+// exactly the path, inside double quotes or without.
+var hostPathVars = Paths{BuildRoot: "${GANTRY_BUILD_ROOT}", InstallRoot: "${GANTRY_INSTALL_ROOT}", Sysroot: "${GANTRY_SYSROOT}"}
+
+// resolveHost expands e for the host sandbox: commands refer to the paths through
+// hostPathVars, the environment holds the paths themselves (and those variables).
+func resolveHost(p *Project, e *Element, host Paths) (*Resolved, error) {
+	refs := hostPathVars
+	refs.MaxJobs = host.MaxJobs
+	r, err := e.Resolve(p, refs)
+	if err != nil {
+		return nil, err
+	}
+	withPaths, err := e.Resolve(p, host)
+	if err != nil {
+		return nil, err
+	}
+	r.Env = withPaths.Env
+	r.Env["GANTRY_BUILD_ROOT"] = host.BuildRoot
+	r.Env["GANTRY_INSTALL_ROOT"] = host.InstallRoot
+	r.Env["GANTRY_SYSROOT"] = host.Sysroot
+	return r, nil
 }
 
 // Assemble is the child side of a build job: stage, run the kind's commands, collect
