@@ -1,0 +1,92 @@
+package element
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// importDirs makes a build root, an install root and an outside directory that nothing
+// may touch, side by side.
+func importDirs(t *testing.T) (build, install, outside string) {
+	t.Helper()
+	root := t.TempDir()
+	build, install, outside = filepath.Join(root, "w", "build"), filepath.Join(root, "w", "install"), filepath.Join(root, "outside")
+	for _, d := range []string{build, install, outside} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(outside, "secret"), []byte("secret"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return build, install, outside
+}
+
+func outsideUntouched(t *testing.T, outside string) {
+	t.Helper()
+	entries, _ := os.ReadDir(outside)
+	if len(entries) != 1 || entries[0].Name() != "secret" {
+		t.Errorf("the outside directory changed: %v", entries)
+	}
+}
+
+// TestImportConfinedAtStaging: even with a config that load would refuse (defence in
+// depth), import writes only inside the install root and reads only inside the build
+// root, whatever links the sources staged.
+func TestImportConfinedAtStaging(t *testing.T) {
+	for _, tt := range []struct {
+		name, source, target string
+		links                map[string]string // build-root link -> target ("OUT" is the outside dir)
+	}{
+		{name: "target climbs out", source: ".", target: "../../../outside/x"},
+		{name: "source through a staged link", source: "d", target: "/", links: map[string]string{"d": "OUT"}},
+		{name: "source through a relative link", source: "up/outside", target: "/", links: map[string]string{"up": "../.."}},
+		{name: "source climbs out", source: "../../outside", target: "/"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			build, install, outside := importDirs(t)
+			for l, target := range tt.links {
+				if target == "OUT" {
+					target = outside
+				}
+				if err := os.Symlink(target, filepath.Join(build, l)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			os.WriteFile(filepath.Join(build, "f"), []byte("f"), 0o644)
+			r := &Resolved{Source: tt.source, Target: tt.target}
+			spec := &BuildSpec{Host: r, Bwrap: r}
+			err := importFiles(spec, build, install)
+			if err == nil {
+				t.Fatal("the import succeeded")
+			}
+			if !strings.Contains(err.Error(), "config.") {
+				t.Errorf("the error does not name the config key: %v", err)
+			}
+			outsideUntouched(t, outside)
+			if _, err := os.Stat(filepath.Join(install, "secret")); err == nil {
+				t.Error("a file from outside the build root was imported")
+			}
+		})
+	}
+}
+
+// TestImportKeepsLinks: links in the build root, absolute ones too, are imported as they
+// are (a sysroot's lib64 -> /lib), never followed.
+func TestImportKeepsLinks(t *testing.T) {
+	build, install, outside := importDirs(t)
+	os.Symlink(outside, filepath.Join(build, "abs"))
+	os.Symlink("/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2", filepath.Join(build, "ld.so"))
+	r := &Resolved{Source: ".", Target: "/usr"}
+	if err := importFiles(&BuildSpec{Host: r, Bwrap: r}, build, install); err != nil {
+		t.Fatal(err)
+	}
+	for link, want := range map[string]string{"abs": outside, "ld.so": "/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2"} {
+		if got, err := os.Readlink(filepath.Join(install, "usr", link)); err != nil || got != want {
+			t.Errorf("usr/%s -> %q, %v; want -> %q", link, got, err, want)
+		}
+	}
+	outsideUntouched(t, outside)
+}
