@@ -20,6 +20,10 @@ type FetchOptions struct {
 	Progress    func(done, total int64) // bytes; total 0 when unknown; may be nil
 	HTTPClient  *http.Client            // nil: connect timeout 30s, TLS handshake 30s, response headers 60s
 	IdleTimeout time.Duration           // a download that receives no byte for this long fails (temporary); default 60s
+
+	// Set for the repositories of git submodules (see checkSubmoduleURL).
+	submodule bool // the url comes from .gitmodules: git may use network transports only
+	allowFile bool // ... and the file transport, for a local url checked beside the element's
 }
 
 // The layout of the source cache (DESIGN.md §3, sources/):

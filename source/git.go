@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -71,10 +72,12 @@ func gitCached(sourcesDir string, s *Spec) bool {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	return gitCachedAt(ctx, sourcesDir, s.URL, s.Ref, s.Submodules, 0)
+	return gitCachedAt(ctx, sourcesDir, s.URL, s.URL, s.Ref, s.Submodules, 0)
 }
 
-func gitCachedAt(ctx context.Context, sourcesDir, url, ref string, submodules bool, depth int) bool {
+// gitCachedAt is gitCached for the repository at url, a submodule (at depth) of the
+// element's repository top.
+func gitCachedAt(ctx context.Context, sourcesDir, top, url, ref string, submodules bool, depth int) bool {
 	m := mirrorPath(sourcesDir, url)
 	if !hasCommit(ctx, m, ref) {
 		return false
@@ -82,12 +85,12 @@ func gitCachedAt(ctx context.Context, sourcesDir, url, ref string, submodules bo
 	if !submodules || depth > maxSubmoduleDepth {
 		return true
 	}
-	subs, err := listSubmodules(ctx, m, ref, url)
+	subs, err := listSubmodules(ctx, m, ref, url, top)
 	if err != nil {
 		return false
 	}
 	for _, sub := range subs {
-		if !gitCachedAt(ctx, sourcesDir, sub.url, sub.commit, true, depth+1) {
+		if !gitCachedAt(ctx, sourcesDir, top, sub.url, sub.commit, true, depth+1) {
 			return false
 		}
 	}
@@ -107,10 +110,11 @@ func fetchGit(ctx context.Context, s *Spec, o *FetchOptions) error {
 	if err := checkCommitRef(s); err != nil {
 		return fmt.Errorf("fetching %s: %w", s.Describe(), err)
 	}
-	return fetchCommit(ctx, s.URL, s.Ref, s.Submodules, o, 0)
+	return fetchCommit(ctx, s.URL, s.URL, s.Ref, s.Submodules, o, 0)
 }
 
-func fetchCommit(ctx context.Context, url, ref string, submodules bool, o *FetchOptions, depth int) error {
+// fetchCommit fetches ref of url, a submodule (at depth) of the element's repository top.
+func fetchCommit(ctx context.Context, top, url, ref string, submodules bool, o *FetchOptions, depth int) error {
 	if depth > maxSubmoduleDepth {
 		return fmt.Errorf("fetching git %s: submodules nest deeper than %d levels", redactURL(url), maxSubmoduleDepth)
 	}
@@ -145,12 +149,15 @@ func fetchCommit(ctx context.Context, url, ref string, submodules bool, o *Fetch
 	if err != nil || !submodules {
 		return err
 	}
-	subs, err := listSubmodules(ctx, m, ref, url)
+	subs, err := listSubmodules(ctx, m, ref, url, top)
 	if err != nil {
 		return fmt.Errorf("fetching git %s: %w", redactURL(url), err)
 	}
 	for _, sub := range subs {
-		if err := fetchCommit(ctx, sub.url, sub.commit, true, o, depth+1); err != nil {
+		so := *o
+		so.submodule = true
+		so.allowFile = urlIsLocal(sub.url) // listSubmodules let it through: beside top
+		if err := fetchCommit(ctx, top, sub.url, sub.commit, true, &so, depth+1); err != nil {
 			return fmt.Errorf("submodule %s: %w", sub.path, err)
 		}
 	}
@@ -269,7 +276,7 @@ func stageGit(ctx context.Context, s *Spec, o StageOptions, dest string) error {
 		return err
 	}
 	if s.Submodules {
-		return stageSubmodules(ctx, run, o.SourcesDir, m, s.URL, s.Ref, dest, 0)
+		return stageSubmodules(ctx, run, o.SourcesDir, m, s.URL, s.URL, s.Ref, dest, 0)
 	}
 	return nil
 }
@@ -311,11 +318,11 @@ func checkoutRepo(ctx context.Context, run gitRun, mirror, url, ref, dest string
 
 // stageSubmodules checks out the files of each submodule of ref (from its own mirror)
 // into its path under dest, recursively. Submodules get no .git.
-func stageSubmodules(ctx context.Context, run gitRun, sourcesDir, mirror, url, ref, dest string, depth int) error {
+func stageSubmodules(ctx context.Context, run gitRun, sourcesDir, mirror, top, url, ref, dest string, depth int) error {
 	if depth > maxSubmoduleDepth {
 		return fmt.Errorf("submodules nest deeper than %d levels", maxSubmoduleDepth)
 	}
-	subs, err := listSubmodules(ctx, mirror, ref, url)
+	subs, err := listSubmodules(ctx, mirror, ref, url, top)
 	if err != nil {
 		return err
 	}
@@ -332,7 +339,7 @@ func stageSubmodules(ctx context.Context, run gitRun, sourcesDir, mirror, url, r
 		if err := checkoutFiles(ctx, run, m, sub.commit, subDest, sourcesDir); err != nil {
 			return fmt.Errorf("submodule %s: %w", sub.path, err)
 		}
-		if err := stageSubmodules(ctx, run, sourcesDir, m, sub.url, sub.commit, subDest, depth+1); err != nil {
+		if err := stageSubmodules(ctx, run, sourcesDir, m, top, sub.url, sub.commit, subDest, depth+1); err != nil {
 			return fmt.Errorf("submodule %s: %w", sub.path, err)
 		}
 	}
@@ -346,8 +353,9 @@ type submodule struct {
 
 // listSubmodules reads the submodules of ref: .gitmodules at ref gives paths and urls
 // (relative urls resolve against parentURL), the tree gives each one's commit. Entries of
-// .gitmodules without a gitlink in the tree are ignored.
-func listSubmodules(ctx context.Context, mirror, ref, parentURL string) ([]submodule, error) {
+// .gitmodules without a gitlink in the tree are ignored. A url that checkSubmoduleURL
+// refuses (given top, the element's own url) is an error.
+func listSubmodules(ctx context.Context, mirror, ref, parentURL, top string) ([]submodule, error) {
 	if _, err := runGit(ctx, gitRun{}, "--git-dir="+mirror, "cat-file", "-e", ref+":.gitmodules"); err != nil {
 		return nil, nil // no .gitmodules
 	}
@@ -395,7 +403,11 @@ func listSubmodules(ctx context.Context, mirror, ref, parentURL string) ([]submo
 		if len(fields) < 3 || fields[0] != "160000" || fields[1] != "commit" {
 			continue
 		}
-		subs = append(subs, submodule{path: p, url: resolveSubmoduleURL(parentURL, u), commit: fields[2]})
+		resolved := resolveSubmoduleURL(parentURL, u)
+		if err := checkSubmoduleURL(top, resolved); err != nil {
+			return nil, fmt.Errorf("submodule %s: url %q in .gitmodules: %w", name, redactURL(u), err)
+		}
+		subs = append(subs, submodule{path: p, url: resolved, commit: fields[2]})
 	}
 	return subs, nil
 }
@@ -429,6 +441,58 @@ func resolveSubmoduleURL(parent, u string) string {
 	return base + "/" + u
 }
 
+// Submodule urls come from upstream's .gitmodules, not from the element: one naming a
+// repository on the build machine (file://, a path) would let upstream read any local
+// repository into the build (the CVE-2022-39253 class). So a local submodule url is
+// allowed only when the element itself names a local repository and the submodule lies
+// in the same directory tree (beside it: a mirror directory); helper transports
+// (ext::…) never. Git is told the same: submodule fetches run with
+// GIT_PROTOCOL_FROM_USER=0, so it uses only http(s), git and ssh unless gantry allowed
+// the file transport for that url.
+
+var helperTransport = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9+.-]*::`)
+
+// checkSubmoduleURL refuses a submodule url (resolved) that is local and not beside top,
+// the element's own url, or that uses a helper transport.
+func checkSubmoduleURL(top, u string) error {
+	if helperTransport.MatchString(u) {
+		return errors.New("remote helper transports (such as ext::) are not allowed in submodules")
+	}
+	if !urlIsLocal(u) {
+		return nil
+	}
+	if !urlIsLocal(top) {
+		return fmt.Errorf("a local repository (file:// or a path) in the submodules of the remote repository %s: refused, as it could read any repository on this machine; mirror the submodule and point .gitmodules at a remote url", redactURL(top))
+	}
+	dir := path.Dir(localURLPath(top))
+	p := localURLPath(u)
+	if !path.IsAbs(p) || (p != dir && !strings.HasPrefix(p, strings.TrimSuffix(dir, "/")+"/")) {
+		return fmt.Errorf("a local repository outside %s, the directory of the element's repository %s: refused, as it could read any repository on this machine", dir, redactURL(top))
+	}
+	return nil
+}
+
+// urlIsLocal reports whether git would reach u through the local file transport: a
+// file:// url, or a path (git's rule: an scp-like host:path has a colon before any slash).
+func urlIsLocal(u string) bool {
+	if i := strings.Index(u, "://"); i >= 0 {
+		return strings.EqualFold(u[:i], "file")
+	}
+	colon, slash := strings.IndexByte(u, ':'), strings.IndexByte(u, '/')
+	return colon < 0 || (slash >= 0 && slash < colon)
+}
+
+// localURLPath is the cleaned path of a local url (file:///p, file://host/p, or a path).
+func localURLPath(u string) string {
+	if len(u) >= 7 && strings.EqualFold(u[:7], "file://") {
+		u = u[7:]
+		if i := strings.IndexByte(u, '/'); i > 0 {
+			u = u[i:] // file://localhost/p
+		}
+	}
+	return path.Clean(u)
+}
+
 // gitRun says how to run git: extra environment and configuration (git -c), and where
 // its stderr goes besides the error message.
 type gitRun struct {
@@ -440,10 +504,20 @@ type gitRun struct {
 // gitRun is for commands that reach the remote: a stalled http transfer fails like a
 // stalled download.
 func (o *FetchOptions) gitRun() gitRun {
-	return gitRun{log: o.Log, config: []string{
+	run := gitRun{log: o.Log, config: []string{
 		"http.lowSpeedLimit=1",
 		"http.lowSpeedTime=" + strconv.Itoa(max(1, int(o.idleTimeout().Seconds()))),
+		"protocol.ext.allow=never",
 	}}
+	if o.submodule {
+		// Only the known network transports, unless checkSubmoduleURL allowed this
+		// local url (see there).
+		run.env = append(run.env, "GIT_PROTOCOL_FROM_USER=0")
+		if o.allowFile {
+			run.config = append(run.config, "protocol.file.allow=always")
+		}
+	}
+	return run
 }
 
 // gitError is a git command that failed: its command line and the end of its stderr.

@@ -375,3 +375,103 @@ func TestGitConcurrentFetches(t *testing.T) {
 		t.Error("not Cached after concurrent fetches")
 	}
 }
+
+// TestGitSubmoduleLocalURLRefused: an upstream .gitmodules that points at a repository
+// elsewhere on the build machine (an absolute path, file://, or ../ climbing out of the
+// directory of the element's repository) is refused at fetch, at Cached and at staging,
+// even when that repository is mirrored already (another element named it); the
+// repository is never read. A submodule beside the element's own local repository stays
+// allowed (TestGitSubmodules).
+func TestGitSubmoduleLocalURLRefused(t *testing.T) {
+	needGit(t)
+	secret := newUpstream(t, "secret") // elsewhere: another temp dir
+	secret.write("key", "private\n", 0o600)
+	secretRef := secret.commit("secret")
+	for name, url := range map[string]string{
+		"absolute path": secret.dir,
+		"climbing out":  strings.Repeat("../", strings.Count(secret.dir, "/")) + strings.TrimPrefix(secret.dir, "/"), // both dirs are as deep
+	} {
+		t.Run(name, func(t *testing.T) {
+			up := newUpstream(t, "super")
+			up.write("top.txt", "top\n", 0o644)
+			up.git("submodule", "--quiet", "add", secret.dir, "vendor/secret")
+			up.git("config", "-f", ".gitmodules", "submodule.vendor/secret.url", url)
+			ref := up.commit("with a local submodule")
+
+			o := fetchOpts(t)
+			s := &Spec{Kind: Git, URL: up.url(), Ref: ref, Submodules: true}
+			err := Fetch(context.Background(), s, o)
+			if err == nil || !strings.Contains(err.Error(), "submodule vendor/secret") || !strings.Contains(err.Error(), "refused") {
+				t.Fatalf("want a refusal naming the submodule, got %v", err)
+			}
+			if mirrors, _ := filepath.Glob(filepath.Join(o.SourcesDir, "git", "*-secret")); len(mirrors) != 0 {
+				t.Errorf("the local repository was mirrored: %v", mirrors)
+			}
+			// Another element names the repository itself: now it is mirrored, and still
+			// the superproject may not use it.
+			if err := Fetch(context.Background(), &Spec{Kind: Git, URL: "file://" + secret.dir, Ref: secretRef}, o); err != nil {
+				t.Fatal(err)
+			}
+			if Cached(o.SourcesDir, s) {
+				t.Error("Cached with a refused submodule")
+			}
+			build := t.TempDir()
+			err = Stage(context.Background(), s, StageOptions{SourcesDir: o.SourcesDir, BuildRoot: build})
+			if err == nil || !strings.Contains(err.Error(), "refused") {
+				t.Errorf("want staging refused, got %v", err)
+			}
+			if _, err := os.Stat(filepath.Join(build, "vendor", "secret", "key")); err == nil {
+				t.Error("the local repository was staged")
+			}
+		})
+	}
+}
+
+// TestGitRefusesFileTransportForSubmodules: git itself refuses the file transport for
+// a submodule's url unless gantry allowed it, whatever gantry's own check says.
+func TestGitRefusesFileTransportForSubmodules(t *testing.T) {
+	needGit(t)
+	repo := newUpstream(t, "repo")
+	repo.write("a", "a\n", 0o644)
+	ref := repo.commit("a")
+	o := fetchOpts(t)
+	so := o
+	so.submodule = true
+	err := fetchCommit(context.Background(), repo.url(), repo.url(), ref, false, &so, 1)
+	if err == nil || !strings.Contains(err.Error(), "transport 'file' not allowed") {
+		t.Fatalf("want git's refusal of the file transport, got %v", err)
+	}
+	so.allowFile = true
+	if err := fetchCommit(context.Background(), repo.url(), repo.url(), ref, false, &so, 1); err != nil {
+		t.Fatalf("with the file transport allowed: %v", err)
+	}
+}
+
+func TestSubmoduleURLPolicy(t *testing.T) {
+	tests := []struct {
+		top, url string
+		ok       bool
+	}{
+		{"https://example.com/a/app.git", "https://example.com/a/lib.git", true},
+		{"https://example.com/a/app.git", "git@example.com:a/lib.git", true},
+		{"https://example.com/a/app.git", "ssh://example.com/lib.git", true},
+		{"https://example.com/a/app.git", "/srv/git/lib.git", false},
+		{"https://example.com/a/app.git", "file:///srv/git/lib.git", false},
+		{"https://example.com/a/app.git", "FILE:///srv/git/lib.git", false},
+		{"https://example.com/a/app.git", "./lib.git", false}, // a path, not resolved against top
+		{"https://example.com/a/app.git", "ext::sh -c touch% /tmp/pwned", false},
+		{"file:///srv/git/app.git", "file:///srv/git/lib.git", true},
+		{"file:///srv/git/app.git", "/srv/git/sub/lib.git", true},
+		{"/srv/git/app.git", "file://localhost/srv/git/lib.git", true},
+		{"file:///srv/git/app.git", "file:///srv/git/../../home/u/.ssh", false},
+		{"file:///srv/git/app.git", "/home/u/secret.git", false},
+		{"file:///srv/git/app.git", "/srv/gitx/lib.git", false},
+		{"file:///srv/git/app.git", "lib.git", false}, // relative to gantry's working directory
+	}
+	for _, tt := range tests {
+		err := checkSubmoduleURL(tt.top, tt.url)
+		if (err == nil) != tt.ok {
+			t.Errorf("checkSubmoduleURL(%q, %q) = %v, want ok=%t", tt.top, tt.url, err, tt.ok)
+		}
+	}
+}
