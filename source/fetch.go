@@ -20,6 +20,8 @@ type FetchOptions struct {
 	Progress    func(done, total int64) // bytes; total 0 when unknown; may be nil
 	HTTPClient  *http.Client            // nil: connect timeout 30s, TLS handshake 30s, response headers 60s
 	IdleTimeout time.Duration           // a download that receives no byte for this long fails (temporary); default 60s
+	Deadline    time.Duration           // a download not finished after this long fails (not temporary); 0: $GANTRY_NET_DEADLINE, else DefaultNetDeadline
+	MaxDownload int64                   // bytes; a larger download fails (not temporary); 0: $GANTRY_MAX_DOWNLOAD_SIZE, else DefaultMaxDownload
 
 	// Set for the repositories of git submodules (see checkSubmoduleURL).
 	submodule bool // the url comes from .gitmodules: git may use network transports only

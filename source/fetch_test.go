@@ -1,6 +1,7 @@
 package source
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"net/http"
@@ -24,6 +25,8 @@ import (
 //	/wrong       other bytes than the test expects
 //	/stall       headers, then nothing until the client gives up
 //	/status/N    HTTP status N
+//	/trickle     a byte at a time, never idle for long, never done, until the client gives up
+//	/endless     zeros of unknown length, until the client gives up
 type tarServer struct {
 	*httptest.Server
 	files    map[string][]byte
@@ -62,6 +65,30 @@ func newTarServer(t *testing.T, files map[string][]byte) *tarServer {
 			select {
 			case <-r.Context().Done():
 			case <-stop:
+			}
+		case "trickle", "endless":
+			if kind == "trickle" {
+				w.Header().Set("Content-Length", "1000000")
+			}
+			w.WriteHeader(http.StatusOK)
+			chunk := make([]byte, 64<<10)
+			if kind == "trickle" {
+				chunk = chunk[:1]
+			}
+			tick := time.NewTicker(5 * time.Millisecond)
+			defer tick.Stop()
+			for {
+				if _, err := w.Write(chunk); err != nil {
+					return
+				}
+				w.(http.Flusher).Flush()
+				select {
+				case <-r.Context().Done():
+					return
+				case <-stop:
+					return
+				case <-tick.C:
+				}
 			}
 		case "status":
 			code, _ := strconv.Atoi(name)
@@ -260,6 +287,47 @@ func TestFetchStallTimesOut(t *testing.T) {
 	}
 	if elapsed > 5*time.Second {
 		t.Errorf("the stalled fetch took %v", elapsed)
+	}
+}
+
+// TestFetchDeadline: a server that keeps the idle timeout at bay with a byte now and
+// then still fails at the overall deadline; not temporary (see DefaultNetDeadline).
+func TestFetchDeadline(t *testing.T) {
+	srv := newTarServer(t, nil)
+	o := fetchOpts(t)
+	o.Deadline = 300 * time.Millisecond
+	err := Fetch(context.Background(), &Spec{Kind: Tar, URL: srv.URL + "/trickle", Ref: strings.Repeat("0", 64)}, o)
+	if err == nil || !strings.Contains(err.Error(), "not finished after 300ms, the download deadline") {
+		t.Fatalf("want the deadline error, got %v", err)
+	}
+	if IsTemporary(err) {
+		t.Error("a passed deadline is temporary")
+	}
+}
+
+// TestFetchSizeLimit: a download larger than the limit fails, announced (Content-Length)
+// or not (an endless chunked body), and leaves nothing in the source cache.
+func TestFetchSizeLimit(t *testing.T) {
+	big := bytes.Repeat([]byte("x"), 3<<20)
+	srv := newTarServer(t, map[string][]byte{"big.tar": big})
+	o := fetchOpts(t)
+	o.MaxDownload = 1 << 20
+	for _, path := range []string{"/ok/big.tar", "/endless"} {
+		err := Fetch(context.Background(), &Spec{Kind: Tar, URL: srv.URL + path, Ref: sha(big)}, o)
+		if err == nil || !strings.Contains(err.Error(), "larger than 1048576 bytes, the download limit") {
+			t.Fatalf("%s: want the size error, got %v", path, err)
+		}
+		if IsTemporary(err) {
+			t.Errorf("%s: a download past the limit is temporary", path)
+		}
+	}
+	t.Setenv("GANTRY_MAX_DOWNLOAD_SIZE", "2M")
+	o.MaxDownload = 0
+	if err := Fetch(context.Background(), &Spec{Kind: Tar, URL: srv.URL + "/ok/big.tar", Ref: sha(big)}, o); err == nil || !strings.Contains(err.Error(), "larger than 2097152 bytes") {
+		t.Fatalf("want GANTRY_MAX_DOWNLOAD_SIZE applied, got %v", err)
+	}
+	if files, _ := os.ReadDir(filepath.Join(o.SourcesDir, "files")); len(files) != 0 {
+		t.Errorf("the source cache holds %d files", len(files))
 	}
 }
 

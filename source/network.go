@@ -13,6 +13,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/gantry-build/gantry/cache"
 )
 
 // NetworkError is a failed download or git remote operation. Temporary ones (connection
@@ -74,6 +76,57 @@ func redactURL(u string) string {
 
 const defaultIdleTimeout = 60 * time.Second
 
+// Limits on one download besides the idle timeout: a server that trickles a byte a minute,
+// or sends without end, would otherwise hold a fetch job (and fill the disk) for ever.
+// Both failures are final, not temporary: a transfer alive but too slow, or too large, is
+// likely to be so again, and retrying would multiply the bound by network-retries.
+const (
+	DefaultNetDeadline       = 4 * time.Hour
+	DefaultMaxDownload int64 = 32 << 30
+)
+
+func (o *FetchOptions) deadline() (time.Duration, error) {
+	if o.Deadline > 0 {
+		return o.Deadline, nil
+	}
+	v := os.Getenv("GANTRY_NET_DEADLINE")
+	if v == "" {
+		return DefaultNetDeadline, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("GANTRY_NET_DEADLINE=%q: want a duration such as 2h", v)
+	}
+	return d, nil
+}
+
+func (o *FetchOptions) maxDownload() (int64, error) {
+	if o.MaxDownload > 0 {
+		return o.MaxDownload, nil
+	}
+	return sizeFromEnv("GANTRY_MAX_DOWNLOAD_SIZE", DefaultMaxDownload)
+}
+
+// sizeFromEnv reads a size ("500M", "10G") from the environment variable name, or def.
+func sizeFromEnv(name string, def int64) (int64, error) {
+	v := os.Getenv(name)
+	if v == "" {
+		return def, nil
+	}
+	n, ok := cache.ParseSize(v)
+	if !ok {
+		return 0, fmt.Errorf("%s=%q: want a size like 500M, 10G or 2T", name, v)
+	}
+	return n, nil
+}
+
+// errTooLarge is a download past the size limit.
+type errTooLarge struct{ limit int64 }
+
+func (e *errTooLarge) Error() string {
+	return fmt.Sprintf("larger than %d bytes, the download limit (raise GANTRY_MAX_DOWNLOAD_SIZE if it is genuine)", e.limit)
+}
+
 func (o *FetchOptions) httpClient() *http.Client {
 	if o.HTTPClient != nil {
 		return o.HTTPClient
@@ -98,8 +151,12 @@ func (o *FetchOptions) logf(format string, args ...any) {
 	}
 }
 
-// errIdle cancels a download that received nothing for the idle timeout.
-var errIdle = errors.New("download stalled")
+// errIdle cancels a download that received nothing for the idle timeout; errDeadline one
+// that did not finish in time.
+var (
+	errIdle     = errors.New("download stalled")
+	errDeadline = errors.New("download deadline passed")
+)
 
 // download copies rawURL (http, https or file) to w, reporting progress. Errors reaching
 // the remote are *NetworkError; a cancelled ctx gives its cause.
@@ -119,12 +176,22 @@ func download(ctx context.Context, rawURL string, w io.Writer, o *FetchOptions) 
 
 func downloadHTTP(parent context.Context, rawURL string, w io.Writer, o *FetchOptions) error {
 	idle := o.idleTimeout()
+	deadline, err := o.deadline()
+	if err != nil {
+		return err
+	}
+	limit, err := o.maxDownload()
+	if err != nil {
+		return err
+	}
 	ctx, cancel := context.WithCancelCause(parent)
 	defer cancel(nil)
 	// The watchdog: every byte that arrives pushes it back; it covers waiting for the
 	// response headers too.
 	watchdog := time.AfterFunc(idle, func() { cancel(errIdle) })
 	defer watchdog.Stop()
+	overall := time.AfterFunc(deadline, func() { cancel(errDeadline) })
+	defer overall.Stop()
 
 	netErr := func(status int, temporary bool, err error) error {
 		switch {
@@ -133,6 +200,9 @@ func downloadHTTP(parent context.Context, rawURL string, w io.Writer, o *FetchOp
 		case context.Cause(ctx) == errIdle:
 			return &NetworkError{URL: rawURL, Op: "downloading", Status: status, Temporary: true,
 				Err: fmt.Errorf("no data received for %s", idle)}
+		case context.Cause(ctx) == errDeadline:
+			return &NetworkError{URL: rawURL, Op: "downloading", Status: status,
+				Err: fmt.Errorf("not finished after %s, the download deadline (raise GANTRY_NET_DEADLINE for a slow mirror)", deadline)}
 		}
 		return &NetworkError{URL: rawURL, Op: "downloading", Status: status, Temporary: temporary, Err: err}
 	}
@@ -158,9 +228,16 @@ func downloadHTTP(parent context.Context, rawURL string, w io.Writer, o *FetchOp
 		return netErr(resp.StatusCode, temporaryStatus(resp.StatusCode), nil)
 	}
 	total := max(resp.ContentLength, 0)
+	if total > limit {
+		return &NetworkError{URL: rawURL, Op: "downloading", Err: &errTooLarge{limit}}
+	}
 	o.logf("downloading %s (%s)", redactURL(rawURL), sizeString(total))
-	pw := &progressWriter{w: w, total: total, progress: o.Progress, onData: func() { watchdog.Reset(idle) }}
+	pw := &progressWriter{w: w, total: total, limit: limit, progress: o.Progress, onData: func() { watchdog.Reset(idle) }}
 	if _, err := io.Copy(pw, resp.Body); err != nil {
+		var big *errTooLarge
+		if errors.As(err, &big) {
+			return &NetworkError{URL: rawURL, Op: "downloading", Err: big}
+		}
 		if errors.Is(err, io.ErrUnexpectedEOF) {
 			if total > 0 {
 				err = fmt.Errorf("connection closed after %d of %d bytes", pw.done, total)
@@ -190,22 +267,27 @@ func copyLocalFile(ctx context.Context, u *url.URL, w io.Writer, o *FetchOptions
 		return &NetworkError{URL: u.String(), Op: "reading", Err: err}
 	}
 	defer f.Close()
+	limit, err := o.maxDownload()
+	if err != nil {
+		return err
+	}
 	var total int64
 	if info, err := f.Stat(); err == nil {
 		total = info.Size()
 	}
-	pw := &progressWriter{w: w, total: total, progress: o.Progress}
+	pw := &progressWriter{w: w, total: total, limit: limit, progress: o.Progress}
 	if _, err := io.Copy(pw, ctxReader{ctx, f}); err != nil {
 		return fmt.Errorf("copying %s: %w", u.String(), err)
 	}
 	return nil
 }
 
-// progressWriter passes bytes to w and counts them.
+// progressWriter passes bytes to w and counts them, refusing to pass limit.
 type progressWriter struct {
 	w        io.Writer
 	done     int64
 	total    int64
+	limit    int64 // 0: none
 	progress func(done, total int64)
 	onData   func()
 }
@@ -219,6 +301,9 @@ func (e *writeError) Error() string { return e.err.Error() }
 func (p *progressWriter) Write(b []byte) (int, error) {
 	if p.onData != nil && len(b) > 0 {
 		p.onData()
+	}
+	if p.limit > 0 && p.done+int64(len(b)) > p.limit {
+		return 0, &errTooLarge{p.limit}
 	}
 	n, err := p.w.Write(b)
 	p.done += int64(n)

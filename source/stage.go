@@ -13,8 +13,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-
-	"github.com/gantry-build/gantry/cache"
 )
 
 // StageOptions says where a source is staged from and to.
@@ -125,15 +123,7 @@ func (o StageOptions) unpackLimit() (int64, error) {
 	if o.MaxUnpacked > 0 {
 		return o.MaxUnpacked, nil
 	}
-	v := os.Getenv("GANTRY_MAX_UNPACKED_SIZE")
-	if v == "" {
-		return DefaultMaxUnpacked, nil
-	}
-	n, ok := cache.ParseSize(v)
-	if !ok {
-		return 0, fmt.Errorf("GANTRY_MAX_UNPACKED_SIZE %q: want a size like 500M, 10G or 2T", v)
-	}
-	return n, nil
+	return sizeFromEnv("GANTRY_MAX_UNPACKED_SIZE", DefaultMaxUnpacked)
 }
 
 // stageRemote copies the cached file to dest/filename (default: the url's last path
