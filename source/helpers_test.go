@@ -36,7 +36,7 @@ func hardlink(name, target string) member {
 
 var testTime = time.Date(2020, 1, 2, 3, 4, 5, 0, time.UTC)
 
-func makeTar(t *testing.T, members ...member) []byte {
+func makeTar(t testing.TB, members ...member) []byte {
 	t.Helper()
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)

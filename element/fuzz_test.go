@@ -1,0 +1,92 @@
+package element
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// FuzzLoadElement loads arbitrary bytes as an element file. Whatever the input, loading
+// returns a graph or a *ProjectError (exit 2 at the CLI, with the file named), never
+// panics, and never reads outside the project.
+func FuzzLoadElement(f *testing.F) {
+	f.Add([]byte("kind = \"manual\"\n[config]\nbuild-commands = [\"make %{make-args}\"]\n"))
+	f.Add([]byte("kind = \"import\"\n[[sources]]\nkind = \"local\"\npath = \"files\"\n[config]\ntarget = \"%{prefix}\"\n"))
+	dir := f.TempDir()
+	files := filepath.Join(dir, "files")
+	if err := os.MkdirAll(filepath.Join(dir, "elements"), 0o755); err != nil {
+		f.Fatal(err)
+	}
+	if err := os.MkdirAll(files, 0o755); err != nil {
+		f.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(files, "a"), []byte("a"), 0o644); err != nil {
+		f.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "elements", "dep.toml"), []byte("kind = \"stack\"\n"), 0o644); err != nil {
+		f.Fatal(err)
+	}
+	p := &Project{Root: dir, Name: "fuzz", ElementPath: "elements", Pools: map[string]int{"p": 1}}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if err := os.WriteFile(filepath.Join(dir, "elements", "app.toml"), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		g, err := Load(p, &Lock{Entries: map[string][]string{}}, []string{"app.toml"})
+		if err != nil {
+			var pe *ProjectError
+			if !errors.As(err, &pe) {
+				t.Fatalf("load error is not a ProjectError: %T %v", err, err)
+			}
+			return
+		}
+		e := g.Elements["app.toml"]
+		for _, paths := range []Paths{KeyPaths, {BuildRoot: "/b", InstallRoot: "/i", Sysroot: "/s", MaxJobs: "2"}} {
+			r, err := e.Resolve(p, paths)
+			if err != nil {
+				t.Fatalf("resolves at load but not with other paths: %v", err)
+			}
+			if leavesRoot(r.Source) || leavesRoot(r.Target) {
+				t.Fatalf("loaded with config.source %q, config.target %q", r.Source, r.Target)
+			}
+		}
+	})
+}
+
+// FuzzExpand expands arbitrary variable definitions ("name=value" lines) and a string.
+// Expansion terminates quickly, never panics, is deterministic, and never returns a value
+// over MaxExpandedSize.
+func FuzzExpand(f *testing.F) {
+	f.Add("a=%{b}%{b}\nb=%{c}%{c}\nc=xyz", "run %{a} %{prefix}")
+	f.Add("a=%{a}", "%{a}")
+	f.Add("a=%{", "x %{abc")
+	fixed := map[string]string{"build-root": "/b", "install-root": "/i", "sysroot": "/", "max-jobs": "4"}
+	f.Fuzz(func(t *testing.T, defs, s string) {
+		layer := map[string]string{}
+		for _, line := range strings.Split(defs, "\n") {
+			if name, value, ok := strings.Cut(line, "="); ok {
+				layer[name] = value
+			}
+		}
+		expand := func() (string, error) { return NewVariables(fixed, layer).Expand(s) }
+		out, err := expand()
+		if len(out) > MaxExpandedSize {
+			t.Fatalf("expanded to %d bytes", len(out))
+		}
+		if err == nil && !strings.Contains(s, "%{") && out != s {
+			t.Fatalf("a string without references changed: %q -> %q", s, out)
+		}
+		out2, err2 := expand()
+		if out != out2 || (err == nil) != (err2 == nil) {
+			t.Fatalf("not deterministic: %q, %v then %q, %v", out, err, out2, err2)
+		}
+		if _, err := NewVariables(fixed, layer).All(); err == nil {
+			for name := range layer {
+				if _, err := NewVariables(fixed, layer).Expand("%{" + name + "}"); err != nil && !strings.Contains(name, "}") {
+					t.Fatalf("All succeeded but %%{%s} fails: %v", name, err)
+				}
+			}
+		}
+	})
+}
