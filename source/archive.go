@@ -107,10 +107,13 @@ func (e *memberError) Unwrap() error { return e.err }
 // Members with absolute paths or "..", hard links to outside and device or fifo files
 // are refused with an error naming the member.
 func extractTar(ctx context.Context, open func() (io.ReadCloser, error), dest *os.Root, baseDir string, limit int64) error {
+	if limit <= 0 {
+		limit = DefaultMaxUnpacked
+	}
 	prefix := ""
 	if baseDir != "" {
 		var err error
-		if prefix, err = findBaseDir(open, baseDir); err != nil {
+		if prefix, err = findBaseDir(open, baseDir, limit); err != nil {
 			return err
 		}
 	}
@@ -118,10 +121,7 @@ func extractTar(ctx context.Context, open func() (io.ReadCloser, error), dest *o
 	if err != nil {
 		return err
 	}
-	if limit <= 0 {
-		limit = DefaultMaxUnpacked
-	}
-	x := &extractor{root: dest, left: limit, limit: limit}
+	x := &extractor{root: dest, budget: budget{left: limit, limit: limit}}
 	if err := x.extract(ctx, tar.NewReader(rc), prefix); err != nil {
 		rc.Close()
 		return err
@@ -144,7 +144,7 @@ func memberPath(name string) (string, error) {
 
 // findBaseDir reads the archive's member names and returns the directory whose contents
 // are to be staged ("" for everything).
-func findBaseDir(open func() (io.ReadCloser, error), baseDir string) (string, error) {
+func findBaseDir(open func() (io.ReadCloser, error), baseDir string, limit int64) (string, error) {
 	rc, err := open()
 	if err != nil {
 		return "", err
@@ -153,6 +153,7 @@ func findBaseDir(open func() (io.ReadCloser, error), baseDir string) (string, er
 	tops := map[string]bool{} // top-level name → is a directory
 	dirs := map[string]bool{}
 	notDirs := map[string]bool{} // members that are files or links, whatever lies below them
+	b := budget{left: limit, limit: limit}
 	tr := tar.NewReader(rc)
 	for {
 		h, err := tr.Next()
@@ -161,6 +162,9 @@ func findBaseDir(open func() (io.ReadCloser, error), baseDir string) (string, er
 		}
 		if err != nil {
 			return "", fmt.Errorf("reading the archive: %w", err)
+		}
+		if err := b.take(h); err != nil {
+			return "", &memberError{h.Name, err}
 		}
 		if h.Typeflag == tar.TypeXGlobalHeader {
 			continue
@@ -218,10 +222,23 @@ func findBaseDir(open func() (io.ReadCloser, error), baseDir string) (string, er
 // tarballs are a few GiB.
 const DefaultMaxUnpacked int64 = 32 << 30
 
+// budget counts what an archive unpacks to (every member's size, skipped ones too, and
+// 512 bytes per header) against the limit, before the bytes are read: a decompression
+// bomb is stopped however its members are used.
+type budget struct{ left, limit int64 }
+
+func (b *budget) take(h *tar.Header) error {
+	b.left -= max(h.Size, 0) + 512
+	if b.left < 0 {
+		return fmt.Errorf("the archive unpacks to more than %d bytes, the limit (a decompression bomb? GANTRY_MAX_UNPACKED_SIZE raises it)", b.limit)
+	}
+	return nil
+}
+
 // extractor writes members under root; the kernel keeps every write inside it.
 type extractor struct {
-	root        *os.Root
-	left, limit int64 // bytes of file content still allowed, and the cap
+	root   *os.Root
+	budget budget
 }
 
 func (x *extractor) extract(ctx context.Context, tr *tar.Reader, prefix string) error {
@@ -235,6 +252,9 @@ func (x *extractor) extract(ctx context.Context, tr *tar.Reader, prefix string) 
 		}
 		if err != nil {
 			return fmt.Errorf("reading the archive: %w", err)
+		}
+		if err := x.budget.take(h); err != nil {
+			return &memberError{h.Name, err}
 		}
 		if err := x.member(h, tr, prefix); err != nil {
 			return &memberError{h.Name, err}
@@ -296,18 +316,11 @@ func (x *extractor) member(h *tar.Header, r io.Reader, prefix string) error {
 	case tar.TypeLink:
 		return x.hardLink(h.Linkname, prefix, rel)
 	}
-	if h.Size > x.left {
-		return fmt.Errorf("the archive unpacks to more than %d bytes, the limit (a decompression bomb? raise GANTRY_MAX_UNPACKED_SIZE if it is genuine)", x.limit)
-	}
 	f, err := x.root.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return escapeError(err)
 	}
-	n, err := io.Copy(f, io.LimitReader(r, x.left+1))
-	x.left -= n
-	if err == nil && x.left < 0 {
-		err = fmt.Errorf("the archive unpacks to more than %d bytes, the limit", x.limit)
-	}
+	_, err = io.Copy(f, r) // at most h.Size bytes, counted by the budget
 	if err == nil {
 		err = f.Chmod(mode | 0o600) // exec bits kept; always ours to read and patch
 	}

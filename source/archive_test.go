@@ -293,6 +293,13 @@ func TestUnpackLimit(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), `tar member "b"`) || !strings.Contains(err.Error(), "more than 6291456 bytes") {
 		t.Fatalf("want a refusal of member b past the limit, got %v", err)
 	}
+	// Members skipped (outside base-dir) count too: the bytes are decompressed anyway.
+	s.BaseDir = "nothing/*"
+	err = Stage(context.Background(), s, StageOptions{SourcesDir: sources, BuildRoot: build, MaxUnpacked: 6 << 20})
+	if err == nil || !strings.Contains(err.Error(), "more than 6291456 bytes") {
+		t.Fatalf("want a refusal past the limit while looking for base-dir, got %v", err)
+	}
+	s.BaseDir = "*"
 	t.Setenv("GANTRY_MAX_UNPACKED_SIZE", "5M")
 	err = Stage(context.Background(), s, StageOptions{SourcesDir: sources, BuildRoot: filepath.Join(root, "b1")})
 	if err == nil || !strings.Contains(err.Error(), "more than 5242880 bytes") {
@@ -304,7 +311,7 @@ func TestUnpackLimit(t *testing.T) {
 		t.Fatalf("want an error naming the variable, got %v", err)
 	}
 	// Under the limit the same archive stages.
-	if err := Stage(context.Background(), s, StageOptions{SourcesDir: sources, BuildRoot: filepath.Join(root, "b2"), MaxUnpacked: 8 << 20}); err != nil {
+	if err := Stage(context.Background(), s, StageOptions{SourcesDir: sources, BuildRoot: filepath.Join(root, "b2"), MaxUnpacked: 9 << 20}); err != nil {
 		t.Fatal(err)
 	}
 }
