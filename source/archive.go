@@ -97,8 +97,8 @@ func (e *memberError) Unwrap() error { return e.err }
 // everything; "*" strips the top-level directory if the archive has exactly one; any
 // other value (a path, or a glob matched against the archive's directories, first match
 // in sorted order) extracts only that directory's contents. open is called twice when
-// baseDir needs a look at the whole archive first. limit caps the bytes of file content
-// written (0: DefaultMaxUnpacked).
+// baseDir needs a look at the whole archive first. limit caps what the archive unpacks to
+// (see budget; 0: DefaultMaxUnpacked).
 //
 // Invariant: nothing is written outside dest. Every write goes through dest (an
 // os.Root), so the kernel refuses a path through a symbolic link that leaves it. Symbolic
@@ -217,7 +217,7 @@ func findBaseDir(open func() (io.ReadCloser, error), baseDir string, limit int64
 	return "", fmt.Errorf("base-dir %q matches no directory in the archive (top-level entries: %s)", baseDir, strings.Join(topNames, ", "))
 }
 
-// DefaultMaxUnpacked caps what one archive may unpack to (the sum of its files' sizes):
+// DefaultMaxUnpacked caps what one archive may unpack to (the sum of its members' sizes):
 // a decompression bomb fails with a clear error instead of filling the disk. Real SDK
 // tarballs are a few GiB.
 const DefaultMaxUnpacked int64 = 32 << 30
@@ -298,19 +298,19 @@ func (x *extractor) member(h *tar.Header, r io.Reader, prefix string) error {
 		return escapeError(err)
 	}
 	mode := fs.FileMode(h.Mode) & fs.ModePerm
-	if done, err := x.clear(rel, h.Typeflag == tar.TypeDir); done || err != nil {
-		if done && err == nil {
-			err = x.root.Chmod(rel, mode|0o700)
-		}
+	isDir, err := x.clear(rel, h.Typeflag == tar.TypeDir)
+	if err != nil {
 		return escapeError(err)
 	}
 
 	switch h.Typeflag {
 	case tar.TypeDir:
-		if err := x.root.Mkdir(rel, mode|0o700); err != nil { // writable by us: later members go inside
-			return escapeError(err)
+		if !isDir {
+			if err := x.root.Mkdir(rel, 0o700); err != nil {
+				return escapeError(err)
+			}
 		}
-		return x.root.Chmod(rel, mode|0o700)
+		return x.root.Chmod(rel, mode|0o700) // writable by us: later members go inside
 	case tar.TypeSymlink:
 		return x.root.Symlink(h.Linkname, rel) // kept as it is, never followed here
 	case tar.TypeLink:
@@ -336,16 +336,16 @@ func (x *extractor) member(h *tar.Header, r io.Reader, prefix string) error {
 }
 
 // clear makes room for a member at rel: an existing file or link is removed (a link is
-// replaced, never written through). done is true when rel is a directory already and the
-// member is one too.
-func (x *extractor) clear(rel string, isDir bool) (done bool, err error) {
+// replaced, never written through). isDir is true when rel is a directory already, which
+// only a directory member may meet.
+func (x *extractor) clear(rel string, dirMember bool) (isDir bool, err error) {
 	existing, err := x.root.Lstat(rel)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return false, nil
 	case err != nil:
 		return false, err
-	case existing.IsDir() && isDir:
+	case existing.IsDir() && dirMember:
 		return true, nil
 	case existing.IsDir():
 		return false, fmt.Errorf("%s is a directory already", rel)
