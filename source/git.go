@@ -134,12 +134,12 @@ func fetchCommit(ctx context.Context, top, url, ref string, submodules bool, o *
 		// Not on any branch or tag: ask for the commit itself (servers allow it for
 		// reachable commits with protocol v2).
 		o.logf("commit %s is on no branch or tag of %s; fetching it by id", ref, redactURL(url))
-		_, err := runGit(ctx, o.gitRun(), "--git-dir="+m, "fetch", "--quiet", "--no-tags", "--", url, ref)
+		err := o.remoteGit(ctx, url, "git fetch", "--git-dir="+m, "fetch", "--quiet", "--no-tags", "--", url, ref)
 		if ctx.Err() != nil {
 			return fmt.Errorf("fetching git %s: %w", redactURL(url), context.Cause(ctx))
 		}
-		if ne := remoteError(url, "git fetch", err); err != nil && IsTemporary(ne) {
-			return ne
+		if IsTemporary(err) || errors.Is(err, errDeadline) {
+			return err
 		}
 		if err != nil || !hasCommit(ctx, m, ref) {
 			return fmt.Errorf("fetching git %s: commit %s is not in the repository (was it force-pushed away? `gantry track` finds the current one)", redactURL(url), ref)
@@ -237,8 +237,8 @@ func cloneMirror(ctx context.Context, url, m string, o *FetchOptions) error {
 	defer os.RemoveAll(tmp)
 	dir := filepath.Join(tmp, filepath.Base(m))
 	o.logf("cloning %s", redactURL(url))
-	if _, err := runGit(ctx, o.gitRun(), "clone", "--mirror", "--quiet", "--", url, dir); err != nil {
-		return remoteError(url, "git clone", err)
+	if err := o.remoteGit(ctx, url, "git clone", "clone", "--mirror", "--quiet", "--", url, dir); err != nil {
+		return err
 	}
 	if _, err := runGit(ctx, gitRun{}, "--git-dir="+dir, "config", "gc.auto", "0"); err != nil {
 		return fmt.Errorf("configuring the mirror of %s: %w", redactURL(url), err)
@@ -251,8 +251,24 @@ func cloneMirror(ctx context.Context, url, m string, o *FetchOptions) error {
 
 func fetchMirror(ctx context.Context, url, m string, o *FetchOptions) error {
 	o.logf("fetching %s", redactURL(url))
-	if _, err := runGit(ctx, o.gitRun(), "--git-dir="+m, "fetch", "--prune", "--quiet", "origin"); err != nil {
-		return remoteError(url, "git fetch", err)
+	return o.remoteGit(ctx, url, "git fetch", "--git-dir="+m, "fetch", "--prune", "--quiet", "origin")
+}
+
+// remoteGit runs a git command that reaches url, within the download deadline (see
+// DefaultNetDeadline); a failure is a *NetworkError (op says what was done).
+func (o *FetchOptions) remoteGit(ctx context.Context, url, op string, args ...string) error {
+	deadline, err := o.deadline()
+	if err != nil {
+		return err
+	}
+	gctx, cancel := context.WithTimeoutCause(ctx, deadline, errDeadline)
+	defer cancel()
+	_, err = runGit(gctx, o.gitRun(), args...)
+	if err != nil && ctx.Err() == nil && context.Cause(gctx) == errDeadline {
+		return &NetworkError{URL: url, Op: op, Err: fmt.Errorf("not finished after %s, the download deadline (raise GANTRY_NET_DEADLINE for a slow remote): %w", deadline, errDeadline)}
+	}
+	if err != nil {
+		return remoteError(url, op, err)
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // needGit skips the test when git is missing, except in CI, where it must be there.
@@ -473,5 +474,23 @@ func TestSubmoduleURLPolicy(t *testing.T) {
 		if (err == nil) != tt.ok {
 			t.Errorf("checkSubmoduleURL(%q, %q) = %v, want ok=%t", tt.top, tt.url, err, tt.ok)
 		}
+	}
+}
+
+// TestGitDeadline: git's network commands stop at the download deadline too, with a
+// final (not temporary) error that says so.
+func TestGitDeadline(t *testing.T) {
+	needGit(t)
+	repo := newUpstream(t, "repo")
+	repo.write("a", "a\n", 0o644)
+	ref := repo.commit("a")
+	o := fetchOpts(t)
+	o.Deadline = time.Nanosecond
+	err := Fetch(context.Background(), &Spec{Kind: Git, URL: repo.url(), Ref: ref}, o)
+	if err == nil || !strings.Contains(err.Error(), "the download deadline") {
+		t.Fatalf("want the deadline error, got %v", err)
+	}
+	if IsTemporary(err) {
+		t.Error("a passed deadline is temporary")
 	}
 }
