@@ -82,7 +82,11 @@ func loadElement(p *Project, lock *Lock, name string) (*Element, error) {
 	var f elementFile
 	data, err := p.readInProject(filepath.Join(p.ElementPath, filepath.FromSlash(name)))
 	if err != nil {
-		return nil, &ProjectError{File: display, Msg: fmt.Sprintf("cannot read file: %v", err)}
+		pe := &ProjectError{File: display, Msg: fmt.Sprintf("cannot read file: %v", err)}
+		if source.IsEscape(err) {
+			pe.Hint = "element files must be inside the project: a symbolic link may not lead out of it"
+		}
+		return nil, pe
 	}
 	doc, err := decodeTOMLBytes(data, display, &f)
 	if err != nil {

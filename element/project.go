@@ -12,6 +12,8 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+
+	"github.com/gantry-build/gantry/source"
 )
 
 // ProjectFile is the name of the file that marks a project root.
@@ -96,8 +98,8 @@ func LoadProject(root string) (*Project, error) {
 	if filepath.IsAbs(p.ElementPath) || strings.HasPrefix(filepath.Clean(p.ElementPath), "..") {
 		return nil, doc.valueError("element-path", "%q must be a directory inside the project", p.ElementPath)
 	}
-	if _, err := p.statInProject(p.ElementPath); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return nil, doc.valueError("element-path", "%q reaches outside the project (through a symbolic link?): %v", p.ElementPath, err)
+	if _, err := source.ProjectPath(root, p.ElementPath); err != nil {
+		return nil, doc.valueError("element-path", "%v", err)
 	}
 	for name, n := range p.Pools {
 		if n < 1 {
@@ -132,16 +134,6 @@ func (p *Project) readInProject(rel string) ([]byte, error) {
 	}
 	defer r.Close()
 	return r.ReadFile(rel)
-}
-
-// statInProject is os.Stat of rel inside the project root, with readInProject's rule.
-func (p *Project) statInProject(rel string) (fs.FileInfo, error) {
-	r, err := os.OpenRoot(p.Root)
-	if err != nil {
-		return nil, err
-	}
-	defer r.Close()
-	return r.Stat(rel)
 }
 
 // ElementDir is the absolute directory holding element files.

@@ -375,9 +375,16 @@ func (x *extractor) hardLink(linkname, prefix, rel string) error {
 	return x.root.Link(src, rel)
 }
 
+// IsEscape reports whether err is os.Root's refusal of a path that leaves the root (by
+// "..", or through a symbolic link that leads out or is absolute). os exports no
+// sentinel for it.
+func IsEscape(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "path escapes from parent")
+}
+
 // escapeError words os.Root's refusal of a path through a link that leaves the root.
 func escapeError(err error) error {
-	if err != nil && strings.Contains(err.Error(), "path escapes from parent") {
+	if IsEscape(err) {
 		return fmt.Errorf("%w: it goes through a symbolic link that leads out (%v)", errEscape, err)
 	}
 	return err

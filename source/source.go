@@ -114,7 +114,7 @@ func ProjectPath(projectRoot, p string) (string, error) {
 	}
 	defer r.Close()
 	if _, err := r.Stat(filepath.FromSlash(p)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return "", fmt.Errorf("path %q reaches outside the project %s (through a symbolic link or '..'), which a source may not: %w", p, projectRoot, err)
+		return "", fmt.Errorf("path %q reaches outside the project %s (through a symbolic link or '..'): %w", p, projectRoot, err)
 	}
 	return filepath.Join(projectRoot, filepath.FromSlash(p)), nil
 }
