@@ -121,7 +121,7 @@ func extractTar(ctx context.Context, open func() (io.ReadCloser, error), dest *o
 	if err != nil {
 		return err
 	}
-	x := &extractor{root: dest, budget: budget{left: limit, limit: limit}}
+	x := &extractor{root: dest, budget: budget{left: limit, limit: limit}, dirs: map[string]bool{}}
 	if err := x.extract(ctx, tar.NewReader(rc), prefix); err != nil {
 		rc.Close()
 		return err
@@ -239,6 +239,7 @@ func (b *budget) take(h *tar.Header) error {
 type extractor struct {
 	root   *os.Root
 	budget budget
+	dirs   map[string]bool // parents made or found by MkdirAll, while no link changes (a cache)
 }
 
 func (x *extractor) extract(ctx context.Context, tr *tar.Reader, prefix string) error {
@@ -294,11 +295,14 @@ func (x *extractor) member(h *tar.Header, r io.Reader, prefix string) error {
 	if h.Typeflag == tar.TypeSymlink && h.Linkname == "" {
 		return fmt.Errorf("symbolic link with an empty target")
 	}
-	if err := x.root.MkdirAll(path.Dir(rel), 0o755); err != nil {
-		return escapeError(err)
+	if parent := path.Dir(rel); !x.dirs[parent] {
+		if err := x.root.MkdirAll(parent, 0o755); err != nil {
+			return escapeError(err)
+		}
+		x.dirs[parent] = true
 	}
 	mode := fs.FileMode(h.Mode) & fs.ModePerm
-	isDir, err := x.clear(rel, h.Typeflag == tar.TypeDir)
+	isDir, err := x.makeRoom(rel, h.Typeflag == tar.TypeDir)
 	if err != nil {
 		return escapeError(err)
 	}
@@ -312,6 +316,7 @@ func (x *extractor) member(h *tar.Header, r io.Reader, prefix string) error {
 		}
 		return x.root.Chmod(rel, mode|0o700) // writable by us: later members go inside
 	case tar.TypeSymlink:
+		clear(x.dirs)                          // a path through the new link leads elsewhere
 		return x.root.Symlink(h.Linkname, rel) // kept as it is, never followed here
 	case tar.TypeLink:
 		return x.hardLink(h.Linkname, prefix, rel)
@@ -335,10 +340,10 @@ func (x *extractor) member(h *tar.Header, r io.Reader, prefix string) error {
 	return x.root.Chtimes(rel, h.ModTime, h.ModTime)
 }
 
-// clear makes room for a member at rel: an existing file or link is removed (a link is
+// makeRoom makes room for a member at rel: an existing file or link is removed (a link is
 // replaced, never written through). isDir is true when rel is a directory already, which
 // only a directory member may meet.
-func (x *extractor) clear(rel string, dirMember bool) (isDir bool, err error) {
+func (x *extractor) makeRoom(rel string, dirMember bool) (isDir bool, err error) {
 	existing, err := x.root.Lstat(rel)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -350,6 +355,7 @@ func (x *extractor) clear(rel string, dirMember bool) (isDir bool, err error) {
 	case existing.IsDir():
 		return false, fmt.Errorf("%s is a directory already", rel)
 	}
+	clear(x.dirs) // rel may be a link that paths went through
 	return false, x.root.Remove(rel)
 }
 
