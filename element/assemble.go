@@ -78,17 +78,39 @@ func NewBuildSpec(g *Graph, e *Element, cacheDir, workDir, sandboxKind string, m
 	return spec, nil
 }
 
-// Host commands reach the host paths through these environment variables: the paths
-// (under the cache directory, which the user names) are never spliced into `sh -c` text,
-// where a directory named `c$(touch x)` would run. "${GANTRY_INSTALL_ROOT}" expands to
-// exactly the path, inside double quotes or without.
+// Host commands must never have a path that could run something spliced into their
+// `sh -c` text: the host paths lie under the cache directory, which the user names, and
+// a directory named `c$(touch x)` would run. A path made only of characters that mean
+// nothing to the shell is spliced as it is (so '%{install-root}' works in any quoting);
+// any other path is referred to through an environment variable holding it
+// ("${GANTRY_INSTALL_ROOT}" expands to exactly the path, inside double quotes or
+// without; inside single quotes it stays literal text, which is safe).
 var hostPathVars = Paths{BuildRoot: "${GANTRY_BUILD_ROOT}", InstallRoot: "${GANTRY_INSTALL_ROOT}", Sysroot: "${GANTRY_SYSROOT}"}
 
-// resolveHost expands e for the host sandbox: commands refer to the paths through
-// hostPathVars, the environment holds the paths themselves (and those variables).
+// shellSafe reports whether s can be spliced into shell text unquoted and mean itself.
+func shellSafe(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("/._-+,:@%", c) >= 0) {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// resolveHost expands e for the host sandbox: commands get each path as it is when it is
+// shellSafe, else through hostPathVars; the environment holds the paths themselves (and
+// those variables).
 func resolveHost(p *Project, e *Element, host Paths) (*Resolved, error) {
 	refs := hostPathVars
 	refs.MaxJobs = host.MaxJobs
+	for _, pair := range []struct{ ref, path *string }{
+		{&refs.BuildRoot, &host.BuildRoot}, {&refs.InstallRoot, &host.InstallRoot}, {&refs.Sysroot, &host.Sysroot},
+	} {
+		if shellSafe(*pair.path) {
+			*pair.ref = *pair.path
+		}
+	}
 	r, err := e.Resolve(p, refs)
 	if err != nil {
 		return nil, err

@@ -36,3 +36,21 @@ build-commands = [
 		t.Errorf("the artifact lacks usr/hi: %q, %v", b, err)
 	}
 }
+
+// TestHostPathsSplicedWhenSafe: a cache directory whose path means nothing to the shell
+// is spliced as it is, so a path in single quotes works as it did before issue 9.
+func TestHostPathsSplicedWhenSafe(t *testing.T) {
+	p := newE2EProject(t, map[string]string{
+		"project.toml": "name = \"quote\"\n",
+		"elements/app.toml": `kind = "manual"
+[config]
+build-commands = [
+  "test -d '%{build-root}' && mkdir -p '%{install-root}/usr' && echo hi > '%{install-root}/usr/hi'",
+]
+`,
+	})
+	if _, stderr, code := p.run("build", "--ui", "plain", "--sandbox", "host", "app.toml"); code != 0 {
+		log, _, _ := p.run("artifact", "log", "app.toml")
+		t.Fatalf("build failed (%d):\n%s\n%s", code, stderr, log)
+	}
+}
