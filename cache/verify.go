@@ -22,6 +22,8 @@ type VerifyReport struct {
 	// crash or kill -9 mid-write). They are not problems: nothing refers to
 	// them, and Open removes them once they are an hour old.
 	StrayTemp []string
+
+	repairs // what Repair would fix
 }
 
 // Clean reports whether Verify found no problems. Stray temporary files do
@@ -55,15 +57,18 @@ func (c *Cache) Verify() (*VerifyReport, error) {
 	goodTrees := map[Digest]bool{}
 	for _, r := range refs {
 		rep.Refs++
-		for _, err := range c.verifyRef(r, check, goodTrees) {
+		problems := c.verifyRef(r, check, goodTrees)
+		for _, err := range problems {
 			rep.Problems = append(rep.Problems, fmt.Sprintf("ref %s: %v", r.Path, err))
 		}
+		rep.noteBroken(r, problems)
 	}
 
 	if err := c.verifyUnreferenced(checked, check, rep); err != nil {
 		return nil, fmt.Errorf("verifying cache %s: %w", c.Root, err)
 	}
 	rep.Blobs = len(checked)
+	rep.noteCorrupt(checked)
 
 	if rep.StrayTemp, err = c.StrayTemp(); err != nil {
 		return nil, fmt.Errorf("verifying cache %s: %w", c.Root, err)

@@ -67,6 +67,10 @@ type Result struct {
 	Temporary bool            `json:"temporary,omitempty"` // a network error worth retrying
 	Skipped   bool            `json:"skipped,omitempty"`   // nothing to do, e.g. the remote lacks the artifact
 	Data      json.RawMessage `json:"data,omitempty"`      // action-specific
+	// CacheBytes is about how much the job added to the local cache (an upper
+	// bound: blobs the cache already had are counted too); the scheduler
+	// starts a cleanup when the session takes the cache over its quota.
+	CacheBytes int64 `json:"cache-bytes,omitempty"`
 }
 
 // Outcome is what Wait returns once the child has exited and every message

@@ -52,6 +52,8 @@ type Config struct {
 	// belong here, never in a display. An error is published as a warning Notice
 	// naming the element.
 	OnJobEnd func(JobEnd) error
+	// Cleanup keeps the local cache under a quota; nil: no quota.
+	Cleanup *CleanupConfig
 }
 
 // Scheduler runs one session. Create it with New, run it with Run, and steer it from
@@ -83,6 +85,9 @@ type Scheduler struct {
 
 	done       int    // elements out of the pipeline: through every queue, or failed
 	lastCounts Counts // last published, to publish only changes
+
+	clean     cleanupState       // quota keeping (cleanup.go)
+	interests map[*Item]interest // exclusive interests registered for items (interest.go)
 }
 
 type held struct {
@@ -184,6 +189,7 @@ func (s *Scheduler) elapsed(now time.Time) time.Duration {
 // becomes the scheduler goroutine.
 func (s *Scheduler) Run() *Summary {
 	s.start = time.Now()
+	s.initCleanup()
 	actions := make([]Action, len(s.queues))
 	for i, qs := range s.queues {
 		actions[i] = qs.q.Action()
@@ -272,9 +278,11 @@ func (s *Scheduler) promote() bool {
 // harvest walks the queues in reverse (Push first, Track last) and starts every READY
 // element the tokens allow. It reports whether any element was skipped (moved to done).
 func (s *Scheduler) harvest() bool {
+	s.withdrawStaleInterest()
 	if s.suspended || s.terminating || len(s.held) > 0 {
 		return false
 	}
+	s.harvestCleanup()
 	now := time.Now()
 	skipped := false
 	var refused []resources.Request
@@ -331,13 +339,11 @@ func (s *Scheduler) spawn(qs *queueState, it *Item, refused *[]resources.Request
 	if !s.cfg.Pool.Reserve(req) {
 		*refused = append(*refused, req)
 		if len(req.Exclusive) > 0 {
-			s.cfg.Pool.RegisterExclusiveInterest(req.Exclusive, it.Name())
+			s.registerInterest(it, req.Exclusive)
 		}
 		return false
 	}
-	if len(req.Exclusive) > 0 {
-		s.cfg.Pool.UnregisterExclusiveInterest(req.Exclusive, it.Name())
-	}
+	s.withdrawInterest(it)
 	it.attempt++
 	s.seq++
 	action := qs.q.Action()
@@ -381,6 +387,10 @@ func (s *Scheduler) handle(m any) {
 		if a == nil {
 			return
 		}
+		if a.item == nil {
+			s.cleanupMessage(a, m.msg)
+			return
+		}
 		switch m.msg.Type {
 		case job.MessageStatus, job.MessageLog, job.MessageProgress:
 			s.cfg.Publish(JobMessage{Base: Base{m.msg.Time}, JobID: a.id, Action: a.qs.q.Action(), Element: a.item.Name(),
@@ -404,6 +414,11 @@ func (s *Scheduler) handle(m any) {
 func (s *Scheduler) finish(a *activeJob, out job.Outcome) {
 	delete(s.active, a.id)
 	s.cfg.Pool.Release(a.req)
+	s.noteCacheBytes(out.Result)
+	if a.item == nil {
+		s.finishCleanup(a, out)
+		return
+	}
 	it, qs := a.item, a.qs
 	qs.running--
 	end := JobEnd{Base: Base{time.Now()}, JobID: a.id, Action: qs.q.Action(), Element: it.Name(), Key: it.Element.Key,

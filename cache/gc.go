@@ -1,0 +1,232 @@
+package cache
+
+import (
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+)
+
+// LowWater is the share of the quota an automatic cleanup brings the cache
+// down to, so that the next few builds do not start another one at once.
+const LowWater = 0.8
+
+// CleanupOptions says what a cleanup (Cleanup) removes. Artifacts go in this
+// order: those named in Remove, those unused for OlderThan, then the least
+// recently used until the cache is at most Target bytes. Protected artifacts
+// are never removed. After the artifacts, every blob no remaining artifact
+// reaches goes.
+type CleanupOptions struct {
+	Target    int64         // bytes; 0: no size target
+	OlderThan time.Duration // 0: no age limit
+	Remove    []ArtifactRef // removed whatever their age
+	Protect   func(ArtifactRef) bool
+	// Leftovers also removes what crashed processes left: tmp/ entries of
+	// processes that no longer run, and partial downloads in sources/ older
+	// than an hour.
+	Leftovers bool
+	DryRun    bool // only say what would go
+	// AfterRemove, if set, is called after each artifact removed (a test seam
+	// to kill a cleanup half-way).
+	AfterRemove func()
+}
+
+// RemovedArtifact is an artifact a cleanup removed (or would remove).
+type RemovedArtifact struct {
+	ArtifactRef
+	LastUse time.Time `json:"last-use"`
+	Bytes   int64     `json:"bytes"` // the space its blobs took, shared ones included
+}
+
+// CleanupReport says what a cleanup removed, or with DryRun would remove.
+type CleanupReport struct {
+	Before    int64             `json:"before"` // the cache's size on disk
+	After     int64             `json:"after"`  // estimated from what was removed
+	Freed     int64             `json:"freed"`
+	Artifacts []RemovedArtifact `json:"artifacts"`
+	Blobs     int               `json:"blobs"` // blobs removed (unreferenced ones included)
+	Leftovers []string          `json:"leftovers,omitempty"`
+	// Protected counts artifacts that were candidates but are protected;
+	// Short says the target was not reached (what is left is protected or
+	// is not artifacts: sources, logs).
+	Protected int           `json:"protected"`
+	Short     bool          `json:"short"`
+	Duration  time.Duration `json:"duration-ns"`
+	DryRun    bool          `json:"dry-run,omitempty"`
+}
+
+// Cleanup removes artifacts and unreferenced blobs as opts says. The caller
+// must hold the exclusive lock (Lock): nothing may commit meanwhile, or the
+// blobs of an artifact being committed could be swept. An interrupted cleanup
+// (kill -9) leaves a consistent cache: refs go first, one at a time, and
+// blobs only once nothing reaches them.
+func (c *Cache) Cleanup(opts CleanupOptions) (*CleanupReport, error) {
+	start := time.Now()
+	inv, err := c.takeInventory()
+	if err != nil {
+		return nil, fmt.Errorf("cleaning the cache %s: %w", c.Root, err)
+	}
+	rep := &CleanupReport{Before: inv.total, DryRun: opts.DryRun}
+	doomed := inv.choose(opts, rep)
+	// Blobs that nothing reaches any more: size them before touching anything.
+	var sweep []int32
+	for i, b := range inv.blobs {
+		if b.onDisk && b.refs == 0 {
+			sweep = append(sweep, int32(i))
+			rep.Freed += b.disk
+		}
+	}
+	var leftovers []string
+	if opts.Leftovers {
+		var n int64
+		if leftovers, n, err = c.leftovers(); err != nil {
+			return nil, fmt.Errorf("cleaning the cache %s: %w", c.Root, err)
+		}
+		rep.Leftovers = leftovers
+		rep.Freed += n
+	}
+	rep.Blobs = len(sweep)
+	rep.After = rep.Before - rep.Freed
+	if opts.DryRun {
+		rep.Duration = time.Since(start)
+		return rep, nil
+	}
+	var errs []error
+	for _, a := range doomed {
+		if err := c.Delete(a.Project, a.Element, a.Key); err != nil && !errors.Is(err, ErrNotFound) {
+			return nil, fmt.Errorf("cleaning the cache %s: %w", c.Root, err)
+		}
+		if opts.AfterRemove != nil {
+			opts.AfterRemove()
+		}
+	}
+	for _, b := range sweep {
+		p := c.blobPathOf(hex.EncodeToString(inv.blobs[b].id[:]))
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("removing blob %s: %w", p, err))
+		}
+	}
+	for _, p := range leftovers {
+		if err := removeAll(p); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	rep.Duration = time.Since(start)
+	if len(errs) > 0 {
+		return rep, fmt.Errorf("cleaning the cache %s: %w", c.Root, errors.Join(errs...))
+	}
+	return rep, nil
+}
+
+// choose picks the artifacts to remove, updating the blobs' reference counts
+// as if they were gone, and books them in rep.
+func (inv *inventory) choose(opts CleanupOptions, rep *CleanupReport) []*artifactInfo {
+	var doomed []*artifactInfo
+	remove := func(a *artifactInfo) {
+		doomed = append(doomed, a)
+		rep.Artifacts = append(rep.Artifacts, RemovedArtifact{ArtifactRef: a.ref(), LastUse: a.LastUse, Bytes: inv.size(a)})
+		for _, b := range a.blobs {
+			inv.blobs[b].refs--
+		}
+		a.blobs = nil
+	}
+	protected := func(a *artifactInfo) bool { return opts.Protect != nil && opts.Protect(a.ref()) }
+	named := map[ArtifactRef]bool{}
+	for _, r := range opts.Remove {
+		named[r] = true
+	}
+	// Least recently used first; ties by name, so a cleanup is reproducible.
+	order := slices.Clone(inv.artifacts)
+	slices.SortStableFunc(order, func(a, b *artifactInfo) int { return a.LastUse.Compare(b.LastUse) })
+	cutoff := time.Now().Add(-opts.OlderThan)
+	var rest []*artifactInfo
+	for _, a := range order {
+		switch {
+		case named[a.ref()]:
+			remove(a)
+		case opts.OlderThan > 0 && a.LastUse.Before(cutoff):
+			if protected(a) {
+				rep.Protected++
+				continue
+			}
+			remove(a)
+		default:
+			rest = append(rest, a)
+		}
+	}
+	if opts.Target <= 0 {
+		return doomed
+	}
+	used := inv.total - inv.unreferenced()
+	for _, a := range rest {
+		if used <= opts.Target {
+			break
+		}
+		if protected(a) {
+			rep.Protected++
+			continue
+		}
+		blobs := a.blobs
+		remove(a)
+		for _, b := range blobs {
+			if inv.blobs[b].refs == 0 {
+				used -= inv.blobs[b].disk
+			}
+		}
+	}
+	rep.Short = used > opts.Target
+	return doomed
+}
+
+// unreferenced is the space of blobs on disk that no artifact reaches.
+func (inv *inventory) unreferenced() int64 {
+	var n int64
+	for _, b := range inv.blobs {
+		if b.onDisk && b.refs == 0 {
+			n += b.disk
+		}
+	}
+	return n
+}
+
+// leftovers finds what crashed processes left: tmp/ entries of processes that
+// no longer run, and entries of sources/tmp (partial downloads and clones)
+// not written for an hour; with the space they take.
+func (c *Cache) leftovers() ([]string, int64, error) {
+	paths, err := c.StrayTemp()
+	if err != nil {
+		return nil, 0, err
+	}
+	srcTmp := filepath.Join(c.SourcesDir(), tmpDir)
+	entries, err := os.ReadDir(srcTmp)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, 0, fmt.Errorf("listing %s: %w", srcTmp, err)
+	}
+	for _, e := range entries {
+		if info, err := e.Info(); err == nil && time.Since(info.ModTime()) >= staleTempAge {
+			paths = append(paths, filepath.Join(srcTmp, e.Name()))
+		}
+	}
+	var total int64
+	for _, p := range paths {
+		_ = filepath.WalkDir(p, func(_ string, d fs.DirEntry, err error) error {
+			if err == nil {
+				if info, err := d.Info(); err == nil {
+					total += info.Size()
+				}
+			}
+			return nil
+		})
+	}
+	slices.Sort(paths)
+	return paths, total, nil
+}
+
+// blobPathOf is the cas/ path of a blob by its hash.
+func (c *Cache) blobPathOf(hash string) string {
+	return filepath.Join(c.Root, casDir, hash[:2], hash)
+}

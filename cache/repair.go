@@ -1,0 +1,76 @@
+package cache
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"slices"
+)
+
+// repairs is what Verify found that Repair can fix.
+type repairs struct {
+	broken  []brokenRef
+	corrupt []Digest // blobs whose content does not match their name
+}
+
+type brokenRef struct {
+	ref    refName
+	reason error
+}
+
+// noteBroken books a ref with problems: its artifact cannot be used.
+func (r *repairs) noteBroken(ref refName, problems []error) {
+	if len(problems) > 0 {
+		r.broken = append(r.broken, brokenRef{ref, problems[0]})
+	}
+}
+
+// noteCorrupt books every checked blob whose size or hash is wrong.
+func (r *repairs) noteCorrupt(checked map[Digest]error) {
+	for d, err := range checked {
+		if errors.Is(err, ErrCorrupt) {
+			r.corrupt = append(r.corrupt, d)
+		}
+	}
+	slices.SortFunc(r.corrupt, func(a, b Digest) int { return compareHash(a.Hash, b.Hash) })
+}
+
+func compareHash(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// Repair fixes what Verify reported in rep: it drops every ref whose record
+// or blobs are missing or corrupt (the next build rebuilds or pulls the
+// artifact) and removes corrupt blobs. It returns one line per repair. The
+// caller holds the exclusive lock.
+func (c *Cache) Repair(rep *VerifyReport) ([]string, error) {
+	var done []string
+	var errs []error
+	for _, b := range rep.broken {
+		err := c.Delete(b.ref.Project, b.ref.Element, b.ref.Key)
+		if err != nil && !errors.Is(err, ErrNotFound) {
+			errs = append(errs, err)
+			continue
+		}
+		done = append(done, fmt.Sprintf("dropped artifact %s/%s/%s: %v", b.ref.Project, b.ref.Element, b.ref.Key, b.reason))
+	}
+	for _, d := range rep.corrupt {
+		p := c.BlobPath(d)
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("removing corrupt blob %s: %w", p, err))
+			continue
+		}
+		done = append(done, fmt.Sprintf("removed corrupt blob %s", p))
+	}
+	if len(errs) > 0 {
+		return done, fmt.Errorf("repairing the cache %s: %w", c.Root, errors.Join(errs...))
+	}
+	return done, nil
+}
