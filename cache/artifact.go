@@ -22,7 +22,7 @@ type Artifact struct {
 	Success bool
 	Error   string // the failure message when !Success
 
-	Files Digest // root Directory of the install tree; the empty tree for failures and stacks
+	Files Digest // root Directory of the install tree (for a failure: what it held when the build failed)
 	Log   Digest // the build log blob; zero when there is none
 	// BuildTree is the root Directory of a failed build's build directory, kept for
 	// `gantry shell --build`; zero for successful builds.

@@ -161,13 +161,21 @@ func Assemble(ctx context.Context, js job.Spec, r *job.Reporter) (job.Result, er
 		r.Log("error: " + fault.Error())
 		return job.Result{}, fault // not the element's fault: do not cache a failure
 	}
+	// Committing holds the cache lock shared: a cleanup must not sweep the
+	// blobs stored here before the ref that reaches them is written.
+	lock, err := lockCache(ctx, c, r)
+	if err != nil {
+		return job.Result{}, err
+	}
+	defer lock.Unlock()
 	a := &cache.Artifact{Project: spec.Project, Element: spec.Element, Key: spec.Key, Success: buildErr == nil,
 		Dependencies: spec.DepKeys, Started: started, Finished: time.Now()}
 	a.BuildDuration = a.Finished.Sub(started)
 	if buildErr != nil {
 		a.Error = buildErr.Error()
 		r.Log("error: " + buildErr.Error())
-		a.Files, err = c.EmptyTree()
+		// What the install root held when it failed, for `artifact checkout`.
+		a.Files, err = c.StoreTree(filepath.Join(spec.WorkDir, "install"))
 		if err == nil {
 			// Keep the failed build tree, for `gantry shell --build`.
 			a.BuildTree, err = c.StoreTree(filepath.Join(spec.WorkDir, "build"))
@@ -187,10 +195,11 @@ func Assemble(ctx context.Context, js job.Spec, r *job.Reporter) (job.Result, er
 	if err := c.Commit(a); err != nil {
 		return job.Result{}, err
 	}
+	added := cachedBytes(spec.WorkDir, buildErr != nil, js.LogPath)
 	if buildErr != nil {
-		return job.Result{OK: false, Error: buildErr.Error()}, nil
+		return job.Result{OK: false, Error: buildErr.Error(), CacheBytes: added}, nil
 	}
-	return job.Result{OK: true}, nil
+	return job.Result{OK: true, CacheBytes: added}, nil
 }
 
 // infraError is a failure of gantry or the machine (staging, disk), not of the build.
@@ -209,14 +218,25 @@ func build(ctx context.Context, c *cache.Cache, spec *BuildSpec, r *job.Reporter
 			return &infraError{fmt.Errorf("preparing the build directory: %w", err)}
 		}
 	}
-	deps, err := lookupDependencies(c, spec)
+	// Staging holds the cache lock shared: a cleanup waits until it is done, and
+	// what was staged (copies, or hard links) stays if a cleanup comes later.
+	var deps []*cache.Artifact
+	var links bool
+	err := underLock(ctx, c, r, func() error {
+		var err error
+		if deps, err = lookupDependencies(c, spec); err != nil {
+			return err
+		}
+		// Hard links into the cache are safe only where nothing can write through
+		// them: see stageLinks.
+		links = stageLinks(c, spec, deps)
+		if err := stageDependencies(c, spec, deps, sysroot, links, r); err != nil {
+			return err
+		}
+		touchStaged(c, spec)
+		return nil
+	})
 	if err != nil {
-		return err
-	}
-	// Hard links into the cache are safe only where nothing can write through
-	// them: see stageLinks.
-	links := stageLinks(c, spec, deps)
-	if err := stageDependencies(c, spec, deps, sysroot, links, r); err != nil {
 		return err
 	}
 	for i := range spec.Sources {
@@ -242,7 +262,7 @@ func build(ctx context.Context, c *cache.Cache, spec *BuildSpec, r *job.Reporter
 	}
 	if kind == sandbox.Host && links && len(deps) > 0 {
 		// auto chose the host after all: the commands can write to the sysroot.
-		if err := restage(c, spec, deps, sysroot, r); err != nil {
+		if err := underLock(ctx, c, r, func() error { return restage(c, spec, deps, sysroot, r) }); err != nil {
 			return err
 		}
 	}

@@ -58,65 +58,94 @@ func newArtifactCheckoutCmd(g *globalOptions) *cobra.Command {
 	var deps string
 	var force bool
 	cmd := &cobra.Command{
-		Use:   "checkout ELEMENT DIR",
+		Use:   "checkout ELEMENT[@KEY] DIR",
 		Short: "Copy an element's artifact (and, with --deps run, its runtime dependencies) into DIR",
-		Args:  rangeArgs(2, 2),
+		Long: `Copy an artifact into DIR: the element's current one, or with ELEMENT@KEYPREFIX (or a
+bare key prefix) any cached one. A failed build's artifact holds what its install root
+held when it failed. --deps run (the default for an element's current artifact) also
+checks out its runtime dependencies; an artifact at another key is checked out alone.`,
+		Args: rangeArgs(2, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			d, err := element.ParseDeps(deps)
-			if err != nil || (d != element.DepsNone && d != element.DepsRun) {
-				return usagef("--deps %q: use none or run", deps)
+			d := element.DepsNone
+			if deps != "" {
+				var err error
+				if d, err = element.ParseDeps(deps); err != nil || (d != element.DepsNone && d != element.DepsRun) {
+					return usagef("--deps %q: use none or run", deps)
+				}
 			}
 			s, c, err := g.loadWithCache()
 			if err != nil {
 				return err
 			}
-			gr, e, _, err := s.artifactOf(c, s.elementArg(args[0]))
+			arg, a, err := s.oneArtifact(c, args[0])
 			if err != nil {
 				return err
+			}
+			if deps == "" && arg.current != nil {
+				d = element.DepsRun
+			}
+			if d == element.DepsRun && arg.current == nil {
+				return usagef("--deps run: %s is not the element's current artifact, whose runtime dependencies gantry knows; use --deps none", args[0])
 			}
 			dir := args[1]
 			if entries, err := os.ReadDir(dir); err == nil && len(entries) > 0 && !force {
 				return usagef("%s is not empty: pass --force to check out into it anyway", dir)
 			}
-			for _, el := range gr.Select([]*element.Element{e}, d) {
-				a, err := c.Lookup(s.project.Name, el.Name, el.Key)
-				if err != nil {
-					return fmt.Errorf("checking out %s: dependency %s is not cached: run `gantry build %s`", e.Name, el.Name, e.Name)
+			lock, err := g.lockCache(c, cache.Shared)
+			if err != nil {
+				return err
+			}
+			defer lock.Unlock()
+			arts := []*cache.Artifact{a}
+			if d == element.DepsRun {
+				arts = arts[:0]
+				for _, el := range arg.graph.Select([]*element.Element{arg.current}, d) {
+					da, err := c.Lookup(s.project.Name, el.Name, el.Key)
+					if err != nil {
+						return fmt.Errorf("checking out %s: dependency %s is not cached: run `gantry build %s`", arg.ref.Element, el.Name, arg.ref.Element)
+					}
+					if !da.Success && el != arg.current {
+						return fmt.Errorf("checking out %s: the cached build of %s failed: see `gantry artifact log %s`", arg.ref.Element, el.Name, el.Name)
+					}
+					arts = append(arts, da)
 				}
-				if !a.Success {
-					return fmt.Errorf("checking out %s: the cached build of %s failed: see `gantry artifact log %s`", e.Name, el.Name, el.Name)
+			}
+			for _, da := range arts {
+				if !da.Success {
+					fmt.Fprintf(g.ios.ErrOut, "gantry: %s@%s is a failed build: checking out what its install root held when it failed\n", da.Element, shortKey(da.Key))
 				}
 				// Copies, never hard links: the user's files must not alias the cache.
-				if err := c.Checkout(a.Files, dir, cache.CheckoutOptions{}); err != nil {
-					return checkoutError(c, s.project.Name, el, dir, err)
+				if err := c.Checkout(da.Files, dir, cache.CheckoutOptions{}); err != nil {
+					return checkoutError(c, da, dir, err)
 				}
+				c.Touch(da.Project, da.Element, da.Key)
 			}
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&deps, "deps", "run", "also check out dependencies: none or run")
+	cmd.Flags().StringVar(&deps, "deps", "", "also check out dependencies: none or run (default run for an element's current artifact)")
 	cmd.Flags().BoolVarP(&force, "force", "f", false, "check out into a non-empty directory")
 	return cmd
 }
 
-// checkoutError says why checking out el failed. An artifact found damaged (a
+// checkoutError says why checking out a failed. An artifact found damaged (a
 // blob missing or corrupt; a corrupt blob is already removed) is dropped from
 // the cache, so that the next build makes it again.
-func checkoutError(c *cache.Cache, project string, el *element.Element, dir string, err error) error {
+func checkoutError(c *cache.Cache, a *cache.Artifact, dir string, err error) error {
 	var blob *cache.BlobError
 	if !errors.As(err, &blob) {
-		return fmt.Errorf("checking out %s into %s: %w", el.Name, dir, err)
+		return fmt.Errorf("checking out %s into %s: %w", a.Element, dir, err)
 	}
-	if derr := c.DropArtifact(project, el.Name, el.Key); derr != nil {
-		return fmt.Errorf("checking out %s into %s: %v; dropping the damaged artifact: %w", el.Name, dir, blob, derr)
+	if derr := c.DropArtifact(a.Project, a.Element, a.Key); derr != nil {
+		return fmt.Errorf("checking out %s into %s: %v; dropping the damaged artifact: %w", a.Element, dir, blob, derr)
 	}
 	return fmt.Errorf("checking out %s into %s: %w; dropped the damaged artifact of %s from the cache: run `gantry build %s` to build it again",
-		el.Name, dir, blob, el.Name, el.Name)
+		a.Element, dir, blob, a.Element, a.Element)
 }
 
 func newArtifactLogCmd(g *globalOptions) *cobra.Command {
 	return &cobra.Command{
-		Use:   "log ELEMENT",
+		Use:   "log ELEMENT[@KEY]",
 		Short: "Print the build log of an element's artifact (failed builds too)",
 		Args:  rangeArgs(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -124,16 +153,16 @@ func newArtifactLogCmd(g *globalOptions) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			_, e, a, err := s.artifactOf(c, s.elementArg(args[0]))
+			_, a, err := s.oneArtifact(c, args[0])
 			if err != nil {
 				return err
 			}
 			if a.Log.IsZero() {
-				return fmt.Errorf("the artifact of %s has no build log", e.Name)
+				return fmt.Errorf("the artifact of %s has no build log", a.Element)
 			}
 			f, err := c.OpenBlob(a.Log)
 			if err != nil {
-				return fmt.Errorf("reading the build log of %s: %w", e.Name, err)
+				return fmt.Errorf("reading the build log of %s: %w", a.Element, err)
 			}
 			defer f.Close()
 			_, err = io.Copy(g.ios.Out, f)
@@ -143,11 +172,15 @@ func newArtifactLogCmd(g *globalOptions) *cobra.Command {
 }
 
 func newArtifactListCmd(g *globalOptions) *cobra.Command {
-	var all bool
-	return &cobra.Command{
+	var all, long bool
+	cmd := &cobra.Command{
 		Use:   "list",
-		Short: "List the project's artifacts in the local cache",
-		Args:  noArgs,
+		Short: "List the project's artifacts in the local cache: state, key, size, last use",
+		Long: `List every cached artifact of the project (--all: of every project), any key: its
+state, key, element, size on disk (blobs shared with other artifacts included) and when it
+was last used (built, pulled, checked out or staged as a dependency). Cleanup removes the
+least recently used first. Address one with ELEMENT@KEYPREFIX in the other artifact commands.`,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			s, c, err := g.loadWithCache()
 			if err != nil {
@@ -157,9 +190,9 @@ func newArtifactListCmd(g *globalOptions) *cobra.Command {
 			if all {
 				project = ""
 			}
-			list, err := c.List(project)
+			list, err := c.Usages(project)
 			if err != nil {
-				return err
+				fmt.Fprintf(g.ios.ErrOut, "gantry: warning: %v\n", err)
 			}
 			tw := tabwriter.NewWriter(g.ios.Out, 0, 4, 2, ' ', 0)
 			for _, a := range list {
@@ -171,18 +204,24 @@ func newArtifactListCmd(g *globalOptions) *cobra.Command {
 				if all {
 					name = a.Project + "/" + a.Element
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", state, a.Key[:min(8, len(a.Key))], name,
-					a.Finished.Local().Format(time.DateTime), a.BuildDuration.Round(time.Millisecond))
+				key := shortKey(a.Key)
+				if long {
+					key = a.Key
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", state, key, name, byteSize(a.Bytes), a.LastUse.Local().Format(time.DateTime))
 			}
 			return tw.Flush()
 		},
 	}
+	cmd.Flags().BoolVar(&all, "all", false, "list the artifacts of every project")
+	cmd.Flags().BoolVarP(&long, "long", "l", false, "show full keys")
+	return cmd
 }
 
 func newArtifactFilesCmd(g *globalOptions) *cobra.Command {
 	var long bool
 	cmd := &cobra.Command{
-		Use:   "files ELEMENT",
+		Use:   "files ELEMENT[@KEY]",
 		Short: "List the files in an element's artifact",
 		Args:  rangeArgs(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -190,7 +229,7 @@ func newArtifactFilesCmd(g *globalOptions) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			_, _, a, err := s.artifactOf(c, s.elementArg(args[0]))
+			_, a, err := s.oneArtifact(c, args[0])
 			if err != nil {
 				return err
 			}
@@ -223,26 +262,55 @@ func newArtifactFilesCmd(g *globalOptions) *cobra.Command {
 }
 
 func newArtifactDeleteCmd(g *globalOptions) *cobra.Command {
-	return &cobra.Command{
-		Use:   "delete ELEMENT...",
-		Short: "Delete elements' artifacts (successful or failed) from the local cache",
-		Args:  rangeArgs(1, 1<<20),
+	var deps string
+	cmd := &cobra.Command{
+		Use:   "delete ELEMENT[@KEY]|GLOB...",
+		Short: "Delete artifacts (successful or failed) from the local cache, freeing what only they used",
+		Long: `Delete the current artifacts of the elements named (globs such as 'base/*.toml' match
+element names; quote them), with --deps their dependencies too, or any cached artifact
+named ELEMENT@KEYPREFIX or by a key prefix. The blobs that only the deleted artifacts used
+are removed at once (with every other unreferenced blob), under the exclusive cache lock.`,
+		Args: rangeArgs(1, 1<<20),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			d, err := element.ParseDeps(deps)
+			if err != nil {
+				return usagef("--deps %q: use none, run, build or all", deps)
+			}
 			s, c, err := g.loadWithCache()
 			if err != nil {
 				return err
 			}
-			for _, arg := range args {
-				_, e, _, err := s.artifactOf(c, s.elementArg(arg))
-				if err != nil {
-					return err
-				}
-				if err := c.Delete(s.project.Name, e.Name, e.Key); err != nil {
-					return err
-				}
-				fmt.Fprintf(g.ios.ErrOut, "deleted %s/%s\n", e.Name, e.ShortKey())
+			targets, err := s.artifactArgs(c, args, d)
+			if err != nil {
+				return err
 			}
+			lock, err := g.lockCache(c, cache.Exclusive)
+			if err != nil {
+				return err
+			}
+			defer lock.Unlock()
+			var remove []cache.ArtifactRef
+			for _, t := range targets {
+				if _, err := c.Lookup(t.ref.Project, t.ref.Element, t.ref.Key); errors.Is(err, cache.ErrNotFound) {
+					if len(targets) == 1 {
+						return fmt.Errorf("%s is not in the cache at key %s: nothing to delete", t.ref.Element, shortKey(t.ref.Key))
+					}
+					fmt.Fprintf(g.ios.ErrOut, "%s/%s is not cached\n", t.ref.Element, shortKey(t.ref.Key))
+					continue
+				}
+				remove = append(remove, t.ref)
+			}
+			rep, err := c.Cleanup(cache.CleanupOptions{Remove: remove})
+			if err != nil {
+				return err
+			}
+			for _, a := range rep.Artifacts {
+				fmt.Fprintf(g.ios.ErrOut, "deleted %s/%s\n", a.Element, shortKey(a.Key))
+			}
+			fmt.Fprintf(g.ios.ErrOut, "freed %s (%d blobs)\n", byteSize(rep.Freed), rep.Blobs)
 			return nil
 		},
 	}
+	cmd.Flags().StringVar(&deps, "deps", "none", "also delete dependencies: none, run, build or all")
+	return cmd
 }

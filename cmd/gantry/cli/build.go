@@ -29,6 +29,7 @@ type schedulerFlags struct {
 	pushers  int
 	maxJobs  int
 	sandbox  string
+	quota    string // --cache-quota
 }
 
 func (f *schedulerFlags) register(cmd *cobra.Command) {
@@ -39,6 +40,7 @@ func (f *schedulerFlags) register(cmd *cobra.Command) {
 	fl.IntVar(&f.pushers, "pushers", 0, "push jobs at once (default 4)")
 	fl.IntVar(&f.maxJobs, "max-jobs", 0, "parallelism inside one build, %{max-jobs} (default: number of CPUs)")
 	fl.StringVar(&f.sandbox, "sandbox", "auto", "build sandbox: auto, host or bwrap")
+	fl.StringVar(&f.quota, "cache-quota", "", "keep the local cache under `SIZE` (500M, 10G, 50%): least recently used artifacts are cleaned up")
 }
 
 type buildOptions struct {
@@ -178,8 +180,12 @@ func runBuild(opts *buildOptions, args []string) error {
 		}
 		return json.Marshal(spec)
 	}}
+	cleanup, err := s.cleanupConfig(opts.quota, c, g)
+	if err != nil {
+		return err
+	}
 	summary, err := s.runScheduler(schedulerRun{
-		display: display, cache: c, limits: limits, onError: onErr,
+		display: display, cache: c, limits: limits, onError: onErr, cleanup: cleanup,
 		queues: append(pipeline, fetch, build), items: items,
 		onJobEnd: buildEnded(c, g.Project.Name, stats),
 	})
@@ -261,6 +267,8 @@ type schedulerRun struct {
 	queues   []queues.Queue
 	items    []*queues.Item
 	onJobEnd func(queues.JobEnd) error // queues.Config.OnJobEnd: runs on the scheduler goroutine; may be nil
+	// cleanup keeps the cache under its quota; nil: no quota.
+	cleanup *queues.CleanupConfig
 }
 
 // runScheduler runs a session with signals forwarded, and waits until the display has
@@ -282,6 +290,7 @@ func (s *session) runScheduler(r schedulerRun) (*queues.Summary, error) {
 		Publish:  pub.Publish,
 		Backoff:  s.retryBackoff(),
 		OnJobEnd: r.onJobEnd,
+		Cleanup:  r.cleanup,
 	})
 	tui, _ := r.display.(*ui.TUI)
 	if tui != nil {

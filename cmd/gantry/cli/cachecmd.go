@@ -1,10 +1,17 @@
 package cli
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"os"
+	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/gantry-build/gantry/cache"
 	"github.com/gantry-build/gantry/element"
 )
 
@@ -13,26 +20,58 @@ func newCacheCmd(g *globalOptions) *cobra.Command {
 		Use:   "cache",
 		Short: "Maintain the local artifact cache",
 	}
-	cmd.AddCommand(&cobra.Command{
+	cmd.AddCommand(newCacheVerifyCmd(g), newCacheUsageCmd(g), newCacheGCCmd(g))
+	return cmd
+}
+
+// cacheSession is the user configuration and the cache for commands that need no
+// project, but honour its configuration when there is one.
+func (g *globalOptions) cacheSession() (*session, *cache.Cache, error) {
+	s, err := g.load()
+	if err != nil {
+		user, uerr := g.userConfig()
+		if uerr != nil {
+			return nil, nil, uerr
+		}
+		s = &session{opts: g, user: user}
+	}
+	c, err := s.openCache()
+	if err != nil {
+		return nil, nil, err
+	}
+	return s, c, nil
+}
+
+// lockCache takes the cache lock, telling the user on stderr when it has to wait for
+// another gantry process.
+func (g *globalOptions) lockCache(c *cache.Cache, mode cache.LockMode) (*cache.Lock, error) {
+	return c.Lock(context.Background(), mode, func(msg string) { fmt.Fprintf(g.ios.ErrOut, "gantry: %s\n", msg) })
+}
+
+func newCacheVerifyCmd(g *globalOptions) *cobra.Command {
+	var repair bool
+	cmd := &cobra.Command{
 		Use:   "verify",
 		Short: "Check every artifact in the local cache: records, trees and blob hashes",
 		Long: `Verify reads every ref, its artifact record and every blob it reaches, and checks
 each blob's SHA-256. It also reports unreferenced blobs that are damaged and temp files
-left by crashed processes. Exit code 1 when a problem is found.`,
+left by crashed processes. Exit code 1 when a problem is found.
+
+With --repair it also fixes what it found: it drops every artifact whose record or blobs
+are missing or corrupt (the next build builds it again) and removes corrupt blobs,
+saying what it did; the exit code is then 0 when every problem was repaired.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			root := g.cacheDir
-			if root == "" {
-				// The cache does not need a project, but honours its config when there is one.
-				if s, err := g.load(); err == nil {
-					root = s.cacheRoot()
-				} else {
-					root = (&session{opts: g, user: &element.UserConfig{}}).cacheRoot()
-				}
-			}
-			c, err := openCacheAt(root)
+			_, c, err := g.cacheSession()
 			if err != nil {
 				return err
+			}
+			if repair {
+				lock, err := g.lockCache(c, cache.Exclusive)
+				if err != nil {
+					return err
+				}
+				defer lock.Unlock()
 			}
 			rep, err := c.Verify()
 			if err != nil {
@@ -46,11 +85,245 @@ left by crashed processes. Exit code 1 when a problem is found.`,
 				fmt.Fprintf(out, "stray temp file (left by a crashed process, harmless): %s\n", t)
 			}
 			fmt.Fprintf(out, "%s: %d refs, %d blobs checked, %d problems\n", c.Root, rep.Refs, rep.Blobs, len(rep.Problems))
-			if !rep.Clean() {
-				return &failedError{msg: "the cache has problems: delete the affected artifacts with `gantry artifact delete` and build again"}
+			if rep.Clean() {
+				return nil
+			}
+			if !repair {
+				return &failedError{msg: "the cache has problems: run `gantry cache verify --repair` to drop the damaged artifacts, then build again"}
+			}
+			done, err := c.Repair(rep)
+			for _, d := range done {
+				fmt.Fprintf(out, "repaired: %s\n", d)
+			}
+			if err != nil {
+				return err
+			}
+			if after, err := c.Verify(); err != nil {
+				return err
+			} else if !after.Clean() {
+				for _, p := range after.Problems {
+					fmt.Fprintf(out, "not repaired: %s\n", p)
+				}
+				return &failedError{msg: "some problems could not be repaired: see above"}
 			}
 			return nil
 		},
-	})
+	}
+	cmd.Flags().BoolVar(&repair, "repair", false, "drop damaged artifacts and remove corrupt blobs")
 	return cmd
+}
+
+func newCacheUsageCmd(g *globalOptions) *cobra.Command {
+	var format string
+	var top int
+	cmd := &cobra.Command{
+		Use:   "usage",
+		Short: "Show what the local cache holds: size on disk, artifacts, blobs, per project, the largest",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if format != "text" && format != "json" {
+				return usagef("--format %q: use text or json", format)
+			}
+			s, c, err := g.cacheSession()
+			if err != nil {
+				return err
+			}
+			quota, err := s.quota("", c)
+			if err != nil {
+				return err
+			}
+			rep, err := c.Report(top)
+			if err != nil {
+				return err
+			}
+			if format == "json" {
+				return writeJSON(g.ios.Out, struct {
+					*cache.UsageReport
+					Quota int64 `json:"quota,omitempty"`
+				}{rep, quota})
+			}
+			writeUsage(g.ios.Out, rep, quota)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&format, "format", "text", "output format: text or json")
+	cmd.Flags().IntVar(&top, "top", 10, "how many of the largest artifacts to show")
+	return cmd
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func writeUsage(w io.Writer, rep *cache.UsageReport, quota int64) {
+	fmt.Fprintf(w, "cache %s\n", rep.Root)
+	fmt.Fprintf(w, "  on disk      %s", byteSize(rep.Total))
+	if quota > 0 {
+		fmt.Fprintf(w, " of a %s quota (%.0f%% full)", byteSize(quota), 100*float64(rep.Total)/float64(quota))
+	}
+	fmt.Fprintf(w, "\n  blobs        %d (%s)\n", rep.Blobs, byteSize(rep.CAS))
+	fmt.Fprintf(w, "  artifacts    %d (%d failed)\n", rep.Artifacts, rep.Failed)
+	if rep.Unreferenced > 0 {
+		fmt.Fprintf(w, "  unreferenced %d blobs (%s): `gantry cache gc` removes them\n", rep.Unreferenced, byteSize(rep.UnreferencedBytes))
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	if len(rep.Projects) > 0 {
+		fmt.Fprintln(tw, "\nproject\tartifacts\tsize")
+		for _, p := range rep.Projects {
+			fmt.Fprintf(tw, "%s\t%d\t%s\n", p.Project, p.Artifacts, byteSize(p.Bytes))
+		}
+	}
+	if len(rep.Largest) > 0 {
+		fmt.Fprintln(tw, "\nlargest artifacts\tkey\tsize\tlast use")
+		for _, a := range rep.Largest {
+			fmt.Fprintf(tw, "%s/%s\t%s\t%s\t%s\n", a.Project, a.Element, shortKey(a.Key), byteSize(a.Bytes), a.LastUse.Local().Format(time.DateTime))
+		}
+	}
+	tw.Flush()
+	for _, p := range rep.Problems {
+		fmt.Fprintf(w, "problem: %s\n", p)
+	}
+}
+
+func shortKey(k string) string { return k[:min(8, len(k))] }
+
+// byteSize shows a size in bytes with a binary unit: "512B", "1.5K", "3.2G".
+func byteSize(n int64) string {
+	const units = "KMGTPE"
+	if n < 1024 {
+		return fmt.Sprintf("%dB", n)
+	}
+	v, i := float64(n)/1024, 0
+	for v >= 1024 && i < len(units)-1 {
+		v /= 1024
+		i++
+	}
+	return fmt.Sprintf("%.1f%c", v, units[i])
+}
+
+// quota resolves the cache quota in bytes: --cache-quota > GANTRY_CACHE_QUOTA > the user
+// configuration's [cache] quota; 0 when none is set.
+func (s *session) quota(flag string, c *cache.Cache) (int64, error) {
+	from, v := "--cache-quota", flag
+	if v == "" {
+		from, v = "GANTRY_CACHE_QUOTA", os.Getenv("GANTRY_CACHE_QUOTA")
+	}
+	if v == "" {
+		from, v = "[cache] quota", s.user.Cache.Quota
+	}
+	if v == "" {
+		return 0, nil
+	}
+	q, err := cache.ParseQuota(v, c.Root)
+	if err != nil {
+		if from == "[cache] quota" {
+			return 0, &element.ProjectError{File: s.user.Path, Msg: "[cache] " + err.Error()}
+		}
+		return 0, usagef("%s: %v", from, err)
+	}
+	return q, nil
+}
+
+type gcOptions struct {
+	quota    string
+	keepDays int
+	dryRun   bool
+}
+
+func newCacheGCCmd(g *globalOptions) *cobra.Command {
+	opts := &gcOptions{}
+	cmd := &cobra.Command{
+		Use:   "gc [--quota SIZE | --keep-days N] [--dry-run]",
+		Short: "Clean the local cache: least recently used artifacts, unreferenced blobs, leftovers",
+		Long: `gc removes what crashed processes left behind (work directories in tmp/ of
+processes that no longer run, partial downloads in sources/ older than an hour) and blobs
+that no artifact references. With --quota SIZE it also removes the least recently used
+artifacts until the cache takes at most SIZE; with --keep-days N, artifacts not used for N
+days. With neither, the configured quota ([cache] quota, GANTRY_CACHE_QUOTA) applies, down
+to 80% of it, as the cleanup during a build does.
+
+gc takes the cache lock exclusively: it waits until builds of other gantry processes have
+finished staging or committing, and they wait for it. --dry-run lists what would go and
+how much it would free, and removes nothing.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error { return runGC(g, opts) },
+	}
+	cmd.Flags().StringVar(&opts.quota, "quota", "", "remove least recently used artifacts until the cache takes at most `SIZE` (500M, 10G, 50%)")
+	cmd.Flags().IntVar(&opts.keepDays, "keep-days", 0, "remove artifacts not used for `N` days")
+	cmd.Flags().BoolVarP(&opts.dryRun, "dry-run", "n", false, "only list what would be removed")
+	return cmd
+}
+
+func runGC(g *globalOptions, opts *gcOptions) error {
+	if opts.quota != "" && opts.keepDays != 0 {
+		return usagef("--quota and --keep-days: give one of them")
+	}
+	if opts.keepDays < 0 {
+		return usagef("--keep-days %d: want a number of days of at least 1", opts.keepDays)
+	}
+	s, c, err := g.cacheSession()
+	if err != nil {
+		return err
+	}
+	co := cache.CleanupOptions{Leftovers: true, DryRun: opts.dryRun, OlderThan: time.Duration(opts.keepDays) * 24 * time.Hour}
+	switch {
+	case opts.quota != "":
+		if co.Target, err = cache.ParseQuota(opts.quota, c.Root); err != nil {
+			return usagef("--quota: %v", err)
+		}
+	case opts.keepDays == 0:
+		q, err := s.quota("", c)
+		if err != nil {
+			return err
+		}
+		co.Target = int64(float64(q) * cache.LowWater)
+	}
+	if os.Getenv("GANTRY_TEST_GC_PAUSE") != "" {
+		// A test seam: stop after the first artifact removed, until stdin closes, so
+		// that a test can kill gc in the middle of a cleanup.
+		co.AfterRemove = pauseOnce(g)
+	}
+	lock, err := g.lockCache(c, cache.Exclusive)
+	if err != nil {
+		return err
+	}
+	defer lock.Unlock()
+	rep, err := c.Cleanup(co)
+	if rep != nil {
+		writeCleanup(g.ios.Out, rep)
+	}
+	return err
+}
+
+func pauseOnce(g *globalOptions) func() {
+	paused := false
+	return func() {
+		if !paused {
+			paused = true
+			fmt.Fprintln(g.ios.ErrOut, "gantry: paused for a test (GANTRY_TEST_GC_PAUSE)")
+			io.Copy(io.Discard, g.ios.In)
+		}
+	}
+}
+
+// writeCleanup lists what a cleanup removed (or would remove) and what it freed.
+func writeCleanup(w io.Writer, rep *cache.CleanupReport) {
+	verb := "removed"
+	if rep.DryRun {
+		verb = "would remove"
+	}
+	for _, a := range rep.Artifacts {
+		fmt.Fprintf(w, "%s artifact %s/%s %s (%s, last used %s)\n", verb, a.Project, a.Element, shortKey(a.Key),
+			byteSize(a.Bytes), a.LastUse.Local().Format(time.DateTime))
+	}
+	for _, p := range rep.Leftovers {
+		fmt.Fprintf(w, "%s leftover %s\n", verb, p)
+	}
+	fmt.Fprintf(w, "%s %d artifacts, %d blobs, %d leftovers: %s freed, %s → %s\n", verb, len(rep.Artifacts), rep.Blobs,
+		len(rep.Leftovers), byteSize(rep.Freed), byteSize(rep.Before), byteSize(rep.After))
+	if rep.Short {
+		fmt.Fprintf(w, "the target size was not reached: %d artifacts are protected, the rest is not artifacts (sources, logs)\n", rep.Protected)
+	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gantry-build/gantry/element"
 	"github.com/gantry-build/gantry/job"
+	"github.com/gantry-build/gantry/queues"
 	"github.com/gantry-build/gantry/source"
 )
 
@@ -18,9 +19,10 @@ const jobCommand = "__job"
 
 func runJob() int {
 	return job.RunChild(map[string]job.Handler{
-		"build": element.Assemble,
-		"fetch": fetchJob,
-		"track": trackJob,
+		"build":                element.Assemble,
+		"fetch":                fetchJob,
+		"track":                trackJob,
+		string(queues.Cleanup): cleanupJob,
 	})
 }
 

@@ -155,15 +155,7 @@ func (o *globalOptions) load() (*session, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfgPath, explicit := o.config, o.config != ""
-	if !explicit {
-		if env := os.Getenv("GANTRY_CONFIG"); env != "" {
-			cfgPath, explicit = env, true
-		} else {
-			cfgPath = element.DefaultUserConfigPath()
-		}
-	}
-	user, err := element.LoadUserConfig(cfgPath, explicit)
+	user, err := o.userConfig()
 	if err != nil {
 		return nil, err
 	}
@@ -172,6 +164,20 @@ func (o *globalOptions) load() (*session, error) {
 		return nil, err
 	}
 	return &session{opts: o, project: project, user: user, lock: lock}, nil
+}
+
+// userConfig loads the user configuration: --config > GANTRY_CONFIG > the default path
+// (which may be absent).
+func (o *globalOptions) userConfig() (*element.UserConfig, error) {
+	cfgPath, explicit := o.config, o.config != ""
+	if !explicit {
+		if env := os.Getenv("GANTRY_CONFIG"); env != "" {
+			cfgPath, explicit = env, true
+		} else {
+			cfgPath = element.DefaultUserConfigPath()
+		}
+	}
+	return element.LoadUserConfig(cfgPath, explicit)
 }
 
 // cacheRoot resolves the cache directory: flag > env > user config > default.

@@ -88,12 +88,12 @@ func runShell(ctx context.Context, opts *shellOptions, name string, argv []strin
 		}
 		// Copies: an interactive shell may change anything, the cache must not change.
 		if err := c.Checkout(da.Files, sysroot, cache.CheckoutOptions{}); err != nil {
-			return fmt.Errorf("staging %s for the shell: %w", e.Name, checkoutError(c, s.project.Name, d, sysroot, err))
+			return fmt.Errorf("staging %s for the shell: %w", e.Name, checkoutError(c, da, sysroot, err))
 		}
 	}
 	if opts.build {
 		if err := c.Checkout(a.BuildTree, buildDir, cache.CheckoutOptions{}); err != nil {
-			return fmt.Errorf("checking out the failed build tree of %s: %w", e.Name, checkoutError(c, s.project.Name, e, buildDir, err))
+			return fmt.Errorf("checking out the failed build tree of %s: %w", e.Name, checkoutError(c, a, buildDir, err))
 		}
 	} else {
 		for i := range e.Sources {

@@ -1,0 +1,81 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/gantry-build/gantry/cache"
+	"github.com/gantry-build/gantry/element"
+	"github.com/gantry-build/gantry/job"
+	"github.com/gantry-build/gantry/queues"
+)
+
+// cleanupSpec is the payload of a cache cleanup job.
+type cleanupSpec struct {
+	CacheDir string               `json:"cache-dir"`
+	Project  string               `json:"project"`
+	Target   int64                `json:"target"` // bytes
+	Keep     []queues.ArtifactKey `json:"keep"`
+}
+
+// cleanupConfig turns on quota keeping for a build session of the targets, when a quota
+// is set. The session's targets and their runtime dependencies are always kept.
+func (s *session) cleanupConfig(flag string, c *cache.Cache, g *element.Graph) (*queues.CleanupConfig, error) {
+	quota, err := s.quota(flag, c)
+	if err != nil || quota == 0 {
+		return nil, err
+	}
+	used, err := c.Usage()
+	if err != nil {
+		return nil, err
+	}
+	deliver := map[*element.Element]bool{}
+	for _, e := range g.Select(g.Targets, element.DepsRun) {
+		deliver[e] = true
+	}
+	low := int64(float64(quota) * cache.LowWater)
+	return &queues.CleanupConfig{
+		Quota: quota, LowWater: low, Used: used,
+		Deliver: func(it *queues.Item) bool { return deliver[it.Element] },
+		Payload: func(keep []queues.ArtifactKey) (json.RawMessage, error) {
+			return json.Marshal(cleanupSpec{CacheDir: c.Root, Project: g.Project.Name, Target: low, Keep: keep})
+		},
+	}, nil
+}
+
+// cleanupJob is the child side of a cleanup job: it takes the cache lock exclusively
+// (waiting for other processes' staging and commits) and removes least recently used
+// artifacts down to the target, keeping the session's, then unreferenced blobs.
+func cleanupJob(ctx context.Context, spec job.Spec, r *job.Reporter) (job.Result, error) {
+	var sp cleanupSpec
+	if err := json.Unmarshal(spec.Payload, &sp); err != nil {
+		return job.Result{}, fmt.Errorf("reading cleanup spec: %w", err)
+	}
+	c, err := cache.Open(sp.CacheDir)
+	if err != nil {
+		return job.Result{}, err
+	}
+	lock, err := c.Lock(ctx, cache.Exclusive, r.Status)
+	if err != nil {
+		return job.Result{}, err
+	}
+	defer lock.Unlock()
+	r.Status(fmt.Sprintf("removing least recently used artifacts down to %s", byteSize(sp.Target)))
+	keep := make(map[cache.ArtifactRef]bool, len(sp.Keep))
+	for _, k := range sp.Keep {
+		keep[cache.ArtifactRef{Project: sp.Project, Element: k.Element, Key: k.Key}] = true
+	}
+	rep, err := c.Cleanup(cache.CleanupOptions{Target: sp.Target, Protect: func(a cache.ArtifactRef) bool { return keep[a] }})
+	if err != nil {
+		return job.Result{}, err
+	}
+	for _, a := range rep.Artifacts {
+		r.Log(fmt.Sprintf("removed %s (%s)", a.ArtifactRef, byteSize(a.Bytes)))
+	}
+	r.Log(fmt.Sprintf("removed %d artifacts and %d blobs, freed %s: %s → %s", len(rep.Artifacts), rep.Blobs,
+		byteSize(rep.Freed), byteSize(rep.Before), byteSize(rep.After)))
+	data, err := json.Marshal(queues.CleanupResult{Before: rep.Before, After: rep.After, Freed: rep.Freed,
+		Artifacts: len(rep.Artifacts), Short: rep.Short, Duration: rep.Duration})
+	return job.Result{OK: true, Data: data}, err
+}
