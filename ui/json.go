@@ -45,6 +45,7 @@ type jsonEvent struct {
 	Queues   []queues.Action `json:"queues,omitempty"`
 	Summary  *jsonSummary    `json:"summary,omitempty"`
 	ExitCode *int            `json:"exit-code,omitempty"`
+	Cleanup  *jsonCleanup    `json:"cleanup,omitempty"`
 }
 
 // WriteJSONNotice writes a notice event outside a session's event stream (a warning
@@ -101,6 +102,8 @@ func (j *JSON) Handle(e queues.Event) {
 		o = jsonEvent{Time: e.Time, Event: "element-skipped", Action: e.Action, Element: e.Element, Key: e.Key, Text: e.Reason}
 	case queues.Notice:
 		o = jsonEvent{Time: e.Time, Event: "notice", Level: e.Level, Element: e.Element, Text: e.Text}
+	case queues.CacheCleanup:
+		o = cleanupJSON(e)
 	case queues.Suspended:
 		o = jsonEvent{Time: e.Time, Event: "suspended"}
 	case queues.Resumed:

@@ -69,6 +69,8 @@ func (p *Plain) Handle(e queues.Event) {
 		}
 	case queues.Notice:
 		p.line(clock(e.Time.Sub(p.start)), "", "", e.Element, strings.ToUpper(e.Level), e.Text)
+	case queues.CacheCleanup:
+		p.line(clock(e.Duration), "", queues.Cleanup, "cache", "CLEANUP", cleanupText(e))
 	case queues.Suspended:
 		p.line(clock(e.Time.Sub(p.start)), "", "", "", "SUSPEND", "all jobs suspended")
 	case queues.Resumed:

@@ -84,10 +84,11 @@ type sessionState struct {
 	queues   []queues.Action // pipeline order, from SessionStart
 	counts   queues.Counts   // the latest counters
 	clock    sessionClock
-	jobs     []runningJob // running jobs in the order they started
-	held     *queues.Held // the failure waiting for an answer; nil when none
-	now      time.Time    // the latest time seen (ticks and events); never goes back
-	finished bool         // SessionEnd has arrived
+	jobs     []runningJob         // running jobs in the order they started
+	held     *queues.Held         // the failure waiting for an answer; nil when none
+	cleanup  *queues.CacheCleanup // the last cache cleanup; nil when none
+	now      time.Time            // the latest time seen (ticks and events); never goes back
+	finished bool                 // SessionEnd has arrived
 }
 
 // at returns the state with its notion of now moved forward to t.
@@ -123,6 +124,8 @@ func (s sessionState) apply(e queues.Event) sessionState {
 		if i := s.jobIndex(e.JobID); i >= 0 {
 			s.jobs = slices.Delete(slices.Clone(s.jobs), i, i+1)
 		}
+	case queues.CacheCleanup:
+		s.cleanup = &e
 	case queues.Held:
 		s.held = &e
 	case queues.SessionEnd:

@@ -102,6 +102,9 @@ func (m tuiModel) header(width int) []string {
 		}
 		first += "  " + cache
 	}
+	if c := m.st.cleanup; c != nil {
+		first += "  " + m.sty.dim.Render("cleanup "+cleanupText(*c))
+	}
 	if m.st.clock.suspended() {
 		first += "  " + m.sty.suspended.Render("SUSPENDED")
 	}

@@ -1,0 +1,29 @@
+package ui
+
+import (
+	"fmt"
+
+	"github.com/gantry-build/gantry/queues"
+)
+
+// cleanupText says what a cache cleanup did: "freed 1.2 MiB (5 artifacts) in 0.3s,
+// cache 3.4 MiB of 4.0 MiB".
+func cleanupText(e queues.CacheCleanup) string {
+	return fmt.Sprintf("freed %s (%d artifacts) in %s, cache %s of %s", byteSize(e.Freed), e.Artifacts,
+		formatDuration(e.Duration), byteSize(e.After), byteSize(e.Quota))
+}
+
+// jsonCleanup is the "cleanup" member of a cache-cleanup event.
+type jsonCleanup struct {
+	Freed     int64   `json:"freed"`
+	Before    int64   `json:"before"`
+	After     int64   `json:"after"`
+	Quota     int64   `json:"quota"`
+	Artifacts int     `json:"artifacts"`
+	Duration  float64 `json:"duration"`
+}
+
+func cleanupJSON(e queues.CacheCleanup) jsonEvent {
+	return jsonEvent{Time: e.Time, Event: "cache-cleanup", Action: queues.Cleanup, Text: cleanupText(e), Cleanup: &jsonCleanup{
+		Freed: e.Freed, Before: e.Before, After: e.After, Quota: e.Quota, Artifacts: e.Artifacts, Duration: e.Duration.Seconds()}}
+}
