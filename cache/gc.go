@@ -8,7 +8,10 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 )
 
 // LowWater is the share of the quota an automatic cleanup brings the cache
@@ -104,12 +107,7 @@ func (c *Cache) Cleanup(opts CleanupOptions) (*CleanupReport, error) {
 			opts.AfterRemove()
 		}
 	}
-	for _, b := range sweep {
-		p := c.blobPathOf(hex.EncodeToString(inv.blobs[b].id[:]))
-		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			errs = append(errs, fmt.Errorf("removing blob %s: %w", p, err))
-		}
-	}
+	errs = append(errs, c.removeBlobs(inv, sweep)...)
 	for _, p := range leftovers {
 		if err := removeAll(p); err != nil {
 			errs = append(errs, err)
@@ -122,17 +120,48 @@ func (c *Cache) Cleanup(opts CleanupOptions) (*CleanupReport, error) {
 	return rep, nil
 }
 
+// removeBlobs removes the blobs of sweep, several at a time: unlinking is
+// mostly waiting for the filesystem.
+func (c *Cache) removeBlobs(inv *inventory, sweep []int32) []error {
+	var mu sync.Mutex
+	var errs []error
+	var g errgroup.Group
+	g.SetLimit(ioParallelism())
+	for _, b := range sweep {
+		p := c.blobPathOf(hex.EncodeToString(inv.blobs[b].id[:]))
+		g.Go(func() error {
+			if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("removing blob %s: %w", p, err))
+				mu.Unlock()
+			}
+			return nil
+		})
+	}
+	g.Wait()
+	return errs
+}
+
 // choose picks the artifacts to remove, updating the blobs' reference counts
 // as if they were gone, and books them in rep.
 func (inv *inventory) choose(opts CleanupOptions, rep *CleanupReport) []*artifactInfo {
 	var doomed []*artifactInfo
-	remove := func(a *artifactInfo) {
+	// remove books a as gone and returns the space that frees besides blobs: its ref
+	// file, and its directory when it was the last ref there.
+	remove := func(a *artifactInfo) int64 {
 		doomed = append(doomed, a)
 		rep.Artifacts = append(rep.Artifacts, RemovedArtifact{ArtifactRef: a.ref(), LastUse: a.LastUse, Bytes: inv.size(a)})
 		for _, b := range a.blobs {
 			inv.blobs[b].refs--
 		}
 		a.blobs = nil
+		freed := a.refDisk
+		d := inv.refDir(a)
+		if d.refs--; d.refs == 0 {
+			freed += d.disk
+		}
+		rep.Freed += freed
+		return freed
 	}
 	protected := func(a *artifactInfo) bool { return opts.Protect != nil && opts.Protect(a.ref()) }
 	named := map[ArtifactRef]bool{}
@@ -171,7 +200,7 @@ func (inv *inventory) choose(opts CleanupOptions, rep *CleanupReport) []*artifac
 			continue
 		}
 		blobs := a.blobs
-		remove(a)
+		used -= remove(a)
 		for _, b := range blobs {
 			if inv.blobs[b].refs == 0 {
 				used -= inv.blobs[b].disk

@@ -35,6 +35,14 @@ type inventory struct {
 	blobs     []blobInfo
 	artifacts []*artifactInfo
 	problems  []error // refs that could not be read (left out)
+	// dirs counts the refs in each element's ref directory, which goes (with its
+	// blocks) when its last ref does.
+	dirs map[string]*refDir
+}
+
+type refDir struct {
+	refs int
+	disk int64
 }
 
 type blobInfo struct {
@@ -50,6 +58,7 @@ type artifactInfo struct {
 	LastUse time.Time
 	Success bool
 	blobs   []int32 // every blob it reaches, each once
+	refDisk int64   // the ref file on disk
 }
 
 // ArtifactRef names one artifact.
@@ -90,7 +99,7 @@ func (inv *inventory) size(a *artifactInfo) int64 {
 // for all) with everything it reaches. Reading is safe beside other
 // processes; deciding what to delete from it needs the exclusive lock.
 func (c *Cache) takeInventory() (*inventory, error) {
-	inv := &inventory{blobIndex: map[blobID]int32{}}
+	inv := &inventory{blobIndex: map[blobID]int32{}, dirs: map[string]*refDir{}}
 	if err := c.measureDisk(inv); err != nil {
 		return nil, err
 	}
@@ -115,6 +124,7 @@ func (c *Cache) takeInventory() (*inventory, error) {
 		for _, b := range a.blobs {
 			inv.blobs[b].refs++
 		}
+		inv.refDir(a).refs++
 	}
 	return inv, nil
 }
@@ -141,7 +151,7 @@ func (c *Cache) inventoryRef(inv *inventory, r refName, dirs map[Digest]*dirChil
 	if err != nil {
 		return nil, &CorruptRefError{Ref: r.Path, Err: err}
 	}
-	a := &artifactInfo{refName: r, LastUse: info.ModTime(), Success: art.Success}
+	a := &artifactInfo{refName: r, LastUse: info.ModTime(), Success: art.Success, refDisk: diskSize(info)}
 	seen := map[int32]bool{}
 	add := func(d Digest) {
 		id, ok := idOf(d.Hash)
@@ -208,6 +218,28 @@ func (c *Cache) reachTree(root Digest, dirs map[Digest]*dirChildren, add func(Di
 	}
 	walk(root)
 	return firstErr
+}
+
+// refDir is the book of a's ref directory, measured when first seen.
+func (inv *inventory) refDir(a *artifactInfo) *refDir {
+	dir := filepath.Dir(a.Path)
+	d := inv.dirs[dir]
+	if d == nil {
+		d = &refDir{}
+		if info, err := os.Stat(dir); err == nil {
+			d.disk = diskSize(info)
+		}
+		inv.dirs[dir] = d
+	}
+	return d
+}
+
+// diskSize is the space a file takes on disk (its size where blocks are unknown).
+func diskSize(info fs.FileInfo) int64 {
+	if st, ok := info.Sys().(*syscall.Stat_t); ok {
+		return st.Blocks * 512
+	}
+	return info.Size()
 }
 
 // measureDisk walks the cache directory: the space it takes (each inode once)
