@@ -60,6 +60,9 @@ type CleanupReport struct {
 	Short     bool          `json:"short"`
 	Duration  time.Duration `json:"duration-ns"`
 	DryRun    bool          `json:"dry-run,omitempty"`
+	// Problems are refs that could not be read; while there are any, blobs
+	// that were unreferenced before the cleanup are left alone.
+	Problems []string `json:"problems,omitempty"`
 }
 
 // Cleanup removes artifacts and unreferenced blobs as opts says. The caller
@@ -73,12 +76,19 @@ func (c *Cache) Cleanup(opts CleanupOptions) (*CleanupReport, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cleaning the cache %s: %w", c.Root, err)
 	}
-	rep := &CleanupReport{Before: inv.total, DryRun: opts.DryRun}
+	rep := &CleanupReport{Before: inv.total, DryRun: opts.DryRun, Problems: errorStrings(inv.problems)}
+	// A ref that cannot be read (damaged, or written by a newer gantry) may reach
+	// blobs that look unreferenced: then only the blobs of the artifacts removed
+	// now are swept, not the older unreferenced ones.
+	orphans := make([]bool, len(inv.blobs))
+	for i, b := range inv.blobs {
+		orphans[i] = b.refs == 0
+	}
 	doomed := inv.choose(opts, rep)
 	// Blobs that nothing reaches any more: size them before touching anything.
 	var sweep []int32
 	for i, b := range inv.blobs {
-		if b.onDisk && b.refs == 0 {
+		if b.onDisk && b.refs == 0 && (!orphans[i] || len(inv.problems) == 0) {
 			sweep = append(sweep, int32(i))
 			rep.Freed += b.disk
 		}

@@ -278,3 +278,28 @@ func TestLockCancel(t *testing.T) {
 		t.Fatal("a cancelled wait took the lock")
 	}
 }
+
+// While a ref cannot be read (damaged, or from a newer gantry), the blobs it may reach
+// look unreferenced: cleanup leaves them alone and says why.
+func TestCleanupKeepsOrphansBesideUnreadableRefs(t *testing.T) {
+	c := openTestCache(t)
+	orphan, err := c.PutBlob([]byte("perhaps reached by the unreadable ref"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := c.RefPath("p", "future.toml", "k")
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	missing := DigestOf([]byte("a record this cache does not have"))
+	if err := os.WriteFile(p, []byte(missing.String()+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := c.Cleanup(CleanupOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.HasBlob(orphan) || len(rep.Problems) != 1 || rep.Blobs != 0 {
+		t.Fatalf("report %+v; orphan kept: %v", rep, c.HasBlob(orphan))
+	}
+}

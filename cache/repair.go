@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"slices"
+	"strings"
 )
 
 // repairs is what Verify found that Repair can fix.
@@ -33,17 +34,7 @@ func (r *repairs) noteCorrupt(checked map[Digest]error) {
 			r.corrupt = append(r.corrupt, d)
 		}
 	}
-	slices.SortFunc(r.corrupt, func(a, b Digest) int { return compareHash(a.Hash, b.Hash) })
-}
-
-func compareHash(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
+	slices.SortFunc(r.corrupt, func(a, b Digest) int { return strings.Compare(a.Hash, b.Hash) })
 }
 
 // Repair fixes what Verify reported in rep: it drops every ref whose record

@@ -3,6 +3,7 @@ package queues
 import (
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"time"
 
 	"github.com/gantry-build/gantry/job"
@@ -106,7 +107,7 @@ func (s *Scheduler) harvestCleanup() {
 	s.clean.pending = false
 	s.seq++
 	id := fmt.Sprintf("%s-%d", Cleanup, s.seq)
-	logPath := fmt.Sprintf("%s/%s/cleanup-%d.log", s.cfg.LogDir, s.cfg.Project, s.seq)
+	logPath := filepath.Join(s.cfg.LogDir, s.cfg.Project, fmt.Sprintf("cleanup-%d.log", s.seq))
 	payload, err := s.cfg.Cleanup.Payload(s.keep())
 	var running Running
 	if err == nil {

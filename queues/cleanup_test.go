@@ -185,8 +185,8 @@ func TestCleanupTooSmallWarnsOnce(t *testing.T) {
 	h, _ := quotaSession(t, 1, []string{"a", "b", "c", "d"}, "a", "b", "c", "d")
 	addBytes(t, h, h.expect(Build, "a"), 150)
 	cleaned(t, h.expect(Cleanup, cleanupElement), 150) // all kept
-	addBytes(t, h, h.expect(Build, "b"), 10)              // under the new threshold: no cleanup
-	addBytes(t, h, h.expect(Build, "c"), 50)              // 210 > 150+20: another one
+	addBytes(t, h, h.expect(Build, "b"), 10)           // under the new threshold: no cleanup
+	addBytes(t, h, h.expect(Build, "c"), 50)           // 210 > 150+20: another one
 	cleaned(t, h.expect(Cleanup, cleanupElement), 210)
 	h.expect(Build, "d").Succeed(t)
 	if sum := h.wait(); !sum.OK() {

@@ -323,6 +323,9 @@ func writeCleanup(w io.Writer, rep *cache.CleanupReport) {
 	}
 	fmt.Fprintf(w, "%s %d artifacts, %d blobs, %d leftovers: %s freed, %s → %s\n", verb, len(rep.Artifacts), rep.Blobs,
 		len(rep.Leftovers), byteSize(rep.Freed), byteSize(rep.Before), byteSize(rep.After))
+	for _, p := range rep.Problems {
+		fmt.Fprintf(w, "problem: %s (unreferenced blobs are kept until `gantry cache verify --repair` fixes it)\n", p)
+	}
 	if rep.Short {
 		fmt.Fprintf(w, "the target size was not reached: %d artifacts are protected, the rest is not artifacts (sources, logs)\n", rep.Protected)
 	}
