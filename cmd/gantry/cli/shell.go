@@ -81,6 +81,13 @@ func runShell(ctx context.Context, opts *shellOptions, name string, argv []strin
 			return err
 		}
 	}
+	// Staging holds the cache lock shared, so that no cleanup removes what is being
+	// copied; the shell itself runs without it.
+	lock, err := opts.lockCache(c, cache.Shared)
+	if err != nil {
+		return err
+	}
+	defer lock.Unlock()
 	for _, d := range g.StageDeps(e) {
 		da, err := c.Lookup(s.project.Name, d.Name, d.Key)
 		if err != nil || !da.Success {
@@ -102,6 +109,7 @@ func runShell(ctx context.Context, opts *shellOptions, name string, argv []strin
 			}
 		}
 	}
+	lock.Unlock()
 	kind, reason := sandbox.Resolve(sandbox.Kind(opts.sandbox), sysroot)
 	paths := element.Paths{BuildRoot: buildDir, InstallRoot: installDir, Sysroot: sysroot, MaxJobs: fmt.Sprint(element.DefaultMaxJobs())}
 	if kind == sandbox.Bwrap {
