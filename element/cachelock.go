@@ -12,7 +12,7 @@ import (
 // lockCache takes the cache lock shared for staging or committing, saying in
 // the job's status line when it has to wait for another process's cleanup.
 func lockCache(ctx context.Context, c *cache.Cache, r *job.Reporter) (*cache.Lock, error) {
-	return c.Lock(ctx, cache.Shared, r.Status)
+	return c.Lock(ctx, cache.Shared, r.Notice)
 }
 
 // underLock runs f holding the cache lock shared.

@@ -142,6 +142,16 @@ func (r *Reporter) Status(text string) {
 	r.send(Message{Type: MessageStatus, Text: text})
 }
 
+// Notice tells the user something every display shows, such as waiting for
+// another process: a status line alone is shown only in verbose output. It is
+// also written to the log.
+func (r *Reporter) Notice(text string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.writeLog("[notice] " + text)
+	r.send(Message{Type: MessageNotice, Text: text})
+}
+
 // Log writes line to the log file and sends it as a log message.
 func (r *Reporter) Log(line string) {
 	r.mu.Lock()

@@ -43,6 +43,7 @@ const (
 	MessageStatus   MessageType = "status"
 	MessageLog      MessageType = "log"
 	MessageProgress MessageType = "progress"
+	MessageNotice   MessageType = "notice" // for the user whatever the display's verbosity
 	MessageResult   MessageType = "result"
 )
 

@@ -151,9 +151,17 @@ func (s *Scheduler) keep() []ArtifactKey {
 	return keep
 }
 
-// cleanupMessage forwards a cleanup job's status lines.
+// jobNotice publishes what a job wants every display to show (waiting for the
+// cache lock of another process).
+func (s *Scheduler) jobNotice(element string, m job.Message) {
+	s.cfg.Publish(Notice{Base: Base{m.Time}, Level: "info", Element: element, Text: m.Text})
+}
+
+// cleanupMessage forwards a cleanup job's status lines and notices.
 func (s *Scheduler) cleanupMessage(a *activeJob, m job.Message) {
 	switch m.Type {
+	case job.MessageNotice:
+		s.jobNotice(cleanupElement, m)
 	case job.MessageStatus, job.MessageLog, job.MessageProgress:
 		s.cfg.Publish(JobMessage{Base: Base{m.Time}, JobID: a.id, Action: Cleanup, Element: cleanupElement,
 			Kind: string(m.Type), Text: m.Text, Done: m.Done, Total: m.Total})

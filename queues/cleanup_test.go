@@ -239,3 +239,17 @@ func TestStaleExclusiveInterestWithdrawn(t *testing.T) {
 		})
 	}
 }
+
+// A job's notice (waiting for another process's cache lock) reaches every display as a
+// Notice naming the element.
+func TestJobNoticePublished(t *testing.T) {
+	h, _ := quotaSession(t, 1, []string{"a"})
+	j := h.expect(Build, "a")
+	j.onMessage(job.Message{Type: job.MessageNotice, Time: time.Now(), Text: "waiting for the cache lock"})
+	n := waitEvent(t, h.events, func(n Notice) bool { return n.Text == "waiting for the cache lock" })
+	if n.Element != "a" || n.Level != "info" {
+		t.Fatalf("notice %+v", n)
+	}
+	j.Succeed(t)
+	h.wait()
+}

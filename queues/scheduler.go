@@ -392,6 +392,8 @@ func (s *Scheduler) handle(m any) {
 			return
 		}
 		switch m.msg.Type {
+		case job.MessageNotice:
+			s.jobNotice(a.item.Name(), m.msg)
 		case job.MessageStatus, job.MessageLog, job.MessageProgress:
 			s.cfg.Publish(JobMessage{Base: Base{m.msg.Time}, JobID: a.id, Action: a.qs.q.Action(), Element: a.item.Name(),
 				Key: a.item.Element.Key, Kind: string(m.msg.Type), Text: m.msg.Text, Done: m.msg.Done, Total: m.msg.Total})

@@ -19,6 +19,7 @@ type event struct {
 	Event   string    `json:"event"`
 	Action  string    `json:"action"`
 	Job     string    `json:"job"`
+	Element string    `json:"element"`
 	Text    string    `json:"text"`
 	Cleanup *struct {
 		Freed    int64   `json:"freed"`
@@ -61,11 +62,11 @@ func main() {
 				sinceOr(cleanupStart, lastBuildEnd), e.Time.Sub(cleanupStart).Round(time.Millisecond), e.Job, e.Text)
 		case e.Event == "cache-cleanup":
 			fmt.Printf("  %s\n", e.Text)
-		case e.Event == "job-status" && strings.HasPrefix(e.Text, "waiting for the cache lock"):
-			waiting[e.Job] = e.Time
-		case e.Event == "job-status" && !waiting[e.Job].IsZero():
-			fmt.Printf("%s %s waited %s for another process's cache lock\n", e.Action, e.Job, e.Time.Sub(waiting[e.Job]).Round(time.Millisecond))
-			delete(waiting, e.Job)
+		case e.Event == "notice" && strings.HasPrefix(e.Text, "waiting for the cache lock"):
+			waiting[e.Element] = e.Time
+		case e.Event == "job-status" && !waiting[e.Element].IsZero():
+			fmt.Printf("%s %s waited %s for another process's cache lock\n", e.Action, e.Element, e.Time.Sub(waiting[e.Element]).Round(time.Millisecond))
+			delete(waiting, e.Element)
 		}
 	}
 	fmt.Printf("total: %d cleanups; builds held back %s (draining %s, cleanup holding CACHE %s)\n",

@@ -56,7 +56,7 @@ func cleanupJob(ctx context.Context, spec job.Spec, r *job.Reporter) (job.Result
 	if err != nil {
 		return job.Result{}, err
 	}
-	lock, err := c.Lock(ctx, cache.Exclusive, r.Status)
+	lock, err := c.Lock(ctx, cache.Exclusive, r.Notice)
 	if err != nil {
 		return job.Result{}, err
 	}
