@@ -32,11 +32,12 @@ func TestScripts(t *testing.T) {
 		Dir:                 "testdata",
 		RequireExplicitExec: true,
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
-			"exitcode":      cmdExitCode,
-			"httpd":         cmdHTTPD,
-			"httpcount":     cmdHTTPCount,
-			"sha256":        cmdSHA256,
-			"expand":        cmdExpand,
+			"exitcode":  cmdExitCode,
+			"httpd":     cmdHTTPD,
+			"httpcount": cmdHTTPCount,
+			"sha256":    cmdSHA256,
+			"expand":    cmdExpand,
+
 			"setenv-stdout": cmdSetenvStdout,
 		},
 		Setup: func(env *testscript.Env) error {

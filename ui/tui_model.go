@@ -155,7 +155,7 @@ func (m tuiModel) event(e queues.Event) (tuiModel, tea.Cmd) {
 	m.st = m.st.apply(e)
 	m = m.reselect()
 	if end, ok := e.(queues.JobEnd); ok && end.Result == queues.ResultSuccess {
-		m.stale = true // an artifact or a source was stored, or a cleanup freed space
+		m.stale = true // an artifact or a source was stored
 	}
 	if m.st.finished {
 		return m, tea.Quit

@@ -84,11 +84,12 @@ type sessionState struct {
 	queues   []queues.Action // pipeline order, from SessionStart
 	counts   queues.Counts   // the latest counters
 	clock    sessionClock
-	jobs     []runningJob         // running jobs in the order they started
-	held     *queues.Held         // the failure waiting for an answer; nil when none
-	cleanup  *queues.CacheCleanup // the last cache cleanup; nil when none
-	now      time.Time            // the latest time seen (ticks and events); never goes back
-	finished bool                 // SessionEnd has arrived
+	jobs     []runningJob // running jobs in the order they started
+	held     *queues.Held // the failure waiting for an answer; nil when none
+	now      time.Time    // the latest time seen (ticks and events); never goes back
+	finished bool         // SessionEnd has arrived
+
+	cleanup *queues.CacheCleanup // the last cache cleanup; nil when none
 }
 
 // at returns the state with its notion of now moved forward to t.

@@ -19,9 +19,10 @@ const jobCommand = "__job"
 
 func runJob() int {
 	return job.RunChild(map[string]job.Handler{
-		"build":                element.Assemble,
-		"fetch":                fetchJob,
-		"track":                trackJob,
+		"build": element.Assemble,
+		"fetch": fetchJob,
+		"track": trackJob,
+
 		string(queues.Cleanup): cleanupJob,
 	})
 }
