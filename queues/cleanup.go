@@ -151,6 +151,14 @@ func (s *Scheduler) keep() []ArtifactKey {
 	return keep
 }
 
+// describe names a job's action and element; the cleanup job has no item.
+func (a *activeJob) describe() (Action, string) {
+	if a.item == nil {
+		return Cleanup, cleanupElement
+	}
+	return a.qs.q.Action(), a.item.Name()
+}
+
 // jobNotice publishes what a job wants every display to show (waiting for the
 // cache lock of another process).
 func (s *Scheduler) jobNotice(element string, m job.Message) {

@@ -630,8 +630,9 @@ func (s *Scheduler) terminate() {
 func (s *Scheduler) signalJobs(f func(Running) error) {
 	for _, a := range s.active {
 		if err := f(a.running); err != nil {
-			s.cfg.Publish(Notice{Base: Base{time.Now()}, Level: "warning", Element: a.item.Name(),
-				Text: fmt.Sprintf("%s job %s: %v", a.qs.q.Action(), a.id, err)})
+			action, element := a.describe()
+			s.cfg.Publish(Notice{Base: Base{time.Now()}, Level: "warning", Element: element,
+				Text: fmt.Sprintf("%s job %s: %v", action, a.id, err)})
 		}
 	}
 }
