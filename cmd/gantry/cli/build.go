@@ -234,6 +234,7 @@ func (o *globalOptions) openPipeline(f *schedulerFlags, args []string) (*pipelin
 	if err != nil {
 		return nil, err
 	}
+	s.quotaFlag = f.quota
 	display, err := s.display()
 	if err != nil {
 		return nil, err

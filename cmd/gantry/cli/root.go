@@ -30,6 +30,8 @@ type session struct {
 	project *element.Project
 	user    *element.UserConfig
 	lock    *element.Lock
+
+	quotaFlag string // --cache-quota of a scheduler command, for the TUI header
 }
 
 func newRootCmd(ios *IOStreams) *cobra.Command {

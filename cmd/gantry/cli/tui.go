@@ -5,8 +5,6 @@ import (
 	"os"
 	"os/exec"
 
-	"github.com/gantry-build/gantry/cache"
-	"github.com/gantry-build/gantry/element"
 	"github.com/gantry-build/gantry/ui"
 )
 
@@ -32,13 +30,13 @@ func (s *session) tui(uo ui.Options) (*ui.TUI, error) {
 	_, noColor := os.LookupEnv("NO_COLOR")
 	opts := ui.TUIOptions{Options: uo, In: in, Out: o.ios.ErrOut, NoColor: noColor || (s.user.UI.Color != nil && !*s.user.UI.Color),
 		Shell: s.failedShell}
-	if q := s.user.Cache.Quota; q != "" {
+	if s.quotaFlag != "" || os.Getenv("GANTRY_CACHE_QUOTA") != "" || s.user.Cache.Quota != "" {
 		c, err := s.openCache()
 		if err != nil {
 			return nil, err
 		}
-		if opts.CacheQuota, err = cache.ParseQuota(q, c.Root); err != nil {
-			return nil, &element.ProjectError{File: s.user.Path, Msg: "[cache] " + err.Error()}
+		if opts.CacheQuota, err = s.quota(s.quotaFlag, c); err != nil {
+			return nil, err
 		}
 		opts.CacheUsage = c.Usage
 	}
