@@ -217,6 +217,11 @@ func (c *Cache) readRecord(ref []byte, project, element, key string) (*Artifact,
 	if err != nil {
 		return nil, err
 	}
+	return decodeRecord(data, rd, project, element, key)
+}
+
+// decodeRecord decodes the record blob rd of the artifact project/element/key.
+func decodeRecord(data []byte, rd Digest, project, element, key string) (*Artifact, error) {
 	var r record
 	if err := json.Unmarshal(data, &r); err != nil {
 		return nil, fmt.Errorf("decoding artifact record %s: %w", rd, err)

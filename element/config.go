@@ -63,7 +63,7 @@ var userConfigKeys = map[string][]string{
 	"":          {"scheduler", "cache", "remote", "ui", "max-jobs"},
 	"scheduler": {"builders", "fetchers", "pushers", "network-retries", "on-error"},
 	"cache":     {"dir", "quota"},
-	"remote":    {"url", "push"},
+	"remote":    remoteKeys,
 	"ui":        {"mode", "color"},
 }
 
@@ -107,6 +107,9 @@ func LoadUserConfig(path string, explicit bool) (*UserConfig, error) {
 		}
 		return userConfigKeys[parent[0]]
 	}); err != nil {
+		return nil, err
+	}
+	if err := checkRemotes(doc, c.Remotes, filepath.Dir(path)); err != nil {
 		return nil, err
 	}
 	if c.Scheduler.OnError != "" {

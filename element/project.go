@@ -19,13 +19,6 @@ import (
 // ProjectFile is the name of the file that marks a project root.
 const ProjectFile = "project.toml"
 
-// Remote is one [[remote]] artifact cache.
-type Remote struct {
-	URL  string `toml:"url"`
-	Push bool   `toml:"push"`
-	// Auth and TLS settings land with the remote cache issue.
-}
-
 // Project is a loaded project.toml.
 type Project struct {
 	Root           string            // absolute directory holding project.toml
@@ -77,7 +70,7 @@ func LoadProject(root string) (*Project, error) {
 		case len(parent) == 0:
 			return projectKeys
 		case parent[0] == "remote":
-			return []string{"url", "push"}
+			return remoteKeys
 		}
 		return nil
 	}); err != nil {
@@ -106,10 +99,8 @@ func LoadProject(root string) (*Project, error) {
 			return nil, doc.valueError("pools."+name, "a pool needs at least 1 token, got %d", n)
 		}
 	}
-	for i, r := range p.Remotes {
-		if r.URL == "" {
-			return nil, &ProjectError{File: ProjectFile, Line: doc.lineOf(fmt.Sprintf("remote[%d]", i)), Msg: fmt.Sprintf("remote %d has no url", i+1)}
-		}
+	if err := checkRemotes(doc, p.Remotes, root); err != nil {
+		return nil, err
 	}
 	for _, t := range p.DefaultTargets {
 		if err := checkElementName(t); err != nil {

@@ -1,0 +1,415 @@
+package cache
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/protobuf/proto"
+)
+
+// Moving artifacts between the local cache and a remote, whatever the protocol
+// (DESIGN.md §7). Pushes write every blob before the entry; pulls verify every blob
+// against its digest before it enters the local CAS, and write the ref last.
+
+// Progress receives the bytes transferred so far and the total expected.
+type Progress func(done, total int64)
+
+// Transfer says what one push or pull moved.
+type Transfer struct {
+	Blobs int   // blobs transferred
+	Bytes int64 // bytes transferred
+}
+
+// meter counts transferred bytes from several goroutines and reports them at most
+// every 100ms, and once at the end.
+type meter struct {
+	done, total atomic.Int64
+	blobs       atomic.Int64
+	progress    Progress
+	mu          sync.Mutex
+	last        time.Time
+}
+
+func (m *meter) add(n int64) {
+	m.done.Add(n)
+	m.report(false)
+}
+
+func (m *meter) report(force bool) {
+	if m.progress == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if now := time.Now(); force || now.Sub(m.last) >= 100*time.Millisecond {
+		m.last = now
+		m.progress(m.done.Load(), m.total.Load())
+	}
+}
+
+func (m *meter) transfer() Transfer {
+	return Transfer{Blobs: int(m.blobs.Load()), Bytes: m.done.Load()}
+}
+
+// artifactBlobs is everything an artifact is made of, as a remote keeps it.
+type artifactBlobs struct {
+	entry RemoteEntry
+	all   []Digest          // every blob, each once
+	tree  []byte            // the REAPI Tree blob (not stored locally)
+	mem   map[Digest][]byte // blobs served from memory rather than the CAS
+}
+
+// collectBlobs lists the blobs of a's files tree, its record and log, and builds the
+// Tree blob of the files from the local Directory blobs.
+func (c *Cache) collectBlobs(a *Artifact) (*artifactBlobs, error) {
+	record, err := c.recordDigest(a.Project, a.Element, a.Key)
+	if err != nil {
+		return nil, err
+	}
+	ab := &artifactBlobs{entry: RemoteEntry{Files: a.Files, Record: record, Log: a.Log}, mem: map[Digest][]byte{}}
+	seen := map[Digest]bool{}
+	addBlob := func(d Digest) {
+		if !seen[d] {
+			seen[d] = true
+			ab.all = append(ab.all, d)
+		}
+	}
+	tree := &repb.Tree{}
+	queue := []Digest{a.Files}
+	for len(queue) > 0 {
+		d := queue[0]
+		queue = queue[1:]
+		if seen[d] {
+			continue
+		}
+		addBlob(d)
+		dir, err := c.ReadDirectory(d)
+		if err != nil {
+			return nil, fmt.Errorf("reading the files of %s: %w", a.Name(), err)
+		}
+		if tree.Root == nil {
+			tree.Root = dir
+		} else {
+			tree.Children = append(tree.Children, dir)
+		}
+		for _, f := range dir.Files {
+			addBlob(DigestFromProto(f.Digest))
+		}
+		for _, sub := range dir.Directories {
+			queue = append(queue, DigestFromProto(sub.Digest))
+		}
+	}
+	ab.tree, err = proto.MarshalOptions{Deterministic: true}.Marshal(tree)
+	if err != nil {
+		return nil, fmt.Errorf("encoding the tree of %s: %w", a.Name(), err)
+	}
+	ab.entry.Tree = DigestOf(ab.tree)
+	ab.mem[ab.entry.Tree] = ab.tree
+	addBlob(ab.entry.Tree)
+	addBlob(record)
+	if !a.Log.IsZero() {
+		addBlob(a.Log)
+	}
+	return ab, nil
+}
+
+// recordDigest reads which record blob the ref of an artifact points at.
+func (c *Cache) recordDigest(project, element, key string) (Digest, error) {
+	refPath, err := c.RefPath(project, element, key)
+	if err != nil {
+		return Digest{}, err
+	}
+	data, err := os.ReadFile(refPath)
+	if err != nil {
+		return Digest{}, fmt.Errorf("reading the ref of %s/%s/%s: %w", project, element, key, err)
+	}
+	d, err := ParseDigest(string(bytes.TrimSpace(data)))
+	if err != nil {
+		return Digest{}, &CorruptRefError{Ref: refPath, Err: err}
+	}
+	return d, nil
+}
+
+// PushArtifact uploads the successful artifact a to store: the blobs the remote
+// lacks first, then the entry. If the remote already has an entry for a's key, it
+// pushes nothing and reports pushed false.
+func (c *Cache) PushArtifact(ctx context.Context, store RemoteStore, a *Artifact, progress Progress) (t Transfer, pushed bool, err error) {
+	if !a.Success {
+		return t, false, fmt.Errorf("pushing %s: only successful artifacts are pushed", a.Name())
+	}
+	if _, err := store.GetEntry(ctx, a.Key); err == nil {
+		return t, false, nil
+	} else if !errors.Is(err, ErrNotFound) && !IsRemoteKind(err, RemoteCorrupt) {
+		return t, false, err
+	}
+	ab, err := c.collectBlobs(a)
+	if err != nil {
+		return t, false, fmt.Errorf("pushing %s: %w", a.Name(), err)
+	}
+	missing, err := store.FindMissing(ctx, ab.all)
+	if err != nil {
+		return t, false, err
+	}
+	m := &meter{progress: progress}
+	for _, d := range missing {
+		m.total.Add(d.Size)
+	}
+	m.report(true)
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(remoteParallelism)
+	for _, d := range missing {
+		g.Go(func() error {
+			open := func() (io.ReadCloser, error) {
+				if data, ok := ab.mem[d]; ok {
+					return io.NopCloser(bytes.NewReader(data)), nil
+				}
+				return c.OpenBlob(d)
+			}
+			if err := store.WriteBlob(gctx, d, open); err != nil {
+				return err
+			}
+			m.blobs.Add(1)
+			m.add(d.Size)
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return m.transfer(), false, err
+	}
+	// The entry last: a remote never names a blob it does not have.
+	if err := store.UpdateEntry(ctx, a.Key, &ab.entry); err != nil {
+		return m.transfer(), false, err
+	}
+	m.report(true)
+	return m.transfer(), true, nil
+}
+
+// PullArtifact downloads the artifact of project/element/key from store into the
+// local cache: every blob it lacks, each verified against its digest before it is
+// stored, and the ref last. A remote without the artifact gives an error wrapping
+// ErrNotFound; bytes that do not match their digest give a RemoteCorrupt error and
+// are never stored.
+func (c *Cache) PullArtifact(ctx context.Context, store RemoteStore, project, element, key string, progress Progress) (Transfer, error) {
+	m := &meter{progress: progress}
+	e, err := store.GetEntry(ctx, key)
+	if err != nil {
+		return m.transfer(), err
+	}
+	// The Directories: from the Tree blob when the remote keeps one, then any the
+	// tree did not give (ReferenceStorage keeps no Tree) one by one.
+	if !e.Tree.IsZero() && !c.HasBlob(e.Files) {
+		data, err := c.fetchSmall(ctx, store, e.Tree, m)
+		if err != nil {
+			return m.transfer(), err
+		}
+		var tree repb.Tree
+		if err := proto.Unmarshal(data, &tree); err != nil {
+			return m.transfer(), &RemoteError{Remote: store.Name(), Op: "decoding tree " + e.Tree.String(), Kind: RemoteCorrupt, Err: err}
+		}
+		for _, dir := range append([]*repb.Directory{tree.Root}, tree.Children...) {
+			if dir == nil || validateDirectory(dir) != nil {
+				continue // fetched one by one below, where a bad one is reported
+			}
+			if _, err := c.PutDirectory(dir); err != nil {
+				return m.transfer(), err
+			}
+		}
+	}
+	files, err := c.pullDirectories(ctx, store, e.Files, m)
+	if err != nil {
+		return m.transfer(), err
+	}
+	needed := []Digest{e.Record}
+	if !e.Log.IsZero() {
+		needed = append(needed, e.Log)
+	}
+	needed = append(needed, files...)
+	var missing []Digest
+	seen := map[Digest]bool{}
+	for _, d := range needed {
+		if !seen[d] && !c.HasBlob(d) {
+			seen[d] = true
+			missing = append(missing, d)
+			m.total.Add(d.Size)
+		}
+	}
+	m.report(true)
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(remoteParallelism)
+	for _, d := range missing {
+		g.Go(func() error { return c.pullBlob(gctx, store, d, m) })
+	}
+	if err := g.Wait(); err != nil {
+		return m.transfer(), err
+	}
+	data, err := c.ReadBlob(e.Record)
+	if err != nil {
+		return m.transfer(), err
+	}
+	a, err := decodeRecord(data, e.Record, project, element, key)
+	if err != nil {
+		return m.transfer(), &RemoteError{Remote: store.Name(), Op: "reading the record of " + project + "/" + element + "/" + key, Kind: RemoteCorrupt, Err: err}
+	}
+	if !a.Success || a.Files != e.Files || a.Log != e.Log {
+		return m.transfer(), &RemoteError{Remote: store.Name(), Op: "reading the record of " + a.Name(), Kind: RemoteCorrupt,
+			Err: errors.New("the record does not match the entry, or records a failed build")}
+	}
+	if err := c.Commit(a); err != nil {
+		return m.transfer(), err
+	}
+	m.report(true)
+	return m.transfer(), nil
+}
+
+// pullDirectories makes every Directory of the tree at root present locally, level
+// by level, and returns the digests of the tree's file blobs.
+func (c *Cache) pullDirectories(ctx context.Context, store RemoteStore, root Digest, m *meter) ([]Digest, error) {
+	var files []Digest
+	seen := map[Digest]bool{root: true}
+	level := []Digest{root}
+	for len(level) > 0 {
+		dirs := make([]*repb.Directory, len(level))
+		g, gctx := errgroup.WithContext(ctx)
+		g.SetLimit(remoteParallelism)
+		for i, d := range level {
+			g.Go(func() error {
+				if !c.HasBlob(d) {
+					data, err := c.fetchSmall(gctx, store, d, m)
+					if err != nil {
+						return err
+					}
+					dir := &repb.Directory{}
+					if err := proto.Unmarshal(data, dir); err != nil || validateDirectory(dir) != nil {
+						return &RemoteError{Remote: store.Name(), Op: "reading directory " + d.String(), Kind: RemoteCorrupt, Err: errors.New("not a valid Directory")}
+					}
+					if _, err := c.PutBlob(data); err != nil {
+						return err
+					}
+				}
+				dir, err := c.ReadDirectory(d)
+				dirs[i] = dir
+				return err
+			})
+		}
+		if err := g.Wait(); err != nil {
+			return nil, err
+		}
+		level = level[:0:0]
+		for _, dir := range dirs {
+			for _, f := range dir.Files {
+				files = append(files, DigestFromProto(f.Digest))
+			}
+			for _, sub := range dir.Directories {
+				if d := DigestFromProto(sub.Digest); !seen[d] {
+					seen[d] = true
+					level = append(level, d)
+				}
+			}
+		}
+	}
+	return files, nil
+}
+
+// fetchSmall reads a blob small enough for memory (a Directory, a Tree, a record)
+// and verifies it.
+func (c *Cache) fetchSmall(ctx context.Context, store RemoteStore, d Digest, m *meter) ([]byte, error) {
+	var buf bytes.Buffer
+	if err := store.ReadBlob(ctx, d, &limitWriter{w: &buf, left: d.Size}); err != nil {
+		return nil, corruptIfTooLong(store, d, err)
+	}
+	if got := DigestOf(buf.Bytes()); got != d {
+		return nil, mismatch(store, d, got)
+	}
+	m.blobs.Add(1)
+	m.add(d.Size)
+	return buf.Bytes(), nil
+}
+
+// pullBlob downloads blob d into the local CAS through a temporary file, hashing as
+// it writes; the blob is renamed into place only if it matches its digest.
+func (c *Cache) pullBlob(ctx context.Context, store RemoteStore, d Digest, m *meter) error {
+	tmp, err := c.tempFile("pull")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		tmp.Close()
+		os.Remove(tmp.Name()) // a no-op once renamed
+	}()
+	h := sha256.New()
+	cw := &countWriter{w: io.MultiWriter(tmp, h), m: m}
+	if err := store.ReadBlob(ctx, d, &limitWriter{w: cw, left: d.Size}); err != nil {
+		return corruptIfTooLong(store, d, err)
+	}
+	if got := (Digest{Hash: hex.EncodeToString(h.Sum(nil)), Size: cw.n}); got != d {
+		return mismatch(store, d, got)
+	}
+	if err := tmp.Sync(); err != nil {
+		return fmt.Errorf("storing blob %s: %w", d, err)
+	}
+	if err := tmp.Chmod(blobMode); err != nil {
+		return fmt.Errorf("storing blob %s: %w", d, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("storing blob %s: %w", d, err)
+	}
+	if err := renameInto(tmp.Name(), c.BlobPath(d)); err != nil {
+		return fmt.Errorf("storing blob %s: %w", d, err)
+	}
+	m.blobs.Add(1)
+	return nil
+}
+
+func mismatch(store RemoteStore, d, got Digest) error {
+	return &RemoteError{Remote: store.Name(), Op: "reading blob " + d.String(), Kind: RemoteCorrupt,
+		Err: fmt.Errorf("received bytes hash to %s: not stored", got)}
+}
+
+// errTooLong stops a download that sends more bytes than its digest says.
+var errTooLong = errors.New("more bytes than the digest's size")
+
+func corruptIfTooLong(store RemoteStore, d Digest, err error) error {
+	if errors.Is(err, errTooLong) {
+		return &RemoteError{Remote: store.Name(), Op: "reading blob " + d.String(), Kind: RemoteCorrupt, Err: errTooLong}
+	}
+	return err
+}
+
+// limitWriter fails once more than left bytes are written.
+type limitWriter struct {
+	w    io.Writer
+	left int64
+}
+
+func (l *limitWriter) Write(p []byte) (int, error) {
+	if int64(len(p)) > l.left {
+		return 0, errTooLong
+	}
+	l.left -= int64(len(p))
+	return l.w.Write(p)
+}
+
+// countWriter counts bytes into a meter.
+type countWriter struct {
+	w io.Writer
+	m *meter
+	n int64
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	c.m.add(int64(n))
+	return n, err
+}

@@ -1,0 +1,252 @@
+package cache
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// memRemote is a small HTTP cache server (bazel-remote's protocol) on 127.0.0.1,
+// with a hook to misbehave.
+type memRemote struct {
+	mu    sync.Mutex
+	blobs map[string][]byte // "cas/<hash>" or "ac/<hash>"
+	// fault, when set, may answer a request itself (returning true).
+	fault func(w http.ResponseWriter, r *http.Request) bool
+	srv   *httptest.Server
+}
+
+func newMemRemote(t *testing.T) *memRemote {
+	m := &memRemote{blobs: map[string][]byte{}}
+	m.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		m.mu.Lock()
+		fault := m.fault
+		m.mu.Unlock()
+		if fault != nil && fault(w, r) {
+			return
+		}
+		key := strings.TrimPrefix(r.URL.Path, "/prefix/")
+		switch r.Method {
+		case http.MethodPut:
+			data, err := io.ReadAll(r.Body)
+			if err != nil || int64(len(data)) != r.ContentLength {
+				http.Error(w, "short body", http.StatusBadRequest)
+				return
+			}
+			m.mu.Lock()
+			m.blobs[key] = data
+			m.mu.Unlock()
+			w.WriteHeader(http.StatusCreated)
+		case http.MethodGet, http.MethodHead:
+			m.mu.Lock()
+			data, ok := m.blobs[key]
+			m.mu.Unlock()
+			if !ok {
+				http.NotFound(w, r)
+				return
+			}
+			w.Header().Set("Content-Length", strconv.Itoa(len(data)))
+			if r.Method == http.MethodGet {
+				w.Write(data)
+			}
+		}
+	}))
+	t.Cleanup(m.srv.Close)
+	return m
+}
+
+func (m *memRemote) setFault(f func(w http.ResponseWriter, r *http.Request) bool) {
+	m.mu.Lock()
+	m.fault = f
+	m.mu.Unlock()
+}
+
+func (m *memRemote) store(t *testing.T, userinfo string) RemoteStore {
+	t.Helper()
+	u := strings.Replace(m.srv.URL, "http://", "http://"+userinfo, 1) + "/prefix/"
+	s, err := OpenRemote(RemoteSpec{URL: u})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// builtArtifact commits a successful artifact of a few files (one large enough to be
+// streamed in several reads) and returns it.
+func builtArtifact(t *testing.T, c *Cache) *Artifact {
+	t.Helper()
+	src := t.TempDir()
+	writeTree(t, src, map[string]string{
+		"usr/bin/app":          "exec:#!/bin/sh\necho hi\n",
+		"usr/share/doc/README": "file:" + strings.Repeat("gantry ", 50000),
+		"usr/lib/libx.so":      "symlink:libx.so.1",
+		"usr/lib/libx.so.1":    "file:elf",
+		"empty":                "dir",
+	}, nil)
+	root, err := c.StoreTree(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log, err := c.PutBlob([]byte("build log\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &Artifact{Project: "demo", Element: "base/app.toml", Key: strings.Repeat("ab", 32), Success: true, Files: root, Log: log,
+		Dependencies: map[string]string{"lib.toml": strings.Repeat("cd", 32)}}
+	if err := c.Commit(a); err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.Lookup(a.Project, a.Element, a.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+func TestHTTPRemotePushPullRoundTrip(t *testing.T) {
+	remote := newMemRemote(t)
+	var auth []string
+	remote.setFault(func(w http.ResponseWriter, r *http.Request) bool {
+		auth = append(auth, r.Header.Get("Authorization"))
+		return false
+	})
+	src, dst := openTestCache(t), openTestCache(t)
+	a := builtArtifact(t, src)
+	store := remote.store(t, "user:s3cret@")
+	ctx := context.Background()
+
+	if _, err := dst.PullArtifact(ctx, store, a.Project, a.Element, a.Key, nil); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("pull before push: got %v, want a miss", err)
+	}
+	var last [2]int64
+	tr, pushed, err := src.PushArtifact(ctx, store, a, func(done, total int64) { last = [2]int64{done, total} })
+	if err != nil || !pushed {
+		t.Fatalf("push: pushed %v, %v", pushed, err)
+	}
+	if tr.Blobs == 0 || last[0] != last[1] || last[1] != tr.Bytes {
+		t.Fatalf("push transfer %+v, last progress %v", tr, last)
+	}
+	if _, pushed, err := src.PushArtifact(ctx, store, a, nil); err != nil || pushed {
+		t.Fatalf("second push: pushed %v, %v; want nothing to do", pushed, err)
+	}
+	if _, err := dst.PullArtifact(ctx, store, a.Project, a.Element, a.Key, nil); err != nil {
+		t.Fatalf("pull: %v", err)
+	}
+	got, err := dst.Lookup(a.Project, a.Element, a.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Files != a.Files || got.Log != a.Log || got.Dependencies["lib.toml"] != a.Dependencies["lib.toml"] {
+		t.Fatalf("pulled artifact %+v differs from %+v", got, a)
+	}
+	want, out := filepath.Join(t.TempDir(), "want"), filepath.Join(t.TempDir(), "out")
+	if err := src.Checkout(a.Files, want, CheckoutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := dst.Checkout(got.Files, out, CheckoutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if diff := diffTrees(readTree(t, want), readTree(t, out)); diff != "" {
+		t.Fatal(diff)
+	}
+	if rep, err := dst.Verify(); err != nil || !rep.Clean() {
+		t.Fatalf("verify after pull: %+v %v", rep, err)
+	}
+	for _, h := range auth {
+		if !strings.HasPrefix(h, "Basic ") {
+			t.Fatalf("request without basic auth: %q", h)
+		}
+	}
+}
+
+func TestHTTPRemoteCorruptBlobIsNeverStored(t *testing.T) {
+	remote := newMemRemote(t)
+	src, dst := openTestCache(t), openTestCache(t)
+	a := builtArtifact(t, src)
+	store := remote.store(t, "")
+	if _, _, err := src.PushArtifact(context.Background(), store, a, nil); err != nil {
+		t.Fatal(err)
+	}
+	// The remote now serves wrong bytes (of the right length) for the large file.
+	var bad Digest
+	src.WalkTree(a.Files, func(e TreeEntry) error {
+		if e.Type == TypeFile && e.Size > 1000 {
+			bad = e.Digest
+		}
+		return nil
+	})
+	remote.mu.Lock()
+	remote.blobs["cas/"+bad.Hash] = []byte(strings.Repeat("X", int(bad.Size)))
+	remote.mu.Unlock()
+	_, err := dst.PullArtifact(context.Background(), store, a.Project, a.Element, a.Key, nil)
+	if !IsRemoteKind(err, RemoteCorrupt) || !strings.Contains(err.Error(), bad.Hash) || !strings.Contains(err.Error(), remote.srv.URL) {
+		t.Fatalf("pull of a corrupt blob: got %v, want a corrupt error naming the remote and blob %s", err, bad)
+	}
+	if dst.HasBlob(bad) {
+		t.Fatal("the corrupt blob entered the local CAS")
+	}
+	if _, err := dst.Lookup(a.Project, a.Element, a.Key); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("a ref was written for an incomplete pull: %v", err)
+	}
+	if leftovers, _ := os.ReadDir(dst.tmpPath()); len(leftovers) != 0 {
+		t.Fatalf("temporary files left: %v", leftovers)
+	}
+}
+
+func TestHTTPRemoteErrorKinds(t *testing.T) {
+	remote := newMemRemote(t)
+	store := remote.store(t, "")
+	old := RemoteIdleTimeout
+	RemoteIdleTimeout = 200 * time.Millisecond
+	t.Cleanup(func() { RemoteIdleTimeout = old })
+	release := make(chan struct{})
+	for _, tc := range []struct {
+		name  string
+		fault func(w http.ResponseWriter, r *http.Request) bool
+		kind  RemoteErrorKind
+		text  string
+	}{
+		{"401", func(w http.ResponseWriter, r *http.Request) bool { w.WriteHeader(401); return true }, RemoteAuth, "token-file"},
+		{"503", func(w http.ResponseWriter, r *http.Request) bool { w.WriteHeader(503); return true }, RemoteUnavailable, "503"},
+		{"400", func(w http.ResponseWriter, r *http.Request) bool { w.WriteHeader(400); return true }, RemoteRefused, "400"},
+		{"stall", func(w http.ResponseWriter, r *http.Request) bool {
+			w.Header().Set("Content-Length", "100")
+			w.WriteHeader(200)
+			w.(http.Flusher).Flush()
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+			return true
+		}, RemoteUnavailable, "no data received"},
+		{"truncated", func(w http.ResponseWriter, r *http.Request) bool {
+			w.Header().Set("Content-Length", "100")
+			w.WriteHeader(200)
+			w.Write([]byte("short"))
+			return true
+		}, RemoteUnavailable, "connection closed"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			remote.setFault(tc.fault)
+			_, err := store.GetEntry(context.Background(), "k")
+			if !IsRemoteKind(err, tc.kind) || !strings.Contains(err.Error(), tc.text) {
+				t.Fatalf("got %v, want a %s error mentioning %q", err, tc.kind, tc.text)
+			}
+		})
+	}
+	close(release)
+	remote.srv.Close()
+	if _, err := store.GetEntry(context.Background(), "k"); !IsRemoteKind(err, RemoteUnavailable) {
+		t.Fatalf("server gone: got %v, want unavailable", err)
+	}
+}

@@ -1,0 +1,58 @@
+package element
+
+import (
+	"fmt"
+	"net/url"
+	"path/filepath"
+
+	"github.com/gantry-build/gantry/cache"
+)
+
+// Remote is one [[remote]] artifact cache (DESIGN.md §7).
+type Remote = cache.RemoteSpec
+
+// remoteKeys are the keys of a [[remote]] table, in project.toml and the user config.
+var remoteKeys = []string{"url", "push", "instance", "server-ca", "client-cert", "client-key", "token-file"}
+
+// checkRemotes validates the [[remote]] tables of a file and makes their file paths
+// absolute, relative to dir (the directory holding the file).
+func checkRemotes(doc *tomlDoc, remotes []Remote, dir string) error {
+	for i := range remotes {
+		r := &remotes[i]
+		at := func(key string) string { return fmt.Sprintf("remote[%d].%s", i, key) }
+		if r.URL == "" {
+			return &ProjectError{File: doc.display, Line: doc.lineOf(fmt.Sprintf("remote[%d]", i)), Msg: fmt.Sprintf("remote %d has no url", i+1),
+				Hint: `add a line like url = "https://cache.example:8080"`}
+		}
+		if err := CheckRemoteURL(r.URL); err != nil {
+			return doc.valueError(at("url"), "%v", err)
+		}
+		for _, p := range []*string{&r.ServerCA, &r.ClientCert, &r.ClientKey, &r.TokenFile} {
+			if *p != "" && !filepath.IsAbs(*p) {
+				*p = filepath.Join(dir, *p)
+			}
+		}
+		if (r.ClientCert == "") != (r.ClientKey == "") {
+			return doc.valueError(at("client-cert"), "client-cert and client-key must be given together")
+		}
+	}
+	return nil
+}
+
+// CheckRemoteURL checks that raw is a remote URL gantry can use. The message never
+// holds the URL's userinfo.
+func CheckRemoteURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return fmt.Errorf("%s is not a valid url", cache.RedactURL(raw))
+	}
+	switch u.Scheme {
+	case "http", "https", "grpc", "grpcs":
+	default:
+		return fmt.Errorf("remote %s: unsupported scheme %q: use http://, https://, grpc:// or grpcs://", cache.RedactURL(raw), u.Scheme)
+	}
+	if u.Host == "" {
+		return fmt.Errorf("remote %s has no host", cache.RedactURL(raw))
+	}
+	return nil
+}
