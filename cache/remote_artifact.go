@@ -329,7 +329,7 @@ func (c *Cache) fetchSmall(ctx context.Context, store RemoteStore, d Digest, m *
 		return nil, corruptIfTooLong(store, d, err)
 	}
 	if got := DigestOf(buf.Bytes()); got != d {
-		return nil, mismatch(store, d, got)
+		return nil, remoteMismatch(store, d, got)
 	}
 	m.blobs.Add(1)
 	m.add(d.Size)
@@ -353,7 +353,7 @@ func (c *Cache) pullBlob(ctx context.Context, store RemoteStore, d Digest, m *me
 		return corruptIfTooLong(store, d, err)
 	}
 	if got := (Digest{Hash: hex.EncodeToString(h.Sum(nil)), Size: cw.n}); got != d {
-		return mismatch(store, d, got)
+		return remoteMismatch(store, d, got)
 	}
 	if err := tmp.Sync(); err != nil {
 		return fmt.Errorf("storing blob %s: %w", d, err)
@@ -371,7 +371,7 @@ func (c *Cache) pullBlob(ctx context.Context, store RemoteStore, d Digest, m *me
 	return nil
 }
 
-func mismatch(store RemoteStore, d, got Digest) error {
+func remoteMismatch(store RemoteStore, d, got Digest) error {
 	return &RemoteError{Remote: store.Name(), Op: "reading blob " + d.String(), Kind: RemoteCorrupt,
 		Err: fmt.Errorf("received bytes hash to %s: not stored", got)}
 }

@@ -18,6 +18,10 @@ type PlanOptions struct {
 	RetryFailed bool
 	// Estimate is the expected build time of an element (learned durations).
 	Estimate func(e *element.Element) (time.Duration, bool)
+	// OnRemote, when set, says which of the elements (none cached locally) a remote
+	// holds: those are pulled instead of built (see planWithRemotes). It is called
+	// with no element when everything the targets need is cached.
+	OnRemote func(es []*element.Element) []bool
 }
 
 // NoRefError says which element cannot be planned because a source has no ref.
@@ -35,6 +39,9 @@ func (e *NoRefError) Error() string {
 // what they need at run time, and — only for elements that are not cached — what they
 // need to build. Below a cached element nothing needs building, so nothing is planned.
 func Plan(g *element.Graph, targets []*element.Element, opts PlanOptions) ([]*Item, error) {
+	if opts.OnRemote != nil {
+		return planWithRemotes(g, targets, opts)
+	}
 	order, err := walkPlan(g, targets, opts, func(e *element.Element) *Item { return &Item{Element: e, queue: -1} }, nil)
 	if err != nil {
 		return nil, err

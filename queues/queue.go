@@ -77,6 +77,16 @@ type Item struct {
 	// healed: its artifact was found damaged and it went back into the pipeline
 	// (see heal); it happens once per session.
 	healed bool
+
+	// Remote: the plan found its artifact on a remote; it is pulled, not built.
+	Remote bool
+	// Pulled and Built: this session pulled or built its artifact.
+	Pulled, Built bool
+	// pulls is the plan's record of the pull it is (when Remote); spare is set on the
+	// items needed only if a pull falls back to building.
+	pulls, spare *pullPlan
+	runDeps      []*Item // items of its runtime dependencies (plans with remotes)
+	expand       bool    // the plan would build it: its build dependencies are needed
 }
 
 // Name is the element's name.

@@ -431,6 +431,9 @@ func (s *Scheduler) finish(a *activeJob, out job.Outcome) {
 		end.Result = ResultTerminated
 		s.jobEnded(end)
 	case out.Result.OK && out.Result.Skipped:
+		if r, ok := qs.q.(Recoverer); ok {
+			r.Recover(it, out.Result)
+		}
 		qs.skipped++
 		qs.done = append(qs.done, it)
 		end.Result = ResultSkipped
@@ -455,6 +458,7 @@ func (s *Scheduler) finish(a *activeJob, out job.Outcome) {
 		end.Result, end.WillRetry = ResultFailure, true
 		s.jobEnded(end)
 	case s.heal(a, out.Result, end):
+	case s.recover(qs, it, out.Result, &end):
 	default:
 		end.Result = ResultFailure
 		s.jobEnded(end)
@@ -476,6 +480,27 @@ func (s *Scheduler) jobEnded(end JobEnd) {
 		}
 	}
 	s.cfg.Publish(end)
+}
+
+// recover lets a Recoverer queue turn a failure into a skip: the element goes on to
+// the next queue, with a warning when the queue gives one.
+func (s *Scheduler) recover(qs *queueState, it *Item, res job.Result, end *JobEnd) bool {
+	r, ok := qs.q.(Recoverer)
+	if !ok || s.terminating {
+		return false
+	}
+	warning, ok := r.Recover(it, res)
+	if !ok {
+		return false
+	}
+	qs.skipped++
+	qs.done = append(qs.done, it)
+	end.Result = ResultSkipped
+	s.jobEnded(*end)
+	if warning != "" {
+		s.cfg.Publish(Notice{Base: Base{time.Now()}, Level: "warning", Element: it.Name(), Text: warning})
+	}
+	return true
 }
 
 // fail records a failed element and applies the on-error policy.

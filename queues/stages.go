@@ -18,6 +18,9 @@ func (BuildQueue) Status(it *Item) (Status, string) {
 	if st, reason, ok := deferredStatus(it); ok {
 		return st, reason
 	}
+	if st, reason, ok := spareStatus(it); ok {
+		return st, reason
+	}
 	if it.Cached {
 		return Skip, "cached"
 	}
@@ -39,7 +42,7 @@ func (BuildQueue) Resources(it *Item) resources.Request {
 
 func (q BuildQueue) Payload(it *Item) (json.RawMessage, error) { return q.PayloadFunc(it) }
 
-func (BuildQueue) Done(it *Item, res job.Result) { it.Cached = true }
+func (BuildQueue) Done(it *Item, res job.Result) { it.Cached, it.Built = true, true }
 
 func (BuildQueue) Retries() int { return 0 }
 
@@ -54,6 +57,9 @@ func (FetchQueue) Action() Action { return Fetch }
 
 func (q FetchQueue) Status(it *Item) (Status, string) {
 	if st, reason, ok := deferredStatus(it); ok {
+		return st, reason
+	}
+	if st, reason, ok := spareStatus(it); ok {
 		return st, reason
 	}
 	if it.Cached {

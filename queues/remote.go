@@ -1,0 +1,274 @@
+package queues
+
+import (
+	"encoding/json"
+
+	"github.com/gantry-build/gantry/element"
+	"github.com/gantry-build/gantry/job"
+	"github.com/gantry-build/gantry/resources"
+)
+
+// The Pull and Push queues (DESIGN.md §5, §7), and planning with remotes.
+//
+// Planning asks the remotes, level by level from the targets, about the elements the
+// local cache lacks (PlanOptions.OnRemote): an element a remote has is pulled instead of
+// fetched and built, so its build dependencies are not looked up, fetched or built. They
+// are still items, spare ones: they wait while a pull they might be needed for is
+// pending, are skipped as not needed once every such pull is done, and go through the
+// pipeline if a pull falls back to building (the remote lost the artifact, sent bad
+// bytes or went down).
+
+// Recoverer is a queue that can turn a job's failure or skip into a skip of its own:
+// the element goes on to the next queue instead of failing. Recover returns ok to do
+// so, and a warning to show (once per cause) or "".
+type Recoverer interface {
+	Recover(it *Item, res job.Result) (warning string, ok bool)
+}
+
+// PullQueue downloads artifacts from remotes instead of fetching and building them.
+type PullQueue struct {
+	// Found limits pulls to the items the plan found on a remote (build); without it
+	// every uncached item is tried (the pull command).
+	Found       bool
+	PayloadFunc func(it *Item) (json.RawMessage, error)
+	// RecoverFunc decides what a failed pull means (marking a remote down, say); the
+	// element is then fetched and built. Nil: a failed pull fails.
+	RecoverFunc    func(it *Item, res job.Result) (warning string, ok bool)
+	NetworkRetries int
+}
+
+func (PullQueue) Action() Action { return Pull }
+
+func (q PullQueue) Status(it *Item) (Status, string) {
+	if st, reason, ok := deferredStatus(it); ok {
+		return st, reason
+	}
+	if st, reason, ok := spareStatus(it); ok {
+		return st, reason
+	}
+	switch {
+	case it.Cached:
+		return Skip, "cached"
+	case q.Found && !it.Remote:
+		return Skip, "not on a remote"
+	}
+	return Ready, ""
+}
+
+func (PullQueue) Resources(*Item) resources.Request {
+	return resources.Request{Shared: []resources.Resource{resources.Download, resources.Cache}}
+}
+
+func (q PullQueue) Payload(it *Item) (json.RawMessage, error) { return q.PayloadFunc(it) }
+
+func (PullQueue) Done(it *Item, res job.Result) {
+	it.Cached, it.Pulled = true, true
+	if p := it.pulls; p != nil {
+		p.resolve(it, false)
+	}
+}
+
+func (q PullQueue) Retries() int { return q.NetworkRetries }
+
+// Recover books a pull that did not pull: the element is fetched and built instead,
+// with its build dependencies.
+func (q PullQueue) Recover(it *Item, res job.Result) (string, bool) {
+	warning, ok := "", res.OK // a skip (the remotes lack it) always recovers
+	if !ok && q.RecoverFunc != nil {
+		warning, ok = q.RecoverFunc(it, res)
+	}
+	if ok && it.pulls != nil {
+		it.pulls.resolve(it, true)
+	}
+	return warning, ok
+}
+
+// PushQueue uploads artifacts to push remotes.
+type PushQueue struct {
+	// All pushes every cached item (the push command); otherwise only what this
+	// session built or pulled.
+	All         bool
+	PayloadFunc func(it *Item) (json.RawMessage, error)
+	// NoRemote, when it returns a reason, skips the item (no push remote is up).
+	NoRemote       func() string
+	NetworkRetries int
+}
+
+func (PushQueue) Action() Action { return Push }
+
+func (q PushQueue) Status(it *Item) (Status, string) {
+	if st, reason, ok := deferredStatus(it); ok {
+		return st, reason
+	}
+	if st, reason, ok := spareStatus(it); ok {
+		return st, reason
+	}
+	switch {
+	case !it.Cached:
+		return Skip, "not cached"
+	case !q.All && !it.Built && !it.Pulled:
+		return Skip, "cached before this session"
+	}
+	if q.NoRemote != nil {
+		if why := q.NoRemote(); why != "" {
+			return Skip, why
+		}
+	}
+	return Ready, ""
+}
+
+func (PushQueue) Resources(*Item) resources.Request {
+	return resources.Request{Shared: []resources.Resource{resources.Upload}}
+}
+
+func (q PushQueue) Payload(it *Item) (json.RawMessage, error) { return q.PayloadFunc(it) }
+
+func (PushQueue) Done(*Item, job.Result) {}
+
+func (q PushQueue) Retries() int { return q.NetworkRetries }
+
+// pullPlan tracks the pulls a plan relies on, and the spare items below them.
+// Called only from the scheduler goroutine.
+type pullPlan struct {
+	targets []*Item
+	stages  map[*Item][]*Item // every item's full stage list
+	pending int               // planned pulls not yet done or fallen back
+	fell    map[*Item]bool    // pulls that fell back to building
+	needed  map[*Item]bool    // recomputed when a pull falls back
+}
+
+// resolve books the end of a planned pull.
+func (p *pullPlan) resolve(it *Item, fellBack bool) {
+	if !it.Remote || p.fell[it] {
+		return
+	}
+	p.pending--
+	if fellBack {
+		p.fell[it] = true
+		it.Stage = p.stages[it]
+		p.needed = p.reach()
+	}
+}
+
+// reach walks from the targets as the plan did, with fallen-back pulls expanding to
+// their build dependencies like any element to build.
+func (p *pullPlan) reach() map[*Item]bool {
+	seen := map[*Item]bool{}
+	var visit func(it *Item)
+	visit = func(it *Item) {
+		if seen[it] {
+			return
+		}
+		seen[it] = true
+		if it.expand && (!it.Remote || p.fell[it]) {
+			for _, d := range p.stages[it] {
+				visit(d)
+			}
+		}
+		for _, d := range it.runDeps {
+			visit(d)
+		}
+	}
+	for _, t := range p.targets {
+		visit(t)
+	}
+	return seen
+}
+
+// spareStatus is what every queue says first about a spare item: when it does not
+// decide (ok false), the queue's own rule applies.
+func spareStatus(it *Item) (st Status, reason string, ok bool) {
+	p := it.spare
+	switch {
+	case p == nil || p.needed[it]:
+		return 0, "", false
+	case p.pending > 0:
+		return Wait, "needed only if a pull fails", true
+	}
+	return Skip, "not needed: what depends on it was pulled", true
+}
+
+// planWithRemotes is Plan when opts.OnRemote is set: it looks the uncached elements up
+// on the remotes level by level, then plans pulls for those found and keeps their
+// build dependencies as spare items.
+func planWithRemotes(g *element.Graph, targets []*element.Element, opts PlanOptions) ([]*Item, error) {
+	found, err := lookUpRemotes(g, targets, opts)
+	if err != nil {
+		return nil, err
+	}
+	// Everything that could be needed, as if nothing could be pulled.
+	all, err := walkPlan(g, targets, opts, func(e *element.Element) *Item { return &Item{Element: e, queue: -1} }, nil)
+	if err != nil {
+		return nil, err
+	}
+	byElement := make(map[*element.Element]*Item, len(all))
+	for _, it := range all {
+		byElement[it.Element] = it
+	}
+	p := &pullPlan{stages: make(map[*Item][]*Item, len(all)), fell: map[*Item]bool{}}
+	for _, it := range all {
+		p.stages[it] = it.Stage
+		it.expand = !it.Cached && !it.Failed
+		for _, d := range it.Element.RunDeps {
+			it.runDeps = append(it.runDeps, byElement[d])
+		}
+		if found[it.Element] {
+			it.Remote, it.pulls = true, p
+			it.Stage = nil
+			p.pending++
+		}
+	}
+	for _, t := range targets {
+		p.targets = append(p.targets, byElement[t])
+	}
+	p.needed = p.reach()
+	for _, it := range all {
+		if !p.needed[it] {
+			it.spare = p
+		}
+	}
+	setPriorities(all, opts.Estimate)
+	return all, nil
+}
+
+// lookUpRemotes asks OnRemote about the uncached elements a build of targets reaches,
+// one level at a time: below an element found on a remote, nothing is asked.
+func lookUpRemotes(g *element.Graph, targets []*element.Element, opts PlanOptions) (map[*element.Element]bool, error) {
+	found := map[*element.Element]bool{}
+	seen := map[*element.Element]bool{}
+	level := targets
+	for len(level) > 0 {
+		var ask, next []*element.Element
+		status := make(map[*element.Element]element.ArtifactStatus, len(level))
+		for _, e := range level {
+			if seen[e] {
+				continue
+			}
+			seen[e] = true
+			if err := MissingRef(e); err != nil {
+				return nil, err
+			}
+			status[e] = opts.Artifact(e)
+			if status[e] == element.ArtifactMissing || (status[e] == element.ArtifactFailure && opts.RetryFailed) {
+				ask = append(ask, e)
+			}
+		}
+		hits := opts.OnRemote(ask)
+		for i, e := range ask {
+			found[e] = hits[i]
+		}
+		for _, e := range level {
+			st, ok := status[e]
+			if !ok {
+				continue
+			}
+			delete(status, e)
+			if st == element.ArtifactMissing && !found[e] || st == element.ArtifactFailure && opts.RetryFailed && !found[e] {
+				next = append(next, g.StageDeps(e)...)
+			}
+			next = append(next, e.RunDeps...)
+		}
+		level = next
+	}
+	return found, nil
+}

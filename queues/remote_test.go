@@ -1,0 +1,100 @@
+package queues
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/gantry-build/gantry/element"
+	"github.com/gantry-build/gantry/job"
+	"github.com/gantry-build/gantry/resources"
+)
+
+// remoteSession plans a build of app (build dependencies sdk and tool, which needs
+// sdk) with nothing cached locally and app on a remote, and runs Pull, Fetch, Build.
+func remoteSession(t *testing.T, recover func(*Item, job.Result) (string, bool)) (*session, [][]string) {
+	t.Helper()
+	g := newGraph(t, "sdk", "tool: sdk", "app: sdk tool")
+	var asked [][]string
+	items, err := Plan(g, []*element.Element{g.Elements["app"]}, PlanOptions{
+		Artifact: func(*element.Element) element.ArtifactStatus { return element.ArtifactMissing },
+		OnRemote: func(es []*element.Element) []bool {
+			var names []string
+			hits := make([]bool, len(es))
+			for i, e := range es {
+				names = append(names, e.Name)
+				hits[i] = e.Name == "app"
+			}
+			asked = append(asked, names)
+			return hits
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pull := PullQueue{Found: true, PayloadFunc: noPayload, RecoverFunc: recover}
+	pool := resources.NewPool(map[resources.Resource]int{resources.Download: 2, resources.Process: 2, resources.Cache: 0})
+	return startSession(t, Config{Queues: []Queue{pull, fetchQueue(0), buildQueue()}, Items: items, Pool: pool, OnError: element.OnErrorQuit}), asked
+}
+
+// TestPlanPullsInsteadOfBuilding: what a remote has is pulled, and nothing below it
+// is looked up, fetched or built.
+func TestPlanPullsInsteadOfBuilding(t *testing.T) {
+	h, asked := remoteSession(t, nil)
+	if len(asked) != 1 || !slices.Equal(asked[0], []string{"app"}) {
+		t.Fatalf("remotes asked about %v, want only [app]", asked)
+	}
+	h.expect(Pull, "app").Succeed(t)
+	sum := h.wait()
+	if !sum.OK() {
+		t.Fatalf("session not OK: %+v", sum)
+	}
+	if got := h.runner.startsOf(Fetch); len(got) != 0 {
+		t.Fatalf("fetched %v below a pulled element", got)
+	}
+	skipped := map[string]string{}
+	for _, e := range eventsOf[ElementSkipped](h.events) {
+		skipped[e.Element] = e.Reason
+	}
+	if skipped["sdk"] != "not needed: what depends on it was pulled" {
+		t.Fatalf("sdk skipped with %q", skipped["sdk"])
+	}
+}
+
+// TestPullFallsBackToBuilding: a pull that fails for good (the remote went down) is a
+// warning; the element and its build dependencies are fetched and built.
+func TestPullFallsBackToBuilding(t *testing.T) {
+	h, _ := remoteSession(t, func(*Item, job.Result) (string, bool) { return "remote is down", true })
+	h.expect(Pull, "app").Fail(t, "remote unavailable")
+	fetches := h.nextN(2)
+	if fetches["app"] == nil || fetches["sdk"] == nil {
+		t.Fatalf("after the failed pull started %v, want fetches of app and sdk", fetches)
+	}
+	for _, j := range fetches {
+		j.Succeed(t)
+	}
+	next := h.nextN(2) // fetch tool, build sdk
+	if next["tool"] == nil || next["sdk"] == nil || next["sdk"].Spec.Action != "build" {
+		t.Fatalf("then started %v, want fetch tool and build sdk", next)
+	}
+	for _, j := range next {
+		j.Succeed(t)
+	}
+	h.expect(Build, "tool").Succeed(t)
+	h.expect(Build, "app").Succeed(t)
+	if sum := h.wait(); !sum.OK() {
+		t.Fatalf("session not OK: %+v", sum)
+	}
+	notices := eventsOf[Notice](h.events)
+	if len(notices) != 1 || notices[0].Level != "warning" || notices[0].Text != "remote is down" {
+		t.Fatalf("notices %+v, want one warning", notices)
+	}
+}
+
+// TestPullFailsWithoutRecovery: a failed pull the queue does not recover fails.
+func TestPullFailsWithoutRecovery(t *testing.T) {
+	h, _ := remoteSession(t, func(*Item, job.Result) (string, bool) { return "", false })
+	h.expect(Pull, "app").Fail(t, "credentials refused")
+	if sum := h.wait(); sum.OK() {
+		t.Fatalf("session OK after a failed pull: %+v", sum)
+	}
+}
