@@ -46,6 +46,7 @@ func (f *schedulerFlags) register(cmd *cobra.Command) {
 type buildOptions struct {
 	*globalOptions
 	schedulerFlags
+	remoteFlags
 	retryFailed bool
 	track       bool
 }
@@ -64,6 +65,7 @@ them. Ctrl-Z suspends every job and gantry; 'fg' resumes them.`,
 		RunE: func(cmd *cobra.Command, args []string) error { return runBuild(opts, args) },
 	}
 	opts.schedulerFlags.register(cmd)
+	opts.remoteFlags.register(cmd, "pulled from, not pushed to")
 	cmd.Flags().BoolVar(&opts.retryFailed, "retry-failed", false, "build elements whose failed build is cached")
 	cmd.Flags().BoolVar(&opts.track, "track", false, "track every source the targets depend on (writes gantry.lock) and build with the new refs, in one session")
 	return cmd
@@ -149,6 +151,17 @@ func runBuild(opts *buildOptions, args []string) error {
 			return d, ok
 		},
 	}
+	specs, err := s.remotes(&opts.remoteFlags, false)
+	if err != nil {
+		return err
+	}
+	var warnings []string
+	rs := s.remoteSet(specs, func(w string) { warnings = append(warnings, w) })
+	defer rs.close()
+	if len(specs) > 0 && !opts.track {
+		// Keys are known now: ask the remotes what they have while planning.
+		planOpts.OnRemote = rs.lookup
+	}
 	var pipeline []queues.Queue
 	var items []*queues.Item
 	var track *tracker
@@ -163,6 +176,9 @@ func runBuild(opts *buildOptions, args []string) error {
 	}
 	if err := checkSandbox(opts.sandbox, items); err != nil {
 		return err
+	}
+	if len(specs) > 0 {
+		pipeline = append(pipeline, rs.pullQueue(c, true))
 	}
 	fetch := s.fetchQueue(c, g)
 	build := queues.BuildQueue{PayloadFunc: func(it *queues.Item) (json.RawMessage, error) {
@@ -184,9 +200,13 @@ func runBuild(opts *buildOptions, args []string) error {
 	if err != nil {
 		return err
 	}
+	pipeline = append(pipeline, fetch, build)
+	if rs.hasPush() {
+		pipeline = append(pipeline, rs.pushQueue(c, false))
+	}
 	summary, err := s.runScheduler(schedulerRun{
 		display: display, cache: c, limits: limits, onError: onErr, cleanup: cleanup,
-		queues: append(pipeline, fetch, build), items: items,
+		queues: pipeline, items: items, notices: warnings,
 		onJobEnd: buildEnded(c, g.Project.Name, stats),
 	})
 	if err != nil {
@@ -270,6 +290,7 @@ type schedulerRun struct {
 	onJobEnd func(queues.JobEnd) error // queues.Config.OnJobEnd: runs on the scheduler goroutine; may be nil
 	// cleanup keeps the cache under its quota; nil: no quota.
 	cleanup *queues.CleanupConfig
+	notices []string // warnings from before the session, shown once it starts
 }
 
 // runScheduler runs a session with signals forwarded, and waits until the display has
@@ -279,7 +300,14 @@ func (s *session) runScheduler(r schedulerRun) (*queues.Summary, error) {
 	if err != nil {
 		return nil, fmt.Errorf("finding the gantry executable to run jobs: %w", err)
 	}
-	pub := queues.NewPublisher(r.display.Handle)
+	pub := queues.NewPublisher(func(e queues.Event) {
+		r.display.Handle(e)
+		if _, ok := e.(queues.SessionStart); ok {
+			for _, n := range r.notices {
+				r.display.Handle(queues.Notice{Base: queues.Base{Time: queues.TimeOf(e)}, Level: "warning", Text: n})
+			}
+		}
+	})
 	sched := queues.New(queues.Config{
 		Project:  s.project.Name,
 		Queues:   r.queues,

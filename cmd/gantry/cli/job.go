@@ -22,6 +22,8 @@ func runJob() int {
 		"build": element.Assemble,
 		"fetch": fetchJob,
 		"track": trackJob,
+		"pull":  pullJob,
+		"push":  pushJob,
 
 		string(queues.Cleanup): cleanupJob,
 	})

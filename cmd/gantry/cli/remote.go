@@ -1,0 +1,247 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/gantry-build/gantry/cache"
+	"github.com/gantry-build/gantry/element"
+	"github.com/gantry-build/gantry/job"
+	"github.com/gantry-build/gantry/queues"
+)
+
+// remoteFlags are --remote and --no-remote, on build, pull and push.
+type remoteFlags struct {
+	urls []string
+	none bool
+}
+
+func (f *remoteFlags) register(cmd *cobra.Command, what string) {
+	cmd.Flags().StringArrayVar(&f.urls, "remote", nil, "use this remote artifact cache instead of the configured ones ("+what+"; repeatable)")
+	cmd.Flags().BoolVar(&f.none, "no-remote", false, "use no remote artifact cache")
+}
+
+// remotes resolves the session's remotes: --no-remote, else --remote (pushed to only
+// by the push command), else the user config's [[remote]] then project.toml's.
+func (s *session) remotes(f *remoteFlags, push bool) ([]cache.RemoteSpec, error) {
+	switch {
+	case f.none && len(f.urls) > 0:
+		return nil, usagef("--remote and --no-remote cannot be used together")
+	case f.none:
+		return nil, nil
+	case len(f.urls) > 0:
+		var specs []cache.RemoteSpec
+		for _, u := range f.urls {
+			if err := element.CheckRemoteURL(u); err != nil {
+				return nil, usagef("--remote: %v", err)
+			}
+			specs = append(specs, cache.RemoteSpec{URL: u, Push: push})
+		}
+		return specs, nil
+	}
+	return append(append([]cache.RemoteSpec{}, s.user.Remotes...), s.project.Remotes...), nil
+}
+
+// remoteSet is a session's remotes and which of them are down. The plan's lookups use
+// it before the scheduler runs; afterwards only the queues' callbacks do, on the
+// scheduler goroutine.
+type remoteSet struct {
+	s       *session
+	specs   []cache.RemoteSpec
+	down    map[string]bool // by spec.Display()
+	warn    func(string)    // a warning before the session starts
+	mu      sync.Mutex      // guards down and stores during the plan's parallel lookups
+	stores  map[string]cache.RemoteStore
+	retries int
+}
+
+func (s *session) remoteSet(specs []cache.RemoteSpec, warn func(string)) *remoteSet {
+	return &remoteSet{s: s, specs: specs, down: map[string]bool{}, warn: warn, stores: map[string]cache.RemoteStore{}, retries: s.networkRetries()}
+}
+
+func (rs *remoteSet) hasPush() bool {
+	for _, r := range rs.specs {
+		if r.Push {
+			return true
+		}
+	}
+	return false
+}
+
+// up lists the remotes not marked down, push remotes only with push.
+func (rs *remoteSet) up(push bool) []cache.RemoteSpec {
+	var out []cache.RemoteSpec
+	for _, r := range rs.specs {
+		if !rs.down[r.Display()] && (r.Push || !push) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func (rs *remoteSet) close() {
+	for _, st := range rs.stores {
+		st.Close()
+	}
+}
+
+// lookup says which of es some remote has (queues.PlanOptions.OnRemote): bounded
+// parallel entry reads, remotes in order. A remote that stays unavailable after the
+// network retries, or refuses the credentials, is marked down with one warning.
+func (rs *remoteSet) lookup(es []*element.Element) []bool {
+	hits := make([]bool, len(es))
+	if len(es) == 0 {
+		return hits
+	}
+	backoff := rs.s.retryBackoff()
+	if backoff == nil {
+		backoff = func(attempt int) time.Duration { return time.Second << min(attempt-1, 5) }
+	}
+	var g errgroup.Group
+	g.SetLimit(16)
+	for i, e := range es {
+		g.Go(func() error {
+			for _, spec := range rs.specs {
+				store := rs.store(spec)
+				if store == nil {
+					continue
+				}
+				for attempt := 1; ; attempt++ {
+					_, err := store.GetEntry(context.Background(), e.Key)
+					switch {
+					case err == nil:
+						hits[i] = true
+						return nil
+					case errors.Is(err, cache.ErrNotFound) || cache.IsRemoteKind(err, cache.RemoteCorrupt):
+					case cache.IsRemoteKind(err, cache.RemoteUnavailable) && attempt <= rs.retries:
+						time.Sleep(backoff(attempt))
+						continue
+					default:
+						rs.markDown(spec, err)
+					}
+					break
+				}
+			}
+			return nil
+		})
+	}
+	g.Wait()
+	return hits
+}
+
+// store opens spec's store once; nil when it is down or cannot be opened.
+func (rs *remoteSet) store(spec cache.RemoteSpec) cache.RemoteStore {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	name := spec.Display()
+	if rs.down[name] {
+		return nil
+	}
+	if st := rs.stores[name]; st != nil {
+		return st
+	}
+	st, err := cache.OpenRemote(spec)
+	if err != nil {
+		rs.down[name] = true
+		rs.warn(fmt.Sprintf("%v: not used in this session", err))
+		return nil
+	}
+	rs.stores[name] = st
+	return st
+}
+
+// markDown marks a remote down once, with a warning (before the session) saying why.
+func (rs *remoteSet) markDown(spec cache.RemoteSpec, err error) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if rs.down[spec.Display()] {
+		return
+	}
+	rs.down[spec.Display()] = true
+	rs.warn(downWarning(err.Error()))
+}
+
+func downWarning(why string) string {
+	return why + "; the remote is not used for the rest of this session: elements are fetched and built instead"
+}
+
+// pullSpec is the payload of pull and push jobs. It carries the remotes' settings
+// (token-file paths, never tokens); it travels to the job on a pipe, never on disk.
+type pullSpec struct {
+	CacheDir string             `json:"cache-dir"`
+	Project  string             `json:"project"`
+	Element  string             `json:"element"`
+	Key      string             `json:"key"`
+	Remotes  []cache.RemoteSpec `json:"remotes"`
+}
+
+// pullResult is a pull job's Result.Data.
+type pullResult struct {
+	Down    []string `json:"down,omitempty"`    // remotes that were unavailable or refused the credentials
+	Reasons []string `json:"reasons,omitempty"` // why, for each
+	Warning string   `json:"warning,omitempty"` // a remote sent bad bytes
+}
+
+func (rs *remoteSet) payload(c *cache.Cache, it *queues.Item, push bool) (json.RawMessage, error) {
+	remotes := rs.up(push)
+	if len(remotes) == 0 {
+		return nil, fmt.Errorf("every remote is down for this session")
+	}
+	return json.Marshal(pullSpec{CacheDir: c.Root, Project: rs.s.project.Name, Element: it.Name(), Key: it.Element.Key, Remotes: remotes})
+}
+
+// recoverPull books a pull that did not pull (queues.PullQueue.RecoverFunc): the
+// remotes it found down are marked so, with one warning each, and the element is
+// built instead.
+func (rs *remoteSet) recoverPull(it *queues.Item, res job.Result) (string, bool) {
+	var pr pullResult
+	json.Unmarshal(res.Data, &pr)
+	var warnings []string
+	if pr.Warning != "" {
+		warnings = append(warnings, pr.Warning)
+	}
+	for i, name := range pr.Down {
+		if !rs.down[name] {
+			rs.down[name] = true
+			why := "remote " + name + " is unavailable"
+			if i < len(pr.Reasons) {
+				why = pr.Reasons[i]
+			}
+			warnings = append(warnings, downWarning(why))
+		}
+	}
+	if len(pr.Down) == 0 && pr.Warning == "" && !res.OK {
+		// Not a remote's fault (the local cache, say): the element fails.
+		return "", false
+	}
+	msg := ""
+	for i, w := range warnings {
+		if i > 0 {
+			msg += "; "
+		}
+		msg += w
+	}
+	return msg, true
+}
+
+// pullQueue and pushQueue are the session's remote queues.
+func (rs *remoteSet) pullQueue(c *cache.Cache, found bool) queues.PullQueue {
+	q := queues.PullQueue{Found: found, NetworkRetries: rs.retries,
+		PayloadFunc: func(it *queues.Item) (json.RawMessage, error) { return rs.payload(c, it, false) }}
+	if found {
+		q.RecoverFunc = rs.recoverPull
+	}
+	return q
+}
+
+func (rs *remoteSet) pushQueue(c *cache.Cache, all bool) queues.PushQueue {
+	return queues.PushQueue{All: all, NetworkRetries: rs.retries,
+		PayloadFunc: func(it *queues.Item) (json.RawMessage, error) { return rs.payload(c, it, true) }}
+}

@@ -1,0 +1,95 @@
+package cli
+
+import (
+	"github.com/spf13/cobra"
+
+	"github.com/gantry-build/gantry/element"
+	"github.com/gantry-build/gantry/queues"
+)
+
+// transferOptions are the options of pull and push.
+type transferOptions struct {
+	*globalOptions
+	schedulerFlags
+	remoteFlags
+	deps string
+}
+
+func newPullCmd(g *globalOptions) *cobra.Command {
+	opts := &transferOptions{globalOptions: g}
+	cmd := &cobra.Command{
+		Use:   "pull [ELEMENT...]",
+		Short: "Download elements' artifacts from remote artifact caches",
+		Long: `Pull downloads the artifacts of the elements (default: the project's
+default-targets) that the local cache lacks, trying the remotes in order (the user
+config's [[remote]], then project.toml's, or --remote). Every blob is verified against
+its digest before it is stored. An artifact no remote has is skipped.`,
+		RunE: func(cmd *cobra.Command, args []string) error { return runTransfer(opts, args, false) },
+	}
+	opts.register(cmd, "pulled from")
+	return cmd
+}
+
+func newPushCmd(g *globalOptions) *cobra.Command {
+	opts := &transferOptions{globalOptions: g}
+	cmd := &cobra.Command{
+		Use:   "push [ELEMENT...]",
+		Short: "Upload elements' artifacts to remote artifact caches",
+		Long: `Push uploads the cached artifacts of the elements (default: the project's
+default-targets) to every push remote (push = true in [[remote]], or --remote) that
+lacks them: blobs first, the artifact's entry last.`,
+		RunE: func(cmd *cobra.Command, args []string) error { return runTransfer(opts, args, true) },
+	}
+	opts.register(cmd, "pushed to")
+	return cmd
+}
+
+func (o *transferOptions) register(cmd *cobra.Command, what string) {
+	o.schedulerFlags.register(cmd)
+	o.remoteFlags.register(cmd, what)
+	cmd.Flags().StringVar(&o.deps, "deps", "none", "which elements: none (the targets), run (and what they need at run time) or all")
+}
+
+// runTransfer runs a pull or push session over the selected elements.
+func runTransfer(opts *transferOptions, args []string, push bool) error {
+	deps, err := element.ParseDeps(opts.deps)
+	if err != nil || deps == element.DepsBuild {
+		return usagef("--deps %q: use none, run or all", opts.deps)
+	}
+	p, err := opts.openPipeline(&opts.schedulerFlags, args)
+	if err != nil {
+		return err
+	}
+	s, g, c := p.session, p.graph, p.cache
+	specs, err := s.remotes(&opts.remoteFlags, push)
+	if err != nil {
+		return err
+	}
+	rs := s.remoteSet(specs, nil)
+	defer rs.close()
+	switch {
+	case len(specs) == 0:
+		return usagef("no remote artifact cache: add a [[remote]] to project.toml or the user config, or pass --remote URL")
+	case push && !rs.hasPush():
+		return usagef("no push remote: set push = true on a [[remote]], or pass --remote URL")
+	}
+	q := cacheQuery{c}
+	var items []*queues.Item
+	for _, e := range g.Select(g.Targets, deps) {
+		if err := queues.MissingRef(e); err != nil {
+			return err
+		}
+		cached := q.Artifact(g.Project.Name, e.Name, e.Key) == element.ArtifactSuccess
+		items = append(items, &queues.Item{Element: e, Cached: cached})
+	}
+	var queue queues.Queue = rs.pullQueue(c, false)
+	if push {
+		queue = rs.pushQueue(c, true)
+	}
+	summary, err := s.runScheduler(schedulerRun{display: p.display, cache: c, limits: p.limits, onError: p.onError,
+		queues: []queues.Queue{queue}, items: items})
+	if err != nil {
+		return err
+	}
+	return sessionError(summary)
+}
