@@ -33,7 +33,9 @@ type PullQueue struct {
 	PayloadFunc func(it *Item) (json.RawMessage, error)
 	// RecoverFunc decides what a failed pull means (marking a remote down, say); the
 	// element is then fetched and built. Nil: a failed pull fails.
-	RecoverFunc    func(it *Item, res job.Result) (warning string, ok bool)
+	RecoverFunc func(it *Item, res job.Result) (warning string, ok bool)
+	// DoneFunc, if set, sees each successful pull's result.
+	DoneFunc       func(it *Item, res job.Result)
 	NetworkRetries int
 }
 
@@ -61,8 +63,11 @@ func (PullQueue) Resources(*Item) resources.Request {
 
 func (q PullQueue) Payload(it *Item) (json.RawMessage, error) { return q.PayloadFunc(it) }
 
-func (PullQueue) Done(it *Item, res job.Result) {
+func (q PullQueue) Done(it *Item, res job.Result) {
 	it.Cached, it.Pulled = true, true
+	if q.DoneFunc != nil {
+		q.DoneFunc(it, res)
+	}
 	if p := it.pulls; p != nil {
 		p.resolve(it, false)
 	}
@@ -89,8 +94,9 @@ type PushQueue struct {
 	// session built or pulled.
 	All         bool
 	PayloadFunc func(it *Item) (json.RawMessage, error)
-	// NoRemote, when it returns a reason, skips the item (no push remote is up).
-	NoRemote       func() string
+	// SkipFunc, when it returns a reason, skips the item (the push remotes are those
+	// it was pulled from).
+	SkipFunc       func(it *Item) string
 	NetworkRetries int
 }
 
@@ -109,8 +115,8 @@ func (q PushQueue) Status(it *Item) (Status, string) {
 	case !q.All && !it.Built && !it.Pulled:
 		return Skip, "cached before this session"
 	}
-	if q.NoRemote != nil {
-		if why := q.NoRemote(); why != "" {
+	if q.SkipFunc != nil {
+		if why := q.SkipFunc(it); why != "" {
 			return Skip, why
 		}
 	}

@@ -60,10 +60,12 @@ type remoteSet struct {
 	mu      sync.Mutex      // guards down and stores during the plan's parallel lookups
 	stores  map[string]cache.RemoteStore
 	retries int
+	from    map[*queues.Item]string // the remote each item was pulled from
 }
 
 func (s *session) remoteSet(specs []cache.RemoteSpec, warn func(string)) *remoteSet {
-	return &remoteSet{s: s, specs: specs, down: map[string]bool{}, warn: warn, stores: map[string]cache.RemoteStore{}, retries: s.networkRetries()}
+	return &remoteSet{s: s, specs: specs, down: map[string]bool{}, warn: warn, stores: map[string]cache.RemoteStore{}, retries: s.networkRetries(),
+		from: map[*queues.Item]string{}}
 }
 
 func (rs *remoteSet) hasPush() bool {
@@ -184,6 +186,7 @@ type pullSpec struct {
 
 // pullResult is a pull job's Result.Data.
 type pullResult struct {
+	From    string   `json:"from,omitempty"`    // the remote it was pulled from
 	Down    []string `json:"down,omitempty"`    // remotes that were unavailable or refused the credentials
 	Reasons []string `json:"reasons,omitempty"` // why, for each
 	Warning string   `json:"warning,omitempty"` // a remote sent bad bytes
@@ -237,11 +240,29 @@ func (rs *remoteSet) pullQueue(c *cache.Cache, found bool) queues.PullQueue {
 		PayloadFunc: func(it *queues.Item) (json.RawMessage, error) { return rs.payload(c, it, false) }}
 	if found {
 		q.RecoverFunc = rs.recoverPull
+		q.DoneFunc = func(it *queues.Item, res job.Result) {
+			var pr pullResult
+			if json.Unmarshal(res.Data, &pr) == nil {
+				rs.from[it] = pr.From
+			}
+		}
 	}
 	return q
 }
 
 func (rs *remoteSet) pushQueue(c *cache.Cache, all bool) queues.PushQueue {
 	return queues.PushQueue{All: all, NetworkRetries: rs.retries,
-		PayloadFunc: func(it *queues.Item) (json.RawMessage, error) { return rs.payload(c, it, true) }}
+		PayloadFunc: func(it *queues.Item) (json.RawMessage, error) { return rs.payload(c, it, true) },
+		SkipFunc: func(it *queues.Item) string {
+			from := rs.from[it]
+			if from == "" {
+				return ""
+			}
+			for _, r := range rs.up(true) {
+				if r.Display() != from {
+					return ""
+				}
+			}
+			return "pulled from the push remote"
+		}}
 }

@@ -53,7 +53,9 @@ func pullJob(ctx context.Context, spec job.Spec, r *job.Reporter) (job.Result, e
 		switch {
 		case err == nil:
 			r.Log(fmt.Sprintf("pulled %s from %s: %d blobs, %s", ps.Element, store.Name(), t.Blobs, ui.ByteSize(t.Bytes)))
-			return job.Result{OK: true}, nil
+			pr.From = store.Name()
+			data, err := json.Marshal(pr)
+			return job.Result{OK: true, Data: data}, err
 		case ctx.Err() != nil:
 			return job.Result{}, err
 		case errors.Is(err, cache.ErrNotFound):
