@@ -31,12 +31,17 @@ func TestScripts(t *testing.T) {
 	testscript.Run(t, testscript.Params{
 		Dir:                 "testdata",
 		RequireExplicitExec: true,
+		Condition:           scriptCondition,
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
-			"exitcode":  cmdExitCode,
-			"httpd":     cmdHTTPD,
-			"httpcount": cmdHTTPCount,
-			"sha256":    cmdSHA256,
-			"expand":    cmdExpand,
+			"exitcode":   cmdExitCode,
+			"httpd":      cmdHTTPD,
+			"httpcount":  cmdHTTPCount,
+			"sha256":     cmdSHA256,
+			"expand":     cmdExpand,
+			"nginx":      cmdNginx,
+			"cachesrv":   cmdCacheSrv,
+			"cachefault": cmdCacheFault,
+			"cachecount": cmdCacheCount,
 
 			"setenv-stdout": cmdSetenvStdout,
 		},
@@ -48,6 +53,7 @@ func TestScripts(t *testing.T) {
 			env.Setenv("REPO", root)
 			env.Setenv("NCPU", strconv.Itoa(runtime.NumCPU()))
 			env.Values[httpdKey{}] = &httpd{}
+			env.Values[cacheSrvKey{}] = &cacheSrv{}
 			return nil
 		},
 	})

@@ -1,0 +1,271 @@
+package testscripts
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/rogpeppe/go-internal/testscript"
+)
+
+// Remote artifact caches for the scripts: a real nginx with WebDAV PUT, and a small
+// misbehaving HTTP cache server (bazel-remote's protocol) in the test process.
+
+// nginxPath finds nginx ("" when it is not installed).
+func nginxPath() string {
+	if path, err := exec.LookPath("nginx"); err == nil {
+		return path
+	}
+	for _, p := range []string{"/usr/sbin/nginx", "/sbin/nginx"} {
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	return ""
+}
+
+// scriptCondition adds [nginx]: true when nginx is installed, and always with CI=true,
+// so that a CI machine without it fails the script (`[!nginx] skip 'install nginx'`)
+// instead of skipping it.
+func scriptCondition(cond string) (bool, error) {
+	if cond == "nginx" {
+		return nginxPath() != "" || os.Getenv("CI") == "true", nil
+	}
+	return false, fmt.Errorf("unknown condition %q", cond)
+}
+
+// freePort finds a free TCP port on 127.0.0.1.
+func freePort(ts *testscript.TestScript) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	ts.Check(err)
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	return port
+}
+
+// cmdNginx starts nginx serving DIR/root with WebDAV PUT on a free port of 127.0.0.1,
+// its config, pid, logs and temp files under DIR, and sets $NGINX to its URL
+// (http://127.0.0.1:PORT, no trailing slash) and $NGINX_HOST to 127.0.0.1:PORT: `nginx DIR`.
+func cmdNginx(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: nginx DIR")
+	}
+	bin := nginxPath()
+	if bin == "" {
+		ts.Fatalf("nginx is not installed (apt-get install nginx): CI must run the remote cache tests")
+	}
+	dir := ts.MkAbs(args[0])
+	for _, d := range []string{"root", "logs", "tmp"} {
+		ts.Check(os.MkdirAll(filepath.Join(dir, d), 0o755))
+	}
+	port := freePort(ts)
+	user := ""
+	if os.Geteuid() == 0 {
+		user = "user root;"
+	}
+	conf := fmt.Sprintf(`daemon off;
+%s
+pid %[2]s/nginx.pid;
+error_log %[2]s/logs/error.log;
+events { worker_connections 256; }
+http {
+  access_log %[2]s/logs/access.log;
+  client_body_temp_path %[2]s/tmp/body;
+  proxy_temp_path %[2]s/tmp/proxy;
+  fastcgi_temp_path %[2]s/tmp/fastcgi;
+  uwsgi_temp_path %[2]s/tmp/uwsgi;
+  scgi_temp_path %[2]s/tmp/scgi;
+  server {
+    listen 127.0.0.1:%[3]d;
+    client_max_body_size 0;
+    location / {
+      root %[2]s/root;
+      dav_methods PUT DELETE;
+      create_full_put_path on;
+    }
+  }
+}
+`, user, dir, port)
+	confPath := filepath.Join(dir, "nginx.conf")
+	ts.Check(os.WriteFile(confPath, []byte(conf), 0o644))
+	cmd := exec.Command(bin, "-c", confPath, "-p", dir, "-e", filepath.Join(dir, "logs", "error.log"))
+	// Its own process group, so that the workers die with the master.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	ts.Check(cmd.Start())
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	ts.Defer(func() {
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-exited
+	})
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			break
+		}
+		select {
+		case err := <-exited:
+			log, _ := os.ReadFile(filepath.Join(dir, "logs", "error.log"))
+			ts.Fatalf("nginx exited: %v\n%s", err, log)
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			ts.Fatalf("nginx did not listen on %s within 10s", addr)
+		}
+	}
+	ts.Setenv("NGINX", "http://"+addr)
+	ts.Setenv("NGINX_HOST", addr)
+}
+
+// cacheSrvKey holds a script's *cacheSrv in its testscript Values.
+type cacheSrvKey struct{}
+
+// cacheSrv is an HTTP cache server (GET/PUT/HEAD /cas/<sha256>, /ac/<sha256>) that
+// misbehaves on demand (cachefault):
+//
+//	ok          behaves
+//	wrong       GET /cas/ answers bytes of the right length but the wrong content
+//	503 N       the next N requests get 503
+//	stall       GET requests send headers, then nothing
+//	401         every request gets 401
+//	gone        the server closes its listener and every connection
+type cacheSrv struct {
+	srv  *httptest.Server
+	stop chan struct{}
+
+	mu     sync.Mutex
+	blobs  map[string][]byte
+	mode   string
+	n      int
+	counts map[string]int // requests by method
+}
+
+// cmdCacheSrv starts the server and sets $CACHESRV to its URL: `cachesrv`.
+func cmdCacheSrv(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 0 {
+		ts.Fatalf("usage: cachesrv")
+	}
+	c := ts.Value(cacheSrvKey{}).(*cacheSrv)
+	if c.srv != nil {
+		ts.Fatalf("cachesrv: already running")
+	}
+	c.blobs, c.mode, c.counts, c.stop = map[string][]byte{}, "ok", map[string]int{}, make(chan struct{})
+	c.srv = httptest.NewServer(c)
+	ts.Defer(func() {
+		close(c.stop)
+		c.srv.Close()
+	})
+	ts.Setenv("CACHESRV", c.srv.URL)
+}
+
+func cacheSrvOf(ts *testscript.TestScript) *cacheSrv {
+	c := ts.Value(cacheSrvKey{}).(*cacheSrv)
+	if c.srv == nil {
+		ts.Fatalf("no cachesrv running")
+	}
+	return c
+}
+
+// cmdCacheFault sets the server's misbehaviour: `cachefault 503 2`.
+func cmdCacheFault(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) == 0 {
+		ts.Fatalf("usage: cachefault ok|wrong|503 N|stall|401|gone")
+	}
+	c := cacheSrvOf(ts)
+	if args[0] == "gone" {
+		c.srv.CloseClientConnections()
+		c.srv.Listener.Close()
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.mode, c.n = args[0], 0
+	if len(args) > 1 {
+		n, err := strconv.Atoi(args[1])
+		ts.Check(err)
+		c.n = n
+	}
+}
+
+// cmdCacheCount prints the requests the server received with METHOD: `cachecount PUT`.
+func cmdCacheCount(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: cachecount METHOD")
+	}
+	c := cacheSrvOf(ts)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	fmt.Fprintf(ts.Stdout(), "%d\n", c.counts[args[0]])
+}
+
+func (c *cacheSrv) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	c.mu.Lock()
+	c.counts[r.Method]++
+	mode := c.mode
+	if mode == "503" {
+		if c.n > 0 {
+			c.n--
+		} else {
+			mode = "ok"
+		}
+	}
+	c.mu.Unlock()
+	switch {
+	case mode == "503":
+		http.Error(w, "try again later", http.StatusServiceUnavailable)
+		return
+	case mode == "401":
+		http.Error(w, "who are you", http.StatusUnauthorized)
+		return
+	case mode == "stall" && r.Method == http.MethodGet:
+		w.Header().Set("Content-Length", "1000")
+		w.WriteHeader(http.StatusOK)
+		w.(http.Flusher).Flush()
+		select {
+		case <-r.Context().Done():
+		case <-c.stop:
+		}
+		return
+	}
+	key := strings.TrimPrefix(r.URL.Path, "/")
+	switch r.Method {
+	case http.MethodPut:
+		data, err := io.ReadAll(r.Body)
+		if err != nil {
+			return
+		}
+		c.mu.Lock()
+		c.blobs[key] = data
+		c.mu.Unlock()
+		w.WriteHeader(http.StatusCreated)
+	case http.MethodGet, http.MethodHead:
+		c.mu.Lock()
+		data, ok := c.blobs[key]
+		c.mu.Unlock()
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		if mode == "wrong" && strings.HasPrefix(key, "cas/") && r.Method == http.MethodGet {
+			data = []byte(strings.Repeat("!", len(data)))
+		}
+		w.Header().Set("Content-Length", strconv.Itoa(len(data)))
+		if r.Method == http.MethodGet {
+			w.Write(data)
+		}
+	default:
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+	}
+}
