@@ -79,8 +79,9 @@ func (q PullQueue) Retries() int { return q.NetworkRetries }
 // with its build dependencies.
 func (q PullQueue) Recover(it *Item, res job.Result) (string, bool) {
 	warning, ok := "", res.OK // a skip (the remotes lack it) always recovers
-	if !ok && q.RecoverFunc != nil {
-		warning, ok = q.RecoverFunc(it, res)
+	if q.RecoverFunc != nil {
+		w, rok := q.RecoverFunc(it, res)
+		warning, ok = w, ok || rok
 	}
 	if ok && it.pulls != nil {
 		it.pulls.resolve(it, true)

@@ -431,13 +431,15 @@ func (s *Scheduler) finish(a *activeJob, out job.Outcome) {
 		end.Result = ResultTerminated
 		s.jobEnded(end)
 	case out.Result.OK && out.Result.Skipped:
+		warning := ""
 		if r, ok := qs.q.(Recoverer); ok {
-			r.Recover(it, out.Result)
+			warning, _ = r.Recover(it, out.Result)
 		}
 		qs.skipped++
 		qs.done = append(qs.done, it)
 		end.Result = ResultSkipped
 		s.jobEnded(end)
+		s.warn(it, warning)
 	case out.Result.OK:
 		qs.processed++
 		qs.q.Done(it, out.Result)
@@ -497,10 +499,15 @@ func (s *Scheduler) recover(qs *queueState, it *Item, res job.Result, end *JobEn
 	qs.done = append(qs.done, it)
 	end.Result = ResultSkipped
 	s.jobEnded(*end)
+	s.warn(it, warning)
+	return true
+}
+
+// warn publishes a warning about it, if there is one.
+func (s *Scheduler) warn(it *Item, warning string) {
 	if warning != "" {
 		s.cfg.Publish(Notice{Base: Base{time.Now()}, Level: "warning", Element: it.Name(), Text: warning})
 	}
-	return true
 }
 
 // fail records a failed element and applies the on-error policy.

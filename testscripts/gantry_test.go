@@ -42,6 +42,7 @@ func TestScripts(t *testing.T) {
 			"cachesrv":   cmdCacheSrv,
 			"cachefault": cmdCacheFault,
 			"cachecount": cmdCacheCount,
+			"cachewait":  cmdCacheWait,
 
 			"setenv-stdout": cmdSetenvStdout,
 		},

@@ -139,6 +139,8 @@ type cacheSrvKey struct{}
 //	wrong       GET /cas/ answers bytes of the right length but the wrong content
 //	503 N       the next N requests get 503
 //	stall       GET requests send headers, then nothing
+//	stallput    PUT requests read the body, then answer nothing until the client
+//	            gives up (or the script ends: 503)
 //	401         every request gets 401
 //	gone        the server closes its listener and every connection
 type cacheSrv struct {
@@ -150,6 +152,14 @@ type cacheSrv struct {
 	mode   string
 	n      int
 	counts map[string]int // requests by method
+	change chan struct{}  // closed and replaced when counts change
+}
+
+// count books one request of kind k. Called with mu held.
+func (c *cacheSrv) count(k string) {
+	c.counts[k]++
+	close(c.change)
+	c.change = make(chan struct{})
 }
 
 // cmdCacheSrv starts the server and sets $CACHESRV to its URL: `cachesrv`.
@@ -161,7 +171,7 @@ func cmdCacheSrv(ts *testscript.TestScript, neg bool, args []string) {
 	if c.srv != nil {
 		ts.Fatalf("cachesrv: already running")
 	}
-	c.blobs, c.mode, c.counts, c.stop = map[string][]byte{}, "ok", map[string]int{}, make(chan struct{})
+	c.blobs, c.mode, c.counts, c.stop, c.change = map[string][]byte{}, "ok", map[string]int{}, make(chan struct{}), make(chan struct{})
 	c.srv = httptest.NewServer(c)
 	ts.Defer(func() {
 		close(c.stop)
@@ -199,20 +209,54 @@ func cmdCacheFault(ts *testscript.TestScript, neg bool, args []string) {
 	}
 }
 
-// cmdCacheCount prints the requests the server received with METHOD: `cachecount PUT`.
+// cmdCacheCount prints the requests the server received with METHOD, or the entries
+// (ac/) it holds: `cachecount PUT`, `cachecount entries`.
 func cmdCacheCount(ts *testscript.TestScript, neg bool, args []string) {
 	if neg || len(args) != 1 {
-		ts.Fatalf("usage: cachecount METHOD")
+		ts.Fatalf("usage: cachecount METHOD|entries")
 	}
 	c := cacheSrvOf(ts)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	fmt.Fprintf(ts.Stdout(), "%d\n", c.counts[args[0]])
+	n := c.counts[args[0]]
+	if args[0] == "entries" {
+		for k := range c.blobs {
+			if strings.HasPrefix(k, "ac/") || strings.Contains(k, "/ac/") {
+				n++
+			}
+		}
+	}
+	fmt.Fprintf(ts.Stdout(), "%d\n", n)
+}
+
+// cmdCacheWait waits (10s at most) until the server has received N requests of kind
+// K (a method, or stalled-put): `cachewait stalled-put 1`.
+func cmdCacheWait(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: cachewait KIND N")
+	}
+	want, err := strconv.Atoi(args[1])
+	ts.Check(err)
+	c := cacheSrvOf(ts)
+	timeout := time.After(10 * time.Second)
+	for {
+		c.mu.Lock()
+		n, change := c.counts[args[0]], c.change
+		c.mu.Unlock()
+		if n >= want {
+			return
+		}
+		select {
+		case <-change:
+		case <-timeout:
+			ts.Fatalf("cachewait: %d %s requests after 10s, want %d", n, args[0], want)
+		}
+	}
 }
 
 func (c *cacheSrv) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c.mu.Lock()
-	c.counts[r.Method]++
+	c.count(r.Method)
 	mode := c.mode
 	if mode == "503" {
 		if c.n > 0 {
@@ -228,6 +272,17 @@ func (c *cacheSrv) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	case mode == "401":
 		http.Error(w, "who are you", http.StatusUnauthorized)
+		return
+	case mode == "stallput" && r.Method == http.MethodPut:
+		io.Copy(io.Discard, r.Body)
+		c.mu.Lock()
+		c.count("stalled-put")
+		c.mu.Unlock()
+		select {
+		case <-r.Context().Done():
+		case <-c.stop:
+		}
+		http.Error(w, "gave up", http.StatusServiceUnavailable)
 		return
 	case mode == "stall" && r.Method == http.MethodGet:
 		w.Header().Set("Content-Length", "1000")
@@ -258,7 +313,7 @@ func (c *cacheSrv) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			http.NotFound(w, r)
 			return
 		}
-		if mode == "wrong" && strings.HasPrefix(key, "cas/") && r.Method == http.MethodGet {
+		if mode == "wrong" && strings.Contains("/"+key, "/cas/") && r.Method == http.MethodGet {
 			data = []byte(strings.Repeat("!", len(data)))
 		}
 		w.Header().Set("Content-Length", strconv.Itoa(len(data)))

@@ -156,7 +156,10 @@ func runBuild(opts *buildOptions, args []string) error {
 		return err
 	}
 	var warnings []string
-	rs := s.remoteSet(specs, func(w string) { warnings = append(warnings, w) })
+	rs, err := s.remoteSet(specs, func(w string) { warnings = append(warnings, w) })
+	if err != nil {
+		return err
+	}
 	defer rs.close()
 	if len(specs) > 0 && !opts.track {
 		// Keys are known now: ask the remotes what they have while planning.

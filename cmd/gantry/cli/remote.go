@@ -63,9 +63,16 @@ type remoteSet struct {
 	from    map[*queues.Item]string // the remote each item was pulled from
 }
 
-func (s *session) remoteSet(specs []cache.RemoteSpec, warn func(string)) *remoteSet {
+func (s *session) remoteSet(specs []cache.RemoteSpec, warn func(string)) (*remoteSet, error) {
+	idle, err := netIdleTimeout()
+	if err != nil {
+		return nil, err
+	}
+	if idle > 0 {
+		cache.RemoteIdleTimeout = idle
+	}
 	return &remoteSet{s: s, specs: specs, down: map[string]bool{}, warn: warn, stores: map[string]cache.RemoteStore{}, retries: s.networkRetries(),
-		from: map[*queues.Item]string{}}
+		from: map[*queues.Item]string{}}, nil
 }
 
 func (rs *remoteSet) hasPush() bool {
@@ -171,7 +178,7 @@ func (rs *remoteSet) markDown(spec cache.RemoteSpec, err error) {
 }
 
 func downWarning(why string) string {
-	return why + "; the remote is not used for the rest of this session: elements are fetched and built instead"
+	return why + "; the remote is not used for the rest of this session: elements are fetched and built instead, and nothing is pushed to it"
 }
 
 // pullSpec is the payload of pull and push jobs. It carries the remotes' settings
@@ -254,11 +261,15 @@ func (rs *remoteSet) pushQueue(c *cache.Cache, all bool) queues.PushQueue {
 	return queues.PushQueue{All: all, NetworkRetries: rs.retries,
 		PayloadFunc: func(it *queues.Item) (json.RawMessage, error) { return rs.payload(c, it, true) },
 		SkipFunc: func(it *queues.Item) string {
+			up := rs.up(true)
+			if len(up) == 0 {
+				return "every push remote is down for this session"
+			}
 			from := rs.from[it]
 			if from == "" {
 				return ""
 			}
-			for _, r := range rs.up(true) {
+			for _, r := range up {
 				if r.Display() != from {
 					return ""
 				}

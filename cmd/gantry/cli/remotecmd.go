@@ -65,7 +65,10 @@ func runTransfer(opts *transferOptions, args []string, push bool) error {
 	if err != nil {
 		return err
 	}
-	rs := s.remoteSet(specs, nil)
+	rs, err := s.remoteSet(specs, nil)
+	if err != nil {
+		return err
+	}
 	defer rs.close()
 	switch {
 	case len(specs) == 0:

@@ -74,7 +74,11 @@ func pullJob(ctx context.Context, spec job.Spec, r *job.Reporter) (job.Result, e
 	if failure != nil {
 		return job.Result{Temporary: cache.IsRemoteKind(failure, cache.RemoteUnavailable), Data: data}, failure
 	}
-	return job.Result{OK: true, Skipped: true, Error: "no remote has it", Data: data}, nil
+	why := "no remote has it"
+	if pr.Warning != "" {
+		why = "no remote has it intact"
+	}
+	return job.Result{OK: true, Skipped: true, Error: why, Data: data}, nil
 }
 
 // pushJob uploads an element's artifact to every push remote that lacks it.
