@@ -43,6 +43,7 @@ func TestScripts(t *testing.T) {
 			"cachefault": cmdCacheFault,
 			"cachecount": cmdCacheCount,
 			"cachewait":  cmdCacheWait,
+			"bstserver":  cmdBSTServer,
 
 			"setenv-stdout": cmdSetenvStdout,
 		},

@@ -1,6 +1,7 @@
 package testscripts
 
 import (
+	"bufio"
 	"fmt"
 	"io"
 	"net"
@@ -34,14 +35,65 @@ func nginxPath() string {
 	return ""
 }
 
-// scriptCondition adds [nginx]: true when nginx is installed, and always with CI=true,
-// so that a CI machine without it fails the script (`[!nginx] skip 'install nginx'`)
-// instead of skipping it.
+// bstPython is the python of Debian's buildstream package (bst-artifact-server).
+const bstPython = "/usr/bin/python3"
+
+func haveBST() bool {
+	return exec.Command(bstPython, "-c", "import buildstream._artifactcache.casserver").Run() == nil
+}
+
+// scriptCondition adds [nginx] and [bst] (bst-artifact-server): true when the tool is
+// installed, and always with CI=true, so that a CI machine without it fails the script
+// (`[!nginx] skip 'install nginx'`) instead of skipping it.
 func scriptCondition(cond string) (bool, error) {
-	if cond == "nginx" {
-		return nginxPath() != "" || os.Getenv("CI") == "true", nil
+	ci := os.Getenv("CI") == "true"
+	switch cond {
+	case "nginx":
+		return nginxPath() != "" || ci, nil
+	case "bst":
+		return haveBST() || ci, nil
 	}
 	return false, fmt.Errorf("unknown condition %q", cond)
+}
+
+// bstServer runs bst-artifact-server (BuildStream 1.x) with push enabled on 127.0.0.1,
+// on a port the kernel picks, printed for the script; it stops when stdin closes.
+const bstServer = `
+import sys
+from buildstream._artifactcache.casserver import create_server
+server = create_server(sys.argv[1], enable_push=True)
+port = server.add_insecure_port("127.0.0.1:0")
+server.start()
+print(port, flush=True)
+sys.stdin.read()
+server.stop(0)
+`
+
+// cmdBSTServer starts bst-artifact-server with its repository in DIR and sets $BST to
+// its grpc:// URL: `bstserver DIR`.
+func cmdBSTServer(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: bstserver DIR")
+	}
+	if !haveBST() {
+		ts.Fatalf("bst-artifact-server is not available (apt-get install buildstream): CI must run the remote cache tests")
+	}
+	cmd := exec.Command(bstPython, "-c", bstServer, ts.MkAbs(args[0]))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	stdin, err := cmd.StdinPipe()
+	ts.Check(err)
+	stdout, err := cmd.StdoutPipe()
+	ts.Check(err)
+	ts.Check(cmd.Start())
+	ts.Defer(func() {
+		stdin.Close()
+		cmd.Wait()
+	})
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		ts.Fatalf("bst-artifact-server did not start: %v", err)
+	}
+	ts.Setenv("BST", "grpc://127.0.0.1:"+strings.TrimSpace(line))
 }
 
 // freePort finds a free TCP port on 127.0.0.1.
