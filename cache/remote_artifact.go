@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -257,7 +258,15 @@ func (c *Cache) PullArtifact(ctx context.Context, store RemoteStore, project, el
 	if err != nil {
 		return m.transfer(), err
 	}
-	a, err := decodeRecord(data, e.Record, project, element, key)
+	// Elements with the same inputs share a cache key, so the remote's record may
+	// name another element (or project) with this key: same files, same log. The
+	// local record names this one.
+	var names struct{ Project, Element string }
+	json.Unmarshal(data, &names)
+	a, err := decodeRecord(data, e.Record, names.Project, names.Element, key)
+	if err == nil {
+		a.Project, a.Element = project, element
+	}
 	if err != nil {
 		return m.transfer(), &RemoteError{Remote: store.Name(), Op: "reading the record of " + project + "/" + element + "/" + key, Kind: RemoteCorrupt, Err: err}
 	}

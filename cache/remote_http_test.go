@@ -250,3 +250,23 @@ func TestHTTPRemoteErrorKinds(t *testing.T) {
 		t.Fatalf("server gone: got %v, want unavailable", err)
 	}
 }
+
+// TestPullArtifactOfAnotherElementWithTheSameKey: elements with the same inputs share a
+// key, and so the remote's entry: a pull for one of them gets the artifact another
+// pushed, recorded under its own name.
+func TestPullArtifactOfAnotherElementWithTheSameKey(t *testing.T) {
+	remote := newMemRemote(t)
+	src, dst := openTestCache(t), openTestCache(t)
+	a := builtArtifact(t, src)
+	store := remote.store(t, "")
+	if _, _, err := src.PushArtifact(context.Background(), store, a, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dst.PullArtifact(context.Background(), store, a.Project, "twin.toml", a.Key, nil); err != nil {
+		t.Fatalf("pull of a twin: %v", err)
+	}
+	got, err := dst.Lookup(a.Project, "twin.toml", a.Key)
+	if err != nil || got.Files != a.Files || got.Element != "twin.toml" {
+		t.Fatalf("twin's artifact %+v, %v", got, err)
+	}
+}
