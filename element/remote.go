@@ -25,7 +25,8 @@ func checkRemotes(doc *tomlDoc, remotes []Remote, dir string) error {
 				Hint: `add a line like url = "https://cache.example:8080"`}
 		}
 		if err := CheckRemoteURL(r.URL); err != nil {
-			return doc.valueError(at("url"), "%v", err)
+			// Not the offending line: it may hold a password.
+			return &ProjectError{File: doc.display, Line: doc.lineOf(at("url")), Msg: fmt.Sprintf("key %q: %v", at("url"), err)}
 		}
 		for _, p := range []*string{&r.ServerCA, &r.ClientCert, &r.ClientKey, &r.TokenFile} {
 			if *p != "" && !filepath.IsAbs(*p) {
