@@ -199,6 +199,17 @@ func spareStatus(it *Item) (st Status, reason string, ok bool) {
 // on the remotes level by level, then plans pulls for those found and keeps their
 // build dependencies as spare items.
 func planWithRemotes(g *element.Graph, targets []*element.Element, opts PlanOptions) ([]*Item, error) {
+	// Both walks ask about the same elements: ask the local cache once.
+	status := map[*element.Element]element.ArtifactStatus{}
+	artifact := opts.Artifact
+	opts.Artifact = func(e *element.Element) element.ArtifactStatus {
+		st, ok := status[e]
+		if !ok {
+			st = artifact(e)
+			status[e] = st
+		}
+		return st
+	}
 	found, err := lookUpRemotes(g, targets, opts)
 	if err != nil {
 		return nil, err
