@@ -141,6 +141,6 @@ timed fetch_all
 mb=$(echo "$BIG_MIB * 1.048576 / $secs" | bc -l | xargs printf '%.0f')
 row "curl -o of the same blobs (4 in parallel)" "$secs" "$mb MB/s"
 
-echo "# $(grep -o '"n":[0-9]*' "$P/graph.json" | head -1) jobs=$JOBS host=$(uname -sr) cpus=$(nproc)"
+echo "# n=$N $(grep -o '"edges": *[0-9]*' "$P/graph.json" | tr -d '" ') jobs=$JOBS host=$(uname -sr) cpus=$(nproc)"
 printf "$FMT" "step" "wall (s)" "notes"
 printf '%s\n' "${rows[@]}"
