@@ -2,6 +2,7 @@ package cache
 
 import (
 	"context"
+	"encoding/pem"
 	"errors"
 	"io"
 	"net/http"
@@ -268,5 +269,47 @@ func TestPullArtifactOfAnotherElementWithTheSameKey(t *testing.T) {
 	got, err := dst.Lookup(a.Project, "twin.toml", a.Key)
 	if err != nil || got.Files != a.Files || got.Element != "twin.toml" {
 		t.Fatalf("twin's artifact %+v, %v", got, err)
+	}
+}
+
+// TestHTTPSRemoteWithServerCAAndToken: https with the server's CA from server-ca and a
+// bearer token from token-file; without the CA the certificate is refused, not retried.
+func TestHTTPSRemoteWithServerCAAndToken(t *testing.T) {
+	var mu sync.Mutex
+	var auth []string
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		auth = append(auth, r.Header.Get("Authorization"))
+		mu.Unlock()
+		http.NotFound(w, r)
+	}))
+	defer srv.Close()
+	dir := t.TempDir()
+	ca := filepath.Join(dir, "ca.pem")
+	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tok := filepath.Join(dir, "token")
+	if err := os.WriteFile(tok, []byte("t0ken\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	store, err := OpenRemote(RemoteSpec{URL: srv.URL, ServerCA: ca, TokenFile: tok})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	if _, err := store.GetEntry(context.Background(), "k"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("with server-ca: got %v, want a miss", err)
+	}
+	if len(auth) != 1 || auth[0] != "Bearer t0ken" {
+		t.Fatalf("authorization headers %q, want the bearer token", auth)
+	}
+	plain, err := OpenRemote(RemoteSpec{URL: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	if _, err := plain.GetEntry(context.Background(), "k"); !IsRemoteKind(err, RemoteRefused) {
+		t.Fatalf("without server-ca: got %v, want the certificate refused", err)
 	}
 }
