@@ -11,9 +11,22 @@ import (
 	"github.com/gantry-build/gantry/ui"
 )
 
-// openPullSpec reads a pull or push job's spec, opens the cache and sets the remote
-// idle timeout.
-func openPullSpec(spec job.Spec) (*pullSpec, *cache.Cache, error) {
+// openPullSpec reads a pull or push job's spec, opens the cache, takes its lock shared
+// (a cleanup must not remove what is being pushed, nor see a pull half done) and sets
+// the remote idle timeout. The caller unlocks.
+func openPullSpec(ctx context.Context, spec job.Spec, r *job.Reporter) (*pullSpec, *cache.Cache, *cache.Lock, error) {
+	ps, c, err := readPullSpec(spec)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	lock, err := c.Lock(ctx, cache.Shared, r.Notice)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return ps, c, lock, nil
+}
+
+func readPullSpec(spec job.Spec) (*pullSpec, *cache.Cache, error) {
 	var ps pullSpec
 	if err := json.Unmarshal(spec.Payload, &ps); err != nil {
 		return nil, nil, fmt.Errorf("reading %s spec: %w", spec.Action, err)
@@ -34,10 +47,11 @@ func openPullSpec(spec job.Spec) (*pullSpec, *cache.Cache, error) {
 // over; if none has it the job is skipped. Unavailable remotes make the job fail
 // temporarily (the scheduler retries it); Result.Data names them (pullResult).
 func pullJob(ctx context.Context, spec job.Spec, r *job.Reporter) (job.Result, error) {
-	ps, c, err := openPullSpec(spec)
+	ps, c, lock, err := openPullSpec(ctx, spec, r)
 	if err != nil {
 		return job.Result{}, err
 	}
+	defer lock.Unlock()
 	var pr pullResult
 	var failure error
 	for _, rs := range ps.Remotes {
@@ -83,10 +97,11 @@ func pullJob(ctx context.Context, spec job.Spec, r *job.Reporter) (job.Result, e
 
 // pushJob uploads an element's artifact to every push remote that lacks it.
 func pushJob(ctx context.Context, spec job.Spec, r *job.Reporter) (job.Result, error) {
-	ps, c, err := openPullSpec(spec)
+	ps, c, lock, err := openPullSpec(ctx, spec, r)
 	if err != nil {
 		return job.Result{}, err
 	}
+	defer lock.Unlock()
 	a, err := c.Lookup(ps.Project, ps.Element, ps.Key)
 	if err != nil {
 		return job.Result{}, fmt.Errorf("pushing %s: %w", ps.Element, err)
