@@ -194,6 +194,7 @@ type cacheSrvKey struct{}
 //	stallput    PUT requests read the body, then answer nothing until the client
 //	            gives up (or the script ends: 503)
 //	401         every request gets 401
+//	resetcas    GET /cas/ requests get their connection closed (entries still answer)
 //	gone        the server closes its listener and every connection
 type cacheSrv struct {
 	srv  *httptest.Server
@@ -336,6 +337,8 @@ func (c *cacheSrv) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		http.Error(w, "gave up", http.StatusServiceUnavailable)
 		return
+	case mode == "resetcas" && r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/cas/"):
+		panic(http.ErrAbortHandler) // closes the connection
 	case mode == "stall" && r.Method == http.MethodGet:
 		w.Header().Set("Content-Length", "1000")
 		w.WriteHeader(http.StatusOK)

@@ -201,9 +201,10 @@ type pullResult struct {
 
 func (rs *remoteSet) payload(c *cache.Cache, it *queues.Item, push bool) (json.RawMessage, error) {
 	remotes := rs.up(push)
-	if len(remotes) == 0 {
-		return nil, fmt.Errorf("every remote is down for this session")
+	if len(remotes) == 0 && push {
+		return nil, fmt.Errorf("every push remote is down for this session")
 	}
+	// A pull with every remote down runs and is skipped: the element is built.
 	return json.Marshal(pullSpec{CacheDir: c.Root, Project: rs.s.project.Name, Element: it.Name(), Key: it.Element.Key, Remotes: remotes})
 }
 

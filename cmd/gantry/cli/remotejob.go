@@ -89,7 +89,10 @@ func pullJob(ctx context.Context, spec job.Spec, r *job.Reporter) (job.Result, e
 		return job.Result{Temporary: cache.IsRemoteKind(failure, cache.RemoteUnavailable), Data: data}, failure
 	}
 	why := "no remote has it"
-	if pr.Warning != "" {
+	switch {
+	case len(ps.Remotes) == 0:
+		why = "every remote is down for this session"
+	case pr.Warning != "":
 		why = "no remote has it intact"
 	}
 	return job.Result{OK: true, Skipped: true, Error: why, Data: data}, nil
