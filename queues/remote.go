@@ -83,8 +83,10 @@ func (q PullQueue) Recover(it *Item, res job.Result) (string, bool) {
 		w, rok := q.RecoverFunc(it, res)
 		warning, ok = w, ok || rok
 	}
-	if ok && it.pulls != nil {
-		it.pulls.resolve(it, true)
+	if it.pulls != nil {
+		// Recovered, it is built instead; not, it fails: either way the spare items
+		// below it wait for it no longer.
+		it.pulls.resolve(it, ok)
 	}
 	return warning, ok
 }
@@ -139,16 +141,19 @@ func (q PushQueue) Retries() int { return q.NetworkRetries }
 type pullPlan struct {
 	targets []*Item
 	stages  map[*Item][]*Item // every item's full stage list
-	pending int               // planned pulls not yet done or fallen back
+	pending int               // planned pulls not yet resolved: done, failed or fallen back
+	settled map[*Item]bool    // pulls resolved
 	fell    map[*Item]bool    // pulls that fell back to building
 	needed  map[*Item]bool    // recomputed when a pull falls back
 }
 
-// resolve books the end of a planned pull.
+// resolve books the end of a planned pull (once: a failure retried by the user may
+// end again).
 func (p *pullPlan) resolve(it *Item, fellBack bool) {
-	if !it.Remote || p.fell[it] {
+	if !it.Remote || p.settled[it] {
 		return
 	}
+	p.settled[it] = true
 	p.pending--
 	if fellBack {
 		p.fell[it] = true
@@ -223,7 +228,7 @@ func planWithRemotes(g *element.Graph, targets []*element.Element, opts PlanOpti
 	for _, it := range all {
 		byElement[it.Element] = it
 	}
-	p := &pullPlan{stages: make(map[*Item][]*Item, len(all)), fell: map[*Item]bool{}}
+	p := &pullPlan{stages: make(map[*Item][]*Item, len(all)), settled: map[*Item]bool{}, fell: map[*Item]bool{}}
 	for _, it := range all {
 		p.stages[it] = it.Stage
 		it.expand = !it.Cached && !it.Failed

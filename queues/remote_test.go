@@ -98,3 +98,36 @@ func TestPullFailsWithoutRecovery(t *testing.T) {
 		t.Fatalf("session OK after a failed pull: %+v", sum)
 	}
 }
+
+// TestFailedPullReleasesSpareItems: with on-error continue, a pull that fails for good
+// (not recovered) leaves the spare build dependencies below it skipped as not needed,
+// not stuck waiting for it.
+func TestFailedPullReleasesSpareItems(t *testing.T) {
+	g := newGraph(t, "sdk", "app: sdk", "other")
+	items, err := Plan(g, []*element.Element{g.Elements["app"], g.Elements["other"]}, PlanOptions{
+		Artifact: func(*element.Element) element.ArtifactStatus { return element.ArtifactMissing },
+		OnRemote: func(es []*element.Element) []bool {
+			hits := make([]bool, len(es))
+			for i, e := range es {
+				hits[i] = e.Name == "app"
+			}
+			return hits
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pull := PullQueue{Found: true, PayloadFunc: noPayload, RecoverFunc: func(*Item, job.Result) (string, bool) { return "", false }}
+	pool := resources.NewPool(map[resources.Resource]int{resources.Download: 1, resources.Process: 1, resources.Cache: 0})
+	h := startSession(t, Config{Queues: []Queue{pull, fetchQueue(0), buildQueue()}, Items: items, Pool: pool, OnError: element.OnErrorContinue})
+	h.expect(Pull, "app").Fail(t, "local disk full")
+	h.expect(Fetch, "other").Succeed(t)
+	h.expect(Build, "other").Succeed(t)
+	sum := h.wait()
+	if len(sum.NotStarted) != 0 {
+		t.Fatalf("not started: %+v; want sdk skipped as not needed", sum.NotStarted)
+	}
+	if len(sum.Failed) != 1 || sum.Failed[0].Element != "app" {
+		t.Fatalf("failed %+v, want app's pull", sum.Failed)
+	}
+}
