@@ -51,7 +51,8 @@ func (q PullQueue) Status(it *Item) (Status, string) {
 	switch {
 	case it.Cached:
 		return Skip, "cached"
-	case q.Found && !it.Remote:
+	case q.Found && !it.Remote && it.spare == nil:
+		// Spare items needed after all were never looked up: they are tried.
 		return Skip, "not on a remote"
 	}
 	return Ready, ""
