@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"time"
 )
 
 // Remote artifact caches (DESIGN.md §7). A remote is reached through a
@@ -34,6 +35,21 @@ type RemoteSpec struct {
 	ClientCert string `toml:"client-cert" json:"client-cert"` // PEM file: client certificate for mutual TLS
 	ClientKey  string `toml:"client-key" json:"client-key"`   // PEM file: its key
 	TokenFile  string `toml:"token-file" json:"token-file"`   // file holding a bearer token (sent as Authorization: Bearer …)
+
+	// IdleTimeout is how long an exchange may receive nothing (response headers,
+	// body bytes, a stream message) before it fails as unavailable (a stall); 0 means
+	// defaultRemoteIdle. Not a file setting: gantry sets it from GANTRY_NET_IDLE_TIMEOUT.
+	IdleTimeout time.Duration `toml:"-" json:"idle-timeout,omitempty"`
+}
+
+// defaultRemoteIdle is the idle timeout of exchanges with remotes.
+const defaultRemoteIdle = time.Minute
+
+func (r RemoteSpec) idleTimeout() time.Duration {
+	if r.IdleTimeout > 0 {
+		return r.IdleTimeout
+	}
+	return defaultRemoteIdle
 }
 
 // Display returns the URL without userinfo, safe for messages, logs and events.

@@ -31,9 +31,6 @@ import (
 // a Directory (remote_grpc_refs.go). Blob transfers are in remote_grpc_blobs.go.
 
 const (
-	// grpcIdleTimeout bounds each unary call and the wait for each message of a
-	// stream: a stalled server fails the call instead of hanging the job.
-	grpcIdleTimeout = time.Minute
 	// grpcDefaultBatch is the batch limit when the server states none; it is
 	// also the most we ask for, gRPC's default message size limit.
 	grpcDefaultBatch = 4 << 20
@@ -62,7 +59,7 @@ func (a entryAPI) String() string {
 type grpcStore struct {
 	name     string // URL without userinfo
 	instance string
-	idle     time.Duration // see grpcIdleTimeout; tests shorten it
+	idle     time.Duration // bounds each unary call and the wait for each stream message (RemoteSpec.IdleTimeout): a stalled server fails the call instead of hanging the job
 
 	conn *grpc.ClientConn
 	caps repb.CapabilitiesClient
@@ -98,7 +95,7 @@ type grpcInfo struct {
 // connect: the first call does.
 func newGRPCStore(spec RemoteSpec, u *url.URL) (RemoteStore, error) {
 	name := spec.Display()
-	s := &grpcStore{name: name, instance: spec.Instance, idle: grpcIdleTimeout}
+	s := &grpcStore{name: name, instance: spec.Instance, idle: spec.idleTimeout()}
 	if u.Port() == "" {
 		return nil, fmt.Errorf("remote %s: no port: write %s://HOST:PORT", name, u.Scheme)
 	}

@@ -19,11 +19,6 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// RemoteIdleTimeout is how long an exchange with a remote may receive nothing (response
-// headers or body bytes) before it fails as unavailable (a stall). Jobs set it from
-// GANTRY_NET_IDLE_TIMEOUT.
-var RemoteIdleTimeout = 60 * time.Second
-
 // remoteParallelism bounds the requests one transfer has in flight at once.
 const remoteParallelism = 16
 
@@ -36,6 +31,7 @@ type httpStore struct {
 	user   *url.Userinfo
 	token  string
 	client *http.Client
+	idle   time.Duration // see RemoteSpec.IdleTimeout
 }
 
 // newHTTPStore returns the RemoteStore of an http(s):// remote.
@@ -56,12 +52,12 @@ func newHTTPStore(spec RemoteSpec, u *url.URL) (RemoteStore, error) {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.DialContext = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
 	t.MaxIdleConnsPerHost = remoteParallelism
-	t.ResponseHeaderTimeout = RemoteIdleTimeout
+	t.ResponseHeaderTimeout = spec.idleTimeout()
 	t.DisableCompression = true // blobs are verified as stored
 	if tlsCfg != nil {
 		t.TLSClientConfig = tlsCfg
 	}
-	return &httpStore{name: spec.Display(), base: &base, user: u.User, token: token, client: &http.Client{Transport: t}}, nil
+	return &httpStore{name: spec.Display(), base: &base, user: u.User, token: token, client: &http.Client{Transport: t}, idle: spec.idleTimeout()}, nil
 }
 
 func (s *httpStore) Name() string { return s.name }
@@ -75,7 +71,7 @@ func (s *httpStore) url(kind, hash string) string {
 	return s.base.String() + "/" + kind + "/" + hash
 }
 
-// errStalled cancels an exchange that received nothing for RemoteIdleTimeout.
+// errStalled cancels an exchange that received nothing for the idle timeout.
 var errStalled = errors.New("stalled")
 
 // exchange is one request with its stall watchdog: every byte received pushes it back.
@@ -91,7 +87,7 @@ type exchange struct {
 func (s *httpStore) start(parent context.Context, op string) *exchange {
 	ctx, cancel := context.WithCancelCause(parent)
 	x := &exchange{s: s, op: op, parent: parent, ctx: ctx, cancel: cancel}
-	x.watchdog = time.AfterFunc(RemoteIdleTimeout, func() { cancel(errStalled) })
+	x.watchdog = time.AfterFunc(s.idle, func() { cancel(errStalled) })
 	return x
 }
 
@@ -137,7 +133,7 @@ func (x *exchange) do(method, rawURL string, body func() (io.ReadCloser, error),
 	if err != nil {
 		return nil, x.fail(0, err)
 	}
-	x.watchdog.Reset(RemoteIdleTimeout)
+	x.watchdog.Reset(x.s.idle)
 	return resp, nil
 }
 
@@ -148,7 +144,7 @@ func (x *exchange) fail(status int, err error) error {
 		return fmt.Errorf("remote %s: %s: %w", x.s.name, x.op, context.Cause(x.parent))
 	}
 	if context.Cause(x.ctx) == errStalled {
-		return &RemoteError{Remote: x.s.name, Op: x.op, Kind: RemoteUnavailable, Err: fmt.Errorf("no data received for %s", RemoteIdleTimeout)}
+		return &RemoteError{Remote: x.s.name, Op: x.op, Kind: RemoteUnavailable, Err: fmt.Errorf("no data received for %s", x.s.idle)}
 	}
 	var ue *url.Error
 	if errors.As(err, &ue) {
@@ -190,7 +186,7 @@ func (w *watchReader) Read(p []byte) (int, error) {
 	n, err := w.r.Read(p)
 	if n > 0 {
 		w.n += int64(n)
-		w.x.watchdog.Reset(RemoteIdleTimeout)
+		w.x.watchdog.Reset(w.x.s.idle)
 	}
 	return n, err
 }

@@ -73,8 +73,14 @@ func (m *memRemote) setFault(f func(w http.ResponseWriter, r *http.Request) bool
 
 func (m *memRemote) store(t *testing.T, userinfo string) RemoteStore {
 	t.Helper()
+	return m.storeIdle(t, userinfo, 0)
+}
+
+// storeIdle is store with an idle timeout (0: the default).
+func (m *memRemote) storeIdle(t *testing.T, userinfo string, idle time.Duration) RemoteStore {
+	t.Helper()
 	u := strings.Replace(m.srv.URL, "http://", "http://"+userinfo, 1) + "/prefix/"
-	s, err := OpenRemote(RemoteSpec{URL: u})
+	s, err := OpenRemote(RemoteSpec{URL: u, IdleTimeout: idle})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,10 +212,7 @@ func TestHTTPRemoteCorruptBlobIsNeverStored(t *testing.T) {
 
 func TestHTTPRemoteErrorKinds(t *testing.T) {
 	remote := newMemRemote(t)
-	store := remote.store(t, "")
-	old := RemoteIdleTimeout
-	RemoteIdleTimeout = 200 * time.Millisecond
-	t.Cleanup(func() { RemoteIdleTimeout = old })
+	store := remote.storeIdle(t, "", 200*time.Millisecond)
 	release := make(chan struct{})
 	for _, tc := range []struct {
 		name  string

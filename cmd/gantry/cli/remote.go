@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -68,9 +69,7 @@ func (s *session) remoteSet(specs []cache.RemoteSpec, warn func(string)) (*remot
 	if err != nil {
 		return nil, err
 	}
-	if idle > 0 {
-		cache.RemoteIdleTimeout = idle
-	}
+	specs = withIdleTimeout(specs, idle)
 	return &remoteSet{s: s, specs: specs, down: map[string]bool{}, warn: warn, stores: map[string]cache.RemoteStore{}, retries: s.networkRetries(),
 		from: map[*queues.Item]string{}}, nil
 }
@@ -277,4 +276,17 @@ func (rs *remoteSet) pushQueue(c *cache.Cache, all bool) queues.PushQueue {
 			}
 			return "pulled from the push remote"
 		}}
+}
+
+// withIdleTimeout returns specs with the idle timeout of GANTRY_NET_IDLE_TIMEOUT (idle;
+// 0 keeps the default). The pull and push jobs get it in their specs.
+func withIdleTimeout(specs []cache.RemoteSpec, idle time.Duration) []cache.RemoteSpec {
+	if idle <= 0 {
+		return specs
+	}
+	out := slices.Clone(specs)
+	for i := range out {
+		out[i].IdleTimeout = idle
+	}
+	return out
 }

@@ -31,13 +31,6 @@ func readPullSpec(spec job.Spec) (*pullSpec, *cache.Cache, error) {
 	if err := json.Unmarshal(spec.Payload, &ps); err != nil {
 		return nil, nil, fmt.Errorf("reading %s spec: %w", spec.Action, err)
 	}
-	idle, err := netIdleTimeout()
-	if err != nil {
-		return nil, nil, err
-	}
-	if idle > 0 {
-		cache.RemoteIdleTimeout = idle
-	}
 	c, err := openCacheAt(ps.CacheDir)
 	return &ps, c, err
 }
