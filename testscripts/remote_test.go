@@ -191,6 +191,8 @@ type cacheSrvKey struct{}
 //	wrong       GET /cas/ answers bytes of the right length but the wrong content
 //	503 N       the next N requests get 503
 //	stall       GET requests send headers, then nothing
+//	stallcas    GET /cas/ requests send half the blob, then nothing until the client
+//	            gives up (counted as stalled-get)
 //	stallput    PUT requests read the body, then answer nothing until the client
 //	            gives up (or the script ends: 503)
 //	401         every request gets 401
@@ -336,6 +338,26 @@ func (c *cacheSrv) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		case <-c.stop:
 		}
 		http.Error(w, "gave up", http.StatusServiceUnavailable)
+		return
+	case mode == "stallcas" && r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/cas/"):
+		c.mu.Lock()
+		data, ok := c.blobs[strings.TrimPrefix(r.URL.Path, "/")]
+		c.mu.Unlock()
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Length", strconv.Itoa(len(data)))
+		w.WriteHeader(http.StatusOK)
+		w.Write(data[:len(data)/2])
+		w.(http.Flusher).Flush()
+		c.mu.Lock()
+		c.count("stalled-get")
+		c.mu.Unlock()
+		select {
+		case <-r.Context().Done():
+		case <-c.stop:
+		}
 		return
 	case mode == "resetcas" && r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/cas/"):
 		panic(http.ErrAbortHandler) // closes the connection
