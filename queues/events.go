@@ -150,6 +150,8 @@ type Summary struct {
 	Elapsed     time.Duration
 	Interrupted bool // terminated by the user or a signal
 	Quit        bool // stopped starting new work after a failure or the user's quit
+	// CriticalPath is the chain of jobs that set the wall time (see Recorder).
+	CriticalPath []PathLink
 }
 
 // NotStarted names an element the session did not get to, and why.

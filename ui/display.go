@@ -101,6 +101,19 @@ func WriteSummary(w io.Writer, s *queues.Summary) {
 			fmt.Fprintf(&b, "  %s: %s\n", n.Element, n.Reason)
 		}
 	}
+	if len(s.CriticalPath) > 0 {
+		fmt.Fprintf(&b, "Critical path:")
+		for i, l := range s.CriticalPath {
+			if i > 0 {
+				b.WriteString(" →")
+			}
+			fmt.Fprintf(&b, " %s %s %s", l.Action, l.Element, formatDuration(l.Duration))
+			if l.Wait >= 10*time.Millisecond {
+				fmt.Fprintf(&b, " (waited %s)", formatDuration(l.Wait))
+			}
+		}
+		b.WriteString("\n")
+	}
 	switch {
 	case s.Interrupted:
 		b.WriteString("Interrupted.\n")

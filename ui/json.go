@@ -68,6 +68,15 @@ type jsonSummary struct {
 	Failed      []queues.FailedElement `json:"failed"`
 	NotStarted  []queues.NotStarted    `json:"not-started"`
 	Interrupted bool                   `json:"interrupted"`
+	// CriticalPath: the jobs that set the wall time; durations in seconds.
+	CriticalPath []jsonLink `json:"critical-path,omitempty"`
+}
+
+type jsonLink struct {
+	Action   queues.Action `json:"action"`
+	Element  string        `json:"element"`
+	Duration float64       `json:"duration"`
+	Wait     float64       `json:"wait"`
 }
 
 type jsonQueue struct {
@@ -116,6 +125,9 @@ func (j *JSON) Handle(e queues.Event) {
 		}
 		if js.NotStarted == nil {
 			js.NotStarted = []queues.NotStarted{}
+		}
+		for _, l := range s.CriticalPath {
+			js.CriticalPath = append(js.CriticalPath, jsonLink{Action: l.Action, Element: l.Element, Duration: l.Duration.Seconds(), Wait: l.Wait.Seconds()})
 		}
 		for _, q := range s.Queues {
 			js.Queues = append(js.Queues, jsonQueue{Action: q.Action, Processed: q.Processed, Skipped: q.Skipped, Failed: q.Failed})

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"syscall"
 	"time"
@@ -49,6 +50,8 @@ type buildOptions struct {
 	remoteFlags
 	retryFailed bool
 	track       bool
+	trace       string // --trace FILE
+	explain     bool   // --explain
 }
 
 func newBuildCmd(g *globalOptions) *cobra.Command {
@@ -67,6 +70,8 @@ them. Ctrl-Z suspends every job and gantry; 'fg' resumes them.`,
 	opts.schedulerFlags.register(cmd)
 	opts.remoteFlags.register(cmd, "pulled from, not pushed to")
 	cmd.Flags().BoolVar(&opts.retryFailed, "retry-failed", false, "build elements whose failed build is cached")
+	cmd.Flags().StringVar(&opts.trace, "trace", "", "write the session as a Chrome trace (Perfetto, chrome://tracing) to `FILE`")
+	cmd.Flags().BoolVar(&opts.explain, "explain", false, "say why each element needs building before the session starts")
 	cmd.Flags().BoolVar(&opts.track, "track", false, "track every source the targets depend on (writes gantry.lock) and build with the new refs, in one session")
 	return cmd
 }
@@ -210,7 +215,7 @@ func runBuild(opts *buildOptions, args []string) error {
 	summary, err := s.runScheduler(schedulerRun{
 		display: display, cache: c, limits: limits, onError: onErr, cleanup: cleanup,
 		queues: pipeline, items: items, notices: warnings,
-		onJobEnd: buildEnded(c, g.Project.Name, stats),
+		onJobEnd: buildEnded(c, g.Project.Name, stats), trace: opts.trace,
 	})
 	if err != nil {
 		return err
@@ -294,6 +299,7 @@ type schedulerRun struct {
 	// cleanup keeps the cache under its quota; nil: no quota.
 	cleanup *queues.CleanupConfig
 	notices []string // warnings from before the session, shown once it starts
+	trace   string   // write the session's Chrome trace there; "": none
 }
 
 // runScheduler runs a session with signals forwarded, and waits until the display has
@@ -311,6 +317,13 @@ func (s *session) runScheduler(r schedulerRun) (*queues.Summary, error) {
 			}
 		}
 	})
+	// The recorder sees each event on the scheduler goroutine before the display does:
+	// the summary it completes (the critical path) is final when published.
+	rec := queues.NewRecorder(r.items)
+	publish := func(e queues.Event) {
+		rec.Observe(e)
+		pub.Publish(e)
+	}
 	sched := queues.New(queues.Config{
 		Project:  s.project.Name,
 		Queues:   r.queues,
@@ -319,7 +332,7 @@ func (s *session) runScheduler(r schedulerRun) (*queues.Summary, error) {
 		Runner:   queues.ProcessRunner{Command: []string{exe, jobCommand}, Grace: 5 * time.Second},
 		OnError:  r.onError,
 		LogDir:   r.cache.LogsDir(),
-		Publish:  pub.Publish,
+		Publish:  publish,
 		Backoff:  s.retryBackoff(),
 		OnJobEnd: r.onJobEnd,
 		Cleanup:  r.cleanup,
@@ -338,13 +351,41 @@ func (s *session) runScheduler(r schedulerRun) (*queues.Summary, error) {
 		job.KillDescendants()
 	}
 	pub.Close()
+	var traceErr error
+	if r.trace != "" {
+		traceErr = writeTrace(r.trace, rec)
+	}
 	if tui != nil {
 		// The summary is printed once the terminal is given back.
 		if err := tui.Wait(); err != nil {
 			s.opts.ios.Message("warning", fmt.Sprintf("the terminal display failed: %v", err))
 		}
 	}
+	if traceErr != nil {
+		s.opts.ios.Message("warning", traceErr.Error())
+	}
 	return summary, nil
+}
+
+// writeTrace writes the session's trace to path through a temporary file in the same
+// directory, so a reader never sees half a trace.
+func writeTrace(path string, rec *queues.Recorder) error {
+	f, err := os.CreateTemp(filepath.Dir(path), ".trace-*")
+	if err != nil {
+		return fmt.Errorf("writing the build trace %s: %w (check that its directory exists and is writable)", path, err)
+	}
+	err = rec.WriteTrace(f)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), path)
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return fmt.Errorf("writing the build trace %s: %w", path, err)
+	}
+	return nil
 }
 
 // sessionError turns a session's summary into the command's error (exit code).

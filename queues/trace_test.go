@@ -1,0 +1,94 @@
+package queues
+
+import (
+	"bytes"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/gantry-build/gantry/element"
+)
+
+// A diamond: base is staged by left and right, top stages both. right's build is the
+// longer one, so the critical path runs base → right → top, and the two middle builds
+// share the build queue's two slots.
+func TestRecorderCriticalPathAndSlots(t *testing.T) {
+	item := func(name string, stage ...*Item) *Item {
+		return &Item{Element: &element.Element{Name: name}, Stage: stage}
+	}
+	base := item("base")
+	left, right := item("left", base), item("right", base)
+	top := item("top", left, right, base)
+	r := NewRecorder([]*Item{base, left, right, top})
+	t0 := time.Unix(1000, 0)
+	at := func(s float64) Base { return Base{t0.Add(time.Duration(s * float64(time.Second)))} }
+	start := func(s float64, id string, a Action, el string) JobStart {
+		return JobStart{Base: at(s), JobID: id, Action: a, Element: el, Attempt: 1}
+	}
+	end := func(s float64, id string, a Action, el string) JobEnd {
+		return JobEnd{Base: at(s), JobID: id, Action: a, Element: el, Result: ResultSuccess}
+	}
+	summary := &Summary{}
+	for _, e := range []Event{
+		SessionStart{Base: at(0)},
+		start(0, "f1", Fetch, "base"), end(1, "f1", Fetch, "base"),
+		start(1, "b1", Build, "base"), end(3, "b1", Build, "base"),
+		start(3, "b2", Build, "left"), start(3, "b3", Build, "right"),
+		end(4, "b2", Build, "left"), end(7, "b3", Build, "right"),
+		start(7.5, "b4", Build, "top"), end(9, "b4", Build, "top"),
+		SessionEnd{Base: at(9), Summary: summary},
+	} {
+		r.Observe(e)
+	}
+	var got []string
+	for _, l := range summary.CriticalPath {
+		got = append(got, string(l.Action)+" "+l.Element+" "+l.Duration.String())
+	}
+	want := []string{"fetch base 1s", "build base 2s", "build right 4s", "build top 1.5s"}
+	if len(got) != len(want) {
+		t.Fatalf("critical path %q, want %q", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("critical path %q, want %q", got, want)
+		}
+	}
+	if w := summary.CriticalPath[3].Wait; w != 500*time.Millisecond {
+		t.Errorf("top waited %v after right's build, want 500ms", w)
+	}
+	slots := map[string]int{}
+	for _, sp := range r.Spans() {
+		slots[sp.Element+"/"+string(sp.Action)] = sp.Slot
+	}
+	if slots["left/build"] == slots["right/build"] {
+		t.Errorf("left and right built at once on the same slot %d", slots["left/build"])
+	}
+	if slots["top/build"] != 0 {
+		t.Errorf("top built on slot %d once every slot was free, want 0", slots["top/build"])
+	}
+	var buf bytes.Buffer
+	if err := r.WriteTrace(&buf); err != nil {
+		t.Fatal(err)
+	}
+	var trace struct {
+		TraceEvents []struct {
+			Name, Ph, Cat string
+			Ts            int64
+		}
+	}
+	if err := json.Unmarshal(buf.Bytes(), &trace); err != nil {
+		t.Fatalf("trace is not JSON: %v\n%s", err, &buf)
+	}
+	waits := 0
+	for _, e := range trace.TraceEvents {
+		if e.Ph == "b" && e.Name == "wait build: top" {
+			waits++
+			if e.Ts != 7_000_000 {
+				t.Errorf("top's wait starts at %dµs, want 7000000 (right's build ended)", e.Ts)
+			}
+		}
+	}
+	if waits != 1 {
+		t.Errorf("%d waits for top's build, want 1", waits)
+	}
+}
