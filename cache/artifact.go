@@ -29,6 +29,9 @@ type Artifact struct {
 	BuildTree Digest
 
 	Dependencies map[string]string // element name -> cache key it was built against
+	// Inputs is what the key was computed from (element.Inputs, compact JSON), for
+	// `gantry explain`; nil for artifacts recorded without it.
+	Inputs json.RawMessage
 
 	BuildDuration time.Duration
 	Started       time.Time // read back in UTC
@@ -55,6 +58,7 @@ type record struct {
 	Log             Digest            `json:"log,omitzero"`
 	BuildTree       Digest            `json:"build_tree,omitzero"`
 	Dependencies    map[string]string `json:"dependencies,omitempty"`
+	Inputs          json.RawMessage   `json:"inputs,omitempty"`
 	BuildDurationNS int64             `json:"build_duration_ns"`
 	Started         time.Time         `json:"started,omitzero"`
 	Finished        time.Time         `json:"finished,omitzero"`
@@ -160,6 +164,7 @@ func (c *Cache) Commit(a *Artifact) error {
 		Log:             a.Log,
 		BuildTree:       a.BuildTree,
 		Dependencies:    a.Dependencies,
+		Inputs:          a.Inputs,
 		BuildDurationNS: int64(a.BuildDuration),
 		Started:         utc(a.Started),
 		Finished:        utc(a.Finished),
@@ -245,6 +250,7 @@ func decodeRecord(data []byte, rd Digest, project, element, key string) (*Artifa
 		Log:           r.Log,
 		BuildTree:     r.BuildTree,
 		Dependencies:  r.Dependencies,
+		Inputs:        r.Inputs,
 		BuildDuration: time.Duration(r.BuildDurationNS),
 		Started:       r.Started,
 		Finished:      r.Finished,

@@ -39,6 +39,7 @@ type BuildSpec struct {
 	Bwrap       *Resolved         `json:"bwrap"` // config expanded with sandbox paths
 	WorkDir     string            `json:"work-dir"`
 	DepKeys     map[string]string `json:"dep-keys"`
+	Inputs      json.RawMessage   `json:"inputs,omitempty"` // what the key was computed from, recorded with the artifact
 }
 
 // StagedArtifact is one dependency artifact to check out into the sysroot.
@@ -64,6 +65,7 @@ func NewBuildSpec(g *Graph, e *Element, cacheDir, workDir, sandboxKind string, m
 	for _, d := range append(append([]*Element{}, e.BuildDeps...), e.RunDeps...) {
 		spec.DepKeys[d.Name] = d.Key
 	}
+	spec.Inputs = MarshalInputs(g.Inputs(e))
 	jobs := strconv.Itoa(max(maxJobs, 1))
 	host := Paths{BuildRoot: filepath.Join(workDir, "build"), InstallRoot: filepath.Join(workDir, "install"),
 		Sysroot: filepath.Join(workDir, "sysroot"), MaxJobs: jobs}
@@ -169,7 +171,7 @@ func Assemble(ctx context.Context, js job.Spec, r *job.Reporter) (job.Result, er
 	}
 	defer lock.Unlock()
 	a := &cache.Artifact{Project: spec.Project, Element: spec.Element, Key: spec.Key, Success: buildErr == nil,
-		Dependencies: spec.DepKeys, Started: started, Finished: time.Now()}
+		Dependencies: spec.DepKeys, Inputs: spec.Inputs, Started: started, Finished: time.Now()}
 	a.BuildDuration = a.Finished.Sub(started)
 	if buildErr != nil {
 		a.Error = buildErr.Error()

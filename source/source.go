@@ -123,16 +123,37 @@ func ProjectPath(projectRoot, p string) (string, error) {
 // executable bit, symlink targets and contents. Other mode bits (umask noise) and times
 // do not count.
 func HashPath(root string) (string, error) {
+	h := sha256.New()
+	if err := eachEntry(root, func(p, rel string, info fs.FileInfo) error { return hashEntry(h, p, rel, info) }); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// HashFiles hashes each entry of a file or tree on its own, as HashPath sees it: its
+// relative path -> a short hash, so that a changed key can name the file that changed.
+func HashFiles(root string) (map[string]string, error) {
+	files := map[string]string{}
+	err := eachEntry(root, func(p, rel string, info fs.FileInfo) error {
+		h := sha256.New()
+		if err := hashEntry(h, p, rel, info); err != nil {
+			return err
+		}
+		files[rel] = hex.EncodeToString(h.Sum(nil))[:16]
+		return nil
+	})
+	return files, err
+}
+
+// eachEntry calls f on root ("." when it is a file) or on every entry of the tree at
+// root, in sorted order.
+func eachEntry(root string, f func(p, rel string, info fs.FileInfo) error) error {
 	info, err := os.Lstat(root)
 	if err != nil {
-		return "", fmt.Errorf("hashing local source: %w", err)
+		return fmt.Errorf("hashing local source: %w", err)
 	}
-	h := sha256.New()
 	if !info.IsDir() {
-		if err := hashEntry(h, root, ".", info); err != nil {
-			return "", err
-		}
-		return hex.EncodeToString(h.Sum(nil)), nil
+		return f(root, ".", info)
 	}
 	var paths []string
 	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
@@ -143,20 +164,20 @@ func HashPath(root string) (string, error) {
 		return nil
 	})
 	if err != nil {
-		return "", fmt.Errorf("hashing local source: %w", err)
+		return fmt.Errorf("hashing local source: %w", err)
 	}
 	sort.Strings(paths)
 	for _, p := range paths {
 		info, err := os.Lstat(p)
 		if err != nil {
-			return "", fmt.Errorf("hashing local source: %w", err)
+			return fmt.Errorf("hashing local source: %w", err)
 		}
 		rel, _ := filepath.Rel(root, p)
-		if err := hashEntry(h, p, filepath.ToSlash(rel), info); err != nil {
-			return "", err
+		if err := f(p, filepath.ToSlash(rel), info); err != nil {
+			return err
 		}
 	}
-	return hex.EncodeToString(h.Sum(nil)), nil
+	return nil
 }
 
 func hashEntry(h io.Writer, p, rel string, info fs.FileInfo) error {

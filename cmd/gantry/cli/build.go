@@ -188,6 +188,17 @@ func runBuild(opts *buildOptions, args []string) error {
 	if len(specs) > 0 {
 		pipeline = append(pipeline, rs.pullQueue(c, true))
 	}
+	if opts.explain {
+		var todo []*element.Element
+		for _, it := range items {
+			if !it.Cached {
+				todo = append(todo, it.Element)
+			}
+		}
+		for _, x := range explainAll(g, c, todo) {
+			opts.ios.Info("explain: " + x.Text)
+		}
+	}
 	fetch := s.fetchQueue(c, g)
 	build := queues.BuildQueue{PayloadFunc: func(it *queues.Item) (json.RawMessage, error) {
 		work, err := c.TempDir("build-")

@@ -1,9 +1,12 @@
 package cli
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -80,5 +83,84 @@ func TestE2EBuildTrace(t *testing.T) {
 	}
 	if most > 2 {
 		t.Errorf("%d build spans overlap, with 2 builders", most)
+	}
+}
+
+// explain names the cause of each kind of change, follows a dependency chain down to
+// the element whose own input changed, and has nothing to say once the change is reverted
+// (the old key, and its artifact, are back).
+func TestE2EExplain(t *testing.T) {
+	t.Parallel()
+	upstream := filepath.Join(t.TempDir(), "data.txt")
+	content := []byte("upstream data\n")
+	if err := os.WriteFile(upstream, content, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(content)
+	ref := hex.EncodeToString(sum[:])
+	mid := func(ref, cmd string) string {
+		return fmt.Sprintf("kind = \"manual\"\ndepends = [\"base.toml\"]\n[[sources]]\nkind = \"remote\"\nurl = %q\nref = %q\n"+
+			"[config]\nbuild-commands = [%q]\n", "file://"+upstream, ref, cmd)
+	}
+	base := func(prefix string) string {
+		return "kind = \"manual\"\n[variables]\nprefix = \"" + prefix + "\"\n[[sources]]\nkind = \"local\"\npath = \"files/base\"\n" +
+			"[config]\nbuild-commands = [\"mkdir -p %{install-root}%{bindir}\", \"cp a.c b.c %{install-root}%{bindir}/\"]\n"
+	}
+	p := newE2EProject(t, map[string]string{
+		"project.toml":       projectTOML("top.toml"),
+		"files/base/a.c":     "int a;\n",
+		"files/base/b.c":     "int b;\n",
+		"elements/base.toml": base("/usr"),
+		"elements/mid.toml":  mid(ref, "cp data.txt %{install-root}/"),
+		"elements/top.toml":  manualElement([]string{"mid.toml"}, "true"),
+	})
+	explain := func(want ...string) {
+		t.Helper()
+		out, _ := p.mustRun(0, "explain")
+		got := strings.Split(strings.TrimSpace(out), "\n")
+		if strings.TrimSpace(out) == "" {
+			got = nil
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("explain says\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+		}
+	}
+	explain("base.toml: never built", "mid.toml: never built", "top.toml: never built")
+	p.mustRun(0, "build", "--ui", "plain", "--sandbox", "host")
+	explain()
+
+	p.write("files/base/b.c", "int b = 2;\n")
+	explain("base.toml: local file b.c changed, in source 1 (local files/base)",
+		"mid.toml: dependency base.toml changed: local file b.c changed, in source 1 (local files/base)",
+		"top.toml: dependency base.toml (via mid.toml) changed: local file b.c changed, in source 1 (local files/base)")
+	p.write("files/base/b.c", "int b;\n")
+	explain()
+
+	// bindir = "%{prefix}/bin" changes with prefix: the edited variable is named.
+	p.write("elements/base.toml", base("/opt"))
+	explain(`base.toml: variable prefix changed: "/usr" → "/opt"`,
+		`mid.toml: dependency base.toml changed: variable prefix changed: "/usr" → "/opt"`,
+		`top.toml: dependency base.toml (via mid.toml) changed: variable prefix changed: "/usr" → "/opt"`)
+	p.write("elements/base.toml", base("/usr"))
+
+	other := strings.Repeat("ab", 32)
+	p.write("elements/mid.toml", mid(other, "cp data.txt %{install-root}/"))
+	src := "source 1 (remote file://" + upstream + ")"
+	explain("mid.toml: "+src+" ref changed: "+ref+" → "+other,
+		"top.toml: dependency mid.toml changed: "+src+" ref changed: "+ref+" → "+other)
+
+	p.write("elements/mid.toml", mid(ref, "cp data.txt %{install-root}/copy.txt"))
+	out, _ := p.mustRun(0, "explain", "--format", "json", "top.toml")
+	var xs []struct {
+		Element, Reason string
+		Chain           []string
+		Cause           struct{ What, Name, Old, New string }
+	}
+	if err := json.Unmarshal([]byte(out), &xs); err != nil {
+		t.Fatalf("explain --format json: %v\n%s", err, out)
+	}
+	if len(xs) != 2 || xs[1].Element != "top.toml" || xs[1].Reason != "dependency" || !slices.Equal(xs[1].Chain, []string{"mid.toml"}) ||
+		xs[1].Cause.What != "command" || xs[1].Cause.Name != "build-commands" || !strings.HasSuffix(xs[1].Cause.New, "/copy.txt") {
+		t.Errorf("explain --format json: %+v, want mid.toml's build-commands as top.toml's cause", xs)
 	}
 }

@@ -66,6 +66,7 @@ Run 'gantry init' to start one, 'gantry show' to inspect it.`,
 
 	root.AddCommand(
 		newShowCmd(opts),
+		newExplainCmd(opts),
 		newTrackCmd(opts),
 		newFetchCmd(opts),
 		newBuildCmd(opts),

@@ -1,0 +1,321 @@
+package element
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/gantry-build/gantry/source"
+)
+
+// Inputs is what an element's cache key is computed from, kept in a form that can say
+// which part changed: it is recorded with every artifact (compact JSON) and `explain`
+// compares the current one with the last build's.
+type Inputs struct {
+	Kind      string            `json:"kind"`
+	Variables map[string]string `json:"vars,omitempty"` // expanded as for the key
+	// Defs holds the definitions of the variables that refer to others ("%{prefix}/bin"),
+	// to tell the variable that was edited from those that changed with it.
+	Defs map[string]string `json:"defs,omitempty"`
+	Config    *Resolved         `json:"config,omitempty"`
+	Sources   []SourceInput     `json:"sources,omitempty"`
+	Deps      map[string]string `json:"deps,omitempty"` // build and runtime dependencies -> key
+}
+
+// SourceInput is one source as the key sees it.
+type SourceInput struct {
+	What  string            `json:"what"` // Describe()
+	Ref   string            `json:"ref,omitempty"`
+	Key   string            `json:"key"`
+	Files map[string]string `json:"files,omitempty"` // local and patch: path -> short hash
+}
+
+// Inputs returns what e's key is computed from. Local files are hashed one by one
+// here, so call it for elements about to be built or explained, not for a whole graph.
+func (g *Graph) Inputs(e *Element) *Inputs {
+	in := &Inputs{Kind: e.Kind.Name, Config: e.resolved, Deps: map[string]string{}}
+	vars := e.Variables(g.Project, KeyPaths)
+	if all, err := vars.All(); err == nil {
+		in.Variables = all
+	}
+	for k, v := range vars.raw {
+		if strings.Contains(v, "%{") {
+			if in.Defs == nil {
+				in.Defs = map[string]string{}
+			}
+			in.Defs[k] = v
+		}
+	}
+	for i, s := range e.Sources {
+		si := SourceInput{What: s.Describe(), Ref: s.Ref, Key: e.sourceKeys[i]}
+		if s.Kind == source.Local || s.Kind == source.Patch {
+			if p, err := source.ProjectPath(g.Project.Root, s.Path); err == nil {
+				si.Files, _ = source.HashFiles(p) // unreadable: the key already failed to load
+			}
+		}
+		in.Sources = append(in.Sources, si)
+	}
+	for _, d := range append(slices.Clone(e.BuildDeps), e.RunDeps...) {
+		in.Deps[d.Name] = d.Key
+	}
+	return in
+}
+
+// History is what explain asks of the cache.
+type History interface {
+	// Latest returns the key and recorded inputs of the most recent artifact of element
+	// (ok false: none, or none that recorded its inputs).
+	Latest(element string) (key string, inputs *Inputs, ok bool)
+	// At returns the inputs recorded with element's artifact at key.
+	At(element, key string) (*Inputs, bool)
+}
+
+// Explanation says why an element needs building.
+type Explanation struct {
+	Element string `json:"element"`
+	Key     string `json:"key"`
+	// Reason: "never-built", "input" (its own input changed), "dependency" (a
+	// dependency's key changed; Chain leads to the element whose input did), "unknown".
+	Reason string   `json:"reason"`
+	Chain  []string `json:"chain,omitempty"` // dependencies, from the nearest to the one that changed
+	Cause  *Change  `json:"cause,omitempty"`
+	Text   string   `json:"text"`
+}
+
+// Change is one difference of inputs.
+type Change struct {
+	What string `json:"what"` // kind, source, local-file, variable, command, environment, config, dependency
+	Name string `json:"name,omitempty"`
+	Old  string `json:"old,omitempty"`
+	New  string `json:"new,omitempty"`
+}
+
+func (c *Change) String() string {
+	switch c.What {
+	case "kind":
+		return fmt.Sprintf("its kind changed: %s → %s", c.Old, c.New)
+	case "local-file":
+		return fmt.Sprintf("local file %s %s, in %s", c.Name, c.New, c.Old)
+	case "variable", "environment":
+		return fmt.Sprintf("%s %s changed: %q → %q", c.What, c.Name, c.Old, c.New)
+	case "command":
+		return fmt.Sprintf("config %s changed: %q → %q", c.Name, c.Old, c.New)
+	case "dependency":
+		return fmt.Sprintf("dependency %s %s", c.Name, c.New)
+	}
+	if c.Old != "" || c.New != "" {
+		return fmt.Sprintf("%s changed: %s → %s", c.Name, c.Old, c.New)
+	}
+	return c.Name + " changed"
+}
+
+// Explain says why e, whose artifact at its current key is not cached, needs building:
+// compared with the most recent artifact of e, which of its own inputs changed, or which
+// dependency's key did, followed down to the first element whose own input changed.
+func (g *Graph) Explain(e *Element, h History) Explanation {
+	x := Explanation{Element: e.Name, Key: e.Key}
+	_, old, ok := h.Latest(e.Name)
+	if !ok {
+		x.Reason, x.Text = "never-built", e.Name+": never built"
+		return x
+	}
+	cur := e
+	for in := g.Inputs(cur); ; {
+		if c := ownChange(old, in); c != nil {
+			x.Cause = c
+			break
+		}
+		dep, c := g.changedDep(cur, old, in)
+		if dep == nil {
+			x.Cause = c // nil: nothing differs that the record shows
+			break
+		}
+		depOld, ok := h.At(dep.Name, old.Deps[dep.Name])
+		if !ok {
+			x.Chain = append(x.Chain, dep.Name)
+			x.Cause = &Change{What: "dependency", Name: dep.Name, New: "changed key (its previous artifact is no longer in the cache)"}
+			break
+		}
+		x.Chain = append(x.Chain, dep.Name)
+		cur, old, in = dep, depOld, g.Inputs(dep)
+	}
+	switch {
+	case x.Cause == nil:
+		x.Reason, x.Text = "unknown", e.Name+": its key changed, but its recorded inputs are the same (a different gantry version?)"
+	case len(x.Chain) == 0:
+		x.Reason, x.Text = "input", e.Name+": "+x.Cause.String()
+	default:
+		x.Reason = "dependency"
+		last := x.Chain[len(x.Chain)-1]
+		via := ""
+		if len(x.Chain) > 1 {
+			via = " (via " + strings.Join(x.Chain[:len(x.Chain)-1], " → ") + ")"
+		}
+		if x.Cause.What == "dependency" && x.Cause.Name == last {
+			x.Text = fmt.Sprintf("%s: dependency %s%s %s", e.Name, last, via, x.Cause.New)
+		} else {
+			x.Text = fmt.Sprintf("%s: dependency %s%s changed: %s", e.Name, last, via, x.Cause)
+		}
+	}
+	return x
+}
+
+// ownChange returns the first difference between old and cur in the element's own
+// inputs (not its dependencies): kind, sources, then configuration, named by the
+// variable that changed it when one did.
+func ownChange(old, cur *Inputs) *Change {
+	if old.Kind != cur.Kind {
+		return &Change{What: "kind", Old: old.Kind, New: cur.Kind}
+	}
+	if len(old.Sources) != len(cur.Sources) {
+		return &Change{What: "source", Name: "sources", Old: fmt.Sprint(len(old.Sources)), New: fmt.Sprint(len(cur.Sources))}
+	}
+	for i, o := range old.Sources {
+		if c := sourceChange(i, o, cur.Sources[i]); c != nil {
+			return c
+		}
+	}
+	oc, cc := old.Config, cur.Config
+	if oc == nil {
+		oc = &Resolved{}
+	}
+	if cc == nil {
+		cc = &Resolved{}
+	}
+	configChanged := !equalJSON(oc, cc)
+	if !configChanged {
+		return nil
+	}
+	// A variable explains a changed configuration better than the command it changed.
+	if c := editedVariable(old, cur); c != nil {
+		return c
+	}
+	steps := slices.Sorted(maps.Keys(oc.Commands))
+	for _, s := range slices.Sorted(maps.Keys(cc.Commands)) {
+		if _, ok := oc.Commands[s]; !ok {
+			steps = append(steps, s)
+		}
+	}
+	for _, s := range steps {
+		o, n := oc.Commands[s], cc.Commands[s]
+		if slices.Equal(o, n) {
+			continue
+		}
+		for i := range max(len(o), len(n)) {
+			var a, b string
+			if i < len(o) {
+				a = o[i]
+			}
+			if i < len(n) {
+				b = n[i]
+			}
+			if a != b {
+				return &Change{What: "command", Name: s, Old: a, New: b}
+			}
+		}
+	}
+	if c := firstDiff("environment", oc.Env, cc.Env); c != nil {
+		return c
+	}
+	return &Change{What: "config", Name: "config (source, target, include or exclude)"}
+}
+
+func sourceChange(i int, o, n SourceInput) *Change {
+	if o.Key == n.Key {
+		return nil
+	}
+	name := fmt.Sprintf("source %d (%s)", i+1, n.What)
+	switch {
+	case o.What != n.What:
+		return &Change{What: "source", Name: fmt.Sprintf("source %d", i+1), Old: o.What, New: n.What}
+	case o.Ref != n.Ref:
+		return &Change{What: "source", Name: name + " ref", Old: o.Ref, New: n.Ref}
+	case o.Files != nil && n.Files != nil:
+		for _, f := range slices.Sorted(maps.Keys(n.Files)) {
+			oh, ok := o.Files[f]
+			switch {
+			case !ok:
+				return &Change{What: "local-file", Name: f, Old: name, New: "added"}
+			case oh != n.Files[f]:
+				return &Change{What: "local-file", Name: f, Old: name, New: "changed"}
+			}
+		}
+		for _, f := range slices.Sorted(maps.Keys(o.Files)) {
+			if _, ok := n.Files[f]; !ok {
+				return &Change{What: "local-file", Name: f, Old: name, New: "removed"}
+			}
+		}
+	}
+	return &Change{What: "source", Name: name + " settings"}
+}
+
+// editedVariable names the variable whose definition changed: variables are recorded
+// expanded, so when %{prefix} changes, %{bindir} = "%{prefix}/bin" does too, but only
+// prefix's definition did.
+func editedVariable(old, cur *Inputs) *Change {
+	def := func(in *Inputs, k string) string {
+		if d, ok := in.Defs[k]; ok {
+			return d
+		}
+		return in.Variables[k]
+	}
+	for _, k := range slices.Sorted(maps.Keys(cur.Variables)) {
+		if old.Variables[k] != cur.Variables[k] && def(old, k) != def(cur, k) {
+			return &Change{What: "variable", Name: k, Old: old.Variables[k], New: cur.Variables[k]}
+		}
+	}
+	return firstDiff("variable", old.Variables, cur.Variables)
+}
+
+// firstDiff names the first key (in order) whose value differs between old and cur.
+func firstDiff(what string, old, cur map[string]string) *Change {
+	names := slices.Sorted(maps.Keys(cur))
+	for k := range old {
+		if _, ok := cur[k]; !ok {
+			names = append(names, k)
+		}
+	}
+	for _, k := range names {
+		if o, n := old[k], cur[k]; o != n {
+			return &Change{What: what, Name: k, Old: o, New: n}
+		}
+	}
+	return nil
+}
+
+// changedDep returns the first dependency of e (in declaration order) whose key is not
+// the one old recorded, or the Change when a dependency was added or removed.
+func (g *Graph) changedDep(e *Element, old, cur *Inputs) (*Element, *Change) {
+	for _, d := range append(slices.Clone(e.BuildDeps), e.RunDeps...) {
+		ok, had := old.Deps[d.Name]
+		if !had {
+			return nil, &Change{What: "dependency", Name: d.Name, New: "added"}
+		}
+		if ok != cur.Deps[d.Name] {
+			return d, nil
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(old.Deps)) {
+		if _, ok := cur.Deps[name]; !ok {
+			return nil, &Change{What: "dependency", Name: name, New: "removed"}
+		}
+	}
+	return nil, nil
+}
+
+func equalJSON(a, b any) bool {
+	x, _ := json.Marshal(a)
+	y, _ := json.Marshal(b)
+	return string(x) == string(y)
+}
+
+// MarshalInputs is the compact, canonical form recorded with an artifact.
+func MarshalInputs(in *Inputs) json.RawMessage {
+	data, err := json.Marshal(in)
+	if err != nil {
+		panic("element: encoding key inputs: " + err.Error()) // only plain types inside
+	}
+	return data
+}
