@@ -18,10 +18,10 @@ type Inputs struct {
 	Variables map[string]string `json:"vars,omitempty"` // expanded as for the key
 	// Defs holds the definitions of the variables that refer to others ("%{prefix}/bin"),
 	// to tell the variable that was edited from those that changed with it.
-	Defs map[string]string `json:"defs,omitempty"`
-	Config    *Resolved         `json:"config,omitempty"`
-	Sources   []SourceInput     `json:"sources,omitempty"`
-	Deps      map[string]string `json:"deps,omitempty"` // build and runtime dependencies -> key
+	Defs    map[string]string `json:"defs,omitempty"`
+	Config  *Resolved         `json:"config,omitempty"`
+	Sources []SourceInput     `json:"sources,omitempty"`
+	Deps    map[string]string `json:"deps,omitempty"` // build and runtime dependencies -> key
 }
 
 // SourceInput is one source as the key sees it.
