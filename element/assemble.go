@@ -40,6 +40,30 @@ type BuildSpec struct {
 	WorkDir     string            `json:"work-dir"`
 	DepKeys     map[string]string `json:"dep-keys"`
 	Inputs      json.RawMessage   `json:"inputs,omitempty"` // what the key was computed from, recorded with the artifact
+	// Workspace: the element builds from its open workspace, in a build directory kept
+	// between builds; nil for a build from the sources.
+	Workspace *WorkspaceBuild `json:"workspace,omitempty"`
+}
+
+// WorkspaceBuild says where a workspace element builds.
+type WorkspaceBuild struct {
+	Dir      string `json:"dir"`       // the workspace
+	BuildDir string `json:"build-dir"` // kept between builds: make finds its objects there
+	Manifest string `json:"manifest"`  // what the last sync copied (SyncWorkspace)
+}
+
+// buildDir is where the element builds: a fresh directory, or its workspace's.
+func (spec *BuildSpec) buildDir() string {
+	if spec.Workspace != nil {
+		return spec.Workspace.BuildDir
+	}
+	return filepath.Join(spec.WorkDir, "build")
+}
+
+// WorkspaceBuildDir is where a workspace element's build directory is kept, under the
+// cache directory: per project and element, so that builds of one element reuse it.
+func WorkspaceBuildDir(cacheDir, project, element string) string {
+	return filepath.Join(cacheDir, "workspaces", project, WorkspaceDirName(element))
 }
 
 // StagedArtifact is one dependency artifact to check out into the sysroot.
@@ -67,7 +91,13 @@ func NewBuildSpec(g *Graph, e *Element, cacheDir, workDir, sandboxKind string, m
 	}
 	spec.Inputs = MarshalInputs(g.Inputs(e))
 	jobs := strconv.Itoa(max(maxJobs, 1))
-	host := Paths{BuildRoot: filepath.Join(workDir, "build"), InstallRoot: filepath.Join(workDir, "install"),
+	buildRoot := filepath.Join(workDir, "build")
+	if e.Workspace != "" {
+		base := WorkspaceBuildDir(cacheDir, g.Project.Name, e.Name)
+		spec.Workspace = &WorkspaceBuild{Dir: e.Workspace, BuildDir: filepath.Join(base, "build"), Manifest: filepath.Join(base, "synced.json")}
+		spec.Sources, buildRoot = nil, spec.Workspace.BuildDir
+	}
+	host := Paths{BuildRoot: buildRoot, InstallRoot: filepath.Join(workDir, "install"),
 		Sysroot: filepath.Join(workDir, "sysroot"), MaxJobs: jobs}
 	bwrap := Paths{BuildRoot: SandboxBuildRoot, InstallRoot: SandboxInstallRoot, Sysroot: "/", MaxJobs: jobs}
 	var err error
@@ -180,7 +210,7 @@ func Assemble(ctx context.Context, js job.Spec, r *job.Reporter) (job.Result, er
 		a.Files, err = c.StoreTree(filepath.Join(spec.WorkDir, "install"))
 		if err == nil {
 			// Keep the failed build tree, for `gantry shell --build`.
-			a.BuildTree, err = c.StoreTree(filepath.Join(spec.WorkDir, "build"))
+			a.BuildTree, err = c.StoreTree(spec.buildDir())
 		}
 	} else {
 		r.Status("caching artifact")
@@ -213,7 +243,7 @@ func (e *infraError) Unwrap() error { return e.err }
 // build stages and runs the element's commands, their output to out.
 func build(ctx context.Context, c *cache.Cache, spec *BuildSpec, r *job.Reporter, out io.Writer) error {
 	sysroot := filepath.Join(spec.WorkDir, "sysroot")
-	buildDir := filepath.Join(spec.WorkDir, "build")
+	buildDir := spec.buildDir()
 	installDir := filepath.Join(spec.WorkDir, "install")
 	for _, d := range []string{sysroot, buildDir, installDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
@@ -240,6 +270,13 @@ func build(ctx context.Context, c *cache.Cache, spec *BuildSpec, r *job.Reporter
 	})
 	if err != nil {
 		return err
+	}
+	if w := spec.Workspace; w != nil {
+		r.Status("syncing workspace " + w.Dir)
+		r.Log("building from workspace " + w.Dir + " in " + w.BuildDir + " (kept between builds)")
+		if err := SyncWorkspace(w.Dir, w.BuildDir, w.Manifest); err != nil {
+			return err
+		}
 	}
 	for i := range spec.Sources {
 		s := &spec.Sources[i]

@@ -60,6 +60,7 @@ type Element struct {
 	RunDeps   []*Element // depends ∪ runtime-depends, in declaration order
 	Key       string     // full cache key; "" when some source (here or below) has no ref
 	NoRef     bool       // some source of this element itself has no ref
+	Workspace string     // the directory of its open workspace, which it builds from; "" for none
 
 	position   int       // index in Graph.Order
 	resolved   *Resolved // config and environment expanded with KeyPaths

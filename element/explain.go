@@ -48,7 +48,14 @@ func (g *Graph) Inputs(e *Element) *Inputs {
 			in.Defs[k] = v
 		}
 	}
+	if e.Workspace != "" {
+		files, _ := source.HashFiles(e.Workspace)
+		in.Sources = []SourceInput{{What: "workspace " + e.Workspace, Key: e.sourceKeys[0], Files: files}}
+	}
 	for i, s := range e.Sources {
+		if e.Workspace != "" {
+			break
+		}
 		si := SourceInput{What: s.Describe(), Ref: s.Ref, Key: e.sourceKeys[i]}
 		if s.Kind == source.Local || s.Kind == source.Patch {
 			if p, err := source.ProjectPath(g.Project.Root, s.Path); err == nil {
@@ -104,6 +111,9 @@ func (c *Change) String() string {
 		return fmt.Sprintf("config %s changed: %q → %q", c.Name, c.Old, c.New)
 	case "dependency":
 		return fmt.Sprintf("dependency %s %s", c.Name, c.New)
+	}
+	if c.Name == "workspace" {
+		return c.New
 	}
 	if c.Old != "" || c.New != "" {
 		return fmt.Sprintf("%s changed: %s → %s", c.Name, c.Old, c.New)
@@ -169,6 +179,12 @@ func ownChange(old, cur *Inputs) *Change {
 	if old.Kind != cur.Kind {
 		return &Change{What: "kind", Old: old.Kind, New: cur.Kind}
 	}
+	if ws := workspaceOf(cur); ws != workspaceOf(old) {
+		if ws != "" {
+			return &Change{What: "source", Name: "workspace", New: "it builds from its workspace " + ws}
+		}
+		return &Change{What: "source", Name: "workspace", New: "its workspace was closed: it builds from its sources"}
+	}
 	if len(old.Sources) != len(cur.Sources) {
 		return &Change{What: "source", Name: "sources", Old: fmt.Sprint(len(old.Sources)), New: fmt.Sprint(len(cur.Sources))}
 	}
@@ -220,6 +236,16 @@ func ownChange(old, cur *Inputs) *Change {
 		return c
 	}
 	return &Change{What: "config", Name: "config (source, target, include or exclude)"}
+}
+
+// workspaceOf is the workspace in's element built from, or "".
+func workspaceOf(in *Inputs) string {
+	if len(in.Sources) == 1 {
+		if ws, ok := strings.CutPrefix(in.Sources[0].What, "workspace "); ok {
+			return ws
+		}
+	}
+	return ""
 }
 
 func sourceChange(i int, o, n SourceInput) *Change {

@@ -129,6 +129,9 @@ func (g *Graph) loadOne(name string, ref *Element) (*Element, error) {
 // keySources computes the unique key of each of e's sources that has a ref, and
 // whether one lacks a ref (NoRef).
 func (g *Graph) keySources(e *Element) error {
+	if dir, ok := g.Project.Workspaces[e.Name]; ok {
+		return g.keyWorkspace(e, dir)
+	}
 	e.sourceKeys = make([]string, len(e.Sources))
 	e.NoRef = false
 	for i := range e.Sources {

@@ -29,9 +29,15 @@ type Project struct {
 	Environment    map[string]string `toml:"environment"`
 	Pools          map[string]int    `toml:"pools"`
 	Remotes        []Remote          `toml:"remote"`
+	// WorkspaceDir is where `workspace open` puts workspaces by default, relative to
+	// the project root.
+	WorkspaceDir string `toml:"workspace-dir"`
+	// Workspaces maps an element to the directory of its open workspace (from
+	// WorkspacesFile).
+	Workspaces map[string]string `toml:"-"`
 }
 
-var projectKeys = []string{"name", "element-path", "default-targets", "variables", "environment", "pools", "remote"}
+var projectKeys = []string{"name", "element-path", "default-targets", "variables", "environment", "pools", "remote", "workspace-dir"}
 
 var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]*$`)
 
@@ -112,6 +118,19 @@ func LoadProject(root string) (*Project, error) {
 	}
 	if err := checkEnvironment(doc, "environment", p.Environment); err != nil {
 		return nil, err
+	}
+	if p.WorkspaceDir == "" {
+		p.WorkspaceDir = DefaultWorkspaceDir
+	}
+	ws, err := LoadWorkspaces(root)
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range ws {
+		if p.Workspaces == nil {
+			p.Workspaces = map[string]string{}
+		}
+		p.Workspaces[w.Element] = w.Directory
 	}
 	return p, nil
 }

@@ -34,6 +34,9 @@ type JobStart struct {
 	Key     string
 	LogPath string
 	Attempt int // 1 for the first try
+	// Workspace: a build from the element's open workspace, this directory. Set by the
+	// command that runs the session (the scheduler does not know about workspaces).
+	Workspace string
 }
 
 // JobMessage: a job reported a status line, a log line or progress.

@@ -46,6 +46,8 @@ type jsonEvent struct {
 	Summary  *jsonSummary    `json:"summary,omitempty"`
 	ExitCode *int            `json:"exit-code,omitempty"`
 	Cleanup  *jsonCleanup    `json:"cleanup,omitempty"`
+	// Workspace: a build from this open workspace.
+	Workspace string `json:"workspace,omitempty"`
 }
 
 // WriteJSONNotice writes a notice event outside a session's event stream (a warning
@@ -98,7 +100,7 @@ func (j *JSON) Handle(e queues.Event) {
 	case queues.SessionStart:
 		o = jsonEvent{Time: e.Time, Event: "session-start", Project: e.Project, Elements: e.Elements, Queues: e.Queues}
 	case queues.JobStart:
-		o = jsonEvent{Time: e.Time, Event: "job-start", Action: e.Action, Element: e.Element, Key: e.Key, Job: e.JobID, Log: e.LogPath, Attempt: e.Attempt}
+		o = jsonEvent{Time: e.Time, Event: "job-start", Action: e.Action, Element: e.Element, Key: e.Key, Job: e.JobID, Log: e.LogPath, Attempt: e.Attempt, Workspace: e.Workspace}
 	case queues.JobMessage:
 		if e.Kind == "log" && !j.opts.Verbose {
 			return

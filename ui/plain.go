@@ -40,6 +40,9 @@ func (p *Plain) Handle(e queues.Event) {
 		if e.Attempt > 1 {
 			msg = fmt.Sprintf("attempt %d, %s", e.Attempt, e.LogPath)
 		}
+		if e.Workspace != "" {
+			msg = "from workspace " + e.Workspace + ", " + msg
+		}
 		p.line("--:--:--", e.Key, e.Action, e.Element, "START", msg)
 	case queues.JobMessage:
 		if p.opts.Verbose && e.Kind == "status" {

@@ -62,12 +62,22 @@ type runningJob struct {
 	element   string
 	logPath   string
 	attempt   int
+	workspace string // it builds from this workspace
 	started   time.Time
 	pausedAt0 time.Duration // the session's paused time when the job started
 	last      string        // the job's last status or log line
 	progress  bool          // the job has reported progress
 	done      int64
 	total     int64 // 0 when unknown
+}
+
+// label names the job's element in the list of running jobs, marking a build from a
+// workspace.
+func (j *runningJob) label() string {
+	if j.workspace != "" {
+		return j.element + " (workspace)"
+	}
+	return j.element
 }
 
 // elapsed is the job's running time at now, suspended time excluded.
@@ -111,7 +121,7 @@ func (s sessionState) apply(e queues.Event) sessionState {
 		s.counts = e
 	case queues.JobStart:
 		s.jobs = append(slices.Clip(s.jobs), runningJob{id: e.JobID, action: e.Action, element: e.Element,
-			logPath: e.LogPath, attempt: e.Attempt, started: e.Time, pausedAt0: s.clock.pausedBy(e.Time)})
+			logPath: e.LogPath, attempt: e.Attempt, workspace: e.Workspace, started: e.Time, pausedAt0: s.clock.pausedBy(e.Time)})
 	case queues.JobMessage:
 		s.jobs = s.updateJob(e.JobID, func(j *runningJob) {
 			if e.Kind == "progress" {

@@ -162,11 +162,11 @@ func (m tuiModel) jobLines(width, rows int) []string {
 	first := max(0, m.sel-shown+1)
 	nameWidth := 0
 	for _, j := range jobs[first : first+shown] {
-		nameWidth = max(nameWidth, min(ansi.StringWidth(j.element), 32))
+		nameWidth = max(nameWidth, min(ansi.StringWidth(j.label()), 32))
 	}
 	lines := make([]string, 0, shown+1)
 	for i, j := range jobs[first : first+shown] {
-		lead := fmt.Sprintf("  %-5s  %-*s", j.action, nameWidth, j.element)
+		lead := fmt.Sprintf("  %-5s  %-*s", j.action, nameWidth, j.label())
 		if first+i == m.sel {
 			lead = m.sty.selected.Render(">" + lead[1:])
 		}

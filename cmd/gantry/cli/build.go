@@ -331,7 +331,17 @@ func (s *session) runScheduler(r schedulerRun) (*queues.Summary, error) {
 	// The recorder sees each event on the scheduler goroutine before the display does:
 	// the summary it completes (the critical path) is final when published.
 	rec := queues.NewRecorder(r.items)
+	workspaces := map[string]string{}
+	for _, it := range r.items {
+		if it.Element.Workspace != "" {
+			workspaces[it.Element.Name] = it.Element.Workspace
+		}
+	}
 	publish := func(e queues.Event) {
+		if js, ok := e.(queues.JobStart); ok && js.Action == queues.Build {
+			js.Workspace = workspaces[js.Element]
+			e = js
+		}
 		rec.Observe(e)
 		pub.Publish(e)
 	}

@@ -43,6 +43,9 @@ func (q cacheQuery) Artifact(project, name, key string) element.ArtifactStatus {
 }
 
 func (q cacheQuery) SourcesCached(p *element.Project, e *element.Element) bool {
+	if e.Workspace != "" {
+		return true // it builds from its workspace
+	}
 	for i := range e.Sources {
 		if !source.Cached(q.c.SourcesDir(), &e.Sources[i]) {
 			return false

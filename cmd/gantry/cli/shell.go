@@ -102,6 +102,9 @@ func runShell(ctx context.Context, opts *shellOptions, name string, argv []strin
 		if err := c.Checkout(a.BuildTree, buildDir, cache.CheckoutOptions{}); err != nil {
 			return fmt.Errorf("checking out the failed build tree of %s: %w", e.Name, checkoutError(c, a, buildDir, err))
 		}
+	} else if e.Workspace != "" {
+		// The workspace itself: what the user edits is what the shell sees.
+		buildDir = e.Workspace
 	} else {
 		for i := range e.Sources {
 			if err := source.Stage(ctx, &e.Sources[i], source.StageOptions{ProjectRoot: s.project.Root, SourcesDir: c.SourcesDir(), BuildRoot: buildDir, Log: opts.ios.ErrOut}); err != nil {

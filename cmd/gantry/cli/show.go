@@ -17,7 +17,7 @@ type showOptions struct {
 
 const defaultShowFormat = "%{state: >12} %{short-key} %{name}"
 
-var showPlaceholders = []string{"name", "key", "short-key", "state", "kind", "description", "build-deps", "run-deps"}
+var showPlaceholders = []string{"name", "key", "short-key", "state", "kind", "description", "build-deps", "run-deps", "workspace"}
 
 func newShowCmd(g *globalOptions) *cobra.Command {
 	opts := &showOptions{globalOptions: g}
@@ -30,7 +30,8 @@ States: no-ref (run 'gantry track'), waiting (a dependency is not built), fetch-
 buildable, cached, failed.
 
 Format placeholders: %{name} %{key} %{short-key} %{state} %{kind} %{description}
-%{build-deps} %{run-deps}; a placeholder may carry a fill, alignment and width:
+%{build-deps} %{run-deps} %{workspace} (the directory of its open workspace, if
+any; the default format marks workspace elements); a placeholder may carry a fill, alignment and width:
 %{state: >12}.`,
 		RunE: func(cmd *cobra.Command, args []string) error { return runShow(opts, args) },
 	}
@@ -71,8 +72,11 @@ func runShow(opts *showOptions, args []string) error {
 		w.WriteString(format.render(map[string]string{
 			"name": e.Name, "key": e.Key, "short-key": e.ShortKey(), "state": string(states[e]),
 			"kind": e.Kind.Name, "description": e.Description,
-			"build-deps": names(e.BuildDeps), "run-deps": names(e.RunDeps),
+			"build-deps": names(e.BuildDeps), "run-deps": names(e.RunDeps), "workspace": e.Workspace,
 		}))
+		if e.Workspace != "" && opts.format == defaultShowFormat {
+			w.WriteString(" (workspace: " + e.Workspace + ")")
+		}
 		w.WriteByte('\n')
 	}
 	return nil

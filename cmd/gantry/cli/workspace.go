@@ -1,0 +1,324 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gantry-build/gantry/cache"
+	"github.com/gantry-build/gantry/element"
+	"github.com/gantry-build/gantry/source"
+)
+
+func newWorkspaceCmd(g *globalOptions) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "workspace",
+		Short: "Open, list, close or reset workspaces: elements built from a directory you edit",
+		Long: `A workspace is a directory holding an element's staged sources (patches applied);
+while it is open the element builds from it instead of its sources, and its cache key
+comes from the directory's content: an edit rebuilds it and everything above it,
+reverting the edit brings the old key (and artifact) back. The build directory is kept
+between builds, so make recompiles only what changed. Workspaces are recorded in
+.gantry/workspaces.json beside project.toml.`,
+	}
+	var dir string
+	open := &cobra.Command{
+		Use:   "open ELEMENT",
+		Short: "Stage an element's sources into a directory and build it from there",
+		Args:  elementArgs(1, 1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runWorkspaceOpen(cmd.Context(), g, args[0], dir)
+		},
+	}
+	open.Flags().StringVar(&dir, "directory", "", "where to open it (default: workspaces/ELEMENT beside project.toml, or project.toml's workspace-dir)")
+	// --directory here is the workspace's (as in BuildStream), which hides the global
+	// --directory; -C keeps finding the project.
+	open.Flags().StringVarP(&g.dir, "chdir", "C", "", "run as if started in `DIR` (the project is found upward from there)")
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List the open workspaces: element and directory",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			s, err := g.load()
+			if err != nil {
+				return err
+			}
+			ws, err := element.LoadWorkspaces(s.project.Root)
+			if err != nil {
+				return err
+			}
+			if len(ws) == 0 {
+				g.ios.Info("no open workspaces: `gantry workspace open ELEMENT` opens one")
+			}
+			for _, w := range ws {
+				fmt.Fprintf(g.ios.Out, "%s\t%s\n", w.Element, w.Directory)
+			}
+			return nil
+		},
+	}
+	var removeDir, all bool
+	closeCmd := &cobra.Command{
+		Use:   "close [ELEMENT...]",
+		Short: "Build elements from their sources again (the directory stays unless --remove-dir)",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runWorkspaceClose(g, args, all, removeDir)
+		},
+	}
+	closeCmd.Flags().BoolVar(&removeDir, "remove-dir", false, "remove the workspace directory too")
+	closeCmd.Flags().BoolVar(&all, "all", false, "close every open workspace")
+	var soft bool
+	reset := &cobra.Command{
+		Use:   "reset ELEMENT...",
+		Short: "Stage the sources into the workspace again, and start the next build afresh",
+		Long: `Reset replaces the workspace directory's content with the element's sources, as
+open staged them, and drops the build directory kept between builds. With --soft the
+directory is left as it is: only the next build starts from a clean build directory.`,
+		Args: elementArgs(1, -1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runWorkspaceReset(cmd.Context(), g, args, soft)
+		},
+	}
+	reset.Flags().BoolVar(&soft, "soft", false, "keep the directory's content; only drop the kept build directory")
+	cmd.AddCommand(open, list, closeCmd, reset)
+	return cmd
+}
+
+// workspaceState is the project's workspaces as a command changes them.
+type workspaceState struct {
+	s  *session
+	ws []element.Workspace
+}
+
+func (g *globalOptions) workspaces() (*workspaceState, error) {
+	s, err := g.load()
+	if err != nil {
+		return nil, err
+	}
+	ws, err := element.LoadWorkspaces(s.project.Root)
+	if err != nil {
+		return nil, err
+	}
+	return &workspaceState{s: s, ws: ws}, nil
+}
+
+func (st *workspaceState) find(name string) int {
+	return slices.IndexFunc(st.ws, func(w element.Workspace) bool { return w.Element == name })
+}
+
+func (st *workspaceState) save() error { return element.SaveWorkspaces(st.s.project.Root, st.ws) }
+
+// notOpen is the error for an element without a workspace.
+func (st *workspaceState) notOpen(name string) error {
+	return usagef("%s has no open workspace (`gantry workspace list` lists them; `gantry workspace open %s` opens one)", name, name)
+}
+
+// sourcesOf loads name as it is without its workspace: its sources, with their refs.
+func (st *workspaceState) sourcesOf(name string) (*element.Element, error) {
+	delete(st.s.project.Workspaces, name)
+	g, err := st.s.loadGraph([]string{name})
+	if err != nil {
+		return nil, err
+	}
+	return g.Targets[0], nil
+}
+
+func runWorkspaceOpen(ctx context.Context, g *globalOptions, arg, dir string) error {
+	st, err := g.workspaces()
+	if err != nil {
+		return err
+	}
+	name := st.s.elementArg(arg)
+	if i := st.find(name); i >= 0 {
+		return usagef("%s already has a workspace, in %s (`gantry workspace close %s` closes it)", name, st.ws[i].Directory, name)
+	}
+	e, err := st.sourcesOf(name)
+	if err != nil {
+		return err
+	}
+	if dir == "" {
+		dir = filepath.Join(st.s.project.Root, st.s.project.WorkspaceDir, element.WorkspaceDirName(name))
+	}
+	if dir, err = filepath.Abs(dir); err != nil {
+		return err
+	}
+	if entries, err := os.ReadDir(dir); err == nil && len(entries) > 0 {
+		return usagef("opening a workspace for %s: %s is not empty: choose another with --directory, or empty it", name, dir)
+	}
+	c, err := st.s.openCache()
+	if err != nil {
+		return err
+	}
+	if err := stageWorkspace(ctx, st.s, c, e, dir); err != nil {
+		return err
+	}
+	st.ws = append(st.ws, element.Workspace{Element: name, Directory: dir})
+	if err := st.save(); err != nil {
+		return err
+	}
+	g.ios.Info(fmt.Sprintf("opened a workspace for %s in %s: %s now builds from it", name, dir, name))
+	return nil
+}
+
+// stageWorkspace fetches e's sources if need be and stages them, patches applied, into
+// dir: in a directory beside it, renamed into place once complete, so that a failure
+// leaves nothing half-staged.
+func stageWorkspace(ctx context.Context, s *session, c *cache.Cache, e *element.Element, dir string) error {
+	if e.NoRef {
+		return fmt.Errorf("opening a workspace for %s: a source has no ref: run `gantry track %s` first", e.Name, e.Name)
+	}
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		return fmt.Errorf("opening a workspace for %s: %w", e.Name, err)
+	}
+	tmp, err := os.MkdirTemp(filepath.Dir(dir), "."+filepath.Base(dir)+".tmp-")
+	if err != nil {
+		return fmt.Errorf("opening a workspace for %s: %w", e.Name, err)
+	}
+	defer os.RemoveAll(tmp)
+	idle, err := netIdleTimeout()
+	if err != nil {
+		return err
+	}
+	fo := source.FetchOptions{SourcesDir: c.SourcesDir(), ProjectRoot: s.project.Root, Log: s.opts.ios.ErrOut, IdleTimeout: idle}
+	for i := range e.Sources {
+		src := &e.Sources[i]
+		if err := source.Fetch(ctx, src, fo); err != nil {
+			return fmt.Errorf("opening a workspace for %s: source %d: %w", e.Name, i+1, err)
+		}
+		so := source.StageOptions{ProjectRoot: s.project.Root, SourcesDir: c.SourcesDir(), BuildRoot: tmp, Log: s.opts.ios.ErrOut}
+		if err := source.Stage(ctx, src, so); err != nil {
+			return fmt.Errorf("opening a workspace for %s: source %d: %w", e.Name, i+1, err)
+		}
+	}
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return err
+	}
+	if err := os.Remove(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("opening a workspace for %s: %w", e.Name, err)
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		return fmt.Errorf("opening a workspace for %s in %s: %w", e.Name, dir, err)
+	}
+	return nil
+}
+
+// dropBuildDir removes the build directory a workspace element keeps between builds.
+func dropBuildDir(s *session, name string) error {
+	if err := os.RemoveAll(element.WorkspaceBuildDir(s.cacheRoot(), s.project.Name, name)); err != nil {
+		return fmt.Errorf("removing the kept build directory of %s: %w", name, err)
+	}
+	return nil
+}
+
+func runWorkspaceClose(g *globalOptions, args []string, all, removeDir bool) error {
+	st, err := g.workspaces()
+	if err != nil {
+		return err
+	}
+	if all == (len(args) > 0) {
+		return usagef("workspace close: name the elements, or give --all")
+	}
+	var names []string
+	for _, a := range args {
+		names = append(names, st.s.elementArg(a))
+	}
+	if all {
+		for _, w := range st.ws {
+			names = append(names, w.Element)
+		}
+	}
+	var closed []element.Workspace
+	for _, name := range names {
+		i := st.find(name)
+		if i < 0 {
+			return st.notOpen(name)
+		}
+		closed = append(closed, st.ws[i])
+		st.ws = slices.Delete(st.ws, i, i+1)
+	}
+	if err := st.save(); err != nil {
+		return err
+	}
+	for _, w := range closed {
+		if err := dropBuildDir(st.s, w.Element); err != nil {
+			return err
+		}
+		if removeDir {
+			if err := os.RemoveAll(w.Directory); err != nil {
+				return fmt.Errorf("removing the workspace directory %s of %s: %w", w.Directory, w.Element, err)
+			}
+		}
+		msg := fmt.Sprintf("closed the workspace of %s: it builds from its sources again", w.Element)
+		if !removeDir {
+			msg += " (" + w.Directory + " is left as it is)"
+		}
+		g.ios.Info(msg)
+	}
+	return nil
+}
+
+func runWorkspaceReset(ctx context.Context, g *globalOptions, args []string, soft bool) error {
+	st, err := g.workspaces()
+	if err != nil {
+		return err
+	}
+	for _, a := range args {
+		name := st.s.elementArg(a)
+		i := st.find(name)
+		if i < 0 {
+			return st.notOpen(name)
+		}
+		if err := dropBuildDir(st.s, name); err != nil {
+			return err
+		}
+		if soft {
+			g.ios.Info(fmt.Sprintf("reset %s: its next build starts from a clean build directory", name))
+			continue
+		}
+		e, err := st.sourcesOf(name)
+		if err != nil {
+			return err
+		}
+		c, err := st.s.openCache()
+		if err != nil {
+			return err
+		}
+		dir := st.ws[i].Directory
+		// Staged beside it, then swapped in: the edits are lost only once the sources
+		// are staged.
+		old := dir + ".old"
+		if err := os.RemoveAll(old); err != nil {
+			return err
+		}
+		if err := os.Rename(dir, old); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("resetting the workspace of %s: %w", name, err)
+		}
+		if err := stageWorkspace(ctx, st.s, c, e, dir); err != nil {
+			if rerr := os.Rename(old, dir); rerr != nil {
+				err = errors.Join(err, fmt.Errorf("the edited workspace is in %s", old))
+			}
+			return err
+		}
+		if err := os.RemoveAll(old); err != nil {
+			return fmt.Errorf("resetting the workspace of %s: removing the edited copy %s: %w", name, old, err)
+		}
+		g.ios.Info(fmt.Sprintf("reset the workspace of %s in %s to its sources", name, dir))
+	}
+	return nil
+}
+
+// elementArgs accepts between lo and hi (-1: any number) element arguments; otherwise
+// it is bad usage, naming the command's usage line.
+func elementArgs(lo, hi int) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) < lo || (hi >= 0 && len(args) > hi) {
+			return usagef("%s: name the element (usage: %s)", cmd.CommandPath(), cmd.UseLine())
+		}
+		return nil
+	}
+}
