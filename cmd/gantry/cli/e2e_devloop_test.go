@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -162,5 +164,77 @@ func TestE2EExplain(t *testing.T) {
 	if len(xs) != 2 || xs[1].Element != "top.toml" || xs[1].Reason != "dependency" || !slices.Equal(xs[1].Chain, []string{"mid.toml"}) ||
 		xs[1].Cause.What != "command" || xs[1].Cause.Name != "build-commands" || !strings.HasSuffix(xs[1].Cause.New, "/copy.txt") {
 		t.Errorf("explain --format json: %+v, want mid.toml's build-commands as top.toml's cause", xs)
+	}
+}
+
+// requireTools skips the test when one of tools is missing, or fails it on CI.
+func requireTools(t *testing.T, pkgs string, tools ...string) {
+	t.Helper()
+	for _, tool := range tools {
+		if _, err := exec.LookPath(tool); err != nil {
+			if os.Getenv("CI") == "true" {
+				t.Fatalf("%s is missing: install %s", tool, pkgs)
+			}
+			t.Skipf("%s is missing: install %s to run this test (CI=true makes this a failure)", tool, pkgs)
+		}
+	}
+}
+
+// cMakefile builds prog from every src/*.c, printing one "CC" line per compilation.
+const cMakefile = `SRCS := $(sort $(wildcard src/*.c))
+OBJS := $(SRCS:.c=.o)
+prog: $(OBJS)
+	@echo "LINK $@"
+	@$(CC) -o $@ $(OBJS)
+%.o: %.c
+	@echo "CC $<"
+	@$(CC) -c -o $@ $<
+`
+
+// A workspace build is incremental: the build directory is kept, so after an edit of
+// one file of a generated C project make compiles that one file again, not all of them.
+func TestE2EWorkspaceIncrementalCBuild(t *testing.T) {
+	t.Parallel()
+	requireTools(t, "make and gcc", "make", "cc")
+	const n = 12
+	files := map[string]string{
+		"project.toml":     projectTOML("prog.toml"),
+		"files/c/Makefile": cMakefile,
+		"elements/prog.toml": "kind = \"manual\"\n[[sources]]\nkind = \"local\"\npath = \"files/c\"\n[config]\n" +
+			"build-commands = [\"make -j%{max-jobs}\"]\ninstall-commands = [\"mkdir -p %{install-root}/bin\", \"cp prog %{install-root}/bin/\"]\n",
+	}
+	for i := range n {
+		files[fmt.Sprintf("files/c/src/f%02d.c", i)] = fmt.Sprintf("int f%02d(void) { return %d; }\n", i, i)
+	}
+	files["files/c/src/main.c"] = "int main(void) { return 0; }\n"
+	p := newE2EProject(t, files)
+	p.mustRun(0, "workspace", "open", "prog.toml")
+	ws := filepath.Join(p.root, "workspaces", "prog")
+	compiles := func() []string {
+		t.Helper()
+		p.mustRun(0, "build", "--ui", "plain", "--sandbox", "host")
+		log, _ := p.mustRun(0, "artifact", "log", "prog.toml")
+		return regexp.MustCompile(`(?m)^CC (\S+)$`).FindAllString(log, -1)
+	}
+	if got := compiles(); len(got) != n+1 {
+		t.Fatalf("first build compiled %d files, want %d: %q", len(got), n+1, got)
+	}
+	if err := os.WriteFile(filepath.Join(ws, "src", "f03.c"), []byte("int f03(void) { return 33; }\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := compiles(); !slices.Equal(got, []string{"CC src/f03.c"}) {
+		t.Errorf("after editing f03.c the build compiled %q, want only src/f03.c", got)
+	}
+	// A removed file is removed from the kept build directory too.
+	if err := os.Remove(filepath.Join(ws, "src", "f05.c")); err != nil {
+		t.Fatal(err)
+	}
+	if got := compiles(); len(got) != 0 {
+		t.Errorf("after removing f05.c the build compiled %q, want nothing (only a link)", got)
+	}
+	out := p.scratch("files")
+	p.mustRun(0, "artifact", "checkout", "prog.toml", out)
+	if _, err := os.Stat(filepath.Join(out, "bin", "prog")); err != nil {
+		t.Errorf("the workspace build installed no prog: %v", err)
 	}
 }
