@@ -242,6 +242,7 @@ func (e *infraError) Unwrap() error { return e.err }
 
 // build stages and runs the element's commands, their output to out.
 func build(ctx context.Context, c *cache.Cache, spec *BuildSpec, r *job.Reporter, out io.Writer) error {
+	r.Log("element: " + spec.Element + ", key: " + spec.Key + ", project: " + spec.Project)
 	sysroot := filepath.Join(spec.WorkDir, "sysroot")
 	buildDir := spec.buildDir()
 	installDir := filepath.Join(spec.WorkDir, "install")
@@ -315,12 +316,17 @@ func build(ctx context.Context, c *cache.Cache, spec *BuildSpec, r *job.Reporter
 		// The job's process group: suspend and terminate of the job reach the commands.
 		Group: sandbox.CallerGroup}
 	for _, step := range CommandSteps {
+		stepStarted := time.Now()
 		for _, cmd := range resolved.Commands[step] {
 			r.Status(strings.TrimSuffix(step, "-commands") + ": " + firstLine(cmd))
 			r.Log("+ " + cmd)
 			if err := sandbox.Run(ctx, cfg, cmd); err != nil {
+				r.Log(fmt.Sprintf("%s failed after %s", step, since(stepStarted)))
 				return fmt.Errorf("%s: %w", step, err)
 			}
+		}
+		if len(resolved.Commands[step]) > 0 {
+			r.Log(fmt.Sprintf("%s done in %s", step, since(stepStarted)))
 		}
 	}
 	return nil
@@ -512,4 +518,9 @@ func matchAny(globs []string, rel string) bool {
 		}
 	}
 	return false
+}
+
+// since is how long ago t was, as a log line shows it.
+func since(t time.Time) time.Duration {
+	return time.Since(t).Round(time.Millisecond)
 }

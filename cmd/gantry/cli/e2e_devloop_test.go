@@ -214,6 +214,13 @@ func TestE2EWorkspaceIncrementalCBuild(t *testing.T) {
 		t.Helper()
 		p.mustRun(0, "build", "--ui", "plain", "--sandbox", "host")
 		log, _ := p.mustRun(0, "artifact", "log", "prog.toml")
+		// The log's header names the element and key, and each command step its duration.
+		for _, re := range []string{`(?m)^element: prog\.toml, key: [0-9a-f]{64}, project: e2e$`,
+			`(?m)^building from workspace \S+/workspaces/prog in `, `(?m)^build-commands done in \d`, `(?m)^install-commands done in \d`} {
+			if !regexp.MustCompile(re).MatchString(log) {
+				t.Errorf("the build log does not match %s:\n%s", re, log)
+			}
+		}
 		return regexp.MustCompile(`(?m)^CC (\S+)$`).FindAllString(log, -1)
 	}
 	if got := compiles(); len(got) != n+1 {
