@@ -245,3 +245,43 @@ func TestE2EWorkspaceIncrementalCBuild(t *testing.T) {
 		t.Errorf("the workspace build installed no prog: %v", err)
 	}
 }
+
+// Under bwrap a workspace element builds in its kept build directory, mounted
+// read-write at %{build-root}: what one build leaves there, the next one finds.
+func TestE2EWorkspaceBwrap(t *testing.T) {
+	t.Parallel()
+	requireSandboxTools(t)
+	p := newE2EProject(t, map[string]string{
+		"project.toml":          projectTOML("app.toml"),
+		"elements/sysroot.toml": "kind = \"import\"\n[[sources]]\nkind = \"local\"\npath = \"files/sysroot\"\n",
+		"files/app/src.txt":     "one\n",
+		"elements/app.toml": "kind = \"manual\"\nbuild-depends = [\"sysroot.toml\"]\n[[sources]]\nkind = \"local\"\npath = \"files/app\"\n[config]\nbuild-commands = " + tomlList(
+			"if test -f stamp; then echo incremental > %{install-root}/mode; else echo fresh > %{install-root}/mode; fi",
+			"touch stamp", "cat src.txt > %{install-root}/out", "pwd > %{install-root}/pwd") + "\n",
+	})
+	writeBusyboxSysroot(t, filepath.Join(p.root, "files", "sysroot"), "sh", "cat", "touch", "test", "echo", "pwd")
+	p.mustRun(0, "workspace", "open", "app.toml")
+	read := func(name string) string {
+		t.Helper()
+		out := p.scratch("out-" + name)
+		os.RemoveAll(out)
+		p.mustRun(0, "artifact", "checkout", "app.toml", out)
+		data, err := os.ReadFile(filepath.Join(out, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(string(data))
+	}
+	_, stderr := p.mustRun(0, "build", "--ui", "plain", "--sandbox", "bwrap")
+	if !strings.Contains(stderr, "[build:app.toml] START    from workspace ") {
+		t.Errorf("plain output does not say app.toml builds from its workspace:\n%s", stderr)
+	}
+	if got := read("mode") + " " + read("pwd"); got != "fresh /gantry/build" {
+		t.Errorf("first build: %q, want a fresh build in /gantry/build", got)
+	}
+	p.write("workspaces/app/src.txt", "two\n")
+	p.mustRun(0, "build", "--ui", "plain", "--sandbox", "bwrap")
+	if got := read("mode") + " " + read("out"); got != "incremental two" {
+		t.Errorf("second build: %q, want an incremental build of the edit", got)
+	}
+}
