@@ -39,7 +39,7 @@ type BuildSpec struct {
 	Bwrap       *Resolved         `json:"bwrap"` // config expanded with sandbox paths
 	WorkDir     string            `json:"work-dir"`
 	DepKeys     map[string]string `json:"dep-keys"`
-	Inputs      json.RawMessage   `json:"inputs,omitempty"` // what the key was computed from, recorded with the artifact
+	Inputs      *Inputs           `json:"inputs,omitempty"` // what the key was computed from, recorded with the artifact
 	// Workspace: the element builds from its open workspace, in a build directory kept
 	// between builds; nil for a build from the sources.
 	Workspace *WorkspaceBuild `json:"workspace,omitempty"`
@@ -89,7 +89,7 @@ func NewBuildSpec(g *Graph, e *Element, cacheDir, workDir, sandboxKind string, m
 	for _, d := range append(append([]*Element{}, e.BuildDeps...), e.RunDeps...) {
 		spec.DepKeys[d.Name] = d.Key
 	}
-	spec.Inputs = MarshalInputs(g.Inputs(e))
+	spec.Inputs = g.Inputs(e)
 	jobs := strconv.Itoa(max(maxJobs, 1))
 	buildRoot := filepath.Join(workDir, "build")
 	if e.Workspace != "" {
@@ -171,6 +171,9 @@ func Assemble(ctx context.Context, js job.Spec, r *job.Reporter) (job.Result, er
 		return job.Result{}, err
 	}
 	defer os.RemoveAll(spec.WorkDir)
+	if spec.Inputs != nil {
+		spec.Inputs.HashFiles() // before staging: the files the build is about to read
+	}
 	started := time.Now()
 	out := &faultWatcher{w: r.Writer()}
 	buildErr := build(ctx, c, &spec, r, out)
@@ -201,7 +204,10 @@ func Assemble(ctx context.Context, js job.Spec, r *job.Reporter) (job.Result, er
 	}
 	defer lock.Unlock()
 	a := &cache.Artifact{Project: spec.Project, Element: spec.Element, Key: spec.Key, Success: buildErr == nil,
-		Dependencies: spec.DepKeys, Inputs: spec.Inputs, Started: started, Finished: time.Now()}
+		Dependencies: spec.DepKeys, Started: started, Finished: time.Now()}
+	if spec.Inputs != nil {
+		a.Inputs = MarshalInputs(spec.Inputs)
+	}
 	a.BuildDuration = a.Finished.Sub(started)
 	if buildErr != nil {
 		a.Error = buildErr.Error()

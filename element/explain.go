@@ -29,11 +29,25 @@ type SourceInput struct {
 	What  string            `json:"what"` // Describe()
 	Ref   string            `json:"ref,omitempty"`
 	Key   string            `json:"key"`
-	Files map[string]string `json:"files,omitempty"` // local and patch: path -> short hash
+	Files map[string]string `json:"files,omitempty"` // local, patch, workspace: path -> short hash
+	// FilesFrom is the host path whose files HashFiles hashes into Files (local
+	// sources, patches, workspaces); cleared once they are.
+	FilesFrom string `json:"files-from,omitempty"`
 }
 
-// Inputs returns what e's key is computed from. Local files are hashed one by one
-// here, so call it for elements about to be built or explained, not for a whole graph.
+// HashFiles hashes each local file of in's sources, one by one: reading them is left
+// to the build job (or to explain), never done on the scheduler's loop.
+func (in *Inputs) HashFiles() {
+	for i := range in.Sources {
+		if s := &in.Sources[i]; s.FilesFrom != "" {
+			s.Files, _ = source.HashFiles(s.FilesFrom) // unreadable: no detail, the key says it changed
+			s.FilesFrom = ""
+		}
+	}
+}
+
+// Inputs returns what e's key is computed from, local files not yet hashed one by one
+// (HashFiles does).
 func (g *Graph) Inputs(e *Element) *Inputs {
 	in := &Inputs{Kind: e.Kind.Name, Config: e.resolved, Deps: map[string]string{}}
 	vars := e.Variables(g.Project, KeyPaths)
@@ -49,8 +63,7 @@ func (g *Graph) Inputs(e *Element) *Inputs {
 		}
 	}
 	if e.Workspace != "" {
-		files, _ := source.HashFiles(e.Workspace)
-		in.Sources = []SourceInput{{What: "workspace " + e.Workspace, Key: e.sourceKeys[0], Files: files}}
+		in.Sources = []SourceInput{{What: "workspace " + e.Workspace, Key: e.sourceKeys[0], FilesFrom: e.Workspace}}
 	}
 	for i, s := range e.Sources {
 		if e.Workspace != "" {
@@ -59,7 +72,7 @@ func (g *Graph) Inputs(e *Element) *Inputs {
 		si := SourceInput{What: s.Describe(), Ref: s.Ref, Key: e.sourceKeys[i]}
 		if s.Kind == source.Local || s.Kind == source.Patch {
 			if p, err := source.ProjectPath(g.Project.Root, s.Path); err == nil {
-				si.Files, _ = source.HashFiles(p) // unreadable: the key already failed to load
+				si.FilesFrom = p
 			}
 		}
 		in.Sources = append(in.Sources, si)
@@ -67,6 +80,13 @@ func (g *Graph) Inputs(e *Element) *Inputs {
 	for _, d := range append(slices.Clone(e.BuildDeps), e.RunDeps...) {
 		in.Deps[d.Name] = d.Key
 	}
+	return in
+}
+
+// hashedInputs is e's Inputs with its local files hashed.
+func (g *Graph) hashedInputs(e *Element) *Inputs {
+	in := g.Inputs(e)
+	in.HashFiles()
 	return in
 }
 
@@ -132,7 +152,7 @@ func (g *Graph) Explain(e *Element, h History) Explanation {
 		return x
 	}
 	cur := e
-	for in := g.Inputs(cur); ; {
+	for in := g.hashedInputs(cur); ; {
 		if c := ownChange(old, in); c != nil {
 			x.Cause = c
 			break
@@ -149,7 +169,7 @@ func (g *Graph) Explain(e *Element, h History) Explanation {
 			break
 		}
 		x.Chain = append(x.Chain, dep.Name)
-		cur, old, in = dep, depOld, g.Inputs(dep)
+		cur, old, in = dep, depOld, g.hashedInputs(dep)
 	}
 	switch {
 	case x.Cause == nil:
