@@ -291,11 +291,13 @@ func runWorkspaceReset(ctx context.Context, g *globalOptions, args []string, sof
 		dir := st.ws[i].Directory
 		// Staged beside it, then swapped in: the edits are lost only once the sources
 		// are staged.
-		old := dir + ".old"
-		if err := os.RemoveAll(old); err != nil {
-			return err
+		aside, err := os.MkdirTemp(filepath.Dir(dir), "."+filepath.Base(dir)+".edited-")
+		if err != nil {
+			return fmt.Errorf("resetting the workspace of %s: %w", name, err)
 		}
+		old := filepath.Join(aside, filepath.Base(dir))
 		if err := os.Rename(dir, old); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			os.Remove(aside)
 			return fmt.Errorf("resetting the workspace of %s: %w", name, err)
 		}
 		if err := stageWorkspace(ctx, st.s, c, e, dir); err != nil {
@@ -304,7 +306,7 @@ func runWorkspaceReset(ctx context.Context, g *globalOptions, args []string, sof
 			}
 			return err
 		}
-		if err := os.RemoveAll(old); err != nil {
+		if err := os.RemoveAll(aside); err != nil {
 			return fmt.Errorf("resetting the workspace of %s: removing the edited copy %s: %w", name, old, err)
 		}
 		g.ios.Info(fmt.Sprintf("reset the workspace of %s in %s to its sources", name, dir))
