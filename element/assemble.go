@@ -279,6 +279,13 @@ func build(ctx context.Context, c *cache.Cache, spec *BuildSpec, r *job.Reporter
 		return err
 	}
 	if w := spec.Workspace; w != nil {
+		// One build at a time in the kept build directory, whichever gantry runs it.
+		r.Status("waiting for the build directory of workspace " + w.Dir)
+		unlock, err := source.LockFile(ctx, filepath.Join(filepath.Dir(w.BuildDir), "lock"))
+		if err != nil {
+			return &infraError{fmt.Errorf("locking the build directory of workspace %s: %w", w.Dir, err)}
+		}
+		defer unlock()
 		r.Status("syncing workspace " + w.Dir)
 		r.Log("building from workspace " + w.Dir + " in " + w.BuildDir + " (kept between builds)")
 		if err := SyncWorkspace(w.Dir, w.BuildDir, w.Manifest); err != nil {

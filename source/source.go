@@ -1,6 +1,7 @@
 package source
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -229,3 +230,7 @@ func Cached(dir string, s *Spec) bool {
 	}
 	return false
 }
+
+// LockFile takes an exclusive lock on the file p (created if needed) across processes,
+// waiting until it is free or ctx ends; unlock releases it.
+func LockFile(ctx context.Context, p string) (unlock func(), err error) { return lockFile(ctx, p) }
