@@ -47,7 +47,9 @@ type PathLink struct {
 	Action   Action        `json:"action"`
 	Element  string        `json:"element"`
 	Duration time.Duration `json:"duration"`
-	Wait     time.Duration `json:"wait"` // from the previous link's end (or the session's start) to this job's start
+	// Wait runs from the previous link's end (or the session's start) to this job's
+	// start: the time it was ready but queued, waiting for a free slot (or token).
+	Wait time.Duration `json:"wait"`
 }
 
 // NewRecorder follows a session over items (their Stage links tell when a build could

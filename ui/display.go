@@ -109,7 +109,7 @@ func WriteSummary(w io.Writer, s *queues.Summary) {
 			}
 			fmt.Fprintf(&b, " %s %s %s", l.Action, l.Element, formatDuration(l.Duration))
 			if l.Wait >= 10*time.Millisecond {
-				fmt.Fprintf(&b, " (waited %s)", formatDuration(l.Wait))
+				fmt.Fprintf(&b, " (queued %s)", formatDuration(l.Wait))
 			}
 		}
 		b.WriteString("\n")
