@@ -34,7 +34,9 @@ func TestRecorderCriticalPathAndSlots(t *testing.T) {
 		start(0, "f1", Fetch, "base"), end(1, "f1", Fetch, "base"),
 		start(1, "b1", Build, "base"), end(3, "b1", Build, "base"),
 		start(3, "b2", Build, "left"), start(3, "b3", Build, "right"),
-		end(4, "b2", Build, "left"), end(7, "b3", Build, "right"),
+		end(4, "b2", Build, "left"),
+		Suspended{Base: at(5)}, Resumed{Base: at(5.25)},
+		end(7, "b3", Build, "right"),
 		start(7.5, "b4", Build, "top"), end(9, "b4", Build, "top"),
 		SessionEnd{Base: at(9), Summary: summary},
 	} {
@@ -73,20 +75,29 @@ func TestRecorderCriticalPathAndSlots(t *testing.T) {
 	var trace struct {
 		TraceEvents []struct {
 			Name, Ph, Cat string
-			Ts            int64
+			Ts, Dur       int64
 		}
 	}
 	if err := json.Unmarshal(buf.Bytes(), &trace); err != nil {
 		t.Fatalf("trace is not JSON: %v\n%s", err, &buf)
 	}
-	waits := 0
+	waits, suspensions := 0, 0
 	for _, e := range trace.TraceEvents {
+		if e.Ph == "X" && e.Name == "suspended" {
+			suspensions++
+			if e.Ts != 5_000_000 || e.Dur != 250_000 {
+				t.Errorf("suspension at %dµs for %dµs, want 5000000 for 250000", e.Ts, e.Dur)
+			}
+		}
 		if e.Ph == "b" && e.Name == "wait build: top" {
 			waits++
 			if e.Ts != 7_000_000 {
 				t.Errorf("top's wait starts at %dµs, want 7000000 (right's build ended)", e.Ts)
 			}
 		}
+	}
+	if suspensions != 1 {
+		t.Errorf("%d suspension spans, want 1", suspensions)
 	}
 	if waits != 1 {
 		t.Errorf("%d waits for top's build, want 1", waits)
