@@ -165,6 +165,12 @@ func TestE2EExplain(t *testing.T) {
 		xs[1].Cause.What != "command" || xs[1].Cause.Name != "build-commands" || !strings.HasSuffix(xs[1].Cause.New, "/copy.txt") {
 		t.Errorf("explain --format json: %+v, want mid.toml's build-commands as top.toml's cause", xs)
 	}
+	// build --explain says the same before it builds; then nothing is left to explain.
+	_, stderr := p.mustRun(0, "build", "--explain", "--ui", "plain", "--sandbox", "host")
+	if want := `explain: top.toml: dependency mid.toml changed: config build-commands changed: "cp data.txt `; !strings.Contains(stderr, want) {
+		t.Errorf("build --explain does not say %q:\n%s", want, stderr)
+	}
+	explain()
 }
 
 // requireTools skips the test when one of tools is missing, or fails it on CI.
