@@ -29,8 +29,8 @@ type Project struct {
 	Environment    map[string]string `toml:"environment"`
 	Pools          map[string]int    `toml:"pools"`
 	Remotes        []Remote          `toml:"remote"`
-	// WorkspaceDir is where `workspace open` puts workspaces by default, relative to
-	// the project root.
+	// WorkspaceDir is where `workspace open` puts workspaces by default: relative to
+	// the project root, or absolute.
 	WorkspaceDir string `toml:"workspace-dir"`
 	// Workspaces maps an element to the directory of its open workspace (from
 	// WorkspacesFile).

@@ -142,7 +142,11 @@ func runWorkspaceOpen(ctx context.Context, g *globalOptions, arg, dir string) er
 		return err
 	}
 	if dir == "" {
-		dir = filepath.Join(st.s.project.Root, st.s.project.WorkspaceDir, element.WorkspaceDirName(name))
+		base := st.s.project.WorkspaceDir
+		if !filepath.IsAbs(base) {
+			base = filepath.Join(st.s.project.Root, base)
+		}
+		dir = filepath.Join(base, element.WorkspaceDirName(name))
 	}
 	if dir, err = filepath.Abs(dir); err != nil {
 		return err
