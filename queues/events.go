@@ -23,6 +23,7 @@ type SessionStart struct {
 	Project  string
 	Queues   []Action
 	Elements int // elements in the plan
+	NameLen  int // the longest element name in the plan, for displays that align columns
 }
 
 // JobStart: a job was spawned.

@@ -194,7 +194,11 @@ func (s *Scheduler) Run() *Summary {
 	for i, qs := range s.queues {
 		actions[i] = qs.q.Action()
 	}
-	s.cfg.Publish(SessionStart{Base: Base{s.start}, Project: s.cfg.Project, Queues: actions, Elements: len(s.cfg.Items)})
+	nameLen := 0
+	for _, it := range s.cfg.Items {
+		nameLen = max(nameLen, len(it.Name()))
+	}
+	s.cfg.Publish(SessionStart{Base: Base{s.start}, Project: s.cfg.Project, Queues: actions, Elements: len(s.cfg.Items), NameLen: nameLen})
 	if len(s.queues) > 0 {
 		for _, it := range s.cfg.Items {
 			if it.Failed { // a cached failure: counted and reported, never queued

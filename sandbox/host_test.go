@@ -101,7 +101,7 @@ func TestRunExitError(t *testing.T) {
 	if ee.ExitCode != 3 || ee.Command != "echo before\nexit 3" || ee.Signal != 0 {
 		t.Errorf("ExitError = %+v", ee)
 	}
-	if msg := ee.Error(); msg != "command failed with exit code 3: echo before ..." {
+	if msg := ee.Error(); msg != "command failed with exit code 3: echo before\nexit 3" {
 		t.Errorf("Error() = %q", msg)
 	}
 }

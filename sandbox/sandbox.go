@@ -23,7 +23,6 @@ package sandbox
 import (
 	"fmt"
 	"io"
-	"strings"
 	"syscall"
 )
 
@@ -183,13 +182,8 @@ type ExitError struct {
 }
 
 func (e *ExitError) Error() string {
+	// The whole command: displays cut it to their width, logs and JSON keep it.
 	cmd := e.Command
-	if i := strings.IndexByte(cmd, '\n'); i >= 0 {
-		cmd = cmd[:i] + " ..."
-	}
-	if len(cmd) > 80 {
-		cmd = cmd[:77] + "..."
-	}
 	if e.Signal != 0 {
 		return fmt.Sprintf("command killed by signal %d (%v): %s", int(e.Signal), e.Signal, cmd)
 	}

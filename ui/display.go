@@ -37,6 +37,14 @@ func clock(d time.Duration) string {
 	return fmt.Sprintf("%02d:%02d:%02d", s/3600, s/60%60, s%60)
 }
 
+// Plural is "1 element", "3 elements": n and the noun, with an s unless n is 1.
+func Plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}
+
 func shortKey(k string) string {
 	if len(k) < 8 {
 		return "????????"

@@ -18,7 +18,7 @@ const key = "1a2b3c4d5e6f00000000000000000000000000000000000000000000000000ff"
 
 func session(logPath string) []queues.Event {
 	return []queues.Event{
-		queues.SessionStart{Base: queues.Base{Time: t0}, Project: "demo", Queues: []queues.Action{queues.Fetch, queues.Build}, Elements: 2},
+		queues.SessionStart{Base: queues.Base{Time: t0}, Project: "demo", Queues: []queues.Action{queues.Fetch, queues.Build}, Elements: 2, NameLen: len("top.toml")},
 		queues.JobStart{Base: queues.Base{Time: t0}, JobID: "build-1", Action: queues.Build, Element: "app.toml", Key: key, LogPath: logPath, Attempt: 1},
 		queues.JobMessage{Base: queues.Base{Time: t0.Add(time.Second)}, JobID: "build-1", Action: queues.Build, Element: "app.toml", Key: key, Kind: "status", Text: "build: make"},
 		queues.JobEnd{Base: queues.Base{Time: t0.Add(3 * time.Second)}, JobID: "build-1", Action: queues.Build, Element: "app.toml", Key: key,
@@ -54,15 +54,16 @@ func TestPlainLinesHaveBuildStreamShape(t *testing.T) {
 	}
 	got := out.String()
 	wantContains(t, "plain output", got,
-		"[--:--:--][1a2b3c4d][build:app.toml] START    "+log,
+		"[00:00:00][        ][session]        START    demo: 2 elements, queues fetch → build\n",
+		"[00:00:00][1a2b3c4d][build:app.toml] START    "+log,
 		"[00:00:03][1a2b3c4d][build:app.toml] FAILURE  build-commands: `make` exited with status 2",
 		"    make: *** [all] Error 2\n",
 		"(full log: "+log+")",
 		"  build: processed 0, skipped 0, failed 1",
 		"  app.toml (build): build-commands",
 		"  top.toml: dependency app.toml failed")
-	if strings.Contains(got, "\x1b[") {
-		t.Error("plain output contains escape codes")
+	if strings.Contains(got, "\x1b[") || strings.Contains(got, "--:--") {
+		t.Error("plain output contains escape codes or placeholders")
 	}
 	if strings.Contains(got, "STATUS") {
 		t.Error("status lines shown without --verbose")
@@ -90,8 +91,16 @@ func TestJSONEventsAreOneObjectPerLine(t *testing.T) {
 		d.Handle(e)
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	if len(lines) != 5 {
-		t.Fatalf("want 5 JSON lines, got %d:\n%s", len(lines), out.String())
+	if len(lines) != 6 {
+		t.Fatalf("want 6 JSON lines, got %d:\n%s", len(lines), out.String())
+	}
+	for _, l := range lines {
+		if !json.Valid([]byte(l)) {
+			t.Errorf("not one JSON object: %s", l)
+		}
+	}
+	if want := `"event":"element-not-started","element":"top.toml","text":"dependency app.toml failed"`; !strings.Contains(lines[4], want) {
+		t.Errorf("line 5 = %s, want the never-started element's event (%s)", lines[4], want)
 	}
 	var end map[string]any
 	if err := json.Unmarshal([]byte(lines[3]), &end); err != nil {
@@ -110,10 +119,21 @@ func TestJSONEventsAreOneObjectPerLine(t *testing.T) {
 			NotStarted []map[string]any `json:"not-started"`
 		}
 	}
-	if err := json.Unmarshal([]byte(lines[4]), &last); err != nil {
+	if err := json.Unmarshal([]byte(lines[5]), &last); err != nil {
 		t.Fatal(err)
 	}
 	if last.Event != "session-end" || last.Summary.OK || len(last.Summary.Queues) != 2 || len(last.Summary.NotStarted) != 1 {
-		t.Errorf("bad session-end: %s", lines[4])
+		t.Errorf("bad session-end: %s", lines[5])
+	}
+}
+
+// Durations are seconds to the millisecond: 5.048, not 5.0475346739999996.
+func TestJSONDurationsHaveMillisecondPrecision(t *testing.T) {
+	var out bytes.Buffer
+	d := NewJSON(&out, Options{})
+	d.Handle(queues.JobEnd{Base: queues.Base{Time: t0}, Action: queues.Build, Element: "app.toml", Result: queues.ResultSuccess,
+		Duration: 5047534673 * time.Nanosecond})
+	if want := `"duration":5.048}`; !strings.Contains(out.String(), want) {
+		t.Errorf("job-end = %s, want %s", out.String(), want)
 	}
 }

@@ -11,7 +11,8 @@ import (
 // JSON writes one JSON object per event and line, for CI tools. Every object has
 // "time" (RFC 3339) and "event"; job events carry "action", "element", "key" and
 // "job"; job-end carries "result" (success, failure, terminated, skipped) and
-// "duration" in seconds. Under --ui json everything gantry writes to stderr is such
+// "duration" in seconds to the millisecond; each element the session never started
+// has an "element-not-started" event with the reason in "text". Under --ui json everything gantry writes to stderr is such
 // a line: messages outside a session are "notice" events, and a command that fails
 // outside a session's summary (a load error, an interruption) ends with an "error"
 // event carrying "text" and "exit-code".
@@ -88,8 +89,9 @@ type jsonQueue struct {
 	Failed    int           `json:"failed"`
 }
 
+// seconds is a duration in seconds to the millisecond (3.142, not 3.1415926535).
 func seconds(d time.Duration) *float64 {
-	s := d.Seconds()
+	s := d.Round(time.Millisecond).Seconds()
 	return &s
 }
 
@@ -121,7 +123,7 @@ func (j *JSON) Handle(e queues.Event) {
 		o = jsonEvent{Time: e.Time, Event: "resumed"}
 	case queues.SessionEnd:
 		s := e.Summary
-		js := &jsonSummary{OK: s.OK(), Elapsed: s.Elapsed.Seconds(), Failed: s.Failed, NotStarted: s.NotStarted, Interrupted: s.Interrupted}
+		js := &jsonSummary{OK: s.OK(), Elapsed: *seconds(s.Elapsed), Failed: s.Failed, NotStarted: s.NotStarted, Interrupted: s.Interrupted}
 		if js.Failed == nil {
 			js.Failed = []queues.FailedElement{}
 		}
@@ -133,6 +135,11 @@ func (j *JSON) Handle(e queues.Event) {
 		}
 		for _, q := range s.Queues {
 			js.Queues = append(js.Queues, jsonQueue{Action: q.Action, Processed: q.Processed, Skipped: q.Skipped, Failed: q.Failed})
+		}
+		// An element the session never got to has its own event, as every other
+		// element has, before the summary that lists them all.
+		for _, ns := range s.NotStarted {
+			j.enc.Encode(jsonEvent{Time: e.Time, Event: "element-not-started", Element: ns.Element, Text: ns.Reason})
 		}
 		o = jsonEvent{Time: e.Time, Event: "session-end", Project: s.Project, Summary: js}
 	default:

@@ -9,24 +9,34 @@ import (
 	"github.com/gantry-build/gantry/queues"
 )
 
-// Plain writes one line per event in BuildStream's shape, with no escape codes:
+// Plain writes one line per event in BuildStream's shape, with no escape codes; the
+// task column is padded so that the verbs and messages line up:
 //
-//	[00:00:03][1a2b3c4d][build:app.toml] SUCCESS built in 3.1s
+//	[00:00:00][        ][session]        START    demo: 3 elements, queues fetch → build
+//	[00:00:01][1a2b3c4d][build:app.toml] START    /cache/logs/app/1a2b3c4d-build.log
+//	[00:00:03][1a2b3c4d][build:app.toml] SUCCESS  /cache/logs/app/1a2b3c4d-build.log
 type Plain struct {
 	w     io.Writer
 	opts  Options
 	start time.Time
+	width int // of the task column: "[action:element]" of the longest action and name
 }
 
 // NewPlain returns a plain display writing to w.
 func NewPlain(w io.Writer, opts Options) *Plain { return &Plain{w: w, opts: opts} }
 
 func (p *Plain) line(at string, key string, action queues.Action, element, verb, msg string) {
-	task := "--"
+	task := "[session]"
 	if element != "" {
-		task = string(action) + ":" + element
+		task = "[" + string(action) + ":" + element + "]"
 	}
-	fmt.Fprintf(p.w, "[%s][%s][%s] %-8s %s\n", at, shortKey(key), task, verb, msg)
+	p.width = max(p.width, len(task)) // a longer task (a cleanup) pushes the column
+	k := "        "
+	if key != "" {
+		k = shortKey(key)
+	}
+	line := fmt.Sprintf("[%s][%s]%-*s %-8s %s", at, k, p.width, task, verb, msg)
+	fmt.Fprintln(p.w, strings.TrimRight(line, " "))
 }
 
 // Handle renders one event.
@@ -34,7 +44,11 @@ func (p *Plain) Handle(e queues.Event) {
 	switch e := e.(type) {
 	case queues.SessionStart:
 		p.start = e.Time
-		fmt.Fprintf(p.w, "[--:--:--][--------][--] START    %s: %d elements, queues %s\n", e.Project, e.Elements, joinActions(e.Queues))
+		p.width = len("[session]")
+		for _, a := range e.Queues {
+			p.width = max(p.width, len("["+string(a)+":]")+e.NameLen)
+		}
+		p.line(clock(0), "", "", "", "START", fmt.Sprintf("%s: %s, queues %s", e.Project, Plural(e.Elements, "element"), joinActions(e.Queues)))
 	case queues.JobStart:
 		msg := e.LogPath
 		if e.Attempt > 1 {
@@ -43,7 +57,7 @@ func (p *Plain) Handle(e queues.Event) {
 		if e.Workspace != "" {
 			msg = "from workspace " + e.Workspace + ", " + msg
 		}
-		p.line("--:--:--", e.Key, e.Action, e.Element, "START", msg)
+		p.line(clock(e.Time.Sub(p.start)), e.Key, e.Action, e.Element, "START", msg)
 	case queues.JobMessage:
 		if p.opts.Verbose && e.Kind == "status" {
 			p.line(clock(e.Time.Sub(p.start)), e.Key, e.Action, e.Element, "STATUS", e.Text)
@@ -51,7 +65,7 @@ func (p *Plain) Handle(e queues.Event) {
 	case queues.JobEnd:
 		switch e.Result {
 		case queues.ResultSuccess:
-			p.line(clock(e.Duration), e.Key, e.Action, e.Element, "SUCCESS", "")
+			p.line(clock(e.Duration), e.Key, e.Action, e.Element, "SUCCESS", e.LogPath)
 		case queues.ResultSkipped:
 			p.line(clock(e.Duration), e.Key, e.Action, e.Element, "SKIPPED", e.Error)
 		case queues.ResultTerminated:

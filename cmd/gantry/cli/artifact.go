@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -63,14 +64,15 @@ func newArtifactCheckoutCmd(g *globalOptions) *cobra.Command {
 		Long: `Copy an artifact into DIR: the element's current one, or with ELEMENT@KEYPREFIX (or a
 bare key prefix) any cached one. A failed build's artifact holds what its install root
 held when it failed. --deps run (the default for an element's current artifact) also
-checks out its runtime dependencies; an artifact at another key is checked out alone.`,
+checks out its runtime dependencies; --deps build checks out what it builds on (not the
+element itself); --deps all both. An artifact at another key is checked out alone.`,
 		Args: rangeArgs(2, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			d := element.DepsNone
 			if deps != "" {
 				var err error
-				if d, err = element.ParseDeps(deps); err != nil || (d != element.DepsNone && d != element.DepsRun) {
-					return usagef("--deps %q: use none or run", deps)
+				if d, err = element.ParseDeps(deps); err != nil {
+					return usagef("%v", err)
 				}
 			}
 			s, c, err := g.loadWithCache()
@@ -84,8 +86,8 @@ checks out its runtime dependencies; an artifact at another key is checked out a
 			if deps == "" && arg.current != nil {
 				d = element.DepsRun
 			}
-			if d == element.DepsRun && arg.current == nil {
-				return usagef("--deps run: %s is not the element's current artifact, whose runtime dependencies gantry knows; use --deps none", args[0])
+			if d != element.DepsNone && arg.current == nil {
+				return usagef("--deps %s: %s is not the element's current artifact, whose dependencies gantry knows; use --deps none", d, args[0])
 			}
 			dir := args[1]
 			if entries, err := os.ReadDir(dir); err == nil && len(entries) > 0 && !force {
@@ -97,12 +99,12 @@ checks out its runtime dependencies; an artifact at another key is checked out a
 			}
 			defer lock.Unlock()
 			arts := []*cache.Artifact{a}
-			if d == element.DepsRun {
+			if d != element.DepsNone {
 				arts = arts[:0]
 				for _, el := range arg.graph.Select([]*element.Element{arg.current}, d) {
 					da, err := c.Lookup(s.project.Name, el.Name, el.Key)
 					if err != nil {
-						return fmt.Errorf("checking out %s: dependency %s is not cached: run `gantry build %s`", arg.ref.Element, el.Name, arg.ref.Element)
+						return fmt.Errorf("checking out %s: dependency %s is not cached: run `gantry build --deps %s %s`", arg.ref.Element, el.Name, d, arg.ref.Element)
 					}
 					if !da.Success && el != arg.current {
 						return fmt.Errorf("checking out %s: the cached build of %s failed: see `gantry artifact log %s`", arg.ref.Element, el.Name, el.Name)
@@ -123,7 +125,7 @@ checks out its runtime dependencies; an artifact at another key is checked out a
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&deps, "deps", "", "also check out dependencies: none or run (default run for an element's current artifact)")
+	cmd.Flags().StringVar(&deps, "deps", "", "also check out dependencies: none, run, build or all (default run for an element's current artifact)")
 	cmd.Flags().BoolVarP(&force, "force", "f", false, "check out into a non-empty directory")
 	return cmd
 }
@@ -173,6 +175,7 @@ func newArtifactLogCmd(g *globalOptions) *cobra.Command {
 
 func newArtifactListCmd(g *globalOptions) *cobra.Command {
 	var all, long bool
+	var format string
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List the project's artifacts in the local cache: state, key, size, last use",
@@ -182,6 +185,9 @@ was last used (built, pulled, checked out or staged as a dependency). Cleanup re
 least recently used first. Address one with ELEMENT@KEYPREFIX in the other artifact commands.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if format != "text" && format != "json" {
+				return usagef("--format %q: use text or json", format)
+			}
 			s, c, err := g.loadWithCache()
 			if err != nil {
 				return err
@@ -193,6 +199,15 @@ least recently used first. Address one with ELEMENT@KEYPREFIX in the other artif
 			list, err := c.Usages(project)
 			if err != nil {
 				fmt.Fprintf(g.ios.ErrOut, "gantry: warning: %v\n", err)
+			}
+			if format == "json" {
+				enc := json.NewEncoder(g.ios.Out)
+				for _, a := range list {
+					if err := enc.Encode(a); err != nil {
+						return err
+					}
+				}
+				return nil
 			}
 			tw := tabwriter.NewWriter(g.ios.Out, 0, 4, 2, ' ', 0)
 			for _, a := range list {
@@ -215,6 +230,7 @@ least recently used first. Address one with ELEMENT@KEYPREFIX in the other artif
 	}
 	cmd.Flags().BoolVar(&all, "all", false, "list the artifacts of every project")
 	cmd.Flags().BoolVarP(&long, "long", "l", false, "show full keys")
+	cmd.Flags().StringVar(&format, "format", "text", "output format: text, or json (one object per artifact)")
 	return cmd
 }
 

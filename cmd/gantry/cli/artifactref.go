@@ -3,7 +3,6 @@ package cli
 import (
 	"errors"
 	"fmt"
-	"path"
 	"strings"
 
 	"github.com/gantry-build/gantry/cache"
@@ -29,8 +28,6 @@ func isKeyPrefix(a string) bool {
 	}
 	return strings.Trim(a, "0123456789abcdef") == ""
 }
-
-func isGlob(a string) bool { return strings.ContainsAny(a, "*?[") }
 
 // findByKey finds the one cached artifact of element ("" for any) whose key starts with
 // prefix.
@@ -69,19 +66,11 @@ func (s *session) artifactArgs(c *cache.Cache, args []string, deps element.Deps)
 			continue
 		}
 		if isGlob(a) {
-			all, err := s.project.ElementNames()
+			matched, err := s.matchElements(a)
 			if err != nil {
 				return nil, err
 			}
-			n := len(names)
-			for _, e := range all {
-				if ok, _ := path.Match(a, e); ok {
-					names = append(names, e)
-				}
-			}
-			if len(names) == n {
-				return nil, usagef("%s matches no element of %s (quote globs so that the shell leaves them alone)", a, s.project.ElementDir())
-			}
+			names = append(names, matched...)
 			continue
 		}
 		if isKeyPrefix(a) && !s.elementExists(a) {

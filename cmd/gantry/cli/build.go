@@ -52,6 +52,7 @@ type buildOptions struct {
 	track       bool
 	trace       string // --trace FILE
 	explain     bool   // --explain
+	deps        string
 }
 
 func newBuildCmd(g *globalOptions) *cobra.Command {
@@ -72,6 +73,7 @@ them. Ctrl-Z suspends every job and gantry; 'fg' resumes them.`,
 	cmd.Flags().BoolVar(&opts.retryFailed, "retry-failed", false, "build elements whose failed build is cached")
 	cmd.Flags().StringVar(&opts.trace, "trace", "", "write the session as a Chrome trace (Perfetto, chrome://tracing) to `FILE`")
 	cmd.Flags().BoolVar(&opts.explain, "explain", false, "say why each element needs building before the session starts")
+	cmd.Flags().StringVar(&opts.deps, "deps", "run", "which elements to build: the targets with none or run (and what they need), build (what they build on, not them), all (every dependency, cached targets or not)")
 	cmd.Flags().BoolVar(&opts.track, "track", false, "track every source the targets depend on (writes gantry.lock) and build with the new refs, in one session")
 	return cmd
 }
@@ -141,6 +143,10 @@ func runBuild(opts *buildOptions, args []string) error {
 	default:
 		return usagef("--sandbox %q: use auto, host or bwrap", opts.sandbox)
 	}
+	deps, err := element.ParseDeps(opts.deps)
+	if err != nil {
+		return usagef("%v", err)
+	}
 	p, err := opts.openPipeline(&opts.schedulerFlags, args)
 	if err != nil {
 		return err
@@ -170,6 +176,9 @@ func runBuild(opts *buildOptions, args []string) error {
 		// Keys are known now: ask the remotes what they have while planning.
 		planOpts.OnRemote = rs.lookup
 	}
+	// What a built artifact needs at run time is always built with it: --deps none
+	// plans like run.
+	selected := g.Select(g.Targets, deps)
 	var pipeline []queues.Queue
 	var items []*queues.Item
 	var track *tracker
@@ -178,9 +187,9 @@ func runBuild(opts *buildOptions, args []string) error {
 		// refs it finds.
 		track = s.trackQueue(c, g)
 		pipeline = append(pipeline, track)
-		items = queues.PlanTracked(g, g.Targets, planOpts)
-	} else if items, err = queues.Plan(g, g.Targets, planOpts); err != nil {
-		return err
+		items = queues.PlanTracked(g, selected, planOpts)
+	} else if items, err = queues.Plan(g, selected, planOpts); err != nil {
+		return missingRefsError(g, selected, err)
 	}
 	if err := checkSandbox(opts.sandbox, items); err != nil {
 		return err

@@ -81,6 +81,7 @@ Run 'gantry init' to start one, 'gantry show' to inspect it.`,
 		newVersionCmd(opts),
 	)
 	root.InitDefaultCompletionCmd()
+	completeElementArgs(opts, root)
 	root.SetHelpCommand(newHelpCmd(root))
 	requireSubcommands(root)
 	return root
@@ -205,21 +206,6 @@ func expandHome(p string) string {
 		return filepath.Join(home, p[2:])
 	}
 	return os.ExpandEnv(p)
-}
-
-// targets returns the named elements, or the project's default targets.
-func (s *session) targets(args []string) ([]string, error) {
-	if len(args) > 0 {
-		out := make([]string, len(args))
-		for i, a := range args {
-			out[i] = s.elementArg(a)
-		}
-		return out, nil
-	}
-	if len(s.project.DefaultTargets) == 0 {
-		return nil, usagef("no elements named and project.toml has no default-targets: name the elements (e.g. `gantry show app.toml`) or add default-targets = [\"app.toml\"] to project.toml")
-	}
-	return s.project.DefaultTargets, nil
 }
 
 // elementArg accepts an element name, or a path to the element file relative to the cwd

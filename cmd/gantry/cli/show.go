@@ -2,6 +2,8 @@ package cli
 
 import (
 	"bufio"
+	"encoding/json"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -17,7 +19,8 @@ type showOptions struct {
 
 const defaultShowFormat = "%{state: >12} %{short-key} %{name}"
 
-var showPlaceholders = []string{"name", "key", "short-key", "state", "kind", "description", "build-deps", "run-deps", "workspace"}
+var showPlaceholders = []string{"name", "key", "full-key", "short-key", "state", "kind", "description",
+	"deps", "build-deps", "runtime-deps", "run-deps", "workspace"}
 
 func newShowCmd(g *globalOptions) *cobra.Command {
 	opts := &showOptions{globalOptions: g}
@@ -29,14 +32,17 @@ func newShowCmd(g *globalOptions) *cobra.Command {
 States: no-ref (run 'gantry track'), waiting (a dependency is not built), fetch-needed,
 buildable, cached, failed.
 
-Format placeholders: %{name} %{key} %{short-key} %{state} %{kind} %{description}
-%{build-deps} %{run-deps} %{workspace} (the directory of its open workspace, if
-any; the default format marks workspace elements); a placeholder may carry a fill, alignment and width:
-%{state: >12}.`,
+Format placeholders: %{name} %{key} (also %{full-key}) %{short-key} %{state} %{kind}
+%{description}; the direct dependencies as a YAML list, as BuildStream prints them:
+%{deps} %{build-deps} %{runtime-deps}; %{run-deps} is the runtime ones comma-separated;
+%{workspace} is the directory of its open workspace, if any (the default format marks
+workspace elements). A placeholder may carry a fill, alignment and width: %{state: >12}.
+
+--format json prints one JSON object per element instead, for scripts.`,
 		RunE: func(cmd *cobra.Command, args []string) error { return runShow(opts, args) },
 	}
 	cmd.Flags().StringVar(&opts.deps, "deps", "all", "which dependencies to show: none, run, build or all")
-	cmd.Flags().StringVar(&opts.format, "format", defaultShowFormat, "line `FORMAT` (see above)")
+	cmd.Flags().StringVar(&opts.format, "format", defaultShowFormat, "line `FORMAT` (see above), or json")
 	return cmd
 }
 
@@ -45,6 +51,7 @@ func runShow(opts *showOptions, args []string) error {
 	if err != nil {
 		return usagef("%v", err)
 	}
+	asJSON := opts.format == "json"
 	format, err := parseFormat(opts.format, showPlaceholders)
 	if err != nil {
 		return err
@@ -59,7 +66,7 @@ func runShow(opts *showOptions, args []string) error {
 	}
 	elements := g.Select(g.Targets, deps)
 	var states map[*element.Element]element.State
-	if strings.Contains(opts.format, "%{state") {
+	if asJSON || strings.Contains(opts.format, "%{state") {
 		q, err := s.cacheQuery()
 		if err != nil {
 			return err
@@ -68,11 +75,21 @@ func runShow(opts *showOptions, args []string) error {
 	}
 	w := bufio.NewWriterSize(opts.ios.Out, 64<<10)
 	defer w.Flush()
+	enc := json.NewEncoder(w)
 	for _, e := range elements {
+		d := directDeps(e)
+		if asJSON {
+			if err := enc.Encode(showJSON{Name: e.Name, Key: e.Key, State: string(states[e]), Kind: e.Kind.Name,
+				Description: e.Description, Deps: d.all, BuildDeps: d.build, RuntimeDeps: d.runtime}); err != nil {
+				return err
+			}
+			continue
+		}
 		w.WriteString(format.render(map[string]string{
-			"name": e.Name, "key": e.Key, "short-key": e.ShortKey(), "state": string(states[e]),
+			"name": e.Name, "key": e.Key, "full-key": e.Key, "short-key": e.ShortKey(), "state": string(states[e]),
 			"kind": e.Kind.Name, "description": e.Description,
-			"build-deps": names(e.BuildDeps), "run-deps": names(e.RunDeps), "workspace": e.Workspace,
+			"deps": yamlList(d.all), "build-deps": yamlList(d.build), "runtime-deps": yamlList(d.runtime),
+			"run-deps": names(e.RunDeps), "workspace": e.Workspace,
 		}))
 		if e.Workspace != "" && opts.format == defaultShowFormat {
 			w.WriteString(" (workspace: " + e.Workspace + ")")
@@ -80,6 +97,48 @@ func runShow(opts *showOptions, args []string) error {
 		w.WriteByte('\n')
 	}
 	return nil
+}
+
+// showJSON is one element in `show --format json`.
+type showJSON struct {
+	Name        string   `json:"name"`
+	Key         string   `json:"key"` // "" when a source has no ref
+	State       string   `json:"state"`
+	Kind        string   `json:"kind"`
+	Description string   `json:"description,omitempty"`
+	Deps        []string `json:"deps"`
+	BuildDeps   []string `json:"build-deps"`
+	RuntimeDeps []string `json:"runtime-deps"`
+}
+
+// dependencyNames are an element's direct dependencies by name, in BuildStream's
+// order: build-depends, then depends, then runtime-depends.
+type dependencyNames struct{ all, build, runtime []string }
+
+func directDeps(e *element.Element) dependencyNames {
+	d := dependencyNames{
+		build:   slices.Concat(e.BuildDepends, e.Depends),
+		runtime: slices.Concat(e.Depends, e.RuntimeDepends),
+	}
+	for _, n := range slices.Concat(d.build, e.RuntimeDepends) {
+		if !slices.Contains(d.all, n) {
+			d.all = append(d.all, n)
+		}
+	}
+	for _, l := range []*[]string{&d.all, &d.build, &d.runtime} {
+		if *l == nil {
+			*l = []string{}
+		}
+	}
+	return d
+}
+
+// yamlList renders names as a YAML block list, "[]" when empty.
+func yamlList(names []string) string {
+	if len(names) == 0 {
+		return "[]"
+	}
+	return "- " + strings.Join(names, "\n- ")
 }
 
 func names(list []*element.Element) string {

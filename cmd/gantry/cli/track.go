@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -33,7 +34,7 @@ It prints what changed, old ref → new ref.`,
 		RunE: func(cmd *cobra.Command, args []string) error { return runTrack(opts, args) },
 	}
 	opts.schedulerFlags.register(cmd)
-	cmd.Flags().StringVar(&opts.deps, "deps", "none", "also track dependencies: none or all")
+	cmd.Flags().StringVar(&opts.deps, "deps", "none", "also track dependencies: none, run, build (what the targets build on, not them) or all")
 	return cmd
 }
 
@@ -48,8 +49,8 @@ type refChange struct {
 
 func runTrack(opts *trackOptions, args []string) error {
 	deps, err := element.ParseDeps(opts.deps)
-	if err != nil || (deps != element.DepsNone && deps != element.DepsAll) {
-		return usagef("--deps %q: use none or all", opts.deps)
+	if err != nil {
+		return usagef("%v", err)
 	}
 	p, err := opts.openPipeline(&opts.schedulerFlags, args)
 	if err != nil {
@@ -61,7 +62,18 @@ func runTrack(opts *trackOptions, args []string) error {
 		return err
 	}
 	printChanges(opts.ios, changes)
-	if len(changes) == 0 && summary.OK() {
+	if !summary.OK() {
+		return sessionError(summary)
+	}
+	if missing := withoutRef(g, g.Targets); len(missing) > 0 {
+		// Sources tracked but elements still without a ref: the ones --deps left out.
+		names := make([]string, len(missing))
+		for i, m := range missing {
+			names[i] = m.Element
+		}
+		opts.ios.Info(fmt.Sprintf("%s still without a ref: %s: run `gantry track --deps all %s`",
+			ui.Plural(len(missing), "element"), strings.Join(names, ", "), targetNames(g.Targets)))
+	} else if len(changes) == 0 {
 		opts.ios.Info("all refs are up to date")
 	}
 	return sessionError(summary)

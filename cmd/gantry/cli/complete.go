@@ -1,0 +1,49 @@
+package cli
+
+import (
+	"strings"
+
+	"github.com/spf13/cobra"
+)
+
+// Shell completion (`gantry completion bash|zsh|fish`): cobra completes the
+// subcommands and flags; element arguments complete to the project's element names.
+
+// completeElementArgs gives every command whose usage names an ELEMENT a completion
+// of element names: each argument for "[ELEMENT...]" and "GLOB...", the first one
+// only for "ELEMENT DIR" and "ELEMENT [-- COMMAND...]".
+func completeElementArgs(opts *globalOptions, cmd *cobra.Command) {
+	for _, sub := range cmd.Commands() {
+		completeElementArgs(opts, sub)
+	}
+	if !strings.Contains(cmd.Use, "ELEMENT") || cmd.ValidArgsFunction != nil {
+		return
+	}
+	every := strings.Contains(cmd.Use, "ELEMENT...") || strings.Contains(cmd.Use, "GLOB...")
+	cmd.ValidArgsFunction = func(c *cobra.Command, args []string, toComplete string) ([]string, cobra.ShellCompDirective) {
+		if len(args) > 0 && !every {
+			return nil, cobra.ShellCompDirectiveDefault // a directory, a command: the shell's own completion
+		}
+		return opts.elementNamesWithPrefix(toComplete), cobra.ShellCompDirectiveNoFileComp
+	}
+}
+
+// elementNamesWithPrefix lists the project's elements whose names start with prefix;
+// none when no project loads (completion must never print an error).
+func (o *globalOptions) elementNamesWithPrefix(prefix string) []string {
+	s, err := o.load()
+	if err != nil {
+		return nil
+	}
+	all, err := s.project.ElementNames()
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range all {
+		if strings.HasPrefix(e, prefix) {
+			out = append(out, e)
+		}
+	}
+	return out
+}

@@ -1,0 +1,53 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/gantry-build/gantry/element"
+	"github.com/gantry-build/gantry/queues"
+)
+
+// withoutRef lists the elements among elements and everything they depend on that
+// have a source without a ref, dependencies first, each with its first such source.
+func withoutRef(g *element.Graph, elements []*element.Element) []*queues.NoRefError {
+	var out []*queues.NoRefError
+	for _, e := range g.Select(elements, element.DepsAll) {
+		for i, src := range e.Sources {
+			if src.NeedsRef() && src.Ref == "" {
+				out = append(out, &queues.NoRefError{Element: e.Name, Source: i + 1, Desc: src.Describe()})
+				break
+			}
+		}
+	}
+	return out
+}
+
+// missingRefsError turns a plan that stopped on a missing ref into an error naming
+// every element of the session without a ref, and the commands that track them.
+func missingRefsError(g *element.Graph, targets []*element.Element, err error) error {
+	var one *queues.NoRefError
+	if !errors.As(err, &one) {
+		return err
+	}
+	all := withoutRef(g, targets)
+	if len(all) <= 1 {
+		return err
+	}
+	list := make([]string, len(all))
+	for i, e := range all {
+		list[i] = fmt.Sprintf("%s (source %d, %s)", e.Element, e.Source, e.Desc)
+	}
+	names := targetNames(targets)
+	return fmt.Errorf("%d elements have a source without a ref: %s: run `gantry track --deps all %s`, or build with `gantry build --track %s`",
+		len(all), strings.Join(list, ", "), names, names)
+}
+
+func targetNames(targets []*element.Element) string {
+	out := make([]string, len(targets))
+	for i, e := range targets {
+		out[i] = e.Name
+	}
+	return strings.Join(out, " ")
+}
