@@ -24,14 +24,15 @@ func withoutRef(g *element.Graph, elements []*element.Element) []*queues.NoRefEr
 	return out
 }
 
-// missingRefsError turns a plan that stopped on a missing ref into an error naming
-// every element of the session without a ref, and the commands that track them.
-func missingRefsError(g *element.Graph, targets []*element.Element, err error) error {
+// missingRefsError turns a plan of selected that stopped on a missing ref into an
+// error naming every element of the session without a ref, and the commands that
+// track them for the graph's targets.
+func missingRefsError(g *element.Graph, selected []*element.Element, err error) error {
 	var one *queues.NoRefError
 	if !errors.As(err, &one) {
 		return err
 	}
-	all := withoutRef(g, targets)
+	all := withoutRef(g, selected)
 	if len(all) <= 1 {
 		return err
 	}
@@ -39,7 +40,7 @@ func missingRefsError(g *element.Graph, targets []*element.Element, err error) e
 	for i, e := range all {
 		list[i] = fmt.Sprintf("%s (source %d, %s)", e.Element, e.Source, e.Desc)
 	}
-	names := targetNames(targets)
+	names := targetNames(g.Targets)
 	return fmt.Errorf("%d elements have a source without a ref: %s: run `gantry track --deps all %s`, or build with `gantry build --track %s`",
 		len(all), strings.Join(list, ", "), names, names)
 }
