@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
@@ -309,8 +310,8 @@ func build(ctx context.Context, c *cache.Cache, spec *BuildSpec, r *job.Reporter
 		return compose(spec, sysroot, installDir)
 	}
 	kind, reason := sandbox.Resolve(sandbox.Kind(spec.Sandbox), sysroot)
-	r.Log("sandbox: " + string(kind) + " (" + reason + ")")
 	if err := sandbox.CheckSysroot(kind, sysroot); err != nil {
+		r.Log("sandbox: " + string(kind) + " (" + reason + ")")
 		return &infraError{err}
 	}
 	if kind == sandbox.Host && links && len(deps) > 0 {
@@ -323,6 +324,7 @@ func build(ctx context.Context, c *cache.Cache, spec *BuildSpec, r *job.Reporter
 	if kind == sandbox.Bwrap {
 		resolved = spec.Bwrap
 	}
+	logBuildHeader(r, kind, reason, resolved.Env)
 	cfg := sandbox.Config{Kind: kind, Sysroot: sysroot, BuildDir: buildDir, InstallDir: installDir,
 		SandboxBuildRoot: SandboxBuildRoot, SandboxInstallRoot: SandboxInstallRoot,
 		Env: resolved.Env, Stdout: out, Stderr: out,
@@ -343,6 +345,17 @@ func build(ctx context.Context, c *cache.Cache, spec *BuildSpec, r *job.Reporter
 		}
 	}
 	return nil
+}
+
+// logBuildHeader writes what the commands run with before the first of them:
+// the sandbox in one short line (the reason's detail, such as why bwrap did not
+// work, is cut at its first parenthesis) and the environment, sorted.
+func logBuildHeader(r *job.Reporter, kind sandbox.Kind, reason string, env map[string]string) {
+	short, _, _ := strings.Cut(reason, " (")
+	r.Log("sandbox: " + string(kind) + " (" + short + ")")
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		r.Log("env: " + k + "=" + env[k])
+	}
 }
 
 // stageLinks says whether dependencies may be staged as hard links to the

@@ -186,8 +186,13 @@ func (r *Reporter) logLocked(line string) {
 }
 
 func (r *Reporter) writeLog(line string) {
-	_, _ = io.WriteString(r.log, line+"\n") // a log that cannot be written must not fail the job
+	_, _ = io.WriteString(r.log, logStamp(time.Now())+line+"\n") // a log that cannot be written must not fail the job
 }
+
+// logStamp begins each line of a job log: the local time to the millisecond, so
+// that a log shows where a job spent its time and lines from logs of jobs that
+// ran together can be merged in order.
+func logStamp(t time.Time) string { return t.Format("[15:04:05.000] ") }
 
 func (r *Reporter) send(m Message) {
 	if r.sendErr != nil {

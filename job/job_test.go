@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -305,10 +306,18 @@ func TestMessagesInOrder(t *testing.T) {
 			t.Errorf("log lacks %q:\n%s", line, log)
 		}
 	}
+	// Every line carries its time, for build traces and merging logs.
+	for _, line := range strings.Split(strings.TrimSuffix(log, "\n"), "\n") {
+		if !logStampRE.MatchString(line) {
+			t.Errorf("log line without a timestamp: %q", line)
+		}
+	}
 	if out.Elapsed <= 0 || out.Elapsed != s.job.Elapsed() {
 		t.Errorf("Elapsed = %v, job.Elapsed() = %v; want equal and positive", out.Elapsed, s.job.Elapsed())
 	}
 }
+
+var logStampRE = regexp.MustCompile(`^\[\d\d:\d\d:\d\d\.\d{3}\] `)
 
 func TestFailures(t *testing.T) {
 	tests := []struct {
