@@ -5,7 +5,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"runtime"
 
 	"github.com/gantry-build/gantry/cache"
 )
@@ -134,5 +133,15 @@ func LoadUserConfig(path string, explicit bool) (*UserConfig, error) {
 	return c, nil
 }
 
-// DefaultMaxJobs is the value of %{max-jobs} when not configured: the number of CPUs.
-func DefaultMaxJobs() int { return runtime.NumCPU() }
+// Defaults that do not oversubscribe the machine: builders × %{max-jobs} stays at
+// about the number of CPUs. BuildStream runs 4 builders with max-jobs = CPUs, so
+// four big builds at once run 4×CPUs compiler processes; gantry keeps 4 builders
+// (fewer on a smaller machine) and shares the CPUs among them.
+
+// DefaultBuilders is how many builds run at once when not configured: 4, or the
+// number of CPUs if fewer.
+func DefaultBuilders(cpus int) int { return max(1, min(4, cpus)) }
+
+// DefaultMaxJobs is the value of %{max-jobs} when not configured: the CPUs shared
+// among the builders that run at once, at least 1.
+func DefaultMaxJobs(cpus, builders int) int { return max(1, cpus/max(1, builders)) }

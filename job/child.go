@@ -194,6 +194,16 @@ func (r *Reporter) writeLog(line string) {
 // ran together can be merged in order.
 func logStamp(t time.Time) string { return t.Format("[15:04:05.000] ") }
 
+// TrimLogStamp returns a job log's line without its timestamp, for displays that
+// quote a log (a line without one is returned as it is).
+func TrimLogStamp(line string) string {
+	const n = len("[15:04:05.000] ")
+	if len(line) >= n && line[0] == '[' && line[3] == ':' && line[9] == '.' && line[n-2:n] == "] " {
+		return line[n:]
+	}
+	return line
+}
+
 func (r *Reporter) send(m Message) {
 	if r.sendErr != nil {
 		return

@@ -311,6 +311,9 @@ func TestMessagesInOrder(t *testing.T) {
 		if !logStampRE.MatchString(line) {
 			t.Errorf("log line without a timestamp: %q", line)
 		}
+		if got, want := TrimLogStamp(line), line[len("[15:04:05.000] "):]; got != want {
+			t.Errorf("TrimLogStamp(%q) = %q, want %q", line, got, want)
+		}
 	}
 	if out.Elapsed <= 0 || out.Elapsed != s.job.Elapsed() {
 		t.Errorf("Elapsed = %v, job.Elapsed() = %v; want equal and positive", out.Elapsed, s.job.Elapsed())

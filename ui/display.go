@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gantry-build/gantry/job"
 	"github.com/gantry-build/gantry/queues"
 )
 
@@ -79,7 +80,7 @@ func logExcerpt(logPath string, n int) string {
 	}
 	var b strings.Builder
 	for _, l := range tail(logPath, n) {
-		fmt.Fprintf(&b, "    %s\n", l)
+		fmt.Fprintf(&b, "    %s\n", job.TrimLogStamp(l))
 	}
 	fmt.Fprintf(&b, "    (full log: %s)\n", logPath)
 	return b.String()

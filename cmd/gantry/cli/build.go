@@ -36,10 +36,10 @@ type schedulerFlags struct {
 func (f *schedulerFlags) register(cmd *cobra.Command) {
 	fl := cmd.Flags()
 	fl.StringVar(&f.onError, "on-error", "", "what to do when a job fails: continue, quit or terminate (default quit)")
-	fl.IntVar(&f.builders, "builders", 0, "build jobs at once (default: number of CPUs)")
+	fl.IntVar(&f.builders, "builders", 0, "build jobs at once (default 4, or the number of CPUs if fewer)")
 	fl.IntVar(&f.fetchers, "fetchers", 0, "fetch jobs at once (default 10)")
 	fl.IntVar(&f.pushers, "pushers", 0, "push jobs at once (default 4)")
-	fl.IntVar(&f.maxJobs, "max-jobs", 0, "parallelism inside one build, %{max-jobs} (default: number of CPUs)")
+	fl.IntVar(&f.maxJobs, "max-jobs", 0, "parallelism inside one build, %{max-jobs} (default: the CPUs shared among the builders, so that builders × max-jobs ≈ CPUs)")
 	fl.StringVar(&f.sandbox, "sandbox", "auto", "build sandbox: auto, host or bwrap")
 	fl.StringVar(&f.quota, "cache-quota", "", "keep the local cache under `SIZE` (500M, 10G, 50%): least recently used artifacts are cleaned up")
 }
@@ -100,7 +100,8 @@ func (s *session) limits(f *schedulerFlags) (map[resources.Resource]int, element
 		return def, nil
 	}
 	sc := s.user.Scheduler
-	builders, err := pick(f.builders, "BUILDERS", sc.Builders, runtime.NumCPU())
+	cpus := runtime.NumCPU()
+	builders, err := pick(f.builders, "BUILDERS", sc.Builders, element.DefaultBuilders(cpus))
 	if err != nil {
 		return nil, "", 0, err
 	}
@@ -112,7 +113,7 @@ func (s *session) limits(f *schedulerFlags) (map[resources.Resource]int, element
 	if err != nil {
 		return nil, "", 0, err
 	}
-	maxJobs, err := pick(f.maxJobs, "MAX_JOBS", s.user.MaxJobs, element.DefaultMaxJobs())
+	maxJobs, err := pick(f.maxJobs, "MAX_JOBS", s.user.MaxJobs, element.DefaultMaxJobs(cpus, builders))
 	if err != nil {
 		return nil, "", 0, err
 	}

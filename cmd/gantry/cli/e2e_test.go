@@ -331,9 +331,9 @@ func TestE2EFailedBuild(t *testing.T) {
 
 	_, stderr := p.mustRun(1, append([]string{"build", "--ui", "plain", "--builders", "1"}, common...)...)
 	for _, re := range []string{
-		`\]\[build:bad\.toml\] FAILURE +build-commands: .*exit code 3`,
+		`\]\[build:bad\.toml\] +FAILURE +build-commands: .*exit code 3`,
 		`(?m)^ +` + marker + `$`,
-		`\]\[build:indep\.toml\] SUCCESS`,
+		`\]\[build:indep\.toml\] +SUCCESS`,
 		`(?m)^Failed:\n  bad\.toml \(build\): .*exit code 3.*\n    log: \S+bad\S*\.log$`,
 		`(?m)^Not built:\n  dep\.toml: dependency bad\.toml failed$`,
 	} {

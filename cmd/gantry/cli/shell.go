@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 
 	"github.com/spf13/cobra"
 
@@ -114,7 +115,7 @@ func runShell(ctx context.Context, opts *shellOptions, name string, argv []strin
 	}
 	lock.Unlock()
 	kind, reason := sandbox.Resolve(sandbox.Kind(opts.sandbox), sysroot)
-	paths := element.Paths{BuildRoot: buildDir, InstallRoot: installDir, Sysroot: sysroot, MaxJobs: fmt.Sprint(element.DefaultMaxJobs())}
+	paths := element.Paths{BuildRoot: buildDir, InstallRoot: installDir, Sysroot: sysroot, MaxJobs: fmt.Sprint(element.DefaultMaxJobs(runtime.NumCPU(), 1))}
 	if kind == sandbox.Bwrap {
 		paths = element.Paths{BuildRoot: element.SandboxBuildRoot, InstallRoot: element.SandboxInstallRoot, Sysroot: "/", MaxJobs: paths.MaxJobs}
 	}
