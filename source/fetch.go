@@ -33,10 +33,12 @@ type FetchOptions struct {
 //	files/<sha256>                  downloaded tarballs and remote files, complete and verified
 //	git/<sha256(url)[:16]>-<name>   bare mirrors of git repositories
 //	tmp/                            downloads in progress (same filesystem, for renames)
+//	locks/<sha256(url)[:16]>.lock   held while a URL is downloaded, so that it is downloaded once
 const (
 	filesDir = "files"
 	gitDir   = "git"
 	tmpDir   = "tmp"
+	locksDir = "locks"
 )
 
 // Fetch makes the source available in the source cache; it does nothing when the source
@@ -56,7 +58,18 @@ func Fetch(ctx context.Context, s *Spec, o FetchOptions) error {
 		if Cached(o.SourcesDir, s) {
 			return nil
 		}
-		_, err := storeFile(ctx, s.URL, s.Ref, &o)
+		// Jobs fetching the same URL (two elements, or two gantry processes) take
+		// turns: the one that waited finds the file cached and downloads nothing.
+		unlock, err := lockURL(ctx, o.SourcesDir, s.URL)
+		if err != nil {
+			return fmt.Errorf("fetching %s: %w", s.Describe(), err)
+		}
+		defer unlock()
+		if Cached(o.SourcesDir, s) {
+			o.logf("%s was downloaded meanwhile by another job", redactURL(s.URL))
+			return nil
+		}
+		_, err = storeFile(ctx, s.URL, s.Ref, &o)
 		return err
 	case Git:
 		return fetchGit(ctx, s, &o)
@@ -121,6 +134,17 @@ func storeFile(ctx context.Context, rawURL, want string, o *FetchOptions) (strin
 	}
 	o.logf("stored %s as %s", redactURL(rawURL), got)
 	return got, nil
+}
+
+// lockURL takes the lock of one URL's download, locks/<sha256(url)[:16]>.lock in the
+// source cache, waiting while another job holds it.
+func lockURL(ctx context.Context, sourcesDir, rawURL string) (unlock func(), err error) {
+	dir := filepath.Join(sourcesDir, locksDir)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("preparing the source cache: %w", err)
+	}
+	sum := sha256.Sum256([]byte(rawURL))
+	return lockFile(ctx, filepath.Join(dir, hex.EncodeToString(sum[:8])+".lock"))
 }
 
 func cachedFile(sourcesDir, sum string) string {

@@ -496,3 +496,45 @@ func TestProgress(t *testing.T) {
 		})
 	}
 }
+
+// Two jobs fetching the same URL at once download it once: the second waits for the
+// first's lock and finds the file cached. The first download is held until a second
+// request arrives (the bug) or a quarter second passes without one.
+func TestFetchSameURLConcurrentlyDownloadsOnce(t *testing.T) {
+	body := []byte("one download is enough\n")
+	var requests atomic.Int64
+	first := make(chan struct{})
+	second := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch requests.Add(1) {
+		case 1:
+			close(first)
+			select {
+			case <-second:
+			case <-time.After(250 * time.Millisecond):
+			}
+		case 2:
+			close(second)
+		}
+		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+		w.Write(body)
+	}))
+	defer srv.Close()
+	o := fetchOpts(t)
+	spec := func() *Spec { return &Spec{Kind: Remote, URL: srv.URL + "/file.txt", Ref: sha(body)} }
+	errs := make(chan error, 2)
+	go func() { errs <- Fetch(context.Background(), spec(), o) }()
+	<-first
+	go func() { errs <- Fetch(context.Background(), spec(), o) }()
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := requests.Load(); n != 1 {
+		t.Errorf("the URL was downloaded %d times, want once", n)
+	}
+	if !Cached(o.SourcesDir, spec()) {
+		t.Error("not cached after both fetches")
+	}
+}
