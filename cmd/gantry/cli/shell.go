@@ -3,9 +3,11 @@ package cli
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -43,6 +45,27 @@ as it was when the build failed. The command's exit code is gantry's.`,
 	cmd.Flags().BoolVar(&opts.build, "build", false, "open the tree of the element's failed build")
 	cmd.Flags().StringVar(&opts.sandbox, "sandbox", "auto", "sandbox: auto, host or bwrap")
 	return cmd
+}
+
+// shellEnv is the build environment with what an interactive shell wants, unless
+// the element's environment sets it: the prompt [project/element:/path]$ (sh
+// expands $PWD in PS1 at every prompt), the caller's TERM (else dumb), and HOME,
+// a fresh directory that is dropped with the shell.
+func shellEnv(build map[string]string, project, elementName, home string) map[string]string {
+	env := maps.Clone(build)
+	if env == nil {
+		env = map[string]string{}
+	}
+	term := os.Getenv("TERM")
+	if term == "" {
+		term = "dumb"
+	}
+	for k, v := range map[string]string{"PS1": "[" + project + "/" + elementName + ":$PWD]$ ", "TERM": term, "HOME": home} {
+		if _, set := env[k]; !set {
+			env[k] = v
+		}
+	}
+	return env
 }
 
 // exitStatusError carries a shell command's exit code out as gantry's.
@@ -123,12 +146,25 @@ func runShell(ctx context.Context, opts *shellOptions, name string, argv []strin
 	if err != nil {
 		return err
 	}
-	if opts.verbose {
-		fmt.Fprintf(opts.ios.ErrOut, "shell: %s sandbox (%s), build root %s\n", kind, reason, paths.BuildRoot)
+	home := filepath.Join(work, "home")
+	if kind == sandbox.Bwrap {
+		home = "/tmp" // a fresh tmpfs in the sandbox
+	} else if err := os.Mkdir(home, 0o700); err != nil {
+		return fmt.Errorf("preparing the shell's home directory: %w", err)
+	}
+	env := shellEnv(resolved.Env, s.project.Name, e.Name, home)
+	if len(argv) == 0 || opts.verbose {
+		short, _, _ := strings.Cut(reason, " (")
+		what := "build environment"
+		if opts.build {
+			what = "failed build tree"
+		}
+		fmt.Fprintf(opts.ios.ErrOut, "gantry shell: %s of %s (key %s), %s sandbox (%s), in %s; exit to leave\n",
+			what, e.Name, e.ShortKey(), kind, short, paths.BuildRoot)
 	}
 	cfg := sandbox.Config{Kind: kind, Sysroot: sysroot, BuildDir: buildDir, InstallDir: installDir,
 		SandboxBuildRoot: element.SandboxBuildRoot, SandboxInstallRoot: element.SandboxInstallRoot,
-		Env: resolved.Env, Stdout: opts.ios.Out, Stderr: opts.ios.ErrOut}
+		Env: env, Stdout: opts.ios.Out, Stderr: opts.ios.ErrOut}
 	code, err := sandbox.Shell(ctx, cfg, argv, opts.ios.In)
 	if err != nil {
 		return fmt.Errorf("running the shell for %s: %w", e.Name, err)
