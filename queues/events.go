@@ -118,6 +118,10 @@ type Counts struct {
 	Queues []QueueStats
 	Done   int // elements through the whole pipeline, failed or skipped
 	Total  int // elements in the session
+	// Remaining is the estimated build time left at Time (see Scheduler.remaining);
+	// displays count it down from Time until the next Counts. 0: nothing left to
+	// build, or no Build queue.
+	Remaining time.Duration
 }
 
 // SessionEnd closes a session with its summary.

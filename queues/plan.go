@@ -152,6 +152,7 @@ func setPriorities(order []*Item, estimate func(*element.Element) (time.Duration
 				}
 			}
 		}
+		it.Estimate = own
 		it.Priority = own + after[it]
 		for _, d := range it.Stage {
 			after[d] = max(after[d], it.Priority)

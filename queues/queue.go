@@ -61,6 +61,9 @@ type Item struct {
 	// Priority orders READY items in the build queue: the longest remaining critical
 	// path (estimated seconds) through this element to a target.
 	Priority time.Duration
+	// Estimate is its own expected build time (learned durations): 0 for an element
+	// cached or failed at planning. The session's ETA adds these up.
+	Estimate time.Duration
 	// Stage lists the items its build stages (build dependencies and their runtime
 	// dependencies).
 	Stage []*Item

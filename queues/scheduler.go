@@ -83,8 +83,9 @@ type Scheduler struct {
 	held          []held
 	holdSuspended bool
 
-	done       int    // elements out of the pipeline: through every queue, or failed
-	lastCounts Counts // last published, to publish only changes
+	done       int      // elements out of the pipeline: through every queue, or failed
+	lastCounts Counts   // last published, to publish only changes
+	eta        etaState // the last ETA (eta.go)
 
 	clean     cleanupState       // quota keeping (cleanup.go)
 	interests map[*Item]interest // exclusive interests registered for items (interest.go)
@@ -113,6 +114,7 @@ type activeJob struct {
 	req     resources.Request
 	running Running
 	logPath string
+	started time.Time
 }
 
 // Inbox messages.
@@ -359,7 +361,7 @@ func (s *Scheduler) spawn(qs *queueState, it *Item, refused *[]resources.Request
 		spec := job.Spec{ID: id, Action: string(action), Element: it.Name(), LogPath: logPath, Payload: payload}
 		running, err = s.cfg.Runner.Start(spec, func(m job.Message) { s.inbox <- jobMessage{id, m} })
 		if err == nil {
-			a := &activeJob{id: id, item: it, qs: qs, req: req, running: running, logPath: logPath}
+			a := &activeJob{id: id, item: it, qs: qs, req: req, running: running, logPath: logPath, started: time.Now()}
 			s.active[id] = a
 			qs.running++
 			go func() { s.inbox <- jobDone{id, running.Wait()} }()
@@ -639,7 +641,9 @@ func (s *Scheduler) publishCounts() {
 		return
 	}
 	// A new slice each time: published events are immutable.
-	c := Counts{Base: Base{time.Now()}, Done: s.done, Total: len(s.cfg.Items), Queues: make([]QueueStats, len(s.queues))}
+	now := time.Now()
+	c := Counts{Base: Base{now}, Done: s.done, Total: len(s.cfg.Items), Queues: make([]QueueStats, len(s.queues)),
+		Remaining: s.remaining(now)}
 	for i, qs := range s.queues {
 		c.Queues[i] = stats(qs)
 	}

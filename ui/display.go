@@ -132,6 +132,19 @@ func WriteSummary(w io.Writer, s *queues.Summary) {
 	io.WriteString(w, b.String())
 }
 
+// etaText is what is left of a session's estimated build time, "~1m30s left", given
+// how much session time passed since the Counts c; "" when nothing is left to build.
+func etaText(c queues.Counts, since time.Duration) string {
+	left := c.Remaining - since
+	if c.Remaining <= 0 || c.Done >= c.Total {
+		return ""
+	}
+	if left < time.Second {
+		return "almost done"
+	}
+	return "~" + left.Round(time.Second).String() + " left"
+}
+
 func formatDuration(d time.Duration) string {
 	if d < time.Second {
 		return d.Round(time.Millisecond).String()

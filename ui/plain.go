@@ -20,7 +20,13 @@ type Plain struct {
 	opts  Options
 	start time.Time
 	width int // of the task column: "[action:element]" of the longest action and name
+
+	lastStatus time.Time // when the last periodic STATUS line was printed
 }
+
+// statusEvery is how often, at most, plain output prints the session's progress and
+// ETA: on the first counters change after that long.
+const statusEvery = 30 * time.Second
 
 // NewPlain returns a plain display writing to w.
 func NewPlain(w io.Writer, opts Options) *Plain { return &Plain{w: w, opts: opts} }
@@ -92,6 +98,16 @@ func (p *Plain) Handle(e queues.Event) {
 		p.line(clock(e.Time.Sub(p.start)), "", "", "", "SUSPEND", "all jobs suspended")
 	case queues.Resumed:
 		p.line(clock(e.Time.Sub(p.start)), "", "", "", "RESUME", "all jobs resumed")
+	case queues.Counts:
+		if e.Time.Sub(p.lastStatus) < statusEvery || e.Time.Sub(p.start) < statusEvery {
+			return
+		}
+		p.lastStatus = e.Time
+		msg := fmt.Sprintf("%d/%d elements", e.Done, e.Total)
+		if eta := etaText(e, 0); eta != "" {
+			msg += ", " + eta
+		}
+		p.line(clock(e.Time.Sub(p.start)), "", "", "", "STATUS", msg)
 	case queues.SessionEnd:
 		WriteSummary(p.w, e.Summary)
 	}

@@ -726,3 +726,36 @@ func TestTUICacheUsage(t *testing.T) {
 		t.Errorf("usage measured or shown without a quota (%d measurements)", calls)
 	}
 }
+
+// The header shows the session's progress as a bar and the ETA the scheduler
+// estimated, counted down between counter changes (and not while suspended).
+func TestTUIHeaderShowsProgressAndETA(t *testing.T) {
+	tt := newTester(t, TUIOptions{NoColor: true}, false)
+	tt.events(start(), queues.Counts{Base: at(time.Second), Done: 1, Total: 3, Remaining: 90 * time.Second})
+	tt.wantView("1/3 elements ", "~1m30s left")
+	if !strings.ContainsAny(strings.SplitN(tt.view(), "\n", 2)[0], "█░") {
+		t.Errorf("no progress bar in the header:\n%s", tt.view())
+	}
+	tt.tick(t0.Add(31 * time.Second))
+	tt.wantView("~1m0s left")
+	tt.events(queues.Suspended{Base: at(31 * time.Second)})
+	tt.tick(t0.Add(61 * time.Second))
+	tt.wantView("~1m0s left")
+	tt.events(queues.Counts{Base: at(61 * time.Second), Done: 3, Total: 3})
+	tt.wantNotView("left")
+}
+
+// Plain output prints the progress and the ETA every half minute at most.
+func TestPlainPeriodicStatusHasETA(t *testing.T) {
+	var out bytes.Buffer
+	d := NewPlain(&out, Options{})
+	d.Handle(start())
+	d.Handle(queues.Counts{Base: at(10 * time.Second), Done: 0, Total: 3, Remaining: 2 * time.Minute})
+	d.Handle(queues.Counts{Base: at(40 * time.Second), Done: 1, Total: 3, Remaining: 90 * time.Second})
+	d.Handle(queues.Counts{Base: at(50 * time.Second), Done: 2, Total: 3, Remaining: 80 * time.Second})
+	got := out.String()
+	if n := strings.Count(got, "STATUS"); n != 1 {
+		t.Errorf("want one STATUS line, got %d:\n%s", n, got)
+	}
+	wantContains(t, "plain output", got, "[00:00:40][        ][session] STATUS   1/3 elements, ~1m30s left\n")
+}

@@ -94,7 +94,16 @@ func (m tuiModel) layout() tuiModel {
 // header is the session line and the queues' counters, as many groups a line as fit.
 func (m tuiModel) header(width int) []string {
 	c := m.st.counts
-	first := fmt.Sprintf("[%s] %s  %d/%d elements", clock(m.st.clock.elapsed(m.st.now)), m.st.project, c.Done, c.Total)
+	elapsed := m.st.clock.elapsed(m.st.now)
+	first := fmt.Sprintf("[%s] %s  %d/%d elements", clock(elapsed), m.st.project, c.Done, c.Total)
+	if c.Total > 0 {
+		bar := m.sty.bar
+		bar.Width = max(10, min(24, width/6))
+		first += " " + bar.ViewAs(float64(c.Done)/float64(c.Total))
+	}
+	if eta := etaText(c, elapsed-m.st.clock.elapsed(c.Time)); eta != "" {
+		first += "  " + eta
+	}
 	if m.quota > 0 && m.used >= 0 {
 		cache := fmt.Sprintf("cache %s / %s", byteSize(m.used), byteSize(m.quota))
 		if m.used > m.quota {
@@ -243,7 +252,8 @@ func (m tuiModel) footer() []string {
 		fallthrough
 	case m.help:
 		lines = append(lines, "ctrl+c interrupt · ctrl+z stop gantry · ? hide these keys",
-			"counters per queue: processed, skipped, failed, running, waiting")
+			"counters per queue: processed, skipped, failed, running, waiting",
+			"time left: learned build times along the critical path, shared among the builders")
 	}
 	return lines
 }
