@@ -219,8 +219,15 @@ func (m tuiModel) key(msg tea.KeyMsg) (tuiModel, tea.Cmd) {
 		}
 		return m, nil
 	case m.log.open:
-		if k == "esc" || k == "q" {
+		switch k {
+		case "esc", "q":
 			m.log = logView{}
+			return m, nil
+		case "g", "home":
+			m.log.vp.GotoTop()
+			return m, nil
+		case "G", "end": // and the view follows the log again
+			m.log.vp.GotoBottom()
 			return m, nil
 		}
 		m.log.vp, _ = m.log.vp.Update(msg)

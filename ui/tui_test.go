@@ -376,12 +376,23 @@ func TestTUILogViewFollowsTheLog(t *testing.T) {
 	writeFile(t, log, "after scrolling up\n")
 	tt.tick(t0.Add(3 * time.Second))
 	tt.wantNotView("after scrolling up", "line 39")
+	tt.keys("g")
+	tt.wantView("configure: ok")
+	tt.keys("G") // the end, and following again
+	tt.wantView("after scrolling up")
+	// The job ends: the view stays, keeps reading and scrolling.
+	tt.events(queues.JobEnd{Base: at(4 * time.Second), JobID: "b1", Action: queues.Build, Element: "app.toml", Result: queues.ResultSuccess, LogPath: log})
+	writeFile(t, log, "[success]\n")
+	tt.tick(t0.Add(5 * time.Second))
+	tt.wantView("log of build app.toml", "[success]")
+	tt.keys("g")
+	tt.wantView("configure: ok")
 
 	tt.keys("esc")
-	tt.wantView("> build  app.toml", "base.toml")
+	tt.wantView("base.toml")
 	tt.wantNotView("log of")
-	tt.keys("l")
-	tt.wantView("log of build app.toml", "after scrolling up")
+	tt.keys("up", "l")
+	tt.wantView("log of fetch base.toml")
 	tt.keys("q") // q leaves the log view, it does not quit
 	tt.wantNotView("log of")
 	tt.wantCmds()

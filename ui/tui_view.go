@@ -244,9 +244,9 @@ func (m tuiModel) footer() []string {
 	}
 	switch {
 	case m.log.open && held != nil:
-		lines = append(lines, "↑/↓ pgup/pgdn scroll · esc back to the question")
+		lines = append(lines, "↑/↓ pgup/pgdn scroll · g top · G end (follow) · esc back to the question")
 	case m.log.open:
-		lines = append(lines, "↑/↓ pgup/pgdn scroll · esc back")
+		lines = append(lines, "↑/↓ pgup/pgdn scroll · g top · G end (follow) · esc back")
 	case m.help && held == nil:
 		lines = append(lines, "s suspend/resume · q quit · t terminate · ↑/↓ select · enter log")
 		fallthrough
