@@ -54,7 +54,7 @@ type tuiModel struct {
 	ctl   Controller
 	shell func(element string) *exec.Cmd // nil: the failure prompt offers no shell
 	sty   tuiStyles
-	tick  tea.Cmd            // the ticker, re-armed on each tickMsg; nil: none (tests)
+	ticks bool               // run the ticker (tests drive the clock themselves)
 	hook  func(queues.Event) // tests only: runs before an event is applied
 
 	width, height int    // the terminal's size; 0 until a WindowSizeMsg says
@@ -79,7 +79,7 @@ func newTUIModel(ctl Controller, o TUIOptions, sty tuiStyles) tuiModel {
 		ctl:   ctl,
 		shell: o.Shell,
 		sty:   sty,
-		tick:  tea.Tick(tickEvery, func(t time.Time) tea.Msg { return tickMsg(t) }),
+		ticks: true,
 		used:  -1,
 	}
 	if o.CacheQuota > 0 && o.CacheUsage != nil {
@@ -91,7 +91,7 @@ func newTUIModel(ctl Controller, o TUIOptions, sty tuiStyles) tuiModel {
 // Init starts the ticker and the first measurement of the cache's usage.
 func (m tuiModel) Init() tea.Cmd {
 	m, measure := m.measure(time.Now())
-	return tea.Batch(m.tick, measure)
+	return tea.Batch(m.nextTick(), measure)
 }
 
 // measure starts measuring the cache's usage when it is stale and the last measurement
@@ -172,7 +172,17 @@ func (m tuiModel) tickAt(now time.Time) (tuiModel, tea.Cmd) {
 	var read, measure tea.Cmd
 	m.log, read = m.log.poll()
 	m, measure = m.measure(now)
-	return m, tea.Batch(m.tick, read, measure)
+	return m, tea.Batch(m.nextTick(), read, measure)
+}
+
+// nextTick arms the ticker once more. A tea.Tick command fires once: its timer is
+// made when tea.Tick is called, so each tick needs a new one (running the same
+// command again would wait forever on the spent timer).
+func (m tuiModel) nextTick() tea.Cmd {
+	if !m.ticks {
+		return nil
+	}
+	return tea.Tick(tickEvery, func(t time.Time) tea.Msg { return tickMsg(t) })
 }
 
 // order returns the model after the user gave command c, and the tea.Cmd that sends

@@ -83,7 +83,7 @@ func newTester(t *testing.T, o TUIOptions, colour bool) *tester {
 	if m.Init() == nil {
 		t.Fatal("Init starts no ticker")
 	}
-	m.tick = nil
+	m.ticks = false
 	tt := &tester{t: t, m: m, ctl: ctl}
 	tt.send(tea.WindowSizeMsg{Width: 80, Height: 24})
 	return tt

@@ -286,3 +286,55 @@ func TestE2ETUITerminate(t *testing.T) {
 	}
 	assertNotBuilt(t, p, "tick.toml")
 }
+
+// TestE2ETUILogViewAndRedraw: the log view follows a running job's log like tail -f;
+// after Ctrl-Z, with the shell writing below the display while gantry is stopped, fg
+// (SIGCONT) redraws the screen without the stale lines, and the header once.
+func TestE2ETUILogViewAndRedraw(t *testing.T) {
+	t.Parallel()
+	requireTmux(t)
+	p := newE2EProject(t, map[string]string{"project.toml": projectTOML("tick.toml")})
+	release := p.scratch("release")
+	p.write("elements/tick.toml", manualElement(nil,
+		fmt.Sprintf("i=0; while [ ! -e %s ]; do i=$((i+1)); echo tick $i; sleep 0.05; done", release)))
+	tp := p.startInTmux("build", "--sandbox", "host")
+	tp.waitScreen("the running job", `build +tick\.toml`)
+	tp.keys("Enter")
+	tp.waitScreen("the log view", `(?s)log of build tick\.toml.*tick 3\b`)
+	tp.waitScreen("the log view growing", `tick 30\b`)
+
+	gantry := tp.gantryPid()
+	tp.keys("C-z")
+	eventually(t, e2eTimeout, "gantry is stopped (state T)", func() bool {
+		pi, ok := readProc(gantry)
+		return ok && pi.state == 'T'
+	})
+	tty, err := os.OpenFile(tp.format("#{pane_tty}"), os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprint(tty, "\r\n[1]+  Stopped   STALE-LINE-1\r\n$ fg STALE-LINE-2\r\n")
+	tty.Close()
+	tp.waitScreen("the shell's lines", `STALE-LINE-2`)
+	syscall.Kill(gantry, syscall.SIGCONT)
+	screen := tp.waitScreenIs("the screen redrawn without the shell's lines", `STALE-LINE`, false)
+	if n := strings.Count(screen, "log of build tick.toml"); n != 1 {
+		t.Errorf("the log view's title is on the screen %d times, want once:\n%s", n, screen)
+	}
+	tp.waitScreen("the log view still following", `tick [1-9]\d\d\b`)
+
+	// A narrower terminal: the display is drawn again at the new width, once.
+	tp.run("resize-window", "-t", "gantry", "-x", "60")
+	tp.waitScreen("the counters wrapped to the new width", `(?m)^build \d+ ok`)
+	screen = tp.screen()
+	if n := strings.Count(screen, "log of build tick.toml"); n != 1 {
+		t.Errorf("after the resize the log view's title is on the screen %d times, want once:\n%s", n, screen)
+	}
+
+	if err := os.WriteFile(release, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, screen := tp.waitExit(); code != 0 {
+		t.Errorf("gantry exited with status %d, want 0; the screen:\n%s", code, screen)
+	}
+}
