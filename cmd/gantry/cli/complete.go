@@ -1,13 +1,15 @@
 package cli
 
 import (
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
 )
 
 // Shell completion (`gantry completion bash|zsh|fish`): cobra completes the
-// subcommands and flags; element arguments complete to the project's element names.
+// subcommands and flags; element arguments complete to the project's element names,
+// --remote to the configured remotes' URLs.
 
 // completeElementArgs gives every command whose usage names an ELEMENT a completion
 // of element names: each argument for "[ELEMENT...]" and "GLOB...", the first one
@@ -15,6 +17,11 @@ import (
 func completeElementArgs(opts *globalOptions, cmd *cobra.Command) {
 	for _, sub := range cmd.Commands() {
 		completeElementArgs(opts, sub)
+	}
+	if cmd.Flags().Lookup("remote") != nil {
+		cmd.RegisterFlagCompletionFunc("remote", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+			return opts.remoteURLs(), cobra.ShellCompDirectiveNoFileComp
+		})
 	}
 	if !strings.Contains(cmd.Use, "ELEMENT") || cmd.ValidArgsFunction != nil {
 		return
@@ -43,6 +50,26 @@ func (o *globalOptions) elementNamesWithPrefix(prefix string) []string {
 	for _, e := range all {
 		if strings.HasPrefix(e, prefix) {
 			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// remoteURLs lists the remotes of the user configuration and project.toml, those
+// without credentials in their URL (completion must not print a password).
+func (o *globalOptions) remoteURLs() []string {
+	s, err := o.load()
+	if err != nil {
+		return nil
+	}
+	specs, err := s.remotes(&remoteFlags{}, false)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, r := range specs {
+		if r.Display() == r.URL && !slices.Contains(out, r.URL) {
+			out = append(out, r.URL)
 		}
 	}
 	return out
