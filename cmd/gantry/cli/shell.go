@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -154,13 +153,15 @@ func runShell(ctx context.Context, opts *shellOptions, name string, argv []strin
 	}
 	env := shellEnv(resolved.Env, s.project.Name, e.Name, home)
 	if len(argv) == 0 || opts.verbose {
-		short, _, _ := strings.Cut(reason, " (")
-		what := "build environment"
+		what := ""
 		if opts.build {
-			what = "failed build tree"
+			what = ", failed build"
 		}
-		fmt.Fprintf(opts.ios.ErrOut, "gantry shell: %s of %s (key %s), %s sandbox (%s), in %s; exit to leave\n",
-			what, e.Name, e.ShortKey(), kind, short, paths.BuildRoot)
+		fmt.Fprintf(opts.ios.ErrOut, "gantry shell: %s (key %s%s), %s sandbox, in %s; exit to leave\n",
+			e.Name, e.ShortKey(), what, kind, paths.BuildRoot)
+		if opts.verbose {
+			fmt.Fprintf(opts.ios.ErrOut, "gantry shell: sandbox: %s (%s)\n", kind, reason)
+		}
 	}
 	cfg := sandbox.Config{Kind: kind, Sysroot: sysroot, BuildDir: buildDir, InstallDir: installDir,
 		SandboxBuildRoot: element.SandboxBuildRoot, SandboxInstallRoot: element.SandboxInstallRoot,
