@@ -1,6 +1,7 @@
 package queues
 
 import (
+	"slices"
 	"time"
 
 	"github.com/gantry-build/gantry/resources"
@@ -9,61 +10,79 @@ import (
 // The session's ETA: how long the builds left should take, from each element's
 // learned build time (Item.Estimate) and the critical path through what is left
 // (Item.Priority). Called only from the scheduler goroutine.
-
-// etaState caches the last estimate: it is recomputed (a walk over the items) only
-// when a build job starts or ends, and counted down in between.
+//
+// It is kept incrementally, so that a loop turn pays O(running builds), not a walk
+// over every item: left holds the items to build that have not left the Build queue
+// (an item leaves it when it is promoted past it or fails), work the sum of their
+// estimates, and byPriority lists them highest priority first, with next the first
+// one that may still be left (items only ever leave).
 type etaState struct {
-	key   [3]int // the Build queue's processed, failed and running when computed
-	at    time.Time
-	value time.Duration
-	valid bool
+	started    bool
+	build      int // index of the Build queue; -1: none
+	left       map[*Item]bool
+	work       time.Duration
+	byPriority []*Item
+	next       int
+}
+
+// startETA sets the ETA up once the items are queued.
+func (s *Scheduler) startETA() {
+	e := &s.eta
+	e.started, e.build, e.left = true, -1, map[*Item]bool{}
+	for i, qs := range s.queues {
+		if qs.q.Action() == Build {
+			e.build = i
+		}
+	}
+	for _, it := range s.cfg.Items {
+		if e.build >= 0 && !it.Cached && !it.Failed && it.queue >= 0 {
+			e.left[it] = true
+			e.work += it.Estimate
+			e.byPriority = append(e.byPriority, it)
+		}
+	}
+	slices.SortStableFunc(e.byPriority, func(a, b *Item) int { return int(b.Priority - a.Priority) })
+}
+
+// leaving books that it leaves the Build queue, or the pipeline before it.
+func (s *Scheduler) leaving(it *Item) {
+	if s.eta.left[it] {
+		delete(s.eta.left, it)
+		s.eta.work -= it.Estimate
+	}
 }
 
 // remaining is the estimated build time left at now: the longer of the critical
 // path through the elements still to build and their total build time shared among
 // the builders (a running build counts what its estimate has left).
 func (s *Scheduler) remaining(now time.Time) time.Duration {
-	build := -1
-	for i, qs := range s.queues {
-		if qs.q.Action() == Build {
-			build = i
-		}
-	}
-	if build < 0 {
+	e := &s.eta
+	if !e.started || e.build < 0 {
 		return 0
 	}
-	bq := s.queues[build]
-	key := [3]int{bq.processed, bq.failed, bq.running}
-	if s.eta.valid && s.eta.key == key {
-		return max(0, s.eta.value-now.Sub(s.eta.at))
-	}
-	ran := map[*Item]time.Duration{}
+	work, critical := e.work, time.Duration(0)
+	running := map[*Item]bool{}
 	for _, a := range s.active {
-		if a.item != nil && a.qs == bq {
-			ran[a.item] = now.Sub(a.started)
+		if a.item != nil && a.qs == s.queues[e.build] {
+			elapsed := now.Sub(a.started)
+			running[a.item] = true
+			work -= min(a.item.Estimate, elapsed)
+			critical = max(critical, a.item.Priority-elapsed)
 		}
+	}
+	for e.next < len(e.byPriority) && !e.left[e.byPriority[e.next]] {
+		e.next++
+	}
+	for _, it := range e.byPriority[e.next:] {
+		if running[it] || !e.left[it] {
+			continue // at most the running builds and what left out of order
+		}
+		critical = max(critical, it.Priority)
+		break
 	}
 	builders := 1
 	if s.cfg.Pool != nil {
 		builders = max(1, s.cfg.Pool.Limit(resources.Process))
-	}
-	v := estimateRemaining(s.cfg.Items, build, ran, builders)
-	s.eta = etaState{key: key, at: now, value: v, valid: true}
-	return v
-}
-
-// estimateRemaining is the ETA of items with the Build queue at index build: the
-// items not yet past it (not cached or failed) are still to build; ran holds how
-// long each running build has run.
-func estimateRemaining(items []*Item, build int, ran map[*Item]time.Duration, builders int) time.Duration {
-	var work, critical time.Duration
-	for _, it := range items {
-		if it.Cached || it.Failed || it.queue < 0 || it.queue > build {
-			continue
-		}
-		elapsed := ran[it]
-		work += max(0, it.Estimate-elapsed)
-		critical = max(critical, it.Priority-elapsed)
 	}
 	return max(critical, work/time.Duration(builders))
 }

@@ -7,66 +7,66 @@ import (
 	"github.com/gantry-build/gantry/element"
 )
 
-// TestETA runs a session with known build times through the fake runner: two builders,
-// a 60 s element a feeding a 30 s element b, and a 20 s element c. The ETA is the
-// longer of the critical path (a then b: 90 s) and the work shared by the builders
-// (110 s / 2), counted down as builds run and finish.
+// TestETA runs sessions with known build times through the fake runner: a 60 s
+// element a feeding a 30 s element b, and a 20 s element c. The ETA is the longer of
+// the critical path (a then b: 90 s) and the work left shared among the builders
+// (110 s in all), counted down as builds finish. Each step finishes the named build
+// and checks the ETA once the next builds have started.
 func TestETA(t *testing.T) {
 	estimates := map[string]time.Duration{"a": 60 * time.Second, "b": 30 * time.Second, "c": 20 * time.Second}
-	g := newGraph(t, "a", "b: a", "c")
-	items := plan(t, g, PlanOptions{Estimate: func(e *element.Element) (time.Duration, bool) {
-		d, ok := estimates[e.Name]
-		return d, ok
-	}})
-	h := startSession(t, Config{Queues: []Queue{buildQueue()}, Items: items, Pool: buildPool(2)})
-	// The jobs have run for no more than the test's own run time: allow that much.
-	check := func(when string, want time.Duration) {
-		t.Helper()
-		counts := eventsOf[Counts](h.events)
-		got := counts[len(counts)-1].Remaining
-		if got > want || got < want-timeout {
-			t.Errorf("%s: ETA %v, want %v", when, got, want)
-		}
-	}
-	jobs := h.nextN(2)
-	h.sync(jobs["a"])
-	check("a and c running", 90*time.Second)
-	jobs["c"].Succeed(t)
-	h.sync(jobs["a"])
-	check("c done", 90*time.Second)
-	jobs["a"].Succeed(t)
-	b := h.expect(Build, "b")
-	h.sync(b)
-	check("a done, b running", 30*time.Second)
-	b.Succeed(t)
-	h.wait()
-	check("all done", 0)
-}
-
-func TestEstimateRemaining(t *testing.T) {
-	item := func(queue int, estimate, priority time.Duration) *Item {
-		return &Item{queue: queue, Estimate: estimate, Priority: priority}
-	}
-	long := item(0, 50*time.Second, 80*time.Second)
-	tail := item(0, 30*time.Second, 30*time.Second)
-	small := item(0, 10*time.Second, 10*time.Second)
-	done := item(1, 40*time.Second, 40*time.Second) // past the Build queue
-	cached := item(0, 0, 0)
-	cached.Cached = true
-	items := []*Item{long, tail, small, done, cached}
-	for _, tt := range []struct {
+	for _, tc := range []struct {
 		name     string
-		ran      map[*Item]time.Duration
 		builders int
-		want     time.Duration
+		start    time.Duration // with the first builds running
+		steps    []string      // builds finished, in order
+		starts   []bool        // whether a build starts after each
+		want     []time.Duration
 	}{
-		{"one builder: the work", nil, 1, 90 * time.Second},
-		{"many builders: the critical path", nil, 8, 80 * time.Second},
-		{"a running build counts what is left", map[*Item]time.Duration{long: 20 * time.Second}, 8, 60 * time.Second},
-		{"a build over its estimate counts nothing more", map[*Item]time.Duration{small: time.Minute}, 1, 80 * time.Second},
+		// Two builders: a and c run; the critical path a → b decides.
+		{"two builders", 2, 90 * time.Second, []string{"c", "a", "b"}, []bool{false, true, false}, []time.Duration{90 * time.Second, 30 * time.Second, 0}},
+		// One builder: the work decides: 110 s, then b and c (50 s), then c.
+		{"one builder", 1, 110 * time.Second, []string{"a", "b", "c"}, []bool{true, true, false}, []time.Duration{50 * time.Second, 20 * time.Second, 0}},
 	} {
-		if got := estimateRemaining(items, 0, tt.ran, tt.builders); got != tt.want {
-			t.Errorf("%s: %v, want %v", tt.name, got, tt.want)
-		}
+		t.Run(tc.name, func(t *testing.T) {
+			g := newGraph(t, "a", "b: a", "c")
+			items := plan(t, g, PlanOptions{Estimate: func(e *element.Element) (time.Duration, bool) {
+				d, ok := estimates[e.Name]
+				return d, ok
+			}})
+			h := startSession(t, Config{Queues: []Queue{buildQueue()}, Items: items, Pool: buildPool(tc.builders)})
+			// The running builds have run for no longer than the test: allow that much.
+			check := func(when string, want time.Duration) {
+				t.Helper()
+				counts := eventsOf[Counts](h.events)
+				if got := counts[len(counts)-1].Remaining; got > want || got < want-timeout {
+					t.Errorf("%s: ETA %v, want %v", when, got, want)
+				}
+			}
+			running := h.nextN(tc.builders)
+			for _, j := range running {
+				h.sync(j)
+			}
+			check("at the start", tc.start)
+			for i, name := range tc.steps {
+				j := running[name]
+				if j == nil {
+					t.Fatalf("%s is not running; running: %v", name, running)
+				}
+				j.Succeed(t)
+				delete(running, name)
+				if i == len(tc.steps)-1 {
+					h.wait()
+				} else {
+					if tc.starts[i] {
+						n := h.next()
+						running[n.Spec.Element] = n
+					}
+					for _, r := range running {
+						h.sync(r)
+					}
+				}
+				check(name+" done", tc.want[i])
+			}
+		})
 	}
 }

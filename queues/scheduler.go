@@ -212,6 +212,7 @@ func (s *Scheduler) Run() *Summary {
 			s.queues[0].add(it)
 		}
 	}
+	s.startETA()
 	for {
 		for s.promote() || s.harvest() {
 		}
@@ -268,6 +269,9 @@ func (s *Scheduler) promote() bool {
 		for _, it := range qs.done {
 			moved = true
 			it.attempt = 0
+			if i == s.eta.build {
+				s.leaving(it)
+			}
 			if i+1 < len(s.queues) {
 				it.queue = i + 1
 				s.queues[i+1].add(it)
@@ -518,6 +522,7 @@ func (s *Scheduler) warn(it *Item, warning string) {
 
 // fail records a failed element and applies the on-error policy.
 func (s *Scheduler) fail(qs *queueState, it *Item, msg, logPath string) {
+	s.leaving(it)
 	qs.failed++
 	it.Failed = true
 	it.queue = -1
