@@ -40,15 +40,7 @@ func missingRefsError(g *element.Graph, selected []*element.Element, err error) 
 	for i, e := range all {
 		list[i] = fmt.Sprintf("%s (source %d, %s)", e.Element, e.Source, e.Desc)
 	}
-	names := targetNames(g.Targets)
+	names := joinNames(g.Targets, " ")
 	return fmt.Errorf("%d elements have a source without a ref: %s: run `gantry track --deps all %s`, or build with `gantry build --track %s`",
 		len(all), strings.Join(list, ", "), names, names)
-}
-
-func targetNames(targets []*element.Element) string {
-	out := make([]string, len(targets))
-	for i, e := range targets {
-		out[i] = e.Name
-	}
-	return strings.Join(out, " ")
 }

@@ -89,7 +89,7 @@ func runShow(opts *showOptions, args []string) error {
 			"name": e.Name, "key": e.Key, "full-key": e.Key, "short-key": e.ShortKey(), "state": string(states[e]),
 			"kind": e.Kind.Name, "description": e.Description,
 			"deps": yamlList(d.all), "build-deps": yamlList(d.build), "runtime-deps": yamlList(d.runtime),
-			"run-deps": names(e.RunDeps), "workspace": e.Workspace,
+			"run-deps": joinNames(e.RunDeps, ","), "workspace": e.Workspace,
 		}))
 		if e.Workspace != "" && opts.format == defaultShowFormat {
 			w.WriteString(" (workspace: " + e.Workspace + ")")
@@ -141,10 +141,11 @@ func yamlList(names []string) string {
 	return "- " + strings.Join(names, "\n- ")
 }
 
-func names(list []*element.Element) string {
+// joinNames joins the elements' names with sep.
+func joinNames(list []*element.Element, sep string) string {
 	out := make([]string, len(list))
 	for i, e := range list {
 		out[i] = e.Name
 	}
-	return strings.Join(out, ",")
+	return strings.Join(out, sep)
 }

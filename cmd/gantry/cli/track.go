@@ -72,7 +72,7 @@ func runTrack(opts *trackOptions, args []string) error {
 			names[i] = m.Element
 		}
 		opts.ios.Info(fmt.Sprintf("%s still without a ref: %s: run `gantry track --deps all %s`",
-			ui.Plural(len(missing), "element"), strings.Join(names, ", "), targetNames(g.Targets)))
+			ui.Plural(len(missing), "element"), strings.Join(names, ", "), joinNames(g.Targets, " ")))
 	} else if len(changes) == 0 {
 		opts.ios.Info("all refs are up to date")
 	}
