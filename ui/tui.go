@@ -6,6 +6,7 @@ import (
 	"io"
 	"os/exec"
 	"sync"
+	"sync/atomic"
 
 	tea "github.com/charmbracelet/bubbletea"
 
@@ -45,6 +46,7 @@ type TUI struct {
 	exited chan struct{}      // closed once the program has returned and the terminal is restored
 	runErr error              // why the program ended before the session did; set before exited closes
 	hook   func(queues.Event) // tests only: given to the model, runs before it applies an event
+	width  atomic.Int64       // the terminal's width as the program last saw it; 0: unknown
 
 	// Owned by the goroutine that calls Handle.
 	hist  history
@@ -67,6 +69,7 @@ func (t *TUI) Start(ctl Controller) {
 	t.ctl = ctl
 	m := newTUIModel(answerWatch{t}, t.opts, newTUIStyles(newRenderer(t.opts.Out, t.opts.NoColor)))
 	m.hook = t.hook
+	m.onResize = func(w int) { t.width.Store(int64(w)) }
 	t.prog = tea.NewProgram(m,
 		tea.WithInput(t.opts.In),
 		tea.WithOutput(t.opts.Out),
@@ -125,7 +128,11 @@ func (t *TUI) Handle(e queues.Event) {
 		select {
 		case <-msg.ack:
 			if text != "" {
-				t.prog.Send(tea.Println(text)())
+				w := int(t.width.Load())
+				if w <= 0 {
+					w = defaultWidth
+				}
+				t.prog.Send(tea.Println(wrapLines(text, w))())
 			}
 			return
 		case <-t.exited: // the program ended without taking e

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	tea "github.com/charmbracelet/bubbletea"
+	"github.com/charmbracelet/x/ansi"
 
 	"github.com/gantry-build/gantry/queues"
 )
@@ -56,6 +57,9 @@ type tuiModel struct {
 	sty   tuiStyles
 	ticks bool               // run the ticker (tests drive the clock themselves)
 	hook  func(queues.Event) // tests only: runs before an event is applied
+	// onResize tells the TUI the terminal's width, for the lines it prints above the
+	// live area; nil: nobody asks.
+	onResize func(width int)
 
 	width, height int    // the terminal's size; 0 until a WindowSizeMsg says
 	sel           int    // index in st.jobs of the selected job
@@ -65,6 +69,7 @@ type tuiModel struct {
 	resumeOnAns   bool   // the interrupt prompt suspended the jobs, so continue and quit resume them
 	note          string // what the user asked for last ("quitting: …"), shown until replaced
 	log           logView
+	shellOpen     bool // the failure prompt's shell has the terminal: no live area
 
 	quota      int64                 // cache quota; 0: usage is not shown
 	usage      func() (int64, error) // measures the cache's usage
@@ -125,6 +130,9 @@ func (m tuiModel) update(msg tea.Msg) (tuiModel, tea.Cmd) {
 		return m.tickAt(time.Time(msg))
 	case tea.WindowSizeMsg:
 		m.width, m.height = msg.Width, msg.Height
+		if m.onResize != nil {
+			m.onResize(msg.Width)
+		}
 		return m, nil
 	case tea.KeyMsg:
 		return m.key(msg)
@@ -132,6 +140,7 @@ func (m tuiModel) update(msg tea.Msg) (tuiModel, tea.Cmd) {
 		m.log = m.log.add(msg)
 		return m, nil
 	case shellDoneMsg:
+		m.shellOpen = false
 		m.note = ""
 		if msg.err != nil {
 			m.note = "shell: " + msg.err.Error()
@@ -140,6 +149,7 @@ func (m tuiModel) update(msg tea.Msg) (tuiModel, tea.Cmd) {
 	case usageMsg:
 		m.used, m.measuring = msg.used, false
 		return m, nil
+
 	case stopMsg:
 		m.st.finished = true
 		return m, tea.Quit
@@ -328,6 +338,7 @@ func (m tuiModel) answerHeld(k string) (tuiModel, tea.Cmd) {
 		return m.openLog(string(h.Action)+" "+h.Element, h.LogPath)
 	case "s":
 		if m.shell != nil {
+			m.shellOpen = true // the live area clears before the shell takes the terminal
 			return m, m.runShell(h.Element)
 		}
 	case "?":
@@ -374,4 +385,11 @@ func (m tuiModel) reselect() tuiModel {
 		return m
 	}
 	return m.selectJob(m.sel)
+}
+
+// wrapLines breaks every line of text to fit in width-1 columns. The renderer clears
+// the rest of a printed line only when it is narrower than the terminal; a longer one
+// wraps, and its last row would keep what the live area had drawn there.
+func wrapLines(text string, width int) string {
+	return ansi.Hardwrap(text, max(width-1, 10), true)
 }

@@ -658,12 +658,19 @@ func TestTUIProgramEndToEnd(t *testing.T) {
 		t.Fatalf("Wait: %v", err)
 	}
 	got := out.String()
+	// The history line, longer than the 80 columns assumed, is wrapped by gantry:
+	// a line as wide as the terminal would leave the live area's tail on its last row.
 	wantContains(t, "output", got,
-		"[00:00:03] build  app.toml  FAILED  3s  build-commands: `make` exited with status 2",
+		"[00:00:03] build  app.toml  FAILED  3s  build-commands: `make` exited with stat",
 		"    make: *** [all] Error 2",
 		"(full log: "+log+")",
 		"\nSession summary: demo, 4s\n",
 		"  top.toml: dependency app.toml failed\n")
+	for _, l := range strings.Split(ansi.Strip(got), "\n") {
+		if w := ansi.StringWidth(strings.TrimRight(l, "\r")); w >= 80 {
+			t.Errorf("a line of %d columns on an 80-column terminal: %q", w, l)
+		}
+	}
 	if i, j := strings.Index(got, "FAILED"), strings.Index(got, "Session summary"); i < 0 || j < i {
 		t.Errorf("the summary should come after the history:\n%s", got)
 	}

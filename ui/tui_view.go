@@ -63,9 +63,10 @@ func (m tuiModel) size() (width, height int) {
 }
 
 // View draws the live area: header, running jobs or a log, then notes, prompts and
-// help. Every line is cut to the terminal's width. After SessionEnd it is empty.
+// help. Every line is cut to the terminal's width. After SessionEnd, and while the
+// failure prompt's shell runs, it is empty.
 func (m tuiModel) View() string {
-	if m.st.finished {
+	if m.st.finished || m.shellOpen {
 		return ""
 	}
 	w, h := m.size()

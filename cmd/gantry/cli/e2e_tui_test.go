@@ -338,3 +338,28 @@ func TestE2ETUILogViewAndRedraw(t *testing.T) {
 		t.Errorf("gantry exited with status %d, want 0; the screen:\n%s", code, screen)
 	}
 }
+
+// TestE2ETUIShellFromFailurePrompt: s at the failure question opens a shell in the
+// failed build tree, with the banner and the [project/element:/path]$ prompt; after
+// exit the live area is drawn again once, the question under it.
+func TestE2ETUIShellFromFailurePrompt(t *testing.T) {
+	t.Parallel()
+	requireTmux(t)
+	p := newE2EProject(t, map[string]string{"project.toml": projectTOML("bad.toml")})
+	p.write("elements/bad.toml", manualElement(nil, "echo broken > left-behind.txt; exit 3"))
+	tp := p.startInTmux("build", "--sandbox", "host")
+	tp.waitScreen("the failure question", `(?s)bad\.toml.*c continue.*s shell`)
+	tp.keys("s")
+	tp.waitScreen("the shell's banner and prompt", `(?s)gantry shell: bad\.toml \(key [0-9a-f]{8}, failed build\), host sandbox.*\[e2e/bad\.toml:[^\]]*\]\$`)
+	tp.keys("cat left-behind.txt; exit", "Enter")
+	screen := tp.waitScreen("the question again after the shell", `(?s)broken.*c continue`)
+	for _, once := range []string{"c continue", "e2e  1/1 elements"} {
+		if n := strings.Count(screen, once); n != 1 {
+			t.Errorf("%q is on the screen %d times after the shell, want once:\n%s", once, n, screen)
+		}
+	}
+	tp.keys("c")
+	if code, screen := tp.waitExit(); code != 1 {
+		t.Errorf("gantry exited with status %d, want 1; the screen:\n%s", code, screen)
+	}
+}
