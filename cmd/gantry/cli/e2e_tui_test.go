@@ -363,3 +363,36 @@ func TestE2ETUIShellFromFailurePrompt(t *testing.T) {
 		t.Errorf("gantry exited with status %d, want 1; the screen:\n%s", code, screen)
 	}
 }
+
+// TestE2EBwrapShellJobControl: `gantry shell` under bwrap gives the interactive shell the
+// terminal as its controlling terminal: no "can't access tty" / "cannot set terminal
+// process group" noise, and job control works (issue 14).
+func TestE2EBwrapShellJobControl(t *testing.T) {
+	t.Parallel()
+	requireSandboxTools(t)
+	p := newE2EProject(t, map[string]string{
+		"project.toml": projectTOML("app.toml"),
+		"elements/sysroot.toml": `kind = "import"
+[[sources]]
+kind = "local"
+path = "files/sysroot"
+`,
+		"elements/app.toml": "kind = \"manual\"\nbuild-depends = [\"sysroot.toml\"]\n",
+	})
+	writeBusyboxSysroot(t, filepath.Join(p.root, "files", "sysroot"), "sh", "sleep", "echo")
+	p.mustRun(0, "build", "--ui", "plain", "sysroot.toml")
+	tp := p.startInTmux("shell", "--sandbox", "bwrap", "app.toml")
+	tp.waitScreen("the shell's prompt", `\[e2e/app\.toml:/gantry/build\]\$`)
+	tp.keys("sleep 30 &", "Enter")
+	tp.keys("jobs; echo jobs-listed", "Enter")
+	screen := tp.waitScreen("the job list", `(?s)Running\s+sleep 30.*\njobs-listed`)
+	for _, noise := range []string{"can't access tty", "job control turned off", "cannot set terminal process group", "Cannot set tty", "no job control"} {
+		if strings.Contains(screen, noise) {
+			t.Errorf("the shell under bwrap says %q:\n%s", noise, screen)
+		}
+	}
+	tp.keys("kill %1; exit", "Enter")
+	if code, screen := tp.waitExit(); code != 0 {
+		t.Errorf("gantry shell exited with status %d, want 0; the screen:\n%s", code, screen)
+	}
+}
