@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -439,17 +440,16 @@ func randomGraph(t testing.TB, n, fanin int, seed uint64) *element.Graph {
 	rng := rand.New(rand.NewPCG(seed, 1))
 	lines := make([]string, n)
 	for i := range n {
-		deps := map[int]bool{}
+		var deps []int
 		if i > 0 {
 			for range rng.IntN(fanin + 1) {
-				deps[rng.IntN(i)] = true
+				deps = append(deps, rng.IntN(i))
 			}
 		}
+		slices.Sort(deps)
 		line := fmt.Sprintf("e%04d.toml:", i)
-		for d := range n {
-			if deps[d] {
-				line += fmt.Sprintf(" e%04d.toml", d)
-			}
+		for _, d := range slices.Compact(deps) {
+			line += fmt.Sprintf(" e%04d.toml", d)
 		}
 		lines[i] = line
 	}
@@ -489,4 +489,15 @@ func (instantJob) Terminate() error { return nil }
 func (instantJob) Kill() error      { return nil }
 func (instantJob) Wait() job.Outcome {
 	return job.Outcome{Result: job.Result{OK: true}}
+}
+
+// chattyRunner is an instantRunner whose jobs send a status, a log line and a progress
+// message before they end, as real jobs do.
+type chattyRunner struct{}
+
+func (chattyRunner) Start(_ job.Spec, onMessage func(job.Message)) (Running, error) {
+	for _, t := range []job.MessageType{job.MessageStatus, job.MessageLog, job.MessageProgress} {
+		onMessage(job.Message{Type: t, Text: "working"})
+	}
+	return instantJob{}, nil
 }

@@ -891,23 +891,29 @@ type doneQueue struct{ Queue }
 
 func (q *doneQueue) Done(it *Item, res job.Result) { it.Cached = true; q.Queue.Done(it, res) }
 
-// BenchmarkScheduler2000 runs 2000 no-op builds (random DAG, fan-in 3) through the
-// build queue with jobs that finish at once: the loop's overhead per element.
-func BenchmarkScheduler2000(b *testing.B) {
-	const n = 2000
-	g := randomGraph(b, n, 3, 42)
-	for b.Loop() {
-		b.StopTimer()
-		items := plan(b, g, PlanOptions{})
-		s := New(Config{Project: "bench", Queues: []Queue{buildQueue()}, Items: items, Pool: buildPool(8),
-			Runner: instantRunner{}, LogDir: "/logs"})
-		b.StartTimer()
-		sum := s.Run()
-		if !sum.OK() || sum.Queues[0].Processed != n {
-			b.Fatalf("summary: %+v", sum.Queues)
-		}
+// BenchmarkScheduler runs no-op builds of random DAGs (fan-in 3) through the fetch
+// and build queues with jobs that finish at once, each saying three things on the
+// way as a real job does: the loop's overhead per element, which must stay flat as
+// the graph grows (issue 13).
+func BenchmarkScheduler(b *testing.B) {
+	for _, n := range []int{1000, 10000, 100000} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			g := randomGraph(b, n, 3, 42)
+			for b.Loop() {
+				b.StopTimer()
+				items := plan(b, g, PlanOptions{})
+				fetch := &testQueue{action: Fetch, status: skipAll, resources: needs([]resources.Resource{resources.Download})}
+				s := New(Config{Project: "bench", Queues: []Queue{fetch, buildQueue()}, Items: items, Pool: buildPool(8),
+					Runner: chattyRunner{}, LogDir: "/logs"})
+				b.StartTimer()
+				sum := s.Run()
+				if !sum.OK() || sum.Queues[1].Processed != n {
+					b.Fatalf("summary: %+v", sum.Queues)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*n), "µs/element")
+		})
 	}
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/element")
 }
 
 // TestOnErrorAsk: under on-error "ask" a failure suspends the other jobs, starts
