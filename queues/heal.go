@@ -95,13 +95,7 @@ func (s *Scheduler) leaveQueue(it *Item) bool {
 	if it.queue == -1 {
 		return true
 	}
-	qs := s.queues[it.queue]
-	i := slices.Index(qs.wait, it)
-	if i < 0 {
-		return false
-	}
-	qs.wait = slices.Delete(qs.wait, i, i+1)
-	return true
+	return s.queues[it.queue].leave(it)
 }
 
 // findDependency finds the element named name among e's dependencies, direct
@@ -141,5 +135,5 @@ func (s *Scheduler) requeue(it *Item, i int) {
 	}
 	it.queue = i
 	it.retryAt = time.Time{}
-	s.queues[i].add(it)
+	s.add(s.queues[i], it)
 }

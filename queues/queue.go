@@ -73,8 +73,12 @@ type Item struct {
 	// req caches what the current queue's job needs: harvest asks on every turn, and
 	// the answer only changes with the queue.
 	req      resources.Request
-	reqQueue int // queue index req was computed for, plus one (0 = none)
-	retryAt  time.Time
+	reqKey   string // req's shape (ready.go)
+	reqQueue int    // queue index req was computed for, plus one (0 = none)
+	slot     slot   // where it waits in its queue (ready.go)
+	// sourcesCached is FetchQueue's answer for it: 0 not asked yet, 1 no, 2 yes.
+	sourcesCached uint8
+	retryAt       time.Time
 	// later is set when the plan is decided in the loop (PlanTracked).
 	later *deferred
 	// healed: its artifact was found damaged and it went back into the pipeline

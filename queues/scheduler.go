@@ -89,6 +89,10 @@ type Scheduler struct {
 
 	clean     cleanupState       // quota keeping (cleanup.go)
 	interests map[*Item]interest // exclusive interests registered for items (interest.go)
+
+	waiters map[*Item][]entry // parked items, under the item each waits on (ready.go)
+	turn    uint64            // harvests so far
+	entered uint64            // items entered into queues so far: their order among equals
 }
 
 type held struct {
@@ -98,13 +102,18 @@ type held struct {
 }
 
 type queueState struct {
-	q         Queue
-	wait      []*Item
-	done      []*Item
-	processed int
-	skipped   int
-	failed    int
-	running   int
+	q    Queue
+	wait []*Item // asked every turn (ready.go); in order unless unsorted
+	done []*Item
+	// groups are the ready heaps, one per request shape; ready and parked count the
+	// items in them and parked on other items.
+	groups        []*readyGroup
+	ready, parked int
+	unsorted      bool
+	processed     int
+	skipped       int
+	failed        int
+	running       int
 }
 
 type activeJob struct {
@@ -209,12 +218,14 @@ func (s *Scheduler) Run() *Summary {
 				continue
 			}
 			it.queue = 0
-			s.queues[0].add(it)
+			s.add(s.queues[0], it)
 		}
 	}
 	s.startETA()
-	for {
-		for s.promote() || s.harvest() {
+	for changed := true; ; {
+		// Only what can change readiness starts a harvest: a job's log, status and
+		// progress messages do not.
+		for changed && (s.promote() || s.harvest()) {
 		}
 		s.publishCounts()
 		// Done when nothing runs and nothing can start. Pending retries keep the session
@@ -223,7 +234,7 @@ func (s *Scheduler) Run() *Summary {
 		if len(s.active) == 0 && !s.suspended && len(s.held) == 0 && (s.retries == 0 || s.quitting) {
 			break
 		}
-		s.handle(<-s.inbox)
+		changed = s.handle(<-s.inbox)
 	}
 	close(s.ended)
 	sum := s.summarize()
@@ -243,21 +254,12 @@ func (s *Scheduler) cachedFailureQueue() *queueState {
 	return s.queues[len(s.queues)-1]
 }
 
-// add inserts it into the wait list, highest priority first, stable among equals.
-func (qs *queueState) add(it *Item) {
-	i, _ := slices.BinarySearchFunc(qs.wait, it, func(a, b *Item) int {
-		if a.Priority > b.Priority {
-			return -1
-		}
-		if a.Priority < b.Priority {
-			return 1
-		}
-		return 0
-	})
-	for i < len(qs.wait) && qs.wait[i].Priority == it.Priority {
-		i++
-	}
-	qs.wait = slices.Insert(qs.wait, i, it)
+// add enters it into qs's wait list, highest priority first, first come first among
+// equals.
+func (s *Scheduler) add(qs *queueState, it *Item) {
+	s.entered++
+	it.slot = slot{gen: it.slot.gen + 1, seq: s.entered}
+	qs.requeue(it)
 }
 
 // promote moves the done items of each queue into the next one. It reports whether
@@ -274,7 +276,7 @@ func (s *Scheduler) promote() bool {
 			}
 			if i+1 < len(s.queues) {
 				it.queue = i + 1
-				s.queues[i+1].add(it)
+				s.add(s.queues[i+1], it)
 			} else {
 				it.queue = -1
 				s.done++
@@ -293,52 +295,49 @@ func (s *Scheduler) harvest() bool {
 		return false
 	}
 	s.harvestCleanup()
+	s.turn++
 	now := time.Now()
-	skipped := false
 	var refused []resources.Request
+	skipped := false
 	for i := len(s.queues) - 1; i >= 0; i-- {
 		qs := s.queues[i]
 		if s.quitting && qs.q.Action() != Push {
 			continue
 		}
+		qs.sortWait()
 		keep := qs.wait[:0]
 		for _, it := range qs.wait {
 			if now.Before(it.retryAt) {
 				keep = append(keep, it)
 				continue
 			}
-			st, reason := qs.q.Status(it)
-			switch st {
-			case Skip:
-				if it.Failed && qs == s.cachedFailureQueue() {
-					qs.failed++ // a cached failure found once tracking decided the plan
-				} else {
-					qs.skipped++
-				}
-				qs.done = append(qs.done, it)
-				skipped = true
-				s.cfg.Publish(ElementSkipped{Base: Base{now}, Action: qs.q.Action(), Element: it.Name(), Key: it.Element.Key, Reason: reason})
-				continue
-			case Ready:
-				if s.spawn(qs, it, &refused) {
-					continue
-				}
+			if st, reason := qs.q.Status(it); !s.place(qs, it, st, reason) {
+				keep = append(keep, it)
 			}
-			keep = append(keep, it)
 		}
 		clear(qs.wait[len(keep):])
 		qs.wait = keep
+		s.startReady(qs, &refused)
+		skipped = skipped || len(qs.done) > 0
 	}
 	return skipped
+}
+
+// skip moves it to done: its queue has nothing to do for it.
+func (s *Scheduler) skip(qs *queueState, it *Item, reason string) {
+	if it.Failed && qs == s.cachedFailureQueue() {
+		qs.failed++ // a cached failure found once tracking decided the plan
+	} else {
+		qs.skipped++
+	}
+	qs.done = append(qs.done, it)
+	s.cfg.Publish(ElementSkipped{Base: Base{time.Now()}, Action: qs.q.Action(), Element: it.Name(), Key: it.Element.Key, Reason: reason})
 }
 
 // spawn reserves the job's resources and starts it. It returns false, leaving the item
 // waiting, when the tokens are not there. A job that cannot even start fails the item.
 func (s *Scheduler) spawn(qs *queueState, it *Item, refused *[]resources.Request) bool {
-	if it.reqQueue != it.queue+1 {
-		it.req, it.reqQueue = qs.q.Resources(it), it.queue+1
-	}
-	req := it.req
+	req := s.request(qs, it)
 	// Tokens are only freed between turns: a request shape refused once this turn is
 	// refused again, so do not ask (this keeps a turn O(waiting) with no allocation).
 	for _, r := range *refused {
@@ -389,17 +388,18 @@ func (s *Scheduler) logPath(it *Item, action Action) string {
 	return filepath.Join(s.cfg.LogDir, s.cfg.Project, filepath.FromSlash(name), file)
 }
 
-// handle processes one inbox message.
-func (s *Scheduler) handle(m any) {
+// handle processes one inbox message. It reports whether the message may have
+// changed what can start.
+func (s *Scheduler) handle(m any) bool {
 	switch m := m.(type) {
 	case jobMessage:
 		a := s.active[m.id]
 		if a == nil {
-			return
+			return false
 		}
 		if a.item == nil {
 			s.cleanupMessage(a, m.msg)
-			return
+			return false
 		}
 		switch m.msg.Type {
 		case job.MessageNotice:
@@ -408,6 +408,7 @@ func (s *Scheduler) handle(m any) {
 			s.cfg.Publish(JobMessage{Base: Base{m.msg.Time}, JobID: a.id, Action: a.qs.q.Action(), Element: a.item.Name(),
 				Key: a.item.Element.Key, Kind: string(m.msg.Type), Text: m.msg.Text, Done: m.msg.Done, Total: m.msg.Total})
 		}
+		return false
 	case jobDone:
 		if a := s.active[m.id]; a != nil {
 			s.finish(a, m.out)
@@ -420,6 +421,7 @@ func (s *Scheduler) handle(m any) {
 		s.command(m.c)
 		close(m.done)
 	}
+	return true
 }
 
 // finish books a job's outcome: the one place where tokens are released.
@@ -433,6 +435,7 @@ func (s *Scheduler) finish(a *activeJob, out job.Outcome) {
 	}
 	it, qs := a.item, a.qs
 	qs.running--
+	s.wake(it)
 	end := JobEnd{Base: Base{time.Now()}, JobID: a.id, Action: qs.q.Action(), Element: it.Name(), Key: it.Element.Key,
 		Duration: out.Elapsed, LogPath: a.logPath, Error: out.Result.Error}
 	switch {
@@ -459,7 +462,7 @@ func (s *Scheduler) finish(a *activeJob, out job.Outcome) {
 	case out.Result.Temporary && it.attempt <= qs.q.Retries() && !s.quitting:
 		wait := s.cfg.Backoff(it.attempt)
 		it.retryAt = time.Now().Add(wait)
-		qs.add(it)
+		s.add(qs, it)
 		s.retries++
 		time.AfterFunc(wait, func() {
 			select {
@@ -628,7 +631,7 @@ func (s *Scheduler) unfail(qs *queueState, it *Item) {
 	}
 	it.queue = slices.Index(s.queues, qs)
 	it.retryAt = time.Time{}
-	qs.add(it)
+	s.add(qs, it)
 }
 
 // publishCounts publishes the counters if they changed since the last time.
@@ -636,7 +639,7 @@ func (s *Scheduler) unfail(qs *queueState, it *Item) {
 func (s *Scheduler) publishCounts() {
 	stats := func(qs *queueState) QueueStats {
 		return QueueStats{Action: qs.q.Action(), Processed: qs.processed, Skipped: qs.skipped,
-			Failed: qs.failed, Running: qs.running, Waiting: len(qs.wait)}
+			Failed: qs.failed, Running: qs.running, Waiting: len(qs.wait) + qs.ready + qs.parked}
 	}
 	changed := s.done != s.lastCounts.Done || len(s.lastCounts.Queues) != len(s.queues)
 	for i := 0; !changed && i < len(s.queues); i++ {
@@ -694,9 +697,9 @@ func (s *Scheduler) summarize() *Summary {
 				Error: "a failed build is cached (use --retry-failed to build again)"})
 		}
 	}
-	for _, qs := range s.queues {
+	for i, qs := range s.queues {
 		sum.Queues = append(sum.Queues, QueueStats{Action: qs.q.Action(), Processed: qs.processed, Skipped: qs.skipped, Failed: qs.failed})
-		for _, it := range qs.wait {
+		for _, it := range s.waiting(i) {
 			sum.NotStarted = append(sum.NotStarted, NotStarted{Element: it.Name(), Reason: s.whyNotStarted(qs, it)})
 		}
 	}

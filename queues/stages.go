@@ -32,6 +32,20 @@ func (BuildQueue) Status(it *Item) (Status, string) {
 	return Ready, ""
 }
 
+// WaitsOn is the first staged dependency not yet cached: only its job ending can
+// make it ready. Items of a tracked plan wait for the plan's decision too.
+func (BuildQueue) WaitsOn(it *Item) *Item {
+	if it.later != nil {
+		return nil
+	}
+	for _, d := range it.Stage {
+		if !d.Cached {
+			return d
+		}
+	}
+	return nil
+}
+
 func (BuildQueue) Resources(it *Item) resources.Request {
 	req := resources.Request{Shared: []resources.Resource{resources.Process, resources.Cache}}
 	if p := it.Element.Pool; p != "" {
@@ -46,7 +60,10 @@ func (BuildQueue) Done(it *Item, res job.Result) { it.Cached, it.Built = true, t
 
 func (BuildQueue) Retries() int { return 0 }
 
-// FetchQueue downloads the sources of elements that will be built.
+// FetchQueue downloads the sources of elements that will be built. Whether an
+// element's sources are cached is asked once per session: the answer may cost a git
+// run, and Status is asked often. Sources fetched meanwhile for another element with
+// the same source make its fetch job find them in place.
 type FetchQueue struct {
 	SourcesCached  func(it *Item) bool
 	PayloadFunc    func(it *Item) (json.RawMessage, error)
@@ -65,7 +82,13 @@ func (q FetchQueue) Status(it *Item) (Status, string) {
 	if it.Cached {
 		return Skip, "cached"
 	}
-	if q.SourcesCached(it) {
+	if it.sourcesCached == 0 { // asked once: it may run git
+		it.sourcesCached = 1
+		if q.SourcesCached(it) {
+			it.sourcesCached = 2
+		}
+	}
+	if it.sourcesCached == 2 {
 		return Skip, "sources cached"
 	}
 	return Ready, ""

@@ -1,0 +1,79 @@
+package queues
+
+import (
+	"fmt"
+	"sync/atomic"
+	"testing"
+
+	"github.com/gantry-build/gantry/resources"
+)
+
+// countingQueue counts the Status calls of the queue it wraps.
+type countingQueue struct {
+	BuildQueue
+	calls atomic.Int64
+}
+
+func (q *countingQueue) Status(it *Item) (Status, string) {
+	q.calls.Add(1)
+	return q.BuildQueue.Status(it)
+}
+
+// TestReadinessIsIncremental: the loop asks a waiting element's Status when something
+// it waits on ends, not on every turn. A job's status, log and progress messages ask
+// nothing; the end of the one dependency n elements wait for asks about each a
+// bounded number of times (issue 13: the wait list was rescanned on every message).
+func TestReadinessIsIncremental(t *testing.T) {
+	const n = 100
+	lines := []string{"a"}
+	for i := range n {
+		lines = append(lines, fmt.Sprintf("b%03d: a", i))
+	}
+	g := newGraph(t, lines...)
+	q := &countingQueue{BuildQueue: BuildQueue{PayloadFunc: noPayload}}
+	h := startSession(t, Config{Queues: []Queue{q}, Items: plan(t, g, PlanOptions{}), Pool: buildPool(1)})
+	a := h.expect(Build, "a")
+	h.sync(a)
+	before := q.calls.Load()
+	for range 50 {
+		a.Say("compiling")
+	}
+	h.sync(a)
+	if asked := q.calls.Load() - before; asked != 0 {
+		t.Errorf("51 messages of a running job asked Status %d times, want 0", asked)
+	}
+	a.Succeed(t)
+	for range n {
+		h.next().Succeed(t)
+	}
+	h.wait()
+	// Each b: once on entering, once when a ended, and once for each of the (at most
+	// two) turns it spends at the head of the ready heap. Rescanning asked each b once
+	// per turn: n²/2 in all.
+	if total := q.calls.Load(); total > 4*(n+1) {
+		t.Errorf("Status asked %d times for %d elements, want at most %d", total, n+1, 4*(n+1))
+	}
+}
+
+// TestFetchAsksSourcesOnce: whether an element's sources are cached (a git run for
+// git sources) is asked once per element, however many turns it waits for a
+// download token.
+func TestFetchAsksSourcesOnce(t *testing.T) {
+	g := newGraph(t, "a", "b", "c", "d")
+	asked := map[string]int{}
+	fetch := FetchQueue{PayloadFunc: noPayload, SourcesCached: func(it *Item) bool {
+		asked[it.Name()]++ // the loop goroutine only
+		return false
+	}}
+	pool := resources.NewPool(map[resources.Resource]int{resources.Download: 1, resources.Process: 1, resources.Cache: 0})
+	h := startSession(t, Config{Queues: []Queue{fetch, buildQueue()}, Items: plan(t, g, PlanOptions{}), Pool: pool})
+	h.succeedAll()
+	for name, n := range asked {
+		if n != 1 {
+			t.Errorf("sources of %s asked %d times, want once", name, n)
+		}
+	}
+	if len(asked) != 4 {
+		t.Errorf("asked about %v, want a b c d", asked)
+	}
+}
