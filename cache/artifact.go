@@ -176,10 +176,15 @@ func (c *Cache) Commit(a *Artifact) error {
 	if err != nil {
 		return fmt.Errorf("committing artifact %s: %w", a.Name(), err)
 	}
-	// The ref goes last, and durably: from here on the artifact is visible.
-	if err := c.writeFileAtomic(refPath, []byte(rd.String()+"\n"), 0o644, true); err != nil {
+	// Every blob it reaches is made durable in one pass; then the ref goes last,
+	// and durably: from here on the artifact is visible.
+	if err := c.syncBlobs(); err != nil {
 		return fmt.Errorf("committing artifact %s: %w", a.Name(), err)
 	}
+	if err := c.writeFileAtomic(refPath, []byte(rd.String()+"\n"), 0o644, dirSynced); err != nil {
+		return fmt.Errorf("committing artifact %s: %w", a.Name(), err)
+	}
+	c.note(eventRef, refPath)
 	return nil
 }
 

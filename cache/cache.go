@@ -11,18 +11,18 @@
 //
 // Invariants, which make it safe for several gantry processes to use one cache
 // at once and for any of them to be killed at any instant:
-//   - Everything is written to a fresh temporary name under tmp/, fsynced, and
-//     renamed into place, so a reader never sees a partial file.
+//   - Everything is written to a fresh temporary name under tmp/ and renamed
+//     into place, so a reader never sees a partial file. Blobs are made durable
+//     together, before the ref that reaches them (see durable.go).
 //   - A blob's content never changes once it is in cas/: blobs are read-only
 //     (mode 0444) and are hard-linked only where nothing writes through the link
 //     (see CheckoutOptions.Hardlink). Writing the same blob twice renames
 //     identical content over itself, which is harmless; a blob found damaged is
 //     removed (see integrity.go).
-//   - An artifact's ref is written last, after every blob it reaches, so an
-//     artifact is visible only when complete; its directory is fsynced too.
-//     (Blob renames are not followed by a directory fsync: a journaling
-//     filesystem commits them before the later rename of the ref.) Deleting
-//     a ref leaves the blobs for garbage collection.
+//   - An artifact's ref is written last, after every blob it reaches is
+//     durable (one syncfs), so an artifact is visible only when complete; the
+//     ref and its directory are fsynced. Deleting a ref leaves the blobs for
+//     garbage collection.
 //   - Entries under tmp/ are named "<pid>-<pattern>-<random>", so an entry
 //     whose owner has exited is recognisably stray; Open removes stray
 //     entries older than an hour.
@@ -60,6 +60,8 @@ type Cache struct {
 	Root string // absolute path of the cache directory
 
 	pid int // prefixes our tmp/ entries so that others can tell they are live
+	// trace, set only by tests, follows what is made durable when (durable.go).
+	trace func(event, path string)
 }
 
 // Open prepares the cache at root, creating the layout if needed, and removes
@@ -121,10 +123,11 @@ func (c *Cache) tempFile(pattern string) (*os.File, error) {
 	return f, nil
 }
 
-// writeFileAtomic writes data to dst through a temporary file: fsync, chmod,
-// rename. With syncDir it also fsyncs dst's directory so that the rename itself
-// is durable (used for refs, which must never point at lost blobs).
-func (c *Cache) writeFileAtomic(dst string, data []byte, perm fs.FileMode, syncDir bool) error {
+// writeFileAtomic writes data to dst through a temporary file: fsync (unless
+// volatile), chmod, rename. With dirSynced it also fsyncs dst's directory so that
+// the rename itself is durable (used for refs, which must never point at lost
+// blobs).
+func (c *Cache) writeFileAtomic(dst string, data []byte, perm fs.FileMode, d durability) error {
 	f, err := c.tempFile("write")
 	if err != nil {
 		return err
@@ -138,7 +141,7 @@ func (c *Cache) writeFileAtomic(dst string, data []byte, perm fs.FileMode, syncD
 	if _, err := f.Write(data); err != nil {
 		return fail(err)
 	}
-	if err := f.Sync(); err != nil {
+	if err := syncFile(f, d); err != nil {
 		return fail(err)
 	}
 	if err := f.Chmod(perm); err != nil {
@@ -152,7 +155,7 @@ func (c *Cache) writeFileAtomic(dst string, data []byte, perm fs.FileMode, syncD
 		os.Remove(tmp)
 		return err
 	}
-	if syncDir {
+	if d == dirSynced {
 		if err := syncDirectory(filepath.Dir(dst)); err != nil {
 			return err
 		}

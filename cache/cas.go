@@ -58,9 +58,10 @@ func (c *Cache) PutBlob(data []byte) (Digest, error) {
 			return d, nil
 		}
 	}
-	if err := c.writeFileAtomic(p, data, blobMode, false); err != nil {
+	if err := c.writeFileAtomic(p, data, blobMode, volatile); err != nil {
 		return Digest{}, fmt.Errorf("storing blob %s: %w", d, err)
 	}
+	c.note(eventBlob, p)
 	return d, nil
 }
 
@@ -115,9 +116,6 @@ func (c *Cache) putFile(path string) (Digest, fs.FileMode, error) {
 		return fail(err)
 	}
 	dst := c.BlobPath(d)
-	if err := tmp.Sync(); err != nil {
-		return fail(err)
-	}
 	if err := tmp.Chmod(blobMode); err != nil {
 		return fail(err)
 	}
@@ -129,6 +127,7 @@ func (c *Cache) putFile(path string) (Digest, fs.FileMode, error) {
 		os.Remove(tmp.Name())
 		return Digest{}, 0, fmt.Errorf("storing file %s as blob %s: %w", path, d, err)
 	}
+	c.note(eventBlob, dst)
 	return d, fi.Mode(), nil
 }
 

@@ -108,7 +108,7 @@ func (c *Cache) SaveStats(s *Stats) error {
 	if err != nil {
 		return fmt.Errorf("encoding build statistics: %w", err)
 	}
-	if err := c.writeFileAtomic(c.statsPath(), append(data, '\n'), 0o644, false); err != nil {
+	if err := c.writeFileAtomic(c.statsPath(), append(data, '\n'), 0o644, fileSynced); err != nil {
 		return fmt.Errorf("saving build statistics: %w", err)
 	}
 	s.loaded = maps.Clone(s.Durations)

@@ -1,0 +1,54 @@
+package cache
+
+import (
+	"fmt"
+	"os"
+)
+
+// Durability at group cost (issue 13). A blob is written to tmp/ and renamed into
+// cas/ without an fsync of its own. Commit makes every blob durable in one pass —
+// syncfs(2) of the cache's filesystem, which also covers a blob another process wrote
+// and this one found present — and only then writes the ref, fsyncing it and its
+// directory. So after a crash or a power loss a ref that survived points only at
+// blobs that did; a blob that did not survive is at worst garbage, or missing with
+// nothing pointing at it. fsync per blob cost 83% of committing many small files.
+
+// durability is how far writeFileAtomic goes to make a file survive a power loss.
+type durability int
+
+const (
+	volatile   durability = iota // no fsync: a blob, made durable by Commit's syncBlobs
+	fileSynced                   // the file's content is fsynced before its rename
+	dirSynced                    // and its directory after: the rename survives too (refs)
+)
+
+// syncBlobs makes every blob written so far durable.
+func (c *Cache) syncBlobs() error {
+	if err := syncFS(c.Root); err != nil {
+		return fmt.Errorf("making the blobs in %s durable: %w", c.Root, err)
+	}
+	c.note(eventSync, c.Root)
+	return nil
+}
+
+// Events a test can follow through Cache.trace, to simulate a crash at any point.
+const (
+	eventBlob = "blob" // a blob is in place, not yet durable
+	eventSync = "sync" // everything written before is durable
+	eventRef  = "ref"  // a ref is in place and durable
+)
+
+// note reports a durability event to the test hook, if any.
+func (c *Cache) note(event, path string) {
+	if c.trace != nil {
+		c.trace(event, path)
+	}
+}
+
+// syncFile fsyncs f when d asks for it.
+func syncFile(f *os.File, d durability) error {
+	if d == volatile {
+		return nil
+	}
+	return f.Sync()
+}
