@@ -82,6 +82,22 @@ func Open(root string) (*Cache, error) {
 	return c, nil
 }
 
+// Attach opens the cache at root for a job of a session: the gantry process that
+// started the job has opened it (Open), so the layout exists and tmp/ was cleaned;
+// a job's start-up does not scan tmp/ again, however many entries it holds
+// (issue 13).
+func Attach(root string) (*Cache, error) {
+	abs, err := filepath.Abs(root)
+	if err != nil {
+		return nil, fmt.Errorf("opening cache %s: %w", root, err)
+	}
+	c := &Cache{Root: abs, pid: os.Getpid()}
+	if fi, err := os.Stat(c.tmpPath()); err != nil || !fi.IsDir() {
+		return nil, fmt.Errorf("opening cache %s: it has no %s/ directory (is it a gantry cache? `gantry build` sets one up)", abs, tmpDir)
+	}
+	return c, nil
+}
+
 // SourcesDir is where fetched sources are kept.
 func (c *Cache) SourcesDir() string { return filepath.Join(c.Root, sourcesDir) }
 

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // TestRefNeverOutlivesItsBlobs simulates a power loss after every step of several
@@ -93,5 +94,34 @@ func TestRefNeverOutlivesItsBlobs(t *testing.T) {
 	}
 	if refs != len(reaches) {
 		t.Errorf("%d refs written, want %d", refs, len(reaches))
+	}
+}
+
+// TestAttachLeavesTemp: a job attaches to its session's cache without scanning tmp/
+// (its start-up cost must not grow with tmp/); Open is what cleans it.
+func TestAttachLeavesTemp(t *testing.T) {
+	c := openTestCache(t)
+	stray := filepath.Join(c.tmpPath(), fmt.Sprintf("%d-build-x", deadPID(t)))
+	if err := os.Mkdir(stray, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-2 * staleTempAge)
+	if err := os.Chtimes(stray, old, old); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Attach(c.Root); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(stray); err != nil {
+		t.Errorf("Attach touched tmp/: %v", err)
+	}
+	if _, err := Open(c.Root); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(stray); err == nil {
+		t.Error("Open left a stray tmp/ entry of a dead process older than an hour")
+	}
+	if _, err := Attach(filepath.Join(t.TempDir(), "none")); err == nil || !strings.Contains(err.Error(), "no tmp/ directory") {
+		t.Errorf("Attach to a directory that is no cache: %v, want an error saying so", err)
 	}
 }

@@ -167,7 +167,7 @@ func Assemble(ctx context.Context, js job.Spec, r *job.Reporter) (job.Result, er
 	if err := json.Unmarshal(js.Payload, &spec); err != nil {
 		return job.Result{}, fmt.Errorf("reading build spec: %w", err)
 	}
-	c, err := cache.Open(spec.CacheDir)
+	c, err := cache.Attach(spec.CacheDir)
 	if err != nil {
 		return job.Result{}, err
 	}

@@ -52,7 +52,7 @@ func cleanupJob(ctx context.Context, spec job.Spec, r *job.Reporter) (job.Result
 	if err := json.Unmarshal(spec.Payload, &sp); err != nil {
 		return job.Result{}, fmt.Errorf("reading cleanup spec: %w", err)
 	}
-	c, err := cache.Open(sp.CacheDir)
+	c, err := cache.Attach(sp.CacheDir)
 	if err != nil {
 		return job.Result{}, err
 	}
