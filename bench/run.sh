@@ -4,7 +4,8 @@
 #   bench/run.sh [all] [N]   full comparison on N no-op elements (default 2000)
 #   bench/run.sh show [N]    time only `gantry show --deps all` for N elements
 #
-# Environment: JOBS (default 2), FANIN (3), SEED (1), SLEEP_MS (0),
+# Environment: JOBS (default 2), FANIN (3), SEED (1), SLEEP_MS (0), SHAPE (random,
+# chain-last or hops: see bench/README.md),
 # GANTRY=/path/to/gantry uses that binary instead of building ./cmd/gantry,
 # KEEP=1 keeps the temporary directory.
 set -euo pipefail
@@ -115,7 +116,7 @@ if [[ $GANTRY == "$TMP/gantry" ]] &&
 fi
 
 log "generating project"
-"$TMP/gen" -out "$DIR" -n "$N" -fanin "$FANIN" -seed "$SEED" -sleep-ms "$SLEEP_MS" >"$LOGS/gen.out"
+"$TMP/gen" -out "$DIR" -n "$N" -fanin "$FANIN" -seed "$SEED" -sleep-ms "$SLEEP_MS" -shape "${SHAPE:-random}" >"$LOGS/gen.out"
 summary=$(cat "$LOGS/gen.out")
 echo "   $summary" >&2
 

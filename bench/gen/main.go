@@ -3,7 +3,7 @@
 //
 // Usage:
 //
-//	go run ./bench/gen -out DIR [-n 2000] [-fanin 3] [-seed 1] [-sleep-ms 0] [-force]
+//	go run ./bench/gen -out DIR [-n 2000] [-fanin 3] [-seed 1] [-sleep-ms 0] [-shape random] [-force]
 //
 // See bench/README.md.
 package main
@@ -32,6 +32,7 @@ func run(args []string) int {
 	fanin := fs.Int("fanin", synth.DefaultFanIn, "maximum number of dependencies per element")
 	seed := fs.Uint64("seed", synth.DefaultSeed, "random seed (same flags give byte-identical output)")
 	sleepMS := fs.Int("sleep-ms", 0, "maximum per-element sleep in ms (0: every element is a no-op)")
+	shape := fs.String("shape", "random", "graph shape: random, "+synth.ShapeChainLast+" or "+synth.ShapeHops+" (see bench/README.md)")
 	out := fs.String("out", "", "output directory (required)")
 	force := fs.Bool("force", false, "write into a non-empty output directory")
 	if err := fs.Parse(args); err != nil {
@@ -47,7 +48,7 @@ func run(args []string) int {
 		fs.Usage()
 		return 2
 	}
-	g, err := synth.Generate(synth.Config{N: *n, FanIn: *fanin, Seed: *seed, SleepMS: *sleepMS})
+	g, err := synth.Generate(synth.Config{N: *n, FanIn: *fanin, Seed: *seed, SleepMS: *sleepMS, Shape: *shape})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "gen:", err)
 		return 2

@@ -57,7 +57,23 @@ type Config struct {
 	FanIn   int    // maximum number of dependencies per element
 	Seed    uint64 // PRNG seed
 	SleepMS int    // 0: every element is a no-op; else max sleep per element in ms
+	// Shape is "random" (or empty) for the random DAG, or one of the adversarial
+	// shapes (ShapeChainLast, ShapeHops), which ignore FanIn and Seed and use
+	// SleepMS (default 100) as their time unit.
+	Shape string
 }
+
+// The adversarial shapes: graphs where the order in which ready work starts decides
+// the makespan, and declaration order or hop counts lead astray.
+const (
+	// ShapeChainLast: N - N/4 independent tasks of SleepMS/4 ms declared first, then
+	// a chain of N/4 tasks of SleepMS ms: the chain must start at once.
+	ShapeChainLast = "chain-last"
+	// ShapeHops: chains of 8 short hops (SleepMS/8 ms each) declared first, then one
+	// chain of 2 long tasks as long as all the short chains together: counting hops
+	// starts the short chains first; durations start the long chain first.
+	ShapeHops = "hops"
+)
 
 // Validate reports whether the configuration is usable.
 func (c Config) Validate() error {
@@ -68,6 +84,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("fanin must be >= 0, got %d", c.FanIn)
 	case c.SleepMS < 0:
 		return fmt.Errorf("sleep-ms must be >= 0, got %d", c.SleepMS)
+	case c.Shape == ShapeChainLast && c.N < 4, c.Shape == ShapeHops && c.N < 10:
+		return fmt.Errorf("shape %s needs more elements than %d", c.Shape, c.N)
+	case c.Shape != "" && c.Shape != "random" && c.Shape != ShapeChainLast && c.Shape != ShapeHops:
+		return fmt.Errorf("shape %q: use random, %s or %s", c.Shape, ShapeChainLast, ShapeHops)
 	}
 	return nil
 }
@@ -88,6 +108,9 @@ func Generate(cfg Config) (*Graph, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if cfg.Shape == ShapeChainLast || cfg.Shape == ShapeHops {
+		return adversarial(cfg), nil
+	}
 	shape := rand.New(rand.NewPCG(cfg.Seed, streamDeps))
 	sleeps := rand.New(rand.NewPCG(cfg.Seed, streamSleeps))
 	g := &Graph{
@@ -106,6 +129,43 @@ func Generate(cfg Config) (*Graph, error) {
 		}
 	}
 	return g, nil
+}
+
+// adversarial generates the shapes that are not random.
+func adversarial(cfg Config) *Graph {
+	unit := cfg.SleepMS
+	if unit == 0 {
+		unit = 100
+	}
+	g := &Graph{Config: cfg, Deps: make([][]int, cfg.N), DurMS: make([]int, cfg.N)}
+	for i := range g.Deps {
+		g.Deps[i] = []int{}
+	}
+	chain := func(from, to, ms int) { // elements from..to-1 in a chain of ms each
+		for i := from; i < to; i++ {
+			if i > from {
+				g.Deps[i] = []int{i - 1}
+			}
+			g.DurMS[i] = ms
+		}
+	}
+	switch cfg.Shape {
+	case ShapeChainLast:
+		long := cfg.N / 4
+		for i := range cfg.N - long {
+			g.DurMS[i] = max(1, unit/4)
+		}
+		chain(cfg.N-long, cfg.N, unit)
+	case ShapeHops:
+		chains := (cfg.N - 2) / 8
+		hop := max(1, unit/8)
+		for c := range chains {
+			chain(8*c, 8*c+8, hop)
+		}
+		// Elements between the short chains and the long one are no-ops.
+		chain(cfg.N-2, cfg.N, chains*8*hop/2)
+	}
+	return g
 }
 
 // pickDistinct returns k distinct integers from [0, n) in ascending order.

@@ -367,3 +367,29 @@ func TestValidate(t *testing.T) {
 		}
 	}
 }
+
+// TestAdversarialShapes: the chain declared last is the critical path and longer than
+// half the work (two builders must start it at once); the two-task chain is as long as
+// all the hop chains together, with fewer hops than any of them.
+func TestAdversarialShapes(t *testing.T) {
+	g, err := Generate(Config{N: 200, Shape: ShapeChainLast, SleepMS: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cp, length := g.CriticalPath(); cp != 5000 || length != 50 || g.TotalWorkMS() != 150*25+5000 {
+		t.Errorf("chain-last: critical path %d ms over %d, work %d ms; want 5000 over 50, 8750", cp, length, g.TotalWorkMS())
+	}
+	if len(g.Deps[199]) != 1 || g.Deps[199][0] != 198 || len(g.Deps[0]) != 0 {
+		t.Errorf("chain-last: the chain is not last: %v %v", g.Deps[0], g.Deps[199])
+	}
+	g, err = Generate(Config{N: 202, Shape: ShapeHops, SleepMS: 80})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cp, length := g.CriticalPath(); cp != 25*8*10 || length != 2 || g.TotalWorkMS() != 2*25*8*10 {
+		t.Errorf("hops: critical path %d ms over %d, work %d ms; want 2000 over 2, 4000", cp, length, g.TotalWorkMS())
+	}
+	if _, err := Generate(Config{N: 200, Shape: "spiral"}); err == nil {
+		t.Error("unknown shape accepted")
+	}
+}
