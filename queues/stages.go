@@ -33,9 +33,10 @@ func (BuildQueue) Status(it *Item) (Status, string) {
 }
 
 // WaitsOn is the first staged dependency not yet cached: only its job ending can
-// make it ready. Items of a tracked plan wait for the plan's decision too.
+// make it ready. Items of a tracked plan wait for the plan's decision too, and spare
+// items for the pulls above them: those are asked every turn.
 func (BuildQueue) WaitsOn(it *Item) *Item {
-	if it.later != nil {
+	if it.later != nil || it.spare != nil {
 		return nil
 	}
 	for _, d := range it.Stage {
