@@ -17,7 +17,7 @@ import (
 //     request shape, highest priority first, so a turn starts jobs by popping heads
 //     and stops at the first head refused, never walking the rest;
 //   - parked: Status said Wait and the queue (a Waiter) named the item it waits on;
-//     it is asked again only when that item's job ends.
+//     it is asked again only when that item's job ends or it is skipped.
 //
 // A turn then costs what it starts, skips or wakes, not what waits: the loop stays
 // flat as the graph grows. Every place keeps the wait list's order: priority, then the
@@ -25,7 +25,7 @@ import (
 
 // Waiter is implemented by a queue that can say what a waiting item waits for.
 type Waiter interface {
-	// WaitsOn is the item whose job ending may end it's wait, when Status says Wait;
+	// WaitsOn is the item whose job ending (or skip) may end its wait, when Status says Wait;
 	// nil when the wait may end for any other reason (the loop then asks every turn).
 	WaitsOn(it *Item) *Item
 }
@@ -168,7 +168,8 @@ func (s *Scheduler) park(qs *queueState, it, dep *Item) {
 	s.waiters[dep] = append(s.waiters[dep], entry{it, it.slot.gen})
 }
 
-// wake returns the items parked on it to their queues' wait lists: its job ended.
+// wake returns the items parked on it to their queues' wait lists: its job ended or
+// it was skipped.
 func (s *Scheduler) wake(it *Item) {
 	ws, ok := s.waiters[it]
 	if !ok {

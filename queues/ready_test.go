@@ -77,3 +77,49 @@ func TestFetchAsksSourcesOnce(t *testing.T) {
 		t.Errorf("asked about %v, want a b c d", asked)
 	}
 }
+
+// waiterQueue is a testQueue that names what a waiting item waits on.
+type waiterQueue struct {
+	*testQueue
+	waitsOn func(it *Item) *Item
+}
+
+func (q waiterQueue) WaitsOn(it *Item) *Item { return q.waitsOn(it) }
+
+// TestSkipWakesParked: an item parked on another is asked again when that one is
+// skipped, not only when a job of it ends (a spare item that turns out not to be
+// needed is skipped, and what waits on it must not stay parked for good).
+func TestSkipWakesParked(t *testing.T) {
+	g := newGraph(t, "y", "z", "x: y")
+	asked := map[string]int{}
+	ySkipped := false
+	q := &testQueue{action: Build, resources: needs([]resources.Resource{resources.Process}),
+		status: func(it *Item) (Status, string) {
+			asked[it.Name()]++
+			switch it.Name() {
+			case "y": // waits on nothing the loop can follow, then has nothing to do
+				if asked["y"] == 1 {
+					return Wait, "not yet"
+				}
+				ySkipped = true
+				return Skip, "nothing to do"
+			case "x":
+				if !ySkipped {
+					return Wait, "waiting for y"
+				}
+			}
+			return Ready, ""
+		}}
+	wq := waiterQueue{q, func(it *Item) *Item {
+		if it.Name() == "x" {
+			return it.Stage[0]
+		}
+		return nil
+	}}
+	h := startSession(t, Config{Queues: []Queue{wq}, Items: plan(t, g, PlanOptions{}), Pool: buildPool(1)})
+	h.expect(Build, "z").Succeed(t)
+	h.expect(Build, "x").Succeed(t)
+	if sum := h.wait(); !sum.OK() || len(sum.NotStarted) > 0 {
+		t.Errorf("summary %+v, not started %+v", sum, sum.NotStarted)
+	}
+}

@@ -102,9 +102,10 @@ type held struct {
 }
 
 type queueState struct {
-	q    Queue
-	wait []*Item // asked every turn (ready.go); in order unless unsorted
-	done []*Item
+	q     Queue
+	wait  []*Item // asked every turn (ready.go); in order unless unsorted
+	spare []*Item // the other buffer harvest rebuilds the wait list in
+	done  []*Item
 	// groups are the ready heaps, one per request shape; ready and parked count the
 	// items in them and parked on other items.
 	groups        []*readyGroup
@@ -304,27 +305,32 @@ func (s *Scheduler) harvest() bool {
 		if s.quitting && qs.q.Action() != Push {
 			continue
 		}
+		// The wait list is rebuilt in the other buffer: a skip may wake items into it
+		// while this one is walked.
 		qs.sortWait()
-		keep := qs.wait[:0]
-		for _, it := range qs.wait {
+		waiting := qs.wait
+		qs.wait = qs.spare[:0]
+		for _, it := range waiting {
 			if now.Before(it.retryAt) {
-				keep = append(keep, it)
+				qs.requeue(it)
 				continue
 			}
 			if st, reason := qs.q.Status(it); !s.place(qs, it, st, reason) {
-				keep = append(keep, it)
+				qs.requeue(it)
 			}
 		}
-		clear(qs.wait[len(keep):])
-		qs.wait = keep
+		clear(waiting)
+		qs.spare = waiting[:0]
 		s.startReady(qs, &refused)
 		skipped = skipped || len(qs.done) > 0
 	}
 	return skipped
 }
 
-// skip moves it to done: its queue has nothing to do for it.
+// skip moves it to done: its queue has nothing to do for it. What was parked on it
+// is asked again.
 func (s *Scheduler) skip(qs *queueState, it *Item, reason string) {
+	s.wake(it)
 	if it.Failed && qs == s.cachedFailureQueue() {
 		qs.failed++ // a cached failure found once tracking decided the plan
 	} else {
