@@ -20,7 +20,7 @@ func newCacheCmd(g *globalOptions) *cobra.Command {
 		Use:   "cache",
 		Short: "Maintain the local artifact cache",
 	}
-	cmd.AddCommand(newCacheVerifyCmd(g), newCacheUsageCmd(g), newCacheGCCmd(g))
+	cmd.AddCommand(newCacheVerifyCmd(g), newCacheUsageCmd(g), newCacheGCCmd(g), newCacheServeCmd(g))
 	return cmd
 }
 

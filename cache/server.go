@@ -1,0 +1,266 @@
+package cache
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+)
+
+// ServerOptions configure `gantry cache serve`.
+type ServerOptions struct {
+	Dir      string // the store: an ordinary cache directory, plus ac/
+	HTTPAddr string // "" = no HTTP listener
+	GRPCAddr string // "" = no gRPC listener
+
+	TokenFile          string // bearer tokens, "TOKEN [NAME]" per line
+	HtpasswdFile       string // bcrypt htpasswd entries for basic auth
+	AllowAnonymousRead bool   // reads need no credentials
+
+	TLSCert, TLSKey string // PEM files: serve TLS
+	ClientCA        string // PEM file: require and verify client certificates (mutual TLS)
+
+	Quota         int64 // bytes; 0 = no quota
+	MaxBlobSize   int64 // largest upload accepted; 0 = no limit
+	MaxStreams    int   // concurrent transfers per client; 0 = 16
+	LeaseTTL      time.Duration
+	ShutdownGrace time.Duration // how long SIGTERM waits for requests in flight
+
+	Log io.Writer // request errors and lifecycle; never a credential
+}
+
+// Server serves one store over the HTTP cache protocol and REAPI v2.
+type Server struct {
+	opts    ServerOptions
+	c       *Cache
+	auth    *serverAuth
+	metrics *serverMetrics
+	admit   *admission
+	leases  *leaseTable
+	uploads *uploadTable
+	evictor *evictor
+	log     *log.Logger
+	started time.Time
+
+	httpSrv *http.Server
+	grpcSrv *grpc.Server
+	tlsConf *tls.Config
+	lis     []net.Listener
+}
+
+// NewServer opens the store and checks the configuration.
+func NewServer(opts ServerOptions) (*Server, error) {
+	if opts.Dir == "" {
+		return nil, errors.New("cache serve: no store directory: give --dir DIR")
+	}
+	if opts.HTTPAddr == "" && opts.GRPCAddr == "" {
+		return nil, errors.New("cache serve: nothing to serve: give --http ADDR, --grpc ADDR or both")
+	}
+	if opts.MaxStreams <= 0 {
+		opts.MaxStreams = 16
+	}
+	if opts.LeaseTTL <= 0 {
+		opts.LeaseTTL = 30 * time.Second
+	}
+	if opts.ShutdownGrace <= 0 {
+		opts.ShutdownGrace = 30 * time.Second
+	}
+	if opts.Log == nil {
+		opts.Log = io.Discard
+	}
+	auth, err := newServerAuth(opts.TokenFile, opts.HtpasswdFile)
+	if err != nil {
+		return nil, fmt.Errorf("cache serve: %w", err)
+	}
+	if !auth.configured() && opts.ClientCA == "" {
+		return nil, errors.New("cache serve: writes need credentials: give --token-file, --htpasswd or --client-ca")
+	}
+	c, err := Open(opts.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("cache serve: %w", err)
+	}
+	if err := os.MkdirAll(c.acPath(Digest{Hash: "00"})[:len(c.Root)+len(acDir)+1], 0o755); err != nil {
+		return nil, fmt.Errorf("cache serve: %w", err)
+	}
+	s := &Server{
+		opts:    opts,
+		c:       c,
+		auth:    auth,
+		metrics: newServerMetrics(),
+		uploads: newUploadTable(),
+		log:     log.New(opts.Log, "gantry cache serve: ", log.LstdFlags),
+		started: time.Now(),
+	}
+	s.admit = newAdmission(opts.MaxStreams)
+	s.leases = newLeaseTable(opts.LeaseTTL)
+	s.evictor = newEvictor(c, opts.Quota, s.metrics, s.log)
+	if s.tlsConf, err = serverTLS(opts); err != nil {
+		return nil, fmt.Errorf("cache serve: %w", err)
+	}
+	return s, nil
+}
+
+func serverTLS(opts ServerOptions) (*tls.Config, error) {
+	if opts.TLSCert == "" && opts.TLSKey == "" {
+		if opts.ClientCA != "" {
+			return nil, errors.New("--client-ca needs --tls-cert and --tls-key")
+		}
+		return nil, nil
+	}
+	if opts.TLSCert == "" || opts.TLSKey == "" {
+		return nil, errors.New("TLS needs both --tls-cert and --tls-key")
+	}
+	cert, err := tls.LoadX509KeyPair(opts.TLSCert, opts.TLSKey)
+	if err != nil {
+		return nil, fmt.Errorf("loading the TLS certificate %s and key %s: %w", opts.TLSCert, opts.TLSKey, err)
+	}
+	conf := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	if opts.ClientCA != "" {
+		pem, err := os.ReadFile(opts.ClientCA)
+		if err != nil {
+			return nil, fmt.Errorf("reading the client CA: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("reading the client CA %s: no PEM certificate in it", opts.ClientCA)
+		}
+		conf.ClientCAs = pool
+		conf.ClientAuth = tls.RequireAndVerifyClientCert
+	}
+	return conf, nil
+}
+
+// Listen opens the listeners, so that the caller knows the addresses before
+// Serve (":0" picks a free port).
+func (s *Server) Listen() error {
+	for _, addr := range []string{s.opts.HTTPAddr, s.opts.GRPCAddr} {
+		if addr == "" {
+			s.lis = append(s.lis, nil)
+			continue
+		}
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			for _, o := range s.lis {
+				if o != nil {
+					o.Close()
+				}
+			}
+			return fmt.Errorf("cache serve: listening on %s: %w", addr, err)
+		}
+		s.lis = append(s.lis, l)
+	}
+	return nil
+}
+
+// Addrs returns the HTTP and gRPC listening addresses ("" where not served).
+func (s *Server) Addrs() (httpAddr, grpcAddr string) {
+	if s.lis[0] != nil {
+		httpAddr = s.lis[0].Addr().String()
+	}
+	if s.lis[1] != nil {
+		grpcAddr = s.lis[1].Addr().String()
+	}
+	return
+}
+
+// ReloadCredentials rereads the token and htpasswd files (SIGHUP).
+func (s *Server) ReloadCredentials() error {
+	if err := s.auth.reload(); err != nil {
+		return fmt.Errorf("cache serve: reloading credentials: %w", err)
+	}
+	s.log.Printf("credentials reloaded")
+	return nil
+}
+
+// Serve serves until ctx is done, then stops accepting, lets requests in flight
+// finish within ShutdownGrace, and returns nil for a clean stop.
+func (s *Server) Serve(ctx context.Context) error {
+	if s.lis == nil {
+		if err := s.Listen(); err != nil {
+			return err
+		}
+	}
+	errc := make(chan error, 2)
+	var wg sync.WaitGroup
+	if l := s.lis[0]; l != nil {
+		s.httpSrv = &http.Server{Handler: s.httpHandler(), TLSConfig: s.tlsConf, ReadHeaderTimeout: time.Minute,
+			ErrorLog: log.New(io.Discard, "", 0)} // TLS handshake noise; errors we report go through s.log
+		if s.tlsConf != nil {
+			l = tls.NewListener(l, s.tlsConf)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := s.httpSrv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("cache serve: http: %w", err)
+			}
+		}()
+		s.log.Printf("HTTP cache protocol on %s", s.lis[0].Addr())
+	}
+	if l := s.lis[1]; l != nil {
+		s.grpcSrv = s.newGRPCServer()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := s.grpcSrv.Serve(l); err != nil {
+				errc <- fmt.Errorf("cache serve: grpc: %w", err)
+			}
+		}()
+		s.log.Printf("REAPI v2 on %s", s.lis[1].Addr())
+	}
+	evictCtx, stopEvict := context.WithCancel(context.Background())
+	evictDone := make(chan struct{})
+	go func() { defer close(evictDone); s.evictor.run(evictCtx) }()
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	s.shutdown()
+	stopEvict()
+	<-evictDone
+	wg.Wait()
+	s.uploads.dropAll()
+	return err
+}
+
+// shutdown stops accepting and waits for requests in flight, up to ShutdownGrace.
+func (s *Server) shutdown() {
+	s.log.Printf("stopping: finishing requests in flight (up to %s)", s.opts.ShutdownGrace)
+	ctx, cancel := context.WithTimeout(context.Background(), s.opts.ShutdownGrace)
+	defer cancel()
+	var wg sync.WaitGroup
+	if s.httpSrv != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if s.httpSrv.Shutdown(ctx) != nil {
+				s.httpSrv.Close()
+			}
+		}()
+	}
+	if s.grpcSrv != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			done := make(chan struct{})
+			go func() { s.grpcSrv.GracefulStop(); close(done) }()
+			select {
+			case <-done:
+			case <-ctx.Done():
+				s.grpcSrv.Stop()
+			}
+		}()
+	}
+	wg.Wait()
+}

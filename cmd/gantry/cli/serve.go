@@ -1,0 +1,90 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gantry-build/gantry/cache"
+)
+
+func newCacheServeCmd(g *globalOptions) *cobra.Command {
+	var o cache.ServerOptions
+	var quota, maxBlob string
+	cmd := &cobra.Command{
+		Use:   "serve --dir DIR [--http ADDR] [--grpc ADDR]",
+		Short: "Serve an artifact cache over the HTTP cache protocol and REAPI v2 (gRPC)",
+		Long: `Serve one store on disk (the local cache's CAS layout, with action cache entries
+under DIR/ac/) to gantry, Bazel and any client of bazel-remote's HTTP protocol or of
+REAPI v2. Writes need credentials (--token-file, --htpasswd or client certificates
+with --client-ca); reads too unless --allow-anonymous-read.
+
+SIGTERM or SIGINT: stop accepting, finish the requests in flight (up to --shutdown-grace),
+exit 0. SIGHUP: reread the token and htpasswd files.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var err error
+			if quota != "" {
+				if o.Quota, err = cache.ParseQuota(quota, o.Dir); err != nil {
+					return usagef("--quota: %v", err)
+				}
+			}
+			if maxBlob != "" {
+				n, ok := cache.ParseSize(maxBlob)
+				if !ok {
+					return usagef("--max-blob-size %q: not a size (500M, 10G)", maxBlob)
+				}
+				o.MaxBlobSize = n
+			}
+			o.Log = g.ios.ErrOut
+			srv, err := cache.NewServer(o)
+			if err != nil {
+				return usagef("%v", err)
+			}
+			if err := srv.Listen(); err != nil {
+				return err
+			}
+			h, gr := srv.Addrs()
+			if h != "" {
+				fmt.Fprintf(g.ios.Out, "http %s\n", h)
+			}
+			if gr != "" {
+				fmt.Fprintf(g.ios.Out, "grpc %s\n", gr)
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+			defer stop()
+			hup := make(chan os.Signal, 1)
+			signal.Notify(hup, syscall.SIGHUP)
+			defer signal.Stop(hup)
+			go func() {
+				for range hup {
+					if err := srv.ReloadCredentials(); err != nil {
+						fmt.Fprintf(g.ios.ErrOut, "gantry: %v (the previous credentials stay in force)\n", err)
+					}
+				}
+			}()
+			return srv.Serve(ctx)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&o.Dir, "dir", "", "the store `DIR` (created if needed)")
+	fl.StringVar(&o.HTTPAddr, "http", "", "serve the HTTP cache protocol on `ADDR` (host:port)")
+	fl.StringVar(&o.GRPCAddr, "grpc", "", "serve REAPI v2 on `ADDR` (host:port)")
+	fl.StringVar(&o.TokenFile, "token-file", "", "bearer tokens, one per line: TOKEN [CLIENT-NAME] (SIGHUP rereads it)")
+	fl.StringVar(&o.HtpasswdFile, "htpasswd", "", "htpasswd `FILE` with bcrypt entries, for basic auth")
+	fl.BoolVar(&o.AllowAnonymousRead, "allow-anonymous-read", false, "let clients without credentials read")
+	fl.StringVar(&o.TLSCert, "tls-cert", "", "serve TLS with this certificate (PEM)")
+	fl.StringVar(&o.TLSKey, "tls-key", "", "the key of --tls-cert (PEM)")
+	fl.StringVar(&o.ClientCA, "client-ca", "", "require client certificates signed by this CA (PEM): mutual TLS")
+	fl.StringVar(&quota, "quota", "", "keep the store under `SIZE` (500M, 10G, 50%): least recently used entries are evicted")
+	fl.StringVar(&maxBlob, "max-blob-size", "", "refuse uploads over `SIZE`")
+	fl.IntVar(&o.MaxStreams, "max-streams", 16, "concurrent transfers per client")
+	fl.DurationVar(&o.LeaseTTL, "lease-ttl", 30*time.Second, "how long a build-once lease lasts without renewal")
+	fl.DurationVar(&o.ShutdownGrace, "shutdown-grace", 30*time.Second, "how long SIGTERM waits for requests in flight")
+	return cmd
+}
