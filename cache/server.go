@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -89,7 +90,10 @@ func NewServer(opts ServerOptions) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cache serve: %w", err)
 	}
-	if err := os.MkdirAll(c.acPath(Digest{Hash: "00"})[:len(c.Root)+len(acDir)+1], 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(c.Root, acDir), 0o755); err != nil {
+		return nil, fmt.Errorf("cache serve: %w", err)
+	}
+	if _, err := c.PutBlob(nil); err != nil { // see emptyDigest
 		return nil, fmt.Errorf("cache serve: %w", err)
 	}
 	s := &Server{

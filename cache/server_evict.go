@@ -138,7 +138,7 @@ func (e *evictor) evict() error {
 	}
 	units := append([]*evictUnit(nil), acs...)
 	for h, b := range blobs {
-		if refcount[h] == 0 {
+		if refcount[h] == 0 && h != emptyDigest.Hash {
 			units = append(units, b)
 		}
 	}

@@ -49,8 +49,8 @@ func grpcClient(ctx context.Context) string {
 var grpcWrites = map[string]bool{
 	"/build.bazel.remote.execution.v2.ContentAddressableStorage/BatchUpdateBlobs": true,
 	"/build.bazel.remote.execution.v2.ActionCache/UpdateActionResult":             true,
-	"/google.bytestream.ByteStream/Write":                                          true,
-	"/google.bytestream.ByteStream/QueryWriteStatus":                               true,
+	"/google.bytestream.ByteStream/Write":                                         true,
+	"/google.bytestream.ByteStream/QueryWriteStatus":                              true,
 }
 
 func (s *Server) grpcAuthorize(ctx context.Context, method string) (context.Context, error) {

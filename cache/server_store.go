@@ -24,6 +24,10 @@ import (
 
 const acDir = "ac"
 
+// emptyDigest is the empty blob's, which a REAPI server always has: clients
+// never upload it. The server stores it at start and never evicts it.
+var emptyDigest = DigestOf(nil)
+
 // ErrDigestMismatch is wrapped by errors for uploads whose bytes do not match the
 // digest they were sent under.
 var ErrDigestMismatch = errors.New("content does not match its digest")
