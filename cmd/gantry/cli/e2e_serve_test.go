@@ -380,3 +380,111 @@ func treeBlobs(t *testing.T, file []byte) (root, tree []byte) {
 	}
 	return root, tree
 }
+
+// TestServeQuota: over its quota the server evicts least recently used blobs
+// in the background, but never a blob an action cache entry it keeps needs,
+// even when that blob is the oldest in the store.
+func TestServeQuota(t *testing.T) {
+	const unit = 64 << 10
+	s := startServe(t, "--quota", strconv.Itoa(16*unit))
+	put := func() string {
+		blob, hash := randomBlob(t, unit)
+		if code, _ := s.request("PUT", "/cas/"+hash, blob, true); code != http.StatusOK {
+			t.Fatalf("PUT: status %d", code)
+		}
+		return hash
+	}
+	a, b := put(), put()
+	ar, _ := proto.Marshal(&repb.ActionResult{OutputFiles: []*repb.OutputFile{
+		{Path: "a", Digest: &repb.Digest{Hash: a, SizeBytes: unit}},
+		{Path: "b", Digest: &repb.Digest{Hash: b, SizeBytes: unit}},
+	}})
+	_, key := randomBlob(t, 10)
+	if code, _ := s.request("PUT", "/ac/"+key, ar, true); code != http.StatusOK {
+		t.Fatalf("PUT /ac: status %d", code)
+	}
+	var old []string
+	for range 8 {
+		old = append(old, put())
+	}
+	// A hit refreshes the entry; its blobs are then made the least recently
+	// used files in the store.
+	if code, _ := s.request("GET", "/ac/"+key, nil, true); code != http.StatusOK {
+		t.Fatalf("GET /ac: status %d", code)
+	}
+	for _, h := range []string{a, b} {
+		hourAgo := time.Now().Add(-time.Hour)
+		if err := os.Chtimes(s.blobPath(h), hourAgo, hourAgo); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 8 {
+		put()
+	}
+	eventually(t, e2eTimeout, "the server evicts", func() bool { return s.metric("gantry_serve_evictions_total") > 0 })
+	var st cache.ServerStatus
+	_, body := s.request("GET", "/status", nil, true)
+	if err := json.Unmarshal(body, &st); err != nil || st.SizeBytes > 16*unit {
+		t.Errorf("after eviction /status = %s (%v): over the quota of %d", body, err, 16*unit)
+	}
+	if code, _ := s.request("GET", "/ac/"+key, nil, true); code != http.StatusOK {
+		t.Errorf("the kept entry is a miss after eviction (status %d): its blobs were evicted", code)
+	}
+	if _, err := os.Stat(s.blobPath(old[0])); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the least recently used unreferenced blob was not evicted: %v", err)
+	}
+	s.stop()
+	s.verifyStore()
+}
+
+// TestServeLeaseFencing: the build-once lease protocol over HTTP: the first
+// asker holds the lease, a second waits; when the holder stops renewing, the
+// lease expires and the second takes over with a higher fencing token; the
+// server then refuses the first holder's entry and accepts the second's, after
+// which askers are told to pull.
+func TestServeLeaseFencing(t *testing.T) {
+	s := startServe(t, "--lease-ttl", "300ms")
+	_, key := randomBlob(t, 10)
+	lease := func(token uint64) cache.LeaseReply {
+		t.Helper()
+		code, body := s.request("POST", fmt.Sprintf("/lease/%s?token=%d", key, token), nil, true)
+		var r cache.LeaseReply
+		if code != http.StatusOK || json.Unmarshal(body, &r) != nil {
+			t.Fatalf("POST /lease: status %d: %s", code, body)
+		}
+		return r
+	}
+	first := lease(0)
+	if !first.Granted || first.Token == 0 {
+		t.Fatalf("first asker: %+v, want the lease", first)
+	}
+	if r := lease(0); r.Granted || r.Present || r.WaitMs <= 0 {
+		t.Fatalf("second asker while the lease is held: %+v, want to wait", r)
+	}
+	if r := lease(first.Token); !r.Granted || r.Token != first.Token {
+		t.Fatalf("renewal by the holder: %+v", r)
+	}
+	var second cache.LeaseReply
+	eventually(t, e2eTimeout, "the lease expires and a waiter takes it", func() bool {
+		second = lease(0)
+		return second.Granted
+	})
+	if second.Token <= first.Token {
+		t.Fatalf("takeover token %d is not above the first holder's %d", second.Token, first.Token)
+	}
+	blob, hash := randomBlob(t, 100)
+	s.request("PUT", "/cas/"+hash, blob, true)
+	ar, _ := proto.Marshal(&repb.ActionResult{OutputFiles: []*repb.OutputFile{{Path: "a", Digest: &repb.Digest{Hash: hash, SizeBytes: 100}}}})
+	if code, body := s.request("PUT", "/ac/"+key, ar, true, cache.FencingHeader, strconv.FormatUint(first.Token, 10)); code != http.StatusConflict {
+		t.Errorf("AC update with the expired holder's token: status %d (%s), want 409", code, body)
+	}
+	if code, _ := s.request("GET", "/ac/"+key, nil, true); code != http.StatusNotFound {
+		t.Errorf("the fenced update was stored (status %d)", code)
+	}
+	if code, body := s.request("PUT", "/ac/"+key, ar, true, cache.FencingHeader, strconv.FormatUint(second.Token, 10)); code != http.StatusOK {
+		t.Errorf("AC update with the current token: status %d (%s)", code, body)
+	}
+	if r := lease(0); !r.Present || r.Granted {
+		t.Errorf("asking once the entry is stored: %+v, want present", r)
+	}
+}
