@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/gantry-build/gantry/cache"
 )
 
