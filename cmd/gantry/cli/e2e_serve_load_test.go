@@ -161,14 +161,11 @@ func TestServeLoad(t *testing.T) {
 	s.verifyStore()
 }
 
-// serveHTTPClient: gantry's HTTP remote store is on main (issue 10).
-const serveHTTPClient = false
-
 // serveLoadStore is gantry's remote store for load client c: even clients
 // speak HTTP, odd ones gRPC.
 func serveLoadStore(s *serveProc, c int, tokenFile string) (cache.RemoteStore, error) {
 	url := "grpc://" + s.grpc
-	if c%2 == 0 && serveHTTPClient {
+	if c%2 == 0 {
 		url = "http://" + s.http
 	}
 	return cache.OpenRemote(cache.RemoteSpec{URL: url, TokenFile: tokenFile, Push: true})

@@ -26,6 +26,7 @@ import (
 	"time"
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
+	"golang.org/x/crypto/bcrypt"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/gantry-build/gantry/cache"
@@ -46,6 +47,9 @@ type serveProc struct {
 	done     chan struct{}
 }
 
+// serveTestPassword is ci-user's password in the servers' htpasswd file.
+const serveTestPassword = "pa55-word"
+
 // startServe starts the server on a fresh store with a token file holding
 // token "s3cret-token ci", on HTTP and gRPC, with extra flags.
 func startServe(t *testing.T, extra ...string) *serveProc {
@@ -57,8 +61,16 @@ func startServe(t *testing.T, extra ...string) *serveProc {
 	if err := os.WriteFile(s.tokens, []byte("# test tokens\ns3cret-token ci\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	hash, err := bcrypt.GenerateFromPassword([]byte(serveTestPassword), bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	htpasswd := filepath.Join(base, "htpasswd")
+	if err := os.WriteFile(htpasswd, []byte("ci-user:"+string(hash)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	args := append([]string{"cache", "serve", "--dir", s.dir, "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0",
-		"--token-file", s.tokens}, extra...)
+		"--token-file", s.tokens, "--htpasswd", htpasswd}, extra...)
 	s.cmd = exec.Command(bin, args...)
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	s.cmd.Stderr = lockedWriter{s.stderrMu, s.stderr}
@@ -258,17 +270,17 @@ func TestServeHTTPIntegrityAndAuth(t *testing.T) {
 	}
 	s.stop()
 	for what, text := range map[string]string{"metrics": string(metrics), "status": string(status), "log": s.log()} {
-		if strings.Contains(text, s.token) || strings.Contains(text, "wrong-token") {
+		if strings.Contains(text, s.token) || strings.Contains(text, "wrong-token") || strings.Contains(text, serveTestPassword) {
 			t.Errorf("a token appears in the server's %s", what)
 		}
 	}
 	s.verifyStore()
 }
 
-// TestServeGantryClientGRPC: gantry's own REAPI client pushes and pulls an
-// artifact entry through the server, over plain gRPC with a token, over TLS
+// TestServeGantryClient: gantry's own remote stores push and pull an artifact
+// entry through the server, over HTTP and gRPC, each with a token, over TLS
 // and over mutual TLS; a client without credentials cannot write.
-func TestServeGantryClientGRPC(t *testing.T) {
+func TestServeGantryClient(t *testing.T) {
 	pki := testpki.New(t)
 	plain := startServe(t)
 	tlsSrv := startServe(t, "--tls-cert", pki.ServerCert, "--tls-key", pki.ServerKey)
@@ -281,9 +293,13 @@ func TestServeGantryClientGRPC(t *testing.T) {
 		srv  *serveProc
 		spec cache.RemoteSpec
 	}{
-		{"token", plain, cache.RemoteSpec{URL: "grpc://" + plain.grpc, TokenFile: tokenFile, Push: true}},
-		{"tls", tlsSrv, cache.RemoteSpec{URL: "grpcs://" + tlsSrv.grpc, TokenFile: tokenFile, ServerCA: pki.CA, Push: true}},
-		{"mtls", mtls, cache.RemoteSpec{URL: "grpcs://" + mtls.grpc, ServerCA: pki.CA, ClientCert: pki.ClientCert, ClientKey: pki.ClientKey, Push: true}},
+		{"grpc-token", plain, cache.RemoteSpec{URL: "grpc://" + plain.grpc, TokenFile: tokenFile, Push: true}},
+		{"grpc-tls", tlsSrv, cache.RemoteSpec{URL: "grpcs://" + tlsSrv.grpc, TokenFile: tokenFile, ServerCA: pki.CA, Push: true}},
+		{"grpc-mtls", mtls, cache.RemoteSpec{URL: "grpcs://" + mtls.grpc, ServerCA: pki.CA, ClientCert: pki.ClientCert, ClientKey: pki.ClientKey, Push: true}},
+		{"http-token", plain, cache.RemoteSpec{URL: "http://" + plain.http + "/team-a", TokenFile: tokenFile, Push: true}},
+		{"http-basic", plain, cache.RemoteSpec{URL: "http://ci-user:" + serveTestPassword + "@" + plain.http, Push: true}},
+		{"https-tls", tlsSrv, cache.RemoteSpec{URL: "https://" + tlsSrv.http, TokenFile: tokenFile, ServerCA: pki.CA, Push: true}},
+		{"https-mtls", mtls, cache.RemoteSpec{URL: "https://" + mtls.http, ServerCA: pki.CA, ClientCert: pki.ClientCert, ClientKey: pki.ClientKey, Push: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			roundTrip(t, tc.spec)
@@ -291,17 +307,19 @@ func TestServeGantryClientGRPC(t *testing.T) {
 		})
 	}
 
-	// No credentials: reads and writes are refused as auth failures.
-	anon, err := cache.OpenRemote(cache.RemoteSpec{URL: "grpc://" + plain.grpc, Push: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer anon.Close()
+	// No credentials, or a wrong password: writes are refused as auth failures.
 	blob, _ := randomBlob(t, 100)
 	d := cache.DigestOf(blob)
-	err = anon.WriteBlob(context.Background(), d, func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(blob)), nil })
-	if !cache.IsRemoteKind(err, cache.RemoteAuth) {
-		t.Errorf("write without credentials: %v, want an auth error", err)
+	for _, url := range []string{"grpc://" + plain.grpc, "http://" + plain.http, "http://ci-user:wrong@" + plain.http} {
+		anon, err := cache.OpenRemote(cache.RemoteSpec{URL: url, Push: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer anon.Close()
+		err = anon.WriteBlob(context.Background(), d, func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(blob)), nil })
+		if !cache.IsRemoteKind(err, cache.RemoteAuth) {
+			t.Errorf("write to %s without valid credentials: %v, want an auth error", cache.RedactURL(url), err)
+		}
 	}
 	if plain.cmd.ProcessState != nil {
 		t.Fatal("server died")
