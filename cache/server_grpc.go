@@ -2,6 +2,7 @@ package cache
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"io"
 	"io/fs"
@@ -60,14 +61,13 @@ func (s *Server) grpcAuthorize(ctx context.Context, method string) (context.Cont
 			authz = v[0]
 		}
 	}
-	client, authed := s.auth.identify(authz, nil)
-	if authz == "" {
-		if p, ok := peer.FromContext(ctx); ok {
-			if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok {
-				client, authed = s.auth.identify("", ti.State.PeerCertificates)
-			}
+	var certs []*x509.Certificate
+	if p, ok := peer.FromContext(ctx); ok {
+		if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok {
+			certs = ti.State.PeerCertificates
 		}
 	}
+	client, authed := s.auth.identify(authz, certs)
 	if !authed && (grpcWrites[method] || !s.opts.AllowAnonymousRead) {
 		s.metrics.rejected.Add(1)
 		if authz != "" {

@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -32,11 +33,11 @@ const FencingHeader = "X-Gantry-Fencing-Token"
 
 func (s *Server) httpHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var certs = r.TLS
-		client, authed := s.auth.identify(r.Header.Get("Authorization"), nil)
-		if certs != nil && r.Header.Get("Authorization") == "" {
-			client, authed = s.auth.identify("", certs.PeerCertificates)
+		var certs []*x509.Certificate
+		if r.TLS != nil {
+			certs = r.TLS.PeerCertificates
 		}
+		client, authed := s.auth.identify(r.Header.Get("Authorization"), certs)
 		write := r.Method != http.MethodGet && r.Method != http.MethodHead
 		if !authed && (write || !s.opts.AllowAnonymousRead) {
 			s.metrics.rejected.Add(1)
