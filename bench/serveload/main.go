@@ -1,0 +1,168 @@
+// Command serveload measures an artifact server from C concurrent clients: it
+// reads (or writes) blobs for a fixed time and prints requests per second and
+// MB/s. HTTP reads and writes use net/http directly, so the same run works
+// against nginx serving the same files; gRPC uses gantry's own REAPI client.
+//
+//	serveload -url http://HOST:PORT|grpc://HOST:PORT -op read|write [-blobs FILE]
+//	          [-size BYTES] [-clients 8] [-time 10s] [-token-file F]
+//
+// For reads, -blobs names a file of "hash size" lines (the blobs to fetch,
+// round-robin); writes upload fresh random blobs of -size bytes.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gantry-build/gantry/cache"
+)
+
+func main() {
+	url := flag.String("url", "", "server URL")
+	op := flag.String("op", "read", "read or write")
+	blobsFile := flag.String("blobs", "", "for reads: file of `hash size` lines")
+	size := flag.Int("size", 4096, "for writes: blob size in bytes")
+	clients := flag.Int("clients", 8, "concurrent clients")
+	dur := flag.Duration("time", 10*time.Second, "how long to run")
+	tokenFile := flag.String("token-file", "", "bearer token file")
+	flag.Parse()
+	if err := run(*url, *op, *blobsFile, *size, *clients, *dur, *tokenFile); err != nil {
+		fmt.Fprintf(os.Stderr, "serveload: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func run(url, op, blobsFile string, size, clients int, dur time.Duration, tokenFile string) error {
+	var blobs []cache.Digest
+	if op == "read" {
+		f, err := os.Open(blobsFile)
+		if err != nil {
+			return err
+		}
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			h, s, _ := strings.Cut(sc.Text(), " ")
+			n, _ := strconv.ParseInt(s, 10, 64)
+			blobs = append(blobs, cache.Digest{Hash: h, Size: n})
+		}
+		f.Close()
+		if len(blobs) == 0 {
+			return fmt.Errorf("no blobs in %s", blobsFile)
+		}
+	}
+	token := ""
+	if tokenFile != "" {
+		b, err := os.ReadFile(tokenFile)
+		if err != nil {
+			return err
+		}
+		token = strings.TrimSpace(string(b))
+	}
+	isHTTP := strings.HasPrefix(url, "http")
+	var store cache.RemoteStore
+	if !isHTTP {
+		var err error
+		if store, err = cache.OpenRemote(cache.RemoteSpec{URL: url, TokenFile: tokenFile, Push: true}); err != nil {
+			return err
+		}
+		defer store.Close()
+	}
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: clients}}
+	var reqs, bytesMoved atomic.Int64
+	var next atomic.Int64
+	var firstErr error
+	var errOnce sync.Once
+	deadline := time.Now().Add(dur)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, size)
+			for time.Now().Before(deadline) {
+				var n int64
+				var err error
+				switch op {
+				case "read":
+					d := blobs[int(next.Add(1))%len(blobs)]
+					n, err = read(client, store, url, token, d)
+				default:
+					rand.Read(buf)
+					n, err = write(client, store, url, token, buf)
+				}
+				if err != nil {
+					errOnce.Do(func() { firstErr = err })
+					return
+				}
+				reqs.Add(1)
+				bytesMoved.Add(n)
+			}
+		}()
+	}
+	wg.Wait()
+	el := time.Since(start).Seconds()
+	fmt.Printf("%s %s: %d clients, %d requests in %.1fs: %.0f req/s, %.1f MB/s bytes=%d\n", op, cache.RedactURL(url), clients, reqs.Load(), el,
+		float64(reqs.Load())/el, float64(bytesMoved.Load())/el/1e6, bytesMoved.Load())
+	return firstErr
+}
+
+func read(client *http.Client, store cache.RemoteStore, url, token string, d cache.Digest) (int64, error) {
+	if store != nil {
+		cw := &countWriter{}
+		err := store.ReadBlob(context.Background(), d, cw)
+		return cw.n, err
+	}
+	req, _ := http.NewRequest("GET", url+"/cas/"+d.Hash, nil)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	n, err := io.Copy(io.Discard, resp.Body)
+	if resp.StatusCode != 200 {
+		return n, fmt.Errorf("GET %s: %s", d.Hash, resp.Status)
+	}
+	return n, err
+}
+
+func write(client *http.Client, store cache.RemoteStore, url, token string, data []byte) (int64, error) {
+	d := cache.DigestOf(data)
+	if store != nil {
+		err := store.WriteBlob(context.Background(), d, func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil })
+		return d.Size, err
+	}
+	req, _ := http.NewRequest("PUT", url+"/cas/"+d.Hash, bytes.NewReader(data))
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return 0, fmt.Errorf("PUT %s: %s", d.Hash, resp.Status)
+	}
+	return d.Size, nil
+}
+
+type countWriter struct{ n int64 }
+
+func (c *countWriter) Write(p []byte) (int, error) { c.n += int64(len(p)); return len(p), nil }
