@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # `gantry cache serve` throughput (see bench/README.md): 8 local clients reading small
 # blobs (req/s) and large blobs (MB/s) over HTTP and gRPC, writing small and large blobs,
-# next to nginx serving the same files; and the server's CPU time per MB moved.
+# next to nginx serving the same files; the server's CPU time per MB moved; and the
+# latency of a small client while another pushes 1 GiB blobs (fair admission).
 #
 #   bench/serve.sh
 #
 # Environment: SMALL_N (2000 blobs of 4 KiB), LARGE_N (8 blobs), LARGE_MIB (64),
-# TIME (10s per run), CLIENTS (8), KEEP=1.
+# TIME (10s per run), CLIENTS (8), BIG_MIB (1024: the blob the background pusher uploads), KEEP=1.
 set -euo pipefail
 
 SMALL_N=${SMALL_N:-2000}
@@ -103,3 +104,9 @@ measure "gantry http small write" -url "http://$HTTP" -op write -size 4096
 measure "gantry grpc small write" -url "grpc://$GRPC" -op write -size 4096
 measure "gantry http large write" -url "http://$HTTP" -op write -size $((LARGE_MIB << 20))
 measure "gantry grpc large write" -url "grpc://$GRPC" -op write -size $((LARGE_MIB << 20))
+# Fairness: small reads and writes while one more client pushes BIG_MIB blobs.
+BIG=$(( ${BIG_MIB:-1024} << 20 ))
+measure "gantry http small write" -url "http://$HTTP" -op write -size 4096 -clients 1
+measure "  + 1 client pushing big" -url "http://$HTTP" -op write -size 4096 -clients 1 -bg-write "$BIG"
+measure "gantry grpc small write" -url "grpc://$GRPC" -op write -size 4096 -clients 1
+measure "  + 1 client pushing big" -url "grpc://$GRPC" -op write -size 4096 -clients 1 -bg-write "$BIG"

@@ -4,7 +4,11 @@
 // against nginx serving the same files; gRPC uses gantry's own REAPI client.
 //
 //	serveload -url http://HOST:PORT|grpc://HOST:PORT -op read|write [-blobs FILE]
-//	          [-size BYTES] [-clients 8] [-time 10s] [-token-file F]
+//	          [-size BYTES] [-clients 8] [-time 10s] [-token-file F] [-bg-write BYTES]
+//
+// With -bg-write, one more client uploads fresh blobs of that size the whole
+// time (a runner pushing a huge artifact), and the latency percentiles of the
+// measured clients show what it costs them.
 //
 // For reads, -blobs names a file of "hash size" lines (the blobs to fetch,
 // round-robin); writes upload fresh random blobs of -size bytes.
@@ -20,6 +24,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -37,14 +42,15 @@ func main() {
 	clients := flag.Int("clients", 8, "concurrent clients")
 	dur := flag.Duration("time", 10*time.Second, "how long to run")
 	tokenFile := flag.String("token-file", "", "bearer token file")
+	bgWrite := flag.Int("bg-write", 0, "one more client uploads blobs of this many bytes meanwhile")
 	flag.Parse()
-	if err := run(*url, *op, *blobsFile, *size, *clients, *dur, *tokenFile); err != nil {
+	if err := run(*url, *op, *blobsFile, *size, *clients, *dur, *tokenFile, *bgWrite); err != nil {
 		fmt.Fprintf(os.Stderr, "serveload: %v\n", err)
 		os.Exit(1)
 	}
 }
 
-func run(url, op, blobsFile string, size, clients int, dur time.Duration, tokenFile string) error {
+func run(url, op, blobsFile string, size, clients int, dur time.Duration, tokenFile string, bgWrite int) error {
 	var blobs []cache.Digest
 	if op == "read" {
 		f, err := os.Open(blobsFile)
@@ -86,6 +92,25 @@ func run(url, op, blobsFile string, size, clients int, dur time.Duration, tokenF
 	var errOnce sync.Once
 	deadline := time.Now().Add(dur)
 	var wg sync.WaitGroup
+	var bgBytes atomic.Int64
+	if bgWrite > 0 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, bgWrite)
+			for time.Now().Before(deadline) {
+				rand.Read(buf)
+				n, err := write(client, store, url, token, buf)
+				if err != nil {
+					errOnce.Do(func() { firstErr = err })
+					return
+				}
+				bgBytes.Add(n)
+			}
+		}()
+	}
+	var latMu sync.Mutex
+	var lats []time.Duration
 	start := time.Now()
 	for range clients {
 		wg.Add(1)
@@ -95,6 +120,7 @@ func run(url, op, blobsFile string, size, clients int, dur time.Duration, tokenF
 			for time.Now().Before(deadline) {
 				var n int64
 				var err error
+				t0 := time.Now()
 				switch op {
 				case "read":
 					d := blobs[int(next.Add(1))%len(blobs)]
@@ -109,13 +135,27 @@ func run(url, op, blobsFile string, size, clients int, dur time.Duration, tokenF
 				}
 				reqs.Add(1)
 				bytesMoved.Add(n)
+				latMu.Lock()
+				lats = append(lats, time.Since(t0))
+				latMu.Unlock()
 			}
 		}()
 	}
 	wg.Wait()
 	el := time.Since(start).Seconds()
-	fmt.Printf("%s %s: %d clients, %d requests in %.1fs: %.0f req/s, %.1f MB/s bytes=%d\n", op, cache.RedactURL(url), clients, reqs.Load(), el,
-		float64(reqs.Load())/el, float64(bytesMoved.Load())/el/1e6, bytesMoved.Load())
+	slices.Sort(lats)
+	pct := func(p float64) time.Duration {
+		if len(lats) == 0 {
+			return 0
+		}
+		return lats[min(len(lats)-1, int(p*float64(len(lats))))].Round(10 * time.Microsecond)
+	}
+	bg := ""
+	if bgWrite > 0 {
+		bg = fmt.Sprintf(", background writer %.1f MB/s", float64(bgBytes.Load())/el/1e6)
+	}
+	fmt.Printf("%s %s: %d clients, %d requests in %.1fs: %.0f req/s, %.1f MB/s, p50 %v p99 %v%s bytes=%d\n", op, cache.RedactURL(url), clients, reqs.Load(), el,
+		float64(reqs.Load())/el, float64(bytesMoved.Load())/el/1e6, pct(0.5), pct(0.99), bg, bytesMoved.Load())
 	return firstErr
 }
 

@@ -18,7 +18,7 @@ import (
 func newCacheCmd(g *globalOptions) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "cache",
-		Short: "Maintain the local artifact cache",
+		Short: "Maintain the local artifact cache, or serve a shared one",
 	}
 	cmd.AddCommand(newCacheVerifyCmd(g), newCacheUsageCmd(g), newCacheGCCmd(g), newCacheServeCmd(g))
 	return cmd
