@@ -59,13 +59,18 @@ type Server struct {
 	lis     []net.Listener
 }
 
+// ErrServerConfig is wrapped by NewServer's errors for a configuration it
+// refuses (the command reports them as bad usage); other errors are faults.
+var ErrServerConfig = errors.New("bad configuration")
+
 // NewServer opens the store and checks the configuration.
 func NewServer(opts ServerOptions) (*Server, error) {
+	config := func(err error) error { return fmt.Errorf("cache serve: %w (%w)", err, ErrServerConfig) }
 	if opts.Dir == "" {
-		return nil, errors.New("cache serve: no store directory: give --dir DIR")
+		return nil, config(errors.New("no store directory: give --dir DIR"))
 	}
 	if opts.HTTPAddr == "" && opts.GRPCAddr == "" {
-		return nil, errors.New("cache serve: nothing to serve: give --http ADDR, --grpc ADDR or both")
+		return nil, config(errors.New("nothing to serve: give --http ADDR, --grpc ADDR or both"))
 	}
 	if opts.MaxStreams <= 0 {
 		opts.MaxStreams = 16
@@ -81,10 +86,14 @@ func NewServer(opts ServerOptions) (*Server, error) {
 	}
 	auth, err := newServerAuth(opts.TokenFile, opts.HtpasswdFile)
 	if err != nil {
-		return nil, fmt.Errorf("cache serve: %w", err)
+		return nil, config(err)
 	}
 	if !auth.configured() && opts.ClientCA == "" {
-		return nil, errors.New("cache serve: writes need credentials: give --token-file, --htpasswd or --client-ca")
+		return nil, config(errors.New("writes need credentials: give --token-file, --htpasswd or --client-ca"))
+	}
+	tlsConf, err := serverTLS(opts)
+	if err != nil {
+		return nil, config(err)
 	}
 	c, err := Open(opts.Dir)
 	if err != nil {
@@ -104,13 +113,11 @@ func NewServer(opts ServerOptions) (*Server, error) {
 		uploads: newUploadTable(),
 		log:     log.New(opts.Log, "gantry cache serve: ", log.LstdFlags),
 		started: time.Now(),
+		tlsConf: tlsConf,
 	}
 	s.admit = newAdmission(opts.MaxStreams)
 	s.leases = newLeaseTable(opts.LeaseTTL)
 	s.evictor = newEvictor(c, opts.Quota, s.metrics, s.log)
-	if s.tlsConf, err = serverTLS(opts); err != nil {
-		return nil, fmt.Errorf("cache serve: %w", err)
-	}
 	return s, nil
 }
 

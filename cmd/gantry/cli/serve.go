@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -43,8 +44,11 @@ exit 0. SIGHUP: reread the token and htpasswd files.`,
 			}
 			o.Log = g.ios.ErrOut
 			srv, err := cache.NewServer(o)
-			if err != nil {
+			if errors.Is(err, cache.ErrServerConfig) {
 				return usagef("%v", err)
+			}
+			if err != nil {
+				return err
 			}
 			if err := srv.Listen(); err != nil {
 				return err
