@@ -119,10 +119,10 @@ func (s *Server) newGRPCServer() *grpc.Server {
 // grpcError maps a store error to a status.
 func grpcError(err error) error {
 	switch {
-	case errors.Is(err, ErrDigestMismatch), errors.Is(err, ErrCorrupt):
-		return status.Error(codes.InvalidArgument, err.Error())
 	case errors.Is(err, ErrNotFound), errors.Is(err, fs.ErrNotExist):
 		return status.Error(codes.NotFound, err.Error())
+	case errors.Is(err, ErrDigestMismatch), errors.Is(err, ErrCorrupt):
+		return status.Error(codes.InvalidArgument, err.Error())
 	case errors.Is(err, errFenced):
 		return status.Error(codes.FailedPrecondition, err.Error())
 	case errors.Is(err, context.Canceled):

@@ -150,11 +150,16 @@ func (c *Cache) readAC(key Digest) (*repb.ActionResult, []byte, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("reading action cache entry %s: %w", key.Hash, err)
 	}
+	// A damaged entry or tree is a miss as well (both ErrNotFound and
+	// ErrCorrupt): the client builds and writes it again.
 	ar := &repb.ActionResult{}
 	if err := proto.Unmarshal(data, ar); err != nil {
-		return nil, nil, fmt.Errorf("action cache entry %s: %s: %v: %w", key.Hash, p, err, ErrCorrupt)
+		return nil, nil, fmt.Errorf("action cache entry %s: %s: %v: %w (%w)", key.Hash, p, err, ErrCorrupt, ErrNotFound)
 	}
 	blobs, err := c.actionResultBlobs(ar)
+	if errors.Is(err, ErrCorrupt) {
+		return nil, nil, fmt.Errorf("action cache entry %s: %w (%w)", key.Hash, err, ErrNotFound)
+	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("action cache entry %s: %w", key.Hash, err)
 	}

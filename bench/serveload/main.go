@@ -154,8 +154,8 @@ func run(url, op, blobsFile string, size, clients int, dur time.Duration, tokenF
 	if bgWrite > 0 {
 		bg = fmt.Sprintf(", background writer %.1f MB/s", float64(bgBytes.Load())/el/1e6)
 	}
-	fmt.Printf("%s %s: %d clients, %d requests in %.1fs: %.0f req/s, %.1f MB/s, p50 %v p99 %v%s bytes=%d\n", op, cache.RedactURL(url), clients, reqs.Load(), el,
-		float64(reqs.Load())/el, float64(bytesMoved.Load())/el/1e6, pct(0.5), pct(0.99), bg, bytesMoved.Load())
+	fmt.Printf("%s %s: %d clients, %d requests in %.1fs: %.0f req/s, %.1f MB/s, p50 %v p99 %v max %v%s bytes=%d\n", op, cache.RedactURL(url), clients, reqs.Load(), el,
+		float64(reqs.Load())/el, float64(bytesMoved.Load())/el/1e6, pct(0.5), pct(0.99), pct(1), bg, bytesMoved.Load())
 	return firstErr
 }
 
