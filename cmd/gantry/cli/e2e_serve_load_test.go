@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -18,9 +17,9 @@ import (
 	"github.com/gantry-build/gantry/cache"
 )
 
-// TestServeSIGTERMDuringUploads: SIGTERM while 8 clients upload: the server
-// exits 0, every blob it acknowledged is on disk and valid, and no partial
-// file remains.
+// TestServeSIGTERMDuringUploads: SIGTERM while 8 clients (gantry's HTTP and gRPC
+// stores) upload 5 MiB blobs: the server exits 0, every blob it acknowledged is
+// on disk and valid, and no partial file remains.
 func TestServeSIGTERMDuringUploads(t *testing.T) {
 	s := startServe(t, "--shutdown-grace", "10s")
 	var (
@@ -29,32 +28,36 @@ func TestServeSIGTERMDuringUploads(t *testing.T) {
 		stop  atomic.Bool
 		wg    sync.WaitGroup
 	)
-	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: false}}
-	for range 8 {
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	os.WriteFile(tokenFile, []byte(s.token+"\n"), 0o600)
+	for c := range 8 {
+		// Half over HTTP, half over gRPC (ByteStream: blobs over the batch limit).
+		st, err := serveLoadStore(s, c, tokenFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for !stop.Load() {
-				blob, hash := randomBlob(t, 64<<10)
-				req, _ := http.NewRequest("PUT", "http://"+s.http+"/cas/"+hash, bytes.NewReader(blob))
-				req.Header.Set("Authorization", "Bearer "+s.token)
-				resp, err := client.Do(req)
+				blob, hash := randomBlob(t, 5<<20)
+				err := st.WriteBlob(context.Background(), cache.DigestOf(blob), func() (io.ReadCloser, error) {
+					return io.NopCloser(bytes.NewReader(blob)), nil
+				})
 				if err != nil {
 					return // the server is going away
 				}
-				resp.Body.Close()
-				if resp.StatusCode == http.StatusOK {
-					mu.Lock()
-					acked = append(acked, hash)
-					mu.Unlock()
-				}
+				mu.Lock()
+				acked = append(acked, hash)
+				mu.Unlock()
 			}
 		}()
 	}
-	eventually(t, e2eTimeout, "the clients have stored 40 blobs", func() bool {
+	eventually(t, e2eTimeout, "the clients have stored 16 blobs", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
-		return len(acked) >= 40
+		return len(acked) >= 16
 	})
 	s.stop()
 	stop.Store(true)
