@@ -506,3 +506,39 @@ func TestServeLeaseFencing(t *testing.T) {
 		t.Errorf("asking once the entry is stored: %+v, want present", r)
 	}
 }
+
+// TestServeReloadAndAnonymousRead: SIGHUP rereads the token file (a new token
+// works, a removed one is refused), and --allow-anonymous-read lets clients
+// without credentials read, never write.
+func TestServeReloadAndAnonymousRead(t *testing.T) {
+	s := startServe(t, "--allow-anonymous-read")
+	blob, hash := randomBlob(t, 100)
+	if code, _ := s.request("PUT", "/cas/"+hash, blob, false); code != http.StatusUnauthorized {
+		t.Errorf("anonymous PUT: status %d, want 401", code)
+	}
+	if code, _ := s.request("PUT", "/cas/"+hash, blob, true); code != http.StatusOK {
+		t.Fatalf("PUT: status %d", code)
+	}
+	if code, body := s.request("GET", "/cas/"+hash, nil, false); code != http.StatusOK || !bytes.Equal(body, blob) {
+		t.Errorf("anonymous GET: status %d", code)
+	}
+	if err := os.WriteFile(s.tokens, []byte("rotated-token ci\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s.cmd.Process.Signal(syscall.SIGHUP)
+	old := s.token
+	s.token = "rotated-token"
+	other, otherHash := randomBlob(t, 100)
+	eventually(t, e2eTimeout, "the new token is accepted after SIGHUP", func() bool {
+		code, _ := s.request("PUT", "/cas/"+otherHash, other, true)
+		return code == http.StatusOK
+	})
+	s.token = old
+	if code, _ := s.request("PUT", "/cas/"+otherHash, other, true); code != http.StatusForbidden {
+		t.Errorf("PUT with the removed token after SIGHUP: status %d, want 403", code)
+	}
+	s.stop()
+	if strings.Contains(s.log(), "rotated-token") || strings.Contains(s.log(), old) {
+		t.Error("a token appears in the server's log")
+	}
+}
