@@ -251,7 +251,7 @@ func (c *Cache) writeAC(key Digest, data []byte) error {
 			touch(c.BlobPath(d))
 		}
 	}
-	if err := c.writeFileAtomic(c.acPath(key), data, 0o644, true); err != nil {
+	if err := c.writeFileAtomic(c.acPath(key), data, 0o644, dirSynced); err != nil {
 		return fmt.Errorf("storing action cache entry %s: %w", key.Hash, err)
 	}
 	return nil
