@@ -29,6 +29,7 @@ type evictor struct {
 	log     *log.Logger
 
 	size    atomic.Int64 // store size at the last scan, plus bytes written since
+	written atomic.Int64 // every byte ever stored: writes during a scan are not lost
 	kick    chan struct{}
 	scanned atomic.Int64 // scans done, for tests
 }
@@ -46,11 +47,29 @@ func (e *evictor) wrote(n int64) {
 	if e.quota <= 0 {
 		return
 	}
+	e.written.Add(n)
 	if e.size.Add(n) > e.quota {
-		select {
-		case e.kick <- struct{}{}:
-		default:
-		}
+		e.wake()
+	}
+}
+
+// wake asks for a scan without waiting.
+func (e *evictor) wake() {
+	select {
+	case e.kick <- struct{}{}:
+	default:
+	}
+}
+
+// settle records the store's size after a scan that counted total: what was
+// written while it ran is added (a file written during the walk may be counted
+// twice, which can only cause an early scan), and a store still over the quota
+// gets another scan.
+func (e *evictor) settle(total, writtenAtStart int64) {
+	size := total + e.written.Load() - writtenAtStart
+	e.size.Store(size)
+	if size > e.quota {
+		e.wake()
 	}
 }
 
@@ -85,6 +104,7 @@ type evictUnit struct {
 // under evictLowWater of the quota.
 func (e *evictor) evict() error {
 	scanStart := time.Now()
+	writtenAtStart := e.written.Load()
 	e.scanned.Add(1)
 	blobs := map[string]*evictUnit{}
 	var acs []*evictUnit
@@ -126,8 +146,8 @@ func (e *evictor) evict() error {
 	}); err != nil {
 		return err
 	}
-	e.size.Store(total)
 	if total <= e.quota {
+		e.settle(total, writtenAtStart)
 		return nil
 	}
 	refcount := map[string]int{}
@@ -168,6 +188,6 @@ func (e *evictor) evict() error {
 			}
 		}
 	}
-	e.size.Store(total)
+	e.settle(total, writtenAtStart)
 	return nil
 }
