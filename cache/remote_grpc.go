@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,6 +21,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/gantry-build/gantry/cache/internal/bstpb"
@@ -306,6 +308,9 @@ func (s *grpcStore) UpdateEntry(ctx context.Context, key string, e *RemoteEntry)
 		return s.updateReference(ctx, op, key, e)
 	}
 	req := &repb.UpdateActionResultRequest{InstanceName: s.instance, ActionDigest: RemoteKey(key).Proto(), ActionResult: entryActionResult(e)}
+	if t := fencingToken(ctx); t != 0 {
+		ctx = metadata.AppendToOutgoingContext(ctx, FencingMetadata, strconv.FormatUint(t, 10))
+	}
 	return s.call(ctx, op, func(ctx context.Context) error {
 		_, err := s.ac.UpdateActionResult(ctx, req)
 		return err

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -122,6 +123,10 @@ func (x *exchange) do(method, rawURL string, body func() (io.ReadCloser, error),
 	}
 	req.Header.Set("User-Agent", "gantry")
 	req.Header.Set("Accept-Encoding", "identity")
+	if t := fencingToken(x.ctx); t != 0 && method == http.MethodPut {
+		// Read by the server on the entry's PUT; the blobs' PUTs of a push carry it too.
+		req.Header.Set(FencingHeader, strconv.FormatUint(t, 10))
+	}
 	switch {
 	case x.s.token != "":
 		req.Header.Set("Authorization", "Bearer "+x.s.token)

@@ -26,11 +26,12 @@ type lease struct {
 
 // LeaseReply is the answer to a lease request (POST /lease/<key>).
 type LeaseReply struct {
-	Granted bool   `json:"granted"`         // the caller holds the lease: build, then push with Token
-	Token   uint64 `json:"token,omitempty"` // fencing token of the caller's lease
-	Present bool   `json:"present"`         // the entry is there: pull it
-	TTLms   int64  `json:"ttl_ms"`          // how long the lease lasts without renewal
-	WaitMs  int64  `json:"wait_ms"`         // when not granted: ask again after this long
+	Granted bool   `json:"granted"`          // the caller holds the lease: build, then push with Token
+	Token   uint64 `json:"token,omitempty"`  // fencing token of the caller's lease
+	Present bool   `json:"present"`          // the entry is there: pull it
+	TTLms   int64  `json:"ttl_ms"`           // how long the lease lasts without renewal
+	WaitMs  int64  `json:"wait_ms"`          // when not granted: ask again after this long
+	Holder  string `json:"holder,omitempty"` // when not granted: the client holding the lease (its name, never a credential)
 }
 
 func newLeaseTable(ttl time.Duration) *leaseTable {
@@ -46,7 +47,7 @@ func (t *leaseTable) acquire(key, holder string, token uint64, now time.Time) Le
 	switch {
 	case l != nil && now.Before(l.expires) && !(l.holder == holder && l.token == token):
 		wait := min(l.expires.Sub(now), time.Second)
-		return LeaseReply{TTLms: t.ttl.Milliseconds(), WaitMs: max(wait.Milliseconds(), 50)}
+		return LeaseReply{TTLms: t.ttl.Milliseconds(), WaitMs: max(wait.Milliseconds(), 50), Holder: l.holder}
 	case l != nil && now.Before(l.expires): // renewal
 		l.expires = now.Add(t.ttl)
 		return LeaseReply{Granted: true, Token: l.token, TTLms: t.ttl.Milliseconds()}

@@ -68,6 +68,10 @@ type Result struct {
 	Temporary bool            `json:"temporary,omitempty"` // a network error worth retrying
 	Skipped   bool            `json:"skipped,omitempty"`   // nothing to do, e.g. the remote lacks the artifact
 	Data      json.RawMessage `json:"data,omitempty"`      // action-specific
+	// WaitMs, when not OK: not a failure, someone else is doing the work (another
+	// session holds the build-once lease); the job is asked again after this many
+	// milliseconds, holding no token meanwhile. Error says what it waits for.
+	WaitMs int64 `json:"wait-ms,omitempty"`
 	// CacheBytes is about how much the job added to the local cache (an upper
 	// bound: blobs the cache already had are counted too); the scheduler
 	// starts a cleanup when the session takes the cache over its quota.

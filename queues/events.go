@@ -61,6 +61,9 @@ const (
 	ResultFailure    JobResult = "failure"
 	ResultTerminated JobResult = "terminated"
 	ResultSkipped    JobResult = "skipped"
+	// ResultWaiting: someone else does the work (a build-once lease held by another
+	// session); the job runs again later. Error says what it waits for.
+	ResultWaiting JobResult = "waiting"
 )
 
 // JobEnd: a job finished.

@@ -35,7 +35,12 @@ type PullQueue struct {
 	// element is then fetched and built. Nil: a failed pull fails.
 	RecoverFunc func(it *Item, res job.Result) (warning string, ok bool)
 	// DoneFunc, if set, sees each successful pull's result.
-	DoneFunc       func(it *Item, res job.Result)
+	DoneFunc func(it *Item, res job.Result)
+	// LeaseFunc, if set, says whether a job for an item that no remote had asks a push
+	// remote for its build-once lease (gantry's server): the job pulls if the entry is
+	// there, skips if this session holds the lease (the element is built), and waits
+	// (job.Result.WaitMs) while another session builds it.
+	LeaseFunc      func(it *Item) bool
 	NetworkRetries int
 }
 
@@ -51,7 +56,7 @@ func (q PullQueue) Status(it *Item) (Status, string) {
 	switch {
 	case it.Cached:
 		return Skip, "cached"
-	case q.Found && !it.Remote && it.spare == nil:
+	case q.Found && !it.Remote && it.spare == nil && (q.LeaseFunc == nil || !q.LeaseFunc(it)):
 		// Spare items needed after all were never looked up: they are tried.
 		return Skip, "not on a remote"
 	}

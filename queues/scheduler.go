@@ -465,17 +465,13 @@ func (s *Scheduler) finish(a *activeJob, out job.Outcome) {
 		qs.done = append(qs.done, it)
 		end.Result = ResultSuccess
 		s.jobEnded(end)
+	case !out.Result.OK && out.Result.WaitMs > 0 && !s.quitting:
+		it.attempt = 0 // a wait is not a failed attempt: the network retries stay whole
+		s.retryAfter(qs, it, time.Duration(out.Result.WaitMs)*time.Millisecond)
+		end.Result = ResultWaiting
+		s.jobEnded(end)
 	case out.Result.Temporary && it.attempt <= qs.q.Retries() && !s.quitting:
-		wait := s.cfg.Backoff(it.attempt)
-		it.retryAt = time.Now().Add(wait)
-		s.add(qs, it)
-		s.retries++
-		time.AfterFunc(wait, func() {
-			select {
-			case s.inbox <- retryDue{}:
-			case <-s.ended:
-			}
-		})
+		s.retryAfter(qs, it, s.cfg.Backoff(it.attempt))
 		end.Result, end.WillRetry = ResultFailure, true
 		s.jobEnded(end)
 	case s.heal(a, out.Result, end):
@@ -489,6 +485,19 @@ func (s *Scheduler) finish(a *activeJob, out job.Outcome) {
 				Key: it.Element.Key, Error: out.Result.Error, LogPath: a.logPath}})
 		}
 	}
+}
+
+// retryAfter puts it back in its queue, to run again once wait has passed.
+func (s *Scheduler) retryAfter(qs *queueState, it *Item, wait time.Duration) {
+	it.retryAt = time.Now().Add(wait)
+	s.add(qs, it)
+	s.retries++
+	time.AfterFunc(wait, func() {
+		select {
+		case s.inbox <- retryDue{}:
+		case <-s.ended:
+		}
+	})
 }
 
 // jobEnded runs the OnJobEnd hook, then publishes end: whoever sees the event sees

@@ -76,6 +76,8 @@ func (p *Plain) Handle(e queues.Event) {
 			p.line(clock(e.Duration), e.Key, e.Action, e.Element, "SKIPPED", e.Error)
 		case queues.ResultTerminated:
 			p.line(clock(e.Duration), e.Key, e.Action, e.Element, "TERMINATED", "")
+		case queues.ResultWaiting:
+			p.line(clock(e.Duration), e.Key, e.Action, e.Element, "WAITING", e.Error)
 		default:
 			verb := "FAILURE"
 			if e.WillRetry {

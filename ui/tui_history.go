@@ -67,6 +67,8 @@ func (h *history) jobEnd(e queues.JobEnd) string {
 		return h.line(e.Time, e.Action, e.Element, "skipped", joinNonEmpty(took, firstLine(e.Error)))
 	case queues.ResultTerminated:
 		return h.line(e.Time, e.Action, e.Element, "terminated", took)
+	case queues.ResultWaiting:
+		return h.line(e.Time, e.Action, e.Element, "waiting", firstLine(e.Error))
 	}
 	if e.WillRetry {
 		return h.line(e.Time, e.Action, e.Element, "failed, will retry", joinNonEmpty(took, firstLine(e.Error)))

@@ -8,6 +8,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"syscall"
 	"time"
 
@@ -196,6 +197,9 @@ func runBuild(opts *buildOptions, args []string) error {
 		return err
 	}
 	if len(specs) > 0 {
+		if rs.hasPush() && slices.ContainsFunc(items, func(it *queues.Item) bool { return !it.Cached && !it.Remote }) {
+			rs.probeLeases() // something is to be built: another session may be building it
+		}
 		pipeline = append(pipeline, rs.pullQueue(c, true))
 	}
 	if opts.explain {
@@ -233,10 +237,12 @@ func runBuild(opts *buildOptions, args []string) error {
 	if rs.hasPush() {
 		pipeline = append(pipeline, rs.pushQueue(c, false))
 	}
+	ended := buildEnded(c, g.Project.Name, stats)
 	summary, err := s.runScheduler(schedulerRun{
 		display: display, cache: c, limits: limits, onError: onErr, cleanup: cleanup,
 		queues: pipeline, items: items, notices: warnings,
-		onJobEnd: buildEnded(c, g.Project.Name, stats), trace: opts.trace,
+		onJobEnd: func(end queues.JobEnd) error { rs.leaseJobEnded(end); return ended(end) },
+		trace:    opts.trace,
 	})
 	if err != nil {
 		return err

@@ -62,6 +62,10 @@ type remoteSet struct {
 	stores  map[string]cache.RemoteStore
 	retries int
 	from    map[*queues.Item]string // the remote each item was pulled from
+	// lease is the push remote that grants build-once leases (probeLeases); nil: none.
+	lease    *cache.RemoteSpec
+	leases   map[string]*heldLease // the leases this session holds, by cache key
+	renewing sync.WaitGroup        // their renew goroutines
 }
 
 func (s *session) remoteSet(specs []cache.RemoteSpec, warn func(string)) (*remoteSet, error) {
@@ -71,7 +75,7 @@ func (s *session) remoteSet(specs []cache.RemoteSpec, warn func(string)) (*remot
 	}
 	specs = withIdleTimeout(specs, idle)
 	return &remoteSet{s: s, specs: specs, down: map[string]bool{}, warn: warn, stores: map[string]cache.RemoteStore{}, retries: s.networkRetries(),
-		from: map[*queues.Item]string{}}, nil
+		from: map[*queues.Item]string{}, leases: map[string]*heldLease{}}, nil
 }
 
 func (rs *remoteSet) hasPush() bool {
@@ -95,6 +99,10 @@ func (rs *remoteSet) up(push bool) []cache.RemoteSpec {
 }
 
 func (rs *remoteSet) close() {
+	for key := range rs.leases {
+		rs.release(key)
+	}
+	rs.renewing.Wait()
 	for _, st := range rs.stores {
 		st.Close()
 	}
@@ -188,6 +196,10 @@ type pullSpec struct {
 	Element  string             `json:"element"`
 	Key      string             `json:"key"`
 	Remotes  []cache.RemoteSpec `json:"remotes"`
+	// Lease: a pull asks this remote for the build-once lease first; a push carries
+	// Fence, the token of the lease the session holds, to it.
+	Lease *cache.RemoteSpec `json:"lease,omitempty"`
+	Fence uint64            `json:"fence,omitempty"`
 }
 
 // pullResult is a pull job's Result.Data.
@@ -196,6 +208,10 @@ type pullResult struct {
 	Down    []string `json:"down,omitempty"`    // remotes that were unavailable or refused the credentials
 	Reasons []string `json:"reasons,omitempty"` // why, for each
 	Warning string   `json:"warning,omitempty"` // a remote sent bad bytes
+	// Lease: this session holds the element's build-once lease and builds it.
+	Lease *cache.LeaseReply `json:"lease,omitempty"`
+	// NoLeases: the lease remote does not grant leases after all.
+	NoLeases bool `json:"no-leases,omitempty"`
 }
 
 func (rs *remoteSet) payload(c *cache.Cache, it *queues.Item, push bool) (json.RawMessage, error) {
@@ -203,8 +219,14 @@ func (rs *remoteSet) payload(c *cache.Cache, it *queues.Item, push bool) (json.R
 	if len(remotes) == 0 && push {
 		return nil, fmt.Errorf("every push remote is down for this session")
 	}
+	ps := pullSpec{CacheDir: c.Root, Project: rs.s.project.Name, Element: it.Name(), Key: it.Element.Key, Remotes: remotes}
+	if l := rs.leases[it.Element.Key]; push && l != nil {
+		ps.Lease, ps.Fence = rs.lease, l.token
+	} else if !push && rs.leasing(it) {
+		ps.Lease = rs.lease
+	}
 	// A pull with every remote down runs and is skipped: the element is built.
-	return json.Marshal(pullSpec{CacheDir: c.Root, Project: rs.s.project.Name, Element: it.Name(), Key: it.Element.Key, Remotes: remotes})
+	return json.Marshal(ps)
 }
 
 // recoverPull books a pull that did not pull (queues.PullQueue.RecoverFunc): the
@@ -213,6 +235,7 @@ func (rs *remoteSet) payload(c *cache.Cache, it *queues.Item, push bool) (json.R
 func (rs *remoteSet) recoverPull(it *queues.Item, res job.Result) (string, bool) {
 	var pr pullResult
 	json.Unmarshal(res.Data, &pr)
+	rs.bookLease(it, pr)
 	var warnings []string
 	if pr.Warning != "" {
 		warnings = append(warnings, pr.Warning)
@@ -246,11 +269,13 @@ func (rs *remoteSet) pullQueue(c *cache.Cache, found bool) queues.PullQueue {
 	q := queues.PullQueue{Found: found, NetworkRetries: rs.retries,
 		PayloadFunc: func(it *queues.Item) (json.RawMessage, error) { return rs.payload(c, it, false) }}
 	if found {
+		q.LeaseFunc = rs.leasing
 		q.RecoverFunc = rs.recoverPull
 		q.DoneFunc = func(it *queues.Item, res job.Result) {
 			var pr pullResult
 			if json.Unmarshal(res.Data, &pr) == nil {
 				rs.from[it] = pr.From
+				rs.bookLease(it, pr)
 			}
 		}
 	}

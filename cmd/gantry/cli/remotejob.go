@@ -46,6 +46,11 @@ func pullJob(ctx context.Context, spec job.Spec, r *job.Reporter) (job.Result, e
 	}
 	defer lock.Unlock()
 	var pr pullResult
+	if ps.Lease != nil {
+		if res, pull := askLease(ctx, ps, &pr, r); !pull {
+			return res, nil
+		}
+	}
 	var failure error
 	for _, rs := range ps.Remotes {
 		store, err := cache.OpenRemote(rs)
@@ -109,7 +114,11 @@ func pushJob(ctx context.Context, spec job.Spec, r *job.Reporter) (job.Result, e
 			return job.Result{}, err
 		}
 		r.Status("pushing to " + store.Name())
-		t, did, err := c.PushArtifact(ctx, store, a, r.Progress)
+		pctx := ctx
+		if ps.Lease != nil && ps.Lease.Display() == rs.Display() {
+			pctx = cache.WithFencingToken(ctx, ps.Fence)
+		}
+		t, did, err := c.PushArtifact(pctx, store, a, r.Progress)
 		store.Close()
 		if err != nil {
 			return job.Result{Temporary: cache.IsRemoteKind(err, cache.RemoteUnavailable)}, err

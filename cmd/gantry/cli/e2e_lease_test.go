@@ -1,0 +1,123 @@
+package cli
+
+// End-to-end tests of build-once leases: several real `gantry build` sessions with
+// empty local caches sharing one real `gantry cache serve`.
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// leaseProjects writes the same project n times (each with its own empty cache), its
+// push remote s over HTTP with the test's token. elements maps element files to
+// their content.
+func leaseProjects(t *testing.T, s *serveProc, n int, elements map[string]string) []*e2eProject {
+	t.Helper()
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte(s.token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{"project.toml": projectTOML("app.toml") +
+		fmt.Sprintf("\n[[remote]]\nurl = %q\npush = true\ntoken-file = %q\n", "http://"+s.http, tokenFile)}
+	for name, content := range elements {
+		files["elements/"+name] = content
+	}
+	var ps []*e2eProject
+	for range n {
+		ps = append(ps, newE2EProject(t, files))
+	}
+	return ps
+}
+
+// Three sessions of the same project at once, one server: every element is built
+// exactly once across the three, and all three succeed.
+func TestE2ELeasesBuildOnce(t *testing.T) {
+	t.Parallel()
+	s := startServe(t)
+	// Each build takes a moment, so that the sessions overlap: without leases each
+	// would build everything.
+	build := "sleep 0.3"
+	ps := leaseProjects(t, s, 3, map[string]string{
+		"base.toml": manualElement(nil, build),
+		"a.toml":    manualElement([]string{"base.toml"}, build+"; echo a"),
+		"b.toml":    manualElement([]string{"base.toml"}, build+"; echo b"),
+		"app.toml":  manualElement([]string{"a.toml", "b.toml"}, build+"; echo app"),
+	})
+	var runs []*gantryProc
+	for _, p := range ps {
+		runs = append(runs, p.start("build", "--ui", "json", "--sandbox", "host"))
+	}
+	builds := map[string]int{}
+	for i, g := range runs {
+		if code := g.wait(e2eTimeout); code != 0 {
+			t.Fatalf("session %d: exit code %d\n%s", i, code, g.output())
+		}
+		for _, e := range g.snapshot() {
+			if e.is("job-start", "build", "") {
+				builds[e.Element]++
+			}
+		}
+	}
+	for _, el := range []string{"base.toml", "a.toml", "b.toml", "app.toml"} {
+		if builds[el] != 1 {
+			t.Errorf("%s was built %d times across the three sessions, want once", el, builds[el])
+		}
+		for i, p := range ps {
+			if st := p.state(el); st != "cached" {
+				t.Errorf("session %d: %s is %s, want cached", i, el, st)
+			}
+		}
+	}
+	if t.Failed() {
+		for i, g := range runs {
+			t.Logf("session %d:\n%s", i, g.output())
+		}
+	}
+}
+
+// The session holding a lease is killed (kill -9) while it builds: its lease expires
+// after the TTL, a waiting session takes it over, builds and pushes, and succeeds.
+func TestE2ELeaseTakeoverAfterKill(t *testing.T) {
+	t.Parallel()
+	s := startServe(t, "--lease-ttl", "2s")
+	// The first build of base.toml hangs (it is the one killed); the next goes through.
+	first := filepath.Join(t.TempDir(), "first")
+	ps := leaseProjects(t, s, 2, map[string]string{
+		"base.toml": manualElement(nil, fmt.Sprintf("if mkdir %s; then sleep 600; fi", first)),
+		"app.toml":  manualElement([]string{"base.toml"}, "true"),
+	})
+	holder := ps[0].start("build", "--ui", "json", "--sandbox", "host")
+	killGroupOnCleanup(t, holder.pid())
+	holder.waitEvent("job-start", "build", "base.toml")
+	eventually(t, e2eTimeout, "the first build of base.toml to start its command", func() bool {
+		_, err := os.Stat(first)
+		return err == nil
+	})
+	waiter := ps[1].start("build", "--ui", "json", "--sandbox", "host")
+	waited := waiter.waitEvent("job-end", "pull", "base.toml")
+	if waited.Result != "waiting" || !strings.Contains(waited.Error, "waiting for another builder of base.toml (lease held by ci") {
+		t.Fatalf("the second session's first pull of base.toml ended %q (%s), want waiting for the lease holder\n%s",
+			waited.Result, waited.Error, waiter.output())
+	}
+	if err := syscall.Kill(holder.pid(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	killedAt := time.Now()
+	if code := waiter.wait(e2eTimeout); code != 0 {
+		t.Fatalf("the waiting session failed after the holder was killed: exit code %d\n%s", code, waiter.output())
+	}
+	if _, built := findEvent(waiter.snapshot(), "job-start", "build", "base.toml"); !built {
+		t.Fatalf("the waiting session did not build base.toml after taking the lease over:\n%s", waiter.output())
+	}
+	t.Logf("the waiter finished %v after the kill (lease TTL 2s)", time.Since(killedAt).Round(time.Millisecond))
+	for _, el := range []string{"base.toml", "app.toml"} {
+		if st := ps[1].state(el); st != "cached" {
+			t.Errorf("%s is %s after the takeover, want cached", el, st)
+		}
+	}
+}

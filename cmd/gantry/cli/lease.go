@@ -1,0 +1,169 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"time"
+
+	"github.com/gantry-build/gantry/cache"
+	"github.com/gantry-build/gantry/job"
+	"github.com/gantry-build/gantry/queues"
+)
+
+// Build-once leases, the client side (README: "Build-once leases"). When a push
+// remote is gantry's own server, the Pull queue's job for an element no remote had
+// asks it for the element's lease:
+//   - the entry is there (another session pushed it since the plan): the job pulls it;
+//   - granted: the job is skipped and the element is fetched and built here; the
+//     session renews the lease from a goroutine (renew) until the push job ends, and
+//     the push carries the lease's fencing token;
+//   - held by another session: the job ends waiting (job.Result.WaitMs) and runs again
+//     after the server's wait, holding no token meanwhile.
+// A session that dies stops renewing: the lease expires and a waiter takes it over.
+
+// leaseProbeKey is asked about by probeLeases: no artifact has it.
+const leaseProbeKey = "gantry-lease-probe"
+
+// probeLeases finds the first push remote (HTTP: leases are not offered over gRPC)
+// that grants leases, by giving up a lease nobody holds: gantry's server answers it,
+// others answer 404 or 405. Called before the session, when something is to be built.
+func (rs *remoteSet) probeLeases() {
+	for _, spec := range rs.up(true) {
+		if u, err := url.Parse(spec.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") {
+			continue
+		}
+		leaser, ok := rs.store(spec).(cache.Leaser)
+		if !ok {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err := leaser.ReleaseLease(ctx, leaseProbeKey, 0)
+		cancel()
+		if err == nil {
+			rs.lease = &spec
+			return
+		}
+	}
+}
+
+// leasing says whether a pull of it asks for its lease (queues.PullQueue.LeaseFunc):
+// a lease remote is up and it was not found on a remote at planning.
+func (rs *remoteSet) leasing(it *queues.Item) bool {
+	return rs.lease != nil && !rs.down[rs.lease.Display()] && !it.Remote && !it.Cached
+}
+
+// bookLease books what a pull job learnt about leases: a lease granted to this
+// session is held (and renewed) until its push ends.
+func (rs *remoteSet) bookLease(it *queues.Item, pr pullResult) {
+	if pr.NoLeases {
+		rs.lease = nil
+	}
+	if pr.Lease == nil || rs.lease == nil {
+		return
+	}
+	leaser, ok := rs.store(*rs.lease).(cache.Leaser)
+	if !ok {
+		return
+	}
+	l := &heldLease{key: it.Element.Key, token: pr.Lease.Token, stop: make(chan struct{})}
+	rs.leases[l.key] = l
+	rs.renewing.Add(1)
+	go func() {
+		defer rs.renewing.Done()
+		l.renew(leaser, time.Duration(pr.Lease.TTLms)*time.Millisecond/3)
+	}()
+}
+
+// leaseJobEnded releases the lease of an element whose push ended, or that failed or
+// was stopped (the build command's OnJobEnd, on the scheduler goroutine).
+func (rs *remoteSet) leaseJobEnded(end queues.JobEnd) {
+	if end.Action == queues.Push && end.Result != queues.ResultWaiting || end.Result == queues.ResultTerminated ||
+		end.Result == queues.ResultFailure && !end.WillRetry {
+		rs.release(end.Key)
+	}
+}
+
+// release stops renewing the lease of key; its goroutine gives it up (after a push
+// that stored the entry the server has ended it already: giving it up again does
+// nothing). It does not wait for the network: close does.
+func (rs *remoteSet) release(key string) {
+	if l := rs.leases[key]; l != nil {
+		delete(rs.leases, key)
+		close(l.stop)
+	}
+}
+
+// heldLease is a lease this session holds. Only its renew goroutine uses the store.
+type heldLease struct {
+	key   string
+	token uint64
+	stop  chan struct{} // closed by release
+}
+
+// renew renews the lease every period until stop, then gives it up. A renewal the
+// server refuses (the lease expired and was taken over) ends the renewals: the
+// push's fencing token is then refused, and the successor's entry is kept.
+func (l *heldLease) renew(leaser cache.Leaser, every time.Duration) {
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { <-l.stop; cancel() }() // cuts a renewal in flight
+	t := time.NewTicker(max(every, 10*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
+			leaser.ReleaseLease(rctx, l.key, l.token)
+			rcancel()
+			return
+		case <-t.C:
+			if reply, err := leaser.Lease(ctx, l.key, l.token); err == nil && !reply.Granted {
+				t.Stop() // lost: nothing more to renew
+			}
+		}
+	}
+}
+
+// askLease is the start of a pull job with a lease remote: it asks for the element's
+// lease. pull true: the entry is there, or the lease could not be asked about; the
+// job goes on to pull. Otherwise res is the job's result: skipped with the lease
+// granted (the element is built here), or waiting for another session's build.
+func askLease(ctx context.Context, ps *pullSpec, pr *pullResult, r *job.Reporter) (res job.Result, pull bool) {
+	store, err := cache.OpenRemote(*ps.Lease)
+	if err != nil {
+		return res, true
+	}
+	defer store.Close()
+	leaser, ok := store.(cache.Leaser)
+	if !ok {
+		return res, true
+	}
+	r.Status("asking " + store.Name() + " for the lease of " + ps.Element)
+	reply, err := leaser.Lease(ctx, ps.Key, 0)
+	switch {
+	case errors.Is(err, cache.ErrNoLeases):
+		pr.NoLeases = true
+		r.Log(err.Error())
+		return res, true
+	case err != nil:
+		r.Log(err.Error()) // the pull meets the same remote, and reports it
+		return res, true
+	case reply.Present:
+		r.Log(fmt.Sprintf("%s has %s now", store.Name(), ps.Element))
+		return res, true
+	case reply.Granted:
+		r.Log(fmt.Sprintf("%s granted the lease of %s (fencing token %d): building it", store.Name(), ps.Element, reply.Token))
+		pr.Lease = &reply
+		data, _ := json.Marshal(pr)
+		return job.Result{OK: true, Skipped: true, Error: fmt.Sprintf("this session builds it (lease of %s)", store.Name()), Data: data}, false
+	}
+	holder := reply.Holder
+	if holder == "" {
+		holder = "another session"
+	}
+	why := fmt.Sprintf("waiting for another builder of %s (lease held by %s on %s)", ps.Element, holder, store.Name())
+	r.Log(why)
+	return job.Result{Error: why, WaitMs: max(reply.WaitMs, 50)}, false
+}
