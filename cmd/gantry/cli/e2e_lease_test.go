@@ -4,13 +4,19 @@ package cli
 // empty local caches sharing one real `gantry cache serve`.
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gantry-build/gantry/cache"
 )
 
 // leaseProjects writes the same project n times (each with its own empty cache), its
@@ -119,5 +125,66 @@ func TestE2ELeaseTakeoverAfterKill(t *testing.T) {
 		if st := ps[1].state(el); st != "cached" {
 			t.Errorf("%s is %s after the takeover, want cached", el, st)
 		}
+	}
+}
+
+// The lease client of the HTTP store against gantry's server: granted, told to wait
+// (with the holder's name), renewed, given up and taken with a higher token; an entry
+// pushed with the older token is refused over HTTP and gRPC (header and metadata).
+// Against a server without leases, Lease says ErrNoLeases.
+func TestE2ELeaseClient(t *testing.T) {
+	t.Parallel()
+	s := startServe(t)
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte(s.token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	open := func(url string) cache.RemoteStore {
+		t.Helper()
+		st, err := cache.OpenRemote(cache.RemoteSpec{URL: url, Push: true, TokenFile: tokenFile})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		return st
+	}
+	leaser := open("http://" + s.http).(cache.Leaser)
+	key := "lease-client-test-key"
+	first, err := leaser.Lease(ctx, key, 0)
+	if err != nil || !first.Granted || first.Token == 0 {
+		t.Fatalf("first ask: %+v, %v: want the lease", first, err)
+	}
+	if r, err := leaser.Lease(ctx, key, 0); err != nil || r.Granted || r.Present || r.WaitMs <= 0 || r.Holder != "ci" {
+		t.Fatalf("second ask: %+v, %v: want to wait for holder ci", r, err)
+	}
+	if r, err := leaser.Lease(ctx, key, first.Token); err != nil || !r.Granted || r.Token != first.Token {
+		t.Fatalf("renewal: %+v, %v", r, err)
+	}
+	if err := leaser.ReleaseLease(ctx, key, first.Token); err != nil {
+		t.Fatal(err)
+	}
+	second, err := leaser.Lease(ctx, key, 0)
+	if err != nil || !second.Granted || second.Token <= first.Token {
+		t.Fatalf("ask after the holder gave up: %+v, %v: want a lease with a token above %d", second, err, first.Token)
+	}
+	_, h := randomBlob(t, 10)
+	d := cache.Digest{Hash: h, Size: 10}
+	entry := &cache.RemoteEntry{Files: d, Tree: d, Record: d}
+	for _, url := range []string{"http://" + s.http, "grpc://" + s.grpc} {
+		err := open(url).UpdateEntry(cache.WithFencingToken(ctx, first.Token), key, entry)
+		if !cache.IsRemoteKind(err, cache.RemoteRefused) {
+			t.Errorf("%s: an entry pushed with the superseded token: %v, want refused", url, err)
+		}
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain := &http.Server{Handler: http.NotFoundHandler()}
+	go plain.Serve(ln)
+	t.Cleanup(func() { plain.Close() })
+	if _, err := open("http://"+ln.Addr().String()).(cache.Leaser).Lease(ctx, key, 0); !errors.Is(err, cache.ErrNoLeases) {
+		t.Errorf("Lease against a server without leases: %v, want ErrNoLeases", err)
 	}
 }
