@@ -1055,3 +1055,40 @@ func TestOnErrorAskWithNothingRunning(t *testing.T) {
 		t.Errorf("%d Suspended events with no job to suspend", n)
 	}
 }
+
+// A job that ends waiting (job.Result.WaitMs: another session holds the build-once
+// lease) runs again after the wait, as often as it takes: waits are no failed
+// attempts, so a queue without network retries does not fail the element.
+func TestWaitingJobRunsAgain(t *testing.T) {
+	backoff := &backoffLog{wait: time.Microsecond}
+	h := startSession(t, Config{Queues: []Queue{fetchQueue(0)}, Items: plan(t, newGraph(t, "x"), PlanOptions{}),
+		Pool: fetchPool(), Backoff: backoff.backoff})
+	for range 3 {
+		h.expect(Fetch, "x").Finish(t, job.Outcome{Result: job.Result{Error: "waiting for another builder of x", WaitMs: 1}, ExitCode: 0})
+	}
+	h.expect(Fetch, "x").Succeed(t)
+	sum := h.wait()
+	h.noStart()
+	if !sum.OK() {
+		t.Fatalf("the session failed: %+v", sum)
+	}
+	var results []JobResult
+	for _, e := range eventsOf[JobEnd](h.events) {
+		results = append(results, e.Result)
+		if e.Result == ResultWaiting && (e.WillRetry || e.Error != "waiting for another builder of x") {
+			t.Errorf("waiting job end %+v: want the job's reason, no retry", e)
+		}
+	}
+	want := []JobResult{ResultWaiting, ResultWaiting, ResultWaiting, ResultSuccess}
+	if !slices.Equal(results, want) {
+		t.Errorf("job ends %v, want %v", results, want)
+	}
+	if got := backoff.calls(); len(got) != 0 {
+		t.Errorf("Backoff called for attempts %v: a wait is not a retry", got)
+	}
+	for i, s := range eventsOf[JobStart](h.events) {
+		if s.Attempt != 1 {
+			t.Errorf("start %d has attempt %d, want 1: waits do not count as attempts", i+1, s.Attempt)
+		}
+	}
+}
