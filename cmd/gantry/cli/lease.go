@@ -80,6 +80,9 @@ func (rs *remoteSet) bookLease(it *queues.Item, pr pullResult) {
 // leaseJobEnded releases the lease of an element whose push ended, or that failed or
 // was stopped (the build command's OnJobEnd, on the scheduler goroutine).
 func (rs *remoteSet) leaseJobEnded(end queues.JobEnd) {
+	if end.Result == queues.ResultWaiting {
+		rs.waits[end.Key]++
+	}
 	if end.Action == queues.Push && end.Result != queues.ResultWaiting || end.Result == queues.ResultTerminated ||
 		end.Result == queues.ResultFailure && !end.WillRetry {
 		rs.release(end.Key)
@@ -165,5 +168,16 @@ func askLease(ctx context.Context, ps *pullSpec, pr *pullResult, r *job.Reporter
 	}
 	why := fmt.Sprintf("waiting for another builder of %s (lease held by %s on %s)", ps.Element, holder, store.Name())
 	r.Log(why)
-	return job.Result{Error: why, WaitMs: max(reply.WaitMs, 50)}, false
+	return job.Result{Error: why, WaitMs: leaseWait(reply.WaitMs, ps.Waits)}, false
 }
+
+// leaseWait is how long a pull waits before asking again: the server's wait, doubled
+// with each wait before (up to 8×), at most maxLeaseWait unless the server asks for
+// more. A long build elsewhere then costs a job every few seconds, not every second.
+func leaseWait(serverMs int64, waits int) int64 {
+	ms := max(serverMs, 50)
+	return max(ms, min(ms<<min(waits, 3), maxLeaseWait.Milliseconds()))
+}
+
+// maxLeaseWait bounds the backoff of leaseWait.
+const maxLeaseWait = 5 * time.Second

@@ -65,6 +65,7 @@ type remoteSet struct {
 	// lease is the push remote that grants build-once leases (probeLeases); nil: none.
 	lease    *cache.RemoteSpec
 	leases   map[string]*heldLease // the leases this session holds, by cache key
+	waits    map[string]int        // how often each key's pull waited for another session's lease
 	renewing sync.WaitGroup        // their renew goroutines
 }
 
@@ -75,7 +76,7 @@ func (s *session) remoteSet(specs []cache.RemoteSpec, warn func(string)) (*remot
 	}
 	specs = withIdleTimeout(specs, idle)
 	return &remoteSet{s: s, specs: specs, down: map[string]bool{}, warn: warn, stores: map[string]cache.RemoteStore{}, retries: s.networkRetries(),
-		from: map[*queues.Item]string{}, leases: map[string]*heldLease{}}, nil
+		from: map[*queues.Item]string{}, leases: map[string]*heldLease{}, waits: map[string]int{}}, nil
 }
 
 func (rs *remoteSet) hasPush() bool {
@@ -200,6 +201,7 @@ type pullSpec struct {
 	// Fence, the token of the lease the session holds, to it.
 	Lease *cache.RemoteSpec `json:"lease,omitempty"`
 	Fence uint64            `json:"fence,omitempty"`
+	Waits int               `json:"waits,omitempty"` // how often the pull waited already (askLease)
 }
 
 // pullResult is a pull job's Result.Data.
@@ -223,7 +225,7 @@ func (rs *remoteSet) payload(c *cache.Cache, it *queues.Item, push bool) (json.R
 	if l := rs.leases[it.Element.Key]; push && l != nil {
 		ps.Lease, ps.Fence = rs.lease, l.token
 	} else if !push && rs.leasing(it) {
-		ps.Lease = rs.lease
+		ps.Lease, ps.Waits = rs.lease, rs.waits[it.Element.Key]
 	}
 	// A pull with every remote down runs and is skipped: the element is built.
 	return json.Marshal(ps)
