@@ -77,14 +77,15 @@ func (rs *remoteSet) bookLease(it *queues.Item, pr pullResult) {
 	}()
 }
 
-// leaseJobEnded releases the lease of an element whose push ended, or that failed or
-// was stopped (the build command's OnJobEnd, on the scheduler goroutine).
+// leaseJobEnded counts a pull's waits, and releases the lease of an element whose
+// push ended, or that failed for good or was stopped (the build command's OnJobEnd,
+// on the scheduler goroutine). A job that will be retried keeps the lease.
 func (rs *remoteSet) leaseJobEnded(end queues.JobEnd) {
-	if end.Result == queues.ResultWaiting {
+	switch {
+	case end.Result == queues.ResultWaiting:
 		rs.waits[end.Key]++
-	}
-	if end.Action == queues.Push && end.Result != queues.ResultWaiting || end.Result == queues.ResultTerminated ||
-		end.Result == queues.ResultFailure && !end.WillRetry {
+	case end.WillRetry:
+	case end.Action == queues.Push || end.Result == queues.ResultTerminated || end.Result == queues.ResultFailure:
 		rs.release(end.Key)
 	}
 }
