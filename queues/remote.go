@@ -39,7 +39,9 @@ type PullQueue struct {
 	// LeaseFunc, if set, says whether a job for an item that no remote had asks a push
 	// remote for its build-once lease (gantry's server): the job pulls if the entry is
 	// there, skips if this session holds the lease (the element is built), and waits
-	// (job.Result.WaitMs) while another session builds it.
+	// (job.Result.WaitMs) while another session builds it. The lease is asked once
+	// its build dependencies are cached: a session holds the lease only of what it can
+	// build now, and never of what a failed dependency stops.
 	LeaseFunc      func(it *Item) bool
 	NetworkRetries int
 }
@@ -56,11 +58,24 @@ func (q PullQueue) Status(it *Item) (Status, string) {
 	switch {
 	case it.Cached:
 		return Skip, "cached"
-	case q.Found && !it.Remote && it.spare == nil && (q.LeaseFunc == nil || !q.LeaseFunc(it)):
+	case q.Found && !it.Remote && it.spare == nil && !q.leasing(it):
 		// Spare items needed after all were never looked up: they are tried.
 		return Skip, "not on a remote"
+	case q.leasing(it) && uncachedStage(it) != nil:
+		return Wait, "waiting for dependencies before asking for the build-once lease"
 	}
 	return Ready, ""
+}
+
+func (q PullQueue) leasing(it *Item) bool { return q.LeaseFunc != nil && !it.Remote && q.LeaseFunc(it) }
+
+// WaitsOn is, for an item waiting to ask for its lease, the first build dependency
+// not yet cached; nil otherwise (items of a tracked plan, spare items: asked every turn).
+func (q PullQueue) WaitsOn(it *Item) *Item {
+	if it.later != nil || it.spare != nil || !q.leasing(it) {
+		return nil
+	}
+	return uncachedStage(it)
 }
 
 func (PullQueue) Resources(*Item) resources.Request {

@@ -142,3 +142,36 @@ func TestFailedPullReleasesSpareItems(t *testing.T) {
 		t.Fatalf("failed %+v, want app's pull", sum.Failed)
 	}
 }
+
+// TestLeaseAskedOnceDependenciesAreCached: with leases, an element no remote has is
+// asked about (a pull job) only once its build dependencies are cached: a session
+// holds the lease only of what it can build at once.
+func TestLeaseAskedOnceDependenciesAreCached(t *testing.T) {
+	g := newGraph(t, "sdk", "app: sdk")
+	items, err := Plan(g, []*element.Element{g.Elements["app"]}, PlanOptions{
+		Artifact: func(*element.Element) element.ArtifactStatus { return element.ArtifactMissing },
+		OnRemote: func(es []*element.Element) []bool { return make([]bool, len(es)) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	granted := job.Outcome{Result: job.Result{OK: true, Skipped: true}}
+	pull := PullQueue{Found: true, PayloadFunc: noPayload, LeaseFunc: func(*Item) bool { return true },
+		RecoverFunc: func(*Item, job.Result) (string, bool) { return "", true }}
+	pool := resources.NewPool(map[resources.Resource]int{resources.Download: 2, resources.Process: 2, resources.Cache: 0})
+	h := startSession(t, Config{Queues: []Queue{pull, fetchQueue(0), buildQueue()}, Items: items, Pool: pool})
+	h.expect(Pull, "sdk").Finish(t, granted)
+	h.expect(Fetch, "sdk").Succeed(t)
+	h.expect(Build, "sdk").Succeed(t)
+	h.expect(Pull, "app").Finish(t, granted)
+	h.expect(Fetch, "app").Succeed(t)
+	h.expect(Build, "app").Succeed(t)
+	if sum := h.wait(); !sum.OK() {
+		t.Fatalf("session not OK: %+v", sum)
+	}
+	for _, e := range eventsOf[ElementSkipped](h.events) {
+		if e.Action == Pull {
+			t.Errorf("%s skipped by the pull queue (%s): want its lease asked", e.Element, e.Reason)
+		}
+	}
+}

@@ -24,10 +24,8 @@ func (BuildQueue) Status(it *Item) (Status, string) {
 	if it.Cached {
 		return Skip, "cached"
 	}
-	for _, d := range it.Stage {
-		if !d.Cached {
-			return Wait, "waiting for dependencies to build"
-		}
+	if uncachedStage(it) != nil {
+		return Wait, "waiting for dependencies to build"
 	}
 	return Ready, ""
 }
@@ -39,6 +37,11 @@ func (BuildQueue) WaitsOn(it *Item) *Item {
 	if it.later != nil || it.spare != nil {
 		return nil
 	}
+	return uncachedStage(it)
+}
+
+// uncachedStage is the first staged dependency of it not yet cached, or nil.
+func uncachedStage(it *Item) *Item {
 	for _, d := range it.Stage {
 		if !d.Cached {
 			return d

@@ -128,6 +128,46 @@ func TestE2ELeaseTakeoverAfterKill(t *testing.T) {
 	}
 }
 
+// A session whose build fails gives its lease up at once, though it goes on (with
+// other work): the waiting session takes it over without waiting for the TTL (30 s
+// here, beyond the test's timeout) or for the holder's end.
+func TestE2ELeaseReleasedOnFailure(t *testing.T) {
+	t.Parallel()
+	s := startServe(t)
+	dir := t.TempDir()
+	first, fail, finish := filepath.Join(dir, "first"), filepath.Join(dir, "fail"), filepath.Join(dir, "finish")
+	waitFor := func(file string) string { return fmt.Sprintf("while [ ! -e %s ]; do sleep 0.05; done", file) }
+	// The first build of base.toml fails once the test says so; the next succeeds.
+	// other.toml keeps the holder's session going until the test ends it.
+	ps := leaseProjects(t, s, 2, map[string]string{
+		"base.toml":  manualElement(nil, fmt.Sprintf("if mkdir %s; then %s; exit 1; fi", first, waitFor(fail))),
+		"app.toml":   manualElement([]string{"base.toml"}, "true"),
+		"other.toml": manualElement(nil, waitFor(finish)),
+	})
+	holder := ps[0].start("build", "--ui", "json", "--sandbox", "host", "--on-error", "continue", "app.toml", "other.toml")
+	defer os.WriteFile(finish, nil, 0o644)
+	holder.waitEvent("job-start", "build", "base.toml")
+	waiter := ps[1].start("build", "--ui", "json", "--sandbox", "host")
+	if e := waiter.waitEvent("job-end", "pull", "base.toml"); e.Result != "waiting" {
+		t.Fatalf("the second session's pull of base.toml ended %q, want waiting\n%s", e.Result, waiter.output())
+	}
+	if err := os.WriteFile(fail, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code := waiter.wait(e2eTimeout); code != 0 {
+		t.Fatalf("the waiting session: exit code %d\n%s", code, waiter.output())
+	}
+	if _, built := findEvent(waiter.snapshot(), "job-start", "build", "base.toml"); !built {
+		t.Fatalf("the waiting session did not build base.toml:\n%s", waiter.output())
+	}
+	if err := os.WriteFile(finish, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code := holder.wait(e2eTimeout); code == 0 {
+		t.Fatalf("the holder's build of base.toml should have failed:\n%s", holder.output())
+	}
+}
+
 // The lease client of the HTTP store against gantry's server: granted, told to wait
 // (with the holder's name), renewed, given up and taken with a higher token; an entry
 // pushed with the older token is refused over HTTP and gRPC (header and metadata).
