@@ -15,7 +15,7 @@ import (
 
 // Build-once leases, the client side (README: "Build-once leases"). When a push
 // remote is gantry's own server, the Pull queue's job for an element no remote had
-// asks it for the element's lease:
+// asks it for the element's lease, once the element's build dependencies are cached:
 //   - the entry is there (another session pushed it since the plan): the job pulls it;
 //   - granted: the job is skipped and the element is fetched and built here; the
 //     session renews the lease from a goroutine (renew) until the push job ends, and
