@@ -2,17 +2,7 @@ package cache
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
 	"net"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,6 +10,7 @@ import (
 	"time"
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
+	"github.com/gantry-build/gantry/internal/testpki"
 	bspb "google.golang.org/genproto/googleapis/bytestream"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -317,70 +308,18 @@ func requireAuthorization(want string) []grpc.ServerOption {
 	}
 }
 
-// testPKI is a CA with a server certificate for 127.0.0.1 and a client
-// certificate, as PEM files in a temporary directory.
-type testPKI struct {
-	CA, ServerCert, ServerKey, ClientCert, ClientKey string // file paths
-	pool                                             *x509.CertPool
-}
-
-func newTestPKI(t testing.TB) *testPKI {
+// testServerTLS is the server option of p's server certificate, set up as
+// `gantry cache serve` sets up TLS (serverTLS), requiring a client certificate
+// signed by p's CA when mutual is set.
+func testServerTLS(t testing.TB, p *testpki.PKI, mutual bool) grpc.ServerOption {
 	t.Helper()
-	dir := t.TempDir()
-	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	ca := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "gantry test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caCert, _ := x509.ParseCertificate(caDER)
-	p := &testPKI{CA: filepath.Join(dir, "ca.pem"), pool: x509.NewCertPool()}
-	p.pool.AddCert(caCert)
-	writePEM(t, p.CA, "CERTIFICATE", caDER)
-	issue := func(name string, serial int64, usage x509.ExtKeyUsage, ips []net.IP) (string, string) {
-		key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		tmpl := &x509.Certificate{
-			SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: name},
-			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-			ExtKeyUsage: []x509.ExtKeyUsage{usage}, IPAddresses: ips, KeyUsage: x509.KeyUsageDigitalSignature,
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
-		if err != nil {
-			t.Fatal(err)
-		}
-		keyDER, _ := x509.MarshalPKCS8PrivateKey(key)
-		certPath, keyPath := filepath.Join(dir, name+".pem"), filepath.Join(dir, name+"-key.pem")
-		writePEM(t, certPath, "CERTIFICATE", der)
-		writePEM(t, keyPath, "PRIVATE KEY", keyDER)
-		return certPath, keyPath
-	}
-	p.ServerCert, p.ServerKey = issue("server", 2, x509.ExtKeyUsageServerAuth, []net.IP{net.IPv4(127, 0, 0, 1)})
-	p.ClientCert, p.ClientKey = issue("client", 3, x509.ExtKeyUsageClientAuth, nil)
-	return p
-}
-
-func writePEM(t testing.TB, path, typ string, der []byte) {
-	t.Helper()
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// serverTLS is the server option of p's server certificate, requiring a client
-// certificate signed by the CA when mutual is set.
-func (p *testPKI) serverTLS(t testing.TB, mutual bool) grpc.ServerOption {
-	t.Helper()
-	cert, err := tls.LoadX509KeyPair(p.ServerCert, p.ServerKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	opts := ServerOptions{TLSCert: p.ServerCert, TLSKey: p.ServerKey}
 	if mutual {
-		cfg.ClientCAs, cfg.ClientAuth = p.pool, tls.RequireAndVerifyClientCert
+		opts.ClientCA = p.CA
+	}
+	cfg, err := serverTLS(opts)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return grpc.Creds(credentials.NewTLS(cfg))
 }

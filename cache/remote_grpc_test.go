@@ -20,6 +20,7 @@ import (
 	"time"
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
+	"github.com/gantry-build/gantry/internal/testpki"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -582,9 +583,9 @@ func TestGRPCStall(t *testing.T) {
 
 func TestGRPCTLS(t *testing.T) {
 	t.Parallel()
-	pki := newTestPKI(t)
-	tlsURL := "grpcs://" + newTestREAPI().start(t, pki.serverTLS(t, false))
-	mtlsURL := "grpcs://" + newTestREAPI().start(t, pki.serverTLS(t, true))
+	pki := testpki.New(t)
+	tlsURL := "grpcs://" + newTestREAPI().start(t, testServerTLS(t, pki, false))
+	mtlsURL := "grpcs://" + newTestREAPI().start(t, testServerTLS(t, pki, true))
 	for _, tc := range []struct {
 		name string
 		spec RemoteSpec
