@@ -105,14 +105,11 @@ func (s *Scheduler) harvestCleanup() {
 	}
 	s.cfg.Pool.UnregisterExclusiveInterest(exclusive, cleanupOwner)
 	s.clean.pending = false
-	s.seq++
-	id := fmt.Sprintf("%s-%d", Cleanup, s.seq)
-	logPath := filepath.Join(s.cfg.LogDir, s.cfg.Project, fmt.Sprintf("cleanup-%d.log", s.seq))
+	a := &activeJob{id: s.nextJobID(Cleanup), req: req}
+	a.logPath = filepath.Join(s.cfg.LogDir, s.cfg.Project, fmt.Sprintf("cleanup-%d.log", s.seq))
 	payload, err := s.cfg.Cleanup.Payload(s.keep())
-	var running Running
 	if err == nil {
-		spec := job.Spec{ID: id, Action: string(Cleanup), Element: cleanupElement, LogPath: logPath, Payload: payload}
-		running, err = s.cfg.Runner.Start(spec, func(m job.Message) { s.inbox <- jobMessage{id, m} })
+		err = s.startJob(a, Cleanup, cleanupElement, payload)
 	}
 	if err != nil {
 		s.cfg.Pool.Release(req)
@@ -120,9 +117,7 @@ func (s *Scheduler) harvestCleanup() {
 		return
 	}
 	s.clean.running = true
-	s.active[id] = &activeJob{id: id, req: req, running: running, logPath: logPath}
-	go func() { s.inbox <- jobDone{id, running.Wait()} }()
-	s.cfg.Publish(JobStart{Base: Base{time.Now()}, JobID: id, Action: Cleanup, Element: cleanupElement, LogPath: logPath, Attempt: 1})
+	s.cfg.Publish(JobStart{Base: Base{a.started}, JobID: a.id, Action: Cleanup, Element: cleanupElement, LogPath: a.logPath, Attempt: 1})
 }
 
 // keep lists the artifacts the cleanup must not remove: what the session

@@ -1,6 +1,7 @@
 package queues
 
 import (
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
@@ -360,22 +361,14 @@ func (s *Scheduler) spawn(qs *queueState, it *Item, refused *[]resources.Request
 	}
 	s.withdrawInterest(it)
 	it.attempt++
-	s.seq++
 	action := qs.q.Action()
-	id := fmt.Sprintf("%s-%d", action, s.seq)
-	logPath := s.logPath(it, action)
+	a := &activeJob{id: s.nextJobID(action), item: it, qs: qs, req: req, logPath: s.logPath(it, action)}
 	payload, err := qs.q.Payload(it)
 	if err == nil {
-		var running Running
-		spec := job.Spec{ID: id, Action: string(action), Element: it.Name(), LogPath: logPath, Payload: payload}
-		running, err = s.cfg.Runner.Start(spec, func(m job.Message) { s.inbox <- jobMessage{id, m} })
-		if err == nil {
-			a := &activeJob{id: id, item: it, qs: qs, req: req, running: running, logPath: logPath, started: time.Now()}
-			s.active[id] = a
+		if err = s.startJob(a, action, it.Name(), payload); err == nil {
 			qs.running++
-			go func() { s.inbox <- jobDone{id, running.Wait()} }()
-			s.cfg.Publish(JobStart{Base: Base{time.Now()}, JobID: id, Action: action, Element: it.Name(),
-				Key: it.Element.Key, LogPath: logPath, Attempt: it.attempt})
+			s.cfg.Publish(JobStart{Base: Base{a.started}, JobID: a.id, Action: action, Element: it.Name(),
+				Key: it.Element.Key, LogPath: a.logPath, Attempt: it.attempt})
 			return true
 		}
 	}
@@ -383,6 +376,26 @@ func (s *Scheduler) spawn(qs *queueState, it *Item, refused *[]resources.Request
 	s.cfg.Pool.Release(req)
 	s.fail(qs, it, fmt.Sprintf("cannot start %s job: %v", action, err), "")
 	return true
+}
+
+// nextJobID names a new job of action: "build-12".
+func (s *Scheduler) nextJobID(action Action) string {
+	s.seq++
+	return fmt.Sprintf("%s-%d", action, s.seq)
+}
+
+// startJob starts the job a describes and books it as active: the one place a job
+// process is started. Its messages and its end reach the loop through the inbox.
+func (s *Scheduler) startJob(a *activeJob, action Action, element string, payload json.RawMessage) error {
+	spec := job.Spec{ID: a.id, Action: string(action), Element: element, LogPath: a.logPath, Payload: payload}
+	running, err := s.cfg.Runner.Start(spec, func(m job.Message) { s.inbox <- jobMessage{a.id, m} })
+	if err != nil {
+		return err
+	}
+	a.running, a.started = running, time.Now()
+	s.active[a.id] = a
+	go func() { s.inbox <- jobDone{a.id, running.Wait()} }()
+	return nil
 }
 
 func (s *Scheduler) logPath(it *Item, action Action) string {
