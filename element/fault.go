@@ -111,16 +111,17 @@ func (spec *BuildSpec) CheckStagedShell(c *cache.Cache) error {
 	case spec.Sandbox != string(sandbox.Bwrap), spec.Kind == "stack", spec.Kind == "import", spec.Kind == "compose":
 		return nil
 	}
-	var roots []cache.Digest
+	// Dependencies one at a time, stopping at the first that provides a shell (usually
+	// the base, staged first): this runs on the scheduler's loop for every build.
 	for _, s := range spec.Stage {
 		a, err := c.Lookup(spec.Project, s.Element, s.Key)
 		if err != nil {
 			return nil // the job reports it while staging
 		}
-		roots = append(roots, a.Files)
-	}
-	if stagedHas(c, roots, "bin", "sh") || stagedHas(c, roots, "usr", "bin", "sh") {
-		return nil
+		roots := []cache.Digest{a.Files}
+		if stagedHas(c, roots, "bin", "sh") || stagedHas(c, roots, "usr", "bin", "sh") {
+			return nil
+		}
 	}
 	return &sandbox.MachineError{Msg: fmt.Sprintf("--sandbox bwrap: the sysroot staged for %s has no /bin/sh: add a base element that provides it (a build dependency), or use --sandbox host", spec.Element)}
 }
