@@ -76,8 +76,8 @@ type Item struct {
 	reqKey   string // req's shape (ready.go)
 	reqQueue int    // queue index req was computed for, plus one (0 = none)
 	slot     slot   // where it waits in its queue (ready.go)
-	// sourcesCached is FetchQueue's answer for it: 0 not asked yet, 1 no, 2 yes.
-	sourcesCached uint8
+	// sourcesCached is FetchQueue's memoised answer for it.
+	sourcesCached answer
 	retryAt       time.Time
 	// later is set when the plan is decided in the loop (PlanTracked).
 	later *deferred
@@ -141,3 +141,12 @@ type ProcessRunner struct {
 func (r ProcessRunner) Start(spec job.Spec, onMessage func(job.Message)) (Running, error) {
 	return job.Start(spec, job.Options{Command: r.Command, Env: r.Env, Grace: r.Grace, OnMessage: onMessage})
 }
+
+// answer is a question's memoised answer: not asked yet, no or yes.
+type answer uint8
+
+const (
+	notAsked answer = iota
+	answerNo
+	answerYes
+)

@@ -86,13 +86,13 @@ func (q FetchQueue) Status(it *Item) (Status, string) {
 	if it.Cached {
 		return Skip, "cached"
 	}
-	if it.sourcesCached == 0 { // asked once: it may run git
-		it.sourcesCached = 1
+	if it.sourcesCached == notAsked { // asked once: it may run git
+		it.sourcesCached = answerNo
 		if q.SourcesCached(it) {
-			it.sourcesCached = 2
+			it.sourcesCached = answerYes
 		}
 	}
-	if it.sourcesCached == 2 {
+	if it.sourcesCached == answerYes {
 		return Skip, "sources cached"
 	}
 	return Ready, ""
