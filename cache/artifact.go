@@ -176,12 +176,19 @@ func (c *Cache) Commit(a *Artifact) error {
 	if err != nil {
 		return fmt.Errorf("committing artifact %s: %w", a.Name(), err)
 	}
-	// Every blob it reaches is made durable in one pass; then the ref goes last,
-	// and durably: from here on the artifact is visible.
-	if err := c.syncBlobs(); err != nil {
+	// The ref's content is written beside the blobs and one pass makes all of
+	// them durable; then the ref is renamed into place, last, and its directory
+	// fsynced: from here on the artifact is visible. Two flushes per commit,
+	// none per file.
+	tmp, err := c.writeTemp(refPath, []byte(rd.String()+"\n"), 0o644, volatile)
+	if err != nil {
 		return fmt.Errorf("committing artifact %s: %w", a.Name(), err)
 	}
-	if err := c.writeFileAtomic(refPath, []byte(rd.String()+"\n"), 0o644, dirSynced); err != nil {
+	if err := c.syncBlobs(); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("committing artifact %s: %w", a.Name(), err)
+	}
+	if err := place(tmp, refPath, dirSynced); err != nil {
 		return fmt.Errorf("committing artifact %s: %w", a.Name(), err)
 	}
 	c.note(eventRef, refPath)

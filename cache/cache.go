@@ -144,29 +144,44 @@ func (c *Cache) tempFile(pattern string) (*os.File, error) {
 // the rename itself is durable (used for refs, which must never point at lost
 // blobs).
 func (c *Cache) writeFileAtomic(dst string, data []byte, perm fs.FileMode, d durability) error {
-	f, err := c.tempFile("write")
+	tmp, err := c.writeTemp(dst, data, perm, d)
 	if err != nil {
 		return err
 	}
+	return place(tmp, dst, d)
+}
+
+// writeTemp writes data to a fresh file under tmp/ with mode perm, fsynced
+// unless d is volatile, and returns its name; dst, where it will go, names it
+// in errors.
+func (c *Cache) writeTemp(dst string, data []byte, perm fs.FileMode, d durability) (string, error) {
+	f, err := c.tempFile("write")
+	if err != nil {
+		return "", err
+	}
 	tmp := f.Name()
-	fail := func(err error) error {
-		f.Close()
+	err = func() error {
+		if _, err := f.Write(data); err != nil {
+			return err
+		}
+		if err := syncFile(f, d); err != nil {
+			return err
+		}
+		return f.Chmod(perm)
+	}()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
 		os.Remove(tmp)
-		return fmt.Errorf("writing %s: %w", dst, err)
+		return "", fmt.Errorf("writing %s: %w", dst, err)
 	}
-	if _, err := f.Write(data); err != nil {
-		return fail(err)
-	}
-	if err := syncFile(f, d); err != nil {
-		return fail(err)
-	}
-	if err := f.Chmod(perm); err != nil {
-		return fail(err)
-	}
-	if err := f.Close(); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("writing %s: %w", dst, err)
-	}
+	return tmp, nil
+}
+
+// place renames the temporary file tmp to dst and, with dirSynced, fsyncs
+// dst's directory. tmp is removed if it cannot be placed.
+func place(tmp, dst string, d durability) error {
 	if err := renameInto(tmp, dst); err != nil {
 		os.Remove(tmp)
 		return err

@@ -34,8 +34,11 @@ func (c *Cache) syncBlobs() error {
 // Events a test can follow through Cache.trace, to simulate a crash at any point.
 const (
 	eventBlob = "blob" // a blob is in place, not yet durable
-	eventSync = "sync" // everything written before is durable
-	eventRef  = "ref"  // a ref is in place and durable
+	// eventBlobMoved: TakeTree has just moved a file in as a blob, before its
+	// last checks (take_linux.go); eventBlob follows.
+	eventBlobMoved = "blob-moved"
+	eventSync      = "sync" // everything written before is durable
+	eventRef       = "ref"  // a ref is in place and durable
 )
 
 // note reports a durability event to the test hook, if any.

@@ -168,6 +168,24 @@ type scannedDir struct {
 // later changes to dir cannot reach the cache. Files other than regular files,
 // directories and symlinks are an error.
 func (c *Cache) StoreTree(dir string) (Digest, error) {
+	return c.storeTree(dir, c.putFile)
+}
+
+// TakeTree is StoreTree for a tree nobody needs afterwards, such as a finished
+// build's install root: dir must be on the cache's filesystem (under tmp/), and
+// its files are moved into cas/ rather than copied wherever nothing else can
+// reach them (see takeFile), so committing costs a hash and a rename per file
+// and no second write of its bytes. dir's directories and symlinks stay; its
+// files may be gone. Later changes to what is left of dir cannot reach the
+// cache.
+func (c *Cache) TakeTree(dir string) (Digest, error) {
+	return c.storeTree(dir, c.takeFile)
+}
+
+// storeFunc stores one regular file as a blob and returns its digest and mode.
+type storeFunc func(path string) (Digest, fs.FileMode, error)
+
+func (c *Cache) storeTree(dir string, put storeFunc) (Digest, error) {
 	fi, err := os.Stat(dir)
 	if err != nil {
 		return Digest{}, fmt.Errorf("storing tree: %w", err)
@@ -177,7 +195,7 @@ func (c *Cache) StoreTree(dir string) (Digest, error) {
 	}
 	var g errgroup.Group
 	g.SetLimit(ioParallelism())
-	root, scanErr := c.scanDir(&g, dir)
+	root, scanErr := c.scanDir(&g, dir, put)
 	putErr := g.Wait() // always wait: no goroutine outlives the call
 	if err := firstErr(scanErr, putErr); err != nil {
 		return Digest{}, fmt.Errorf("storing tree %s: %w", dir, err)
@@ -199,7 +217,7 @@ func firstErr(errs ...error) error {
 }
 
 // scanDir records dir's entries and starts storing its files on g.
-func (c *Cache) scanDir(g *errgroup.Group, dir string) (*scannedDir, error) {
+func (c *Cache) scanDir(g *errgroup.Group, dir string, put storeFunc) (*scannedDir, error) {
 	entries, err := os.ReadDir(dir) // sorted by name, as REAPI requires
 	if err != nil {
 		return nil, err
@@ -215,7 +233,7 @@ func (c *Cache) scanDir(g *errgroup.Group, dir string) (*scannedDir, error) {
 			fn := &repb.FileNode{Name: e.Name()}
 			sd.dir.Files = append(sd.dir.Files, fn)
 			g.Go(func() error {
-				d, mode, err := c.putFile(p)
+				d, mode, err := put(p)
 				if err != nil {
 					return err
 				}
@@ -224,7 +242,7 @@ func (c *Cache) scanDir(g *errgroup.Group, dir string) (*scannedDir, error) {
 				return nil
 			})
 		case t.IsDir():
-			sub, err := c.scanDir(g, p)
+			sub, err := c.scanDir(g, p, put)
 			if err != nil {
 				return nil, err
 			}

@@ -210,18 +210,23 @@ func Assemble(ctx context.Context, js job.Spec, r *job.Reporter) (job.Result, er
 		a.Inputs = MarshalInputs(spec.Inputs)
 	}
 	a.BuildDuration = a.Finished.Sub(started)
+	// Counted before the install root's files are moved into the cache.
+	added := cachedBytes(spec.WorkDir, buildErr != nil, js.LogPath)
+	// The install root is this job's own, and removed when it ends: its files are
+	// moved into the cache, not copied (TakeTree), what the install root held
+	// when it failed too (for `artifact checkout`).
 	if buildErr != nil {
 		a.Error = buildErr.Error()
 		r.Log("error: " + buildErr.Error())
-		// What the install root held when it failed, for `artifact checkout`.
-		a.Files, err = c.StoreTree(filepath.Join(spec.WorkDir, "install"))
+		a.Files, err = c.TakeTree(filepath.Join(spec.WorkDir, "install"))
 		if err == nil {
-			// Keep the failed build tree, for `gantry shell --build`.
+			// Keep the failed build tree, for `gantry shell --build`: copied, as a
+			// workspace's build directory is kept between builds.
 			a.BuildTree, err = c.StoreTree(spec.buildDir())
 		}
 	} else {
 		r.Status("caching artifact")
-		a.Files, err = c.StoreTree(filepath.Join(spec.WorkDir, "install"))
+		a.Files, err = c.TakeTree(filepath.Join(spec.WorkDir, "install"))
 	}
 	if err != nil {
 		return job.Result{}, fmt.Errorf("caching the artifact of %s: %w", spec.Element, err)
@@ -234,7 +239,6 @@ func Assemble(ctx context.Context, js job.Spec, r *job.Reporter) (job.Result, er
 	if err := c.Commit(a); err != nil {
 		return job.Result{}, err
 	}
-	added := cachedBytes(spec.WorkDir, buildErr != nil, js.LogPath)
 	if buildErr != nil {
 		return job.Result{OK: false, Error: buildErr.Error(), CacheBytes: added}, nil
 	}

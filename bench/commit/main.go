@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 func main() {
 	dir := flag.String("dir", "", "tree to commit (required)")
 	cacheDir := flag.String("cache", "", "cache directory (required unless -generate)")
+	take := flag.Bool("take", false, "commit as a build job does: copy -dir into the cache's tmp/ first (not timed, not synced) and move its files in (TakeTree)")
 	generate := flag.String("generate", "", "write a tree into -dir instead: small (50,000 files of 100 bytes) or large (5 files of 100 MB)")
 	flag.Parse()
 	if *dir != "" && *generate != "" {
@@ -35,8 +37,19 @@ func main() {
 		fmt.Fprintln(os.Stderr, "commit:", err)
 		os.Exit(1)
 	}
+	store, tree := c.StoreTree, *dir
+	if *take {
+		if tree, err = c.TempDir("install"); err == nil {
+			err = exec.Command("cp", "-a", *dir+"/.", tree).Run()
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "commit: preparing the install root:", err)
+			os.Exit(1)
+		}
+		store = c.TakeTree
+	}
 	start := time.Now()
-	files, err := c.StoreTree(*dir)
+	files, err := store(tree)
 	if err == nil {
 		err = c.Commit(&cache.Artifact{Project: "bench", Element: "tree.toml", Key: "k", Success: true, Files: files})
 	}
