@@ -70,13 +70,21 @@ func crashHelper(root string) {
 	}
 	src := root + "-src" // inside the parent test's TempDir
 	for i := 0; ; i++ {
-		dir := filepath.Join(src, fmt.Sprint(i))
+		// Every other tree is an install root under tmp/, moved in (TakeTree).
+		dir, store := filepath.Join(src, fmt.Sprint(i)), c.StoreTree
+		if i%2 == 1 {
+			if dir, err = c.TempDir("install"); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				os.Exit(2)
+			}
+			store = c.TakeTree
+		}
 		for j := range 20 {
 			p := filepath.Join(dir, fmt.Sprint("d", j%4), fmt.Sprint("f", j))
 			os.MkdirAll(filepath.Dir(p), 0o755)
 			os.WriteFile(p, []byte(fmt.Sprintf("content %d %d", i, j)), 0o644)
 		}
-		files, err := c.StoreTree(dir)
+		files, err := store(dir)
 		if err == nil {
 			err = c.Commit(&Artifact{Project: "demo", Element: "app.toml", Key: fmt.Sprint("k", i), Success: true, Files: files})
 		}

@@ -12,7 +12,7 @@ import (
 
 // TestRefNeverOutlivesItsBlobs simulates a power loss after every step of several
 // commits: what survives is every ref written and every blob written before the last
-// syncfs (blobs are not fsynced one by one). No surviving ref may reach a blob that
+// syncfs (blobs are not fsynced one by one), whether stored as copies or moved in. No surviving ref may reach a blob that
 // did not survive: the record, every directory and file of its tree, its log.
 func TestRefNeverOutlivesItsBlobs(t *testing.T) {
 	c := openTestCache(t)
@@ -33,8 +33,17 @@ func TestRefNeverOutlivesItsBlobs(t *testing.T) {
 			// Some content is shared with the previous artifact: found present, not rewritten.
 			spec[fmt.Sprintf("d%d/f%d", j%3, j)] = fmt.Sprintf("file:content %d %d", (i+j%2)/2*2, j)
 		}
+		// Odd builds are install roots under tmp/, moved in (TakeTree).
+		store := c.StoreTree
+		if i%2 == 1 {
+			var err error
+			if dir, err = c.TempDir("install"); err != nil {
+				t.Fatal(err)
+			}
+			store = c.TakeTree
+		}
 		writeTree(t, dir, spec, nil)
-		files, err := c.StoreTree(dir)
+		files, err := store(dir)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -88,7 +88,7 @@ func (c *Cache) Cleanup(opts CleanupOptions) (*CleanupReport, error) {
 	// Blobs that nothing reaches any more: size them before touching anything.
 	var sweep []int32
 	for i, b := range inv.blobs {
-		if b.onDisk && b.refs == 0 && (!orphans[i] || len(inv.problems) == 0) {
+		if b.present() && b.refs == 0 && (!orphans[i] || len(inv.problems) == 0) {
 			sweep = append(sweep, int32(i))
 			rep.Freed += b.disk
 		}
@@ -130,20 +130,26 @@ func (c *Cache) Cleanup(opts CleanupOptions) (*CleanupReport, error) {
 	return rep, nil
 }
 
-// removeBlobs removes the blobs of sweep, several at a time: unlinking is
-// mostly waiting for the filesystem.
+// removeBlobs removes the blobs of sweep, and their executable twins, several
+// at a time: unlinking is mostly waiting for the filesystem.
 func (c *Cache) removeBlobs(inv *inventory, sweep []int32) []error {
 	var mu sync.Mutex
 	var errs []error
 	var g errgroup.Group
 	g.SetLimit(ioParallelism())
 	for _, b := range sweep {
-		p := c.blobPathOf(hex.EncodeToString(inv.blobs[b].id[:]))
+		hash := hex.EncodeToString(inv.blobs[b].id[:])
+		paths := []string{c.blobPathOf(hash)}
+		if inv.blobs[b].twin {
+			paths = append(paths, c.twinPathOf(hash))
+		}
 		g.Go(func() error {
-			if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				mu.Lock()
-				errs = append(errs, fmt.Errorf("removing blob %s: %w", p, err))
-				mu.Unlock()
+			for _, p := range paths {
+				if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+					mu.Lock()
+					errs = append(errs, fmt.Errorf("removing blob %s: %w", p, err))
+					mu.Unlock()
+				}
 			}
 			return nil
 		})
@@ -225,7 +231,7 @@ func (inv *inventory) choose(opts CleanupOptions, rep *CleanupReport) []*artifac
 func (inv *inventory) unreferenced() int64 {
 	var n int64
 	for _, b := range inv.blobs {
-		if b.onDisk && b.refs == 0 {
+		if b.present() && b.refs == 0 {
 			n += b.disk
 		}
 	}

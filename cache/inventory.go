@@ -31,6 +31,8 @@ func idOf(hash string) (blobID, bool) {
 type inventory struct {
 	total     int64 // the whole cache directory on disk (hard links once)
 	casBytes  int64 // cas/ on disk
+	twins     int   // executable twins in exec/ (twin.go)
+	twinBytes int64 // exec/ on disk
 	blobIndex map[blobID]int32
 	blobs     []blobInfo
 	artifacts []*artifactInfo
@@ -47,10 +49,14 @@ type refDir struct {
 
 type blobInfo struct {
 	id     blobID
-	disk   int64 // bytes on disk; 0 when the blob is referenced but absent
-	onDisk bool
+	disk   int64 // bytes on disk, its executable twin's included; 0 when neither is there
+	onDisk bool  // the blob is in cas/
+	twin   bool  // its executable twin is in exec/: it goes with the blob
 	refs   int32 // artifacts that reach it
 }
+
+// present reports whether b takes space: the blob, or its twin alone.
+func (b *blobInfo) present() bool { return b.onDisk || b.twin }
 
 // artifactInfo is one ref in the inventory.
 type artifactInfo struct {
@@ -243,10 +249,11 @@ func diskSize(info fs.FileInfo) int64 {
 }
 
 // measureDisk walks the cache directory: the space it takes (each inode once)
-// and every blob of cas/ with its size on disk.
+// and every blob of cas/ and twin of exec/ with its size on disk.
 func (c *Cache) measureDisk(inv *inventory) error {
 	seen := map[uint64]bool{}
 	casRoot := filepath.Join(c.Root, casDir) + string(filepath.Separator)
+	execRoot := filepath.Join(c.Root, execDir) + string(filepath.Separator)
 	err := filepath.WalkDir(c.Root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			if p == c.Root {
@@ -272,8 +279,16 @@ func (c *Cache) measureDisk(inv *inventory) error {
 		if strings.HasPrefix(p, casRoot) && d.Type().IsRegular() {
 			inv.casBytes += size
 			if id, ok := idOf(d.Name()); ok {
-				b := inv.blob(id)
-				inv.blobs[b].disk, inv.blobs[b].onDisk = size, true
+				b := &inv.blobs[inv.blob(id)]
+				b.disk, b.onDisk = b.disk+size, true
+			}
+		}
+		if strings.HasPrefix(p, execRoot) && d.Type().IsRegular() {
+			inv.twins++
+			inv.twinBytes += size
+			if id, ok := idOf(d.Name()); ok {
+				b := &inv.blobs[inv.blob(id)]
+				b.disk, b.twin = b.disk+size, true
 			}
 		}
 		return nil

@@ -11,8 +11,9 @@ import (
 
 // repairs is what Verify found that Repair can fix.
 type repairs struct {
-	broken  []brokenRef
-	corrupt []Digest // blobs whose content does not match their name
+	broken   []brokenRef
+	corrupt  []Digest // blobs whose content does not match their name
+	badTwins []string // paths in exec/ that are not good executable twins
 }
 
 type brokenRef struct {
@@ -39,7 +40,7 @@ func (r *repairs) noteCorrupt(checked map[Digest]error) {
 
 // Repair fixes what Verify reported in rep: it drops every ref whose record
 // or blobs are missing or corrupt (the next build rebuilds or pulls the
-// artifact) and removes corrupt blobs. It returns one line per repair. The
+// artifact), removes corrupt blobs and damaged executable twins. It returns one line per repair. The
 // caller holds the exclusive lock.
 func (c *Cache) Repair(rep *VerifyReport) ([]string, error) {
 	var done []string
@@ -59,6 +60,13 @@ func (c *Cache) Repair(rep *VerifyReport) ([]string, error) {
 			continue
 		}
 		done = append(done, fmt.Sprintf("removed corrupt blob %s", p))
+	}
+	for _, p := range rep.badTwins {
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("removing damaged executable twin %s: %w", p, err))
+			continue
+		}
+		done = append(done, fmt.Sprintf("removed damaged executable twin %s", p))
 	}
 	if len(errs) > 0 {
 		return done, fmt.Errorf("repairing the cache %s: %w", c.Root, errors.Join(errs...))

@@ -45,12 +45,12 @@ type TreeEntry struct {
 // CheckoutOptions controls Checkout.
 type CheckoutOptions struct {
 	// Hardlink links files to their read-only blobs instead of copying them,
-	// falling back to a copy where linking fails (another filesystem, too many
-	// links). Executable files are always copied, because a blob's single
-	// inode cannot be both executable and not. Hard-linked files must never be
-	// written to: that would change the cache. Use it only where nothing will
-	// write to dest (a sysroot mounted read-only, a tree only read by gantry);
-	// without it files are copied, as reflinks where the filesystem can.
+	// and executables to their blobs' executable twins (twin.go), falling back
+	// to a copy where linking fails (another filesystem, too many links).
+	// Hard-linked files must never be written to: that would change the cache.
+	// Use it only where nothing will write to dest (a sysroot mounted
+	// read-only, a tree only read by gantry); without it files are copied, as
+	// reflinks where the filesystem can.
 	Hardlink bool
 
 	// unverified skips hashing file contents (sizes are still checked), to
@@ -346,10 +346,17 @@ func conflict(path string, err error) error {
 
 func (c *Cache) checkoutFile(f *repb.FileNode, p string, opts CheckoutOptions) error {
 	d := DigestFromProto(f.Digest)
-	if opts.Hardlink && !f.IsExecutable {
-		err := os.Link(c.BlobPath(d), p)
+	if opts.Hardlink {
+		src, err := c.linkFile(d, f.IsExecutable, p)
 		if err == nil {
-			return c.checkLinked(d, p, opts)
+			err = c.checkLinked(d, src, p, opts)
+			if f.IsExecutable && errors.Is(err, ErrCorrupt) {
+				// The twin is damaged, which says nothing of its blob: drop
+				// it (the next linked staging makes it again) and copy.
+				os.Remove(src)
+				return c.copyBlob(f, p, opts)
+			}
+			return err
 		}
 		if errors.Is(err, fs.ErrExist) {
 			return c.existingFile(f, p)
@@ -360,9 +367,9 @@ func (c *Cache) checkoutFile(f *repb.FileNode, p string, opts CheckoutOptions) e
 	return c.copyBlob(f, p, opts)
 }
 
-// checkLinked checks the content of blob d through p, a hard link to it just
-// made; a damaged blob's link is removed with the blob.
-func (c *Cache) checkLinked(d Digest, p string, opts CheckoutOptions) error {
+// checkLinked checks the content of blob d through p, a hard link to src (the
+// blob or its twin) just made; the link to damaged content is removed.
+func (c *Cache) checkLinked(d Digest, src, p string, opts CheckoutOptions) error {
 	f, err := os.Open(p)
 	if err != nil {
 		return fmt.Errorf("checking out %s: %w", p, err)
@@ -382,7 +389,7 @@ func (c *Cache) checkLinked(d Digest, p string, opts CheckoutOptions) error {
 	}
 	if got != d {
 		os.Remove(p)
-		return fmt.Errorf("checking out %s: %w", p, mismatch(d, got, c.BlobPath(d)))
+		return fmt.Errorf("checking out %s: %w", p, mismatch(d, got, src))
 	}
 	return nil
 }
@@ -441,7 +448,11 @@ func (c *Cache) existingFile(f *repb.FileNode, p string) error {
 	}
 	same := fi.Mode().IsRegular() && (fi.Mode()&0o111 != 0) == f.IsExecutable && fi.Size() == d.Size
 	if same {
-		if bi, err := os.Stat(c.BlobPath(d)); err != nil || !os.SameFile(fi, bi) {
+		src := c.BlobPath(d)
+		if f.IsExecutable {
+			src = c.twinPath(d)
+		}
+		if bi, err := os.Stat(src); err != nil || !os.SameFile(fi, bi) {
 			got, err := hashFile(p)
 			same = err == nil && got == d
 		}

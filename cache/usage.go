@@ -29,6 +29,8 @@ type UsageReport struct {
 	Total             int64           `json:"total"` // the cache directory on disk, hard links once
 	CAS               int64           `json:"cas"`   // cas/ on disk
 	Blobs             int             `json:"blobs"`
+	Twins             int             `json:"executable-twins"`       // in exec/ (made for hard-linked staging)
+	TwinBytes         int64           `json:"executable-twins-bytes"` // exec/ on disk
 	Artifacts         int             `json:"artifacts"`
 	Failed            int             `json:"failed"`
 	Unreferenced      int             `json:"unreferenced-blobs"` // blobs no artifact reaches (gc removes them)
@@ -45,13 +47,15 @@ func (c *Cache) Report(n int) (*UsageReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	rep := &UsageReport{Root: c.Root, Total: inv.total, CAS: inv.casBytes, Artifacts: len(inv.artifacts),
+	rep := &UsageReport{Root: c.Root, Total: inv.total, CAS: inv.casBytes, Twins: inv.twins, TwinBytes: inv.twinBytes, Artifacts: len(inv.artifacts),
 		Projects: []ProjectUsage{}, Problems: errorStrings(inv.problems)}
 	for _, b := range inv.blobs {
-		if !b.onDisk {
+		if !b.present() {
 			continue
 		}
-		rep.Blobs++
+		if b.onDisk {
+			rep.Blobs++
+		}
 		if b.refs == 0 {
 			rep.Unreferenced++
 			rep.UnreferencedBytes += b.disk

@@ -14,6 +14,7 @@ import (
 type VerifyReport struct {
 	Refs  int // refs checked
 	Blobs int // distinct blobs whose size and hash were checked
+	Twins int // executable twins checked (twin.go)
 
 	// Problems names each ref or blob that is damaged and what is wrong.
 	Problems []string
@@ -34,7 +35,7 @@ func (r *VerifyReport) Clean() bool { return len(r.Problems) == 0 }
 // every blob it reaches (record, tree directories, files, log) exists with
 // the right size and hash, and every tree is complete and well-formed. It
 // then hashes the blobs of cas/ that no ref reaches, and lists stray tmp/
-// entries. An error is returned only when the check itself cannot proceed.
+// entries, and hashes the executable twins. An error is returned only when the check itself cannot proceed.
 func (c *Cache) Verify() (*VerifyReport, error) {
 	rep := &VerifyReport{}
 	refs, refProblems, err := c.listRefs("")
@@ -69,6 +70,9 @@ func (c *Cache) Verify() (*VerifyReport, error) {
 	}
 	rep.Blobs = len(checked)
 	rep.noteCorrupt(checked)
+	if err := c.verifyTwins(rep); err != nil {
+		return nil, fmt.Errorf("verifying cache %s: %w", c.Root, err)
+	}
 
 	if rep.StrayTemp, err = c.StrayTemp(); err != nil {
 		return nil, fmt.Errorf("verifying cache %s: %w", c.Root, err)

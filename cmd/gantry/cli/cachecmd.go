@@ -58,7 +58,8 @@ each blob's SHA-256. It also reports unreferenced blobs that are damaged and tem
 left by crashed processes. Exit code 1 when a problem is found.
 
 With --repair it also fixes what it found: it drops every artifact whose record or blobs
-are missing or corrupt (the next build builds it again) and removes corrupt blobs,
+are missing or corrupt (the next build builds it again) and removes corrupt blobs and
+damaged executable twins (copies of blobs with the x bit, made for hard-linked staging),
 saying what it did; the exit code is then 0 when every problem was repaired.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -84,7 +85,7 @@ saying what it did; the exit code is then 0 when every problem was repaired.`,
 			for _, t := range rep.StrayTemp {
 				fmt.Fprintf(out, "stray temp file (left by a crashed process, harmless): %s\n", t)
 			}
-			fmt.Fprintf(out, "%s: %d refs, %d blobs checked, %d problems\n", c.Root, rep.Refs, rep.Blobs, len(rep.Problems))
+			fmt.Fprintf(out, "%s: %d refs, %d blobs and %d executable twins checked, %d problems\n", c.Root, rep.Refs, rep.Blobs, rep.Twins, len(rep.Problems))
 			if rep.Clean() {
 				return nil
 			}
@@ -164,6 +165,9 @@ func writeUsage(w io.Writer, rep *cache.UsageReport, quota int64) {
 		fmt.Fprintf(w, " of a %s quota (%.0f%% full)", byteSize(quota), 100*float64(rep.Total)/float64(quota))
 	}
 	fmt.Fprintf(w, "\n  blobs        %d (%s)\n", rep.Blobs, byteSize(rep.CAS))
+	if rep.Twins > 0 {
+		fmt.Fprintf(w, "  executables  %d twins of blobs, for hard-linked staging (%s)\n", rep.Twins, byteSize(rep.TwinBytes))
+	}
 	fmt.Fprintf(w, "  artifacts    %d (%d failed)\n", rep.Artifacts, rep.Failed)
 	if rep.Unreferenced > 0 {
 		fmt.Fprintf(w, "  unreferenced %d blobs (%s): `gantry cache gc` removes them\n", rep.Unreferenced, byteSize(rep.UnreferencedBytes))

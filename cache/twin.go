@@ -1,0 +1,141 @@
+package cache
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+)
+
+// Executable twins (issue 13). A blob is one inode with one mode, 0444, whatever
+// the trees that name it say: the executable bit lives in the tree (REAPI
+// FileNode.is_executable), not in the blob. A sysroot staged with hard links
+// (CheckoutOptions.Hardlink, where the sandbox mounts it read-only) needs an inode
+// with the x bit for each executable: the blob's executable twin, a copy of it
+// with mode 0555 at exec/ab/<hash>, made the first time a linked staging needs it
+// and linked from then on.
+//
+// A twin is derived data, local to this cache: never pushed, pulled or served
+// (remotes deal in blobs), not made durable (a twin a power loss damaged is found
+// by the hash every linked file gets when staged, and made again), and removed by
+// gc with its blob. Verify hashes twins as it does blobs; Repair removes a damaged
+// one. Like a blob, a twin's content never changes once in place, and it is
+// linked only where nothing can write through the link.
+
+const (
+	execDir  = "exec"
+	twinMode = 0o555
+)
+
+// twinPath is where the executable twin of blob d is (whether or not it is).
+func (c *Cache) twinPath(d Digest) string { return c.twinPathOf(d.Hash) }
+
+func (c *Cache) twinPathOf(hash string) string {
+	return filepath.Join(c.Root, execDir, hash[:2], hash)
+}
+
+// linkFile hard-links the file f at p: its blob, or its executable twin (made
+// first if there is none yet). It returns the path linked to.
+func (c *Cache) linkFile(d Digest, executable bool, p string) (string, error) {
+	if !executable {
+		src := c.BlobPath(d)
+		return src, os.Link(src, p)
+	}
+	src := c.twinPath(d)
+	err := os.Link(src, p)
+	if errors.Is(err, fs.ErrNotExist) {
+		if err = c.makeTwin(d); err == nil {
+			err = os.Link(src, p)
+		}
+	}
+	return src, err
+}
+
+// makeTwin makes the executable twin of blob d: a copy (a reflink where the
+// filesystem can), checked against d, renamed into exec/. Two processes making
+// the same twin at once both succeed; one rename wins, with the same bytes.
+func (c *Cache) makeTwin(d Digest) error {
+	src, err := c.OpenBlob(d)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	tmp, err := c.tempFile("twin")
+	if err != nil {
+		return err
+	}
+	var got Digest
+	if cloneFile(tmp, src) == nil {
+		got, err = hashReader(src)
+	} else {
+		got, err = copyHashed(tmp, src)
+	}
+	if err == nil && got != d {
+		err = mismatch(d, got, src.Name())
+	}
+	if err == nil {
+		err = tmp.Chmod(twinMode)
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = renameRaw(tmp.Name(), c.twinPath(d))
+	}
+	if err != nil {
+		os.Remove(tmp.Name())
+		return fmt.Errorf("making the executable twin of blob %s: %w", d, err)
+	}
+	return nil
+}
+
+// verifyTwins hashes every executable twin against its name, booking damaged
+// ones (and anything else found in exec/) in rep; Repair removes them.
+func (c *Cache) verifyTwins(rep *VerifyReport) error {
+	root := filepath.Join(c.Root, execDir)
+	err := filepath.WalkDir(root, func(p string, e fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil // none made yet, or removed by a concurrent gc
+			}
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		if e.IsDir() {
+			if p != root && (filepath.Dir(rel) != "." || len(rel) != 2) {
+				rep.Problems = append(rep.Problems, fmt.Sprintf("%s: unexpected directory among the executable twins", p))
+				return fs.SkipDir
+			}
+			return nil
+		}
+		info, err := e.Info()
+		if err != nil {
+			return nil // removed by a concurrent gc
+		}
+		d := Digest{Hash: e.Name(), Size: info.Size()}
+		var problem error
+		switch {
+		case d.Validate() != nil || filepath.Dir(rel) != d.Hash[:2] || !info.Mode().IsRegular():
+			problem = errors.New("not an executable twin")
+		case info.Mode().Perm() != twinMode:
+			problem = fmt.Errorf("mode %v, not %v", info.Mode().Perm(), fs.FileMode(twinMode))
+		default:
+			if got, err := hashFile(p); err != nil {
+				problem = err
+			} else if got.Hash != d.Hash {
+				problem = fmt.Errorf("content hashes to %s", got.Hash)
+			}
+		}
+		rep.Twins++
+		if problem != nil {
+			rep.Problems = append(rep.Problems, fmt.Sprintf("executable twin %s: %v (`gantry cache verify --repair` removes it; it is made again when needed)", p, problem))
+			rep.badTwins = append(rep.badTwins, p)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("checking the executable twins in %s: %w", root, err)
+	}
+	return nil
+}
