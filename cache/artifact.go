@@ -36,6 +36,10 @@ type Artifact struct {
 	BuildDuration time.Duration
 	Started       time.Time // read back in UTC
 	Finished      time.Time // read back in UTC
+
+	// Record is the digest of the record blob, which the ref names: set by Lookup
+	// and by Commit (any value given to Commit is ignored).
+	Record Digest
 }
 
 // Name returns "project/element/key", how artifacts are named in messages.
@@ -176,6 +180,7 @@ func (c *Cache) Commit(a *Artifact) error {
 	if err != nil {
 		return fmt.Errorf("committing artifact %s: %w", a.Name(), err)
 	}
+	a.Record = rd
 	// The ref's content is written beside the blobs and one pass makes all of
 	// them durable; then the ref is renamed into place, last, and its directory
 	// fsynced: from here on the artifact is visible. Two flushes per commit,
@@ -224,6 +229,23 @@ func (c *Cache) Lookup(project, element, key string) (*Artifact, error) {
 	return a, nil
 }
 
+// RefersTo reports whether the ref of project/element/key names the record
+// blob record: one small read, where Lookup also reads, hashes and decodes the
+// record. A job given an artifact's digests by the process that planned it
+// checks with it that the artifact is still the one it was told of.
+func (c *Cache) RefersTo(project, element, key string, record Digest) bool {
+	refPath, err := c.RefPath(project, element, key)
+	if err != nil {
+		return false
+	}
+	data, err := os.ReadFile(refPath)
+	if err != nil {
+		return false
+	}
+	rd, err := ParseDigest(string(bytes.TrimSpace(data)))
+	return err == nil && rd == record
+}
+
 // readRecord follows the content of a ref to its record.
 func (c *Cache) readRecord(ref []byte, project, element, key string) (*Artifact, error) {
 	rd, err := ParseDigest(string(bytes.TrimSpace(ref)))
@@ -266,6 +288,7 @@ func decodeRecord(data []byte, rd Digest, project, element, key string) (*Artifa
 		BuildDuration: time.Duration(r.BuildDurationNS),
 		Started:       r.Started,
 		Finished:      r.Finished,
+		Record:        rd,
 	}, nil
 }
 

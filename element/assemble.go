@@ -71,6 +71,10 @@ func WorkspaceBuildDir(cacheDir, project, element string) string {
 type StagedArtifact struct {
 	Element string `json:"element"`
 	Key     string `json:"key"`
+	// Record and Files are the digests of the artifact's record and files tree,
+	// as the planning process found them (StagedDigests); zero when it did not.
+	Record cache.Digest `json:"record,omitzero"`
+	Files  cache.Digest `json:"files,omitzero"`
 }
 
 // Sandbox paths: where the build and install roots appear inside bwrap.
@@ -396,22 +400,6 @@ func hasBin(c *cache.Cache, a *cache.Artifact) bool {
 	}
 	return slices.ContainsFunc(root.Directories, func(d *repb.DirectoryNode) bool { return d.Name == "bin" }) ||
 		slices.ContainsFunc(root.Symlinks, func(l *repb.SymlinkNode) bool { return l.Name == "bin" })
-}
-
-// lookupDependencies finds the artifacts of spec.Stage, in order.
-func lookupDependencies(c *cache.Cache, spec *BuildSpec) ([]*cache.Artifact, error) {
-	deps := make([]*cache.Artifact, 0, len(spec.Stage))
-	for _, s := range spec.Stage {
-		a, err := c.Lookup(spec.Project, s.Element, s.Key)
-		if err != nil {
-			return nil, &infraError{fmt.Errorf("staging dependency %s: %w", s.Element, err)}
-		}
-		if !a.Success {
-			return nil, &infraError{fmt.Errorf("staging dependency %s: its cached build failed", s.Element)}
-		}
-		deps = append(deps, a)
-	}
-	return deps, nil
 }
 
 // stageDependencies checks out deps, the artifacts of spec.Stage, into

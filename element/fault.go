@@ -114,11 +114,15 @@ func (spec *BuildSpec) CheckStagedShell(c *cache.Cache) error {
 	// Dependencies one at a time, stopping at the first that provides a shell (usually
 	// the base, staged first): this runs on the scheduler's loop for every build.
 	for _, s := range spec.Stage {
-		a, err := c.Lookup(spec.Project, s.Element, s.Key)
-		if err != nil {
-			return nil // the job reports it while staging
+		files := s.Files
+		if files.IsZero() {
+			a, err := c.Lookup(spec.Project, s.Element, s.Key)
+			if err != nil {
+				return nil // the job reports it while staging
+			}
+			files = a.Files
 		}
-		roots := []cache.Digest{a.Files}
+		roots := []cache.Digest{files}
 		if stagedHas(c, roots, "bin", "sh") || stagedHas(c, roots, "usr", "bin", "sh") {
 			return nil
 		}

@@ -214,6 +214,7 @@ func runBuild(opts *buildOptions, args []string) error {
 		}
 	}
 	fetch := s.fetchQueue(c, g)
+	var staged element.StagedDigests // each dependency looked up once per session
 	build := queues.BuildQueue{PayloadFunc: func(it *queues.Item) (json.RawMessage, error) {
 		work, err := c.TempDir("build-")
 		if err != nil {
@@ -221,6 +222,7 @@ func runBuild(opts *buildOptions, args []string) error {
 		}
 		spec, err := element.NewBuildSpec(g, it.Element, c.Root, work, opts.sandbox, maxJobs)
 		if err == nil {
+			staged.Fill(c, spec)
 			err = spec.CheckStagedShell(c)
 		}
 		if err != nil {

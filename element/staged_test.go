@@ -1,0 +1,91 @@
+package element
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/gantry-build/gantry/cache"
+)
+
+// commitDep commits a successful artifact of element holding one file.
+func commitDep(t *testing.T, c *cache.Cache, element, key, content string) *cache.Artifact {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "file"), []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	files, err := c.StoreTree(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &cache.Artifact{Project: "p", Element: element, Key: key, Success: true, Files: files}
+	if err := c.Commit(a); err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// TestStagingFromDigests: the planning process fills a build spec with each
+// dependency's digests, looking each artifact up once per session; the job
+// stages from them without reading the records again (here, a record blob
+// removed after planning is never missed), falls back to the cache when a ref
+// names another record since, and still finds a damaged file blob and takes the
+// heal path.
+func TestStagingFromDigests(t *testing.T) {
+	c, err := cache.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := commitDep(t, c, "base.toml", "k1", "base")
+	lib := commitDep(t, c, "lib.toml", "k2", "lib")
+	spec := &BuildSpec{Project: "p", Element: "app.toml", Stage: []StagedArtifact{{Element: "base.toml", Key: "k1"}, {Element: "lib.toml", Key: "k2"}}}
+	var staged StagedDigests
+	staged.Fill(c, spec)
+	for i, want := range []*cache.Artifact{base, lib} {
+		if s := spec.Stage[i]; s.Record != want.Record || s.Files != want.Files {
+			t.Fatalf("Fill gave %s %+v, want record %s files %s", s.Element, s, want.Record, want.Files)
+		}
+	}
+
+	// The records are not read again: not by the next spec's Fill, not by the job.
+	for _, a := range []*cache.Artifact{base, lib} {
+		if err := os.Remove(c.BlobPath(a.Record)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	again := &BuildSpec{Project: "p", Element: "other.toml", Stage: []StagedArtifact{{Element: "base.toml", Key: "k1"}}}
+	staged.Fill(c, again)
+	if again.Stage[0].Files != base.Files {
+		t.Errorf("a second spec staging base got %+v, want its files %s from the first lookup", again.Stage[0], base.Files)
+	}
+	deps, err := lookupDependencies(c, spec)
+	if err != nil {
+		t.Fatalf("staging from digests read the records: %v", err)
+	}
+	if deps[0].Files != base.Files || deps[1].Files != lib.Files {
+		t.Errorf("lookupDependencies = %s, %s; want %s, %s", deps[0].Files, deps[1].Files, base.Files, lib.Files)
+	}
+
+	// lib is built again (a heal, a retry): its ref names another record, which the
+	// job reads instead of the stale digests.
+	lib2 := commitDep(t, c, "lib.toml", "k2", "lib, rebuilt")
+	deps, err = lookupDependencies(c, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if deps[1].Files != lib2.Files {
+		t.Errorf("staged lib's files %s from stale digests, want the current artifact's %s", deps[1].Files, lib2.Files)
+	}
+
+	// A damaged file blob is still found while staging: the heal path.
+	if err := os.Remove(c.BlobPath(cache.DigestOf([]byte("base")))); err != nil {
+		t.Fatal(err)
+	}
+	err = c.Checkout(deps[0].Files, t.TempDir(), cache.CheckoutOptions{})
+	var blob *cache.BlobError
+	if !errors.As(err, &blob) || !blob.Missing {
+		t.Errorf("staging base with its file blob missing = %v, want a missing *cache.BlobError (the heal path)", err)
+	}
+}
