@@ -4,7 +4,9 @@
 #   bench/staging.sh [RUNS]   build app.toml RUNS times (default 5) against a cached
 #                             dependency of FILES small files and BIG big ones
 #
-# Environment: FILES (2000 files of 4 KiB), BIG (4 files of 32 MiB), SANDBOX (host),
+# Environment: FILES (2000 files of 4 KiB), BIG (4 files of 32 MiB), EXECS (0 executables
+# of 64 KiB in bin/), SANDBOX (host; bwrap also puts a static busybox and a bin/sh link to
+# it in the dependency, a busybox-like base),
 # GANTRY="/path/a /path/b" times each of these binaries (default: build ./cmd/gantry),
 # KEEP=1 keeps the temporary directory.
 set -euo pipefail
@@ -12,6 +14,7 @@ set -euo pipefail
 RUNS=${1:-5}
 FILES=${FILES:-2000}
 BIG=${BIG:-4}
+EXECS=${EXECS:-0}
 SANDBOX=${SANDBOX:-host}
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/gantry-staging.XXXXXX")
@@ -26,7 +29,7 @@ if [[ -z ${GANTRY:-} ]]; then
 fi
 
 P=$TMP/project
-mkdir -p "$P/elements" "$P/files/dep/lib" "$P/files/dep/big"
+mkdir -p "$P/elements" "$P/files/dep/lib" "$P/files/dep/big" "$P/files/dep/bin"
 cat >"$P/project.toml" <<'EOF'
 name = "staging"
 default-targets = ["app.toml"]
@@ -49,7 +52,20 @@ done
 for ((i = 0; i < BIG; i++)); do
 	head -c $((32 << 20)) /dev/urandom >"$P/files/dep/big/b$i"
 done
-echo "# dependency: $FILES x 4 KiB + $BIG x 32 MiB; sandbox $SANDBOX; $RUNS builds of app.toml each" >&2
+for ((i = 0; i < EXECS; i++)); do
+	head -c 65536 /dev/urandom >"$P/files/dep/bin/x$i"
+	chmod 755 "$P/files/dep/bin/x$i"
+done
+if [[ $SANDBOX == bwrap ]]; then
+	bb=$(command -v busybox) || {
+		echo "staging.sh: SANDBOX=bwrap needs busybox (apt-get install busybox-static)" >&2
+		exit 2
+	}
+	cp "$bb" "$P/files/dep/bin/busybox"
+	ln -s busybox "$P/files/dep/bin/sh"
+	ln -s busybox "$P/files/dep/bin/true"
+fi
+echo "# dependency: $FILES x 4 KiB + $BIG x 32 MiB + $EXECS executables of 64 KiB; sandbox $SANDBOX; $RUNS builds of app.toml each" >&2
 
 printf '%-40s %s\n' binary "wall (s) per build of app.toml"
 for bin in $GANTRY; do
