@@ -3,6 +3,7 @@
 // Layout under Root:
 //
 //	cas/ab/abcdef…                   blobs named by SHA-256, fanned out by the first two hex characters
+//	exec/ab/abcdef…                  executable twins: copies of blobs with mode 0555, for linked staging (twin.go)
 //	refs/<project>/<element>/<key>   "hash/size" of an artifact record blob (element names may contain "/")
 //	sources/                         fetched sources (owned by package source)
 //	logs/                            build logs being written
@@ -12,8 +13,10 @@
 // Invariants, which make it safe for several gantry processes to use one cache
 // at once and for any of them to be killed at any instant:
 //   - Everything is written to a fresh temporary name under tmp/ and renamed
-//     into place, so a reader never sees a partial file. Blobs are made durable
-//     together, before the ref that reaches them (see durable.go).
+//     into place, so a reader never sees a partial file (an install root's
+//     files, under tmp/ already, are renamed in themselves: see TakeTree).
+//     Blobs are made durable together, before the ref that reaches them (see
+//     durable.go).
 //   - A blob's content never changes once it is in cas/: blobs are read-only
 //     (mode 0444) and are hard-linked only where nothing writes through the link
 //     (see CheckoutOptions.Hardlink). Writing the same blob twice renames
