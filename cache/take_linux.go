@@ -57,11 +57,12 @@ func (c *Cache) takeFile(p string) (Digest, fs.FileMode, error) {
 		return Digest{}, 0, fmt.Errorf("storing file %s: %w", p, err)
 	}
 	dst := c.BlobPath(d)
-	if err := renameRaw(p, dst); err != nil {
-		if errors.Is(err, unix.EXDEV) {
-			return c.putFile(p) // not on the cache's filesystem
-		}
-		return Digest{}, 0, fmt.Errorf("storing file %s as blob %s: %w", p, d, err)
+	if renameRaw(p, dst) != nil {
+		// Another filesystem (EXDEV), a directory the build made read-only
+		// (EACCES): copy, which needs only to read p, and reports what fails.
+		// p is 0444 now: the mode is the one it had.
+		d, _, err := c.putFile(p)
+		return d, mode, err
 	}
 	c.note(eventBlobMoved, dst)
 	if !stillAlone(fd) {

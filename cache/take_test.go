@@ -182,3 +182,35 @@ func TestTakeTreeLeaseBroken(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestTakeTreeOtherFilesystem: files TakeTree cannot rename into cas/ (here
+// another filesystem; a directory the build made read-only does the same to a
+// user who is not root) are copied, and the tree is stored all the same.
+func TestTakeTreeOtherFilesystem(t *testing.T) {
+	c := openTestCache(t)
+	var shm, cas unix.Stat_t
+	if unix.Stat("/dev/shm", &shm) != nil || unix.Stat(c.Root, &cas) != nil || shm.Dev == cas.Dev {
+		t.Skip("needs /dev/shm on a filesystem other than the test cache's")
+	}
+	dir, err := os.MkdirTemp("/dev/shm", "gantry-take-")
+	if err != nil {
+		t.Skip(err)
+	}
+	defer os.RemoveAll(dir)
+	writeTree(t, dir, takeSpec, nil)
+	want, err := c.StoreTree(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	removeAll(filepath.Join(c.Root, casDir))
+	got, err := c.TakeTree(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != want {
+		t.Errorf("TakeTree across filesystems = %s, want %s", got, want)
+	}
+	if err := c.checkBlob(DigestOf([]byte("library bytes"))); err != nil {
+		t.Error(err)
+	}
+}
