@@ -2,8 +2,10 @@ package element
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/gantry-build/gantry/cache"
@@ -87,5 +89,47 @@ func TestStagingFromDigests(t *testing.T) {
 	var blob *cache.BlobError
 	if !errors.As(err, &blob) || !blob.Missing {
 		t.Errorf("staging base with its file blob missing = %v, want a missing *cache.BlobError (the heal path)", err)
+	}
+}
+
+// BenchmarkLookupDependencies is a job finding the 50 artifacts it stages:
+// "lookup" reads, hashes and decodes each record (before issue 13), "digests"
+// checks each ref against the digests in its spec.
+func BenchmarkLookupDependencies(b *testing.B) {
+	c, err := cache.Open(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	dir := b.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "file"), []byte("content"), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	files, err := c.StoreTree(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	spec := &BuildSpec{Project: "p", Element: "app.toml"}
+	for i := range 50 {
+		name := fmt.Sprintf("dep%02d.toml", i)
+		a := &cache.Artifact{Project: "p", Element: name, Key: "k", Success: true, Files: files,
+			Dependencies: map[string]string{"base.toml": "k0", "lib.toml": "k1"}}
+		if err := c.Commit(a); err != nil {
+			b.Fatal(err)
+		}
+		spec.Stage = append(spec.Stage, StagedArtifact{Element: name, Key: "k"})
+	}
+	withDigests := *spec
+	withDigests.Stage = slices.Clone(spec.Stage)
+	var staged StagedDigests
+	staged.Fill(c, &withDigests)
+	for _, s := range []*BuildSpec{spec, &withDigests} {
+		name := map[bool]string{true: "lookup", false: "digests"}[s == spec]
+		b.Run(name, func(b *testing.B) {
+			for b.Loop() {
+				if _, err := lookupDependencies(c, s); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
