@@ -41,6 +41,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -199,11 +200,12 @@ func place(tmp, dst string, d durability) error {
 
 // renameInto renames src to dst, creating dst's directory if needed. It
 // retries because a concurrent Delete may remove an emptied directory between
-// our MkdirAll and Rename.
+// our MkdirAll and Rename. It makes one rename(2) when dst's directory exists
+// (os.Rename stats dst first): it runs once per file of an install root.
 func renameInto(src, dst string) error {
 	var err error
 	for range 4 {
-		err = os.Rename(src, dst)
+		err = syscall.Rename(src, dst)
 		if err == nil || !errors.Is(err, fs.ErrNotExist) {
 			break
 		}
@@ -215,7 +217,7 @@ func renameInto(src, dst string) error {
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("moving %s into place: %w", dst, err)
+		return fmt.Errorf("moving %s to %s: %w", src, dst, err)
 	}
 	return nil
 }

@@ -3,12 +3,10 @@ package cache
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
-	"path/filepath"
 
 	"golang.org/x/sys/unix"
 )
@@ -57,7 +55,7 @@ func (c *Cache) takeFile(p string) (Digest, fs.FileMode, error) {
 		return Digest{}, 0, fmt.Errorf("storing file %s: %w", p, err)
 	}
 	dst := c.BlobPath(d)
-	if renameRaw(p, dst) != nil {
+	if renameInto(p, dst) != nil {
 		// Another filesystem (EXDEV), a directory the build made read-only
 		// (EACCES): copy, which needs only to read p, and reports what fails.
 		// p is 0444 now: the mode is the one it had.
@@ -109,7 +107,7 @@ func (c *Cache) replaceBlob(fd int, d Digest, dst string) error {
 		err = cerr
 	}
 	if err == nil {
-		err = renameRaw(tmp.Name(), dst)
+		err = renameInto(tmp.Name(), dst)
 	}
 	if err != nil {
 		os.Remove(tmp.Name())
@@ -152,20 +150,4 @@ func hashFD(fd int, size int64) (Digest, error) {
 		n += int64(m)
 	}
 	return Digest{Hash: hex.EncodeToString(h.Sum(nil)), Size: size}, nil
-}
-
-// renameRaw is renameInto with one renameat(2): os.Rename first stats the
-// destination. A missing fan-out directory is made, once.
-func renameRaw(src, dst string) error {
-	err := unix.Rename(src, dst)
-	if errors.Is(err, unix.ENOENT) {
-		if merr := os.MkdirAll(filepath.Dir(dst), 0o755); merr != nil {
-			return fmt.Errorf("creating directory for %s: %w", dst, merr)
-		}
-		err = unix.Rename(src, dst)
-	}
-	if err != nil {
-		return fmt.Errorf("moving %s to %s: %w", src, dst, err)
-	}
-	return nil
 }

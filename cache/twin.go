@@ -81,7 +81,7 @@ func (c *Cache) makeTwin(d Digest) error {
 		err = cerr
 	}
 	if err == nil {
-		err = renameRaw(tmp.Name(), c.twinPath(d))
+		err = renameInto(tmp.Name(), c.twinPath(d))
 	}
 	if err != nil {
 		os.Remove(tmp.Name())
