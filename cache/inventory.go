@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // blobID is a blob's SHA-256, as 32 bytes: the inventory of a large cache keys
@@ -302,13 +304,17 @@ func (c *Cache) measureDisk(inv *inventory) error {
 // Touch records a use of an artifact (a build, pull, checkout or staging as a
 // dependency) by setting its ref's modification time: cleanup removes the
 // least recently used artifacts first. A missing ref is not an error.
+//
+// The time is the kernel's (utimes with no times), the clock that stamps a ref
+// written by Commit. With time.Now() instead, a dependency a build staged could
+// look used after that build's own ref, written a moment later but stamped by
+// the filesystem's coarser clock, and the build's artifact would go first.
 func (c *Cache) Touch(project, element, key string) error {
 	p, err := c.RefPath(project, element, key)
 	if err != nil {
 		return err
 	}
-	now := time.Now()
-	if err := os.Chtimes(p, now, now); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := unix.Utimes(p, nil); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("recording the use of artifact %s/%s/%s: %w", project, element, key, err)
 	}
 	return nil
