@@ -33,6 +33,26 @@ func installRoot(t *testing.T, c *Cache, spec map[string]string) string {
 	return dir
 }
 
+// needLeases skips the test where the kernel grants no file leases
+// (fs.leases-enable=0, some filesystems): TakeTree then copies every file.
+func needLeases(t *testing.T, c *Cache) {
+	t.Helper()
+	f, err := c.tempFile("lease-probe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(f.Name())
+	f.Close()
+	fd, err := unix.Open(f.Name(), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	if err := setLease(fd, unix.F_RDLCK); err != nil {
+		t.Skipf("no file leases here (%v; sysctl fs.leases-enable): TakeTree copies every file", err)
+	}
+}
+
 func inode(t *testing.T, p string) uint64 {
 	t.Helper()
 	var st unix.Stat_t
@@ -47,6 +67,7 @@ func inode(t *testing.T, p string) uint64 {
 // and the tree checks out as it was.
 func TestTakeTreeMovesFiles(t *testing.T) {
 	c := openTestCache(t)
+	needLeases(t, c)
 	want, err := c.StoreTree(installRoot(t, c, takeSpec))
 	if err != nil {
 		t.Fatal(err)
@@ -159,6 +180,7 @@ func TestTakeTreeLeaseBroken(t *testing.T) {
 		t.Skip("opening a read-only blob for writing needs root (CAP_DAC_OVERRIDE)")
 	}
 	c := openTestCache(t)
+	needLeases(t, c)
 	dir := installRoot(t, c, map[string]string{"f": "file:contended"})
 	blob := c.BlobPath(DigestOf([]byte("contended")))
 	ino := inode(t, filepath.Join(dir, "f"))
