@@ -52,11 +52,17 @@ const (
 	logsDir    = "logs"
 	tmpDir     = "tmp"
 	statsFile  = "stats"
+	loadsDir   = "loads"
 
 	// staleTempAge is how old an abandoned tmp/ entry must be before Open
 	// removes it.
 	staleTempAge = time.Hour
 )
+
+// LoadsDir is where, under the cache directory root, gantry keeps what loading a
+// project can reuse (element.ParseCache): one small file per project checkout, never
+// needed for correctness. It does not open the cache.
+func LoadsDir(root string) string { return filepath.Join(root, loadsDir) }
 
 // Cache is a local cache directory. Its methods are safe for concurrent use,
 // also by several processes sharing the directory.

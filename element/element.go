@@ -1,8 +1,11 @@
 package element
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -53,7 +56,10 @@ type Element struct {
 
 	vars map[string]string // project variables + kind defaults + element variables (raw)
 	env  map[string]string // project environment + element environment (raw)
-	doc  *tomlDoc
+	// doc is the parsed file while it loads (nil once loaded, or when the parse cache
+	// had it): error positions after that come from document(), which reads root/rel.
+	doc       *tomlDoc
+	root, rel string
 
 	// Set by the graph.
 	BuildDeps []*Element // depends ∪ build-depends, in declaration order
@@ -77,21 +83,79 @@ func (e *Element) ShortKey() string {
 	return e.Key[:8]
 }
 
-// loadElement parses one element file. lock supplies refs for sources without one.
-func loadElement(p *Project, lock *Lock, name string) (*Element, error) {
-	display := filepath.ToSlash(filepath.Join(p.ElementPath, name))
-	var f elementFile
-	data, err := p.readInProject(filepath.Join(p.ElementPath, filepath.FromSlash(name)))
-	if err != nil {
-		pe := &ProjectError{File: display, Msg: fmt.Sprintf("cannot read file: %v", err)}
-		if source.IsEscape(err) {
-			pe.Hint = "element files must be inside the project: a symbolic link may not lead out of it"
+// parsedFile is what an element file says, checked on its own: everything loadElement
+// needs that depends on nothing but the file's bytes, so that it can be remembered
+// (ParseCache) for as long as the file is unchanged.
+type parsedFile struct {
+	Kind           string
+	Description    string
+	Depends        []string
+	BuildDepends   []string
+	RuntimeDepends []string
+	Pool           string
+	Variables      map[string]string
+	Environment    map[string]string
+	Sources        []source.Spec // as written: Pinned set, no ref from gantry.lock
+	Config         Config        // Commands: only the steps the file sets
+}
+
+// errNoFile is loadElement's answer for an element file that does not exist; the
+// graph says which element named it.
+var errNoFile = errors.New("no such element file")
+
+// loadElement loads one element file: from pc when it remembers the file unchanged,
+// else parsed (and then remembered). lock supplies refs for sources without one.
+func loadElement(p *Project, root *os.Root, lock *Lock, name string, pc *ParseCache) (*Element, error) {
+	rel := filepath.Join(p.ElementPath, filepath.FromSlash(name))
+	display := filepath.ToSlash(rel)
+	pf, id, ok := pc.lookup(root, rel)
+	var doc *tomlDoc
+	if !ok {
+		data, err := root.ReadFile(rel)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, errNoFile
 		}
-		return nil, pe
+		if err != nil {
+			pe := &ProjectError{File: display, Msg: fmt.Sprintf("cannot read file: %v", err)}
+			if source.IsEscape(err) {
+				pe.Hint = "element files must be inside the project: a symbolic link may not lead out of it"
+			}
+			return nil, pe
+		}
+		if pf, doc, err = parseElement(data, display); err != nil {
+			return nil, err
+		}
+		pc.remember(rel, id, pf)
 	}
+	e := &Element{Name: name, File: display, Description: pf.Description, Pool: pf.Pool,
+		Depends: pf.Depends, BuildDepends: pf.BuildDepends, RuntimeDepends: pf.RuntimeDepends,
+		root: p.Root, rel: rel, doc: doc}
+	e.Kind, _ = LookupKind(pf.Kind) // parseElement checked it
+	if e.Pool != "" {
+		if _, ok := p.Pools[e.Pool]; !ok {
+			return nil, e.document().valueError("pool", "pool %q is not declared in project.toml [pools]", e.Pool)
+		}
+	}
+	e.vars = merge(e.Kind.Variables, p.Variables, pf.Variables)
+	e.env = merge(p.Environment, pf.Environment)
+	lockRefs := lock.Refs(name)
+	e.Sources = slices.Clone(pf.Sources)
+	for i := range e.Sources {
+		if s := &e.Sources[i]; s.Ref == "" && i < len(lockRefs) {
+			s.Ref = lockRefs[i]
+		}
+	}
+	e.Config = pf.Config
+	e.Config.Commands = merge2(e.Kind.DefaultCommands, pf.Config.Commands)
+	return e, nil
+}
+
+// parseElement decodes and checks an element file's bytes. Errors name the file and line.
+func parseElement(data []byte, display string) (*parsedFile, *tomlDoc, error) {
+	var f elementFile
 	doc, err := decodeTOMLBytes(data, display, &f)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	topLevel := func(parent []string) []string {
 		if len(parent) == 0 {
@@ -102,47 +166,55 @@ func loadElement(p *Project, lock *Lock, name string) (*Element, error) {
 	// Top-level typos first ("kinds" should not be reported as a missing "kind"); the
 	// kind-specific tables are checked key by key below.
 	if err := doc.unknownKeys(topLevel, "sources", "config"); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := doc.checkTables("variables", "environment", "config"); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	e := &Element{Name: name, File: display, Description: f.Description, Pool: f.Pool, doc: doc}
 	if f.Kind == "" {
-		return nil, &ProjectError{File: display, Msg: "missing required key \"kind\"", Hint: "kinds: " + strings.Join(KindNames(), ", ")}
+		return nil, nil, &ProjectError{File: display, Msg: "missing required key \"kind\"", Hint: "kinds: " + strings.Join(KindNames(), ", ")}
 	}
 	kind, ok := LookupKind(f.Kind)
 	if !ok {
-		return nil, doc.valueError("kind", "unknown kind %q%s; kinds: %s", f.Kind, didYouMean(f.Kind, KindNames()), strings.Join(KindNames(), ", "))
+		return nil, nil, doc.valueError("kind", "unknown kind %q%s; kinds: %s", f.Kind, didYouMean(f.Kind, KindNames()), strings.Join(KindNames(), ", "))
 	}
-	e.Kind = kind
-	if e.Pool != "" {
-		if _, ok := p.Pools[e.Pool]; !ok {
-			return nil, doc.valueError("pool", "pool %q is not declared in project.toml [pools]", e.Pool)
-		}
+	pf := &parsedFile{Kind: f.Kind, Description: f.Description, Pool: f.Pool,
+		Variables: f.Variables, Environment: f.Environment}
+	if err := checkDepends(doc, &f); err != nil {
+		return nil, nil, err
 	}
-	if err := e.setDepends(&f); err != nil {
-		return nil, err
-	}
+	pf.Depends, pf.BuildDepends, pf.RuntimeDepends = f.Depends, f.BuildDepends, f.RuntimeDepends
 	if err := checkVariableNames(doc, "variables", f.Variables); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := checkEnvironment(doc, "environment", f.Environment); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	e.vars = merge(kind.Variables, p.Variables, f.Variables)
-	e.env = merge(p.Environment, f.Environment)
-	if err := e.parseSources(f.Sources, lock.Refs(name)); err != nil {
-		return nil, err
+	if pf.Sources, err = parseSources(doc, f.Sources); err != nil {
+		return nil, nil, err
 	}
-	if err := e.parseConfig(f.Config, doc.md.IsDefined("config")); err != nil {
-		return nil, err
+	if pf.Config, err = parseConfig(doc, kind, f.Config, doc.md.IsDefined("config")); err != nil {
+		return nil, nil, err
 	}
 	// Checked last: the kind-specific tables above mark their keys as decoded.
 	if err := doc.unknownKeys(topLevel); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return e, nil
+	return pf, doc, nil
+}
+
+// document is e's file for error positions: the one parsed by this load, or the file
+// read again (a cached load keeps no document; errors after loading are rare).
+func (e *Element) document() *tomlDoc {
+	if e.doc != nil {
+		return e.doc
+	}
+	var data []byte
+	if r, err := os.OpenRoot(e.root); err == nil {
+		data, _ = r.ReadFile(e.rel) // best effort: only positions are lost
+		r.Close()
+	}
+	return &tomlDoc{display: e.File, lines: strings.Split(string(data), "\n")}
 }
 
 func merge(layers ...map[string]string) map[string]string {
@@ -155,8 +227,17 @@ func merge(layers ...map[string]string) map[string]string {
 	return out
 }
 
-// setDepends validates the three dependency lists: names well formed, none listed twice.
-func (e *Element) setDepends(f *elementFile) error {
+// merge2 layers maps of command lists (later wins).
+func merge2(layers ...map[string][]string) map[string][]string {
+	out := map[string][]string{}
+	for _, l := range layers {
+		maps.Copy(out, l)
+	}
+	return out
+}
+
+// checkDepends validates the three dependency lists: names well formed, none listed twice.
+func checkDepends(doc *tomlDoc, f *elementFile) error {
 	seen := map[string]string{}
 	for _, list := range []struct {
 		key   string
@@ -164,34 +245,34 @@ func (e *Element) setDepends(f *elementFile) error {
 	}{{"depends", f.Depends}, {"build-depends", f.BuildDepends}, {"runtime-depends", f.RuntimeDepends}} {
 		for _, d := range list.names {
 			if err := checkElementName(d); err != nil {
-				return e.doc.valueError(list.key, "%v", err)
+				return doc.valueError(list.key, "%v", err)
 			}
 			if prev, ok := seen[d]; ok {
-				return e.doc.valueError(list.key, "%s is listed twice (also in %s)", d, prev)
+				return doc.valueError(list.key, "%s is listed twice (also in %s)", d, prev)
 			}
 			seen[d] = list.key
 		}
 	}
-	e.Depends, e.BuildDepends, e.RuntimeDepends = f.Depends, f.BuildDepends, f.RuntimeDepends
 	return nil
 }
 
-func (e *Element) parseSources(prims []toml.Primitive, lockRefs []string) error {
+func parseSources(doc *tomlDoc, prims []toml.Primitive) ([]source.Spec, error) {
+	var out []source.Spec
 	for i, prim := range prims {
 		path := fmt.Sprintf("sources[%d]", i)
-		t, err := e.doc.table(path, prim)
+		t, err := doc.table(path, prim)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		kind, err := t.str("kind")
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if kind == "" {
-			return &ProjectError{File: e.File, Line: e.doc.lineOf(path), Msg: fmt.Sprintf("source %d has no kind", i+1), Hint: "kinds: " + strings.Join(source.Kinds, ", ")}
+			return nil, &ProjectError{File: doc.display, Line: doc.lineOf(path), Msg: fmt.Sprintf("source %d has no kind", i+1), Hint: "kinds: " + strings.Join(source.Kinds, ", ")}
 		}
 		if !source.IsKnown(kind) {
-			return e.doc.valueError(path+".kind", "unknown source kind %q%s; kinds: %s", kind, didYouMean(kind, source.Kinds), strings.Join(source.Kinds, ", "))
+			return nil, doc.valueError(path+".kind", "unknown source kind %q%s; kinds: %s", kind, didYouMean(kind, source.Kinds), strings.Join(source.Kinds, ", "))
 		}
 		s := source.Spec{Kind: source.Kind(kind)}
 		allowed := source.AllowedKeys(s.Kind)
@@ -225,11 +306,11 @@ func (e *Element) parseSources(prims []toml.Primitive, lockRefs []string) error 
 				s.StripLevel, err = t.integer(k, 1)
 			}
 			if err != nil {
-				return err
+				return nil, err
 			}
 		}
 		if err := t.done(allowed); err != nil {
-			return err
+			return nil, err
 		}
 		// Defaults that an explicit value (even "") overrides.
 		if s.Kind == source.Tar && !t.has("base-dir") {
@@ -238,88 +319,82 @@ func (e *Element) parseSources(prims []toml.Primitive, lockRefs []string) error 
 		if s.Kind == source.Patch && !t.has("strip-level") {
 			s.StripLevel = 1
 		}
-		if err := e.checkSource(i, &s); err != nil {
-			return err
+		if err := checkSource(doc, i, &s); err != nil {
+			return nil, err
 		}
 		s.Pinned = s.Ref != ""
-		if s.Ref == "" && i < len(lockRefs) {
-			s.Ref = lockRefs[i]
-		}
-		e.Sources = append(e.Sources, s)
+		out = append(out, s)
 	}
-	return nil
+	return out, nil
 }
 
-func (e *Element) checkSource(i int, s *source.Spec) error {
+func checkSource(doc *tomlDoc, i int, s *source.Spec) error {
 	path := fmt.Sprintf("sources[%d]", i)
 	switch s.Kind {
 	case source.Local, source.Patch:
 		if s.Path == "" {
-			return &ProjectError{File: e.File, Line: e.doc.lineOf(path), Msg: fmt.Sprintf("%s source %d needs a path", s.Kind, i+1)}
+			return &ProjectError{File: doc.display, Line: doc.lineOf(path), Msg: fmt.Sprintf("%s source %d needs a path", s.Kind, i+1)}
 		}
 		if filepath.IsAbs(s.Path) || strings.HasPrefix(filepath.Clean(s.Path), "..") {
-			return e.doc.valueError(path+".path", "%q must be a path inside the project", s.Path)
+			return doc.valueError(path+".path", "%q must be a path inside the project", s.Path)
 		}
 
 	default:
 		if s.URL == "" {
-			return &ProjectError{File: e.File, Line: e.doc.lineOf(path), Msg: fmt.Sprintf("%s source %d needs a url", s.Kind, i+1)}
+			return &ProjectError{File: doc.display, Line: doc.lineOf(path), Msg: fmt.Sprintf("%s source %d needs a url", s.Kind, i+1)}
 		}
 
 	}
 	if s.Directory != "" && (filepath.IsAbs(s.Directory) || strings.HasPrefix(filepath.Clean(s.Directory), "..")) {
-		return e.doc.valueError(path+".directory", "%q must be a relative path inside the build root", s.Directory)
+		return doc.valueError(path+".directory", "%q must be a relative path inside the build root", s.Directory)
 	}
 	return nil
 }
 
-func (e *Element) parseConfig(prim toml.Primitive, defined bool) error {
-	c := Config{Commands: map[string][]string{}}
-	for step, cmds := range e.Kind.DefaultCommands {
-		c.Commands[step] = cmds
-	}
+// parseConfig decodes [config] for kind; Commands holds only the steps the file sets.
+func parseConfig(doc *tomlDoc, kind *Kind, prim toml.Primitive, defined bool) (Config, error) {
+	var c Config
 	if !defined {
-		e.Config = c
-		return nil
+		return c, nil
 	}
-	t, err := e.doc.table("config", prim)
+	t, err := doc.table("config", prim)
 	if err != nil {
-		return err
+		return c, err
 	}
 	switch {
-	case e.Kind.Commands:
+	case kind.Commands:
+		c.Commands = map[string][]string{}
 		for _, step := range CommandSteps {
 			list, set, err := t.strings(step)
 			if err != nil {
-				return err
+				return c, err
 			}
 			if set {
 				c.Commands[step] = list
 			}
 		}
-	case e.Kind.Name == "import":
+	case kind.Name == "import":
 		if c.Source, err = t.str("source"); err != nil {
-			return err
+			return c, err
 		}
 		if c.Target, err = t.str("target"); err != nil {
-			return err
+			return c, err
 		}
-	case e.Kind.Name == "compose":
+	case kind.Name == "compose":
 		if c.Include, _, err = t.strings("include"); err != nil {
-			return err
+			return c, err
 		}
 		if c.Exclude, _, err = t.strings("exclude"); err != nil {
-			return err
+			return c, err
 		}
 	}
-	if err := t.done(e.Kind.ConfigKeys); err != nil {
-		if len(e.Kind.ConfigKeys) == 0 {
-			return &ProjectError{File: e.File, Line: e.doc.lineOf("config"), Msg: fmt.Sprintf("kind %q takes no [config]", e.Kind.Name)}
+	if err := t.done(kind.ConfigKeys); err != nil {
+		if len(kind.ConfigKeys) == 0 {
+			return c, &ProjectError{File: doc.display, Line: doc.lineOf("config"), Msg: fmt.Sprintf("kind %q takes no [config]", kind.Name)}
 		}
-		return err
+		return c, err
 	}
-	e.Config = c
-	return nil
+	return c, nil
 }
 
 // Variables returns the element's variables expanded with the given paths.
@@ -343,13 +418,17 @@ type Resolved struct {
 
 // Resolve expands the element's config and environment. Errors name the element and key.
 func (e *Element) Resolve(p *Project, paths Paths) (*Resolved, error) {
-	vars := e.Variables(p, paths)
+	return e.resolve(e.Variables(p, paths))
+}
+
+func (e *Element) resolve(vars *Variables) (*Resolved, error) {
 	r := &Resolved{Env: map[string]string{}}
 	expand := func(key, s string) (string, error) {
 		out, err := vars.Expand(s)
 		if err != nil {
-			line := e.doc.lineOf(key)
-			return "", &ProjectError{File: e.File, Line: line, Msg: fmt.Sprintf("in %s: %v", key, err), Text: e.doc.line(line)}
+			doc := e.document()
+			line := doc.lineOf(key)
+			return "", &ProjectError{File: e.File, Line: line, Msg: fmt.Sprintf("in %s: %v", key, err), Text: doc.line(line)}
 		}
 		return out, nil
 	}
@@ -377,8 +456,9 @@ func (e *Element) Resolve(p *Project, paths Paths) (*Resolved, error) {
 	}
 	for _, c := range []struct{ key, val, root string }{{"config.source", r.Source, "build"}, {"config.target", r.Target, "install"}} {
 		if leavesRoot(c.val) {
-			line := e.doc.lineOf(c.key)
-			return nil, &ProjectError{File: e.File, Line: line, Text: e.doc.line(line),
+			doc := e.document()
+			line := doc.lineOf(c.key)
+			return nil, &ProjectError{File: e.File, Line: line, Text: doc.line(line),
 				Msg: fmt.Sprintf("%s %q contains '..': it must name a directory inside the %s root (a leading / is the root itself)", c.key, c.val, c.root)}
 		}
 	}
@@ -400,15 +480,19 @@ func leavesRoot(p string) bool {
 // CheckVariables expands every variable of the element, so that an undefined or cyclic
 // variable is reported at load time even when no command uses it.
 func (e *Element) CheckVariables(p *Project) error {
-	vars := e.Variables(p, KeyPaths)
+	return e.checkVariables(e.Variables(p, KeyPaths))
+}
+
+func (e *Element) checkVariables(vars *Variables) error {
 	for _, name := range slices.Sorted(maps.Keys(e.vars)) {
 		if _, err := vars.lookup(name, nil); err != nil {
 			key := "variables." + name
-			line := e.doc.lineOf(key)
+			doc := e.document()
+			line := doc.lineOf(key)
 			if line == 0 {
 				return &ProjectError{File: ProjectFile, Line: 0, Msg: fmt.Sprintf("variable %q (used by %s): %v", name, e.Name, err)}
 			}
-			return &ProjectError{File: e.File, Line: line, Msg: fmt.Sprintf("variable %q: %v", name, err), Text: e.doc.line(line)}
+			return &ProjectError{File: e.File, Line: line, Msg: fmt.Sprintf("variable %q: %v", name, err), Text: doc.line(line)}
 		}
 	}
 	return nil

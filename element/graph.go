@@ -3,7 +3,6 @@ package element
 import (
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -44,10 +43,21 @@ type Graph struct {
 // Load reads the targets and everything they depend on, checks the graph for missing
 // elements and cycles, and computes cache keys. Files are parsed in parallel.
 func Load(p *Project, lock *Lock, targets []string) (*Graph, error) {
+	return LoadCached(p, lock, targets, nil)
+}
+
+// LoadCached is Load with a parse cache (nil for none): element files it remembers
+// unchanged are not read again. The caller saves pc afterwards.
+func LoadCached(p *Project, lock *Lock, targets []string, pc *ParseCache) (*Graph, error) {
 	if len(targets) == 0 {
 		return nil, &ProjectError{Msg: "no elements given and project.toml has no default-targets",
 			Hint: "name the elements to work on (e.g. `gantry show app.toml`) or add default-targets = [\"app.toml\"] to project.toml"}
 	}
+	root, err := os.OpenRoot(p.Root)
+	if err != nil {
+		return nil, &ProjectError{File: ProjectFile, Msg: fmt.Sprintf("cannot open the project directory %s: %v", p.Root, err)}
+	}
+	defer root.Close()
 	g := &Graph{Project: p, Lock: lock, Elements: map[string]*Element{}}
 	referrer := map[string]*Element{} // first element that named a dependency, for errors
 	frontier := make([]string, 0, len(targets))
@@ -66,7 +76,7 @@ func Load(p *Project, lock *Lock, targets []string) (*Graph, error) {
 		errs := make([]error, len(frontier))
 		for i, name := range frontier {
 			eg.Go(func() error {
-				loaded[i], errs[i] = g.loadOne(name, referrer[name])
+				loaded[i], errs[i] = g.loadOne(root, name, referrer[name], pc)
 				return nil
 			})
 		}
@@ -104,25 +114,26 @@ func Load(p *Project, lock *Lock, targets []string) (*Graph, error) {
 	return g, nil
 }
 
-// loadOne parses one element and the keys of its sources.
-func (g *Graph) loadOne(name string, ref *Element) (*Element, error) {
-	path := filepath.Join(g.Project.ElementDir(), filepath.FromSlash(name))
-	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+// loadOne loads one element (ref named it, for errors) and the keys of its sources.
+func (g *Graph) loadOne(root *os.Root, name string, ref *Element, pc *ParseCache) (*Element, error) {
+	e, err := loadElement(g.Project, root, g.Lock, name, pc)
+	if errors.Is(err, errNoFile) {
 		return nil, g.missing(name, ref)
 	}
-	e, err := loadElement(g.Project, g.Lock, name)
 	if err != nil {
 		return nil, err
 	}
-	if err := e.CheckVariables(g.Project); err != nil {
+	vars := e.Variables(g.Project, KeyPaths)
+	if err := e.checkVariables(vars); err != nil {
 		return nil, err
 	}
-	if e.resolved, err = e.Resolve(g.Project, KeyPaths); err != nil {
+	if e.resolved, err = e.resolve(vars); err != nil {
 		return nil, err
 	}
 	if err := g.keySources(e); err != nil {
 		return nil, err
 	}
+	e.doc = nil // positions for later errors are read again: a document is large
 	return e, nil
 }
 
@@ -142,7 +153,7 @@ func (g *Graph) keySources(e *Element) error {
 		}
 		k, err := s.UniqueKey(g.Project.Root)
 		if err != nil {
-			return &ProjectError{File: e.File, Line: e.doc.lineOf(fmt.Sprintf("sources[%d]", i)), Msg: fmt.Sprintf("source %d (%s): %v", i+1, s.Describe(), err)}
+			return &ProjectError{File: e.File, Line: e.document().lineOf(fmt.Sprintf("sources[%d]", i)), Msg: fmt.Sprintf("source %d (%s): %v", i+1, s.Describe(), err)}
 		}
 		e.sourceKeys[i] = k
 	}
@@ -172,8 +183,9 @@ func (g *Graph) missing(name string, ref *Element) error {
 	if ref == nil {
 		return &ProjectError{Msg: fmt.Sprintf("element %s not found: %s does not exist%s", name, display, didYouMean(name, all))}
 	}
-	line := ref.doc.lineOf(dependsKeyOf(ref, name))
-	return &ProjectError{File: ref.File, Line: line, Text: ref.doc.line(line),
+	doc := ref.document()
+	line := doc.lineOf(dependsKeyOf(ref, name))
+	return &ProjectError{File: ref.File, Line: line, Text: doc.line(line),
 		Msg: fmt.Sprintf("depends on %s, which does not exist (no file %s)%s", name, display, didYouMean(name, all))}
 }
 
@@ -225,8 +237,9 @@ func (g *Graph) order() error {
 			}
 			names = append(names, e.Name)
 			from := stack[len(stack)-1]
-			line := from.doc.lineOf(dependsKeyOf(from, e.Name))
-			return &ProjectError{File: from.File, Line: line, Text: from.doc.line(line),
+			doc := from.document()
+			line := doc.lineOf(dependsKeyOf(from, e.Name))
+			return &ProjectError{File: from.File, Line: line, Text: doc.line(line),
 				Msg: "dependency cycle: " + strings.Join(names, " -> ")}
 		}
 		state[e] = active

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/gantry-build/gantry/cache"
 	"github.com/gantry-build/gantry/element"
 )
 
@@ -227,7 +228,15 @@ func (s *session) loadGraph(args []string) (*element.Graph, error) {
 	if err != nil {
 		return nil, err
 	}
-	return element.Load(s.project, s.lock, targets)
+	pc := element.OpenParseCache(cache.LoadsDir(s.cacheRoot()), s.project.Root)
+	g, err := element.LoadCached(s.project, s.lock, targets, pc)
+	if err != nil {
+		return nil, err
+	}
+	if err := pc.Save(); err != nil {
+		s.opts.ios.Message("warning", err.Error()+" (loading is slower next time; nothing else is affected)")
+	}
+	return g, nil
 }
 
 func newVersionCmd(opts *globalOptions) *cobra.Command {

@@ -120,8 +120,11 @@ func directDeps(e *element.Element) dependencyNames {
 		build:   slices.Concat(e.BuildDepends, e.Depends),
 		runtime: slices.Concat(e.Depends, e.RuntimeDepends),
 	}
+	// A set, not slices.Contains: a target may have tens of thousands of dependencies.
+	seen := make(map[string]bool, len(d.build)+len(e.RuntimeDepends))
 	for _, n := range slices.Concat(d.build, e.RuntimeDepends) {
-		if !slices.Contains(d.all, n) {
+		if !seen[n] {
+			seen[n] = true
 			d.all = append(d.all, n)
 		}
 	}

@@ -1,0 +1,200 @@
+package element
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/gob"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// ParseCache remembers element files as parsed (parsedFile), so that loading a project
+// whose files did not change reads no element file and parses no TOML: each file is
+// stat'ed and, if its identity is what the cache saw, its parse is reused.
+//
+// A file's identity is its path, size, inode, device, and modification and change times
+// in nanoseconds. An editor that writes in place changes the times; one that renames a
+// new file over it changes the inode. The change time (ctime) cannot be set by a user,
+// so restoring an mtime does not fool it. A file whose times are within racyWindow of
+// the moment the cache is written is not remembered (git's "racily clean" entries): a
+// second edit within the filesystem's timestamp granularity could leave every field
+// the same, so such a file is parsed again next time.
+//
+// Only what the file itself says is cached: project variables and environment,
+// gantry.lock refs, workspaces, pools and local sources' contents are applied on every
+// load, so changing them can never leave a stale element. The cache file names the
+// gantry build that wrote it; another build's, or a damaged one, is ignored.
+//
+// Safe for concurrent lookups while a graph loads; Save runs once, after.
+type ParseCache struct {
+	path  string
+	stamp string // the writing gantry build; the file is ignored unless it matches
+
+	mu    sync.Mutex
+	files map[string]cachedFile // project-relative path -> what it was
+	dirty bool
+}
+
+// fileID is what identifies one version of a file.
+type fileID struct {
+	Size, Mtime, Ctime int64 // times in ns since the epoch
+	Ino, Dev           uint64
+}
+
+type cachedFile struct {
+	ID     fileID
+	Parsed parsedFile
+}
+
+// parseCacheFile is the stored form.
+type parseCacheFile struct {
+	Stamp string
+	Files map[string]cachedFile
+}
+
+// parseCacheVersion changes whenever parsedFile or the checks parseElement makes change
+// in a way a gantry build stamp would not show.
+const parseCacheVersion = 1
+
+// racyWindow: files changed this close to the cache's writing are not remembered. Two
+// seconds covers the coarsest common timestamp granularity (FAT, some network
+// filesystems); ext4 and XFS are finer.
+const racyWindow = 2 * time.Second
+
+// OpenParseCache opens the parse cache of the project at root, kept under dir (the
+// gantry cache's loads/). A missing, damaged or foreign cache file is an empty cache.
+func OpenParseCache(dir, root string) *ParseCache {
+	sum := sha256.Sum256([]byte(root))
+	pc := &ParseCache{path: filepath.Join(dir, hex.EncodeToString(sum[:16])), stamp: buildStamp(root),
+		files: map[string]cachedFile{}}
+	data, err := os.ReadFile(pc.path)
+	if err != nil {
+		return pc
+	}
+	var f parseCacheFile
+	if gob.NewDecoder(bytes.NewReader(data)).Decode(&f) == nil && f.Stamp == pc.stamp && f.Files != nil {
+		pc.files = f.Files
+	}
+	return pc
+}
+
+// buildStamp names this gantry build and the project root, so that another build (whose
+// parsing may differ) or a cache file copied from elsewhere is never trusted.
+func buildStamp(root string) string {
+	stamp := fmt.Sprintf("gantry-parse-cache v%d root=%s", parseCacheVersion, root)
+	if info, ok := debug.ReadBuildInfo(); ok {
+		stamp += " " + info.Main.Path + "@" + info.Main.Version
+		for _, s := range info.Settings {
+			if s.Key == "vcs.revision" || s.Key == "vcs.modified" {
+				stamp += " " + s.Key + "=" + s.Value
+			}
+		}
+	}
+	// A development build can change without a new revision: its executable's identity
+	// tells builds apart.
+	if exe, err := os.Executable(); err == nil {
+		if fi, err := os.Stat(exe); err == nil {
+			stamp += fmt.Sprintf(" exe=%s:%d:%d", exe, fi.Size(), fi.ModTime().UnixNano())
+		}
+	}
+	return stamp
+}
+
+// identify stats rel under root. ok is false when the file cannot be stat'ed (the
+// caller's read reports why) or the platform gives no inode.
+func identify(root *os.Root, rel string) (fileID, bool) {
+	fi, err := root.Stat(rel)
+	if err != nil {
+		return fileID{}, false
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return fileID{}, false
+	}
+	ctime, ok := statCtime(st)
+	if !ok {
+		return fileID{}, false
+	}
+	return fileID{Size: fi.Size(), Mtime: fi.ModTime().UnixNano(), Ctime: ctime,
+		Ino: uint64(st.Ino), Dev: uint64(st.Dev)}, true
+}
+
+// lookup returns the remembered parse of rel when the file's identity is unchanged, and
+// the identity it has now (zero when unknown). A nil cache remembers nothing.
+func (pc *ParseCache) lookup(root *os.Root, rel string) (*parsedFile, fileID, bool) {
+	if pc == nil {
+		return nil, fileID{}, false
+	}
+	id, ok := identify(root, rel)
+	if !ok {
+		return nil, fileID{}, false
+	}
+	pc.mu.Lock()
+	c, hit := pc.files[rel]
+	pc.mu.Unlock()
+	if !hit || c.ID != id {
+		return nil, id, false
+	}
+	return &c.Parsed, id, true
+}
+
+// remember records rel's parse at identity id (from lookup, before the file was read:
+// a change during the read gives the file a new identity, so it is parsed again).
+func (pc *ParseCache) remember(rel string, id fileID, pf *parsedFile) {
+	if pc == nil || id == (fileID{}) {
+		return
+	}
+	pc.mu.Lock()
+	pc.files[rel] = cachedFile{ID: id, Parsed: *pf}
+	pc.dirty = true
+	pc.mu.Unlock()
+}
+
+// Save writes the cache if this load parsed anything, atomically (temporary file, then
+// rename). Files changed within racyWindow of now are left out. Errors are returned
+// for a warning: a cache that cannot be written only costs speed.
+func (pc *ParseCache) Save() error {
+	if pc == nil || !pc.dirty {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(pc.path), 0o755); err != nil {
+		return fmt.Errorf("saving the element parse cache: %w", err)
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(pc.path), ".tmp-*")
+	if err != nil {
+		return fmt.Errorf("saving the element parse cache: %w", err)
+	}
+	defer os.Remove(tmp.Name()) // after the rename: nothing to remove
+	// "Now" by the filesystem's own clock: the temporary file's change time.
+	now := time.Now().UnixNano()
+	if fi, err := tmp.Stat(); err == nil {
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			if ctime, ok := statCtime(st); ok {
+				now = ctime
+			}
+		}
+	}
+	out := parseCacheFile{Stamp: pc.stamp, Files: make(map[string]cachedFile, len(pc.files))}
+	for rel, c := range pc.files {
+		if max(c.ID.Mtime, c.ID.Ctime) < now-int64(racyWindow) {
+			out.Files[rel] = c
+		}
+	}
+	err = gob.NewEncoder(tmp).Encode(&out)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), pc.path)
+	}
+	if err != nil {
+		return fmt.Errorf("saving the element parse cache %s: %w", pc.path, err)
+	}
+	return nil
+}
