@@ -211,18 +211,11 @@ func utc(t time.Time) time.Time {
 // error wrapping ErrNotFound; a ref that cannot be followed gives a
 // *CorruptRefError.
 func (c *Cache) Lookup(project, element, key string) (*Artifact, error) {
-	refPath, err := c.RefPath(project, element, key)
+	refPath, rd, data, err := c.followRef(project, element, key)
 	if err != nil {
-		return nil, fmt.Errorf("looking up artifact: %w", err)
+		return nil, err
 	}
-	data, err := os.ReadFile(refPath)
-	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
-		return nil, fmt.Errorf("artifact %s/%s/%s: %w", project, element, key, ErrNotFound)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("looking up artifact %s/%s/%s: %w", project, element, key, err)
-	}
-	a, err := c.readRecord(data, project, element, key)
+	a, err := decodeRecord(data, rd, project, element, key)
 	if err != nil {
 		return nil, &CorruptRefError{Ref: refPath, Err: err}
 	}
@@ -246,17 +239,43 @@ func (c *Cache) RefersTo(project, element, key string, record Digest) bool {
 	return err == nil && rd == record
 }
 
+// followRef reads the ref of element at key and the record blob it names (checked
+// against its digest by ReadBlob), with Lookup's errors.
+func (c *Cache) followRef(project, element, key string) (refPath string, rd Digest, record []byte, err error) {
+	refPath, err = c.RefPath(project, element, key)
+	if err != nil {
+		return "", Digest{}, nil, fmt.Errorf("looking up artifact: %w", err)
+	}
+	ref, err := os.ReadFile(refPath)
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
+		return "", Digest{}, nil, fmt.Errorf("artifact %s/%s/%s: %w", project, element, key, ErrNotFound)
+	}
+	if err != nil {
+		return "", Digest{}, nil, fmt.Errorf("looking up artifact %s/%s/%s: %w", project, element, key, err)
+	}
+	if rd, record, err = c.recordBlob(ref); err != nil {
+		return "", Digest{}, nil, &CorruptRefError{Ref: refPath, Err: err}
+	}
+	return refPath, rd, record, nil
+}
+
 // readRecord follows the content of a ref to its record.
 func (c *Cache) readRecord(ref []byte, project, element, key string) (*Artifact, error) {
-	rd, err := ParseDigest(string(bytes.TrimSpace(ref)))
-	if err != nil {
-		return nil, err
-	}
-	data, err := c.ReadBlob(rd)
+	rd, data, err := c.recordBlob(ref)
 	if err != nil {
 		return nil, err
 	}
 	return decodeRecord(data, rd, project, element, key)
+}
+
+// recordBlob reads the record blob a ref's content names.
+func (c *Cache) recordBlob(ref []byte) (Digest, []byte, error) {
+	rd, err := ParseDigest(string(bytes.TrimSpace(ref)))
+	if err != nil {
+		return Digest{}, nil, err
+	}
+	data, err := c.ReadBlob(rd)
+	return rd, data, err
 }
 
 // decodeRecord decodes the record blob rd of the artifact project/element/key.
@@ -265,14 +284,9 @@ func decodeRecord(data []byte, rd Digest, project, element, key string) (*Artifa
 	if err := json.Unmarshal(data, &r); err != nil {
 		return nil, fmt.Errorf("decoding artifact record %s: %w", rd, err)
 	}
-	if r.Version != recordVersion {
-		return nil, fmt.Errorf("artifact record %s has version %d, this gantry reads version %d", rd, r.Version, recordVersion)
-	}
-	if r.Project != project || r.Element != element || r.Key != key {
-		return nil, fmt.Errorf("artifact record %s is for %s/%s/%s", rd, r.Project, r.Element, r.Key)
-	}
-	if err := r.Files.Validate(); err != nil {
-		return nil, fmt.Errorf("artifact record %s: files: %w", rd, err)
+	head := recordHead{Version: r.Version, Project: r.Project, Element: r.Element, Key: r.Key, Files: r.Files}
+	if err := head.check(rd, project, element, key); err != nil {
+		return nil, err
 	}
 	return &Artifact{
 		Project:       r.Project,
