@@ -155,7 +155,7 @@ func runBuild(opts *buildOptions, args []string) error {
 	}
 	s, g, c, display, limits, onErr, maxJobs := p.session, p.graph, p.cache, p.display, p.limits, p.onError, p.maxJobs
 	stats, _ := c.LoadStats() // never fatal: a damaged stats file only loses estimates
-	q := cacheQuery{c}
+	q := cacheQuery{c}.withArtifacts(g.Project.Name, g.Order)
 	planOpts := queues.PlanOptions{
 		Artifact:    func(e *element.Element) element.ArtifactStatus { return q.Artifact(g.Project.Name, e.Name, e.Key) },
 		RetryFailed: opts.retryFailed,

@@ -67,11 +67,11 @@ func runShow(opts *showOptions, args []string) error {
 	elements := g.Select(g.Targets, deps)
 	var states map[*element.Element]element.State
 	if asJSON || strings.Contains(opts.format, "%{state") {
-		q, err := s.cacheQuery()
+		c, err := s.openCache()
 		if err != nil {
 			return err
 		}
-		states = g.States(elements, q)
+		states = g.States(elements, cacheQuery{c}.withArtifacts(g.Project.Name, elements))
 	}
 	w := bufio.NewWriterSize(opts.ios.Out, 64<<10)
 	defer w.Flush()
