@@ -70,6 +70,7 @@ type Element struct {
 
 	position   int       // index in Graph.Order
 	resolved   *Resolved // config and environment expanded with KeyPaths
+	configJSON []byte    // resolved as the key encodes it (encodeConfig)
 	sourceKeys []string  // unique key per source; "" for a source without a ref
 }
 
@@ -99,19 +100,28 @@ type parsedFile struct {
 	Config         Config        // Commands: only the steps the file sets
 }
 
+// elementDir is where element files are read from: the element directory opened as a
+// root (prefix ""), so that a file is one fstatat away, or, when it cannot be opened,
+// the project root with the element path as prefix (whose errors then name the cause).
+type elementDir struct {
+	root   *os.Root
+	prefix string
+}
+
 // errNoFile is loadElement's answer for an element file that does not exist; the
 // graph says which element named it.
 var errNoFile = errors.New("no such element file")
 
 // loadElement loads one element file: from pc when it remembers the file unchanged,
 // else parsed (and then remembered). lock supplies refs for sources without one.
-func loadElement(p *Project, root *os.Root, lock *Lock, name string, pc *ParseCache) (*Element, error) {
+func loadElement(p *Project, dir elementDir, lock *Lock, name string, pc *ParseCache) (*Element, error) {
 	rel := filepath.Join(p.ElementPath, filepath.FromSlash(name))
 	display := filepath.ToSlash(rel)
-	pf, id, ok := pc.lookup(root, rel)
+	inDir := filepath.Join(dir.prefix, filepath.FromSlash(name))
+	pf, id, ok := pc.lookup(dir.root, inDir, display)
 	var doc *tomlDoc
 	if !ok {
-		data, err := root.ReadFile(rel)
+		data, err := dir.root.ReadFile(inDir)
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, errNoFile
 		}
@@ -125,7 +135,7 @@ func loadElement(p *Project, root *os.Root, lock *Lock, name string, pc *ParseCa
 		if pf, doc, err = parseElement(data, display); err != nil {
 			return nil, err
 		}
-		pc.remember(rel, id, pf)
+		pc.remember(display, id, pf)
 	}
 	e := &Element{Name: name, File: display, Description: pf.Description, Pool: pf.Pool,
 		Depends: pf.Depends, BuildDepends: pf.BuildDepends, RuntimeDepends: pf.RuntimeDepends,

@@ -58,6 +58,11 @@ func LoadCached(p *Project, lock *Lock, targets []string, pc *ParseCache) (*Grap
 		return nil, &ProjectError{File: ProjectFile, Msg: fmt.Sprintf("cannot open the project directory %s: %v", p.Root, err)}
 	}
 	defer root.Close()
+	dir := elementDir{root: root, prefix: p.ElementPath}
+	if er, err := root.OpenRoot(p.ElementPath); err == nil {
+		defer er.Close()
+		dir = elementDir{root: er}
+	}
 	g := &Graph{Project: p, Lock: lock, Elements: map[string]*Element{}}
 	referrer := map[string]*Element{} // first element that named a dependency, for errors
 	frontier := make([]string, 0, len(targets))
@@ -76,7 +81,7 @@ func LoadCached(p *Project, lock *Lock, targets []string, pc *ParseCache) (*Grap
 		errs := make([]error, len(frontier))
 		for i, name := range frontier {
 			eg.Go(func() error {
-				loaded[i], errs[i] = g.loadOne(root, name, referrer[name], pc)
+				loaded[i], errs[i] = g.loadOne(dir, name, referrer[name], pc)
 				return nil
 			})
 		}
@@ -115,8 +120,8 @@ func LoadCached(p *Project, lock *Lock, targets []string, pc *ParseCache) (*Grap
 }
 
 // loadOne loads one element (ref named it, for errors) and the keys of its sources.
-func (g *Graph) loadOne(root *os.Root, name string, ref *Element, pc *ParseCache) (*Element, error) {
-	e, err := loadElement(g.Project, root, g.Lock, name, pc)
+func (g *Graph) loadOne(dir elementDir, name string, ref *Element, pc *ParseCache) (*Element, error) {
+	e, err := loadElement(g.Project, dir, g.Lock, name, pc)
 	if errors.Is(err, errNoFile) {
 		return nil, g.missing(name, ref)
 	}
@@ -130,6 +135,7 @@ func (g *Graph) loadOne(root *os.Root, name string, ref *Element, pc *ParseCache
 	if e.resolved, err = e.resolve(vars); err != nil {
 		return nil, err
 	}
+	e.encodeConfig()
 	if err := g.keySources(e); err != nil {
 		return nil, err
 	}

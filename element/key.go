@@ -20,6 +20,28 @@ type keyInput struct {
 	RunDeps   map[string]string `json:"run-deps"`
 }
 
+// keyInputEncoded is keyInput with the config already encoded (Element.configJSON):
+// the same bytes, as encoding/json writes a RawMessage compacted and HTML-escaped, which
+// the encoded config already is.
+type keyInputEncoded struct {
+	Version   int               `json:"v"`
+	Kind      string            `json:"kind"`
+	Config    json.RawMessage   `json:"config"`
+	Sources   []string          `json:"sources"`
+	BuildDeps map[string]string `json:"build-deps"`
+	RunDeps   map[string]string `json:"run-deps"`
+}
+
+// encodeConfig sets e.configJSON from e.resolved. Loading does it for every element in
+// parallel, so that ComputeKey, which runs in dependency order, has less to do.
+func (e *Element) encodeConfig() {
+	data, err := json.Marshal(e.resolved)
+	if err != nil {
+		panic("element: encoding cache key input: " + err.Error()) // only plain types inside
+	}
+	e.configJSON = data
+}
+
 // computeKeys sets Key on every element in dependency order. An element whose sources
 // (or whose dependencies' sources) lack a ref gets no key.
 func (g *Graph) computeKeys() {
@@ -36,8 +58,11 @@ func (g *Graph) ComputeKey(e *Element) {
 	if e.NoRef {
 		return
 	}
-	in := keyInput{Version: keyVersion, Kind: e.Kind.Name, Config: e.resolved, Sources: e.sourceKeys,
-		BuildDeps: map[string]string{}, RunDeps: map[string]string{}}
+	if e.configJSON == nil {
+		e.encodeConfig()
+	}
+	in := keyInputEncoded{Version: keyVersion, Kind: e.Kind.Name, Config: e.configJSON, Sources: e.sourceKeys,
+		BuildDeps: make(map[string]string, len(e.BuildDeps)), RunDeps: make(map[string]string, len(e.RunDeps))}
 	for _, d := range e.BuildDeps {
 		if d.Key == "" {
 			return

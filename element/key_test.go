@@ -220,3 +220,34 @@ func TestSetRefsGivesTheKeysOfALockedLoad(t *testing.T) {
 		t.Errorf("pinned ref replaced by %q", r)
 	}
 }
+
+// The encoding of key inputs is pinned: a change of any byte would change every key and
+// rebuild every artifact, so it must come with a new keyVersion. (Characters that
+// encoding/json escapes, <>&, are in the config on purpose.)
+func TestKeyEncodingIsPinned(t *testing.T) {
+	files := with(baseFiles, "elements/app.toml", `kind = "manual"
+depends = ["lib.toml"]
+build-depends = ["tool.toml"]
+[environment]
+CFLAGS = "-O2 <&>"
+[[sources]]
+kind = "tar"
+url = "https://example.com/app.tar.gz"
+ref = "aaaa"
+[config]
+build-commands = ["a && b > c < d", "é \"q\""]
+`)
+	files["files/lib/lib.c"] = "int lib;\n"
+	dir := writeProject(t, files)
+	g := mustGraph(t, dir, "app.toml")
+	want := map[string]string{
+		"app.toml":  "ffaa98bfa2ed47ebe5fdc74407ac3414046dcf86cf5523a3d32be6d538e804ec",
+		"lib.toml":  "447912fb884c9bfa41f037dd6a668eee149e5e23ac1cb365a1fdee6855626137",
+		"tool.toml": "4cde40f24f0d455c9bffbc025eee982f6bea1e1ae9cbb547088d19fe04b04f4d",
+	}
+	for name, k := range want {
+		if got := g.Elements[name].Key; got != k {
+			t.Errorf("key of %s = %s, want %s", name, got, k)
+		}
+	}
+}

@@ -37,7 +37,7 @@ type ParseCache struct {
 	stamp string // the writing gantry build; the file is ignored unless it matches
 
 	mu    sync.Mutex
-	files map[string]cachedFile // project-relative path -> what it was
+	files map[string]cachedFile // file as shown ("elements/app.toml") -> what it was
 	dirty bool
 }
 
@@ -106,10 +106,10 @@ func buildStamp(root string) string {
 	return stamp
 }
 
-// identify stats rel under root. ok is false when the file cannot be stat'ed (the
+// identify stats path under root. ok is false when the file cannot be stat'ed (the
 // caller's read reports why) or the platform gives no inode.
-func identify(root *os.Root, rel string) (fileID, bool) {
-	fi, err := root.Stat(rel)
+func identify(root *os.Root, path string) (fileID, bool) {
+	fi, err := root.Stat(path)
 	if err != nil {
 		return fileID{}, false
 	}
@@ -125,18 +125,19 @@ func identify(root *os.Root, rel string) (fileID, bool) {
 		Ino: uint64(st.Ino), Dev: uint64(st.Dev)}, true
 }
 
-// lookup returns the remembered parse of rel when the file's identity is unchanged, and
-// the identity it has now (zero when unknown). A nil cache remembers nothing.
-func (pc *ParseCache) lookup(root *os.Root, rel string) (*parsedFile, fileID, bool) {
+// lookup returns the remembered parse of the file at path under root, remembered as
+// name, when the file's identity is unchanged; and the identity it has now (zero when
+// unknown). A nil cache remembers nothing.
+func (pc *ParseCache) lookup(root *os.Root, path, name string) (*parsedFile, fileID, bool) {
 	if pc == nil {
 		return nil, fileID{}, false
 	}
-	id, ok := identify(root, rel)
+	id, ok := identify(root, path)
 	if !ok {
 		return nil, fileID{}, false
 	}
 	pc.mu.Lock()
-	c, hit := pc.files[rel]
+	c, hit := pc.files[name]
 	pc.mu.Unlock()
 	if !hit || c.ID != id {
 		return nil, id, false
@@ -144,14 +145,14 @@ func (pc *ParseCache) lookup(root *os.Root, rel string) (*parsedFile, fileID, bo
 	return &c.Parsed, id, true
 }
 
-// remember records rel's parse at identity id (from lookup, before the file was read:
+// remember records name's parse at identity id (from lookup, before the file was read:
 // a change during the read gives the file a new identity, so it is parsed again).
-func (pc *ParseCache) remember(rel string, id fileID, pf *parsedFile) {
+func (pc *ParseCache) remember(name string, id fileID, pf *parsedFile) {
 	if pc == nil || id == (fileID{}) {
 		return
 	}
 	pc.mu.Lock()
-	pc.files[rel] = cachedFile{ID: id, Parsed: *pf}
+	pc.files[name] = cachedFile{ID: id, Parsed: *pf}
 	pc.dirty = true
 	pc.mu.Unlock()
 }
