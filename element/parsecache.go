@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -34,7 +35,9 @@ import (
 // Safe for concurrent lookups while a graph loads; Save runs once, after.
 type ParseCache struct {
 	path  string
-	stamp string // the writing gantry build; the file is ignored unless it matches
+	stamp string        // the writing gantry build; the file is ignored unless it matches
+	racy  time.Duration // racyWindow; tests that cannot wait it out set it below 0
+	hits  atomic.Int64  // lookups answered, for tests
 
 	mu    sync.Mutex
 	files map[string]cachedFile // file as shown ("elements/app.toml") -> what it was
@@ -72,7 +75,7 @@ const racyWindow = 2 * time.Second
 func OpenParseCache(dir, root string) *ParseCache {
 	sum := sha256.Sum256([]byte(root))
 	pc := &ParseCache{path: filepath.Join(dir, hex.EncodeToString(sum[:16])), stamp: buildStamp(root),
-		files: map[string]cachedFile{}}
+		racy: racyWindow, files: map[string]cachedFile{}}
 	data, err := os.ReadFile(pc.path)
 	if err != nil {
 		return pc
@@ -142,6 +145,7 @@ func (pc *ParseCache) lookup(root *os.Root, path, name string) (*parsedFile, fil
 	if !hit || c.ID != id {
 		return nil, id, false
 	}
+	pc.hits.Add(1)
 	return &c.Parsed, id, true
 }
 
@@ -183,7 +187,7 @@ func (pc *ParseCache) Save() error {
 	}
 	out := parseCacheFile{Stamp: pc.stamp, Files: make(map[string]cachedFile, len(pc.files))}
 	for rel, c := range pc.files {
-		if max(c.ID.Mtime, c.ID.Ctime) < now-int64(racyWindow) {
+		if max(c.ID.Mtime, c.ID.Ctime) < now-int64(pc.racy) {
 			out.Files[rel] = c
 		}
 	}

@@ -1,0 +1,206 @@
+package element
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// cachedKeys loads app.toml from dir through a parse cache kept in cacheDir, saves it,
+// and returns the keys and how many element files the cache answered for.
+func cachedKeys(t *testing.T, dir, cacheDir string) (map[string]string, int64) {
+	t.Helper()
+	p, err := LoadProject(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lock, err := LoadLock(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc := OpenParseCache(cacheDir, dir)
+	pc.racy = -time.Hour // remember files however fresh: these tests edit at once
+	g, err := LoadCached(p, lock, []string{"app.toml"}, pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pc.Save(); err != nil {
+		t.Fatal(err)
+	}
+	keys := map[string]string{}
+	for name, e := range g.Elements {
+		keys[name] = e.Key
+	}
+	return keys, pc.hits.Load()
+}
+
+func writeFile(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Whatever changes between two loads, a load through the parse cache gives the keys a
+// load without it gives: element files edited, the project's variables and environment,
+// local sources, dependencies, gantry.lock. Each change is made in place in a project
+// the cache has seen in full, and the files nobody touched are still answered by it.
+func TestParseCacheNeverGivesStaleKeys(t *testing.T) {
+	app := baseFiles["elements/app.toml"]
+	lib := baseFiles["elements/lib.toml"]
+	unpinned := replace(app, "ref = \"aaaa\"\n", "")
+	cases := []struct {
+		name   string
+		before map[string]string // the project as first loaded (baseFiles if nil)
+		after  map[string]string // files written in place before the second load
+	}{
+		{"element edited", nil, map[string]string{"elements/lib.toml": replace(lib, "make -j", "make -k -j")}},
+		{"element kind", nil, map[string]string{"elements/app.toml": replace(app, `kind = "manual"`, `kind = "make"`)}},
+		{"element variable", nil, map[string]string{"elements/app.toml": replace(app, `opt = "-O2"`, `opt = "-O3"`)}},
+		{"dependency added", nil, map[string]string{"elements/app.toml": replace(app, `build-depends = ["tool.toml"]`, `build-depends = ["tool.toml", "other.toml"]`)}},
+		{"project variable", nil, map[string]string{"project.toml": replace(baseFiles["project.toml"], `prefix = "/usr"`, `prefix = "/opt"`)}},
+		{"project environment", nil, map[string]string{"project.toml": replace(baseFiles["project.toml"], `LC_ALL = "C"`, `LC_ALL = "POSIX"`)}},
+		{"local source file", nil, map[string]string{"files/lib/lib.c": "int lib2;\n"}},
+		{"local source file added", nil, map[string]string{"files/tool/bin/other": "x"}},
+		{"gantry.lock ref", with(baseFiles, "elements/app.toml", unpinned),
+			map[string]string{"gantry.lock": "[refs]\n\"app.toml\" = [\"bbbb\"]\n"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			before := tc.before
+			if before == nil {
+				before = baseFiles
+			}
+			if tc.name == "gantry.lock ref" {
+				before = with(before, "gantry.lock", "[refs]\n\"app.toml\" = [\"aaaa\"]\n")
+			}
+			dir := writeProject(t, before)
+			cacheDir := t.TempDir()
+			first, _ := cachedKeys(t, dir, cacheDir)
+			for path, content := range tc.after {
+				writeFile(t, filepath.Join(dir, path), content)
+			}
+			got, hits := cachedKeys(t, dir, cacheDir)
+			want := map[string]string{}
+			for name, e := range mustGraph(t, dir, "app.toml").Elements {
+				want[name] = e.Key
+			}
+			for name, k := range want {
+				if got[name] != k {
+					t.Errorf("%s: key through the parse cache %.12s, without it %.12s", name, got[name], k)
+				}
+			}
+			if len(got) != len(want) {
+				t.Errorf("elements through the parse cache %v, without it %v", got, want)
+			}
+			changed := 0
+			for name := range want {
+				if first[name] != want[name] {
+					changed++
+				}
+			}
+			if changed == 0 {
+				t.Errorf("the change changed no key: the case tests nothing")
+			}
+			if hits == 0 {
+				t.Errorf("the parse cache answered for no file: the case tests nothing")
+			}
+		})
+	}
+}
+
+// An edit that keeps the file's size and puts its modification time back is still seen:
+// the change time (and for an editor that renames, the inode) tells the versions apart.
+func TestParseCacheSeesSameSizeEditWithMtimeRestored(t *testing.T) {
+	dir := writeProject(t, baseFiles)
+	cacheDir := t.TempDir()
+	path := filepath.Join(dir, "elements", "lib.toml")
+	before, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, _ := cachedKeys(t, dir, cacheDir)
+	edited := replace(baseFiles["elements/lib.toml"], "PREFIX", "PREFIY") // the same size
+	if len(edited) != len(baseFiles["elements/lib.toml"]) {
+		t.Fatal("the edit must keep the size")
+	}
+	writeFile(t, path, edited)
+	if err := os.Chtimes(path, before.ModTime(), before.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	got, hits := cachedKeys(t, dir, cacheDir)
+	if hits == 0 {
+		t.Fatal("the parse cache answered for no file")
+	}
+	if got["lib.toml"] == first["lib.toml"] {
+		t.Errorf("lib.toml edited in place (same size, mtime restored) kept its key %.12s: a stale parse was used", got["lib.toml"])
+	}
+}
+
+// A file changed within the racy window of the cache's writing is not remembered: a
+// second edit in the same timestamp tick could leave size and times unchanged.
+func TestParseCacheForgetsRacilyCleanFiles(t *testing.T) {
+	dir := writeProject(t, baseFiles)
+	cacheDir := t.TempDir()
+	load := func() *ParseCache {
+		p, _ := LoadProject(dir)
+		lock, _ := LoadLock(dir)
+		pc := OpenParseCache(cacheDir, dir) // the real window: the files were just written
+		if _, err := LoadCached(p, lock, []string{"app.toml"}, pc); err != nil {
+			t.Fatal(err)
+		}
+		if err := pc.Save(); err != nil {
+			t.Fatal(err)
+		}
+		return pc
+	}
+	load()
+	if pc := load(); pc.hits.Load() != 0 {
+		t.Errorf("files written just now were answered from the cache %d times", pc.hits.Load())
+	}
+}
+
+// A damaged cache file, or one another gantry build wrote, is an empty cache.
+func TestParseCacheIgnoresDamagedAndForeignFiles(t *testing.T) {
+	dir := writeProject(t, baseFiles)
+	cacheDir := t.TempDir()
+	want, _ := cachedKeys(t, dir, cacheDir)
+	pc := OpenParseCache(cacheDir, dir)
+	if len(pc.files) == 0 {
+		t.Fatal("the cache remembered nothing")
+	}
+	data, err := os.ReadFile(pc.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, damaged := range map[string][]byte{
+		"truncated": data[:len(data)/2],
+		"garbage":   []byte(strings.Repeat("x", 100)),
+	} {
+		if err := os.WriteFile(pc.path, damaged, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if n := len(OpenParseCache(cacheDir, dir).files); n != 0 {
+			t.Errorf("%s cache file: %d entries read", name, n)
+		}
+		got, hits := cachedKeys(t, dir, cacheDir)
+		if hits != 0 || got["app.toml"] != want["app.toml"] {
+			t.Errorf("%s cache file: %d hits, app.toml key %.12s, want 0 and %.12s", name, hits, got["app.toml"], want["app.toml"])
+		}
+	}
+	other := OpenParseCache(cacheDir, dir)
+	other.stamp = "another gantry build"
+	other.racy = -time.Hour
+	other.dirty = true
+	if err := other.Save(); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(OpenParseCache(cacheDir, dir).files); n != 0 {
+		t.Errorf("a cache another build wrote: %d entries read", n)
+	}
+}
