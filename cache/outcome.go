@@ -1,9 +1,15 @@
 package cache
 
 import (
+	"bytes"
+	"encoding/gob"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"sync"
 )
 
 // Outcome answers what planning asks of every element: is the artifact of element at
@@ -13,12 +19,28 @@ import (
 // (false, false, nil); a ref that cannot be followed, (false, false, *CorruptRefError).
 // The blobs the record points at are not read: staging checks those it uses.
 func (c *Cache) Outcome(project, element, key string) (found, success bool, err error) {
-	refPath, rd, data, err := c.followRef(project, element, key)
+	return c.OutcomeMemoized(nil, project, element, key)
+}
+
+// OutcomeMemoized is Outcome, answered from m (nil: no memo) without reading the record
+// when the ref still names the record m saw.
+func (c *Cache) OutcomeMemoized(m *OutcomeMemo, project, element, key string) (found, success bool, err error) {
+	refPath, ref, err := c.readRef(project, element, key)
 	if errors.Is(err, ErrNotFound) {
 		return false, false, nil
 	}
 	if err != nil {
 		return false, false, err
+	}
+	id := element + "\x00" + key
+	record := string(bytes.TrimSpace(ref))
+	if e, ok := m.get(id); ok && e.Record == record {
+		m.use(id, e)
+		return true, e.Success, nil
+	}
+	rd, data, err := c.recordBlob(ref)
+	if err != nil {
+		return false, false, &CorruptRefError{Ref: refPath, Err: err}
 	}
 	var h recordHead
 	if err := json.Unmarshal(data, &h); err != nil {
@@ -27,6 +49,7 @@ func (c *Cache) Outcome(project, element, key string) (found, success bool, err 
 	if err := h.check(rd, project, element, key); err != nil {
 		return false, false, &CorruptRefError{Ref: refPath, Err: err}
 	}
+	m.use(id, memoEntry{Record: record, Success: h.Success})
 	return true, h.Success, nil
 }
 
@@ -50,6 +73,103 @@ func (h *recordHead) check(rd Digest, project, element, key string) error {
 	}
 	if err := h.Files.Validate(); err != nil {
 		return fmt.Errorf("artifact record %s: files: %w", rd, err)
+	}
+	return nil
+}
+
+// OutcomeMemo remembers artifacts' outcomes by the record their ref names, so that a
+// null build reads each ref but not each record. A record is a blob, named by its
+// digest: what it says can never change, so a memo entry cannot go stale. What the
+// memo gives up is the re-hash of the record on every plan: a damaged record blob is
+// then found by `cache verify` and when the artifact is used (staged, checked out,
+// pushed), as a damaged files blob already is.
+//
+// Safe for concurrent use; Save writes it atomically, with what this session looked up.
+type OutcomeMemo struct {
+	path string
+
+	mu   sync.Mutex
+	old  map[string]memoEntry // from the file: "element\x00key" -> entry
+	used map[string]memoEntry // looked up this session
+}
+
+type memoEntry struct {
+	Record  string // the record's digest, as the ref holds it
+	Success bool
+}
+
+// outcomeMemoVersion changes with the memo's format or meaning.
+const outcomeMemoVersion = 1
+
+type outcomeMemoFile struct {
+	Version int
+	Entries map[string]memoEntry
+}
+
+// OpenOutcomeMemo opens project's memo, kept in the cache's loads/ directory. A missing
+// or unreadable memo is an empty one.
+func (c *Cache) OpenOutcomeMemo(project string) *OutcomeMemo {
+	m := &OutcomeMemo{path: filepath.Join(LoadsDir(c.Root), "outcomes."+project), used: map[string]memoEntry{}}
+	if !validSegment(project) {
+		m.path = "" // never read or written
+		return m
+	}
+	if data, err := os.ReadFile(m.path); err == nil {
+		var f outcomeMemoFile
+		if gob.NewDecoder(bytes.NewReader(data)).Decode(&f) == nil && f.Version == outcomeMemoVersion {
+			m.old = f.Entries
+		}
+	}
+	return m
+}
+
+func (m *OutcomeMemo) get(id string) (memoEntry, bool) {
+	if m == nil {
+		return memoEntry{}, false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e, ok := m.old[id]
+	return e, ok
+}
+
+func (m *OutcomeMemo) use(id string, e memoEntry) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	m.used[id] = e
+	m.mu.Unlock()
+}
+
+// Save writes the memo: temporary file, then rename. An error only costs speed.
+func (m *OutcomeMemo) Save() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.path == "" || maps.Equal(m.old, m.used) {
+		return nil
+	}
+	var buf bytes.Buffer
+	if err := gob.NewEncoder(&buf).Encode(outcomeMemoFile{Version: outcomeMemoVersion, Entries: m.used}); err != nil {
+		return fmt.Errorf("saving the artifact outcome memo: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Dir(m.path), 0o755); err != nil {
+		return fmt.Errorf("saving the artifact outcome memo: %w", err)
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(m.path), ".tmp-*")
+	if err != nil {
+		return fmt.Errorf("saving the artifact outcome memo: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	_, err = tmp.Write(buf.Bytes())
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), m.path)
+	}
+	if err != nil {
+		return fmt.Errorf("saving the artifact outcome memo %s: %w", m.path, err)
 	}
 	return nil
 }

@@ -4,6 +4,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"runtime"
+	"sync"
+	"sync/atomic"
 )
 
 // keyVersion changes whenever the key encoding changes, so old artifacts are not reused.
@@ -43,10 +46,43 @@ func (e *Element) encodeConfig() {
 }
 
 // computeKeys sets Key on every element in dependency order. An element whose sources
-// (or whose dependencies' sources) lack a ref gets no key.
+// (or whose dependencies' sources) lack a ref gets no key. Elements of one depth (the
+// longest chain of dependencies below them) depend only on shallower ones, so each depth
+// is keyed in parallel.
 func (g *Graph) computeKeys() {
+	depth := make([]int, len(g.Order)) // by position
+	var levels [][]*Element
 	for _, e := range g.Order {
-		g.ComputeKey(e)
+		d := 0
+		for _, list := range [][]*Element{e.BuildDeps, e.RunDeps} {
+			for _, dep := range list {
+				d = max(d, depth[dep.position]+1)
+			}
+		}
+		depth[e.position] = d
+		if d == len(levels) {
+			levels = append(levels, nil)
+		}
+		levels[d] = append(levels[d], e)
+	}
+	workers := runtime.GOMAXPROCS(0)
+	for _, level := range levels {
+		if len(level) < 64 || workers == 1 {
+			for _, e := range level {
+				g.ComputeKey(e)
+			}
+			continue
+		}
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		for range workers {
+			wg.Go(func() {
+				for i := int(next.Add(1)) - 1; i < len(level); i = int(next.Add(1)) - 1 {
+					g.ComputeKey(level[i])
+				}
+			})
+		}
+		wg.Wait()
 	}
 }
 

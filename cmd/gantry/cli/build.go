@@ -155,7 +155,10 @@ func runBuild(opts *buildOptions, args []string) error {
 	}
 	s, g, c, display, limits, onErr, maxJobs := p.session, p.graph, p.cache, p.display, p.limits, p.onError, p.maxJobs
 	stats, _ := c.LoadStats() // never fatal: a damaged stats file only loses estimates
-	q := cacheQuery{c}.withArtifacts(g.Project.Name, g.Order)
+	q, err := cacheQuery{c: c}.withArtifacts(g.Project.Name, g.Order)
+	if err != nil {
+		opts.ios.Message("warning", err.Error()+" (planning is slower next time; nothing else is affected)")
+	}
 	planOpts := queues.PlanOptions{
 		Artifact:    func(e *element.Element) element.ArtifactStatus { return q.Artifact(g.Project.Name, e.Name, e.Key) },
 		RetryFailed: opts.retryFailed,
@@ -452,7 +455,7 @@ func (s *session) sourcesPayload(c *cache.Cache, e *element.Element) (json.RawMe
 
 // fetchQueue fetches the sources of elements that are not cached.
 func (s *session) fetchQueue(c *cache.Cache, g *element.Graph) queues.FetchQueue {
-	q := cacheQuery{c}
+	q := cacheQuery{c: c}
 	return queues.FetchQueue{
 		SourcesCached:  func(it *queues.Item) bool { return q.SourcesCached(g.Project, it.Element) },
 		PayloadFunc:    func(it *queues.Item) (json.RawMessage, error) { return s.sourcesPayload(c, it.Element) },

@@ -14,7 +14,8 @@ import (
 
 // cacheQuery answers element states from the local cache.
 type cacheQuery struct {
-	c *cache.Cache
+	c    *cache.Cache
+	memo *cache.OutcomeMemo // artifacts' outcomes by record; nil: read every record
 }
 
 func (s *session) openCache() (*cache.Cache, error) { return openCacheAt(s.cacheRoot()) }
@@ -28,7 +29,7 @@ func openCacheAt(root string) (*cache.Cache, error) {
 }
 
 func (q cacheQuery) Artifact(project, name, key string) element.ArtifactStatus {
-	found, success, err := q.c.Outcome(project, name, key)
+	found, success, err := q.c.OutcomeMemoized(q.memo, project, name, key)
 	switch {
 	case err != nil || !found: // absent, or a damaged ref (`cache verify` reports it): not cached
 		return element.ArtifactMissing
@@ -51,9 +52,11 @@ type knownArtifact struct {
 }
 
 // withArtifacts asks the cache about the artifacts of elements (those with a key) all
-// at once, on every CPU: each answer is two small file reads, which a null build makes
-// for every element of the graph.
-func (q cacheQuery) withArtifacts(project string, elements []*element.Element) knownArtifacts {
+// at once, on every CPU, through the project's outcome memo: a null build asks about
+// every element of the graph, and each answer is a ref read (and the record's, when the
+// memo does not know it). The error is the memo's, which cannot be saved: a warning.
+func (q cacheQuery) withArtifacts(project string, elements []*element.Element) (knownArtifacts, error) {
+	q.memo = q.c.OpenOutcomeMemo(project)
 	keyed := slices.DeleteFunc(slices.Clone(elements), func(e *element.Element) bool { return e.Key == "" })
 	statuses := make([]element.ArtifactStatus, len(keyed))
 	var next atomic.Int64
@@ -70,7 +73,7 @@ func (q cacheQuery) withArtifacts(project string, elements []*element.Element) k
 	for i, e := range keyed {
 		k.known[e.Name] = knownArtifact{key: e.Key, status: statuses[i]}
 	}
-	return k
+	return k, q.memo.Save()
 }
 
 func (k knownArtifacts) Artifact(project, name, key string) element.ArtifactStatus {

@@ -76,7 +76,7 @@ func runTransfer(opts *transferOptions, args []string, push bool) error {
 	case push && !rs.hasPush():
 		return usagef("no push remote: set push = true on a [[remote]], or pass --remote URL")
 	}
-	q := cacheQuery{c}
+	q := cacheQuery{c: c}
 	var items []*queues.Item
 	for _, e := range g.Select(g.Targets, deps) {
 		if err := queues.MissingRef(e); err != nil {

@@ -71,7 +71,11 @@ func runShow(opts *showOptions, args []string) error {
 		if err != nil {
 			return err
 		}
-		states = g.States(elements, cacheQuery{c}.withArtifacts(g.Project.Name, elements))
+		q, err := cacheQuery{c: c}.withArtifacts(g.Project.Name, elements)
+		if err != nil {
+			opts.ios.Message("warning", err.Error()+" (show is slower next time; nothing else is affected)")
+		}
+		states = g.States(elements, q)
 	}
 	w := bufio.NewWriterSize(opts.ios.Out, 64<<10)
 	defer w.Flush()
