@@ -199,6 +199,9 @@ func TestLookupCorruptRef(t *testing.T) {
 			if msg := err.Error(); !strings.Contains(msg, ref) || !strings.Contains(msg, "gantry cache verify") {
 				t.Errorf("error %q should name the ref and suggest gantry cache verify", msg)
 			}
+			if found, _, err := c.Outcome("demo", "app.toml", "k"); found || !errors.As(err, &cre) || cre.Ref != ref {
+				t.Errorf("Outcome = %v, %v; want not found and a CorruptRefError for %s", found, err, ref)
+			}
 			if rep, err := c.Verify(); err != nil || rep.Clean() {
 				t.Errorf("Verify = %+v, %v; want problems", rep, err)
 			}

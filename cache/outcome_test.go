@@ -1,0 +1,77 @@
+package cache
+
+import (
+	"os"
+	"testing"
+)
+
+// The outcome memo answers for a ref only while the ref names the record it saw: a ref
+// rewritten (a failure built again) or deleted is seen at once.
+func TestOutcomeMemoFollowsTheRef(t *testing.T) {
+	c := openTestCache(t)
+	failed := commitSample(t, c, "demo", "app.toml", "k")
+	failed.Success, failed.Error = false, "exit status 1"
+	if err := c.Commit(failed); err != nil {
+		t.Fatal(err)
+	}
+	outcome := func(want string) {
+		t.Helper()
+		m := c.OpenOutcomeMemo("demo")
+		found, success, err := c.OutcomeMemoized(m, "demo", "app.toml", "k")
+		got := map[bool]string{true: "success", false: "failure"}[success]
+		if !found {
+			got = "missing"
+		}
+		if err != nil || got != want {
+			t.Fatalf("OutcomeMemoized = %s, %v; want %s", got, err, want)
+		}
+		if err := m.Save(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	outcome("failure")
+	outcome("failure")                          // from the memo
+	commitSample(t, c, "demo", "app.toml", "k") // built again, successfully
+	outcome("success")
+	if err := c.Delete("demo", "app.toml", "k"); err != nil {
+		t.Fatal(err)
+	}
+	outcome("missing")
+}
+
+// A memo answers without reading the record (that is its point: the record's digest
+// fixes what it says); a damaged record is then left to `cache verify` and to whoever
+// uses the artifact, which Outcome without the memo, like Lookup, reports at once.
+// A damaged memo file is an empty memo.
+func TestOutcomeMemoSkipsTheRecord(t *testing.T) {
+	c := openTestCache(t)
+	commitSample(t, c, "demo", "app.toml", "k")
+	m := c.OpenOutcomeMemo("demo")
+	if found, _, err := c.OutcomeMemoized(m, "demo", "app.toml", "k"); !found || err != nil {
+		t.Fatalf("OutcomeMemoized = %v, %v", found, err)
+	}
+	if err := m.Save(); err != nil {
+		t.Fatal(err)
+	}
+	refPath, ref, err := c.readRef("demo", "app.toml", "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rd, _, err := c.recordBlob(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	corruptFile(t, c.BlobPath(rd))
+	if found, success, err := c.OutcomeMemoized(c.OpenOutcomeMemo("demo"), "demo", "app.toml", "k"); !found || !success || err != nil {
+		t.Errorf("OutcomeMemoized after the record was damaged = %v, %v, %v; want the memo's answer", found, success, err)
+	}
+	if found, _, err := c.Outcome("demo", "app.toml", "k"); found || err == nil {
+		t.Errorf("Outcome of a damaged record = %v, %v; want a CorruptRefError for %s", found, err, refPath)
+	}
+	if err := os.WriteFile(m.path, []byte("not a memo"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if found, _, err := c.OutcomeMemoized(c.OpenOutcomeMemo("demo"), "demo", "app.toml", "k"); found || err == nil {
+		t.Errorf("with a damaged memo file = %v, %v; want the record read (and found damaged)", found, err)
+	}
+}
