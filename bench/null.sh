@@ -6,8 +6,10 @@
 # For each N: generate the graph (bench/gen), build it once with ninja -j2 and fill
 # a gantry cache with bench/fillcache (every element cached, as after a full build
 # of the no-op graph), then RUNS times, interleaved: ninja's null build, gantry's null
-# build, `gantry show --deps all` cold (no parse cache: loads/ removed) and warm.
-# Prints min and median wall time and max RSS of each row.
+# build (its parse cache and outcome memo warm), and `gantry show --deps all` on a
+# fresh checkout's cache (no artifacts) cold (no cache at all) and warm (the parse
+# cache the cold run left). Prints min and median wall time, CPU time (user + system)
+# and max RSS of each row.
 #
 # Environment: RUNS (default 5), JOBS (2), GANTRY=/path (default: go build
 # ./cmd/gantry), BEFORE=/path/to/another/gantry (measured beside it, e.g. a build of
@@ -53,7 +55,7 @@ tools=(after "$GANTRY")
 timed() {
 	local label=$1
 	shift
-	if ! /usr/bin/time -f '%e %M' -o "$TMP/time" "$@" >"$TMP/out" 2>&1; then
+	if ! /usr/bin/time -f '%e %M %U %S' -o "$TMP/time" "$@" >"$TMP/out" 2>&1; then
 		echo "null.sh: $label failed: $*" >&2
 		tail -n 20 "$TMP/out" >&2
 		exit 1
@@ -61,11 +63,19 @@ timed() {
 	cat "$TMP/time" >>"$TMP/t.$label"
 }
 
-# stats LABEL: "min / median s, max RSS MiB" of the runs recorded for LABEL.
+# stats LABEL: "wall min / median s, CPU min / median s, max RSS MiB" of the runs
+# recorded for LABEL.
 stats() {
-	sort -n "$TMP/t.$1" | awk '{ w[NR] = $1; if ($2 > r) r = $2 }
-		END { m = (NR % 2) ? w[(NR + 1) / 2] : (w[NR / 2] + w[NR / 2 + 1]) / 2
-		      printf "%.3f / %.3f s, %.0f MiB", w[1], m, r / 1024 }'
+	local wall cpu
+	wall=$(awk '{ print $1 }' "$TMP/t.$1" | sort -n | median)
+	cpu=$(awk '{ print $3 + $4 }' "$TMP/t.$1" | sort -n | median)
+	awk -v w="$wall" -v c="$cpu" '{ if ($2 > r) r = $2 } END { printf "wall %s s, cpu %s s, %.0f MiB", w, c, r / 1024 }' "$TMP/t.$1"
+}
+
+# median: "min / median" of sorted numbers on stdin.
+median() {
+	awk '{ v[NR] = $1 } END { m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+		printf "%.3f / %.3f", v[1], m }'
 }
 
 echo "# jobs=$JOBS runs=$RUNS host=$(uname -srm) cpus=$(nproc)"
@@ -86,16 +96,16 @@ for n in "${NS[@]}"; do
 			label=${tools[i]} bin=${tools[i + 1]}
 			timed "$label-null" "$bin" -C "$dir" build --builders "$JOBS" --ui plain --cache-dir "$cache"
 			grep -q 'build: processed 0,' "$TMP/out" || { echo "null.sh: $label built something" >&2; exit 1; }
-			rm -rf "$cache/loads"
-			timed "$label-show-cold" "$bin" -C "$dir" --cache-dir "$cache" show --deps all
-			timed "$label-show-warm" "$bin" -C "$dir" --cache-dir "$cache" show --deps all
+			rm -rf "$TMP/fresh"
+			timed "$label-show-cold" "$bin" -C "$dir" --cache-dir "$TMP/fresh" show --deps all
+			timed "$label-show-warm" "$bin" -C "$dir" --cache-dir "$TMP/fresh" show --deps all
 		done
 	done
-	printf '%-8s %-22s %s\n' "N=$n" "ninja -j$JOBS null" "$(stats ninja)"
+	printf '%-8s %-24s %s\n' "N=$n" "ninja -j$JOBS null" "$(stats ninja)"
 	for ((i = 0; i < ${#tools[@]}; i += 2)); do
 		label=${tools[i]}
-		printf '%-8s %-22s %s\n' "" "gantry $label null" "$(stats "$label-null")"
-		printf '%-8s %-22s %s\n' "" "gantry $label show cold" "$(stats "$label-show-cold")"
-		printf '%-8s %-22s %s\n' "" "gantry $label show warm" "$(stats "$label-show-warm")"
+		printf '%-8s %-24s %s\n' "" "gantry $label null" "$(stats "$label-null")"
+		printf '%-8s %-24s %s\n' "" "gantry $label show cold" "$(stats "$label-show-cold")"
+		printf '%-8s %-24s %s\n' "" "gantry $label show warm" "$(stats "$label-show-warm")"
 	done
 done
