@@ -54,7 +54,7 @@ func (g *Graph) Inputs(e *Element) *Inputs {
 	if all, err := vars.All(); err == nil {
 		in.Variables = all
 	}
-	for k, v := range vars.raw {
+	for k, v := range vars.definitions() {
 		if strings.Contains(v, "%{") {
 			if in.Defs == nil {
 				in.Defs = map[string]string{}

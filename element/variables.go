@@ -2,6 +2,7 @@ package element
 
 import (
 	"fmt"
+	"maps"
 	"regexp"
 	"sort"
 	"strings"
@@ -42,23 +43,36 @@ func (e *VariableError) Error() string { return e.Msg }
 
 // Variables expands %{name} references. It is built per element and per Paths.
 type Variables struct {
-	raw      map[string]string
-	fixed    map[string]string // not expanded further (paths, max-jobs)
+	layers   []map[string]string // the built-ins, then the given layers; later wins
+	fixed    map[string]string   // not expanded further (paths, max-jobs)
 	resolved map[string]string
 }
 
-// NewVariables layers the given maps (later wins) over the built-ins.
+// NewVariables layers the given maps (later wins) over the built-ins. The maps are
+// looked up, not copied (one Variables is built per element loaded): they must not
+// change while it is in use.
 func NewVariables(fixed map[string]string, layers ...map[string]string) *Variables {
-	raw := make(map[string]string, len(defaultVariables)+8)
-	for k, v := range defaultVariables {
-		raw[k] = v
-	}
-	for _, l := range layers {
-		for k, v := range l {
-			raw[k] = v
+	return &Variables{layers: append([]map[string]string{defaultVariables}, layers...), fixed: fixed,
+		resolved: map[string]string{}}
+}
+
+// raw is name's definition, unexpanded.
+func (v *Variables) raw(name string) (string, bool) {
+	for i := len(v.layers) - 1; i >= 0; i-- {
+		if val, ok := v.layers[i][name]; ok {
+			return val, true
 		}
 	}
-	return &Variables{raw: raw, fixed: fixed, resolved: map[string]string{}}
+	return "", false
+}
+
+// definitions are every variable's unexpanded definition.
+func (v *Variables) definitions() map[string]string {
+	out := map[string]string{}
+	for _, l := range v.layers {
+		maps.Copy(out, l)
+	}
+	return out
 }
 
 // Expand replaces every %{name} in s, recursively.
@@ -133,7 +147,7 @@ func (v *Variables) lookup(name string, stack []string) (string, error) {
 			return "", &VariableError{Msg: "variable cycle: " + strings.Join(cycle, " -> ")}
 		}
 	}
-	raw, ok := v.raw[name]
+	raw, ok := v.raw(name)
 	if !ok {
 		return "", &VariableError{Msg: fmt.Sprintf("undefined variable %%{%s}%s", name, didYouMean(name, v.names()))}
 	}
@@ -146,8 +160,9 @@ func (v *Variables) lookup(name string, stack []string) (string, error) {
 }
 
 func (v *Variables) names() []string {
-	names := make([]string, 0, len(v.raw)+len(v.fixed))
-	for k := range v.raw {
+	defs := v.definitions()
+	names := make([]string, 0, len(defs)+len(v.fixed))
+	for k := range defs {
 		names = append(names, k)
 	}
 	for k := range v.fixed {

@@ -53,14 +53,16 @@ func parseFormat(s string, known []string) (*lineFormat, error) {
 	return f, nil
 }
 
-func (f *lineFormat) render(values map[string]string) string {
+// render writes the line with value(name) for each placeholder: only the placeholders
+// the format names are computed (show renders one line per element of the graph).
+func (f *lineFormat) render(value func(name string) string) string {
 	var b strings.Builder
 	for _, p := range f.parts {
 		if p.name == "" {
 			b.WriteString(p.literal)
 			continue
 		}
-		v := values[p.name]
+		v := value(p.name)
 		pad := p.width - utf8.RuneCountInString(v)
 		if pad <= 0 {
 			b.WriteString(v)

@@ -81,26 +81,50 @@ func runShow(opts *showOptions, args []string) error {
 	defer w.Flush()
 	enc := json.NewEncoder(w)
 	for _, e := range elements {
-		d := directDeps(e)
 		if asJSON {
+			d := directDeps(e)
 			if err := enc.Encode(showJSON{Name: e.Name, Key: e.Key, State: string(states[e]), Kind: e.Kind.Name,
 				Description: e.Description, Deps: d.all, BuildDeps: d.build, RuntimeDeps: d.runtime}); err != nil {
 				return err
 			}
 			continue
 		}
-		w.WriteString(format.render(map[string]string{
-			"name": e.Name, "key": e.Key, "full-key": e.Key, "short-key": e.ShortKey(), "state": string(states[e]),
-			"kind": e.Kind.Name, "description": e.Description,
-			"deps": yamlList(d.all), "build-deps": yamlList(d.build), "runtime-deps": yamlList(d.runtime),
-			"run-deps": joinNames(e.RunDeps, ","), "workspace": e.Workspace,
-		}))
+		w.WriteString(format.render(func(name string) string { return showValue(name, e, states[e]) }))
 		if e.Workspace != "" && opts.format == defaultShowFormat {
 			w.WriteString(" (workspace: " + e.Workspace + ")")
 		}
 		w.WriteByte('\n')
 	}
 	return nil
+}
+
+// showValue is placeholder name's value for e, in state.
+func showValue(name string, e *element.Element, state element.State) string {
+	switch name {
+	case "name":
+		return e.Name
+	case "key", "full-key":
+		return e.Key
+	case "short-key":
+		return e.ShortKey()
+	case "state":
+		return string(state)
+	case "kind":
+		return e.Kind.Name
+	case "description":
+		return e.Description
+	case "deps":
+		return yamlList(directDeps(e).all)
+	case "build-deps":
+		return yamlList(directDeps(e).build)
+	case "runtime-deps":
+		return yamlList(directDeps(e).runtime)
+	case "run-deps":
+		return joinNames(e.RunDeps, ",")
+	case "workspace":
+		return e.Workspace
+	}
+	return "" // parseFormat accepts showPlaceholders only
 }
 
 // showJSON is one element in `show --format json`.
