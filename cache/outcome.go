@@ -9,6 +9,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 )
 
@@ -84,7 +85,9 @@ func (h *recordHead) check(rd Digest, project, element, key string) error {
 // then found by `cache verify` and when the artifact is used (staged, checked out,
 // pushed), as a damaged files blob already is.
 //
-// Safe for concurrent use; Save writes it atomically, with what this session looked up.
+// Safe for concurrent use; Save writes it atomically: what this session looked up, and
+// the earlier entries of elements it did not ask about (a `show` of one element keeps
+// what the last null build learnt of the others), so at most one key per element.
 type OutcomeMemo struct {
 	path string
 
@@ -123,6 +126,12 @@ func (c *Cache) OpenOutcomeMemo(project string) *OutcomeMemo {
 	return m
 }
 
+// elementOf is the element of a memo id, "element\x00key".
+func elementOf(id string) string {
+	element, _, _ := strings.Cut(id, "\x00")
+	return element
+}
+
 func (m *OutcomeMemo) get(id string) (memoEntry, bool) {
 	if m == nil {
 		return memoEntry{}, false
@@ -149,8 +158,18 @@ func (m *OutcomeMemo) Save() error {
 	if m.path == "" || maps.Equal(m.old, m.used) {
 		return nil
 	}
+	entries := maps.Clone(m.used)
+	asked := make(map[string]bool, len(m.used))
+	for id := range m.used {
+		asked[elementOf(id)] = true
+	}
+	for id, e := range m.old {
+		if !asked[elementOf(id)] {
+			entries[id] = e
+		}
+	}
 	var buf bytes.Buffer
-	if err := gob.NewEncoder(&buf).Encode(outcomeMemoFile{Version: outcomeMemoVersion, Entries: m.used}); err != nil {
+	if err := gob.NewEncoder(&buf).Encode(outcomeMemoFile{Version: outcomeMemoVersion, Entries: entries}); err != nil {
 		return fmt.Errorf("saving the artifact outcome memo: %w", err)
 	}
 	if err := os.MkdirAll(filepath.Dir(m.path), 0o755); err != nil {

@@ -2,6 +2,8 @@ package cache
 
 import (
 	"os"
+	"slices"
+	"strings"
 	"testing"
 )
 
@@ -73,5 +75,39 @@ func TestOutcomeMemoSkipsTheRecord(t *testing.T) {
 	}
 	if found, _, err := c.OutcomeMemoized(c.OpenOutcomeMemo("demo"), "demo", "app.toml", "k"); found || err == nil {
 		t.Errorf("with a damaged memo file = %v, %v; want the record read (and found damaged)", found, err)
+	}
+}
+
+// Saving keeps the entries of elements this session did not ask about, and only the
+// latest key of those it did.
+func TestOutcomeMemoKeepsOtherElements(t *testing.T) {
+	c := openTestCache(t)
+	commitSample(t, c, "demo", "app.toml", "k1")
+	commitSample(t, c, "demo", "lib.toml", "k1")
+	m := c.OpenOutcomeMemo("demo")
+	for _, e := range []string{"app.toml", "lib.toml"} {
+		if found, _, err := c.OutcomeMemoized(m, "demo", e, "k1"); !found || err != nil {
+			t.Fatalf("%s: %v, %v", e, found, err)
+		}
+	}
+	if err := m.Save(); err != nil {
+		t.Fatal(err)
+	}
+	commitSample(t, c, "demo", "app.toml", "k2") // app.toml changed; lib.toml not asked about
+	m = c.OpenOutcomeMemo("demo")
+	if found, _, err := c.OutcomeMemoized(m, "demo", "app.toml", "k2"); !found || err != nil {
+		t.Fatalf("app.toml k2: %v, %v", found, err)
+	}
+	if err := m.Save(); err != nil {
+		t.Fatal(err)
+	}
+	got := c.OpenOutcomeMemo("demo").old
+	var ids []string
+	for id := range got {
+		ids = append(ids, strings.ReplaceAll(id, "\x00", "@"))
+	}
+	slices.Sort(ids)
+	if want := []string{"app.toml@k2", "lib.toml@k1"}; !slices.Equal(ids, want) {
+		t.Errorf("memo entries %v, want %v", ids, want)
 	}
 }
