@@ -1,6 +1,7 @@
 package job
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -10,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -27,81 +29,141 @@ var ErrTerminated = errors.New("terminated")
 // kills everything it started, then itself.
 var ErrParentDied = errors.New("gantry exited")
 
-// Handler does one action in the child. Its context is cancelled with cause
+// Handler does one action in the worker. Its context is cancelled with cause
 // ErrTerminated when the job is terminated, or ErrParentDied when gantry died
-// (kill -9). A non-nil error makes the result
-// a failure with the error's text; the rest of the returned Result (Temporary,
-// Skipped, Data) is kept.
+// (kill -9). A non-nil error makes the result a failure with the error's text;
+// the rest of the returned Result (Temporary, Skipped, Data) is kept.
+//
+// A handler runs in a process that runs other jobs before and after it: it
+// must leave no goroutine running, no file open and no process-wide setting
+// changed when it returns (RunChild puts back what it can and retires the
+// worker otherwise).
 type Handler func(ctx context.Context, spec Spec, r *Reporter) (Result, error)
 
-// RunChild is the whole of a job's child process: it reads the Spec from
-// stdin, opens the log file, sends start on fd 3, runs the handler for
-// spec.Action with a context cancelled on SIGTERM, sends the result, and
-// returns the exit code for the caller to exit with: 0 if the result is OK,
-// 1 otherwise.
+// RunChild is the whole of a worker process: it reads job specs from stdin,
+// one JSON line each, and runs them one at a time until stdin is closed, then
+// returns the exit code for the caller to exit with (0; 1 if the specs could
+// not be read). For each job it opens the job's log file, points its own
+// stdout and stderr at it (so a crash's trace lands in the log of the job that
+// crashed), sends start on fd 3, runs the handler for spec.Action with a
+// context cancelled on SIGTERM, kills every process the job left behind, puts
+// the process back as it was before the job (see freshState), and sends the
+// result.
 //
-// Every process the handler started dies with the job: whatever is still
-// running when the handler returns is killed before RunChild returns, and if
-// gantry dies first the child kills them all and itself (see watchParent).
+// Every process a job started dies with the job: whatever is still running
+// when the handler returns is killed before the result is sent, and if gantry
+// dies first the worker kills them all and itself (see watchParent).
 func RunChild(handlers map[string]Handler) int {
-	ctx, cancel := context.WithCancelCause(context.Background())
-	defer cancel(nil)
-	stopWatching := watchParent(cancel)
+	life, die := context.WithCancelCause(context.Background())
+	defer die(nil)
+	stopWatching := watchParent(die)
 	defer func() {
 		// Leftovers are killed while gantry's death is still watched for.
 		KillDescendants()
 		stopWatching()
 	}()
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGTERM)
-	defer signal.Stop(sigs)
-	go func() {
-		select {
-		case <-sigs:
-			cancel(ErrTerminated)
-		case <-ctx.Done():
-		}
-	}()
-
 	var st syscall.Stat_t
 	if err := syscall.Fstat(messageFD, &st); err != nil {
 		fmt.Fprintf(os.Stderr, "gantry job: fd %d is not open (%v); this command is run by gantry itself\n", messageFD, err)
 		return 1
 	}
-	syscall.CloseOnExec(messageFD) // commands the handler runs must not hold the pipe open
+	syscall.CloseOnExec(messageFD) // commands a handler runs must not hold the pipe open
 	msgs := os.NewFile(messageFD, "job-messages")
 	defer msgs.Close()
-	return runChild(ctx, os.Stdin, msgs, handlers)
+	term := watchTerm()
+	defer term.stop()
+	return serve(life, os.Stdin, msgs, handlers, term)
 }
 
-func runChild(ctx context.Context, stdin io.Reader, msgs io.Writer, handlers map[string]Handler) int {
+// serve runs the jobs whose specs arrive on stdin until it is closed.
+func serve(life context.Context, stdin io.Reader, msgs io.Writer, handlers map[string]Handler, term *termSignal) int {
+	base, err := captureState()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "gantry job: warning: %v: this worker runs one job\n", err)
+	}
+	specs := bufio.NewReader(stdin)
+	for {
+		line, readErr := specs.ReadBytes('\n')
+		if len(bytes.TrimSpace(line)) == 0 {
+			if readErr == io.EOF {
+				return 0
+			}
+			if readErr != nil {
+				r := &Reporter{msgs: msgs, log: io.Discard}
+				r.finish(Result{Error: fmt.Sprintf("reading job spec from stdin: %v", readErr)}, "")
+				return 1
+			}
+			continue
+		}
+		retire := runOne(life, line, msgs, handlers, term, base)
+		if base == nil {
+			retire = "its state was not recorded"
+		}
+		if retire != "" {
+			// The parent closes stdin; a worker it can no longer talk to exits.
+			if _, err := io.Copy(io.Discard, specs); err != nil {
+				return 1
+			}
+			return 0
+		}
+	}
+}
+
+// runOne runs the job whose spec is line and reports its result. It returns
+// why the worker must take no further job, or "".
+func runOne(life context.Context, line []byte, msgs io.Writer, handlers map[string]Handler, term *termSignal, base *workerState) (retire string) {
 	r := &Reporter{msgs: msgs, log: io.Discard}
 	var spec Spec
-	if err := json.NewDecoder(stdin).Decode(&spec); err != nil {
-		return r.finish(Result{Error: fmt.Sprintf("reading job spec from stdin: %v", err)})
+	if err := json.Unmarshal(line, &spec); err != nil {
+		r.finish(Result{Error: fmt.Sprintf("reading job spec from stdin: %v", err)}, "the spec could not be read")
+		return "the spec could not be read"
 	}
 	logFile, err := os.OpenFile(spec.LogPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {
-		return r.finish(Result{Error: fmt.Sprintf("opening job log: %v", err)})
+		r.finish(Result{Error: fmt.Sprintf("opening job log: %v", err)}, "")
+		return ""
 	}
 	defer logFile.Close()
 	r.log = logFile
+	restoreOutput := redirectOutput(logFile)
 
+	ctx, cancel := context.WithCancelCause(life)
+	defer cancel(nil)
+	term.begin(cancel)
 	r.start(spec)
-	h := handlers[spec.Action]
-	if h == nil {
-		return r.finish(Result{Error: fmt.Sprintf("unknown job action %q", spec.Action)})
+	var res Result
+	if h := handlers[spec.Action]; h == nil {
+		res = Result{Error: fmt.Sprintf("unknown job action %q", spec.Action)}
+	} else {
+		var panicked bool
+		res, panicked = runHandler(ctx, h, spec, r)
+		if panicked {
+			retire = "its job panicked"
+		}
 	}
-	res := runHandler(ctx, h, spec, r)
 	r.flush()
-	return r.finish(res)
+	KillDescendants()
+	reapChildren()
+	if term.end() && retire == "" {
+		retire = "its job was terminated"
+	}
+	restoreOutput()
+	if retire == "" && base != nil {
+		retire = base.restore(logFile)
+	}
+	if retire != "" {
+		r.writeLogLocked("[worker] pid " + strconv.Itoa(os.Getpid()) + " takes no further job: " + retire)
+	}
+	r.finish(res, retire)
+	return retire
 }
 
-func runHandler(ctx context.Context, h Handler, spec Spec, r *Reporter) (res Result) {
+// runHandler runs h, turning a panic into a failed result (and panicked true).
+func runHandler(ctx context.Context, h Handler, spec Spec, r *Reporter) (res Result, panicked bool) {
 	defer func() {
 		if v := recover(); v != nil {
 			r.Log(fmt.Sprintf("panic: %v\n\n%s", v, debug.Stack()))
-			res = Result{Error: fmt.Sprintf("%s of %s: internal error: %v", spec.Action, spec.Element, v)}
+			res, panicked = Result{Error: fmt.Sprintf("%s of %s: internal error: %v", spec.Action, spec.Element, v)}, true
 		}
 	}()
 	res, err := h(ctx, spec, r)
@@ -109,7 +171,59 @@ func runHandler(ctx context.Context, h Handler, spec Spec, r *Reporter) (res Res
 		res.OK = false
 		res.Error = errorText(ctx, err)
 	}
-	return res
+	return res, false
+}
+
+// termSignal turns SIGTERM into the cancellation of the job running, if any:
+// a SIGTERM that arrives between jobs has nothing to stop.
+type termSignal struct {
+	sigs chan os.Signal
+	done chan struct{}
+
+	mu     sync.Mutex
+	cancel context.CancelCauseFunc // the running job's, or nil
+	seen   bool                    // a SIGTERM arrived during the running job
+}
+
+func watchTerm() *termSignal {
+	t := &termSignal{sigs: make(chan os.Signal, 1), done: make(chan struct{})}
+	signal.Notify(t.sigs, syscall.SIGTERM)
+	go func() {
+		for {
+			select {
+			case <-t.sigs:
+				t.mu.Lock()
+				if t.cancel != nil {
+					t.seen = true
+					t.cancel(ErrTerminated)
+				}
+				t.mu.Unlock()
+			case <-t.done:
+				return
+			}
+		}
+	}()
+	return t
+}
+
+// begin makes cancel the running job's.
+func (t *termSignal) begin(cancel context.CancelCauseFunc) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.cancel, t.seen = cancel, false
+}
+
+// end says that no job runs, and whether the one that ran was terminated.
+func (t *termSignal) end() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.cancel = nil
+	return t.seen
+}
+
+func (t *termSignal) stop() {
+	signal.Stop(t.sigs)
+	close(t.done)
 }
 
 // errorText is err's text, naming the cancellation cause if err is only
@@ -218,6 +332,13 @@ func (r *Reporter) send(m Message) {
 	_, r.sendErr = r.msgs.Write(append(b, '\n'))
 }
 
+// writeLogLocked writes line to the log, taking the lock.
+func (r *Reporter) writeLogLocked(line string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.writeLog(line)
+}
+
 func (r *Reporter) start(spec Spec) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -225,8 +346,9 @@ func (r *Reporter) start(spec Spec) {
 	r.send(Message{Type: MessageStart, Text: spec.Action + " " + spec.Element})
 }
 
-// finish sends the result and returns the exit code.
-func (r *Reporter) finish(res Result) int {
+// finish sends the result, with why the worker takes no further job, if it
+// does not.
+func (r *Reporter) finish(res Result, retire string) {
 	if !res.OK && res.Error == "" {
 		res.Error = "job failed without an error message"
 	}
@@ -240,11 +362,7 @@ func (r *Reporter) finish(res Result) int {
 	} else {
 		r.writeLog("[failure] " + res.Error)
 	}
-	r.send(Message{Type: MessageResult, Result: &res})
-	if res.OK {
-		return 0
-	}
-	return 1
+	r.send(Message{Type: MessageResult, Result: &res, Retire: retire})
 }
 
 // flush sends every writer's partial last line.

@@ -1,14 +1,8 @@
 package job
 
 import (
-	"bufio"
-	"bytes"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"sync"
 	"syscall"
 	"time"
@@ -17,38 +11,43 @@ import (
 // DefaultGrace is how long Terminate waits after SIGTERM before SIGKILL.
 const DefaultGrace = 5 * time.Second
 
-// Options says how to start a child.
+// Options says how to start worker processes.
 type Options struct {
-	// Command is the argv that starts the child, e.g. {exe, "job"}; the child
-	// must call RunChild. The Spec is written to its stdin as JSON.
+	// Command is the argv that starts a worker, e.g. {exe, "__job"}; the worker
+	// must call RunChild. Job specs are written to its stdin as JSON lines.
 	Command []string
-	// Env is the child's environment; nil means the parent's.
+	// Env is the worker's environment; nil means the parent's.
 	Env []string
-	// Dir is the child's working directory; "" means the parent's.
+	// Dir is the worker's working directory; "" means the parent's.
 	Dir string
 	// Grace is how long Terminate waits between SIGTERM and SIGKILL;
 	// 0 means DefaultGrace.
 	Grace time.Duration
-	// OnMessage, if set, receives every message in the order the child sent
-	// it, from a goroutine of the job's own. It must not block for long: the
-	// child waits while it does.
+	// OnMessage, if set, receives every message of the job started by Start in
+	// the order the worker sent it, from a goroutine of the worker's own. It
+	// must not block for long: the worker waits while it does. (Workers.Start
+	// takes its own.)
 	OnMessage func(Message)
 }
 
-// Job is a running child process. Its methods are safe for concurrent use.
+// Job is one job attempt running in a worker process. Its methods are safe for
+// concurrent use.
+//
+// While the job runs, its worker's process group holds exactly the worker and
+// the processes of this job: a signal to the group reaches all of the job and
+// nothing else. Once the job has ended (its result arrived, or its worker
+// died), the job signals nothing any more.
 type Job struct {
-	spec    Spec
-	grace   time.Duration
-	cmd     *exec.Cmd
-	pid     int // also the process group id
-	done    chan struct{}
-	outcome Outcome // set before done is closed
-
-	readDone chan struct{}
-	result   *Result // the child's result; written by the reader before readDone closes
+	spec      Spec
+	w         *worker
+	grace     time.Duration
+	onMessage func(Message)
+	done      chan struct{}
+	outcome   Outcome // set before done is closed
 
 	mu           sync.Mutex // guards the fields below
-	exited       bool       // the child has exited; its pgid must not be signalled any more
+	exited       bool       // the job has ended; its worker's group must not be signalled for it any more
+	completed    bool       // outcome is being or has been published
 	started      time.Time
 	ended        time.Time
 	suspended    bool
@@ -58,94 +57,35 @@ type Job struct {
 	killTimer    *time.Timer // SIGKILL after grace, armed by Terminate
 }
 
-// Start starts the child for spec. It creates the log file's directory and the
-// log file (truncating it), which receives the child's stdout and stderr; the
-// child appends its log to it.
+// Start runs spec in a worker process of its own that exits when the job ends:
+// a Workers that never reuses its worker. It creates the log file's directory
+// and the log file (truncating it), which receives the worker's stdout and
+// stderr; the worker appends the job's log to it.
 func Start(spec Spec, opts Options) (*Job, error) {
-	if len(opts.Command) == 0 {
-		return nil, fmt.Errorf("starting job %s: no command given", spec.ID)
-	}
-	if spec.LogPath == "" {
-		return nil, fmt.Errorf("starting job %s: no log path given", spec.ID)
-	}
-	specJSON, err := json.Marshal(spec)
-	if err != nil {
-		return nil, fmt.Errorf("starting job %s: encoding spec: %w", spec.ID, err)
-	}
-	if err := os.MkdirAll(filepath.Dir(spec.LogPath), 0o755); err != nil {
-		return nil, fmt.Errorf("starting job %s: creating log directory: %w", spec.ID, err)
-	}
-	logFile, err := os.OpenFile(spec.LogPath, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("starting job %s: creating log file: %w", spec.ID, err)
-	}
-	defer logFile.Close()
-	msgR, msgW, err := os.Pipe()
-	if err != nil {
-		return nil, fmt.Errorf("starting job %s: creating message pipe: %w", spec.ID, err)
-	}
-	defer msgW.Close() // the child has its own copy
-	stdinR, stdinW, err := os.Pipe()
-	if err != nil {
-		msgR.Close()
-		return nil, fmt.Errorf("starting job %s: creating stdin pipe: %w", spec.ID, err)
-	}
-	defer stdinR.Close()
-
-	cmd := exec.Command(opts.Command[0], opts.Command[1:]...)
-	cmd.Env = opts.Env
-	cmd.Dir = opts.Dir
-	cmd.Stdin = stdinR
-	cmd.Stdout = logFile
-	cmd.Stderr = logFile
-	cmd.ExtraFiles = []*os.File{msgW} // fd 3
-	cmd.SysProcAttr = sysProcAttr()
-	if err := cmd.Start(); err != nil {
-		msgR.Close()
-		stdinW.Close()
-		return nil, fmt.Errorf("starting job %s (%s of %s): %w", spec.ID, spec.Action, spec.Element, err)
-	}
-
-	j := &Job{
-		spec:     spec,
-		grace:    opts.Grace,
-		cmd:      cmd,
-		pid:      cmd.Process.Pid,
-		done:     make(chan struct{}),
-		readDone: make(chan struct{}),
-		started:  time.Now(),
-	}
-	if j.grace <= 0 {
-		j.grace = DefaultGrace
-	}
-	go func() {
-		// An error means the child exited before reading its spec; its
-		// missing result says so.
-		_, _ = stdinW.Write(append(specJSON, '\n'))
-		stdinW.Close()
-	}()
-	go j.read(msgR, opts.OnMessage)
-	go j.wait(msgR)
-	return j, nil
+	p := &Workers{opts: opts, oneShot: true}
+	return p.Start(spec, opts.OnMessage)
 }
 
 // Spec returns the job's spec.
 func (j *Job) Spec() Spec { return j.spec }
 
-// Pid returns the child's process id, which is also its process group id.
-func (j *Job) Pid() int { return j.pid }
+// Pid returns the process id of the job's worker, which is also its process
+// group id.
+func (j *Job) Pid() int { return j.w.pid }
 
 // Done is closed when Wait would return without blocking.
 func (j *Job) Done() <-chan struct{} { return j.done }
 
-// Wait blocks until the child has exited and all its messages have been
-// delivered, and returns the outcome. It may be called any number of times.
+// Wait blocks until the job has ended (its worker sent the result, having
+// killed everything the job started, or the worker died) and all its messages
+// have been delivered, and returns the outcome. It may be called any number
+// of times.
 func (j *Job) Wait() Outcome {
 	<-j.done
 	return j.outcome
 }
 
-// Elapsed returns the wall time since the job started (until it exited, once
+// Elapsed returns the wall time since the job started (until it ended, once
 // it has), minus the time it spent suspended.
 func (j *Job) Elapsed() time.Duration {
 	j.mu.Lock()
@@ -163,8 +103,9 @@ func (j *Job) elapsedLocked(now time.Time) time.Duration {
 	return now.Sub(j.started) - j.suspendedFor
 }
 
-// Suspend stops the job's process group with SIGSTOP. Its elapsed time stops
-// counting. Suspending a suspended or exited job does nothing.
+// Suspend stops the job with SIGSTOP to its worker's process group: the
+// worker and every process of the job. Its elapsed time stops counting.
+// Suspending a suspended or ended job does nothing.
 func (j *Job) Suspend() error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
@@ -172,7 +113,7 @@ func (j *Job) Suspend() error {
 		return nil
 	}
 	if err := j.signalLocked(syscall.SIGSTOP); err != nil {
-		return fmt.Errorf("suspending job %s (pid %d): %w", j.spec.ID, j.pid, err)
+		return fmt.Errorf("suspending job %s (pid %d): %w", j.spec.ID, j.w.pid, err)
 	}
 	j.suspended = true
 	j.suspendedAt = time.Now()
@@ -188,7 +129,7 @@ func (j *Job) Resume() error {
 		return nil
 	}
 	if err := j.resumeLocked(); err != nil {
-		return fmt.Errorf("resuming job %s (pid %d): %w", j.spec.ID, j.pid, err)
+		return fmt.Errorf("resuming job %s (pid %d): %w", j.spec.ID, j.w.pid, err)
 	}
 	return nil
 }
@@ -202,10 +143,11 @@ func (j *Job) resumeLocked() error {
 	return nil
 }
 
-// Terminate asks the job's process group to stop: SIGCONT if it is
-// suspended, so that it can handle what follows, then SIGTERM, then SIGKILL
-// if the child has not exited after the grace period. It does not wait; use
-// Wait. Terminating an exited job does nothing.
+// Terminate asks the job to stop: SIGCONT if it is suspended, so that it can
+// handle what follows, then SIGTERM to its worker's process group, then
+// SIGKILL if the job has not ended after the grace period. It does not wait;
+// use Wait. A terminated job's worker takes no further job. Terminating an
+// ended job does nothing.
 func (j *Job) Terminate() error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
@@ -215,14 +157,14 @@ func (j *Job) Terminate() error {
 	j.terminated = true
 	if j.suspended {
 		if err := j.resumeLocked(); err != nil {
-			return fmt.Errorf("terminating job %s (pid %d): resuming: %w", j.spec.ID, j.pid, err)
+			return fmt.Errorf("terminating job %s (pid %d): resuming: %w", j.spec.ID, j.w.pid, err)
 		}
 	}
 	if j.killTimer == nil {
 		j.killTimer = time.AfterFunc(j.grace, j.killAfterGrace)
 	}
 	if err := j.signalLocked(syscall.SIGTERM); err != nil {
-		return fmt.Errorf("terminating job %s (pid %d): %w", j.spec.ID, j.pid, err)
+		return fmt.Errorf("terminating job %s (pid %d): %w", j.spec.ID, j.w.pid, err)
 	}
 	return nil
 }
@@ -235,8 +177,8 @@ func (j *Job) killAfterGrace() {
 	}
 }
 
-// Kill kills the job's process group with SIGKILL at once. Killing an exited
-// job does nothing.
+// Kill kills the job at once: SIGKILL to its worker's process group, which
+// ends the worker too. Killing an ended job does nothing.
 func (j *Job) Kill() error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
@@ -245,101 +187,51 @@ func (j *Job) Kill() error {
 	}
 	j.terminated = true
 	if err := j.signalLocked(syscall.SIGKILL); err != nil {
-		return fmt.Errorf("killing job %s (pid %d): %w", j.spec.ID, j.pid, err)
+		return fmt.Errorf("killing job %s (pid %d): %w", j.spec.ID, j.w.pid, err)
 	}
 	return nil
 }
 
-// signalLocked sends sig to the job's process group. j.mu must be held and
-// the child must not have been reaped: a reaped child's pgid may be reused.
+// signalLocked sends sig to the worker's process group. j.mu must be held and
+// the job must not have ended: then the worker is busy with this job and not
+// reaped (its watcher marks the job ended before reaping it), so its pgid
+// cannot have been reused.
 func (j *Job) signalLocked(sig syscall.Signal) error {
-	err := syscall.Kill(-j.pid, sig)
-	if errors.Is(err, syscall.ESRCH) {
+	err := syscall.Kill(-j.w.pid, sig)
+	if err == syscall.ESRCH {
 		return nil // the group is already gone
 	}
 	return err
 }
 
-// read delivers the child's messages until the pipe is closed.
-func (j *Job) read(r *os.File, onMessage func(Message)) {
-	defer close(j.readDone)
-	br := bufio.NewReader(r)
-	for {
-		line, err := br.ReadBytes('\n')
-		if line = bytes.TrimSpace(line); len(line) > 0 {
-			m := decodeMessage(line)
-			if m.Type == MessageResult && m.Result != nil {
-				res := *m.Result
-				j.result = &res
-			}
-			if onMessage != nil {
-				onMessage(m)
-			}
-		}
-		if err != nil {
-			return
-		}
+// deliver hands the worker's message m to the job. A result ends the job.
+func (j *Job) deliver(m Message) {
+	if j.onMessage != nil {
+		j.onMessage(m)
+	}
+	if m.Type == MessageResult && m.Result != nil {
+		j.complete(m.Result, m.Retire, nil, nil)
 	}
 }
 
-// decodeMessage decodes one line; a line that is not a message is passed on
-// as a log line, so that nothing the child said is lost.
-func decodeMessage(line []byte) Message {
-	var m Message
-	if err := json.Unmarshal(line, &m); err != nil || m.Type == "" {
-		return Message{Type: MessageLog, Time: time.Now(), Text: "malformed job message: " + string(line)}
-	}
-	return m
-}
-
-// wait waits for the child to exit, kills what it left in its process group,
-// reaps it, waits for the last message and publishes the outcome.
-func (j *Job) wait(msgR *os.File) {
-	pinned := waitExitedNoReap(j.pid) == nil // the zombie still pins the pgid
-	if pinned {
-		j.markExited(true)
-	}
-	err := j.cmd.Wait()
-	if !pinned {
-		j.markExited(false)
-	}
-
-	// The child's copy of the pipe is closed and its process group is dead,
-	// so EOF comes at once unless something escaped the group holding fd 3.
-	select {
-	case <-j.readDone:
-	case <-time.After(j.grace):
-		msgR.Close()
-		<-j.readDone
-	}
-	msgR.Close()
-
-	j.mu.Lock()
-	j.outcome = Outcome{
-		Terminated: j.terminated,
-		ExitCode:   -1,
-		Elapsed:    j.elapsedLocked(j.ended),
-	}
-	j.mu.Unlock()
-	ps := j.cmd.ProcessState
-	if ps != nil {
-		j.outcome.ExitCode = ps.ExitCode()
-	}
-	if j.result != nil {
-		j.outcome.Result = *j.result
-	} else {
-		j.outcome.Result = Result{Error: fmt.Sprintf("job process %s without reporting a result (see log %s)",
-			describeExit(ps, err), j.spec.LogPath)}
-	}
-	close(j.done)
-}
-
-// markExited records that the child has exited; with killGroup it also kills
-// whatever is left in the job's process group.
-func (j *Job) markExited(killGroup bool) {
+// markDead records that the job's worker has exited before the job reported
+// its result; with killGroup it also kills whatever is left in the worker's
+// process group (the worker's zombie still pins the group's id).
+func (j *Job) markDead(killGroup bool) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	now := time.Now()
+	if j.exited {
+		return
+	}
+	if killGroup {
+		_ = j.signalLocked(syscall.SIGKILL) // leftovers only; the leader is a zombie
+	}
+	j.endLocked(time.Now())
+}
+
+// endLocked stops the clock and the kill timer: from now on the job signals
+// nothing.
+func (j *Job) endLocked(now time.Time) {
 	if j.suspended {
 		j.suspendedFor += now.Sub(j.suspendedAt)
 		j.suspended = false
@@ -348,10 +240,51 @@ func (j *Job) markExited(killGroup bool) {
 	if j.killTimer != nil {
 		j.killTimer.Stop()
 	}
-	if killGroup {
-		_ = j.signalLocked(syscall.SIGKILL) // leftovers only; the leader is a zombie
-	}
 	j.exited = true
+}
+
+// complete publishes the job's outcome, once: from the worker's result (res
+// not nil; retire says why the worker takes no further job, if it does not),
+// or from how the worker process ended. The worker goes back to its pool
+// first, so that the next job can have it as soon as this one is seen done.
+func (j *Job) complete(res *Result, retire string, ps *os.ProcessState, waitErr error) {
+	j.mu.Lock()
+	if j.completed {
+		j.mu.Unlock()
+		return
+	}
+	j.completed = true
+	if !j.exited {
+		if j.suspended {
+			// The worker is idle now and must not stay stopped.
+			_ = j.signalLocked(syscall.SIGCONT)
+		}
+		j.endLocked(time.Now())
+	}
+	out := Outcome{Terminated: j.terminated, ExitCode: -1, Elapsed: j.elapsedLocked(j.ended)}
+	j.mu.Unlock()
+
+	switch {
+	case res != nil:
+		out.Result = *res
+		out.ExitCode = 1
+		if res.OK {
+			out.ExitCode = 0
+		}
+		if out.Terminated && retire == "" {
+			retire = "its job was terminated"
+		}
+	default:
+		if ps != nil {
+			out.ExitCode = ps.ExitCode()
+		}
+		out.Result = Result{Error: fmt.Sprintf("job process %s without reporting a result (see log %s)",
+			describeExit(ps, waitErr), j.spec.LogPath)}
+		retire = "it exited"
+	}
+	j.w.release(retire)
+	j.outcome = out
+	close(j.done)
 }
 
 func describeExit(ps *os.ProcessState, waitErr error) string {

@@ -94,3 +94,32 @@ func waitExitedNoReap(pid int) error {
 		}
 	}
 }
+
+// redirectOutput points the process's stdout and stderr at f, and returns a
+// function that points them at /dev/null.
+func redirectOutput(f *os.File) (restore func()) {
+	to := func(fd int) {
+		_ = unix.Dup3(fd, 1, 0)
+		_ = unix.Dup3(fd, 2, 0)
+	}
+	to(int(f.Fd()))
+	return func() {
+		if null, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0); err == nil {
+			to(int(null.Fd()))
+			null.Close()
+		}
+	}
+}
+
+// reapChildren reaps every child that has exited: in a worker, the processes
+// of its last job, killed and adopted (it is a child subreaper), which would
+// otherwise stay zombies for the worker's life.
+func reapChildren() {
+	for {
+		var ws syscall.WaitStatus
+		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+		if pid <= 0 || err != nil {
+			return
+		}
+	}
+}

@@ -5,6 +5,7 @@ package job
 import (
 	"context"
 	"errors"
+	"os"
 	"syscall"
 )
 
@@ -25,3 +26,11 @@ func AdoptOrphans() error { return errors.ErrUnsupported }
 func waitExitedNoReap(int) error {
 	return errors.ErrUnsupported
 }
+
+// redirectOutput leaves stdout and stderr alone here: a crash's trace goes
+// where the worker's output went when it started.
+func redirectOutput(*os.File) (restore func()) { return func() {} }
+
+// reapChildren does nothing here: without a subreaper, a job's processes are
+// not the worker's to reap.
+func reapChildren() {}

@@ -27,17 +27,19 @@ func (p Proc) Signal(sig syscall.Signal) {
 func FreezeTree(root int, known map[Proc]bool) {
 	self := os.Getpid()
 	for {
-		added := false
+		stopped := false
 		for _, p := range Tree(root) {
 			if !known[p] {
 				known[p] = true
 				if p.Pid != self {
 					p.Signal(syscall.SIGSTOP)
+					stopped = true
 				}
-				added = true
 			}
 		}
-		if !added {
+		// Only a process stopped in this walk may have forked during it. (A worker
+		// ending a job that left nothing behind walks the table once.)
+		if !stopped {
 			return
 		}
 	}

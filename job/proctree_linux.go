@@ -4,6 +4,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 )
 
 // Tree returns root and all its descendants, from /proc.
@@ -57,10 +58,19 @@ func readStat(pid int) (ppid int, start string, ok bool) {
 
 // readStatState is readStat with the process's state (R, S, D, T, Z, ...).
 func readStatState(pid int) (ppid int, start, state string, ok bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	// Read with plain system calls: os.ReadFile's poller set-up costs twice as
+	// many, and a worker walks the process table after every job.
+	fd, err := syscall.Open("/proc/"+strconv.Itoa(pid)+"/stat", syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
 	if err != nil {
 		return 0, "", "", false
 	}
+	var buf [1024]byte
+	n, err := syscall.Read(fd, buf[:])
+	syscall.Close(fd)
+	if err != nil || n <= 0 {
+		return 0, "", "", false
+	}
+	b := buf[:n]
 	// The command name (field 2) may contain anything; fields resume after
 	// the last ')': state ppid pgrp session tty_nr tpgid flags minflt
 	// cminflt majflt cmajflt utime stime cutime cstime priority nice

@@ -59,6 +59,9 @@ type Message struct {
 	Done   int64       `json:"done,omitempty"`  // progress, in bytes or steps
 	Total  int64       `json:"total,omitempty"` // 0 when unknown
 	Result *Result     `json:"result,omitempty"`
+	// Retire, with a result: the worker that ran the job takes no further job,
+	// and why (its state could not be made fresh again, see RunChild).
+	Retire string `json:"retire,omitempty"`
 }
 
 // Result is how a job ended, as the child reports it.

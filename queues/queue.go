@@ -115,8 +115,9 @@ type Queue interface {
 	Retries() int
 }
 
-// Runner starts jobs. The real one spawns `gantry job` processes; the scheduler's unit
-// tests use a fake that finishes jobs when the test says so.
+// Runner starts jobs. The real one runs them in gantry's worker processes; the
+// scheduler's unit tests use a fake that finishes jobs when the test says so. A Runner
+// that is also an io.Closer is closed when the session ends (Run returns).
 type Runner interface {
 	Start(spec job.Spec, onMessage func(job.Message)) (Running, error)
 }
@@ -130,17 +131,25 @@ type Running interface {
 	Wait() job.Outcome
 }
 
-// ProcessRunner runs jobs as child processes (gantry re-executing itself).
+// ProcessRunner runs jobs in worker processes (gantry re-executing itself) that it keeps
+// for the session: about one per job slot, each running one job at a time (job.Workers).
 type ProcessRunner struct {
-	Command []string // e.g. {"/usr/bin/gantry", "job"}
-	Env     []string
-	Grace   time.Duration
+	workers *job.Workers
 }
 
-// Start spawns the child process for spec.
-func (r ProcessRunner) Start(spec job.Spec, onMessage func(job.Message)) (Running, error) {
-	return job.Start(spec, job.Options{Command: r.Command, Env: r.Env, Grace: r.Grace, OnMessage: onMessage})
+// NewProcessRunner returns a runner whose workers run command (e.g. {"/usr/bin/gantry",
+// "__job"}) with env (nil: gantry's), and get grace between SIGTERM and SIGKILL.
+func NewProcessRunner(command, env []string, grace time.Duration) *ProcessRunner {
+	return &ProcessRunner{workers: job.NewWorkers(job.Options{Command: command, Env: env, Grace: grace})}
 }
+
+// Start runs spec in an idle worker, or a new one.
+func (r *ProcessRunner) Start(spec job.Spec, onMessage func(job.Message)) (Running, error) {
+	return r.workers.Start(spec, onMessage)
+}
+
+// Close ends the workers; the scheduler calls it when the session ends.
+func (r *ProcessRunner) Close() error { return r.workers.Close() }
 
 // answer is a question's memoised answer: not asked yet, no or yes.
 type answer uint8

@@ -3,6 +3,7 @@ package queues
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"path/filepath"
 	"slices"
@@ -237,6 +238,11 @@ func (s *Scheduler) Run() *Summary {
 			break
 		}
 		changed = s.handle(<-s.inbox)
+	}
+	if c, ok := s.cfg.Runner.(io.Closer); ok {
+		if err := c.Close(); err != nil {
+			s.cfg.Publish(Notice{Base: Base{time.Now()}, Level: "warning", Text: fmt.Sprintf("ending the job workers: %v", err)})
+		}
 	}
 	close(s.ended)
 	sum := s.summarize()

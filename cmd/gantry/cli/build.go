@@ -371,7 +371,7 @@ func (s *session) runScheduler(r schedulerRun) (*queues.Summary, error) {
 		Queues:   r.queues,
 		Items:    r.items,
 		Pool:     resources.NewPool(r.limits),
-		Runner:   queues.ProcessRunner{Command: []string{exe, jobCommand}, Grace: 5 * time.Second},
+		Runner:   queues.NewProcessRunner([]string{exe, jobCommand}, nil, 5*time.Second),
 		OnError:  r.onError,
 		LogDir:   r.cache.LogsDir(),
 		Publish:  publish,
