@@ -56,6 +56,45 @@ var testHandlers = map[string]Handler{
 	"panic": func(ctx context.Context, spec Spec, r *Reporter) (Result, error) {
 		panic("kaboom")
 	},
+	// mess changes what a next job in the same worker must not see: the working
+	// directory (to the payload's), an environment variable, the umask.
+	"mess": func(ctx context.Context, spec Spec, r *Reporter) (Result, error) {
+		var dir string
+		if err := json.Unmarshal(spec.Payload, &dir); err != nil {
+			return Result{}, err
+		}
+		syscall.Umask(0o077)
+		if err := os.Setenv("GANTRY_JOB_TEST_MESS", "1"); err != nil {
+			return Result{}, err
+		}
+		return Result{OK: true}, os.Chdir(dir)
+	},
+	// state reports the working directory, GANTRY_JOB_TEST_MESS and the umask.
+	"state": func(ctx context.Context, spec Spec, r *Reporter) (Result, error) {
+		cwd, err := os.Getwd()
+		if err != nil {
+			return Result{}, err
+		}
+		umask := syscall.Umask(0)
+		syscall.Umask(umask)
+		data, err := json.Marshal([]string{cwd, os.Getenv("GANTRY_JOB_TEST_MESS"), fmt.Sprintf("%03o", umask)})
+		return Result{OK: true, Data: data}, err
+	},
+	// leak leaves a file open.
+	"leak": func(ctx context.Context, spec Spec, r *Reporter) (Result, error) {
+		_, err := os.Open(os.Args[0])
+		return Result{OK: true}, err
+	},
+	// daemon leaves a process behind that left the job's session and whose
+	// parent exited, and reports its pid.
+	"daemon": func(ctx context.Context, spec Spec, r *Reporter) (Result, error) {
+		out, err := exec.Command("setsid", "sh", "-c", "sleep 300 >/dev/null 2>&1 & echo $!").Output()
+		if err != nil {
+			return Result{}, err
+		}
+		r.Status("daemon " + strings.TrimSpace(string(out)))
+		return Result{OK: true}, nil
+	},
 	// ticker starts a grandchild that appends to a file, reports its pid in a
 	// status message, and runs until terminated.
 	"ticker": func(ctx context.Context, spec Spec, r *Reporter) (Result, error) {

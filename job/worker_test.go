@@ -1,0 +1,217 @@
+package job
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// newPool returns a pool of test workers, closed when the test ends.
+func newPool(t *testing.T) *Workers {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := NewWorkers(Options{Command: []string{exe, "job"}, Env: append(os.Environ(), childEnv+"=1")})
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
+// startIn starts action in p.
+func startIn(t *testing.T, p *Workers, action string, payload any) started {
+	t.Helper()
+	raw, err := json.Marshal(payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logPath := filepath.Join(t.TempDir(), action+".log")
+	rec := newRecorder()
+	j, err := p.Start(Spec{ID: action, Action: action, Element: "app.toml", LogPath: logPath, Payload: raw}, rec.add)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = j.Kill()
+		j.Wait()
+	})
+	return started{j, rec, logPath}
+}
+
+// runIn runs action in p to its end and returns the job and its outcome.
+func runIn(t *testing.T, p *Workers, action string, payload any) (started, Outcome) {
+	t.Helper()
+	s := startIn(t, p, action, payload)
+	return s, waitOutcome(t, s.job)
+}
+
+// reaped reports whether pid no longer exists, not even as a zombie.
+func reaped(pid int) bool {
+	return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH)
+}
+
+// Jobs run one after another reuse one worker; jobs at once get one each.
+func TestWorkersReuse(t *testing.T) {
+	p := newPool(t)
+	pids := map[int]int{}
+	for range 5 {
+		a, b := startIn(t, p, "messages", "x"), startIn(t, p, "messages", "y")
+		for _, s := range []started{a, b} {
+			if out := waitOutcome(t, s.job); !out.Result.OK || out.ExitCode != 0 {
+				t.Fatalf("outcome = %+v, want OK", out)
+			}
+			pids[s.job.Pid()]++
+			if log := readFile(t, s.log); !strings.Contains(log, fmt.Sprintf("(job messages, pid %d)", s.job.Pid())) {
+				t.Errorf("log of a job in worker %d lacks its own start line:\n%s", s.job.Pid(), log)
+			}
+		}
+	}
+	if n := p.Started(); n != 2 || len(pids) != 2 {
+		t.Errorf("10 jobs, 2 at a time, started %d workers (pids %v), want 2", n, pids)
+	}
+}
+
+// What a job changes in its worker's process is put back before the next job.
+func TestWorkerStateDoesNotLeak(t *testing.T) {
+	p := newPool(t)
+	first, before := runIn(t, p, "state", nil)
+	mess, out := runIn(t, p, "mess", t.TempDir())
+	if !out.Result.OK {
+		t.Fatalf("mess: %+v", out)
+	}
+	second, after := runIn(t, p, "state", nil)
+	if first.job.Pid() != mess.job.Pid() || mess.job.Pid() != second.job.Pid() {
+		t.Fatalf("the jobs ran in workers %d, %d, %d; want one worker", first.job.Pid(), mess.job.Pid(), second.job.Pid())
+	}
+	if string(after.Result.Data) != string(before.Result.Data) {
+		t.Errorf("after a job that changed them, working directory, environment and umask = %s, want %s as before",
+			after.Result.Data, before.Result.Data)
+	}
+}
+
+// A job that leaves a file open retires its worker: the next job gets a new one.
+func TestWorkerRetiresAfterLeak(t *testing.T) {
+	p := newPool(t)
+	leak, out := runIn(t, p, "leak", nil)
+	if !out.Result.OK {
+		t.Fatalf("leak: %+v", out)
+	}
+	if log := readFile(t, leak.log); !strings.Contains(log, "takes no further job: its job left files open: descriptors") {
+		t.Errorf("the leaking job's log does not say its worker retired:\n%s", log)
+	}
+	next, out := runIn(t, p, "messages", nil)
+	if !out.Result.OK || next.job.Pid() == leak.job.Pid() || p.Started() != 2 {
+		t.Errorf("next job: outcome %+v in worker %d (leaking job's: %d), %d workers started; want OK in a second worker",
+			out, next.job.Pid(), leak.job.Pid(), p.Started())
+	}
+	eventually(t, "the retired worker to exit", func() bool { return gone(leak.job.Pid()) })
+}
+
+// A daemon a job leaves behind is dead, and reaped, when the job's result
+// arrives: before its worker can take the next job.
+func TestWorkerDaemonDiesWithItsJob(t *testing.T) {
+	p := newPool(t)
+	s := startIn(t, p, "daemon", nil)
+	var pid int
+	if _, err := fmt.Sscanf(s.rec.waitStatus(t, "daemon "), "daemon %d", &pid); err != nil {
+		t.Fatal(err)
+	}
+	if out := waitOutcome(t, s.job); !out.Result.OK {
+		t.Fatalf("daemon: %+v", out)
+	}
+	if !reaped(pid) {
+		t.Errorf("daemon %d (state %q) outlived its job's result", pid, procState(pid))
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	next, _ := runIn(t, p, "messages", nil)
+	if next.job.Pid() != s.job.Pid() {
+		t.Errorf("the next job ran in worker %d, want the same worker %d", next.job.Pid(), s.job.Pid())
+	}
+}
+
+// Suspending one job stops its processes and nothing else: not another job's,
+// not an idle worker.
+func TestSuspendOneJobOnly(t *testing.T) {
+	p := newPool(t)
+	ticksA, ticksB := filepath.Join(t.TempDir(), "a"), filepath.Join(t.TempDir(), "b")
+	a := startIn(t, p, "ticker", tickerPayload{File: ticksA})
+	b := startIn(t, p, "ticker", tickerPayload{File: ticksB})
+	idle, _ := runIn(t, p, "messages", nil) // a third worker, idle from now on
+	pidA, pidB := grandchildPid(t, a.rec), grandchildPid(t, b.rec)
+	waitGrowing(t, ticksB, 0)
+
+	if err := a.job.Suspend(); err != nil {
+		t.Fatal(err)
+	}
+	size := waitStopped(t, pidA, ticksA)
+	if st := procState(a.job.Pid()); st != "T" {
+		t.Errorf("suspended job's worker is in state %q, want T (stopped)", st)
+	}
+	waitGrowing(t, ticksB, fileSize(ticksB)) // the other job runs on
+	for what, pid := range map[string]int{"other job's grandchild": pidB, "other job's worker": b.job.Pid(), "idle worker": idle.job.Pid()} {
+		if st := procState(pid); st == "T" {
+			t.Errorf("%s %d is stopped", what, pid)
+		}
+	}
+	if err := a.job.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	waitGrowing(t, ticksA, size)
+}
+
+// A job whose worker crashes fails alone; the pool goes on with a new worker.
+func TestWorkerCrashFailsOnlyItsJob(t *testing.T) {
+	for _, action := range []string{"crash", "panic"} {
+		t.Run(action, func(t *testing.T) {
+			p := newPool(t)
+			other := startIn(t, p, "ticker", tickerPayload{File: filepath.Join(t.TempDir(), "ticks")})
+			grandchildPid(t, other.rec)
+			crashed, out := runIn(t, p, action, nil)
+			if out.Result.OK || out.Terminated {
+				t.Errorf("%s: outcome %+v, want failed, not terminated", action, out)
+			}
+			next, out := runIn(t, p, "messages", nil)
+			if !out.Result.OK || next.job.Pid() == crashed.job.Pid() {
+				t.Errorf("next job: outcome %+v in worker %d (the crashed job's: %d); want OK in a new worker",
+					out, next.job.Pid(), crashed.job.Pid())
+			}
+			select {
+			case <-other.job.Done():
+				t.Errorf("the other job ended: %+v", other.job.Wait())
+			default:
+			}
+		})
+	}
+}
+
+// A terminated or killed job's worker takes no further job; Close ends idle
+// workers.
+func TestWorkerAfterTerminateAndClose(t *testing.T) {
+	p := newPool(t)
+	for _, stop := range []func(*Job) error{(*Job).Terminate, (*Job).Kill} {
+		s := startIn(t, p, "ticker", tickerPayload{File: filepath.Join(t.TempDir(), "ticks")})
+		grandchildPid(t, s.rec)
+		if err := stop(s.job); err != nil {
+			t.Fatal(err)
+		}
+		if out := waitOutcome(t, s.job); !out.Terminated {
+			t.Errorf("outcome %+v, want terminated", out)
+		}
+		eventually(t, "the stopped job's worker to exit", func() bool { return gone(s.job.Pid()) })
+	}
+	idle, _ := runIn(t, p, "messages", nil)
+	if p.Started() != 3 {
+		t.Errorf("started %d workers, want 3 (none reused after terminate or kill)", p.Started())
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if !reaped(idle.job.Pid()) {
+		t.Errorf("idle worker %d is still there after Close", idle.job.Pid())
+	}
+}
