@@ -1,0 +1,151 @@
+package cli
+
+// End-to-end tests of the job workers: a session starts about one worker per builder,
+// not one process per job, and each job stays a unit of its own.
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// jobStartRE is a job log's first line: "[start] build a.toml (job build-3, pid 123)".
+var jobStartRE = regexp.MustCompile(`\[start\] (\w+) (\S+) \(job \S+, pid (\d+)\)`)
+
+// jobPids returns, for each build job logged in the project's cache, the pid of the
+// process that ran it, by element. A log without its start line yet is left out.
+func (p *e2eProject) jobPids() map[string]int {
+	p.t.Helper()
+	pids := map[string]int{}
+	logs, err := filepath.Glob(filepath.Join(p.cache, "logs", "e2e", "*", "*-build*.log"))
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	for _, path := range logs {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			p.t.Fatal(err)
+		}
+		if m := jobStartRE.FindStringSubmatch(string(b)); m != nil {
+			pids[m[2]], _ = strconv.Atoi(m[3])
+		}
+	}
+	return pids
+}
+
+// The start-up path: a build of N elements with B builders starts about B job
+// processes, not N. Each job still has its own log, and no worker outlives gantry.
+func TestE2EBuildStartsAboutOneWorkerPerBuilder(t *testing.T) {
+	t.Parallel()
+	const n, builders = 12, 2
+	files := map[string]string{"project.toml": projectTOML("all.toml")}
+	var deps []string
+	for i := range n {
+		name := fmt.Sprintf("e%02d.toml", i)
+		files["elements/"+name] = manualElement(nil, "true")
+		deps = append(deps, name)
+	}
+	files["elements/all.toml"] = manualElement(deps, "true")
+	p := newE2EProject(t, files)
+	p.mustRun(0, "build", "--ui", "json", "--sandbox", "host", "--builders", strconv.Itoa(builders))
+
+	pids := p.jobPids()
+	if len(pids) != n+1 {
+		t.Fatalf("found the logs of %d build jobs, want %d: %v", len(pids), n+1, pids)
+	}
+	workers := map[int]bool{}
+	for _, pid := range pids {
+		workers[pid] = true
+	}
+	if len(workers) > builders+1 {
+		t.Errorf("%d build jobs with %d builders ran in %d processes, want at most %d: %v",
+			n+1, builders, len(workers), builders+1, pids)
+	}
+	for pid := range workers {
+		if !processGone(pid) {
+			t.Errorf("job worker %d outlived gantry", pid)
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
+
+// A daemon a job leaves behind is dead before the next job starts in the same
+// worker: the next job checks.
+func TestE2EDaemonDeadBeforeNextJobInWorker(t *testing.T) {
+	t.Parallel()
+	marker := fmt.Sprintf("gantry-worker-daemon-%d", time.Now().UnixNano())
+	killMarkedOnCleanup(t, marker)
+	p := newE2EProject(t, map[string]string{"project.toml": projectTOML("second.toml")})
+	pidFile := p.scratch("daemon.pid")
+	sleeper := "./" + marker
+	p.write("elements/first.toml", manualElement(nil, fmt.Sprintf(
+		"ln -s \"$(command -v sleep)\" %[1]s; setsid sh -c '%[1]s 300 >/dev/null 2>&1 & echo $! > %[2]s'", sleeper, pidFile)))
+	p.write("elements/second.toml", manualElement([]string{"first.toml"}, fmt.Sprintf(
+		"pid=$(cat %s); if kill -0 $pid; then echo \"daemon $pid of the last job is alive\"; exit 1; fi", pidFile)))
+	_, stderr := p.mustRun(0, "build", "--ui", "json", "--sandbox", "host", "--builders", "1")
+
+	pids := p.jobPids()
+	if pids["first.toml"] == 0 || pids["first.toml"] != pids["second.toml"] {
+		t.Errorf("the two jobs ran in processes %v, want one worker for both\n%s", pids, stderr)
+	}
+}
+
+// A job whose worker crashes fails alone, as a fault of the machine (nothing is
+// cached: the next session tries it again), with the crash's trace in its log; the
+// next job in that slot runs in a new worker.
+func TestE2EWorkerCrashFailsOnlyItsJob(t *testing.T) {
+	t.Parallel()
+	p := newE2EProject(t, map[string]string{
+		"project.toml": projectTOML("crash.toml", "ok.toml"),
+		// The build's shell is a child of the worker: SIGABRT makes Go's runtime
+		// crash the worker with a goroutine dump.
+		"elements/crash.toml": manualElement(nil, "kill -ABRT $PPID; sleep 10"),
+		"elements/mid.toml":   manualElement(nil, "true"),
+		"elements/ok.toml":    manualElement([]string{"mid.toml"}, "true"),
+	})
+	_, stderr := p.mustRun(1, "build", "--ui", "json", "--sandbox", "host", "--builders", "1", "--on-error", "continue")
+
+	if st := p.state("ok.toml"); st != "cached" {
+		t.Errorf("ok.toml is %s after the crash of another job, want cached\n%s", st, stderr)
+	}
+	if st := p.state("crash.toml"); st == "failed" {
+		t.Errorf("crash.toml's crash was cached as its failure; want nothing cached (a machine fault)")
+	}
+	logs, _ := filepath.Glob(filepath.Join(p.cache, "logs", "e2e", "crash", "*-build.log"))
+	if len(logs) != 1 {
+		t.Fatalf("crash.toml's build logs: %v, want one", logs)
+	}
+	if b, _ := os.ReadFile(logs[0]); !strings.Contains(string(b), "SIGABRT") {
+		t.Errorf("crash.toml's log lacks the worker's crash trace:\n%s", b)
+	}
+	pids := p.jobPids()
+	if pids["ok.toml"] == pids["crash.toml"] {
+		t.Errorf("ok.toml ran in the crashed worker %d", pids["crash.toml"])
+	}
+}
+
+// kill -9 of gantry: its idle job workers die too, not only the busy one.
+func TestE2EKill9LeavesNoWorker(t *testing.T) {
+	t.Parallel()
+	p := newE2EProject(t, map[string]string{
+		"project.toml":       projectTOML("long.toml"),
+		"elements/a.toml":    manualElement(nil, "true"),
+		"elements/b.toml":    manualElement(nil, "true"),
+		"elements/long.toml": manualElement([]string{"a.toml", "b.toml"}, "sleep 300"),
+	})
+	g := p.start("build", "--ui", "json", "--sandbox", "host", "--builders", "2")
+	g.waitEvent("job-start", "build", "long.toml")
+	var pids map[string]int
+	eventually(t, e2eTimeout, "three build jobs have started", func() bool { pids = p.jobPids(); return len(pids) == 3 })
+	g.signal(syscall.SIGKILL)
+	g.wait(e2eTimeout)
+	for element, pid := range pids {
+		eventually(t, 10*time.Second, fmt.Sprintf("the worker %d that built %s is gone", pid, element), func() bool { return processGone(pid) })
+	}
+}
