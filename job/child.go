@@ -142,8 +142,7 @@ func runOne(life context.Context, line []byte, msgs io.Writer, handlers map[stri
 		}
 	}
 	r.flush()
-	KillDescendants()
-	reapChildren()
+	endJobProcesses()
 	if term.end() && retire == "" {
 		retire = "its job was terminated"
 	}

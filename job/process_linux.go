@@ -111,6 +111,26 @@ func redirectOutput(f *os.File) (restore func()) {
 	}
 }
 
+// endJobProcesses kills every process the worker's job left behind and reaps
+// them all, so that none is left, not even a zombie, when the next job starts.
+// The worker is a child subreaper: every descendant whose parent exited became
+// its child, so a worker with no children has no descendants left, and one
+// waitid(2) says so without walking the process table.
+func endJobProcesses() {
+	reapChildren()
+	if hasChildren() {
+		KillDescendants()
+		reapChildren()
+	}
+}
+
+// hasChildren reports whether the calling process has a child, alive or not.
+func hasChildren() bool {
+	var info unix.Siginfo
+	err := unix.Waitid(unix.P_ALL, 0, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
+	return err != unix.ECHILD
+}
+
 // reapChildren reaps every child that has exited: in a worker, the processes
 // of its last job, killed and adopted (it is a child subreaper), which would
 // otherwise stay zombies for the worker's life.

@@ -31,6 +31,6 @@ func waitExitedNoReap(int) error {
 // where the worker's output went when it started.
 func redirectOutput(*os.File) (restore func()) { return func() {} }
 
-// reapChildren does nothing here: without a subreaper, a job's processes are
-// not the worker's to reap.
-func reapChildren() {}
+// endJobProcesses kills what the job left among the worker's descendants (its
+// direct children, without /proc).
+func endJobProcesses() { KillDescendants() }
