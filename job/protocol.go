@@ -1,22 +1,29 @@
 // Package job runs one piece of scheduler work (track, pull, fetch, build,
-// push of one element) as a child process, and is also the child's side of
+// push of one element) in a worker process, and is also the worker's side of
 // that arrangement (DESIGN.md §5).
 //
-// The parent starts the child with Start: a re-execution of gantry (the
-// caller supplies the argv, e.g. {exe, "job"}) in its own process group, with
-// the Spec as JSON on stdin and a pipe on fd 3. The child, RunChild, runs the
-// handler for the spec's action and sends Messages back over fd 3 as JSON
-// lines (start, status, log, progress and finally result), while writing the
-// full log to Spec.LogPath. The child's stdout and stderr go to the same log
-// file, so a crash's panic trace is kept.
+// DESIGN.md §5 has each job be a child process in its own process group;
+// workers refine that. A Workers pool keeps long-lived worker processes, each
+// a re-execution of gantry (the caller supplies the argv, e.g. {exe, "__job"})
+// in its own session and process group, each running one job at a time and
+// many over its life, so that Go's start-up is paid per worker, not per job.
+// A job's Spec goes to an idle worker's stdin as a JSON line; the worker,
+// RunChild, runs the handler for the spec's action and sends Messages back
+// over fd 3 as JSON lines (start, status, log, progress and finally result),
+// while writing the full log to Spec.LogPath. During the job the worker's
+// stdout and stderr go to the same log file, so a crash's panic trace is kept.
+// Start runs one job in a worker of its own that exits after it.
 //
-// The parent can suspend (SIGSTOP), resume (SIGCONT), terminate (SIGTERM, then
-// SIGKILL after a grace period) or kill the job's whole process group. When
-// the job's main process exits, whatever it left behind in its process group
-// is killed too, so no job outlives its result. The child is a child
-// subreaper: processes that leave its group (setsid, double fork) stay its
-// descendants, and it kills them before it exits and when gantry dies, even
-// by kill -9 (see watchParent).
+// A job is still a unit of its own. While it runs, its worker's process group
+// holds the worker and that job's processes only, so the parent can suspend
+// (SIGSTOP), resume (SIGCONT), terminate (SIGTERM, then SIGKILL after a grace
+// period) or kill exactly that job; an idle worker is never signalled. The
+// worker is a child subreaper: processes that leave its group (setsid, double
+// fork) stay its descendants, and it kills and reaps them all before it sends
+// the job's result, and kills them when gantry dies, even by kill -9 (see
+// watchParent). Between jobs it puts back what a job may change in the
+// process, or retires when it cannot (see workerState). A worker that dies
+// fails only the job it was running.
 package job
 
 import (

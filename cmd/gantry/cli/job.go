@@ -13,8 +13,8 @@ import (
 	"github.com/gantry-build/gantry/source"
 )
 
-// jobCommand is the hidden first argument with which gantry re-executes itself to run
-// one job (DESIGN.md §5). The job spec arrives on stdin.
+// jobCommand is the hidden first argument with which gantry re-executes itself as a job
+// worker (DESIGN.md §5, job.Workers): job specs arrive on stdin, one at a time.
 const jobCommand = "__job"
 
 func runJob() int {
