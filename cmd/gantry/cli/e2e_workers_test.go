@@ -149,3 +149,40 @@ func TestE2EKill9LeavesNoWorker(t *testing.T) {
 		eventually(t, 10*time.Second, fmt.Sprintf("the worker %d that built %s is gone", pid, element), func() bool { return processGone(pid) })
 	}
 }
+
+// Ctrl-Z stops the jobs, not the workers idle at the time: those are no job's.
+func TestE2ESuspendLeavesIdleWorkerRunning(t *testing.T) {
+	t.Parallel()
+	p := newE2EProject(t, map[string]string{
+		"project.toml":        projectTOML("quick.toml", "tick.toml"),
+		"elements/quick.toml": manualElement(nil, "true"),
+	})
+	ticks := p.scratch("ticks")
+	p.write("elements/tick.toml", manualElement(nil, fmt.Sprintf("while :; do echo x >> %s; sleep 0.05; done", ticks)))
+	g := p.start("build", "--ui", "json", "--sandbox", "host", "--builders", "2")
+	g.waitEvent("job-end", "build", "quick.toml")
+	var pids map[string]int
+	eventually(t, e2eTimeout, "both build jobs have started", func() bool { pids = p.jobPids(); return len(pids) == 2 })
+	idle, busy := pids["quick.toml"], pids["tick.toml"]
+	if idle == busy {
+		t.Fatalf("quick.toml and tick.toml ran in one worker %d; want two", idle)
+	}
+	killGroupOnCleanup(t, busy)
+	waitGrowth(t, ticks, 0)
+
+	g.signal(syscall.SIGTSTP)
+	eventually(t, e2eTimeout, "gantry is stopped (state T)", func() bool {
+		pi, ok := readProc(g.pid())
+		return ok && pi.state == 'T'
+	})
+	waitGroupStopped(t, busy) // the busy worker's group: the worker and tick.toml's build
+	if pi, ok := readProc(idle); !ok || pi.state == 'T' {
+		t.Errorf("the idle worker %d is stopped (state %c) by a suspend of the session's jobs", idle, pi.state)
+	}
+	g.signal(syscall.SIGCONT)
+	waitGrowth(t, ticks, fileSize(ticks))
+	g.signal(syscall.SIGTERM)
+	if code := g.wait(e2eTimeout); code != exitInterrupted {
+		t.Fatalf("gantry exited with %d after SIGTERM, want %d\n%s", code, exitInterrupted, g.output())
+	}
+}
