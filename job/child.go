@@ -95,12 +95,8 @@ func serve(life context.Context, stdin io.Reader, msgs io.Writer, handlers map[s
 			}
 			continue
 		}
-		retire := runOne(life, line, msgs, handlers, term, base)
-		if base == nil {
-			retire = "its state was not recorded"
-		}
-		if retire != "" {
-			// The parent closes stdin; a worker it can no longer talk to exits.
+		if retire := runOne(life, line, msgs, handlers, term, base); retire != "" {
+			// Told so with the result, the parent closes stdin: exit then.
 			if _, err := io.Copy(io.Discard, specs); err != nil {
 				return 1
 			}
@@ -147,7 +143,11 @@ func runOne(life context.Context, line []byte, msgs io.Writer, handlers map[stri
 		retire = "its job was terminated"
 	}
 	restoreOutput()
-	if retire == "" && base != nil {
+	switch {
+	case retire != "":
+	case base == nil:
+		retire = "its state before the first job was not recorded"
+	default:
 		retire = base.restore(logFile)
 	}
 	if retire != "" {
