@@ -47,7 +47,7 @@ type Handler func(ctx context.Context, spec Spec, r *Reporter) (Result, error)
 // stdout and stderr at it (so a crash's trace lands in the log of the job that
 // crashed), sends start on fd 3, runs the handler for spec.Action with a
 // context cancelled on SIGTERM, kills every process the job left behind, puts
-// the process back as it was before the job (see freshState), and sends the
+// the process back as it was before the job (see workerState), and sends the
 // result.
 //
 // Every process a job started dies with the job: whatever is still running
@@ -111,8 +111,9 @@ func runOne(life context.Context, line []byte, msgs io.Writer, handlers map[stri
 	r := &Reporter{msgs: msgs, log: io.Discard}
 	var spec Spec
 	if err := json.Unmarshal(line, &spec); err != nil {
-		r.finish(Result{Error: fmt.Sprintf("reading job spec from stdin: %v", err)}, "the spec could not be read")
-		return "the spec could not be read"
+		retire = "its last spec could not be read"
+		r.finish(Result{Error: fmt.Sprintf("reading job spec from stdin: %v", err)}, retire)
+		return retire
 	}
 	logFile, err := os.OpenFile(spec.LogPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {
@@ -151,7 +152,7 @@ func runOne(life context.Context, line []byte, msgs io.Writer, handlers map[stri
 		retire = base.restore(logFile)
 	}
 	if retire != "" {
-		r.writeLogLocked("[worker] pid " + strconv.Itoa(os.Getpid()) + " takes no further job: " + retire)
+		r.logOnly("[worker] pid " + strconv.Itoa(os.Getpid()) + " takes no further job: " + retire)
 	}
 	r.finish(res, retire)
 	return retire
@@ -331,8 +332,8 @@ func (r *Reporter) send(m Message) {
 	_, r.sendErr = r.msgs.Write(append(b, '\n'))
 }
 
-// writeLogLocked writes line to the log, taking the lock.
-func (r *Reporter) writeLogLocked(line string) {
+// logOnly writes line to the log only: it is not sent to the parent.
+func (r *Reporter) logOnly(line string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.writeLog(line)
