@@ -80,6 +80,21 @@ var testHandlers = map[string]Handler{
 		data, err := json.Marshal([]string{cwd, os.Getenv("GANTRY_JOB_TEST_MESS"), fmt.Sprintf("%03o", umask)})
 		return Result{OK: true, Data: data}, err
 	},
+	// linger leaves a goroutine that runs for the payload's milliseconds (-1: for
+	// ever) after the job.
+	"linger": func(ctx context.Context, spec Spec, r *Reporter) (Result, error) {
+		var ms int
+		if err := json.Unmarshal(spec.Payload, &ms); err != nil {
+			return Result{}, err
+		}
+		go func() {
+			if ms < 0 {
+				select {}
+			}
+			time.Sleep(time.Duration(ms) * time.Millisecond)
+		}()
+		return Result{OK: true}, nil
+	},
 	// leak leaves a file open.
 	"leak": func(ctx context.Context, spec Spec, r *Reporter) (Result, error) {
 		_, err := os.Open(os.Args[0])

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // maxWorkerRSS is the resident size above which a worker takes no further job:
@@ -83,8 +84,8 @@ func (s *workerState) restore(log *os.File) string {
 			}
 		}
 	}
-	if n := runtime.NumGoroutine(); n > s.goroutines {
-		return fmt.Sprintf("its job left %d goroutines running", n-s.goroutines)
+	if n := s.goroutinesLeft(); n > 0 {
+		return fmt.Sprintf("its job left %d goroutines running", n)
 	}
 	fds, err := openFiles()
 	if err != nil {
@@ -115,6 +116,24 @@ func (s *workerState) restore(log *os.File) string {
 		return fmt.Sprintf("it holds %d MiB of memory", rss>>20)
 	}
 	return ""
+}
+
+// goroutineSettle is how long a worker waits for goroutines its job ended to
+// exit: the readers and writers of a closed connection, a command's output
+// copier. Only a job that left some waits at all.
+const goroutineSettle = 20 * time.Millisecond
+
+// goroutinesLeft returns how many more goroutines run than before the first
+// job, once those on their way out have had goroutineSettle to exit.
+func (s *workerState) goroutinesLeft() int {
+	deadline := time.Now().Add(goroutineSettle)
+	for {
+		n := runtime.NumGoroutine() - s.goroutines
+		if n <= 0 || time.Now().After(deadline) {
+			return n
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // openFiles lists the process's open file descriptors.

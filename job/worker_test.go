@@ -215,3 +215,24 @@ func TestWorkerAfterTerminateAndClose(t *testing.T) {
 		t.Errorf("idle worker %d is still there after Close", idle.job.Pid())
 	}
 }
+
+// A goroutine a job leaves running retires its worker, unless it ends soon
+// after the job (a closed connection's reader does).
+func TestWorkerGoroutinesLeft(t *testing.T) {
+	p := newPool(t)
+	brief, out := runIn(t, p, "linger", 5)
+	if !out.Result.OK {
+		t.Fatalf("linger: %+v", out)
+	}
+	next, _ := runIn(t, p, "messages", nil)
+	if next.job.Pid() != brief.job.Pid() {
+		t.Errorf("a goroutine that ended 5ms after its job retired worker %d:\n%s", brief.job.Pid(), readFile(t, brief.log))
+	}
+	stuck, _ := runIn(t, p, "linger", -1)
+	if log := readFile(t, stuck.log); !strings.Contains(log, "takes no further job: its job left 1 goroutines running") {
+		t.Errorf("a goroutine left running for ever did not retire the worker:\n%s", log)
+	}
+	if after, _ := runIn(t, p, "messages", nil); after.job.Pid() == stuck.job.Pid() {
+		t.Errorf("the next job ran in the retired worker %d", stuck.job.Pid())
+	}
+}
