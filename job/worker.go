@@ -84,7 +84,7 @@ func (p *Workers) Start(spec Spec, onMessage func(Message)) (*Job, error) {
 		// ends the job saying how.
 		_, _ = w.specs.Write(append(specJSON, '\n'))
 		if p.oneShot {
-			w.specs.Close()
+			w.retire()
 		}
 	}()
 	return j, nil
