@@ -293,7 +293,10 @@ func TestCallerGroupSuspendAndTerminate(t *testing.T) {
 			if err := syscall.Kill(-pgid, syscall.SIGSTOP); err != nil {
 				t.Fatal(err)
 			}
-			eventually(t, "everything in the job's group is stopped", func() bool { return allStopped(pgid, len(members)) })
+			eventuallyDescribed(t, "everything in the job's group is stopped", func() bool { return allStopped(pgid, len(members)) },
+				func() string {
+					return fmt.Sprintf("%d members when it said ready:\n%s\nnow:\n%s", len(members), describeProcs(members), describeGroup(pgid))
+				})
 			if err := syscall.Kill(-pgid, syscall.SIGCONT); err != nil {
 				t.Fatal(err)
 			}

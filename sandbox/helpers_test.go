@@ -160,9 +160,24 @@ func groupMembers(pgid int) []procInfo {
 // which the kernel changes asynchronously with no event to wait on.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	eventuallyDescribed(t, what, cond, nil)
+}
+
+// eventuallyDescribed is eventually that, when it times out, says what describe
+// returns (the processes it was waiting on, their states). A loaded machine can
+// keep a process in uninterruptible sleep for seconds, so it waits up to 30s.
+func eventuallyDescribed(t *testing.T, what string, cond func() bool, describe func() string) {
+	t.Helper()
+	wait := 10 * time.Second
+	if describe != nil {
+		wait = 30 * time.Second
+	}
+	deadline := time.Now().Add(wait)
 	for !cond() {
 		if time.Now().After(deadline) {
+			if describe != nil {
+				t.Fatalf("timed out waiting until %s; %s", what, describe())
+			}
 			t.Fatalf("timed out waiting until %s", what)
 		}
 		time.Sleep(10 * time.Millisecond)
@@ -190,9 +205,12 @@ func noneStopped(pgid int) bool {
 	return true
 }
 
-func describeGroup(pgid int) string {
+func describeGroup(pgid int) string { return describeProcs(groupMembers(pgid)) }
+
+// describeProcs lists processes as "pid state comm" lines.
+func describeProcs(procs []procInfo) string {
 	var b strings.Builder
-	for _, p := range groupMembers(pgid) {
+	for _, p := range procs {
 		b.WriteString(strconv.Itoa(p.pid) + " " + string(p.state) + " " + p.comm + "\n")
 	}
 	return b.String()
