@@ -28,11 +28,7 @@ func run(args []string) int {
 			"build.ninja, Makefile and graph.json.\n\nflags:\n")
 		fs.PrintDefaults()
 	}
-	n := fs.Int("n", synth.DefaultN, "number of elements")
-	fanin := fs.Int("fanin", synth.DefaultFanIn, "maximum number of dependencies per element")
-	seed := fs.Uint64("seed", synth.DefaultSeed, "random seed (same flags give byte-identical output)")
-	sleepMS := fs.Int("sleep-ms", 0, "maximum per-element sleep in ms (0: every element is a no-op)")
-	shape := fs.String("shape", "random", "graph shape: random, "+synth.ShapeChainLast+" or "+synth.ShapeHops+" (see bench/README.md)")
+	config := synth.Flags(fs)
 	out := fs.String("out", "", "output directory (required)")
 	force := fs.Bool("force", false, "write into a non-empty output directory")
 	if err := fs.Parse(args); err != nil {
@@ -48,7 +44,7 @@ func run(args []string) int {
 		fs.Usage()
 		return 2
 	}
-	g, err := synth.Generate(synth.Config{N: *n, FanIn: *fanin, Seed: *seed, SleepMS: *sleepMS, Shape: *shape})
+	g, err := synth.Generate(config())
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "gen:", err)
 		return 2

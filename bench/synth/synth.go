@@ -18,6 +18,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -74,6 +75,18 @@ const (
 	// starts the short chains first; durations start the long chain first.
 	ShapeHops = "hops"
 )
+
+// Flags defines the flags that choose a graph (-n, -fanin, -seed, -sleep-ms, -shape)
+// on fs, for every tool that generates one; the function returned gives the Config
+// they set once fs is parsed.
+func Flags(fs *flag.FlagSet) func() Config {
+	n := fs.Int("n", DefaultN, "number of elements")
+	fanin := fs.Int("fanin", DefaultFanIn, "maximum number of dependencies per element")
+	seed := fs.Uint64("seed", DefaultSeed, "random seed (same flags give byte-identical output)")
+	sleepMS := fs.Int("sleep-ms", 0, "maximum per-element sleep in ms (0: every element is a no-op)")
+	shape := fs.String("shape", "random", "graph shape: random, "+ShapeChainLast+" or "+ShapeHops+" (see bench/README.md)")
+	return func() Config { return Config{N: *n, FanIn: *fanin, Seed: *seed, SleepMS: *sleepMS, Shape: *shape} }
+}
 
 // Validate reports whether the configuration is usable.
 func (c Config) Validate() error {
@@ -256,6 +269,13 @@ func (g *Graph) CriticalPath() (ms, length int) {
 		}
 	}
 	return ms, length
+}
+
+// LowerBoundMS is a lower bound on the makespan of any schedule on builders
+// builders: the longer of the critical path and the total work shared evenly.
+func (g *Graph) LowerBoundMS(builders int) float64 {
+	cp, _ := g.CriticalPath()
+	return max(float64(cp), float64(g.TotalWorkMS())/float64(max(1, builders)))
 }
 
 // width is the number of digits used to zero-pad element numbers.

@@ -1,0 +1,133 @@
+package queues
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/gantry-build/gantry/job"
+	"github.com/gantry-build/gantry/resources"
+)
+
+// Simulation says how to run a plan in simulated time (Simulate).
+type Simulation struct {
+	Builders int
+	// Duration is how long an item's build job runs (its real cost, not its estimate).
+	Duration func(it *Item) time.Duration
+	// Overhead is added to every build job: the per-job cost of the real runner.
+	Overhead time.Duration
+}
+
+// Simulate runs the real scheduler loop on items (a plan from Plan, with its
+// priorities) through the Fetch and Build queues, with jobs that take the simulated
+// time sim says and cost nothing else, and returns the makespan in simulated time.
+// The order jobs start in is the loop's own, so a makespan far from the lower bound
+// max(critical path, work / builders) is the policy's doing, never overhead's. Every
+// item must have its sources (it is a measuring tool: nothing is fetched).
+//
+// The loop runs on its own goroutine as in a session; Simulate drives it from the
+// caller's, one job end at a time, earliest simulated end first (ties: first started).
+func Simulate(items []*Item, sim Simulation) (time.Duration, error) {
+	r := &simRunner{duration: map[string]time.Duration{}, overhead: sim.Overhead}
+	for _, it := range items {
+		r.duration[it.Name()] = sim.Duration(it)
+	}
+	noPayload := func(*Item) (json.RawMessage, error) { return nil, nil }
+	ends := make(chan string, len(items)+1)
+	s := New(Config{
+		Project: "simulation",
+		Queues: []Queue{
+			FetchQueue{SourcesCached: func(*Item) bool { return true }, PayloadFunc: noPayload},
+			BuildQueue{PayloadFunc: noPayload},
+		},
+		Items: items,
+		Pool: resources.NewPool(map[resources.Resource]int{
+			resources.Process: sim.Builders, resources.Download: 1, resources.Cache: 0,
+		}),
+		Runner: r,
+		Publish: func(e Event) {
+			if end, ok := e.(JobEnd); ok {
+				ends <- end.JobID
+			}
+		},
+	})
+	summary := make(chan *Summary, 1)
+	go func() { summary <- s.Run() }()
+	// A command is handled after the turn that followed every earlier message: once
+	// Do returns, every job that turn could start has started.
+	s.Do(CmdResume)
+	for {
+		j := r.next()
+		if j == nil {
+			break
+		}
+		j.out <- job.Outcome{Result: job.Result{OK: true}, Elapsed: j.end - j.start}
+		for id := <-ends; id != j.id; id = <-ends {
+		}
+		s.Do(CmdResume)
+	}
+	sum := <-summary
+	if len(sum.Failed) > 0 || len(sum.NotStarted) > 0 {
+		return r.now, fmt.Errorf("simulating the plan: %d elements failed and %d did not start", len(sum.Failed), len(sum.NotStarted))
+	}
+	return r.now, nil
+}
+
+// simRunner starts jobs in simulated time. Start runs on the loop's goroutine, next
+// on Simulate's.
+type simRunner struct {
+	duration map[string]time.Duration
+	overhead time.Duration
+
+	mu      sync.Mutex
+	now     time.Duration
+	seq     int
+	running []*simJob
+}
+
+type simJob struct {
+	id         string
+	seq        int
+	start, end time.Duration
+	out        chan job.Outcome
+}
+
+func (r *simRunner) Start(spec job.Spec, _ func(job.Message)) (Running, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.seq++
+	j := &simJob{id: spec.ID, seq: r.seq, start: r.now, out: make(chan job.Outcome, 1)}
+	if spec.Action == string(Build) {
+		j.end = r.now + r.duration[spec.Element] + r.overhead
+	}
+	r.running = append(r.running, j)
+	return j, nil
+}
+
+// next takes the running job that ends first and moves the clock to its end; nil
+// when nothing runs.
+func (r *simRunner) next() *simJob {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.running) == 0 {
+		return nil
+	}
+	i := 0
+	for k, j := range r.running {
+		if j.end < r.running[i].end || (j.end == r.running[i].end && j.seq < r.running[i].seq) {
+			i = k
+		}
+	}
+	j := r.running[i]
+	r.running = slices.Delete(r.running, i, i+1)
+	r.now = j.end
+	return j
+}
+
+func (j *simJob) Suspend() error    { return nil }
+func (j *simJob) Resume() error     { return nil }
+func (j *simJob) Terminate() error  { return nil }
+func (j *simJob) Kill() error       { return nil }
+func (j *simJob) Wait() job.Outcome { return <-j.out }
