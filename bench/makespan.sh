@@ -64,7 +64,7 @@ timed() {
 	echo $(((t1 - t0) / 1000000))
 }
 
-# ratio MS: MS over the current lower bound, or the word timed printed.
+# ratio MS: MS over the current lower bound (FAIL stays FAIL).
 ratio() {
 	[[ $1 =~ ^[0-9]+$ ]] || {
 		echo "$1"
@@ -73,7 +73,17 @@ ratio() {
 	awk -v m="$1" -v lb="$LB" 'BEGIN { printf "%.3f", m / lb }'
 }
 
-# minmed VALUES...: "min/median" of ratios (a single value alone).
+# fit RUN MS: the per-job overhead (ms) with which gantry's policy in simulation takes
+# MS, RUN being "first" or "second".
+fit() {
+	[[ $2 =~ ^[0-9]+$ ]] || {
+		echo -
+		return
+	}
+	"$TMP/makespan" "${GRAPH[@]}" -builders "$JOBS" -fit "$2" | sed -n "s/^$1 .*overhead_fit_ms=//p"
+}
+
+# minmed VALUES...: "min/median" (a single value alone).
 minmed() {
 	if [[ $# -eq 1 ]]; then
 		echo "$1"
@@ -82,7 +92,7 @@ minmed() {
 	printf '%s\n' "$@" | sort -n | awk '{ v[NR] = $1 } END { printf "%s/%s", v[1], v[int((NR + 1) / 2)] }'
 }
 
-FMT='%-11s %5s %4s %8s | %6s %6s | %-11s %-11s %-11s | %-11s %-11s | %-11s\n'
+FMT='%-10s %5s %4s %6s | %5s %5s | %-11s %-11s %-11s | %-9s %-9s | %-11s %-11s | %-11s\n'
 rows=()
 row() {
 	# shellcheck disable=SC2059
@@ -90,31 +100,33 @@ row() {
 	# shellcheck disable=SC2059
 	printf "$FMT" "$@" >&2
 }
-header=$(printf "$FMT" shape n seed "lb (s)" sim1 sim2 gantry1 gantry2 "sim(learnt)" ninja1 ninja2 make)
+header=$(printf "$FMT" shape n seed "lb(s)" sim1 sim2 gantry1 gantry2 "sim(learnt)" "ovh1(ms)" "ovh2(ms)" ninja1 ninja2 make)
 
 # measure SHAPE N SEED SLEEP_MS: one row.
 measure() {
 	local shape=$1 n=$2 seed=$3 ms=$4 dir=$TMP/project
+	GRAPH=(-shape "$shape" -n "$n" -seed "$seed" -sleep-ms "$ms")
 	log "$shape n=$n seed=$seed sleep-ms=$ms"
-	"$TMP/gen" -out "$dir" -force -shape "$shape" -n "$n" -seed "$seed" -sleep-ms "$ms" >&2
+	"$TMP/gen" -out "$dir" -force "${GRAPH[@]}" >&2
 	local sim
-	sim=$("$TMP/makespan" -shape "$shape" -n "$n" -seed "$seed" -sleep-ms "$ms" -builders "$JOBS")
+	sim=$("$TMP/makespan" "${GRAPH[@]}" -builders "$JOBS")
 	LB=$(sed -n '1s/.*lower_bound_ms=\([0-9]*\).*/\1/p' <<<"$sim")
 	local sim1 sim2
 	sim1=$(sed -n 's/^first .*ratio=//p' <<<"$sim")
 	sim2=$(sed -n 's/^second .*ratio=//p' <<<"$sim")
-	local g1=() g2=() learnt=() n1=() n2=() mk=() r
+	local g1=() g2=() learnt=() o1=() o2=() n1=() n2=() mk=() r t
 	for ((r = 1; r <= RUNS; r++)); do
 		# First run: a fresh cache, nothing learned. Second run: a fresh cache again
 		# (everything is rebuilt) holding only the durations the first run learned.
-		local c1=$TMP/cache-$r-1 c2=$TMP/cache-$r-2
+		local c1=$TMP/cache-1 c2=$TMP/cache-2
 		rm -rf "$c1" "$c2"
-		g1+=("$(ratio "$(timed "$GANTRY" -C "$dir" build --builders "$JOBS" --ui plain --cache-dir "$c1")")")
+		t=$(timed "$GANTRY" -C "$dir" build --builders "$JOBS" --ui plain --cache-dir "$c1")
+		g1+=("$(ratio "$t")") o1+=("$(fit first "$t")")
 		mkdir -p "$c2"
 		cp "$c1/stats" "$c2/stats" 2>/dev/null || echo "   the first run learned nothing ($c1/stats)" >&2
-		g2+=("$(ratio "$(timed "$GANTRY" -C "$dir" build --builders "$JOBS" --ui plain --cache-dir "$c2")")")
-		learnt+=("$("$TMP/makespan" -shape "$shape" -n "$n" -seed "$seed" -sleep-ms "$ms" -builders "$JOBS" -cache "$c1" |
-			sed -n 's/^learned .*ratio=//p')")
+		t=$(timed "$GANTRY" -C "$dir" build --builders "$JOBS" --ui plain --cache-dir "$c2")
+		g2+=("$(ratio "$t")") o2+=("$(fit second "$t")")
+		learnt+=("$("$TMP/makespan" "${GRAPH[@]}" -builders "$JOBS" -cache "$c1" | sed -n 's/^learned .*ratio=//p')")
 		rm -rf "$c1" "$c2"
 		if have ninja; then
 			# ninja keeps its .ninja_log between the two runs, as gantry keeps its stats.
@@ -134,6 +146,7 @@ measure() {
 	done
 	row "$shape" "$n" "$seed" "$(awk -v lb="$LB" 'BEGIN { printf "%.2f", lb / 1000 }')" "$sim1" "$sim2" \
 		"$(minmed "${g1[@]}")" "$(minmed "${g2[@]}")" "$(minmed "${learnt[@]}")" \
+		"$(minmed "${o1[@]}")" "$(minmed "${o2[@]}")" \
 		"$(minmed "${n1[@]}")" "$(minmed "${n2[@]}")" "$(minmed "${mk[@]}")"
 }
 
@@ -152,7 +165,8 @@ echo "# makespan / lower bound; lb = max(critical path, total work / $JOBS build
 echo "# sim1, sim2: gantry's policy in simulated time, no overhead, first run (no durations) and"
 echo "# second (exact durations); sim(learnt): with the durations the real first run learned;"
 echo "# gantry1/2, ninja1/2: first run / second run into a fresh cache or out/ (durations and"
-echo "# .ninja_log kept); min/median of RUNS=$RUNS"
+echo "# .ninja_log kept); ovh1/2: the per-job overhead with which sim1/sim2 take as long as"
+echo "# gantry1/2 did; min/median of RUNS=$RUNS"
 echo "# jobs=$JOBS host=$(uname -srm) cpus=$(nproc 2>/dev/null || echo '?') load: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "$header"
 printf '%s\n' "${rows[@]}"

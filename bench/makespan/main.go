@@ -10,7 +10,7 @@
 // Usage:
 //
 //	go run ./bench/makespan [-n 2000] [-fanin 3] [-seed 1] [-sleep-ms 0] [-shape random]
-//	    [-builders 2] [-overhead-ms 0] [-cache DIR]
+//	    [-builders 2] [-overhead-ms 0] [-cache DIR] [-fit MS]
 //
 // See bench/README.md.
 package main
@@ -19,7 +19,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"strconv"
 	"time"
 
 	"github.com/gantry-build/gantry/bench/synth"
@@ -38,6 +37,7 @@ func run(args []string) int {
 	builders := fs.Int("builders", 2, "builders (gantry build --builders)")
 	overhead := fs.Float64("overhead-ms", 0, "simulated cost of every job on top of its duration, in ms")
 	cacheDir := fs.String("cache", "", "a gantry cache whose learned durations (stats) to simulate a run with")
+	fit := fs.Float64("fit", 0, "a measured makespan in ms: also print the per-job overhead that makes each simulated run last as long")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -45,14 +45,16 @@ func run(args []string) int {
 		fmt.Fprintf(os.Stderr, "makespan: unexpected arguments: %q\n", fs.Args())
 		return 2
 	}
-	if err := simulate(config(), *builders, time.Duration(*overhead*float64(time.Millisecond)), *cacheDir); err != nil {
+	if err := simulate(config(), *builders, ms(*overhead), *cacheDir, ms(*fit)); err != nil {
 		fmt.Fprintln(os.Stderr, "makespan:", err)
 		return 1
 	}
 	return 0
 }
 
-func simulate(cfg synth.Config, builders int, overhead time.Duration, cacheDir string) error {
+func ms(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }
+
+func simulate(cfg synth.Config, builders int, overhead time.Duration, cacheDir string, fit time.Duration) error {
 	g, err := synth.Generate(cfg)
 	if err != nil {
 		return err
@@ -103,22 +105,52 @@ func simulate(cfg synth.Config, builders int, overhead time.Duration, cacheDir s
 	// As `gantry build` plans its default targets (--deps run).
 	selected := graph.Select(graph.Targets, element.DepsRun)
 	for _, r := range runs {
-		items, err := queues.Plan(graph, selected, queues.PlanOptions{
-			Artifact: func(*element.Element) element.ArtifactStatus { return element.ArtifactMissing },
-			Estimate: r.estimate,
-		})
-		if err != nil {
-			return fmt.Errorf("planning: %w", err)
+		span := func(overhead time.Duration) (time.Duration, error) {
+			items, err := queues.Plan(graph, selected, queues.PlanOptions{
+				Artifact: func(*element.Element) element.ArtifactStatus { return element.ArtifactMissing },
+				Estimate: r.estimate,
+			})
+			if err != nil {
+				return 0, fmt.Errorf("planning: %w", err)
+			}
+			return queues.Simulate(items, queues.Simulation{Builders: builders, Overhead: overhead,
+				Duration: func(it *queues.Item) time.Duration { return durations[it.Name()] }})
 		}
-		span, err := queues.Simulate(items, queues.Simulation{Builders: builders, Overhead: overhead,
-			Duration: func(it *queues.Item) time.Duration { return durations[it.Name()] }})
+		d, err := span(overhead)
 		if err != nil {
 			return err
 		}
-		ms := float64(span) / float64(time.Millisecond)
-		fmt.Printf("%-7s makespan_ms=%.0f ratio=%s\n", r.name, ms, strconv.FormatFloat(ms/lower, 'f', 3, 64))
+		line := fmt.Sprintf("%-7s makespan_ms=%.0f ratio=%.3f", r.name, d.Seconds()*1000, d.Seconds()*1000/lower)
+		if fit > 0 {
+			c, err := fitOverhead(span, fit)
+			if err != nil {
+				return err
+			}
+			line += fmt.Sprintf(" overhead_fit_ms=%.1f", c.Seconds()*1000)
+		}
+		fmt.Println(line)
 	}
 	return nil
+}
+
+// fitOverhead finds the per-job overhead (to 0.1 ms) with which span gives the
+// makespan target: what each job would have to cost for the policy's order to take
+// as long as a measured run did. The makespan grows with the overhead.
+func fitOverhead(span func(time.Duration) (time.Duration, error), target time.Duration) (time.Duration, error) {
+	lo, hi := time.Duration(0), target
+	for hi-lo > 100*time.Microsecond {
+		mid := (lo + hi) / 2
+		d, err := span(mid)
+		if err != nil {
+			return 0, err
+		}
+		if d < target {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return lo, nil
 }
 
 // load loads the project in dir with its default targets.
