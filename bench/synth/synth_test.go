@@ -140,6 +140,10 @@ func TestCriticalPathHandChecked(t *testing.T) {
 	if got := g.Edges(); got != 4 {
 		t.Errorf("Edges = %d, want 4", got)
 	}
+	// Two builders: the work (26 / 2 = 13) bounds it; four: the critical path (11).
+	if got2, got4 := g.LowerBoundMS(2), g.LowerBoundMS(4); got2 != 13 || got4 != 11 {
+		t.Errorf("LowerBoundMS(2), (4) = %g, %g; want 13, 11", got2, got4)
+	}
 	if got := g.Sinks(); !slices.Equal(got, []int{4, 5}) {
 		t.Errorf("Sinks = %v, want [4 5]", got)
 	}
