@@ -5,11 +5,11 @@
 #   bench/makespan.sh [N...]   random DAGs of N elements (default: 200 1000), then the
 #                              adversarial shapes (chain-last, hops) of 200 elements
 #
-# Environment: SEEDS ("1 2 3"), RUNS (1: repeats of each measured build), JOBS (2),
-# SLEEP_MS (per N: 300 up to 500 elements, else 100), SHAPE_N (200) and SHAPE_MS (100)
-# for the adversarial shapes, SHAPES ("chain-last hops"; "" for none),
-# GANTRY=/path/to/gantry instead of building ./cmd/gantry, KEEP=1 keeps the
-# temporary directory.
+# Environment: SEEDS ("1 2 3"; "" for no random DAG), RUNS (1: repeats of each
+# measured build), JOBS (2), SLEEP_MS (per N: 300 up to 500 elements, else 100),
+# SHAPE_N (200) and SHAPE_MS (100) for the adversarial shapes, SHAPES ("chain-last
+# hops"; "" for none), GANTRY=/path/to/gantry instead of building ./cmd/gantry, KEEP=1
+# keeps the temporary directory.
 set -euo pipefail
 
 usage() {
@@ -20,7 +20,7 @@ case "${1:-}" in -h | --help) usage ;; esac
 for n in "$@"; do [[ $n =~ ^[1-9][0-9]*$ ]] || usage; done
 SIZES=("$@")
 [[ ${#SIZES[@]} -gt 0 ]] || SIZES=(200 1000)
-SEEDS=${SEEDS:-1 2 3}
+SEEDS=${SEEDS-1 2 3}
 RUNS=${RUNS:-1}
 JOBS=${JOBS:-2}
 SHAPES=${SHAPES-chain-last hops}
