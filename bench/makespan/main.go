@@ -79,10 +79,11 @@ func simulate(cfg synth.Config, builders int, overhead time.Duration, cacheDir s
 	lower := g.LowerBoundMS(builders)
 	fmt.Printf("%s builders=%d overhead_ms=%g lower_bound_ms=%.0f\n", g.Summary(), builders, float64(overhead)/1e6, lower)
 
-	runs := []struct {
+	type run struct {
 		name     string
-		estimate func(*element.Element) (time.Duration, bool)
-	}{
+		estimate func(*element.Element) (time.Duration, bool) // nil: nothing learned
+	}
+	runs := []run{
 		{"first", nil},
 		{"second", func(e *element.Element) (time.Duration, bool) {
 			d, ok := durations[e.Name]
@@ -94,10 +95,7 @@ func simulate(cfg synth.Config, builders int, overhead time.Duration, cacheDir s
 		if err != nil {
 			return err
 		}
-		runs = append(runs, struct {
-			name     string
-			estimate func(*element.Element) (time.Duration, bool)
-		}{"learned", func(e *element.Element) (time.Duration, bool) {
+		runs = append(runs, run{"learned", func(e *element.Element) (time.Duration, bool) {
 			d, ok := learned[synth.ProjectName+"/"+e.Name]
 			return d, ok
 		}})
