@@ -242,11 +242,17 @@ func (c *Cache) RefersTo(project, element, key string, record Digest) bool {
 // readRef reads the ref of element at key. An absent ref gives an error wrapping
 // ErrNotFound.
 func (c *Cache) readRef(project, element, key string) (refPath string, ref []byte, err error) {
+	return c.readRefIdentity(project, element, key, nil)
+}
+
+// readRefIdentity is readRef that also sets *id (when id is not nil) to the identity of
+// the ref file read (zero where the platform gives none).
+func (c *Cache) readRefIdentity(project, element, key string, id *fileIdentity) (refPath string, ref []byte, err error) {
 	refPath, err = c.RefPath(project, element, key)
 	if err != nil {
 		return "", nil, fmt.Errorf("looking up artifact: %w", err)
 	}
-	ref, err = readSmallFile(refPath)
+	ref, err = readSmallFile(refPath, id)
 	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
 		return "", nil, fmt.Errorf("artifact %s/%s/%s: %w", project, element, key, ErrNotFound)
 	}
@@ -258,8 +264,9 @@ func (c *Cache) readRef(project, element, key string) (refPath string, ref []byt
 
 // readSmallFile is os.ReadFile for a file expected to be small, such as a ref (a
 // digest), in the fewest system calls: open, read until end of file, close; no stat
-// (os.Open makes one to decide on polling). A null build reads a ref per element.
-func readSmallFile(path string) ([]byte, error) {
+// (os.Open makes one to decide on polling) unless id is not nil, when it is set to the
+// identity of the file read.
+func readSmallFile(path string, id *fileIdentity) ([]byte, error) {
 	var fd int
 	var err error
 	for {
@@ -271,6 +278,9 @@ func readSmallFile(path string) ([]byte, error) {
 		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
 	}
 	defer syscall.Close(fd)
+	if id != nil {
+		*id, _ = fstatIdentity(fd)
+	}
 	buf := make([]byte, 0, 160)
 	for {
 		if len(buf) == cap(buf) {

@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 )
 
 // Outcome answers what planning asks of every element: is the artifact of element at
@@ -24,19 +26,31 @@ func (c *Cache) Outcome(project, element, key string) (found, success bool, err 
 }
 
 // OutcomeMemoized is Outcome, answered from m (nil: no memo) without reading the record
-// when the ref still names the record m saw.
+// when the ref still names the record m saw, and without reading the ref when m saw it
+// with the identity it has now (one stat instead of an open, two reads and a close).
 func (c *Cache) OutcomeMemoized(m *OutcomeMemo, project, element, key string) (found, success bool, err error) {
-	refPath, ref, err := c.readRef(project, element, key)
+	id := element + "\x00" + key
+	e, memoized := m.get(id)
+	if memoized && e.Ref != (fileIdentity{}) {
+		if refPath, err := c.RefPath(project, element, key); err == nil {
+			if now, ok := statIdentity(refPath); ok && now == e.Ref {
+				m.stat.Add(1)
+				m.use(id, e)
+				return true, e.Success, nil
+			}
+		}
+	}
+	var refID fileIdentity
+	refPath, ref, err := c.readRefIdentity(project, element, key, &refID)
 	if errors.Is(err, ErrNotFound) {
 		return false, false, nil
 	}
 	if err != nil {
 		return false, false, err
 	}
-	id := element + "\x00" + key
 	record := string(bytes.TrimSpace(ref))
-	if e, ok := m.get(id); ok && e.Record == record {
-		m.use(id, e)
+	if memoized && e.Record == record {
+		m.use(id, memoEntry{Record: record, Success: e.Success, Ref: refID})
 		return true, e.Success, nil
 	}
 	rd, data, err := c.recordBlob(ref)
@@ -50,7 +64,7 @@ func (c *Cache) OutcomeMemoized(m *OutcomeMemo, project, element, key string) (f
 	if err := h.check(rd, project, element, key); err != nil {
 		return false, false, &CorruptRefError{Ref: refPath, Err: err}
 	}
-	m.use(id, memoEntry{Record: record, Success: h.Success})
+	m.use(id, memoEntry{Record: record, Success: h.Success, Ref: refID})
 	return true, h.Success, nil
 }
 
@@ -80,7 +94,11 @@ func (h *recordHead) check(rd Digest, project, element, key string) error {
 
 // OutcomeMemo remembers artifacts' outcomes by the record their ref names, so that a
 // null build reads each ref but not each record. A record is a blob, named by its
-// digest: what it says can never change, so a memo entry cannot go stale. What the
+// digest: what it says can never change, so a memo entry cannot go stale. It also
+// remembers the ref file's identity (size, inode, device, modification and change times
+// in ns), so that a ref unchanged since it was read is stat'ed, not read: refs are
+// replaced by renames, and a write in place changes the change time, which cannot be
+// set back. What the
 // memo gives up is the re-hash of the record on every plan: a damaged record blob is
 // then found by `cache verify` and when the artifact is used (staged, checked out,
 // pushed), as a damaged files blob already is.
@@ -90,6 +108,8 @@ func (h *recordHead) check(rd Digest, project, element, key string) error {
 // what the last null build learnt of the others), so at most one key per element.
 type OutcomeMemo struct {
 	path string
+	racy time.Duration // refRacyWindow; tests that cannot wait it out set it below 0
+	stat atomic.Int64  // answers from the ref's identity alone, for tests
 
 	mu   sync.Mutex
 	old  map[string]memoEntry // from the file: "element\x00key" -> entry
@@ -99,10 +119,24 @@ type OutcomeMemo struct {
 type memoEntry struct {
 	Record  string // the record's digest, as the ref holds it
 	Success bool
+	Ref     fileIdentity // the ref file's when it was read (zero: unknown, or racily new)
+}
+
+// fileIdentity identifies one version of a file: a ref is replaced by a rename (a new
+// inode) and any write in place changes its change time, which no user can set back.
+type fileIdentity struct {
+	Size, Mtime, Ctime int64 // times in ns since the epoch
+	Ino, Dev           uint64
 }
 
 // outcomeMemoVersion changes with the memo's format or meaning.
-const outcomeMemoVersion = 1
+const outcomeMemoVersion = 2
+
+// refRacyWindow: a ref changed this close to the memo's writing is remembered without
+// its identity (git's "racily clean" rule: a second change within the filesystem's
+// timestamp granularity could leave every field of the identity the same), so it is
+// read again next time.
+const refRacyWindow = 2 * time.Second
 
 type outcomeMemoFile struct {
 	Version int
@@ -112,7 +146,8 @@ type outcomeMemoFile struct {
 // OpenOutcomeMemo opens project's memo, kept in the cache's loads/ directory. A missing
 // or unreadable memo is an empty one.
 func (c *Cache) OpenOutcomeMemo(project string) *OutcomeMemo {
-	m := &OutcomeMemo{path: filepath.Join(LoadsDir(c.Root), "outcomes."+project), used: map[string]memoEntry{}}
+	m := &OutcomeMemo{path: filepath.Join(LoadsDir(c.Root), "outcomes."+project), racy: refRacyWindow,
+		used: map[string]memoEntry{}}
 	if !validSegment(project) {
 		m.path = "" // never read or written
 		return m
@@ -168,10 +203,6 @@ func (m *OutcomeMemo) Save() error {
 			entries[id] = e
 		}
 	}
-	var buf bytes.Buffer
-	if err := gob.NewEncoder(&buf).Encode(outcomeMemoFile{Version: outcomeMemoVersion, Entries: entries}); err != nil {
-		return fmt.Errorf("saving the artifact outcome memo: %w", err)
-	}
 	if err := os.MkdirAll(filepath.Dir(m.path), 0o755); err != nil {
 		return fmt.Errorf("saving the artifact outcome memo: %w", err)
 	}
@@ -180,6 +211,21 @@ func (m *OutcomeMemo) Save() error {
 		return fmt.Errorf("saving the artifact outcome memo: %w", err)
 	}
 	defer os.Remove(tmp.Name())
+	// "Now" by the filesystem's own clock: the temporary file's change time.
+	now := time.Now().UnixNano()
+	if fi, ok := fstatIdentity(int(tmp.Fd())); ok {
+		now = fi.Ctime
+	}
+	for id, e := range entries {
+		if max(e.Ref.Mtime, e.Ref.Ctime) >= now-int64(m.racy) {
+			e.Ref = fileIdentity{}
+			entries[id] = e
+		}
+	}
+	var buf bytes.Buffer
+	if err := gob.NewEncoder(&buf).Encode(outcomeMemoFile{Version: outcomeMemoVersion, Entries: entries}); err != nil {
+		return fmt.Errorf("saving the artifact outcome memo: %w", err)
+	}
 	_, err = tmp.Write(buf.Bytes())
 	if cerr := tmp.Close(); err == nil {
 		err = cerr

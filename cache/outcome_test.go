@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // The outcome memo answers for a ref only while the ref names the record it saw: a ref
@@ -110,4 +111,93 @@ func TestOutcomeMemoKeepsOtherElements(t *testing.T) {
 	if want := []string{"app.toml@k2", "lib.toml@k1"}; !slices.Equal(ids, want) {
 		t.Errorf("memo entries %v, want %v", ids, want)
 	}
+}
+
+// The memo answers from a ref's identity (one stat) only while the ref file is the one
+// it read: a ref replaced (a new inode), rewritten in place with the same size and its
+// modification time put back (the change time differs), or deleted is read again. A
+// ref changed within the racy window of the memo's writing is remembered without its
+// identity.
+func TestOutcomeMemoStatsRefsItRead(t *testing.T) {
+	c := openTestCache(t)
+	failed := commitSample(t, c, "demo", "app.toml", "k")
+	failed.Success, failed.Error = false, "exit status 1"
+	if err := c.Commit(failed); err != nil {
+		t.Fatal(err)
+	}
+	failedRef, err := os.ReadFile(refPathOf(t, c))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// outcome asks with a fresh memo and saves it; stat says whether it answered from the
+	// ref's identity.
+	outcome := func(racy time.Duration) (got string, stat bool) {
+		t.Helper()
+		m := c.OpenOutcomeMemo("demo")
+		m.racy = racy
+		found, success, err := c.OutcomeMemoized(m, "demo", "app.toml", "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Save(); err != nil {
+			t.Fatal(err)
+		}
+		got = map[bool]string{true: "success", false: "failure"}[success]
+		if !found {
+			got = "missing"
+		}
+		return got, m.stat.Load() == 1
+	}
+	check := func(what string, racy time.Duration, want string, wantStat bool) {
+		t.Helper()
+		if got, stat := outcome(racy); got != want || stat != wantStat {
+			t.Errorf("%s: outcome %s (from the identity: %v); want %s (%v)", what, got, stat, want, wantStat)
+		}
+	}
+	check("first", refRacyWindow, "failure", false)
+	check("a ref just written (racy)", refRacyWindow, "failure", false)
+	check("remembered at last", -time.Hour, "failure", false)
+	check("unchanged", -time.Hour, "failure", true)
+
+	commitSample(t, c, "demo", "app.toml", "k") // replaced: built again, successfully
+	check("replaced", -time.Hour, "success", false)
+	check("unchanged again", -time.Hour, "success", true)
+
+	// The failed record's digest written over the ref in place, its times put back.
+	refPath := refPathOf(t, c)
+	fi, err := os.Stat(refPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(failedRef) != int(fi.Size()) {
+		t.Fatalf("refs of %d and %d bytes: the test needs the same size", len(failedRef), fi.Size())
+	}
+	f, err := os.OpenFile(refPath, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(failedRef, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(refPath, fi.ModTime(), fi.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	check("rewritten in place, mtime restored", -time.Hour, "failure", false)
+
+	if err := c.Delete("demo", "app.toml", "k"); err != nil {
+		t.Fatal(err)
+	}
+	check("deleted", -time.Hour, "missing", false)
+}
+
+func refPathOf(t *testing.T, c *Cache) string {
+	t.Helper()
+	p, err := c.RefPath("demo", "app.toml", "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

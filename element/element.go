@@ -103,9 +103,12 @@ type parsedFile struct {
 // elementDir is where element files are read from: the element directory opened as a
 // root (prefix ""), so that a file is one fstatat away, or, when it cannot be opened,
 // the project root with the element path as prefix (whose errors then name the cause).
+// dir is root's directory, open for the parse cache's stat (nil when it could not be
+// opened: the cache then stats through root).
 type elementDir struct {
 	root   *os.Root
 	prefix string
+	dir    *os.File
 }
 
 // errNoFile is loadElement's answer for an element file that does not exist; the
@@ -118,7 +121,7 @@ func loadElement(p *Project, dir elementDir, lock *Lock, name string, pc *ParseC
 	rel := filepath.Join(p.ElementPath, filepath.FromSlash(name))
 	display := filepath.ToSlash(rel)
 	inDir := filepath.Join(dir.prefix, filepath.FromSlash(name))
-	pf, id, ok := pc.lookup(dir.root, inDir, display)
+	pf, id, ok := pc.lookup(dir, inDir, display)
 	var doc *tomlDoc
 	if !ok {
 		data, err := dir.root.ReadFile(inDir)

@@ -5,8 +5,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"runtime"
-	"sync"
-	"sync/atomic"
 )
 
 // keyVersion changes whenever the key encoding changes, so old artifacts are not reused.
@@ -65,24 +63,8 @@ func (g *Graph) computeKeys() {
 		}
 		levels[d] = append(levels[d], e)
 	}
-	workers := runtime.GOMAXPROCS(0)
 	for _, level := range levels {
-		if len(level) < 64 || workers == 1 {
-			for _, e := range level {
-				g.ComputeKey(e)
-			}
-			continue
-		}
-		var next atomic.Int64
-		var wg sync.WaitGroup
-		for range workers {
-			wg.Go(func() {
-				for i := int(next.Add(1)) - 1; i < len(level); i = int(next.Add(1)) - 1 {
-					g.ComputeKey(level[i])
-				}
-			})
-		}
-		wg.Wait()
+		eachParallel(len(level), runtime.GOMAXPROCS(0), func(i int) { g.ComputeKey(level[i]) })
 	}
 }
 

@@ -109,10 +109,19 @@ func buildStamp(root string) string {
 	return stamp
 }
 
-// identify stats path under root. ok is false when the file cannot be stat'ed (the
-// caller's read reports why) or the platform gives no inode.
-func identify(root *os.Root, path string) (fileID, bool) {
-	fi, err := root.Stat(path)
+// identify stats path under dir. ok is false when the file cannot be stat'ed (the
+// caller's read reports why) or the platform gives no inode. A regular file is stat'ed
+// relative to dir's open directory in one system call where the platform allows
+// (os.Root's own walk costs as much again); anything else goes through the root. A
+// stat cannot read outside the project: a hit names an inode the cache parsed when it
+// read it through the root.
+func identify(dir elementDir, path string) (fileID, bool) {
+	if dir.dir != nil {
+		if id, ok := statAt(dir.dir, path); ok {
+			return id, true
+		}
+	}
+	fi, err := dir.root.Stat(path)
 	if err != nil {
 		return fileID{}, false
 	}
@@ -128,14 +137,14 @@ func identify(root *os.Root, path string) (fileID, bool) {
 		Ino: uint64(st.Ino), Dev: uint64(st.Dev)}, true
 }
 
-// lookup returns the remembered parse of the file at path under root, remembered as
+// lookup returns the remembered parse of the file at path under dir, remembered as
 // name, when the file's identity is unchanged; and the identity it has now (zero when
 // unknown). A nil cache remembers nothing.
-func (pc *ParseCache) lookup(root *os.Root, path, name string) (*parsedFile, fileID, bool) {
+func (pc *ParseCache) lookup(dir elementDir, path, name string) (*parsedFile, fileID, bool) {
 	if pc == nil {
 		return nil, fileID{}, false
 	}
-	id, ok := identify(root, path)
+	id, ok := identify(dir, path)
 	if !ok {
 		return nil, fileID{}, false
 	}
