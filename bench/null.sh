@@ -86,15 +86,19 @@ for n in "${NS[@]}"; do
 	ninja -C "$dir" -j"$JOBS" >/dev/null
 	"$TMP/fillcache" -C "$dir" -cache "$cache" >&2
 	rm -f "$TMP"/t.*
+	# Each gantry gets its own copy of the cache: the parse cache and the outcome memo
+	# are one file per checkout and project, and a file another build wrote is ignored
+	# (and overwritten), so sharing them would make every interleaved run cold.
 	for ((i = 0; i < ${#tools[@]}; i += 2)); do # a first run each: the parse cache, the page cache
-		"${tools[i + 1]}" -C "$dir" build --builders "$JOBS" --ui plain --cache-dir "$cache" >/dev/null 2>&1
+		cp -a "$cache" "$cache.${tools[i]}"
+		"${tools[i + 1]}" -C "$dir" build --builders "$JOBS" --ui plain --cache-dir "$cache.${tools[i]}" >/dev/null 2>&1
 	done
 	for ((r = 0; r < RUNS; r++)); do
 		timed ninja ninja -C "$dir" -j"$JOBS"
 		grep -q 'no work to do' "$TMP/out" || { echo "null.sh: ninja had work to do" >&2; exit 1; }
 		for ((i = 0; i < ${#tools[@]}; i += 2)); do
 			label=${tools[i]} bin=${tools[i + 1]}
-			timed "$label-null" "$bin" -C "$dir" build --builders "$JOBS" --ui plain --cache-dir "$cache"
+			timed "$label-null" "$bin" -C "$dir" build --builders "$JOBS" --ui plain --cache-dir "$cache.$label"
 			grep -q 'build: processed 0,' "$TMP/out" || { echo "null.sh: $label built something" >&2; exit 1; }
 			rm -rf "$TMP/fresh"
 			timed "$label-show-cold" "$bin" -C "$dir" --cache-dir "$TMP/fresh" show --deps all
