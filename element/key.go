@@ -1,10 +1,13 @@
 package element
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"runtime"
+	"slices"
+	"strconv"
 )
 
 // keyVersion changes whenever the key encoding changes, so old artifacts are not reused.
@@ -16,18 +19,6 @@ type keyInput struct {
 	Version   int               `json:"v"`
 	Kind      string            `json:"kind"`
 	Config    *Resolved         `json:"config"`
-	Sources   []string          `json:"sources"`
-	BuildDeps map[string]string `json:"build-deps"`
-	RunDeps   map[string]string `json:"run-deps"`
-}
-
-// keyInputEncoded is keyInput with the config already encoded (Element.configJSON):
-// the same bytes, as encoding/json writes a RawMessage compacted and HTML-escaped, which
-// the encoded config already is.
-type keyInputEncoded struct {
-	Version   int               `json:"v"`
-	Kind      string            `json:"kind"`
-	Config    json.RawMessage   `json:"config"`
 	Sources   []string          `json:"sources"`
 	BuildDeps map[string]string `json:"build-deps"`
 	RunDeps   map[string]string `json:"run-deps"`
@@ -79,24 +70,14 @@ func (g *Graph) ComputeKey(e *Element) {
 	if e.configJSON == nil {
 		e.encodeConfig()
 	}
-	in := keyInputEncoded{Version: keyVersion, Kind: e.Kind.Name, Config: e.configJSON, Sources: e.sourceKeys,
-		BuildDeps: make(map[string]string, len(e.BuildDeps)), RunDeps: make(map[string]string, len(e.RunDeps))}
-	for _, d := range e.BuildDeps {
-		if d.Key == "" {
-			return
+	for _, list := range [][]*Element{e.BuildDeps, e.RunDeps} {
+		for _, d := range list {
+			if d.Key == "" {
+				return
+			}
 		}
-		in.BuildDeps[d.Name] = d.Key
 	}
-	for _, d := range e.RunDeps {
-		if d.Key == "" {
-			return
-		}
-		in.RunDeps[d.Name] = d.Key
-	}
-	data, err := json.Marshal(in)
-	if err != nil {
-		panic("element: encoding cache key input: " + err.Error()) // only plain types inside
-	}
+	data := appendKeyInput(make([]byte, 0, 256+len(e.configJSON)), e.Kind.Name, e.configJSON, e.sourceKeys, e.BuildDeps, e.RunDeps)
 	sum := sha256.Sum256(data)
 	e.Key = hex.EncodeToString(sum[:])
 }
@@ -114,4 +95,73 @@ func (g *Graph) KeyInput(e *Element) []byte {
 	data, _ := json.MarshalIndent(keyInput{Version: keyVersion, Kind: e.Kind.Name, Config: e.resolved,
 		Sources: e.sourceKeys, BuildDeps: deps(e.BuildDeps), RunDeps: deps(e.RunDeps)}, "", "  ")
 	return data
+}
+
+// appendKeyInput appends the encoding of keyInput that encoding/json would write (fields
+// in order, maps with sorted keys, nil slices as null), with the config already encoded:
+// reflection over the struct and its maps, and the re-scan of the raw config, were
+// most of ComputeKey's time. TestKeyInputEncoding holds it to json.Marshal's bytes.
+func appendKeyInput(b []byte, kind string, config []byte, sources []string, buildDeps, runDeps []*Element) []byte {
+	b = append(b, `{"v":`...)
+	b = strconv.AppendInt(b, keyVersion, 10)
+	b = append(b, `,"kind":`...)
+	b = appendJSONString(b, kind)
+	b = append(b, `,"config":`...)
+	b = append(b, config...)
+	b = append(b, `,"sources":`...)
+	if sources == nil {
+		b = append(b, "null"...)
+	} else {
+		b = append(b, '[')
+		for i, s := range sources {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendJSONString(b, s)
+		}
+		b = append(b, ']')
+	}
+	b = append(b, `,"build-deps":`...)
+	b = appendDepKeys(b, buildDeps)
+	b = append(b, `,"run-deps":`...)
+	b = appendDepKeys(b, runDeps)
+	return append(b, '}')
+}
+
+// appendDepKeys appends deps as a JSON object of name to key, names sorted and each
+// once, as encoding/json writes a map.
+func appendDepKeys(b []byte, deps []*Element) []byte {
+	sorted := deps
+	if !slices.IsSortedFunc(deps, byName) {
+		sorted = slices.SortedFunc(slices.Values(deps), byName)
+	}
+	b = append(b, '{')
+	for i, d := range sorted {
+		if i > 0 && sorted[i-1].Name == d.Name {
+			continue
+		}
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendJSONString(b, d.Name)
+		b = append(b, ':')
+		b = appendJSONString(b, d.Key)
+	}
+	return append(b, '}')
+}
+
+func byName(a, b *Element) int { return cmp.Compare(a.Name, b.Name) }
+
+// appendJSONString appends s as encoding/json writes it: printable ASCII other than
+// the characters it escapes is copied; anything else is left to encoding/json.
+func appendJSONString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x80 || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			data, _ := json.Marshal(s) // a string always encodes
+			return append(b, data...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
 }

@@ -1,6 +1,7 @@
 package element
 
 import (
+	"encoding/json"
 	"maps"
 	"os"
 	"path/filepath"
@@ -250,4 +251,40 @@ build-commands = ["a && b > c < d", "é \"q\""]
 			t.Errorf("key of %s = %s, want %s", name, got, k)
 		}
 	}
+}
+
+// ComputeKey's hand-written encoding is the bytes json.Marshal writes for keyInput, for
+// names and keys encoding/json escapes (HTML characters, quotes, control characters,
+// invalid UTF-8, U+2028), dependencies out of order or named twice, and nil or empty
+// source lists: a difference would change every key.
+func TestKeyInputEncoding(t *testing.T) {
+	odd := []string{"plain.toml", "a<b>&c.toml", "lt<", "gt>", "amp&", `q"uo\te.toml`, "tab\there", "caf\u00e9.toml", "bad\xffutf8", "line\u2028sep", ""}
+	config := &Resolved{Commands: map[string][]string{"build": {"make <all> && echo \"done\""}},
+		Env: map[string]string{"Z": "1", "A": "\u00e9"}}
+	for i, name := range odd {
+		deps := []*Element{{Name: odd[(i+3)%len(odd)], Key: name}, {Name: name, Key: "k" + name}, {Name: odd[(i+3)%len(odd)], Key: name}}
+		for _, sources := range [][]string{nil, {}, {name, "abc"}} {
+			want, err := json.Marshal(keyInput{Version: keyVersion, Kind: name, Config: config, Sources: sources,
+				BuildDeps: depKeys(deps), RunDeps: depKeys(deps[:i%2])})
+			if err != nil {
+				t.Fatal(err)
+			}
+			configJSON, err := json.Marshal(config)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := appendKeyInput(nil, name, configJSON, sources, deps, deps[:i%2])
+			if string(got) != string(want) {
+				t.Errorf("name %q, sources %#v:\n got %s\nwant %s", name, sources, got, want)
+			}
+		}
+	}
+}
+
+func depKeys(deps []*Element) map[string]string {
+	m := map[string]string{}
+	for _, d := range deps {
+		m[d.Name] = d.Key
+	}
+	return m
 }
