@@ -1,9 +1,7 @@
 package element
 
 import (
-	"bytes"
 	"crypto/sha256"
-	"encoding/gob"
 	"encoding/hex"
 	"fmt"
 	"os"
@@ -55,15 +53,9 @@ type cachedFile struct {
 	Parsed parsedFile
 }
 
-// parseCacheFile is the stored form.
-type parseCacheFile struct {
-	Stamp string
-	Files map[string]cachedFile
-}
-
 // parseCacheVersion changes whenever parsedFile or the checks parseElement makes change
 // in a way a gantry build stamp would not show.
-const parseCacheVersion = 1
+const parseCacheVersion = 2
 
 // racyWindow: files changed this close to the cache's writing are not remembered. Two
 // seconds covers the coarsest common timestamp granularity (FAT, some network
@@ -80,9 +72,8 @@ func OpenParseCache(dir, root string) *ParseCache {
 	if err != nil {
 		return pc
 	}
-	var f parseCacheFile
-	if gob.NewDecoder(bytes.NewReader(data)).Decode(&f) == nil && f.Stamp == pc.stamp && f.Files != nil {
-		pc.files = f.Files
+	if stamp, files, err := decodeParseCache(data); err == nil && stamp == pc.stamp {
+		pc.files = files
 	}
 	return pc
 }
@@ -194,13 +185,13 @@ func (pc *ParseCache) Save() error {
 			}
 		}
 	}
-	out := parseCacheFile{Stamp: pc.stamp, Files: make(map[string]cachedFile, len(pc.files))}
+	files := make(map[string]cachedFile, len(pc.files))
 	for rel, c := range pc.files {
 		if max(c.ID.Mtime, c.ID.Ctime) < now-int64(pc.racy) {
-			out.Files[rel] = c
+			files[rel] = c
 		}
 	}
-	err = gob.NewEncoder(tmp).Encode(&out)
+	_, err = tmp.Write(encodeParseCache(pc.stamp, files))
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
 	}
