@@ -156,6 +156,7 @@ func (c *Cache) OpenOutcomeMemo(project string) *OutcomeMemo {
 		var f outcomeMemoFile
 		if gob.NewDecoder(bytes.NewReader(data)).Decode(&f) == nil && f.Version == outcomeMemoVersion {
 			m.old = f.Entries
+			m.used = make(map[string]memoEntry, len(m.old))
 		}
 	}
 	return m
