@@ -17,7 +17,8 @@ import (
 // the file, line and text of the offending key.
 type tomlDoc struct {
 	display string   // the path shown to the user
-	lines   []string // the file's lines, for error context
+	text    string   // the file's text
+	lines   []string // text's lines, for error context; split on first use (see textLines)
 	md      toml.MetaData
 	index   map[string]int // key path ("sources[1].path") -> 1-based line; built on first use
 }
@@ -32,8 +33,9 @@ func decodeTOML(path, display string, v any) (*tomlDoc, error) {
 }
 
 func decodeTOMLBytes(data []byte, display string, v any) (*tomlDoc, error) {
-	doc := &tomlDoc{display: display, lines: strings.Split(string(data), "\n")}
-	md, err := toml.Decode(string(data), v)
+	text := string(data)
+	doc := &tomlDoc{display: display, text: text}
+	md, err := toml.Decode(text, v)
 	doc.md = md
 	if err != nil {
 		return nil, doc.convert(err)
@@ -84,9 +86,9 @@ func (d *tomlDoc) convert(err error) error {
 	if line == 0 && pe.Line > 0 {
 		line = pe.Line
 	}
-	if col == 0 && line > 0 && line <= len(d.lines) && pe.Position.Start > 0 {
+	if col == 0 && line > 0 && line <= len(d.textLines()) && pe.Position.Start > 0 {
 		// BurntSushi gives a byte offset; turn it into a column on that line.
-		col = columnOf(d.lines, line, pe.Position.Start)
+		col = columnOf(d.textLines(), line, pe.Position.Start)
 	}
 	return &ProjectError{File: d.display, Line: line, Col: col, Msg: "invalid TOML: " + msg, Text: d.line(line)}
 }
@@ -103,10 +105,19 @@ func columnOf(lines []string, line, offset int) int {
 }
 
 func (d *tomlDoc) line(n int) string {
-	if n <= 0 || n > len(d.lines) {
+	if n <= 0 || n > len(d.textLines()) {
 		return ""
 	}
 	return d.lines[n-1]
+}
+
+// textLines is the file's lines, split when an error first needs them: most files
+// loaded have none.
+func (d *tomlDoc) textLines() []string {
+	if d.lines == nil {
+		d.lines = strings.Split(d.text, "\n")
+	}
+	return d.lines
 }
 
 // unknownKeys reports the first key that the decoder did not consume, with a did-you-mean
@@ -157,7 +168,7 @@ func (d *tomlDoc) lineOf(path string) int {
 		d.index = map[string]int{}
 		counts := map[string]int{}
 		prefix := ""
-		for i, l := range d.lines {
+		for i, l := range d.textLines() {
 			if m := headerLine.FindStringSubmatch(l); m != nil && !strings.Contains(strings.SplitN(l, "]", 2)[0], "=") {
 				name := joinKey(m[2])
 				if m[1] == "[[" {

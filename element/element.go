@@ -227,7 +227,7 @@ func (e *Element) document() *tomlDoc {
 		data, _ = r.ReadFile(e.rel) // best effort: only positions are lost
 		r.Close()
 	}
-	return &tomlDoc{display: e.File, lines: strings.Split(string(data), "\n")}
+	return &tomlDoc{display: e.File, text: string(data)}
 }
 
 // merge layers maps of strings (later wins).
