@@ -175,7 +175,10 @@ func Assemble(ctx context.Context, js job.Spec, r *job.Reporter) (job.Result, er
 	if err != nil {
 		return job.Result{}, err
 	}
-	defer os.RemoveAll(spec.WorkDir)
+	if err := takeWorkDir(spec.WorkDir); err != nil {
+		return job.Result{}, &infraError{err}
+	}
+	defer releaseWorkDir(spec.WorkDir)
 	if spec.Inputs != nil {
 		spec.Inputs.HashFiles() // before staging: the files the build is about to read
 	}

@@ -18,6 +18,7 @@ import (
 const jobCommand = "__job"
 
 func runJob() int {
+	defer element.DropSpareWorkDir()
 	return job.RunChild(map[string]job.Handler{
 		"build": element.Assemble,
 		"fetch": fetchJob,
