@@ -37,6 +37,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -138,6 +139,14 @@ func (c *Cache) TempDir(pattern string) (string, error) {
 		return "", fmt.Errorf("creating temporary directory in %s: %w", c.tmpPath(), err)
 	}
 	return dir, nil
+}
+
+// TempName returns a fresh name under tmp/ ("<pid>-<pattern>-<random>") and makes
+// nothing: for a directory that a job makes (or renames into place) and removes, so
+// that the session allocates and frees no inode for it.
+func (c *Cache) TempName(pattern string) string {
+	name := strings.Replace(c.tempPattern(pattern), "*", strconv.FormatUint(rand.Uint64(), 36), 1)
+	return filepath.Join(c.tmpPath(), name)
 }
 
 // tempFile creates a fresh file under tmp/.

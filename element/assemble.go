@@ -83,8 +83,9 @@ const (
 	SandboxInstallRoot = "/gantry/install"
 )
 
-// NewBuildSpec prepares the build of e. workDir is a fresh directory for this build
-// (under the cache's tmp/, so that results can be renamed into the cache).
+// NewBuildSpec prepares the build of e. workDir is a fresh name, or an empty
+// directory, for this build's directory (under the cache's tmp/, so that results can
+// be renamed into the cache); the job makes it (takeWorkDir) and removes it.
 func NewBuildSpec(g *Graph, e *Element, cacheDir, workDir, sandboxKind string, maxJobs int) (*BuildSpec, error) {
 	spec := &BuildSpec{CacheDir: cacheDir, Project: g.Project.Name, ProjectRoot: g.Project.Root, Element: e.Name,
 		Key: e.Key, Kind: e.Kind.Name, Sandbox: sandboxKind, Sources: e.Sources, WorkDir: workDir, DepKeys: map[string]string{}}

@@ -43,14 +43,15 @@ func takeWorkDir(dir string) error {
 	spareWorkDir.mu.Unlock()
 	if spare != "" {
 		if filepath.Dir(spare) == filepath.Dir(dir) && cleanWorkDir(spare) && syscall.Rename(spare, dir) == nil {
-			// Over the empty directory the session made for the job, if it did (which
+			// Over an empty directory made for the job, if there is one (which
 			// os.Rename refuses to do).
 			return nil
 		}
 		os.RemoveAll(spare)
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("preparing the build directory: %w", err)
+	// Fresh: a name no one uses, or an empty directory made for this job.
+	if err := os.Mkdir(dir, 0o700); err != nil && !(errors.Is(err, fs.ErrExist) && emptyDir(dir)) {
+		return fmt.Errorf("preparing the build directory %s: %w", dir, err)
 	}
 	return nil
 }

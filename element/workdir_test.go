@@ -3,6 +3,7 @@ package element
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 )
@@ -104,5 +105,27 @@ func TestWorkDirNotKeptWhenTouchedAfterTheJob(t *testing.T) {
 				t.Fatalf("the second job's work directory holds %v (%v), want a fresh empty directory", entries, err)
 			}
 		})
+	}
+}
+
+// The session names a build's work directory and makes nothing; the job makes it,
+// and never works in a directory that holds something already.
+func TestWorkDirMadeByTheJob(t *testing.T) {
+	t.Cleanup(DropSpareWorkDir)
+	DropSpareWorkDir()
+	tmp := t.TempDir()
+	named := filepath.Join(tmp, "1-build-a")
+	if err := takeWorkDir(named); err != nil {
+		t.Fatal(err)
+	}
+	if info, err := os.Lstat(named); err != nil || !info.IsDir() {
+		t.Fatalf("the job did not make its work directory: %v", err)
+	}
+	used := filepath.Join(tmp, "1-build-b")
+	if err := os.MkdirAll(filepath.Join(used, "install"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := takeWorkDir(used); err == nil || !strings.Contains(err.Error(), used) {
+		t.Errorf("a work directory that holds something was taken (error %v, want one naming it)", err)
 	}
 }

@@ -219,17 +219,15 @@ func runBuild(opts *buildOptions, args []string) error {
 	fetch := s.fetchQueue(c, g)
 	var staged element.StagedDigests // each dependency looked up once per session
 	build := queues.BuildQueue{PayloadFunc: func(it *queues.Item) (json.RawMessage, error) {
-		work, err := c.TempDir("build-")
-		if err != nil {
-			return nil, err
-		}
+		// Named, not made: the job makes it, or renames its worker's last one
+		// into place (element.takeWorkDir).
+		work := c.TempName("build")
 		spec, err := element.NewBuildSpec(g, it.Element, c.Root, work, opts.sandbox, maxJobs)
 		if err == nil {
 			staged.Fill(c, spec)
 			err = spec.CheckStagedShell(c)
 		}
 		if err != nil {
-			os.RemoveAll(work)
 			return nil, err
 		}
 		return json.Marshal(spec)
