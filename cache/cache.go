@@ -73,6 +73,9 @@ type Cache struct {
 	pid int // prefixes our tmp/ entries so that others can tell they are live
 	// trace, set only by tests, follows what is made durable when (durable.go).
 	trace func(event, path string)
+	// dirs, once RememberDirectories was called, holds the Directory blobs this
+	// Cache has read and checked (tree.go).
+	dirs *dirMemo
 }
 
 // Open prepares the cache at root, creating the layout if needed, and removes

@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
@@ -81,8 +82,12 @@ func (c *Cache) EmptyTree() (Digest, error) {
 	return c.PutDirectory(&repb.Directory{})
 }
 
-// ReadDirectory reads, decodes and validates one Directory blob.
+// ReadDirectory reads, decodes and validates one Directory blob. The Directory
+// returned must not be changed: with RememberDirectories it is shared.
 func (c *Cache) ReadDirectory(d Digest) (*repb.Directory, error) {
+	if dir := c.dirs.get(d); dir != nil {
+		return dir, nil
+	}
 	data, err := c.ReadBlob(d)
 	if err != nil {
 		return nil, err
@@ -94,7 +99,40 @@ func (c *Cache) ReadDirectory(d Digest) (*repb.Directory, error) {
 	if err := validateDirectory(dir); err != nil {
 		return nil, fmt.Errorf("directory %s: %v: %w", d, err, ErrCorrupt)
 	}
+	c.dirs.put(d, dir)
 	return dir, nil
+}
+
+// RememberDirectories makes c keep every Directory blob it reads and checks, and
+// return it from then on without reading it again: for a Cache that serves one
+// job (Attach), whose staging reads the same Directories once per dependency and
+// per use — an empty tree, say, dozens of times — and whose commit audits its own
+// tree again (issue 13). Each blob is still read, hashed and decoded once, the
+// first time the job needs it, so a missing or damaged one is still found.
+func (c *Cache) RememberDirectories() { c.dirs = &dirMemo{m: map[Digest]*repb.Directory{}} }
+
+// dirMemo is RememberDirectories' memory; a nil *dirMemo remembers nothing.
+type dirMemo struct {
+	mu sync.Mutex
+	m  map[Digest]*repb.Directory
+}
+
+func (m *dirMemo) get(d Digest) *repb.Directory {
+	if m == nil {
+		return nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.m[d]
+}
+
+func (m *dirMemo) put(d Digest, dir *repb.Directory) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.m[d] = dir
 }
 
 // validName reports whether name may be a tree entry: one path component.

@@ -342,3 +342,49 @@ func TestStoreTreeCopiesFiles(t *testing.T) {
 		t.Errorf("CAS changed with its source: %v", err)
 	}
 }
+
+// A job's Cache reads and checks each Directory blob once (RememberDirectories):
+// staging the same tree again reads no Directory blob, while a damaged one is still
+// found the first time it is read, and a Cache that does not remember reads every
+// time.
+func TestRememberDirectories(t *testing.T) {
+	c := openTestCache(t)
+	src := t.TempDir()
+	writeTree(t, src, map[string]string{"sub/f": "file:content"}, nil)
+	root, err := c.StoreTree(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rootDir, err := c.ReadDirectory(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub := DigestFromProto(rootDir.Directories[0].Digest)
+
+	job := &Cache{Root: c.Root, pid: c.pid}
+	job.RememberDirectories()
+	if err := job.Checkout(root, t.TempDir(), CheckoutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// Gone now: a second staging of the same tree by the same job does not read it.
+	if err := os.Remove(c.BlobPath(sub)); err != nil {
+		t.Fatal(err)
+	}
+	if err := job.Checkout(root, t.TempDir(), CheckoutOptions{}); err != nil {
+		t.Errorf("the second checkout read a Directory blob the job had read and checked: %v", err)
+	}
+	if err := c.Checkout(root, t.TempDir(), CheckoutOptions{}); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a Cache that does not remember found no missing blob: %v", err)
+	}
+
+	// Damaged before a job reads it: found, as without remembering.
+	if err := os.WriteFile(c.BlobPath(root), []byte("garbage"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fresh := &Cache{Root: c.Root, pid: c.pid}
+	fresh.RememberDirectories()
+	var blob *BlobError
+	if err := fresh.Checkout(root, t.TempDir(), CheckoutOptions{}); !errors.As(err, &blob) {
+		t.Errorf("a damaged Directory blob was not found on its first read: %v", err)
+	}
+}

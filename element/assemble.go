@@ -176,6 +176,7 @@ func Assemble(ctx context.Context, js job.Spec, r *job.Reporter) (job.Result, er
 	if err != nil {
 		return job.Result{}, err
 	}
+	c.RememberDirectories() // this job's: each dependency's tree is read and checked once
 	if err := takeWorkDir(spec.WorkDir); err != nil {
 		return job.Result{}, &infraError{err}
 	}
