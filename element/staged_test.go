@@ -133,3 +133,48 @@ func BenchmarkLookupDependencies(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkStageNoOpDependencies stages 40 dependencies whose artifacts are empty
+// trees, as most builds of a generated no-op graph do, into a fresh sysroot: the
+// job's Cache reading every Directory blob again ("read each time") or once
+// (RememberDirectories, what a build job does).
+func BenchmarkStageNoOpDependencies(b *testing.B) {
+	c, err := cache.Open(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	spec := &BuildSpec{Project: "p", Element: "app.toml", Kind: "manual", Sandbox: "auto"}
+	for i := range 40 {
+		name := fmt.Sprintf("dep%02d.toml", i)
+		if err := c.Commit(&cache.Artifact{Project: "p", Element: name, Key: "k", Success: true}); err != nil {
+			b.Fatal(err)
+		}
+		spec.Stage = append(spec.Stage, StagedArtifact{Element: name, Key: "k"})
+	}
+	var staged StagedDigests
+	staged.Fill(c, spec)
+	for _, remember := range []bool{false, true} {
+		b.Run(map[bool]string{false: "read each time", true: "remember"}[remember], func(b *testing.B) {
+			for b.Loop() {
+				jc, err := cache.Attach(c.Root)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if remember {
+					jc.RememberDirectories()
+				}
+				deps, err := lookupDependencies(jc, spec)
+				if err != nil {
+					b.Fatal(err)
+				}
+				// What stageDependencies does, without a job's reporter.
+				links, sysroot := stageLinks(jc, spec, deps), b.TempDir()
+				for _, a := range deps {
+					if err := jc.Checkout(a.Files, sysroot, cache.CheckoutOptions{Hardlink: links}); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+		})
+	}
+}
