@@ -231,7 +231,7 @@ func (c *Cache) RefersTo(project, element, key string, record Digest) bool {
 	if err != nil {
 		return false
 	}
-	data, err := os.ReadFile(refPath)
+	data, err := readSmallFile(refPath, nil) // once per dependency of every build
 	if err != nil {
 		return false
 	}
