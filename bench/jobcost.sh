@@ -7,6 +7,11 @@
 #
 # Environment: ROUNDS (default 3), JOBS (2), GANTRY (default: build ./cmd/gantry),
 # BEFORE=/path/to/other/gantry adds it as "before", KEEP=1 keeps the directory.
+# DEFER_RM=1 moves the last run's cache or outputs aside instead of removing them
+# before a run, and removes them all at the end: on ext4 without a journal the inode
+# allocator skips, one by one, every inode freed in the last minute or so, so a run
+# that follows the removal of the last one's 60,000 inodes pays for them (every tool
+# alike, in proportion to the files it makes).
 set -euo pipefail
 
 N=${1:-2000}
@@ -23,6 +28,16 @@ if [[ -z ${GANTRY:-} ]]; then
 fi
 "$TMP/gen" -out "$TMP/p" -n "$N" >/dev/null
 
+# discard PATH: removes PATH, or with DEFER_RM=1 moves it aside (removed at the end).
+discard() {
+	[[ -e $1 ]] || return 0
+	if [[ ${DEFER_RM:-0} == 1 ]]; then
+		mkdir -p "$TMP/trash" && mv "$1" "$(mktemp -u "$TMP/trash/x.XXXXXX")"
+	else
+		rm -rf "$1"
+	fi
+}
+
 # run NAME CMD...: one timed run; prints "NAME wall cpu".
 run() {
 	local name=$1
@@ -36,12 +51,13 @@ for r in $(seq "$ROUNDS"); do
 	for g in after before; do
 		bin=$GANTRY
 		[[ $g == before ]] && { [[ -n ${BEFORE:-} ]] || continue; bin=$BEFORE; }
-		rm -rf "$TMP/cache"
+		discard "$TMP/cache"
 		run "gantry-$g" "$bin" -C "$TMP/p" build --builders "$JOBS" --ui plain --cache-dir "$TMP/cache"
 	done
-	rm -rf "$TMP/p/out" "$TMP/p/.ninja_log" "$TMP/p/.ninja_deps"
+	discard "$TMP/p/out"
+	rm -rf "$TMP/p/.ninja_log" "$TMP/p/.ninja_deps"
 	run "ninja-j$JOBS" ninja -C "$TMP/p" -j"$JOBS"
-	rm -rf "$TMP/p/out"
+	discard "$TMP/p/out"
 	run "make-j$JOBS" make -C "$TMP/p" -j"$JOBS"
 done | tee "$TMP/runs" >&2
 
