@@ -186,3 +186,37 @@ func TestE2ESuspendLeavesIdleWorkerRunning(t *testing.T) {
 		t.Fatalf("gantry exited with %d after SIGTERM, want %d\n%s", code, exitInterrupted, g.output())
 	}
 }
+
+// A worker's next build works in the directories its last one left, emptied (the same
+// build root, by inode): nothing the last job built, staged or changed reaches it —
+// a work directory whose mode a command changed is not used again — and the session
+// leaves nothing in tmp/.
+func TestE2EWorkerKeepsItsWorkDirectoryEmptied(t *testing.T) {
+	t.Parallel()
+	p := newE2EProject(t, map[string]string{"project.toml": projectTOML("c.toml")})
+	ino := func(name string) string {
+		return fmt.Sprintf("stat -c %%i . > %s; if [ -n \"$(ls -A .)$(ls -A %%{install-root})\" ]; then echo left: $(ls -A . %%{install-root}); exit 1; fi",
+			p.scratch(name))
+	}
+	p.write("elements/a.toml", manualElement(nil, ino("a"), "echo x > junk && mkdir -p %{install-root}/sub && echo y > %{install-root}/sub/f"))
+	p.write("elements/b.toml", manualElement([]string{"a.toml"}, ino("b"), "test -f %{sysroot}/sub/f && echo x > junk && chmod 0777 %{install-root}"))
+	p.write("elements/c.toml", manualElement([]string{"b.toml"}, ino("c"), `test "$(stat -c %a %{install-root})" = 755`))
+	_, stderr := p.mustRun(0, "build", "--ui", "json", "--sandbox", "host", "--builders", "1")
+
+	if pids := p.jobPids(); pids["a.toml"] != pids["b.toml"] {
+		t.Fatalf("a and b ran in processes %v, want one worker\n%s", pids, stderr)
+	}
+	read := func(name string) string {
+		b, err := os.ReadFile(p.scratch(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(string(b))
+	}
+	if a, b := read("a"), read("b"); a != b {
+		t.Errorf("b's build root is inode %s, a's was %s: the worker made its work directory again", b, a)
+	}
+	if left, _ := os.ReadDir(filepath.Join(p.cache, "tmp")); len(left) > 0 {
+		t.Errorf("tmp/ holds %d entries after the session, want none: %v", len(left), left)
+	}
+}
