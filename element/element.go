@@ -71,6 +71,8 @@ type Element struct {
 	position   int       // index in Graph.Order
 	resolved   *Resolved // config and environment expanded with KeyPaths
 	configJSON []byte    // resolved as the key encodes it (encodeConfig)
+	fileID     fileID    // the file's identity when it was read (zero when unknown)
+	keyMemo    *keyMemo  // the key last computed from this version of the file, if any
 	sourceKeys []string  // unique key per source; "" for a source without a ref
 }
 
@@ -121,9 +123,16 @@ func loadElement(p *Project, dir elementDir, lock *Lock, name string, pc *ParseC
 	rel := filepath.Join(p.ElementPath, filepath.FromSlash(name))
 	display := filepath.ToSlash(rel)
 	inDir := filepath.Join(dir.prefix, filepath.FromSlash(name))
-	pf, id, ok := pc.lookup(dir, inDir, display)
+	c, id, ok := pc.lookup(dir, inDir, display)
+	var pf *parsedFile
+	var memo *keyMemo
 	var doc *tomlDoc
-	if !ok {
+	if ok {
+		pf = &c.Parsed
+		if c.Key.Key != "" {
+			memo = &c.Key
+		}
+	} else {
 		data, err := dir.root.ReadFile(inDir)
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, errNoFile
@@ -142,7 +151,7 @@ func loadElement(p *Project, dir elementDir, lock *Lock, name string, pc *ParseC
 	}
 	e := &Element{Name: name, File: display, Description: pf.Description, Pool: pf.Pool,
 		Depends: pf.Depends, BuildDepends: pf.BuildDepends, RuntimeDepends: pf.RuntimeDepends,
-		root: p.Root, rel: rel, doc: doc}
+		root: p.Root, rel: rel, doc: doc, fileID: id, keyMemo: memo}
 	e.Kind, _ = LookupKind(pf.Kind) // parseElement checked it
 	if e.Pool != "" {
 		if _, ok := p.Pools[e.Pool]; !ok {

@@ -38,6 +38,9 @@ type Graph struct {
 	Elements map[string]*Element
 	Targets  []*Element
 	Order    []*Element // every loaded element, dependencies before dependants
+
+	parseCache *ParseCache // where keys computed are remembered (nil for none)
+	keyContext string      // keyContext(Project)
 }
 
 // Load reads the targets and everything they depend on, checks the graph for missing
@@ -69,7 +72,7 @@ func LoadCached(p *Project, lock *Lock, targets []string, pc *ParseCache) (*Grap
 			dir.dir = f
 		}
 	}
-	g := &Graph{Project: p, Lock: lock, Elements: map[string]*Element{}}
+	g := &Graph{Project: p, Lock: lock, Elements: map[string]*Element{}, parseCache: pc, keyContext: keyContext(p)}
 	referrer := map[string]*Element{} // first element that named a dependency, for errors
 	frontier := make([]string, 0, len(targets))
 	for _, t := range targets {
@@ -135,7 +138,9 @@ func (g *Graph) loadOne(dir elementDir, name string, ref *Element, pc *ParseCach
 	if e.resolved, err = e.resolve(vars); err != nil {
 		return nil, err
 	}
-	e.encodeConfig()
+	if e.keyMemo == nil { // else encoded only if the key must be computed (ComputeKey)
+		e.encodeConfig()
+	}
 	if err := g.keySources(e); err != nil {
 		return nil, err
 	}

@@ -60,15 +60,13 @@ func (g *Graph) computeKeys() {
 }
 
 // ComputeKey sets e's cache key from its configuration, its sources' keys and its
-// dependencies' keys, which must be current. It leaves Key empty when a source of e
+// dependencies' keys, which must be current; or reuses the key last computed from the
+// same inputs (keyMemo). It leaves Key empty when a source of e
 // lacks a ref or a dependency has no key.
 func (g *Graph) ComputeKey(e *Element) {
 	e.Key = ""
 	if e.NoRef {
 		return
-	}
-	if e.configJSON == nil {
-		e.encodeConfig()
 	}
 	for _, list := range [][]*Element{e.BuildDeps, e.RunDeps} {
 		for _, d := range list {
@@ -77,9 +75,16 @@ func (g *Graph) ComputeKey(e *Element) {
 			}
 		}
 	}
+	if g.reuseKey(e) {
+		return
+	}
+	if e.configJSON == nil {
+		e.encodeConfig()
+	}
 	data := appendKeyInput(make([]byte, 0, 256+len(e.configJSON)), e.Kind.Name, e.configJSON, e.sourceKeys, e.BuildDeps, e.RunDeps)
 	sum := sha256.Sum256(data)
 	e.Key = hex.EncodeToString(sum[:])
+	g.rememberKey(e)
 }
 
 // KeyInput returns the canonical JSON the key of e is computed from (for debugging and

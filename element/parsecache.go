@@ -27,7 +27,9 @@ import (
 //
 // Only what the file itself says is cached: project variables and environment,
 // gantry.lock refs, workspaces, pools and local sources' contents are applied on every
-// load, so changing them can never leave a stale element. The cache file names the
+// load, so changing them can never leave a stale element. Each entry also keeps the
+// element's key as last computed (keyMemo), with every other input it came from: it is
+// reused only when each is unchanged. The cache file names the
 // gantry build that wrote it; another build's, or a damaged one, is ignored.
 //
 // Safe for concurrent lookups while a graph loads; Save runs once, after.
@@ -36,6 +38,7 @@ type ParseCache struct {
 	stamp string        // the writing gantry build; the file is ignored unless it matches
 	racy  time.Duration // racyWindow; tests that cannot wait it out set it below 0
 	hits  atomic.Int64  // lookups answered, for tests
+	keys  atomic.Int64  // keys reused (keyMemo), for tests
 
 	mu    sync.Mutex
 	files map[string]cachedFile // file as shown ("elements/app.toml") -> what it was
@@ -51,11 +54,12 @@ type fileID struct {
 type cachedFile struct {
 	ID     fileID
 	Parsed parsedFile
+	Key    keyMemo // the key last computed from this parse (Key "" for none)
 }
 
 // parseCacheVersion changes whenever parsedFile or the checks parseElement makes change
 // in a way a gantry build stamp would not show.
-const parseCacheVersion = 2
+const parseCacheVersion = 3
 
 // racyWindow: files changed this close to the cache's writing are not remembered. Two
 // seconds covers the coarsest common timestamp granularity (FAT, some network
@@ -128,10 +132,10 @@ func identify(dir elementDir, path string) (fileID, bool) {
 		Ino: uint64(st.Ino), Dev: uint64(st.Dev)}, true
 }
 
-// lookup returns the remembered parse of the file at path under dir, remembered as
-// name, when the file's identity is unchanged; and the identity it has now (zero when
+// lookup returns what is remembered of the file at path under dir, remembered as name,
+// when the file's identity is unchanged; and the identity it has now (zero when
 // unknown). A nil cache remembers nothing.
-func (pc *ParseCache) lookup(dir elementDir, path, name string) (*parsedFile, fileID, bool) {
+func (pc *ParseCache) lookup(dir elementDir, path, name string) (*cachedFile, fileID, bool) {
 	if pc == nil {
 		return nil, fileID{}, false
 	}
@@ -146,7 +150,7 @@ func (pc *ParseCache) lookup(dir elementDir, path, name string) (*parsedFile, fi
 		return nil, id, false
 	}
 	pc.hits.Add(1)
-	return &c.Parsed, id, true
+	return &c, id, true
 }
 
 // remember records name's parse at identity id (from lookup, before the file was read:
@@ -158,6 +162,21 @@ func (pc *ParseCache) remember(name string, id fileID, pf *parsedFile) {
 	pc.mu.Lock()
 	pc.files[name] = cachedFile{ID: id, Parsed: *pf}
 	pc.dirty = true
+	pc.mu.Unlock()
+}
+
+// rememberKey records m as the key memo of name's parse at identity id, unless the
+// cache holds another version of the file by now.
+func (pc *ParseCache) rememberKey(name string, id fileID, m *keyMemo) {
+	if pc == nil || id == (fileID{}) {
+		return
+	}
+	pc.mu.Lock()
+	if c, ok := pc.files[name]; ok && c.ID == id {
+		c.Key = *m
+		pc.files[name] = c
+		pc.dirty = true
+	}
 	pc.mu.Unlock()
 }
 

@@ -9,7 +9,7 @@ import (
 )
 
 // The parse cache's stored form: the stamp, the number of files, then each file's
-// name, identity and parse, every field in declaration order. Strings and lists are a
+// name, identity, parse and key memo, every field in declaration order. Strings and lists are a
 // uvarint length and their items; numbers are varints; an empty list or map decodes as
 // nil. Written by hand because decoding it with encoding/gob took a tenth of a null
 // build's CPU; TestParseCacheCodecRoundTrips sets every field of parsedFile (found by
@@ -27,6 +27,10 @@ func encodeParseCache(stamp string, files map[string]cachedFile) []byte {
 		w.uint(c.ID.Ino)
 		w.uint(c.ID.Dev)
 		w.parsed(&c.Parsed)
+		w.str(c.Key.Context)
+		w.strs(c.Key.Sources)
+		w.strs(c.Key.Deps)
+		w.str(c.Key.Key)
 	}
 	return w.b
 }
@@ -42,6 +46,7 @@ func decodeParseCache(data []byte) (stamp string, files map[string]cachedFile, e
 		var c cachedFile
 		c.ID = fileID{Size: r.int(), Mtime: r.int(), Ctime: r.int(), Ino: r.uint(), Dev: r.uint()}
 		r.parsed(&c.Parsed)
+		c.Key = keyMemo{Context: r.str(), Sources: r.strs(), Deps: r.strs(), Key: r.str()}
 		if r.err != nil {
 			break
 		}

@@ -48,9 +48,10 @@ func writeFile(t *testing.T, path, content string) {
 	}
 }
 
-// Whatever changes between two loads, a load through the parse cache gives the keys a
-// load without it gives: element files edited, the project's variables and environment,
-// local sources, dependencies, gantry.lock. Each change is made in place in a project
+// Whatever changes between two loads, a load through the parse cache (and the keys it
+// remembers, keyMemo) gives the keys a load without it gives: element files edited, the
+// project's variables and environment, local sources, dependencies, gantry.lock,
+// workspaces opened and closed; a dependency's new key reaches its dependants. Each change is made in place in a project
 // the cache has seen in full, and the files nobody touched are still answered by it.
 func TestParseCacheNeverGivesStaleKeys(t *testing.T) {
 	app := baseFiles["elements/app.toml"]
@@ -71,6 +72,12 @@ func TestParseCacheNeverGivesStaleKeys(t *testing.T) {
 		{"local source file added", nil, map[string]string{"files/tool/bin/other": "x"}},
 		{"gantry.lock ref", with(baseFiles, "elements/app.toml", unpinned),
 			map[string]string{"gantry.lock": "[refs]\n\"app.toml\" = [\"bbbb\"]\n"}},
+		{"local source same size", nil, map[string]string{"files/lib/lib.c": "int lix;\n"}},
+		{"workspace opened", with(baseFiles, "ws/lib/lib.c", "int lib;\n"),
+			map[string]string{WorkspacesFile: `{"version": 1, "workspaces": [{"element": "lib.toml", "directory": "$DIR/ws/lib"}]}`}},
+		{"workspace closed", with(with(baseFiles, "ws/lib/lib.c", "int lib;\n"), WorkspacesFile,
+			`{"version": 1, "workspaces": [{"element": "lib.toml", "directory": "$DIR/ws/lib"}]}`),
+			map[string]string{WorkspacesFile: `{"version": 1, "workspaces": []}`}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -82,10 +89,22 @@ func TestParseCacheNeverGivesStaleKeys(t *testing.T) {
 				before = with(before, "gantry.lock", "[refs]\n\"app.toml\" = [\"aaaa\"]\n")
 			}
 			dir := writeProject(t, before)
+			if ws, ok := before[WorkspacesFile]; ok {
+				writeFile(t, filepath.Join(dir, WorkspacesFile), strings.ReplaceAll(ws, "$DIR", dir))
+			}
 			cacheDir := t.TempDir()
 			first, _ := cachedKeys(t, dir, cacheDir)
+			// Each file is written in place and its modification time put back: only
+			// the content (or, for an element file, the change time) tells.
 			for path, content := range tc.after {
-				writeFile(t, filepath.Join(dir, path), content)
+				path = filepath.Join(dir, path)
+				old, err := os.Stat(path)
+				writeFile(t, path, strings.ReplaceAll(content, "$DIR", dir))
+				if err == nil {
+					if err := os.Chtimes(path, old.ModTime(), old.ModTime()); err != nil {
+						t.Fatal(err)
+					}
+				}
 			}
 			got, hits := cachedKeys(t, dir, cacheDir)
 			want := map[string]string{}
@@ -113,6 +132,29 @@ func TestParseCacheNeverGivesStaleKeys(t *testing.T) {
 				t.Errorf("the parse cache answered for no file: the case tests nothing")
 			}
 		})
+	}
+}
+
+// A project loaded again unchanged reuses every key it computed (keyMemo) and parses no
+// file; keys are those a load without the cache computes.
+func TestParseCacheReusesKeysOfAnUnchangedProject(t *testing.T) {
+	dir := writeProject(t, baseFiles)
+	cacheDir := t.TempDir()
+	first, _ := cachedKeys(t, dir, cacheDir)
+	p, _ := LoadProject(dir)
+	lock, _ := LoadLock(dir)
+	pc := OpenParseCache(cacheDir, dir)
+	g, err := LoadCached(p, lock, []string{"app.toml"}, pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := int64(len(g.Elements)); pc.hits.Load() != n || pc.keys.Load() != n {
+		t.Errorf("%d elements: %d parses and %d keys reused, want all", n, pc.hits.Load(), pc.keys.Load())
+	}
+	for name, e := range g.Elements {
+		if e.Key == "" || e.Key != first[name] {
+			t.Errorf("%s: key %.12s, the first load's %.12s", name, e.Key, first[name])
+		}
 	}
 }
 
@@ -207,9 +249,9 @@ func TestParseCacheIgnoresDamagedAndForeignFiles(t *testing.T) {
 	}
 }
 
-// The parse cache's hand-written codec reads back every field of parsedFile: fill sets
-// each field (found by reflection, so a field added to parsedFile, source.Spec or Config
-// but not to the codec fails here), and any prefix of the bytes is an error, not a
+// The parse cache's hand-written codec reads back every field of parsedFile and keyMemo:
+// fill sets each field (found by reflection, so a field added to parsedFile, keyMemo,
+// source.Spec or Config but not to the codec fails here), and any prefix of the bytes is an error, not a
 // panic or a partial cache.
 func TestParseCacheCodecRoundTrips(t *testing.T) {
 	n := 0
@@ -246,6 +288,7 @@ func TestParseCacheCodecRoundTrips(t *testing.T) {
 	}
 	full := cachedFile{ID: fileID{Size: 1, Mtime: 2, Ctime: -3, Ino: 4, Dev: 5}}
 	fill(reflect.ValueOf(&full.Parsed).Elem())
+	fill(reflect.ValueOf(&full.Key).Elem())
 	files := map[string]cachedFile{"full.toml": full, "empty.toml": {}}
 	data := encodeParseCache("stamp", files)
 	stamp, got, err := decodeParseCache(data)
