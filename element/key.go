@@ -75,8 +75,11 @@ func (g *Graph) ComputeKey(e *Element) {
 			}
 		}
 	}
-	if g.reuseKey(e) {
-		return
+	var inputs string
+	if g.parseCache != nil {
+		if inputs = g.keyInputs(e); g.reuseKey(e, inputs) {
+			return
+		}
 	}
 	if e.configJSON == nil {
 		e.encodeConfig()
@@ -84,7 +87,9 @@ func (g *Graph) ComputeKey(e *Element) {
 	data := appendKeyInput(make([]byte, 0, 256+len(e.configJSON)), e.Kind.Name, e.configJSON, e.sourceKeys, e.BuildDeps, e.RunDeps)
 	sum := sha256.Sum256(data)
 	e.Key = hex.EncodeToString(sum[:])
-	g.rememberKey(e)
+	if g.parseCache != nil {
+		g.rememberKey(e, inputs)
+	}
 }
 
 // KeyInput returns the canonical JSON the key of e is computed from (for debugging and

@@ -27,9 +27,7 @@ func encodeParseCache(stamp string, files map[string]cachedFile) []byte {
 		w.uint(c.ID.Ino)
 		w.uint(c.ID.Dev)
 		w.parsed(&c.Parsed)
-		w.str(c.Key.Context)
-		w.strs(c.Key.Sources)
-		w.strs(c.Key.Deps)
+		w.str(c.Key.Inputs)
 		w.str(c.Key.Key)
 	}
 	return w.b
@@ -46,7 +44,7 @@ func decodeParseCache(data []byte) (stamp string, files map[string]cachedFile, e
 		var c cachedFile
 		c.ID = fileID{Size: r.int(), Mtime: r.int(), Ctime: r.int(), Ino: r.uint(), Dev: r.uint()}
 		r.parsed(&c.Parsed)
-		c.Key = keyMemo{Context: r.str(), Sources: r.strs(), Deps: r.strs(), Key: r.str()}
+		c.Key = keyMemo{Inputs: r.str(), Key: r.str()}
 		if r.err != nil {
 			break
 		}
