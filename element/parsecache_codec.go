@@ -35,7 +35,7 @@ func encodeParseCache(stamp string, files map[string]cachedFile) []byte {
 
 // decodeParseCache reads what encodeParseCache wrote; an error for anything else.
 func decodeParseCache(data []byte) (stamp string, files map[string]cachedFile, err error) {
-	r := cacheReader{b: data}
+	r := cacheReader{b: string(data)}
 	stamp = r.str()
 	n := r.count()
 	files = make(map[string]cachedFile, n)
@@ -123,38 +123,45 @@ func (w *cacheWriter) parsed(pf *parsedFile) {
 	w.strs(c.Exclude)
 }
 
-// cacheReader reads a cacheWriter's bytes; the first problem sets err, after which
+// cacheReader reads a cacheWriter's bytes, held as one string: every string it returns
+// is a part of it, not a copy (one allocation for the file instead of one per string;
+// the entries live as long as the cache anyway). The first problem sets err, after which
 // every read returns a zero value.
 type cacheReader struct {
-	b   []byte
+	b   string
 	err error
 }
 
 var errParseCacheTruncated = errors.New("truncated or damaged")
 
+// uint reads a uvarint as binary.Uvarint does, from a string.
 func (r *cacheReader) uint() uint64 {
 	if r.err != nil {
 		return 0
 	}
-	v, n := binary.Uvarint(r.b)
-	if n <= 0 {
-		r.err = errParseCacheTruncated
-		return 0
+	var v uint64
+	for i := 0; i < len(r.b) && i < binary.MaxVarintLen64; i++ {
+		c := r.b[i]
+		if c < 0x80 {
+			if i == binary.MaxVarintLen64-1 && c > 1 {
+				break // overflows 64 bits
+			}
+			r.b = r.b[i+1:]
+			return v | uint64(c)<<(7*i)
+		}
+		v |= uint64(c&0x7f) << (7 * i)
 	}
-	r.b = r.b[n:]
-	return v
+	r.err = errParseCacheTruncated
+	return 0
 }
 
+// int reads a varint (zig-zag encoded, as binary.AppendVarint writes).
 func (r *cacheReader) int() int64 {
-	if r.err != nil {
-		return 0
+	u := r.uint()
+	v := int64(u >> 1)
+	if u&1 != 0 {
+		v = ^v
 	}
-	v, n := binary.Varint(r.b)
-	if n <= 0 {
-		r.err = errParseCacheTruncated
-		return 0
-	}
-	r.b = r.b[n:]
 	return v
 }
 
@@ -173,7 +180,7 @@ func (r *cacheReader) str() string {
 	if r.err != nil {
 		return ""
 	}
-	s := string(r.b[:n])
+	s := r.b[:n]
 	r.b = r.b[n:]
 	return s
 }
