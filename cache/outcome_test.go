@@ -1,7 +1,9 @@
 package cache
 
 import (
+	"bytes"
 	"os"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -200,4 +202,27 @@ func refPathOf(t *testing.T, c *Cache) string {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// The memo's codec reads back every field of an entry, and a damaged or truncated file,
+// or one of another version, is an error (an empty memo), never a partial one.
+func TestOutcomeMemoCodecRoundTrips(t *testing.T) {
+	entries := map[string]memoEntry{
+		"app.toml\x00k1": {Record: "sha256:ab/12", Success: true, Ref: fileIdentity{Size: 1, Mtime: -2, Ctime: 3, Ino: 4, Dev: 5}},
+		"lib.toml\x00k2": {Record: "sha256:cd/34"},
+	}
+	data := encodeOutcomeMemo(entries)
+	got, err := decodeOutcomeMemo(data)
+	if err != nil || !reflect.DeepEqual(got, entries) {
+		t.Fatalf("decoded %v, %v; want %v", got, err, entries)
+	}
+	for i := range len(data) {
+		if _, err := decodeOutcomeMemo(data[:i]); err == nil {
+			t.Fatalf("%d of %d bytes decoded without an error", i, len(data))
+		}
+	}
+	other := bytes.Replace(data, []byte(outcomeMemoMagic+"\x03"), []byte(outcomeMemoMagic+"\x02"), 1)
+	if _, err := decodeOutcomeMemo(other); err == nil {
+		t.Error("a memo of another version decoded without an error")
+	}
 }
