@@ -136,3 +136,45 @@ func TestVerifyReportsDirectoryInPlaceOfRef(t *testing.T) {
 		})
 	}
 }
+
+// TestVerifyReportsStrangersInShards: cas/ and exec/ share one walk of their
+// ab/<sha256> layout; a file or directory that does not fit it is reported in each.
+func TestVerifyReportsStrangersInShards(t *testing.T) {
+	c := openTestCache(t)
+	commitSample(t, c, "demo", "app.toml", "k")
+	var want []string
+	for _, top := range []string{"cas", "exec"} {
+		if err := os.MkdirAll(filepath.Join(c.Root, top, "ab"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		stray := filepath.Join(c.Root, top, "ab", "not-a-hash")
+		if err := os.WriteFile(stray, []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		dir := filepath.Join(c.Root, top, "toolong")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if top == "cas" {
+			want = append(want, stray+": unexpected file in the CAS", dir+": unexpected directory in the CAS")
+		} else {
+			want = append(want, "executable twin "+stray+": not an executable twin", dir+": unexpected directory among the executable twins")
+		}
+	}
+	rep, err := c.Verify()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range want {
+		found := false
+		for _, p := range rep.Problems {
+			found = found || strings.HasPrefix(p, w)
+		}
+		if !found {
+			t.Errorf("Verify problems %q lack %q", rep.Problems, w)
+		}
+	}
+	if len(rep.Problems) != len(want) {
+		t.Errorf("Verify found %d problems, want %d: %q", len(rep.Problems), len(want), rep.Problems)
+	}
+}

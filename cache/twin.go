@@ -94,29 +94,13 @@ func (c *Cache) makeTwin(d Digest) error {
 // ones (and anything else found in exec/) in rep; Repair removes them.
 func (c *Cache) verifyTwins(rep *VerifyReport) error {
 	root := filepath.Join(c.Root, execDir)
-	err := filepath.WalkDir(root, func(p string, e fs.DirEntry, err error) error {
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				return nil // none made yet, or removed by a concurrent gc
-			}
-			return err
-		}
-		rel, _ := filepath.Rel(root, p)
-		if e.IsDir() {
-			if p != root && (filepath.Dir(rel) != "." || len(rel) != 2) {
-				rep.Problems = append(rep.Problems, fmt.Sprintf("%s: unexpected directory among the executable twins", p))
-				return fs.SkipDir
-			}
-			return nil
-		}
-		info, err := e.Info()
-		if err != nil {
-			return nil // removed by a concurrent gc
-		}
-		d := Digest{Hash: e.Name(), Size: info.Size()}
+	if _, err := os.Stat(root); errors.Is(err, fs.ErrNotExist) {
+		return nil // none made yet
+	}
+	err := walkShards(root, "among the executable twins", rep, func(p string, d Digest, info fs.FileInfo, inPlace bool) {
 		var problem error
 		switch {
-		case d.Validate() != nil || filepath.Dir(rel) != d.Hash[:2] || !info.Mode().IsRegular():
+		case !inPlace:
 			problem = errors.New("not an executable twin")
 		case info.Mode().Perm() != twinMode:
 			problem = fmt.Errorf("mode %v, not %v", info.Mode().Perm(), fs.FileMode(twinMode))
@@ -132,7 +116,6 @@ func (c *Cache) verifyTwins(rep *VerifyReport) error {
 			rep.Problems = append(rep.Problems, fmt.Sprintf("executable twin %s: %v (`gantry cache verify --repair` removes it; it is made again when needed)", p, problem))
 			rep.badTwins = append(rep.badTwins, p)
 		}
-		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("checking the executable twins in %s: %w", root, err)

@@ -165,38 +165,48 @@ func (c *Cache) verifyUnreferenced(checked map[Digest]error, check func(Digest) 
 	for d := range checked {
 		reached[d.Hash] = true
 	}
-	casRoot := filepath.Join(c.Root, casDir)
-	return filepath.WalkDir(casRoot, func(p string, e fs.DirEntry, err error) error {
+	return walkShards(filepath.Join(c.Root, casDir), "in the CAS", rep, func(p string, d Digest, _ fs.FileInfo, inPlace bool) {
+		if !inPlace {
+			rep.Problems = append(rep.Problems, fmt.Sprintf("%s: unexpected file in the CAS", p))
+			return
+		}
+		if reached[d.Hash] {
+			return // reached from a ref, already reported if bad
+		}
+		if err := check(d); err != nil {
+			rep.Problems = append(rep.Problems, fmt.Sprintf("unreferenced blob: %v", err))
+		}
+	})
+}
+
+// walkShards walks a sharded blob directory, root/ab/<sha256> as cas/ and exec/ are
+// laid out. A directory that is not a shard is reported in rep as unexpected (where
+// says where, e.g. "in the CAS") and skipped. fn gets every file with the digest its
+// name and size give, and whether it is where that digest belongs: a valid hash, in
+// its own shard, a regular file. Entries removed during the walk (a concurrent gc) are
+// passed over; a missing root is an error.
+func walkShards(root, where string, rep *VerifyReport, fn func(p string, d Digest, info fs.FileInfo, inPlace bool)) error {
+	return filepath.WalkDir(root, func(p string, e fs.DirEntry, err error) error {
 		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) && p != casRoot {
-				return nil // removed by a concurrent gc
+			if errors.Is(err, fs.ErrNotExist) && p != root {
+				return nil
 			}
 			return err
 		}
-		rel, _ := filepath.Rel(casRoot, p)
-		parts := strings.Split(filepath.ToSlash(rel), "/")
+		rel, _ := filepath.Rel(root, p)
 		if e.IsDir() {
-			if p != casRoot && (len(parts) != 1 || len(parts[0]) != 2) {
-				rep.Problems = append(rep.Problems, fmt.Sprintf("%s: unexpected directory in the CAS", p))
+			if p != root && (filepath.Dir(rel) != "." || len(rel) != 2) {
+				rep.Problems = append(rep.Problems, fmt.Sprintf("%s: unexpected directory %s", p, where))
 				return fs.SkipDir
 			}
 			return nil
 		}
 		info, err := e.Info()
 		if err != nil {
-			return nil // removed by a concurrent gc
-		}
-		d := Digest{Hash: e.Name(), Size: info.Size()}
-		if len(parts) != 2 || d.Validate() != nil || parts[0] != d.Hash[:2] || !e.Type().IsRegular() {
-			rep.Problems = append(rep.Problems, fmt.Sprintf("%s: unexpected file in the CAS", p))
 			return nil
 		}
-		if reached[d.Hash] {
-			return nil // reached from a ref, already reported if bad
-		}
-		if err := check(d); err != nil {
-			rep.Problems = append(rep.Problems, fmt.Sprintf("unreferenced blob: %v", err))
-		}
+		d := Digest{Hash: e.Name(), Size: info.Size()}
+		fn(p, d, info, d.Validate() == nil && filepath.Dir(rel) == d.Hash[:2] && info.Mode().IsRegular())
 		return nil
 	})
 }
