@@ -12,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/gantry-build/gantry/internal/fileid"
 )
 
 // Artifact is the record of one build of one element at one cache key,
@@ -247,7 +249,7 @@ func (c *Cache) readRef(project, element, key string) (refPath string, ref []byt
 
 // readRefIdentity is readRef that also sets *id (when id is not nil) to the identity of
 // the ref file read (zero where the platform gives none).
-func (c *Cache) readRefIdentity(project, element, key string, id *fileIdentity) (refPath string, ref []byte, err error) {
+func (c *Cache) readRefIdentity(project, element, key string, id *fileid.ID) (refPath string, ref []byte, err error) {
 	refPath, err = c.RefPath(project, element, key)
 	if err != nil {
 		return "", nil, fmt.Errorf("looking up artifact: %w", err)
@@ -266,7 +268,7 @@ func (c *Cache) readRefIdentity(project, element, key string, id *fileIdentity) 
 // digest), in the fewest system calls: open, read until end of file, close; no stat
 // (os.Open makes one to decide on polling) unless id is not nil, when it is set to the
 // identity of the file read.
-func readSmallFile(path string, id *fileIdentity) ([]byte, error) {
+func readSmallFile(path string, id *fileid.ID) ([]byte, error) {
 	var fd int
 	var err error
 	for {
@@ -279,7 +281,7 @@ func readSmallFile(path string, id *fileIdentity) ([]byte, error) {
 	}
 	defer syscall.Close(fd)
 	if id != nil {
-		*id, _ = fstatIdentity(fd)
+		*id, _ = fileid.Fstat(fd)
 	}
 	buf := make([]byte, 0, 160)
 	for {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gantry-build/gantry/internal/bincode"
+	"github.com/gantry-build/gantry/internal/fileid"
 )
 
 // Outcome answers what planning asks of every element: is the artifact of element at
@@ -32,16 +33,16 @@ func (c *Cache) Outcome(project, element, key string) (found, success bool, err 
 func (c *Cache) OutcomeMemoized(m *OutcomeMemo, project, element, key string) (found, success bool, err error) {
 	id := element + "\x00" + key
 	e, memoized := m.get(id)
-	if memoized && e.Ref != (fileIdentity{}) {
+	if memoized && e.Ref != (fileid.ID{}) {
 		if refPath, err := c.RefPath(project, element, key); err == nil {
-			if now, ok := statIdentity(refPath); ok && now == e.Ref {
+			if now, ok := fileid.Stat(refPath); ok && now == e.Ref {
 				m.stat.Add(1)
 				m.use(id, e)
 				return true, e.Success, nil
 			}
 		}
 	}
-	var refID fileIdentity
+	var refID fileid.ID
 	refPath, ref, err := c.readRefIdentity(project, element, key, &refID)
 	if errors.Is(err, ErrNotFound) {
 		return false, false, nil
@@ -109,7 +110,7 @@ func (h *recordHead) check(rd Digest, project, element, key string) error {
 // what the last null build learnt of the others), so at most one key per element.
 type OutcomeMemo struct {
 	path string
-	racy time.Duration // refRacyWindow; tests that cannot wait it out set it below 0
+	racy time.Duration // fileid.RacyWindow; tests that cannot wait it out set it below 0
 	stat atomic.Int64  // answers from the ref's identity alone, for tests
 
 	mu   sync.Mutex
@@ -120,24 +121,11 @@ type OutcomeMemo struct {
 type memoEntry struct {
 	Record  string // the record's digest, as the ref holds it
 	Success bool
-	Ref     fileIdentity // the ref file's when it was read (zero: unknown, or racily new)
-}
-
-// fileIdentity identifies one version of a file: a ref is replaced by a rename (a new
-// inode) and any write in place changes its change time, which no user can set back.
-type fileIdentity struct {
-	Size, Mtime, Ctime int64 // times in ns since the epoch
-	Ino, Dev           uint64
+	Ref     fileid.ID // the ref file's when it was read (zero: unknown, or racily new)
 }
 
 // outcomeMemoVersion changes with the memo's format or meaning.
 const outcomeMemoVersion = 3
-
-// refRacyWindow: a ref changed this close to the memo's writing is remembered without
-// its identity (git's "racily clean" rule: a second change within the filesystem's
-// timestamp granularity could leave every field of the identity the same), so it is
-// read again next time.
-const refRacyWindow = 2 * time.Second
 
 // outcomeMemoMagic starts the memo's file, then the version and the entries in
 // bincode's form (encodeOutcomeMemo): decoding it with encoding/gob took 4% of a null
@@ -153,11 +141,7 @@ func encodeOutcomeMemo(entries map[string]memoEntry) []byte {
 		w.Str(id)
 		w.Str(e.Record)
 		w.Bool(e.Success)
-		w.Int(e.Ref.Size)
-		w.Int(e.Ref.Mtime)
-		w.Int(e.Ref.Ctime)
-		w.Uint(e.Ref.Ino)
-		w.Uint(e.Ref.Dev)
+		e.Ref.Append(w)
 	}
 	return w.B
 }
@@ -178,7 +162,7 @@ func decodeOutcomeMemo(data []byte) (map[string]memoEntry, error) {
 	for range n {
 		id := r.Str()
 		e := memoEntry{Record: r.Str(), Success: r.Bool()}
-		e.Ref = fileIdentity{Size: r.Int(), Mtime: r.Int(), Ctime: r.Int(), Ino: r.Uint(), Dev: r.Uint()}
+		e.Ref = fileid.Read(r)
 		if r.Err != nil {
 			break
 		}
@@ -193,7 +177,7 @@ func decodeOutcomeMemo(data []byte) (map[string]memoEntry, error) {
 // OpenOutcomeMemo opens project's memo, kept in the cache's loads/ directory. A missing
 // or unreadable memo is an empty one.
 func (c *Cache) OpenOutcomeMemo(project string) *OutcomeMemo {
-	m := &OutcomeMemo{path: filepath.Join(LoadsDir(c.Root), "outcomes."+project), racy: refRacyWindow,
+	m := &OutcomeMemo{path: filepath.Join(LoadsDir(c.Root), "outcomes."+project), racy: fileid.RacyWindow,
 		used: map[string]memoEntry{}}
 	if !validSegment(project) {
 		m.path = "" // never read or written
@@ -259,13 +243,10 @@ func (m *OutcomeMemo) Save() error {
 	}
 	defer os.Remove(tmp.Name())
 	// "Now" by the filesystem's own clock: the temporary file's change time.
-	now := time.Now().UnixNano()
-	if fi, ok := fstatIdentity(int(tmp.Fd())); ok {
-		now = fi.Ctime
-	}
+	now := fileid.Now(tmp)
 	for id, e := range entries {
-		if max(e.Ref.Mtime, e.Ref.Ctime) >= now-int64(m.racy) {
-			e.Ref = fileIdentity{}
+		if e.Ref.Racy(now, m.racy) {
+			e.Ref = fileid.ID{}
 			entries[id] = e
 		}
 	}

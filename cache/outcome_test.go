@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gantry-build/gantry/internal/fileid"
 )
 
 // The outcome memo answers for a ref only while the ref names the record it saw: a ref
@@ -156,8 +158,8 @@ func TestOutcomeMemoStatsRefsItRead(t *testing.T) {
 			t.Errorf("%s: outcome %s (from the identity: %v); want %s (%v)", what, got, stat, want, wantStat)
 		}
 	}
-	check("first", refRacyWindow, "failure", false)
-	check("a ref just written (racy)", refRacyWindow, "failure", false)
+	check("first", fileid.RacyWindow, "failure", false)
+	check("a ref just written (racy)", fileid.RacyWindow, "failure", false)
 	check("remembered at last", -time.Hour, "failure", false)
 	check("unchanged", -time.Hour, "failure", true)
 
@@ -208,7 +210,7 @@ func refPathOf(t *testing.T, c *Cache) string {
 // or one of another version, is an error (an empty memo), never a partial one.
 func TestOutcomeMemoCodecRoundTrips(t *testing.T) {
 	entries := map[string]memoEntry{
-		"app.toml\x00k1": {Record: "sha256:ab/12", Success: true, Ref: fileIdentity{Size: 1, Mtime: -2, Ctime: 3, Ino: 4, Dev: 5}},
+		"app.toml\x00k1": {Record: "sha256:ab/12", Success: true, Ref: fileid.ID{Size: 1, Mtime: -2, Ctime: 3, Ino: 4, Dev: 5}},
 		"lib.toml\x00k2": {Record: "sha256:cd/34"},
 	}
 	data := encodeOutcomeMemo(entries)

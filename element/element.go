@@ -12,6 +12,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/gantry-build/gantry/internal/fileid"
 	"github.com/gantry-build/gantry/source"
 )
 
@@ -71,7 +72,7 @@ type Element struct {
 	position   int       // index in Graph.Order
 	resolved   *Resolved // config and environment expanded with KeyPaths
 	configJSON []byte    // resolved as the key encodes it (encodeConfig)
-	fileID     fileID    // the file's identity when it was read (zero when unknown)
+	fileID     fileid.ID // the file's identity when it was read (zero when unknown)
 	keyMemo    *keyMemo  // the key last computed from this version of the file, if any
 	sourceKeys []string  // unique key per source; "" for a source without a ref
 }

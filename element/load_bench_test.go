@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gantry-build/gantry/bench/synth"
+	"github.com/gantry-build/gantry/internal/fileid"
 )
 
 var benchLoadN = flag.Int("load-n", 10000, "elements in BenchmarkLoad's synthetic graph (e.g. 100000)")
@@ -24,7 +25,7 @@ func BenchmarkLoad(b *testing.B) {
 	if err := g.Write(dir, true); err != nil {
 		b.Fatal(err)
 	}
-	// The files must be older than racyWindow for the parse cache to keep them.
+	// The files must be older than fileid.RacyWindow for the parse cache to keep them.
 	old := time.Now().Add(-time.Minute)
 	filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 		if err == nil {
@@ -32,7 +33,7 @@ func BenchmarkLoad(b *testing.B) {
 		}
 		return err
 	})
-	time.Sleep(racyWindow) // the files' change times, which Chtimes set to now, age too
+	time.Sleep(fileid.RacyWindow) // the files' change times, which Chtimes set to now, age too
 	load := func(b *testing.B, pc *ParseCache) {
 		p, err := LoadProject(dir)
 		if err != nil {

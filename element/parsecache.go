@@ -9,8 +9,9 @@ import (
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
+
+	"github.com/gantry-build/gantry/internal/fileid"
 )
 
 // ParseCache remembers element files as parsed (parsedFile), so that loading a project
@@ -20,7 +21,7 @@ import (
 // A file's identity is its path, size, inode, device, and modification and change times
 // in nanoseconds. An editor that writes in place changes the times; one that renames a
 // new file over it changes the inode. The change time (ctime) cannot be set by a user,
-// so restoring an mtime does not fool it. A file whose times are within racyWindow of
+// so restoring an mtime does not fool it. A file whose times are within fileid.RacyWindow of
 // the moment the cache is written is not remembered (git's "racily clean" entries): a
 // second edit within the filesystem's timestamp granularity could leave every field
 // the same, so such a file is parsed again next time.
@@ -36,7 +37,7 @@ import (
 type ParseCache struct {
 	path  string
 	stamp string        // the writing gantry build; the file is ignored unless it matches
-	racy  time.Duration // racyWindow; tests that cannot wait it out set it below 0
+	racy  time.Duration // fileid.RacyWindow; tests that cannot wait it out set it below 0
 	hits  atomic.Int64  // lookups answered, for tests
 	keys  atomic.Int64  // keys reused (keyMemo), for tests
 
@@ -45,14 +46,8 @@ type ParseCache struct {
 	dirty bool
 }
 
-// fileID is what identifies one version of a file.
-type fileID struct {
-	Size, Mtime, Ctime int64 // times in ns since the epoch
-	Ino, Dev           uint64
-}
-
 type cachedFile struct {
-	ID     fileID
+	ID     fileid.ID
 	Parsed parsedFile
 	Key    keyMemo // the key last computed from this parse (Key "" for none)
 }
@@ -61,17 +56,12 @@ type cachedFile struct {
 // in a way a gantry build stamp would not show.
 const parseCacheVersion = 3
 
-// racyWindow: files changed this close to the cache's writing are not remembered. Two
-// seconds covers the coarsest common timestamp granularity (FAT, some network
-// filesystems); ext4 and XFS are finer.
-const racyWindow = 2 * time.Second
-
 // OpenParseCache opens the parse cache of the project at root, kept under dir (the
 // gantry cache's loads/). A missing, damaged or foreign cache file is an empty cache.
 func OpenParseCache(dir, root string) *ParseCache {
 	sum := sha256.Sum256([]byte(root))
 	pc := &ParseCache{path: filepath.Join(dir, hex.EncodeToString(sum[:16])), stamp: buildStamp(root),
-		racy: racyWindow, files: map[string]cachedFile{}}
+		racy: fileid.RacyWindow, files: map[string]cachedFile{}}
 	data, err := os.ReadFile(pc.path)
 	if err != nil {
 		return pc
@@ -110,38 +100,29 @@ func buildStamp(root string) string {
 // (os.Root's own walk costs as much again); anything else goes through the root. A
 // stat cannot read outside the project: a hit names an inode the cache parsed when it
 // read it through the root.
-func identify(dir elementDir, path string) (fileID, bool) {
+func identify(dir elementDir, path string) (fileid.ID, bool) {
 	if dir.dir != nil {
-		if id, ok := statAt(dir.dir, path); ok {
+		if id, ok := fileid.At(dir.dir, path); ok {
 			return id, true
 		}
 	}
 	fi, err := dir.root.Stat(path)
 	if err != nil {
-		return fileID{}, false
+		return fileid.ID{}, false
 	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !ok {
-		return fileID{}, false
-	}
-	ctime, ok := statCtime(st)
-	if !ok {
-		return fileID{}, false
-	}
-	return fileID{Size: fi.Size(), Mtime: fi.ModTime().UnixNano(), Ctime: ctime,
-		Ino: uint64(st.Ino), Dev: uint64(st.Dev)}, true
+	return fileid.FromInfo(fi)
 }
 
 // lookup returns what is remembered of the file at path under dir, remembered as name,
 // when the file's identity is unchanged; and the identity it has now (zero when
 // unknown). A nil cache remembers nothing.
-func (pc *ParseCache) lookup(dir elementDir, path, name string) (*cachedFile, fileID, bool) {
+func (pc *ParseCache) lookup(dir elementDir, path, name string) (*cachedFile, fileid.ID, bool) {
 	if pc == nil {
-		return nil, fileID{}, false
+		return nil, fileid.ID{}, false
 	}
 	id, ok := identify(dir, path)
 	if !ok {
-		return nil, fileID{}, false
+		return nil, fileid.ID{}, false
 	}
 	pc.mu.Lock()
 	c, hit := pc.files[name]
@@ -155,8 +136,8 @@ func (pc *ParseCache) lookup(dir elementDir, path, name string) (*cachedFile, fi
 
 // remember records name's parse at identity id (from lookup, before the file was read:
 // a change during the read gives the file a new identity, so it is parsed again).
-func (pc *ParseCache) remember(name string, id fileID, pf *parsedFile) {
-	if pc == nil || id == (fileID{}) {
+func (pc *ParseCache) remember(name string, id fileid.ID, pf *parsedFile) {
+	if pc == nil || id == (fileid.ID{}) {
 		return
 	}
 	pc.mu.Lock()
@@ -167,8 +148,8 @@ func (pc *ParseCache) remember(name string, id fileID, pf *parsedFile) {
 
 // rememberKey records m as the key memo of name's parse at identity id, unless the
 // cache holds another version of the file by now.
-func (pc *ParseCache) rememberKey(name string, id fileID, m *keyMemo) {
-	if pc == nil || id == (fileID{}) {
+func (pc *ParseCache) rememberKey(name string, id fileid.ID, m *keyMemo) {
+	if pc == nil || id == (fileid.ID{}) {
 		return
 	}
 	pc.mu.Lock()
@@ -181,7 +162,7 @@ func (pc *ParseCache) rememberKey(name string, id fileID, m *keyMemo) {
 }
 
 // Save writes the cache if this load parsed anything, atomically (temporary file, then
-// rename). Files changed within racyWindow of now are left out. Errors are returned
+// rename). Files changed within fileid.RacyWindow of now are left out. Errors are returned
 // for a warning: a cache that cannot be written only costs speed.
 func (pc *ParseCache) Save() error {
 	if pc == nil || !pc.dirty {
@@ -195,18 +176,10 @@ func (pc *ParseCache) Save() error {
 		return fmt.Errorf("saving the element parse cache: %w", err)
 	}
 	defer os.Remove(tmp.Name()) // after the rename: nothing to remove
-	// "Now" by the filesystem's own clock: the temporary file's change time.
-	now := time.Now().UnixNano()
-	if fi, err := tmp.Stat(); err == nil {
-		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-			if ctime, ok := statCtime(st); ok {
-				now = ctime
-			}
-		}
-	}
+	now := fileid.Now(tmp)
 	files := make(map[string]cachedFile, len(pc.files))
 	for rel, c := range pc.files {
-		if max(c.ID.Mtime, c.ID.Ctime) < now-int64(pc.racy) {
+		if !c.ID.Racy(now, pc.racy) {
 			files[rel] = c
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"math"
 
 	"github.com/gantry-build/gantry/internal/bincode"
+	"github.com/gantry-build/gantry/internal/fileid"
 	"github.com/gantry-build/gantry/source"
 )
 
@@ -20,11 +21,7 @@ func encodeParseCache(stamp string, files map[string]cachedFile) []byte {
 	w.Uint(uint64(len(files)))
 	for name, c := range files {
 		w.Str(name)
-		w.Int(c.ID.Size)
-		w.Int(c.ID.Mtime)
-		w.Int(c.ID.Ctime)
-		w.Uint(c.ID.Ino)
-		w.Uint(c.ID.Dev)
+		c.ID.Append(w)
 		writeParsed(w, &c.Parsed)
 		w.Str(c.Key.Inputs)
 		w.Str(c.Key.Key)
@@ -41,7 +38,7 @@ func decodeParseCache(data []byte) (stamp string, files map[string]cachedFile, e
 	for range n {
 		name := r.Str()
 		var c cachedFile
-		c.ID = fileID{Size: r.Int(), Mtime: r.Int(), Ctime: r.Int(), Ino: r.Uint(), Dev: r.Uint()}
+		c.ID = fileid.Read(r)
 		readParsed(r, &c.Parsed)
 		c.Key = keyMemo{Inputs: r.Str(), Key: r.Str()}
 		if r.Err != nil {

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gantry-build/gantry/internal/fileid"
 )
 
 // cachedKeys loads app.toml from dir through a parse cache kept in cacheDir, saves it,
@@ -286,7 +288,7 @@ func TestParseCacheCodecRoundTrips(t *testing.T) {
 			t.Fatalf("the codec test cannot fill a %s: teach it and the codec", v.Type())
 		}
 	}
-	full := cachedFile{ID: fileID{Size: 1, Mtime: 2, Ctime: -3, Ino: 4, Dev: 5}}
+	full := cachedFile{ID: fileid.ID{Size: 1, Mtime: 2, Ctime: -3, Ino: 4, Dev: 5}}
 	fill(reflect.ValueOf(&full.Parsed).Elem())
 	fill(reflect.ValueOf(&full.Key).Elem())
 	files := map[string]cachedFile{"full.toml": full, "empty.toml": {}}
