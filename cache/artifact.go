@@ -229,11 +229,7 @@ func (c *Cache) Lookup(project, element, key string) (*Artifact, error) {
 // record. A job given an artifact's digests by the process that planned it
 // checks with it that the artifact is still the one it was told of.
 func (c *Cache) RefersTo(project, element, key string, record Digest) bool {
-	refPath, err := c.RefPath(project, element, key)
-	if err != nil {
-		return false
-	}
-	data, err := readSmallFile(refPath, nil) // once per dependency of every build
+	_, data, err := c.readRef(project, element, key) // once per dependency of every build
 	if err != nil {
 		return false
 	}
