@@ -1,7 +1,6 @@
 package job
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -15,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gantry-build/gantry/internal/proctest"
 )
 
 // The tests start real children by re-executing the test binary with
@@ -259,36 +260,19 @@ func fileSize(path string) int64 {
 // procState returns the state letter of pid from /proc ("R", "S", "T", "Z"),
 // or "" if there is no such process.
 func procState(pid int) string {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return ""
+	if p, ok := proctest.Read(pid); ok {
+		return string(p.State)
 	}
-	// pid (comm) state ...: comm may contain spaces, so look after the last ')'.
-	fields := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
-	if len(fields) == 0 {
-		return ""
-	}
-	return fields[0]
-}
-
-// gone reports whether pid is dead: no such process, or a zombie nobody has
-// reaped yet (this container's init may not reap orphans).
-func gone(pid int) bool {
-	if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
-		return true
-	}
-	return procState(pid) == "Z"
+	return ""
 }
 
 // waitStopped waits until the ticker grandchild pid is stopped and its tick
 // file has stopped growing, and returns the file's size.
 func waitStopped(t *testing.T, pid int, ticks string) int64 {
 	t.Helper()
-	// "D": sh may be waiting, uninterruptibly, for a vfork child that was
-	// stopped before it could exec.
 	eventually(t, fmt.Sprintf("grandchild %d to be stopped", pid), func() bool {
-		st := procState(pid)
-		return st == "T" || st == "D"
+		p, ok := proctest.Read(pid)
+		return ok && p.Stopped()
 	})
 	// Settle: a write in flight when SIGSTOP arrived may still land.
 	size := fileSize(ticks)
@@ -474,7 +458,7 @@ func TestTerminateReachesWholeGroup(t *testing.T) {
 	if log := readFile(t, s.log); !strings.Contains(log, "grandchild: signal: terminated") {
 		t.Errorf("log does not show the grandchild killed by SIGTERM:\n%s", log)
 	}
-	eventually(t, fmt.Sprintf("grandchild %d to be gone", pid), func() bool { return gone(pid) })
+	eventually(t, fmt.Sprintf("grandchild %d to be gone", pid), func() bool { return !proctest.Alive(pid) })
 	for _, err := range []error{s.job.Suspend(), s.job.Resume(), s.job.Terminate(), s.job.Kill()} {
 		if err != nil {
 			t.Errorf("signalling an exited job: %v", err)
@@ -498,7 +482,7 @@ func TestTerminateSuspended(t *testing.T) {
 	if !out.Terminated || out.Result.Error != "terminated" || out.ExitCode != 1 {
 		t.Errorf("outcome = %+v, want the child's own terminated result", out)
 	}
-	eventually(t, fmt.Sprintf("grandchild %d to be gone", pid), func() bool { return gone(pid) })
+	eventually(t, fmt.Sprintf("grandchild %d to be gone", pid), func() bool { return !proctest.Alive(pid) })
 }
 
 func TestTerminateKillsAfterGrace(t *testing.T) {
@@ -519,7 +503,7 @@ func TestTerminateKillsAfterGrace(t *testing.T) {
 	if !out.Terminated || out.ExitCode != -1 || out.Result.Error != want {
 		t.Errorf("outcome = %+v, want terminated, exit -1, error %q", out, want)
 	}
-	eventually(t, fmt.Sprintf("grandchild %d to be gone", pid), func() bool { return gone(pid) })
+	eventually(t, fmt.Sprintf("grandchild %d to be gone", pid), func() bool { return !proctest.Alive(pid) })
 }
 
 func TestRegistry(t *testing.T) {
@@ -560,7 +544,7 @@ func TestRegistry(t *testing.T) {
 		if !out.Terminated || out.ExitCode != -1 || out.Result.OK {
 			t.Errorf("job %d outcome = %+v, want killed", i, out)
 		}
-		eventually(t, fmt.Sprintf("grandchild %d to be gone", pids[i]), func() bool { return gone(pids[i]) })
+		eventually(t, fmt.Sprintf("grandchild %d to be gone", pids[i]), func() bool { return !proctest.Alive(pids[i]) })
 		reg.Remove(s.job)
 	}
 	if reg.Len() != 0 {

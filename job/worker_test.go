@@ -9,6 +9,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/gantry-build/gantry/internal/proctest"
 )
 
 // newPool returns a pool of test workers, closed when the test ends.
@@ -109,7 +111,7 @@ func TestWorkerRetiresAfterLeak(t *testing.T) {
 		t.Errorf("next job: outcome %+v in worker %d (leaking job's: %d), %d workers started; want OK in a second worker",
 			out, next.job.Pid(), leak.job.Pid(), p.Started())
 	}
-	eventually(t, "the retired worker to exit", func() bool { return gone(leak.job.Pid()) })
+	eventually(t, "the retired worker to exit", func() bool { return !proctest.Alive(leak.job.Pid()) })
 }
 
 // A daemon a job leaves behind is dead, and reaped, when the job's result
@@ -202,7 +204,7 @@ func TestWorkerAfterTerminateAndClose(t *testing.T) {
 		if out := waitOutcome(t, s.job); !out.Terminated {
 			t.Errorf("outcome %+v, want terminated", out)
 		}
-		eventually(t, "the stopped job's worker to exit", func() bool { return gone(s.job.Pid()) })
+		eventually(t, "the stopped job's worker to exit", func() bool { return !proctest.Alive(s.job.Pid()) })
 	}
 	idle, _ := runIn(t, p, "messages", nil)
 	if p.Started() != 3 {

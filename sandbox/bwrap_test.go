@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gantry-build/gantry/internal/proctest"
 	"github.com/gantry-build/gantry/job"
 )
 
@@ -220,9 +221,9 @@ func TestBwrapSuspendAndCancelNewGroup(t *testing.T) {
 	go func() { errc <- Run(ctx, cfg, "sleep 100 &\necho ready\nsleep 100") }()
 	pgid := <-pidc
 	waitReady(t, out, errc)
-	members := groupMembers(pgid)
+	members := proctest.Group(pgid)
 	if len(members) < 4 { // bwrap, bwrap (init of the PID namespace), sh, 2×sleep
-		t.Fatalf("process group %d has only:\n%s", pgid, describeGroup(pgid))
+		t.Fatalf("process group %d has only:\n%s", pgid, proctest.DescribeGroup(pgid))
 	}
 
 	if err := syscall.Kill(-pgid, syscall.SIGSTOP); err != nil {
@@ -232,7 +233,7 @@ func TestBwrapSuspendAndCancelNewGroup(t *testing.T) {
 	if err := syscall.Kill(-pgid, syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "every process in the sandbox runs again", func() bool { return noneStopped(pgid) })
+	eventually(t, "every process in the sandbox runs again", func() bool { return proctest.NoneStopped(proctest.Group(pgid)) })
 
 	if err := syscall.Kill(-pgid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
@@ -249,7 +250,7 @@ func TestBwrapSuspendAndCancelNewGroup(t *testing.T) {
 		t.Fatal("Run did not return after cancellation of a stopped sandbox")
 	}
 	for _, p := range members {
-		eventually(t, fmt.Sprintf("%s (%d) is gone", p.comm, p.pid), func() bool { return !alive(p.pid) })
+		eventually(t, fmt.Sprintf("%s (%d) is gone", p.Comm, p.PID), func() bool { return !proctest.Alive(p.PID) })
 	}
 }
 
@@ -288,26 +289,26 @@ func TestCallerGroupSuspendAndTerminate(t *testing.T) {
 			if line, err := bufio.NewReader(stdout).ReadString('\n'); line != "ready\n" {
 				t.Fatalf("helper said %q, %v", line, err)
 			}
-			members := groupMembers(pgid)
+			members := proctest.Group(pgid)
 
 			if err := syscall.Kill(-pgid, syscall.SIGSTOP); err != nil {
 				t.Fatal(err)
 			}
 			eventuallyDescribed(t, "everything in the job's group is stopped", func() bool { return allStopped(pgid, len(members)) },
 				func() string {
-					return fmt.Sprintf("%d members when it said ready:\n%s\nnow:\n%s", len(members), describeProcs(members), describeGroup(pgid))
+					return fmt.Sprintf("%d members when it said ready:\n%s\nnow:\n%s", len(members), proctest.Describe(members), proctest.DescribeGroup(pgid))
 				})
 			if err := syscall.Kill(-pgid, syscall.SIGCONT); err != nil {
 				t.Fatal(err)
 			}
-			eventually(t, "everything in the job's group runs again", func() bool { return noneStopped(pgid) })
+			eventually(t, "everything in the job's group runs again", func() bool { return proctest.NoneStopped(proctest.Group(pgid)) })
 
 			if err := syscall.Kill(-pgid, syscall.SIGTERM); err != nil {
 				t.Fatal(err)
 			}
 			_ = helper.Wait()
 			for _, p := range members {
-				eventually(t, fmt.Sprintf("%s (%d) is gone", p.comm, p.pid), func() bool { return !alive(p.pid) })
+				eventually(t, fmt.Sprintf("%s (%d) is gone", p.Comm, p.PID), func() bool { return !proctest.Alive(p.PID) })
 			}
 		})
 	}
@@ -337,6 +338,6 @@ func TestBwrapCancelCallerGroup(t *testing.T) {
 		t.Errorf("Run returned %v, want the cause", err)
 	}
 	for _, p := range tree {
-		eventually(t, fmt.Sprintf("process %d is gone", p.Pid), func() bool { return !alive(p.Pid) })
+		eventually(t, fmt.Sprintf("process %d is gone", p.Pid), func() bool { return !proctest.Alive(p.Pid) })
 	}
 }

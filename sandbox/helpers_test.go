@@ -8,11 +8,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gantry-build/gantry/internal/proctest"
 )
 
 // requireBwrap skips the test when bwrap does not work here, or fails it on CI.
@@ -114,48 +115,6 @@ func waitReady(t *testing.T, w *readyWriter, errc <-chan error) {
 	}
 }
 
-// procInfo is what the tests need to know about a process.
-type procInfo struct {
-	pid   int
-	state byte // R, S, T, Z, ...
-	pgrp  int
-	comm  string
-}
-
-func readProc(pid int) (procInfo, bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return procInfo{}, false
-	}
-	s := string(b)
-	open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
-	f := strings.Fields(s[end+1:])
-	pgrp, _ := strconv.Atoi(f[2])
-	return procInfo{pid: pid, state: f[0][0], pgrp: pgrp, comm: s[open+1 : end]}, true
-}
-
-// alive reports whether pid is a live (non-zombie) process.
-func alive(pid int) bool {
-	p, ok := readProc(pid)
-	return ok && p.state != 'Z'
-}
-
-// groupMembers returns the live processes of process group pgid.
-func groupMembers(pgid int) []procInfo {
-	var out []procInfo
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if p, ok := readProc(pid); ok && p.pgrp == pgid && p.state != 'Z' {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
 // eventually polls cond until it holds or 10s pass. For process states,
 // which the kernel changes asynchronously with no event to wait on.
 func eventually(t *testing.T, what string, cond func() bool) {
@@ -184,34 +143,9 @@ func eventuallyDescribed(t *testing.T, what string, cond func() bool, describe f
 	}
 }
 
-// allStopped reports whether the group has at least min members, all
-// stopped (state T).
+// allStopped reports whether the group has at least min members, each stopped
+// or about to stop (proctest.Proc.Stopped).
 func allStopped(pgid, min int) bool {
-	members := groupMembers(pgid)
-	for _, p := range members {
-		if p.state != 'T' && p.state != 't' {
-			return false
-		}
-	}
-	return len(members) >= min
-}
-
-func noneStopped(pgid int) bool {
-	for _, p := range groupMembers(pgid) {
-		if p.state == 'T' || p.state == 't' {
-			return false
-		}
-	}
-	return true
-}
-
-func describeGroup(pgid int) string { return describeProcs(groupMembers(pgid)) }
-
-// describeProcs lists processes as "pid state comm" lines.
-func describeProcs(procs []procInfo) string {
-	var b strings.Builder
-	for _, p := range procs {
-		b.WriteString(strconv.Itoa(p.pid) + " " + string(p.state) + " " + p.comm + "\n")
-	}
-	return b.String()
+	members := proctest.Group(pgid)
+	return proctest.AllStopped(members) && len(members) >= min
 }

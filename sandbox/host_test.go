@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gantry-build/gantry/internal/proctest"
 )
 
 func hostConfig(t *testing.T) Config {
@@ -215,7 +217,7 @@ func TestRunCancelKillsProcessAndChildren(t *testing.T) {
 				t.Errorf("Run returned after %v, before the grace period for SIGTERM", elapsed)
 			}
 			for _, pid := range pids {
-				eventually(t, "process "+strconv.Itoa(pid)+" is gone", func() bool { return !alive(pid) })
+				eventually(t, "process "+strconv.Itoa(pid)+" is gone", func() bool { return !proctest.Alive(pid) })
 			}
 		})
 	}
@@ -230,7 +232,7 @@ func TestRunNewGroupKillsLeftovers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the background process is gone", func() bool { return !alive(pid) })
+	eventually(t, "the background process is gone", func() bool { return !proctest.Alive(pid) })
 }
 
 func TestRunNoControllingTerminalInNewGroup(t *testing.T) {
@@ -292,5 +294,5 @@ func TestShellCancel(t *testing.T) {
 	if elapsed := time.Since(start); elapsed > killGrace {
 		t.Errorf("Shell took %v to return; SIGTERM should have been enough", elapsed)
 	}
-	eventually(t, "the shell's background process is gone", func() bool { return !alive(bg) })
+	eventually(t, "the shell's background process is gone", func() bool { return !proctest.Alive(bg) })
 }

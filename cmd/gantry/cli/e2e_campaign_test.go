@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/gantry-build/gantry/bench/synth"
+	"github.com/gantry-build/gantry/internal/proctest"
 )
 
 // campaignSize is the campaign's shape: CI runs the reduced one; GANTRY_CAMPAIGN=long
@@ -66,9 +67,9 @@ func noneLeft(t *testing.T, p *e2eProject, marker, when string) {
 		if time.Now().After(deadline) {
 			var desc []string
 			for _, pid := range left {
-				pi, _ := readProc(pid)
+				pi, _ := proctest.Read(pid)
 				cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-				desc = append(desc, fmt.Sprintf("pid %d ppid %d pgrp %d state %c: %q", pid, pi.ppid, pi.pgrp, pi.state, cmd))
+				desc = append(desc, fmt.Sprintf("pid %d ppid %d pgrp %d state %c: %q", pid, pi.PPID, pi.PGrp, pi.State, cmd))
 			}
 			t.Fatalf("%s: build processes are left:\n  %s", when, strings.Join(desc, "\n  "))
 		}

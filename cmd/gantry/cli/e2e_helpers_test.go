@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/gantry-build/gantry/cache"
+	"github.com/gantry-build/gantry/internal/proctest"
 )
 
 // e2eTimeout bounds every wait for an event; it only matters when something is broken.
@@ -400,99 +401,12 @@ func (g *gantryProc) signal(sig syscall.Signal) {
 	}
 }
 
-// procInfo is what /proc/PID/stat says about a process.
-type procInfo struct {
-	pid   int
-	state byte // R, S, T, Z, ...
-	ppid  int
-	pgrp  int
-}
-
-// readProc reads /proc/PID/stat; ok is false if the process does not exist.
-func readProc(pid int) (procInfo, bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return procInfo{}, false
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return procInfo{}, false
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 3 {
-		return procInfo{}, false
-	}
-	ppid, _ := strconv.Atoi(f[1])
-	pgrp, _ := strconv.Atoi(f[2])
-	return procInfo{pid: pid, state: f[0][0], ppid: ppid, pgrp: pgrp}, true
-}
-
-// processGroup lists the processes whose process group is pgid.
-func processGroup(pgid int) []procInfo {
-	var out []procInfo
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if pi, ok := readProc(pid); ok && pi.pgrp == pgid {
-			out = append(out, pi)
-		}
-	}
-	return out
-}
-
-// liveMembers is the processes of group pgid that are not zombies (PID 1 in a
-// container may never reap the orphans it inherits).
-func liveMembers(pgid int) []procInfo {
-	var out []procInfo
-	for _, pi := range processGroup(pgid) {
-		if pi.state != 'Z' && pi.state != 'X' {
-			out = append(out, pi)
-		}
-	}
-	return out
-}
-
-// describeGroup lists the processes of group pgid with their state and command line.
-func describeGroup(pgid int) string {
-	var b strings.Builder
-	for _, pi := range processGroup(pgid) {
-		cmdline, _ := os.ReadFile("/proc/" + strconv.Itoa(pi.pid) + "/cmdline")
-		fmt.Fprintf(&b, "  pid %d ppid %d state %c: %s\n", pi.pid, pi.ppid, pi.state, bytes.ReplaceAll(cmdline, []byte{0}, []byte{' '}))
-	}
-	return b.String()
-}
-
-// groupStopped reports whether every process of job group pgid is stopped. A process
-// stops when it next leaves the kernel (one in the middle of a fork or an exec shows R
-// or D for a moment). A shell that vforked a child which was stopped before its exec
-// stays in D (vfork waits are not stoppable) but cannot go on until its child does.
-func groupStopped(pgid int) bool {
-	members := liveMembers(pgid)
-	for _, m := range members {
-		if m.state == 'T' {
-			continue
-		}
-		vforkParent := false
-		for _, c := range members {
-			vforkParent = vforkParent || (m.state == 'D' && c.ppid == m.pid && c.state == 'T')
-		}
-		if !vforkParent {
-			return false
-		}
-	}
-	return len(members) > 0
-}
-
 // waitGroupStopped fails the test unless every process of job group pgid stops soon.
 func waitGroupStopped(t *testing.T, pgid int) {
 	t.Helper()
-	for deadline := time.Now().Add(2 * time.Second); !groupStopped(pgid); time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(2 * time.Second); !proctest.AllStopped(proctest.Group(pgid)); time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("the job's processes are not all stopped:\n%s", describeGroup(pgid))
+			t.Fatalf("the job's processes are not all stopped:\n%s", proctest.DescribeGroup(pgid))
 		}
 	}
 }
@@ -501,21 +415,11 @@ func waitGroupStopped(t *testing.T, pgid int) {
 // the job process group pgid (which a build of this test started) outlives the test.
 func killGroupOnCleanup(t *testing.T, pgid int) {
 	t.Cleanup(func() {
-		if len(liveMembers(pgid)) > 0 {
+		if len(proctest.Group(pgid)) > 0 {
 			t.Logf("killing leftover processes of job group %d", pgid)
 			_ = syscall.Kill(-pgid, syscall.SIGKILL)
 		}
 	})
-}
-
-// processGone reports whether pid no longer runs: it does not exist
-// (kill(pid, 0) fails with ESRCH) or is a zombie.
-func processGone(pid int) bool {
-	if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
-		return true
-	}
-	pi, ok := readProc(pid)
-	return !ok || pi.state == 'Z' || pi.state == 'X'
 }
 
 // eventually polls cond every 10ms until it holds, failing the test after the timeout.

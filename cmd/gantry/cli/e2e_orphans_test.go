@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gantry-build/gantry/internal/proctest"
 )
 
 // markedProcesses lists the pids of live processes whose command line contains marker.
@@ -28,7 +30,7 @@ func processesWith(file, marker string) []int {
 			continue
 		}
 		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), file))
-		if err == nil && bytes.Contains(b, []byte(marker)) && !processGone(pid) {
+		if err == nil && bytes.Contains(b, []byte(marker)) && proctest.Alive(pid) {
 			pids = append(pids, pid)
 		}
 	}

@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gantry-build/gantry/internal/proctest"
 )
 
 // tomlList renders strings as a TOML array of basic strings (strconv.Quote is
@@ -98,11 +100,11 @@ func TestE2ESuspendStopsJobProcesses(t *testing.T) {
 	g := p.start("build", "--ui", "json", "--sandbox", "host")
 	g.waitEvent("job-start", "build", "tick.toml")
 	sh := readPid(t, shPid)
-	shInfo, ok := readProc(sh)
+	shInfo, ok := proctest.Read(sh)
 	if !ok {
 		t.Fatalf("build command (pid %d) is not running", sh)
 	}
-	pgid := shInfo.pgrp
+	pgid := shInfo.PGrp
 	if pgid == g.pid() || pgid == syscall.Getpgrp() {
 		t.Fatalf("the build command runs in process group %d, not in a job group of its own (gantry %d, test %d)",
 			pgid, g.pid(), syscall.Getpgrp())
@@ -113,8 +115,8 @@ func TestE2ESuspendStopsJobProcesses(t *testing.T) {
 
 	g.signal(syscall.SIGTSTP)
 	eventually(t, e2eTimeout, "gantry is stopped (state T)", func() bool {
-		pi, ok := readProc(g.pid())
-		return ok && pi.state == 'T'
+		pi, ok := proctest.Read(g.pid())
+		return ok && pi.State == 'T'
 	})
 	// gantry stops itself only after it sent SIGSTOP to every job.
 	waitGroupStopped(t, pgid)
@@ -127,8 +129,8 @@ func TestE2ESuspendStopsJobProcesses(t *testing.T) {
 
 	g.signal(syscall.SIGCONT)
 	waitGrowth(t, ticks, stopped)
-	if pi, ok := readProc(g.pid()); !ok || pi.state == 'T' {
-		t.Errorf("gantry is not running after SIGCONT (state %c)", pi.state)
+	if pi, ok := proctest.Read(g.pid()); !ok || pi.State == 'T' {
+		t.Errorf("gantry is not running after SIGCONT (state %c)", pi.State)
 	}
 	g.waitEvent("resumed", "", "")
 	if _, ok := findEvent(g.snapshot(), "suspended", "", ""); !ok {
@@ -139,7 +141,7 @@ func TestE2ESuspendStopsJobProcesses(t *testing.T) {
 	if code := g.wait(e2eTimeout); code != exitInterrupted {
 		t.Fatalf("gantry exited with %d after SIGTERM, want %d\n%s", code, exitInterrupted, g.output())
 	}
-	eventually(t, 2*time.Second, "the job's processes are gone", func() bool { return len(liveMembers(pgid)) == 0 })
+	eventually(t, 2*time.Second, "the job's processes are gone", func() bool { return len(proctest.Group(pgid)) == 0 })
 	if end, ok := findEvent(g.snapshot(), "job-end", "build", "tick.toml"); !ok || end.Result != "terminated" {
 		t.Errorf("job-end of tick.toml: %+v, want result terminated", end)
 	}
@@ -159,16 +161,16 @@ func TestE2ESigtermLeavesNoProcess(t *testing.T) {
 
 	g := p.start("build", "--ui", "json", "--sandbox", "host")
 	gc, orphan := readPid(t, childFile), readPid(t, orphanFile)
-	gcInfo, ok := readProc(gc)
+	gcInfo, ok := proctest.Read(gc)
 	if !ok {
 		t.Fatalf("the background sleep (pid %d) is not running", gc)
 	}
-	pgid := gcInfo.pgrp
+	pgid := gcInfo.PGrp
 	if pgid == g.pid() || pgid == syscall.Getpgrp() {
 		t.Fatalf("the background sleep is in group %d, not in its job's group", pgid)
 	}
 	killGroupOnCleanup(t, pgid)
-	if oi, ok := readProc(orphan); !ok || oi.pgrp != pgid {
+	if oi, ok := proctest.Read(orphan); !ok || oi.PGrp != pgid {
 		t.Fatalf("the orphaned sleep (pid %d) is not running in the job's group %d: %+v", orphan, pgid, oi)
 	}
 	g.waitEvent("job-start", "build", "orphan.toml")
@@ -177,9 +179,9 @@ func TestE2ESigtermLeavesNoProcess(t *testing.T) {
 	if code := g.wait(e2eTimeout); code != exitInterrupted {
 		t.Fatalf("gantry exited with %d after SIGTERM, want %d\n%s", code, exitInterrupted, g.output())
 	}
-	eventually(t, 2*time.Second, fmt.Sprintf("the background sleep (pid %d) is gone", gc), func() bool { return processGone(gc) })
-	eventually(t, 2*time.Second, fmt.Sprintf("the orphaned sleep (pid %d) is gone", orphan), func() bool { return processGone(orphan) })
-	eventually(t, 2*time.Second, fmt.Sprintf("process group %d is empty", pgid), func() bool { return len(liveMembers(pgid)) == 0 })
+	eventually(t, 2*time.Second, fmt.Sprintf("the background sleep (pid %d) is gone", gc), func() bool { return !proctest.Alive(gc) })
+	eventually(t, 2*time.Second, fmt.Sprintf("the orphaned sleep (pid %d) is gone", orphan), func() bool { return !proctest.Alive(orphan) })
+	eventually(t, 2*time.Second, fmt.Sprintf("process group %d is empty", pgid), func() bool { return len(proctest.Group(pgid)) == 0 })
 
 	end, ok := findEvent(g.snapshot(), "session-end", "", "")
 	if !ok || end.Summary == nil || !end.Summary.Interrupted {
@@ -207,8 +209,8 @@ func TestE2ESecondSigintKills(t *testing.T) {
 	g := p.start("build", "--ui", "json", "--sandbox", "host")
 	g.waitEvent("job-start", "build", "stubborn.toml")
 	sh := readPid(t, pidFile)
-	if shInfo, ok := readProc(sh); ok && shInfo.pgrp != g.pid() && shInfo.pgrp != syscall.Getpgrp() {
-		killGroupOnCleanup(t, shInfo.pgrp)
+	if shInfo, ok := proctest.Read(sh); ok && shInfo.PGrp != g.pid() && shInfo.PGrp != syscall.Getpgrp() {
+		killGroupOnCleanup(t, shInfo.PGrp)
 	}
 
 	g.signal(syscall.SIGINT)
@@ -220,7 +222,7 @@ func TestE2ESecondSigintKills(t *testing.T) {
 			g.exitCode, g.output())
 	default:
 	}
-	if processGone(sh) {
+	if !proctest.Alive(sh) {
 		t.Fatalf("the build command (pid %d) died of SIGTERM although it traps it", sh)
 	}
 
@@ -237,7 +239,7 @@ func TestE2ESecondSigintKills(t *testing.T) {
 		t.Errorf("job-end of stubborn.toml: result %q, error %q; want terminated by SIGKILL (signal 9)\n%s",
 			end.Result, end.Error, g.output())
 	}
-	eventually(t, 2*time.Second, "the build command is gone", func() bool { return processGone(sh) })
+	eventually(t, 2*time.Second, "the build command is gone", func() bool { return !proctest.Alive(sh) })
 	assertNotBuilt(t, p, "stubborn.toml")
 }
 
@@ -271,17 +273,17 @@ func TestE2EKill9ThenRebuildReusesArtifacts(t *testing.T) {
 		return n == 3 && started
 	})
 	sh := readPid(t, pid4)
-	shInfo, ok := readProc(sh)
+	shInfo, ok := proctest.Read(sh)
 	if !ok {
 		t.Fatalf("e4's build command (pid %d) is not running", sh)
 	}
-	jobGroup := shInfo.pgrp
+	jobGroup := shInfo.PGrp
 	killGroupOnCleanup(t, jobGroup)
 
 	g.signal(syscall.SIGKILL)
 	g.wait(e2eTimeout)
-	eventually(t, 5*time.Second, fmt.Sprintf("e4's blocked build command (pid %d) dies with gantry", sh), func() bool { return processGone(sh) })
-	eventually(t, 5*time.Second, fmt.Sprintf("e4's job group %d is empty", jobGroup), func() bool { return len(liveMembers(jobGroup)) == 0 })
+	eventually(t, 5*time.Second, fmt.Sprintf("e4's blocked build command (pid %d) dies with gantry", sh), func() bool { return !proctest.Alive(sh) })
+	eventually(t, 5*time.Second, fmt.Sprintf("e4's job group %d is empty", jobGroup), func() bool { return len(proctest.Group(jobGroup)) == 0 })
 
 	rep := p.verifyCache()
 	if rep.Refs != 3 {

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gantry-build/gantry/internal/proctest"
 )
 
 // tmuxPane is one gantry process in a pane of a private tmux server.
@@ -161,11 +163,11 @@ func TestE2ETUI(t *testing.T) {
 	tp := p.startInTmux("build", "--sandbox", "host")
 
 	tp.waitScreen("the header and the running job", `(?s)e2e.*build.*tick\.toml`)
-	sh, ok := readProc(readPid(t, shPid))
+	sh, ok := proctest.Read(readPid(t, shPid))
 	if !ok {
 		t.Fatal("the build command is not running")
 	}
-	pgid := sh.pgrp // the job's process group
+	pgid := sh.PGrp // the job's process group
 	killGroupOnCleanup(t, pgid)
 	waitGrowth(t, ticks, 0)
 
@@ -188,8 +190,8 @@ func TestE2ETUI(t *testing.T) {
 	gantry := tp.gantryPid()
 	tp.keys("C-z")
 	eventually(t, e2eTimeout, "gantry is stopped (state T)", func() bool {
-		pi, ok := readProc(gantry)
-		return ok && pi.state == 'T'
+		pi, ok := proctest.Read(gantry)
+		return ok && pi.State == 'T'
 	})
 	waitGroupStopped(t, pgid)
 	syscall.Kill(gantry, syscall.SIGCONT)
@@ -265,11 +267,11 @@ func TestE2ETUITerminate(t *testing.T) {
 		fmt.Sprintf("echo $$ > %s; while :; do echo x >> %s; sleep 0.05; done", shPid, ticks)))
 	tp := p.startInTmux("build", "--sandbox", "host")
 	tp.waitScreen("the running job", `build +tick\.toml`)
-	sh, ok := readProc(readPid(t, shPid))
+	sh, ok := proctest.Read(readPid(t, shPid))
 	if !ok {
 		t.Fatal("the build command is not running")
 	}
-	killGroupOnCleanup(t, sh.pgrp)
+	killGroupOnCleanup(t, sh.PGrp)
 	tp.keys("t")
 	tp.waitScreen("the confirmation", `(?i)terminate.*y/N`)
 	tp.keys("y")
@@ -280,7 +282,7 @@ func TestE2ETUITerminate(t *testing.T) {
 	if !strings.Contains(screen, "Interrupted.") {
 		t.Errorf("the summary does not say the session was interrupted:\n%s", screen)
 	}
-	eventually(t, 2*time.Second, "the job's processes are gone", func() bool { return len(liveMembers(sh.pgrp)) == 0 })
+	eventually(t, 2*time.Second, "the job's processes are gone", func() bool { return len(proctest.Group(sh.PGrp)) == 0 })
 	if cursor := tp.format("#{cursor_flag}"); cursor != "1" {
 		t.Errorf("the cursor is hidden after gantry exited (cursor_flag %s)", cursor)
 	}
@@ -306,8 +308,8 @@ func TestE2ETUILogViewAndRedraw(t *testing.T) {
 	gantry := tp.gantryPid()
 	tp.keys("C-z")
 	eventually(t, e2eTimeout, "gantry is stopped (state T)", func() bool {
-		pi, ok := readProc(gantry)
-		return ok && pi.state == 'T'
+		pi, ok := proctest.Read(gantry)
+		return ok && pi.State == 'T'
 	})
 	tty, err := os.OpenFile(tp.format("#{pane_tty}"), os.O_WRONLY, 0)
 	if err != nil {

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gantry-build/gantry/internal/proctest"
 )
 
 // jobStartRE is a job log's first line: "[start] build a.toml (job build-3, pid 123)".
@@ -68,7 +70,7 @@ func TestE2EBuildStartsAboutOneWorkerPerBuilder(t *testing.T) {
 			n+1, builders, len(workers), builders+1, pids)
 	}
 	for pid := range workers {
-		if !processGone(pid) {
+		if proctest.Alive(pid) {
 			t.Errorf("job worker %d outlived gantry", pid)
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
@@ -146,7 +148,7 @@ func TestE2EKill9LeavesNoWorker(t *testing.T) {
 	g.signal(syscall.SIGKILL)
 	g.wait(e2eTimeout)
 	for element, pid := range pids {
-		eventually(t, 10*time.Second, fmt.Sprintf("the worker %d that built %s is gone", pid, element), func() bool { return processGone(pid) })
+		eventually(t, 10*time.Second, fmt.Sprintf("the worker %d that built %s is gone", pid, element), func() bool { return !proctest.Alive(pid) })
 	}
 }
 
@@ -172,12 +174,12 @@ func TestE2ESuspendLeavesIdleWorkerRunning(t *testing.T) {
 
 	g.signal(syscall.SIGTSTP)
 	eventually(t, e2eTimeout, "gantry is stopped (state T)", func() bool {
-		pi, ok := readProc(g.pid())
-		return ok && pi.state == 'T'
+		pi, ok := proctest.Read(g.pid())
+		return ok && pi.State == 'T'
 	})
 	waitGroupStopped(t, busy) // the busy worker's group: the worker and tick.toml's build
-	if pi, ok := readProc(idle); !ok || pi.state == 'T' {
-		t.Errorf("the idle worker %d is stopped (state %c) by a suspend of the session's jobs", idle, pi.state)
+	if pi, ok := proctest.Read(idle); !ok || pi.State == 'T' {
+		t.Errorf("the idle worker %d is stopped (state %c) by a suspend of the session's jobs", idle, pi.State)
 	}
 	g.signal(syscall.SIGCONT)
 	waitGrowth(t, ticks, fileSize(ticks))
