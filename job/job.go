@@ -2,6 +2,7 @@ package job
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"sync"
 	"syscall"
@@ -39,13 +40,16 @@ type Options struct {
 // died), the job signals nothing any more.
 type Job struct {
 	spec      Spec
-	w         *worker
+	line      []byte // spec as the JSON line a worker reads
 	grace     time.Duration
 	onMessage func(Message)
 	done      chan struct{}
 	outcome   Outcome // set before done is closed
 
 	mu           sync.Mutex // guards the fields below
+	w            *worker    // the worker it is given to (another after a hand-over)
+	acked        bool       // the worker sent start: the job's handler may have run
+	handedOver   bool       // the job went to a second worker (see handOver)
 	exited       bool       // the job has ended; its worker's group must not be signalled for it any more
 	completed    bool       // outcome is being or has been published
 	started      time.Time
@@ -71,7 +75,11 @@ func (j *Job) Spec() Spec { return j.spec }
 
 // Pid returns the process id of the job's worker, which is also its process
 // group id.
-func (j *Job) Pid() int { return j.w.pid }
+func (j *Job) Pid() int {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.w.pid
+}
 
 // Done is closed when Wait would return without blocking.
 func (j *Job) Done() <-chan struct{} { return j.done }
@@ -206,27 +214,66 @@ func (j *Job) signalLocked(sig syscall.Signal) error {
 
 // deliver hands the worker's message m to the job. A result ends the job.
 func (j *Job) deliver(m Message) {
+	switch {
+	case m.Type == MessageStart:
+		j.mu.Lock()
+		j.acked = true
+		j.mu.Unlock()
+	case m.Type == MessageResult && m.Result != nil:
+		defer j.complete(m.Result, m.Retire, nil, nil)
+	}
 	if j.onMessage != nil {
 		j.onMessage(m)
 	}
-	if m.Type == MessageResult && m.Result != nil {
-		j.complete(m.Result, m.Retire, nil, nil)
+}
+
+// handOver gives the job to a new worker, once, when its worker old died
+// before it sent start for the job (an idle worker killed by the OOM killer,
+// say, as the job was handed to it): the worker had not even opened the job's
+// log, so nothing of the element's ran and running it elsewhere is safe. Not
+// for a job that was terminated or killed, nor once the pool is closed (Close
+// kills the workers it waited for in vain). A suspended job's new worker is
+// stopped before it reads the spec. old must have exited and not been reaped:
+// until j.w is the new worker, a signal for the job reaches old's zombie. It
+// reports whether the job went to a new worker; the job's log says so.
+func (j *Job) handOver(old *worker) bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	p := old.pool
+	p.mu.Lock()
+	closed := p.closed
+	p.mu.Unlock()
+	if j.acked || j.handedOver || j.terminated || j.exited || closed {
+		return false
 	}
+	j.handedOver = true
+	log, err := os.OpenFile(j.spec.LogPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		return false
+	}
+	defer log.Close()
+	note := func(s string) { _, _ = io.WriteString(log, logStamp(time.Now())+"[worker] "+s+"\n") }
+	note(fmt.Sprintf("pid %d exited before it started job %s; the job goes to a new worker", old.pid, j.spec.ID))
+	w, err := p.startWorker(log, j)
+	if err != nil {
+		note(fmt.Sprintf("starting a new worker: %v", err))
+		return false
+	}
+	if j.suspended {
+		_ = syscall.Kill(-w.pid, syscall.SIGSTOP)
+	}
+	w.send(j.line)
+	return true
 }
 
 // markDead records that the job's worker has exited before the job reported
-// its result; with killGroup it also kills whatever is left in the worker's
-// process group (the worker's zombie still pins the group's id).
-func (j *Job) markDead(killGroup bool) {
+// its result.
+func (j *Job) markDead() {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if j.exited {
-		return
+	if !j.exited {
+		j.endLocked(time.Now())
 	}
-	if killGroup {
-		_ = j.signalLocked(syscall.SIGKILL) // leftovers only; the leader is a zombie
-	}
-	j.endLocked(time.Now())
 }
 
 // endLocked stops the clock and the kill timer: from now on the job signals
@@ -262,6 +309,7 @@ func (j *Job) complete(res *Result, retire string, ps *os.ProcessState, waitErr 
 		j.endLocked(time.Now())
 	}
 	out := Outcome{Terminated: j.terminated, ExitCode: -1, Elapsed: j.elapsedLocked(j.ended)}
+	w := j.w
 	j.mu.Unlock()
 
 	switch {
@@ -282,7 +330,7 @@ func (j *Job) complete(res *Result, retire string, ps *os.ProcessState, waitErr 
 			describeExit(ps, waitErr), j.spec.LogPath)}
 		retire = "it exited"
 	}
-	j.w.release(retire)
+	w.release(retire)
 	j.outcome = out
 	close(j.done)
 }

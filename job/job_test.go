@@ -596,7 +596,8 @@ func TestStartErrors(t *testing.T) {
 }
 
 // A child that is not a gantry job still gets an outcome, with its output in
-// the log.
+// the log. It never sends start, so the job goes to a second worker, once: the
+// second's death is the job's failure.
 func TestForeignChild(t *testing.T) {
 	logPath := filepath.Join(t.TempDir(), "sh.log")
 	j, err := Start(Spec{ID: "sh", LogPath: logPath}, Options{Command: []string{"sh", "-c", "echo oops >&2; exit 7"}})
@@ -608,7 +609,9 @@ func TestForeignChild(t *testing.T) {
 	if out.Result.Error != want || out.ExitCode != 7 {
 		t.Errorf("outcome = %+v, want error %q", out, want)
 	}
-	if log := readFile(t, logPath); log != "oops\n" {
-		t.Errorf("log = %q, want the child's stderr", log)
+	log := readFile(t, logPath)
+	first, second, ok := strings.Cut(log, " the job goes to a new worker\n")
+	if !ok || !strings.HasPrefix(first, "oops\n") || second != "oops\n" {
+		t.Errorf("log = %q, want the first child's stderr, the hand-over, and the second child's stderr", log)
 	}
 }

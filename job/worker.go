@@ -69,7 +69,7 @@ func (p *Workers) Start(spec Spec, onMessage func(Message)) (*Job, error) {
 	}
 	defer logFile.Close()
 
-	j := &Job{spec: spec, grace: p.opts.Grace, onMessage: onMessage, done: make(chan struct{})}
+	j := &Job{spec: spec, line: append(specJSON, '\n'), grace: p.opts.Grace, onMessage: onMessage, done: make(chan struct{})}
 	if j.grace <= 0 {
 		j.grace = DefaultGrace
 	}
@@ -79,15 +79,20 @@ func (p *Workers) Start(spec Spec, onMessage func(Message)) (*Job, error) {
 			return nil, fmt.Errorf("starting job %s (%s of %s): %w", spec.ID, spec.Action, spec.Element, err)
 		}
 	}
+	w.send(j.line)
+	return j, nil
+}
+
+// send writes the spec line to the worker's stdin from a goroutine of its own:
+// a stopped worker reads nothing. An error means the worker died before
+// reading the spec; its watcher hands the job over or ends it.
+func (w *worker) send(line []byte) {
 	go func() {
-		// An error means the worker died before reading the spec; its watcher
-		// ends the job saying how.
-		_, _ = w.specs.Write(append(specJSON, '\n'))
-		if p.oneShot {
+		_, _ = w.specs.Write(line)
+		if w.pool.oneShot {
 			w.retire()
 		}
 	}()
-	return j, nil
 }
 
 // takeIdle gives j the most recently used idle worker that is still alive, or
@@ -121,7 +126,9 @@ func (w *worker) take(j *Job) bool {
 func (w *worker) assign(j *Job) {
 	w.current = j
 	j.w = w
-	j.started = time.Now()
+	if j.started.IsZero() { // a job handed over keeps its clock
+		j.started = time.Now()
+	}
 }
 
 // Close ends the pool: every worker is told to exit (its stdin is closed),
@@ -289,24 +296,24 @@ func decodeMessage(line []byte) Message {
 	return m
 }
 
-// watch waits for the worker to exit, ends its job if it had one (killing what
-// the job left in the worker's process group), reaps it, and waits for its
-// last messages.
+// watch waits for the worker to exit, kills what its job left in the worker's
+// process group, waits for its last messages, hands its job to a new worker if
+// the worker died before it started the job (see handOver) or else ends the
+// job, and reaps the worker.
 func (w *worker) watch() {
 	pinned := waitExitedNoReap(w.pid) == nil // the zombie still pins the pgid
 	w.mu.Lock()
 	w.exited = true
 	j := w.current
 	w.mu.Unlock()
-	if j != nil {
-		j.markDead(pinned)
-	} else if pinned {
+	if pinned {
 		_ = syscall.Kill(-w.pid, syscall.SIGKILL) // leftovers only; the leader is a zombie
 	}
-	err := w.cmd.Wait()
 
 	// The worker's copy of the pipe is closed and its process group is dead,
 	// so EOF comes at once unless something escaped the group holding fd 3.
+	// Every message it sent is delivered before the job is looked at: whether
+	// the job started is known only then.
 	grace := w.pool.opts.Grace
 	if grace <= 0 {
 		grace = DefaultGrace
@@ -317,6 +324,15 @@ func (w *worker) watch() {
 		w.msgs.Close()
 		<-w.readDone
 	}
+	if j != nil && j.handOver(w) {
+		w.mu.Lock()
+		w.current, j = nil, nil // no longer this worker's
+		w.mu.Unlock()
+	}
+	if j != nil {
+		j.markDead()
+	}
+	err := w.cmd.Wait() // only now: the pgid the job signalled stayed this worker's until it was not the job's
 	w.msgs.Close()
 	w.retire()
 	if j != nil {

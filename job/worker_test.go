@@ -238,3 +238,73 @@ func TestWorkerGoroutinesLeft(t *testing.T) {
 		t.Errorf("the next job ran in the retired worker %d", stuck.job.Pid())
 	}
 }
+
+// A job handed to a worker that dies before it starts the job (an idle worker
+// the OOM killer takes as the job arrives) runs in a new worker: the dead one
+// ran nothing of it. The job's log says so.
+func TestWorkerDeadBeforeStartHandsJobOver(t *testing.T) {
+	p := newPool(t)
+	first, _ := runIn(t, p, "messages", nil)
+	idle := first.job.Pid()
+	// Stopped, the idle worker cannot read the next spec; killed, it dies with
+	// that job given to it and not started.
+	if err := syscall.Kill(idle, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	s := startIn(t, p, "messages", "again")
+	if pid := s.job.Pid(); pid != idle {
+		t.Fatalf("the job went to worker %d, want the idle worker %d", pid, idle)
+	}
+	if err := syscall.Kill(idle, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	out := waitOutcome(t, s.job)
+	if !out.Result.OK || out.Terminated || string(out.Result.Data) != `"again"` {
+		t.Fatalf("outcome %+v, want OK with the payload back", out)
+	}
+	if pid := s.job.Pid(); pid == idle || p.Started() != 2 {
+		t.Errorf("the job ran in worker %d (the dead one: %d), %d workers started; want a second worker", pid, idle, p.Started())
+	}
+	starts := 0
+	for _, m := range s.rec.messages() {
+		if m.Type == MessageStart {
+			starts++
+		}
+	}
+	if starts != 1 {
+		t.Errorf("the job started %d times, want once", starts)
+	}
+	if log := readFile(t, s.log); !strings.Contains(log, fmt.Sprintf("[worker] pid %d exited before it started job messages; the job goes to a new worker", idle)) {
+		t.Errorf("the job's log does not say its first worker died:\n%s", log)
+	}
+}
+
+// A job suspended when its worker dies before starting it stays suspended in its
+// new worker, which is stopped before it can read the job, until it is resumed.
+func TestWorkerHandOverKeepsSuspension(t *testing.T) {
+	p := newPool(t)
+	first, _ := runIn(t, p, "messages", nil)
+	idle := first.job.Pid()
+	if err := syscall.Kill(idle, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	s := startIn(t, p, "messages", nil)
+	if err := s.job.Suspend(); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(idle, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	var next int
+	eventually(t, "the job to go to a new worker", func() bool { next = s.job.Pid(); return next != idle })
+	eventually(t, fmt.Sprintf("the new worker %d to be stopped", next), func() bool { return procState(next) == "T" })
+	if len(s.rec.messages()) != 0 {
+		t.Errorf("a suspended job sent %+v", s.rec.messages())
+	}
+	if err := s.job.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	if out := waitOutcome(t, s.job); !out.Result.OK {
+		t.Errorf("outcome %+v, want OK", out)
+	}
+}

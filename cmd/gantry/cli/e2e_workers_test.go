@@ -222,3 +222,61 @@ func TestE2EWorkerKeepsItsWorkDirectoryEmptied(t *testing.T) {
 		t.Errorf("tmp/ holds %d entries after the session, want none: %v", len(left), left)
 	}
 }
+
+// A worker that dies idle, just as a job is handed to it (the OOM killer, say), fails
+// nothing: it had not started the job, so the job runs in a new worker, once, and the
+// element is built once and cached. The idle worker is stopped so that it cannot read
+// the job it is given, and killed once it has been given one.
+func TestE2EIdleWorkerDeathHandsItsJobOver(t *testing.T) {
+	t.Parallel()
+	p := newE2EProject(t, map[string]string{"project.toml": projectTOML("b1.toml", "b2.toml")})
+	release := p.scratch("release")
+	p.write("elements/a.toml", manualElement(nil, "true"))
+	p.write("elements/c.toml", manualElement(nil, fmt.Sprintf("while [ ! -e %s ]; do sleep 0.02; done", release)))
+	for _, b := range []string{"b1", "b2"} {
+		// Long enough that both are running at once: one in c's worker, one in a's.
+		p.write("elements/"+b+".toml", manualElement([]string{"a.toml", "c.toml"},
+			fmt.Sprintf("echo built >> %s", p.scratch(b+".count")), "sleep 0.3"))
+	}
+	g := p.start("build", "--ui", "json", "--sandbox", "host", "--builders", "2")
+	g.waitEvent("job-end", "build", "a.toml")
+	idle := p.jobPids()["a.toml"]
+	if idle == 0 {
+		t.Fatalf("a.toml's build log names no worker\n%s", g.output())
+	}
+	if err := syscall.Kill(idle, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(idle, syscall.SIGKILL) })
+	if err := os.WriteFile(release, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// c's worker, idle last, takes one of them, a's stopped worker the other.
+	g.waitEvent("job-start", "build", "b1.toml")
+	g.waitEvent("job-start", "build", "b2.toml")
+	if err := syscall.Kill(idle, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if code := g.wait(e2eTimeout); code != 0 {
+		t.Fatalf("gantry exited with %d after an idle worker died, want 0\n%s", code, g.output())
+	}
+	read := func(path string) string { b, _ := os.ReadFile(path); return string(b) }
+	handedOver := 0
+	for _, b := range []string{"b1", "b2"} {
+		if n := strings.Count(read(p.scratch(b+".count")), "built"); n != 1 {
+			t.Errorf("%s was built %d times, want once", b, n)
+		}
+		if st := p.state(b + ".toml"); st != "cached" {
+			t.Errorf("%s.toml is %s, want cached", b, st)
+		}
+		logs, _ := filepath.Glob(filepath.Join(p.cache, "logs", "e2e", b, "*-build.log"))
+		for _, l := range logs {
+			if strings.Contains(read(l), fmt.Sprintf("[worker] pid %d exited before it started job", idle)) {
+				handedOver++
+			}
+		}
+	}
+	if handedOver != 1 {
+		t.Errorf("%d build logs say the job went to a new worker after worker %d died, want 1\n%s", handedOver, idle, g.output())
+	}
+}
