@@ -23,7 +23,8 @@
 // the job's result, and kills them when gantry dies, even by kill -9 (see
 // watchParent). Between jobs it puts back what a job may change in the
 // process, or retires when it cannot (see workerState). A worker that dies
-// fails only the job it was running.
+// fails only the job it was running, unless it died before it started that
+// job: then the job goes to a new worker, once (see Job.handOver).
 package job
 
 import (
