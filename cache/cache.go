@@ -42,6 +42,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -76,6 +77,8 @@ type Cache struct {
 	// dirs, once RememberDirectories was called, holds the Directory blobs this
 	// Cache has read and checked (tree.go).
 	dirs *dirMemo
+	// twinBytes counts the executable twins this Cache made (twin.go).
+	twinBytes atomic.Int64
 }
 
 // Open prepares the cache at root, creating the layout if needed, and removes

@@ -22,6 +22,10 @@ import (
 // only with the last entry that references it. A blob refreshed after the scan
 // began (an entry written meanwhile touches its blobs) is kept; should one
 // still go, the entry that needs it reads as a miss (readAC), never half-present.
+//
+// A store that is also a local cache may hold executable twins (twin.go): they
+// count towards the quota, a twin goes with its blob, and a twin whose blob is
+// gone is a unit of its own, as cache gc has them.
 type evictor struct {
 	c       *Cache
 	quota   int64
@@ -98,6 +102,7 @@ type evictUnit struct {
 	mtime time.Time
 	refs  []string // blobs an AC entry references
 	isAC  bool
+	twin  *evictUnit // a blob's executable twin, removed with it
 }
 
 // evict scans the store and removes least recently used units until it is
@@ -131,6 +136,17 @@ func (e *evictor) evict() error {
 	}); err != nil {
 		return err
 	}
+	var orphanTwins []*evictUnit
+	if err := walk(filepath.Join(e.c.Root, execDir), func(p string, fi fs.FileInfo) {
+		t := &evictUnit{path: p, size: fi.Size(), mtime: fi.ModTime()}
+		if b := blobs[filepath.Base(p)]; b != nil {
+			b.twin = t
+		} else {
+			orphanTwins = append(orphanTwins, t)
+		}
+	}); err != nil {
+		return err
+	}
 	if err := walk(filepath.Join(e.c.Root, acDir), func(p string, fi fs.FileInfo) {
 		u := &evictUnit{path: p, size: fi.Size(), mtime: fi.ModTime(), isAC: true}
 		if data, err := os.ReadFile(p); err == nil {
@@ -156,7 +172,7 @@ func (e *evictor) evict() error {
 			refcount[h]++
 		}
 	}
-	units := append([]*evictUnit(nil), acs...)
+	units := append(append([]*evictUnit(nil), acs...), orphanTwins...)
 	for h, b := range blobs {
 		if refcount[h] == 0 && h != emptyDigest.Hash {
 			units = append(units, b)
@@ -171,11 +187,16 @@ func (e *evictor) evict() error {
 				return
 			}
 		}
-		if os.Remove(u.path) == nil {
-			total -= u.size
-			e.metrics.evictions.Add(1)
-			e.metrics.evictedBytes.Add(u.size)
+		if os.Remove(u.path) != nil {
+			return
 		}
+		freed := u.size
+		if u.twin != nil && os.Remove(u.twin.path) == nil {
+			freed += u.twin.size
+		}
+		total -= freed
+		e.metrics.evictions.Add(1)
+		e.metrics.evictedBytes.Add(freed)
 	}
 	for _, u := range units {
 		if total <= target {

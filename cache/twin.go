@@ -19,7 +19,8 @@ import (
 // A twin is derived data, local to this cache: never pushed, pulled or served
 // (remotes deal in blobs), not made durable (a twin a power loss damaged is found
 // by the hash every linked file gets when staged, and made again), and removed by
-// gc with its blob. Verify hashes twins as it does blobs; Repair removes a damaged
+// gc, and by a server's eviction (server_evict.go), with its blob. A build job
+// counts the twins it made (TwinBytes) in what it added to the cache. Verify hashes twins as it does blobs; Repair removes a damaged
 // one. Like a blob, a twin's content never changes once in place, and it is
 // linked only where nothing can write through the link.
 
@@ -87,8 +88,14 @@ func (c *Cache) makeTwin(d Digest) error {
 		os.Remove(tmp.Name())
 		return fmt.Errorf("making the executable twin of blob %s: %w", d, err)
 	}
+	c.twinBytes.Add(d.Size)
 	return nil
 }
+
+// TwinBytes is how many bytes of executable twins this Cache has made: a
+// build job adds them to what it says it added to the cache
+// (job.Result.CacheBytes), which the quota counts.
+func (c *Cache) TwinBytes() int64 { return c.twinBytes.Load() }
 
 // verifyTwins hashes every executable twin against its name, booking damaged
 // ones (and anything else found in exec/) in rep; Repair removes them.

@@ -30,8 +30,7 @@ func TestVerifyAfterCrashMidCommit(t *testing.T) {
 	c := openTestCache(t)
 	commitSample(t, c, "demo", "app.toml", "k1")
 
-	crashed := *c
-	crashed.pid = deadPID(t)
+	crashed := &Cache{Root: c.Root, pid: deadPID(t)}
 	// The record blob made it, the ref was being written when the process died.
 	rd, err := crashed.PutBlob([]byte(`{"version":1,"project":"demo","element":"lib.toml","key":"k2"}`))
 	if err != nil {

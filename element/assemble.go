@@ -167,7 +167,7 @@ func resolveHost(p *Project, e *Element, host Paths) (*Resolved, error) {
 // Assemble is the child side of a build job: stage, run the kind's commands, collect
 // the install root and commit the artifact (failed builds too). The artifact's ref is
 // written last, so a build killed at any point leaves nothing half-visible.
-func Assemble(ctx context.Context, js job.Spec, r *job.Reporter) (job.Result, error) {
+func Assemble(ctx context.Context, js job.Spec, r *job.Reporter) (res job.Result, err error) {
 	var spec BuildSpec
 	if err := json.Unmarshal(js.Payload, &spec); err != nil {
 		return job.Result{}, fmt.Errorf("reading build spec: %w", err)
@@ -176,6 +176,9 @@ func Assemble(ctx context.Context, js job.Spec, r *job.Reporter) (job.Result, er
 	if err != nil {
 		return job.Result{}, err
 	}
+	// The executable twins a linked staging made stay in the cache, whatever
+	// comes of the build: the quota counts them.
+	defer func() { res.CacheBytes += c.TwinBytes() }()
 	c.RememberDirectories() // this job's: each dependency's tree is read and checked once
 	if err := takeWorkDir(spec.WorkDir); err != nil {
 		return job.Result{}, &infraError{err}

@@ -234,3 +234,31 @@ func TestE2EKill9DuringCleanup(t *testing.T) {
 	p.mustRun(0, "cache", "gc")
 	p.verifyCache()
 }
+
+// The executable twins a linked staging makes count towards the quota: a stack
+// staging an artifact that holds a large executable takes the cache over its quota
+// with the executable's twin, and the session cleans up.
+func TestE2EQuotaCountsExecutableTwins(t *testing.T) {
+	t.Parallel()
+	p := newE2EProject(t, map[string]string{
+		"project.toml": projectTOML("top.toml"),
+		"elements/tool.toml": "kind = \"manual\"\n[config]\ninstall-commands = " + tomlList(
+			"head -c 600000 /dev/urandom > %{install-root}/tool", "chmod 0755 %{install-root}/tool") + "\n",
+		"elements/top.toml": "kind = \"stack\"\ndepends = [\"tool.toml\"]\n",
+	})
+	_, stderr := p.mustRun(0, "build", "--ui", "json", "--sandbox", "host", "--cache-quota", "1M")
+	if _, ok := findEvent(parseEvents(stderr), "cache-cleanup", "cleanup", ""); !ok {
+		t.Errorf("no cleanup after a build whose blob and executable twin take 1.2 MB, over a 1M quota:\n%s", stderr)
+	}
+	c, err := cache.Open(p.cache)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := c.Report(1); err != nil || rep.Twins != 1 {
+		t.Errorf("usage = %+v, %v; want one executable twin", rep, err)
+	}
+	if st := p.state("top.toml"); st != "cached" {
+		t.Errorf("top.toml is %s, want cached", st)
+	}
+	p.verifyCache()
+}
