@@ -52,6 +52,7 @@ type xzProcess struct {
 	io.Reader
 	cmd    *exec.Cmd
 	stderr *bytes.Buffer
+	tail   int64 // how much Close reads after the tar archive's end (closeArchive sets it)
 }
 
 func xzReader(ctx context.Context, r io.Reader) (io.ReadCloser, error) {
@@ -68,17 +69,40 @@ func xzReader(ctx context.Context, r io.Reader) (io.ReadCloser, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("running xz -dc: %w", err)
 	}
-	return &xzProcess{Reader: out, cmd: cmd, stderr: &stderr}, nil
+	return &xzProcess{Reader: out, cmd: cmd, stderr: &stderr, tail: DefaultMaxUnpacked}, nil
 }
 
-// Close reads what xz still writes (the tar reader stops at the end-of-archive marker)
-// and reports its failure, if any.
+// errLongTail is an xz stream that goes on after the tar archive's end for longer
+// than the archive's budget has left.
+var errLongTail = errors.New("data goes on after the end of the tar archive")
+
+// Close reads what xz still writes (the tar reader stops at the end-of-archive marker),
+// up to x.tail bytes, and reports xz's failure, if any. A longer tail stops xz: a
+// decompression bomb after the archive's end is refused, not decompressed to the end.
 func (x *xzProcess) Close() error {
-	_, _ = io.Copy(io.Discard, x.Reader)
+	if n, _ := io.CopyN(io.Discard, x.Reader, x.tail+1); n > x.tail {
+		_ = x.cmd.Process.Kill()
+		_ = x.cmd.Wait()
+		return errLongTail
+	}
 	if err := x.cmd.Wait(); err != nil {
 		return fmt.Errorf("xz -dc: %w: %s", err, strings.TrimSpace(x.stderr.String()))
 	}
 	return nil
+}
+
+// closeArchive closes rc, the decompressed archive read up to its end-of-archive marker.
+// What follows the marker counts against b: xz's output is read to its end (to hear
+// whether xz failed), and no further than what the budget has left.
+func closeArchive(rc io.Closer, b *budget) error {
+	if x, ok := rc.(*xzProcess); ok {
+		x.tail = max(b.left, 0)
+	}
+	err := rc.Close()
+	if errors.Is(err, errLongTail) {
+		return fmt.Errorf("%w: %w", err, b.exceeded())
+	}
+	return err
 }
 
 // errEscape is a path that would leave the staging directory.
@@ -123,10 +147,11 @@ func extractTar(ctx context.Context, open func() (io.ReadCloser, error), dest *o
 	}
 	x := &extractor{root: dest, budget: budget{left: limit, limit: limit}, dirs: map[string]bool{}}
 	if err := x.extract(ctx, tar.NewReader(rc), prefix); err != nil {
-		rc.Close()
+		x.budget.left = 0 // xz's output is not read on: the archive is refused anyway
+		_ = closeArchive(rc, &x.budget)
 		return err
 	}
-	return rc.Close()
+	return closeArchive(rc, &x.budget)
 }
 
 // memberPath cleans a member name, refusing absolute paths and "..". It returns "." for
@@ -149,11 +174,14 @@ func findBaseDir(open func() (io.ReadCloser, error), baseDir string, limit int64
 	if err != nil {
 		return "", err
 	}
-	defer rc.Close()
+	b := budget{left: limit, limit: limit}
+	defer func() {
+		b.left = 0 // xz's output is not read on: the second pass reads the archive again
+		_ = closeArchive(rc, &b)
+	}()
 	tops := map[string]bool{} // top-level name → is a directory
 	dirs := map[string]bool{}
 	notDirs := map[string]bool{} // members that are files or links, whatever lies below them
-	b := budget{left: limit, limit: limit}
 	tr := tar.NewReader(rc)
 	for {
 		h, err := tr.Next()
@@ -230,9 +258,13 @@ type budget struct{ left, limit int64 }
 func (b *budget) take(h *tar.Header) error {
 	b.left -= max(h.Size, 0) + 512
 	if b.left < 0 {
-		return fmt.Errorf("the archive unpacks to more than %d bytes, the limit (a decompression bomb? GANTRY_MAX_UNPACKED_SIZE raises it)", b.limit)
+		return b.exceeded()
 	}
 	return nil
+}
+
+func (b *budget) exceeded() error {
+	return fmt.Errorf("the archive unpacks to more than %d bytes, the limit (a decompression bomb? GANTRY_MAX_UNPACKED_SIZE raises it)", b.limit)
 }
 
 // extractor writes members under root; the kernel keeps every write inside it.

@@ -2,7 +2,9 @@ package source
 
 import (
 	"archive/tar"
+	"bytes"
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -348,5 +350,43 @@ func TestBzip2Fixture(t *testing.T) {
 	}
 	if got := strings.Join(listTree(t, dest), " "); got != "hello.txt=hello from bzip2\n" {
 		t.Errorf("staged %q", got)
+	}
+}
+
+// An xz stream that goes on after the tar archive's end (a decompression bomb hidden
+// behind the end-of-archive marker) counts against the unpacked-size limit: xz is
+// stopped and the archive refused, instead of being decompressed to its end.
+func TestXzTailCountsAgainstTheLimit(t *testing.T) {
+	archive := makeTar(t, file("a", "A"))
+	bomb := compressWith(t, append(archive, make([]byte, 4<<20)...), "xz", "-c")
+	for _, tt := range []struct {
+		name, baseDir string
+		limit         int64
+		wantErr       string
+	}{
+		{"over the limit", "", 1 << 20, "data goes on after the end of the tar archive: the archive unpacks to more than 1048576 bytes"},
+		{"over the limit, base-dir", "*", 1 << 20, "data goes on after the end of the tar archive: the archive unpacks to more than 1048576 bytes"},
+		{"within the limit", "*", 8 << 20, ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			dest := filepath.Join(t.TempDir(), "s")
+			root, _, err := OpenDir(filepath.Dir(dest), "s")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer root.Close()
+			open := func() (io.ReadCloser, error) { return decompress(context.Background(), bytes.NewReader(bomb)) }
+			err = extractTar(context.Background(), open, root, tt.baseDir, tt.limit)
+			if tt.wantErr == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := strings.Join(listTree(t, dest), " "); got != "a=A" {
+					t.Errorf("staged %q, want a=A", got)
+				}
+			} else if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("extracting a tar with 4 MiB after its end, limit %d: error %v, want %q", tt.limit, err, tt.wantErr)
+			}
+		})
 	}
 }
