@@ -4,30 +4,30 @@ import (
 	"context"
 	"encoding/pem"
 	"errors"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gantry-build/gantry/internal/testhttp"
 )
 
 // memRemote is a small HTTP cache server (bazel-remote's protocol) on 127.0.0.1,
 // with a hook to misbehave.
 type memRemote struct {
-	mu    sync.Mutex
-	blobs map[string][]byte // "cas/<hash>" or "ac/<hash>"
+	testhttp.Store
+	mu sync.Mutex
 	// fault, when set, may answer a request itself (returning true).
 	fault func(w http.ResponseWriter, r *http.Request) bool
 	srv   *httptest.Server
 }
 
 func newMemRemote(t *testing.T) *memRemote {
-	m := &memRemote{blobs: map[string][]byte{}}
+	m := &memRemote{Store: testhttp.Store{Prefix: "/prefix/"}}
 	m.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		m.mu.Lock()
 		fault := m.fault
@@ -35,31 +35,7 @@ func newMemRemote(t *testing.T) *memRemote {
 		if fault != nil && fault(w, r) {
 			return
 		}
-		key := strings.TrimPrefix(r.URL.Path, "/prefix/")
-		switch r.Method {
-		case http.MethodPut:
-			data, err := io.ReadAll(r.Body)
-			if err != nil || int64(len(data)) != r.ContentLength {
-				http.Error(w, "short body", http.StatusBadRequest)
-				return
-			}
-			m.mu.Lock()
-			m.blobs[key] = data
-			m.mu.Unlock()
-			w.WriteHeader(http.StatusCreated)
-		case http.MethodGet, http.MethodHead:
-			m.mu.Lock()
-			data, ok := m.blobs[key]
-			m.mu.Unlock()
-			if !ok {
-				http.NotFound(w, r)
-				return
-			}
-			w.Header().Set("Content-Length", strconv.Itoa(len(data)))
-			if r.Method == http.MethodGet {
-				w.Write(data)
-			}
-		}
+		m.Store.ServeHTTP(w, r)
 	}))
 	t.Cleanup(m.srv.Close)
 	return m
@@ -192,9 +168,7 @@ func TestHTTPRemoteCorruptBlobIsNeverStored(t *testing.T) {
 		}
 		return nil
 	})
-	remote.mu.Lock()
-	remote.blobs["cas/"+bad.Hash] = []byte(strings.Repeat("X", int(bad.Size)))
-	remote.mu.Unlock()
+	remote.Put("cas/"+bad.Hash, []byte(strings.Repeat("X", int(bad.Size))))
 	_, err := dst.PullArtifact(context.Background(), store, a.Project, a.Element, a.Key, nil)
 	if !IsRemoteKind(err, RemoteCorrupt) || !strings.Contains(err.Error(), bad.Hash) || !strings.Contains(err.Error(), remote.srv.URL) {
 		t.Fatalf("pull of a corrupt blob: got %v, want a corrupt error naming the remote and blob %s", err, bad)

@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/gantry-build/gantry/internal/testhttp"
 )
 
 // tarServer serves tarballs on 127.0.0.1 and misbehaves on purpose, by path:
@@ -59,13 +61,7 @@ func newTarServer(t *testing.T, files map[string][]byte) *tarServer {
 		case "wrong":
 			w.Write([]byte("not what you expected"))
 		case "stall":
-			w.Header().Set("Content-Length", "1000")
-			w.WriteHeader(http.StatusOK)
-			w.(http.Flusher).Flush()
-			select {
-			case <-r.Context().Done():
-			case <-stop:
-			}
+			testhttp.Stall(w, r, stop)
 		case "trickle", "endless":
 			if kind == "trickle" {
 				w.Header().Set("Content-Length", "1000000")

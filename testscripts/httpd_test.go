@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/gantry-build/gantry/internal/testhttp"
 	"github.com/rogpeppe/go-internal/testscript"
 )
 
@@ -119,13 +120,7 @@ func (h *httpd) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		http.Error(w, http.StatusText(code), code)
 	case "stall":
-		w.Header().Set("Content-Length", "1000")
-		w.WriteHeader(http.StatusOK)
-		w.(http.Flusher).Flush()
-		select {
-		case <-r.Context().Done():
-		case <-h.stop:
-		}
+		testhttp.Stall(w, r, h.stop)
 	default:
 		h.serveFile(w, strings.TrimPrefix(r.URL.Path, "/"), 1)
 	}

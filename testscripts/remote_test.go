@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gantry-build/gantry/internal/testhttp"
 	"github.com/rogpeppe/go-internal/testscript"
 )
 
@@ -199,11 +200,11 @@ type cacheSrvKey struct{}
 //	resetcas    GET /cas/ requests get their connection closed (entries still answer)
 //	gone        the server closes its listener and every connection
 type cacheSrv struct {
-	srv  *httptest.Server
-	stop chan struct{}
+	srv   *httptest.Server
+	stop  chan struct{}
+	store *testhttp.Store
 
 	mu     sync.Mutex
-	blobs  map[string][]byte
 	mode   string
 	n      int
 	counts map[string]int // requests by method
@@ -226,7 +227,7 @@ func cmdCacheSrv(ts *testscript.TestScript, neg bool, args []string) {
 	if c.srv != nil {
 		ts.Fatalf("cachesrv: already running")
 	}
-	c.blobs, c.mode, c.counts, c.stop, c.change = map[string][]byte{}, "ok", map[string]int{}, make(chan struct{}), make(chan struct{})
+	c.store, c.mode, c.counts, c.stop, c.change = &testhttp.Store{Prefix: "/"}, "ok", map[string]int{}, make(chan struct{}), make(chan struct{})
 	c.srv = httptest.NewServer(c)
 	ts.Defer(func() {
 		close(c.stop)
@@ -275,11 +276,7 @@ func cmdCacheCount(ts *testscript.TestScript, neg bool, args []string) {
 	defer c.mu.Unlock()
 	n := c.counts[args[0]]
 	if args[0] == "entries" {
-		for k := range c.blobs {
-			if strings.HasPrefix(k, "ac/") || strings.Contains(k, "/ac/") {
-				n++
-			}
-		}
+		n += c.store.Count(func(k string) bool { return strings.HasPrefix(k, "ac/") || strings.Contains(k, "/ac/") })
 	}
 	fmt.Fprintf(ts.Stdout(), "%d\n", n)
 }
@@ -333,16 +330,11 @@ func (c *cacheSrv) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		c.mu.Lock()
 		c.count("stalled-put")
 		c.mu.Unlock()
-		select {
-		case <-r.Context().Done():
-		case <-c.stop:
-		}
+		testhttp.Hang(r, c.stop)
 		http.Error(w, "gave up", http.StatusServiceUnavailable)
 		return
 	case mode == "stallcas" && r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/cas/"):
-		c.mu.Lock()
-		data, ok := c.blobs[strings.TrimPrefix(r.URL.Path, "/")]
-		c.mu.Unlock()
+		data, ok := c.store.Get(c.store.Key(r))
 		if !ok {
 			http.NotFound(w, r)
 			return
@@ -354,50 +346,22 @@ func (c *cacheSrv) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		c.mu.Lock()
 		c.count("stalled-get")
 		c.mu.Unlock()
-		select {
-		case <-r.Context().Done():
-		case <-c.stop:
-		}
+		testhttp.Hang(r, c.stop)
 		return
 	case mode == "resetcas" && r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/cas/"):
 		panic(http.ErrAbortHandler) // closes the connection
 	case mode == "stall" && r.Method == http.MethodGet:
-		w.Header().Set("Content-Length", "1000")
-		w.WriteHeader(http.StatusOK)
-		w.(http.Flusher).Flush()
-		select {
-		case <-r.Context().Done():
-		case <-c.stop:
-		}
+		testhttp.Stall(w, r, c.stop)
 		return
 	}
-	key := strings.TrimPrefix(r.URL.Path, "/")
-	switch r.Method {
-	case http.MethodPut:
-		data, err := io.ReadAll(r.Body)
-		if err != nil {
-			return
+	var alter func(key string, data []byte) []byte
+	if mode == "wrong" {
+		alter = func(key string, data []byte) []byte {
+			if strings.Contains("/"+key, "/cas/") {
+				return []byte(strings.Repeat("!", len(data)))
+			}
+			return data
 		}
-		c.mu.Lock()
-		c.blobs[key] = data
-		c.mu.Unlock()
-		w.WriteHeader(http.StatusCreated)
-	case http.MethodGet, http.MethodHead:
-		c.mu.Lock()
-		data, ok := c.blobs[key]
-		c.mu.Unlock()
-		if !ok {
-			http.NotFound(w, r)
-			return
-		}
-		if mode == "wrong" && strings.Contains("/"+key, "/cas/") && r.Method == http.MethodGet {
-			data = []byte(strings.Repeat("!", len(data)))
-		}
-		w.Header().Set("Content-Length", strconv.Itoa(len(data)))
-		if r.Method == http.MethodGet {
-			w.Write(data)
-		}
-	default:
-		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 	}
+	c.store.Serve(w, r, alter)
 }
