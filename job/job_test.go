@@ -211,25 +211,28 @@ type started struct {
 	log string
 }
 
-func start(t *testing.T, action string, payload any, grace time.Duration) started {
+// testOptions starts workers that run testHandlers (see TestMain).
+func testOptions(t *testing.T) Options {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
+	return Options{Command: []string{exe, "job"}, Env: append(os.Environ(), childEnv+"=1")}
+}
+
+// launch starts action with payload through run (Start, or a pool's), its log under
+// a directory that does not exist yet and its messages recorded, and kills it when
+// the test ends.
+func launch(t *testing.T, action string, payload any, run func(Spec, func(Message)) (*Job, error)) started {
+	t.Helper()
 	raw, err := json.Marshal(payload)
 	if err != nil {
 		t.Fatal(err)
 	}
 	logPath := filepath.Join(t.TempDir(), "logs", action+".log")
 	rec := newRecorder()
-	j, err := Start(Spec{ID: action + "-1", Action: action, Element: "app.toml", LogPath: logPath, Payload: raw},
-		Options{
-			Command:   []string{exe, "job"},
-			Env:       append(os.Environ(), childEnv+"=1"),
-			Grace:     grace,
-			OnMessage: rec.add,
-		})
+	j, err := run(Spec{ID: action + "-1", Action: action, Element: "app.toml", LogPath: logPath, Payload: raw}, rec.add)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,6 +241,17 @@ func start(t *testing.T, action string, payload any, grace time.Duration) starte
 		j.Wait()
 	})
 	return started{j, rec, logPath}
+}
+
+// start runs action in a worker of its own (Start).
+func start(t *testing.T, action string, payload any, grace time.Duration) started {
+	t.Helper()
+	opts := testOptions(t)
+	opts.Grace = grace
+	return launch(t, action, payload, func(spec Spec, onMessage func(Message)) (*Job, error) {
+		opts.OnMessage = onMessage
+		return Start(spec, opts)
+	})
 }
 
 func readFile(t *testing.T, path string) string {

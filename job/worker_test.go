@@ -1,10 +1,8 @@
 package job
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -16,11 +14,7 @@ import (
 // newPool returns a pool of test workers, closed when the test ends.
 func newPool(t *testing.T) *Workers {
 	t.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := NewWorkers(Options{Command: []string{exe, "job"}, Env: append(os.Environ(), childEnv+"=1")})
+	p := NewWorkers(testOptions(t))
 	t.Cleanup(func() { p.Close() })
 	return p
 }
@@ -28,21 +22,7 @@ func newPool(t *testing.T) *Workers {
 // startIn starts action in p.
 func startIn(t *testing.T, p *Workers, action string, payload any) started {
 	t.Helper()
-	raw, err := json.Marshal(payload)
-	if err != nil {
-		t.Fatal(err)
-	}
-	logPath := filepath.Join(t.TempDir(), action+".log")
-	rec := newRecorder()
-	j, err := p.Start(Spec{ID: action, Action: action, Element: "app.toml", LogPath: logPath, Payload: raw}, rec.add)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = j.Kill()
-		j.Wait()
-	})
-	return started{j, rec, logPath}
+	return launch(t, action, payload, p.Start)
 }
 
 // runIn runs action in p to its end and returns the job and its outcome.
@@ -68,7 +48,7 @@ func TestWorkersReuse(t *testing.T) {
 				t.Fatalf("outcome = %+v, want OK", out)
 			}
 			pids[s.job.Pid()]++
-			if log := readFile(t, s.log); !strings.Contains(log, fmt.Sprintf("(job messages, pid %d)", s.job.Pid())) {
+			if log := readFile(t, s.log); !strings.Contains(log, fmt.Sprintf("(job messages-1, pid %d)", s.job.Pid())) {
 				t.Errorf("log of a job in worker %d lacks its own start line:\n%s", s.job.Pid(), log)
 			}
 		}
@@ -239,22 +219,29 @@ func TestWorkerGoroutinesLeft(t *testing.T) {
 	}
 }
 
+// startInStoppedWorker stops an idle worker of p and starts a "messages" job with
+// payload, which goes to it: stopped, the worker cannot read the job; killed, it
+// dies with the job given to it and not started. It returns the worker's pid.
+func startInStoppedWorker(t *testing.T, p *Workers, payload any) (int, started) {
+	t.Helper()
+	first, _ := runIn(t, p, "messages", nil)
+	idle := first.job.Pid()
+	if err := syscall.Kill(idle, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	s := startIn(t, p, "messages", payload)
+	if pid := s.job.Pid(); pid != idle {
+		t.Fatalf("the job went to worker %d, want the idle worker %d", pid, idle)
+	}
+	return idle, s
+}
+
 // A job handed to a worker that dies before it starts the job (an idle worker
 // the OOM killer takes as the job arrives) runs in a new worker: the dead one
 // ran nothing of it. The job's log says so.
 func TestWorkerDeadBeforeStartHandsJobOver(t *testing.T) {
 	p := newPool(t)
-	first, _ := runIn(t, p, "messages", nil)
-	idle := first.job.Pid()
-	// Stopped, the idle worker cannot read the next spec; killed, it dies with
-	// that job given to it and not started.
-	if err := syscall.Kill(idle, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	s := startIn(t, p, "messages", "again")
-	if pid := s.job.Pid(); pid != idle {
-		t.Fatalf("the job went to worker %d, want the idle worker %d", pid, idle)
-	}
+	idle, s := startInStoppedWorker(t, p, "again")
 	if err := syscall.Kill(idle, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -274,7 +261,7 @@ func TestWorkerDeadBeforeStartHandsJobOver(t *testing.T) {
 	if starts != 1 {
 		t.Errorf("the job started %d times, want once", starts)
 	}
-	if log := readFile(t, s.log); !strings.Contains(log, fmt.Sprintf("[worker] pid %d exited before it started job messages; the job goes to a new worker", idle)) {
+	if log := readFile(t, s.log); !strings.Contains(log, fmt.Sprintf("[worker] pid %d exited before it started job messages-1; the job goes to a new worker", idle)) {
 		t.Errorf("the job's log does not say its first worker died:\n%s", log)
 	}
 }
@@ -283,12 +270,7 @@ func TestWorkerDeadBeforeStartHandsJobOver(t *testing.T) {
 // new worker, which is stopped before it can read the job, until it is resumed.
 func TestWorkerHandOverKeepsSuspension(t *testing.T) {
 	p := newPool(t)
-	first, _ := runIn(t, p, "messages", nil)
-	idle := first.job.Pid()
-	if err := syscall.Kill(idle, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	s := startIn(t, p, "messages", nil)
+	idle, s := startInStoppedWorker(t, p, nil)
 	if err := s.job.Suspend(); err != nil {
 		t.Fatal(err)
 	}
