@@ -106,8 +106,8 @@ type parsedFile struct {
 // elementDir is where element files are read from: the element directory opened as a
 // root (prefix ""), so that a file is one fstatat away, or, when it cannot be opened,
 // the project root with the element path as prefix (whose errors then name the cause).
-// dir is root's directory, open for the parse cache's stat (nil when it could not be
-// opened: the cache then stats through root).
+// dir is root's directory, open for reading files and the parse cache's stat without
+// os.Root's walk (nil when it could not be opened: both then go through root).
 type elementDir struct {
 	root   *os.Root
 	prefix string
@@ -124,26 +124,21 @@ func loadElement(p *Project, dir elementDir, lock *Lock, name string, pc *ParseC
 	rel := filepath.Join(p.ElementPath, filepath.FromSlash(name))
 	display := filepath.ToSlash(rel)
 	inDir := filepath.Join(dir.prefix, filepath.FromSlash(name))
-	c, id, ok := pc.lookup(dir, inDir, display)
+	c, ok := pc.lookup(dir, inDir, display)
 	var pf *parsedFile
 	var memo *keyMemo
 	var doc *tomlDoc
+	var id fileid.ID
 	if ok {
-		pf = &c.Parsed
+		pf, id = &c.Parsed, c.ID
 		if c.Key.Key != "" {
 			memo = &c.Key
 		}
 	} else {
-		data, err := dir.root.ReadFile(inDir)
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil, errNoFile
-		}
-		if err != nil {
-			pe := &ProjectError{File: display, Msg: fmt.Sprintf("cannot read file: %v", err)}
-			if source.IsEscape(err) {
-				pe.Hint = "element files must be inside the project: a symbolic link may not lead out of it"
-			}
-			return nil, pe
+		var data []byte
+		var err error
+		if data, id, err = readElementFile(dir, inDir, display); err != nil {
+			return nil, err
 		}
 		if pf, doc, err = parseElement(data, display); err != nil {
 			return nil, err
@@ -171,6 +166,30 @@ func loadElement(p *Project, dir elementDir, lock *Lock, name string, pc *ParseC
 	e.Config = pf.Config
 	e.Config.Commands = merge2(e.Kind.DefaultCommands, pf.Config.Commands)
 	return e, nil
+}
+
+// readElementFile reads the element file at path under dir, with its identity as it
+// was before the read (zero when unknown). display names it in errors.
+func readElementFile(dir elementDir, path, display string) ([]byte, fileid.ID, error) {
+	if dir.dir != nil {
+		if data, id, ok := fileid.ReadAt(dir.dir, path); ok {
+			return data, id, nil
+		}
+	}
+	// A symbolic link, an error to name, or no openat2: through the root.
+	id, _ := identify(dir, path)
+	data, err := dir.root.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, id, errNoFile
+	}
+	if err != nil {
+		pe := &ProjectError{File: display, Msg: fmt.Sprintf("cannot read file: %v", err)}
+		if source.IsEscape(err) {
+			pe.Hint = "element files must be inside the project: a symbolic link may not lead out of it"
+		}
+		return nil, id, pe
+	}
+	return data, id, nil
 }
 
 // parseElement decodes and checks an element file's bytes. Errors name the file and line.

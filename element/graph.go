@@ -66,11 +66,9 @@ func LoadCached(p *Project, lock *Lock, targets []string, pc *ParseCache) (*Grap
 		defer er.Close()
 		dir = elementDir{root: er}
 	}
-	if pc != nil {
-		if f, err := dir.root.Open("."); err == nil {
-			defer f.Close()
-			dir.dir = f
-		}
+	if f, err := dir.root.Open("."); err == nil {
+		defer f.Close()
+		dir.dir = f
 	}
 	g := &Graph{Project: p, Lock: lock, Elements: map[string]*Element{}, parseCache: pc, keyContext: keyContext(p)}
 	referrer := map[string]*Element{} // first element that named a dependency, for errors

@@ -114,28 +114,28 @@ func identify(dir elementDir, path string) (fileid.ID, bool) {
 }
 
 // lookup returns what is remembered of the file at path under dir, remembered as name,
-// when the file's identity is unchanged; and the identity it has now (zero when
-// unknown). A nil cache remembers nothing.
-func (pc *ParseCache) lookup(dir elementDir, path, name string) (*cachedFile, fileid.ID, bool) {
+// when the file's identity is unchanged. A file it does not remember is not stat'ed:
+// reading it takes its identity (readElementFile). A nil cache remembers nothing.
+func (pc *ParseCache) lookup(dir elementDir, path, name string) (*cachedFile, bool) {
 	if pc == nil {
-		return nil, fileid.ID{}, false
-	}
-	id, ok := identify(dir, path)
-	if !ok {
-		return nil, fileid.ID{}, false
+		return nil, false
 	}
 	pc.mu.Lock()
 	c, hit := pc.files[name]
 	pc.mu.Unlock()
-	if !hit || c.ID != id {
-		return nil, id, false
+	if !hit {
+		return nil, false
+	}
+	if id, ok := identify(dir, path); !ok || c.ID != id {
+		return nil, false
 	}
 	pc.hits.Add(1)
-	return &c, id, true
+	return &c, true
 }
 
-// remember records name's parse at identity id (from lookup, before the file was read:
-// a change during the read gives the file a new identity, so it is parsed again).
+// remember records name's parse at identity id (taken when the file was opened, before
+// it was read: a change during the read gives the file a new identity, so it is parsed
+// again).
 func (pc *ParseCache) remember(name string, id fileid.ID, pf *parsedFile) {
 	if pc == nil || id == (fileid.ID{}) {
 		return

@@ -2,6 +2,7 @@ package element
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -300,6 +301,30 @@ func TestParseCacheCodecRoundTrips(t *testing.T) {
 	for i := range len(data) {
 		if _, _, err := decodeParseCache(data[:i]); err == nil {
 			t.Fatalf("%d of %d bytes decoded without an error", i, len(data))
+		}
+	}
+}
+
+// An element file that is a symbolic link staying inside the project loads as its
+// target does, with and without the parse cache (files are read without following
+// links first, then through the project's os.Root).
+func TestElementFileLinkedInsideTheProject(t *testing.T) {
+	plain := writeProject(t, baseFiles)
+	files := maps.Clone(baseFiles)
+	files["elements/real/lib.toml"] = files["elements/lib.toml"]
+	delete(files, "elements/lib.toml")
+	dir := writeProject(t, files)
+	if err := os.Symlink("real/lib.toml", filepath.Join(dir, "elements", "lib.toml")); err != nil {
+		t.Fatal(err)
+	}
+	want := mustGraph(t, plain, "app.toml").Elements["lib.toml"].Key
+	if got := mustGraph(t, dir, "app.toml").Elements["lib.toml"].Key; got != want {
+		t.Errorf("lib.toml through a link: key %.12s, want %.12s", got, want)
+	}
+	cacheDir := t.TempDir()
+	for range 2 {
+		if got, _ := cachedKeys(t, dir, cacheDir); got["lib.toml"] != want {
+			t.Errorf("lib.toml through a link, parse cache: key %.12s, want %.12s", got["lib.toml"], want)
 		}
 	}
 }

@@ -15,3 +15,6 @@ func At(dir *os.File, path string) (ID, bool) { return ID{}, false }
 
 // FromInfo: see Stat.
 func FromInfo(fi os.FileInfo) (ID, bool) { return ID{}, false }
+
+// ReadAt: see Stat; the caller reads the file another way.
+func ReadAt(dir *os.File, path string) (data []byte, id ID, ok bool) { return nil, ID{}, false }
