@@ -71,16 +71,19 @@ func LoadCached(p *Project, lock *Lock, targets []string, pc *ParseCache) (*Grap
 		dir.dir = f
 	}
 	g := &Graph{Project: p, Lock: lock, Elements: map[string]*Element{}, parseCache: pc, keyContext: keyContext(p)}
-	referrer := map[string]*Element{} // first element that named a dependency, for errors
+	// Every name queued, with the first element that named it (nil for a target), for errors.
+	referrer := map[string]*Element{}
 	frontier := make([]string, 0, len(targets))
 	for _, t := range targets {
 		if err := checkElementName(t); err != nil {
 			return nil, &ProjectError{Msg: err.Error()}
 		}
-		if !slices.Contains(frontier, t) {
+		if _, ok := referrer[t]; !ok {
+			referrer[t] = nil
 			frontier = append(frontier, t)
 		}
 	}
+	var all []*Element // in the order loaded
 	for len(frontier) > 0 {
 		loaded := make([]*Element, len(frontier))
 		errs := make([]error, len(frontier))
@@ -96,23 +99,22 @@ func LoadCached(p *Project, lock *Lock, targets []string, pc *ParseCache) (*Grap
 		var next []string
 		for _, e := range loaded {
 			g.Elements[e.Name] = e
-			for _, d := range slices.Concat(e.Depends, e.BuildDepends, e.RuntimeDepends) {
-				if _, ok := g.Elements[d]; ok {
-					continue
+			for _, list := range [...][]string{e.Depends, e.BuildDepends, e.RuntimeDepends} {
+				for _, d := range list {
+					if _, ok := referrer[d]; !ok {
+						referrer[d] = e
+						next = append(next, d)
+					}
 				}
-				if _, ok := referrer[d]; ok {
-					continue
-				}
-				referrer[d] = e
-				next = append(next, d)
 			}
 		}
+		all = append(all, loaded...)
 		frontier = next
 	}
 	for _, t := range targets {
 		g.Targets = append(g.Targets, g.Elements[t])
 	}
-	g.link()
+	g.link(all)
 	if err := g.order(); err != nil {
 		return nil, err
 	}
@@ -208,8 +210,13 @@ func dependsKeyOf(e *Element, dep string) string {
 	return "depends"
 }
 
-func (g *Graph) link() {
-	for _, e := range g.Elements {
+// link sets every element's BuildDeps and RunDeps, elements in parallel (each writes
+// its own lists; the map is only read).
+func (g *Graph) link(loaded []*Element) {
+	eachParallel(len(loaded), runtime.GOMAXPROCS(0), func(i int) {
+		e := loaded[i]
+		e.BuildDeps = make([]*Element, 0, len(e.Depends)+len(e.BuildDepends))
+		e.RunDeps = make([]*Element, 0, len(e.Depends)+len(e.RuntimeDepends))
 		for _, d := range e.Depends {
 			e.BuildDeps = append(e.BuildDeps, g.Elements[d])
 			e.RunDeps = append(e.RunDeps, g.Elements[d])
@@ -220,7 +227,7 @@ func (g *Graph) link() {
 		for _, d := range e.RuntimeDepends {
 			e.RunDeps = append(e.RunDeps, g.Elements[d])
 		}
-	}
+	})
 }
 
 // order sorts the graph depth-first from the targets, dependencies first, and reports a
