@@ -111,6 +111,17 @@ func (c *Cache) RefPath(project, element, key string) (string, error) {
 	return filepath.Join(c.Root, refsDir, project, filepath.FromSlash(element), key), nil
 }
 
+// HasRefs reports whether the cache may hold an artifact of project: false only when
+// it holds no ref of the project at all (its directory under refs/ is absent), as in a
+// new cache, where asking about each artifact would be one failed open each.
+func (c *Cache) HasRefs(project string) bool {
+	if !validSegment(project) {
+		return true // let the lookup of each artifact name the problem
+	}
+	_, err := os.Lstat(filepath.Join(c.Root, refsDir, project))
+	return !errors.Is(err, fs.ErrNotExist)
+}
+
 // Complete checks that every blob a's record points at is present: every
 // Directory of the files tree (read and validated), every file blob (by size)
 // and the log.

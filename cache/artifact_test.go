@@ -121,6 +121,19 @@ func TestLookupMissing(t *testing.T) {
 	}
 }
 
+// HasRefs is false only for a project of which the cache holds no ref (show then asks
+// about none of its artifacts).
+func TestHasRefs(t *testing.T) {
+	c := openTestCache(t)
+	if c.HasRefs("demo") {
+		t.Error("a new cache has refs of demo")
+	}
+	commitSample(t, c, "demo", "base/gcc.toml", "k1")
+	if !c.HasRefs("demo") || c.HasRefs("other") {
+		t.Errorf("after a commit of demo: HasRefs demo %v, other %v; want true, false", c.HasRefs("demo"), c.HasRefs("other"))
+	}
+}
+
 func TestLookupRejectsBadNames(t *testing.T) {
 	c := openTestCache(t)
 	for _, args := range [][3]string{

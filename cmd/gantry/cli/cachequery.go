@@ -58,10 +58,14 @@ type knownArtifact struct {
 func (q cacheQuery) withArtifacts(project string, elements []*element.Element) (knownArtifacts, error) {
 	q.memo = q.c.OpenOutcomeMemo(project)
 	keyed := slices.DeleteFunc(slices.Clone(elements), func(e *element.Element) bool { return e.Key == "" })
-	statuses := make([]element.ArtifactStatus, len(keyed))
+	statuses := make([]element.ArtifactStatus, len(keyed)) // ArtifactMissing
+	asking := len(keyed)
+	if !q.c.HasRefs(project) {
+		asking = 0 // a new cache: every artifact is missing
+	}
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	for range min(2*runtime.GOMAXPROCS(0), len(keyed)) {
+	for range min(2*runtime.GOMAXPROCS(0), asking) {
 		wg.Go(func() {
 			for i := int(next.Add(1)) - 1; i < len(keyed); i = int(next.Add(1)) - 1 {
 				statuses[i] = q.Artifact(project, keyed[i].Name, keyed[i].Key)
