@@ -27,39 +27,56 @@ type CacheQuery interface {
 	SourcesCached(project *Project, e *Element) bool
 }
 
-// States computes the state of the given elements (and, as needed, of their dependencies).
-func (g *Graph) States(elements []*Element, q CacheQuery) map[*Element]State {
-	artifacts := map[*Element]ArtifactStatus{}
+// States computes the state of each of the given elements (and, as needed, of their
+// dependencies), in their order. What it learns is kept by graph position, not in maps:
+// show asks about every element of graphs of 100,000.
+func (g *Graph) States(elements []*Element, q CacheQuery) []State {
+	const unknown = -1
+	artifacts := make([]ArtifactStatus, len(g.Order))
+	for i := range artifacts {
+		artifacts[i] = unknown
+	}
 	status := func(e *Element) ArtifactStatus {
-		s, ok := artifacts[e]
-		if !ok {
+		s := artifacts[e.position]
+		if s == unknown {
 			s = ArtifactMissing
 			if e.Key != "" {
 				s = q.Artifact(g.Project.Name, e.Name, e.Key)
 			}
-			artifacts[e] = s
+			artifacts[e.position] = s
 		}
 		return s
 	}
 	// runReady: e and everything it needs at run time are cached (memoised: O(N+E)).
-	runReady := map[*Element]bool{}
-	var ready func(e *Element) bool
-	ready = func(e *Element) bool {
-		r, ok := runReady[e]
-		if ok {
-			return r
+	const (
+		notAsked = iota
+		asking   // a cycle cannot happen in a loaded graph; be safe anyway
+		notReady
+		ready
+	)
+	runReady := make([]uint8, len(g.Order))
+	var isReady func(e *Element) bool
+	isReady = func(e *Element) bool {
+		switch runReady[e.position] {
+		case asking, notReady:
+			return false
+		case ready:
+			return true
 		}
-		runReady[e] = false // a cycle cannot happen in a loaded graph; be safe anyway
-		r = status(e) == ArtifactSuccess
+		runReady[e.position] = asking
+		r := status(e) == ArtifactSuccess
 		for _, d := range e.RunDeps {
-			r = r && ready(d)
+			r = r && isReady(d)
 		}
-		runReady[e] = r
+		runReady[e.position] = notReady
+		if r {
+			runReady[e.position] = ready
+		}
 		return r
 	}
-	out := make(map[*Element]State, len(elements))
-	for _, e := range elements {
-		out[e] = g.state(e, status, ready, q)
+	out := make([]State, len(elements))
+	for i, e := range elements {
+		out[i] = g.state(e, status, isReady, q)
 	}
 	return out
 }

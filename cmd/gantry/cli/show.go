@@ -65,7 +65,7 @@ func runShow(opts *showOptions, args []string) error {
 		return err
 	}
 	elements := g.Select(g.Targets, deps)
-	var states map[*element.Element]element.State
+	states := make([]element.State, len(elements)) // "" unless asked for
 	if asJSON || strings.Contains(opts.format, "%{state") {
 		c, err := s.openCache()
 		if err != nil {
@@ -80,16 +80,16 @@ func runShow(opts *showOptions, args []string) error {
 	w := bufio.NewWriterSize(opts.ios.Out, 64<<10)
 	defer w.Flush()
 	enc := json.NewEncoder(w)
-	for _, e := range elements {
+	for i, e := range elements {
 		if asJSON {
 			d := directDeps(e)
-			if err := enc.Encode(showJSON{Name: e.Name, Key: e.Key, State: string(states[e]), Kind: e.Kind.Name,
+			if err := enc.Encode(showJSON{Name: e.Name, Key: e.Key, State: string(states[i]), Kind: e.Kind.Name,
 				Description: e.Description, Deps: d.all, BuildDeps: d.build, RuntimeDeps: d.runtime}); err != nil {
 				return err
 			}
 			continue
 		}
-		w.WriteString(format.render(func(name string) string { return showValue(name, e, states[e]) }))
+		w.WriteString(format.render(func(name string) string { return showValue(name, e, states[i]) }))
 		if e.Workspace != "" && opts.format == defaultShowFormat {
 			w.WriteString(" (workspace: " + e.Workspace + ")")
 		}
