@@ -222,21 +222,39 @@ func (s *session) elementArg(a string) string {
 	return a
 }
 
-// loadGraph loads the targets named by args (or the default targets).
+// loadGraph loads the targets named by args (or the default targets) and saves the
+// parse cache.
 func (s *session) loadGraph(args []string) (*element.Graph, error) {
-	targets, err := s.targets(args)
+	g, save, err := s.loadGraphUnsaved(args)
 	if err != nil {
 		return nil, err
+	}
+	s.warnUnsaved(save())
+	return g, nil
+}
+
+// loadGraphUnsaved is loadGraph leaving the parse cache's saving to save, which may run
+// on another goroutine while the caller works with the graph (show prints meanwhile), as
+// long as nothing loads or keys elements until it has returned. Its error is for
+// warnUnsaved.
+func (s *session) loadGraphUnsaved(args []string) (*element.Graph, func() error, error) {
+	targets, err := s.targets(args)
+	if err != nil {
+		return nil, nil, err
 	}
 	pc := element.OpenParseCache(cache.LoadsDir(s.cacheRoot()), s.project.Root)
 	g, err := element.LoadCached(s.project, s.lock, targets, pc)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	if err := pc.Save(); err != nil {
+	return g, pc.Save, nil
+}
+
+// warnUnsaved reports a parse cache that could not be saved: only speed is lost.
+func (s *session) warnUnsaved(err error) {
+	if err != nil {
 		s.opts.ios.Message("warning", err.Error()+" (loading is slower next time; nothing else is affected)")
 	}
-	return g, nil
 }
 
 func newVersionCmd(opts *globalOptions) *cobra.Command {
