@@ -355,6 +355,9 @@ var tomlTypeNames = map[string]string{"String": "a string", "Integer": "an integ
 // silently drop `variables = "x"`.
 func (d *tomlDoc) checkTables(keys ...string) error {
 	for _, k := range keys {
+		if !d.md.IsDefined(k) {
+			continue // Type would make a string of the key to say so
+		}
 		t := d.md.Type(k)
 		if t == "" || t == "Hash" {
 			continue

@@ -207,8 +207,11 @@ func parseElement(data []byte, display string) (*parsedFile, *tomlDoc, error) {
 	}
 	// Top-level typos first ("kinds" should not be reported as a missing "kind"); the
 	// kind-specific tables are checked key by key below.
-	if err := doc.unknownKeys(topLevel, "sources", "config"); err != nil {
-		return nil, nil, err
+	known := onlyKnownKeys(doc.md)
+	if !known {
+		if err := doc.unknownKeys(topLevel, "sources", "config"); err != nil {
+			return nil, nil, err
+		}
 	}
 	if err := doc.checkTables("variables", "environment", "config"); err != nil {
 		return nil, nil, err
@@ -239,10 +242,27 @@ func parseElement(data []byte, display string) (*parsedFile, *tomlDoc, error) {
 		return nil, nil, err
 	}
 	// Checked last: the kind-specific tables above mark their keys as decoded.
-	if err := doc.unknownKeys(topLevel); err != nil {
-		return nil, nil, err
+	if !known {
+		if err := doc.unknownKeys(topLevel); err != nil {
+			return nil, nil, err
+		}
 	}
 	return pf, doc, nil
+}
+
+// onlyKnownKeys reports whether every key of an element file is a known top-level key
+// or one right under it, which decoding it into elementFile and checking it consumes
+// (an entry of variables, environment, config or a source; a key under kind,
+// description, pool or a dependency list is a type error first). Then no key can be
+// unknown, and asking MetaData which keys were not decoded (a string made of each key,
+// twice per file) can be skipped.
+func onlyKnownKeys(md toml.MetaData) bool {
+	for _, k := range md.Keys() {
+		if len(k) > 2 || !slices.Contains(elementKeys, k[0]) {
+			return false
+		}
+	}
+	return true
 }
 
 // document is e's file for error positions: the one parsed by this load, or the file
