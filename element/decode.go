@@ -225,11 +225,11 @@ type table struct {
 	doc  *tomlDoc
 	path string // "sources[0]", "config"
 	m    map[string]any
-	used map[string]bool
+	used []string // the keys asked for: a table has a handful
 }
 
 func (d *tomlDoc) table(path string, p toml.Primitive) (*table, error) {
-	t := &table{doc: d, path: path, m: map[string]any{}, used: map[string]bool{}}
+	t := &table{doc: d, path: path, m: map[string]any{}, used: make([]string, 0, 8)}
 	if err := d.md.PrimitiveDecode(p, &t.m); err != nil {
 		return nil, d.convert(err)
 	}
@@ -241,7 +241,7 @@ func (t *table) keyPath(k string) string { return t.path + "." + k }
 func (t *table) has(k string) bool { _, ok := t.m[k]; return ok }
 
 func (t *table) str(k string) (string, error) {
-	t.used[k] = true
+	t.use(k)
 	v, ok := t.m[k]
 	if !ok {
 		return "", nil
@@ -254,7 +254,7 @@ func (t *table) str(k string) (string, error) {
 }
 
 func (t *table) boolean(k string) (bool, error) {
-	t.used[k] = true
+	t.use(k)
 	v, ok := t.m[k]
 	if !ok {
 		return false, nil
@@ -267,7 +267,7 @@ func (t *table) boolean(k string) (bool, error) {
 }
 
 func (t *table) integer(k string, def int) (int, error) {
-	t.used[k] = true
+	t.use(k)
 	v, ok := t.m[k]
 	if !ok {
 		return def, nil
@@ -281,7 +281,7 @@ func (t *table) integer(k string, def int) (int, error) {
 
 // strings returns a list of strings; set is false when the key is absent.
 func (t *table) strings(k string) (list []string, set bool, err error) {
-	t.used[k] = true
+	t.use(k)
 	v, ok := t.m[k]
 	if !ok {
 		return nil, false, nil
@@ -301,19 +301,25 @@ func (t *table) strings(k string) (list []string, set bool, err error) {
 	return list, true, nil
 }
 
-// done reports the first key that no accessor asked for.
-func (t *table) done(allowed []string) error {
-	keys := make([]string, 0, len(t.m))
-	for k := range t.m {
-		keys = append(keys, k)
+func (t *table) use(k string) {
+	if !slices.Contains(t.used, k) {
+		t.used = append(t.used, k)
 	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		if !t.used[k] {
-			return t.doc.keyError(t.keyPath(k), k, allowed)
+}
+
+// done reports the first key, in name order, that no accessor asked for.
+func (t *table) done(allowed []string) error {
+	var unused []string
+	for k := range t.m {
+		if !slices.Contains(t.used, k) {
+			unused = append(unused, k)
 		}
 	}
-	return nil
+	if len(unused) == 0 {
+		return nil
+	}
+	k := slices.Min(unused)
+	return t.doc.keyError(t.keyPath(k), k, allowed)
 }
 
 func tomlTypeName(v any) string {
