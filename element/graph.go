@@ -115,7 +115,7 @@ func LoadCached(p *Project, lock *Lock, targets []string, pc *ParseCache) (*Grap
 		g.Targets = append(g.Targets, g.Elements[t])
 	}
 	g.link(all)
-	if err := g.order(); err != nil {
+	if err := g.order(all); err != nil {
 		return nil, err
 	}
 	g.computeKeys()
@@ -230,19 +230,30 @@ func (g *Graph) link(loaded []*Element) {
 	})
 }
 
-// order sorts the graph depth-first from the targets, dependencies first, and reports a
-// cycle with its path.
-func (g *Graph) order() error {
+// order sorts the graph (loaded: every element, in the order loaded) depth-first from
+// the targets, dependencies first, sets each element's position, and reports a cycle with
+// its path. While it walks, an element's position is its index in loaded, which indexes
+// its state (a map of 100,000 entries before).
+func (g *Graph) order(loaded []*Element) error {
 	const (
 		unseen = iota
 		active
 		done
 	)
-	state := make(map[*Element]int, len(g.Elements))
+	for i, e := range loaded {
+		e.position = i
+	}
+	state := make([]uint8, len(loaded))
+	g.Order = make([]*Element, 0, len(loaded))
+	defer func() {
+		for i, e := range g.Order {
+			e.position = i
+		}
+	}()
 	var stack []*Element
 	var visit func(e *Element) error
 	visit = func(e *Element) error {
-		switch state[e] {
+		switch state[e.position] {
 		case done:
 			return nil
 		case active:
@@ -258,7 +269,7 @@ func (g *Graph) order() error {
 			return &ProjectError{File: from.File, Line: line, Text: doc.line(line),
 				Msg: "dependency cycle: " + strings.Join(names, " -> ")}
 		}
-		state[e] = active
+		state[e.position] = active
 		stack = append(stack, e)
 		for _, d := range e.BuildDeps {
 			if err := visit(d); err != nil {
@@ -271,8 +282,7 @@ func (g *Graph) order() error {
 			}
 		}
 		stack = stack[:len(stack)-1]
-		state[e] = done
-		e.position = len(g.Order)
+		state[e.position] = done
 		g.Order = append(g.Order, e)
 		return nil
 	}
@@ -286,6 +296,11 @@ func (g *Graph) order() error {
 
 // Select returns the elements a command with --deps works on, dependencies first.
 func (g *Graph) Select(targets []*Element, deps Deps) []*Element {
+	if deps == DepsAll && slices.Equal(targets, g.Targets) {
+		// All of what the graph's targets depend on is what was loaded for them, and
+		// Order has it, dependencies first (a map of 100,000 entries for show otherwise).
+		return slices.Clone(g.Order)
+	}
 	want := map[*Element]bool{}
 	var addRun func(e *Element)
 	addRun = func(e *Element) {

@@ -288,3 +288,39 @@ func depKeys(deps []*Element) map[string]string {
 	}
 	return m
 }
+
+// Select with every dependency of the graph's own targets is the whole graph, dependencies
+// first, as the walk from any other list of the same targets finds it; other selections
+// are walked.
+func TestSelectAll(t *testing.T) {
+	dir := writeProject(t, map[string]string{
+		"project.toml":         "name = \"sel\"\n",
+		"elements/a.toml":      "kind = \"stack\"\ndepends = [\"lib.toml\"]\nbuild-depends = [\"tool.toml\"]\n",
+		"elements/b.toml":      "kind = \"stack\"\nruntime-depends = [\"lib.toml\", \"data.toml\"]\n",
+		"elements/lib.toml":    "kind = \"stack\"\nbuild-depends = [\"tool.toml\"]\n",
+		"elements/tool.toml":   "kind = \"stack\"\n",
+		"elements/data.toml":   "kind = \"stack\"\n",
+		"elements/unused.toml": "kind = \"stack\"\n",
+	})
+	g := mustGraph(t, dir, "a.toml", "b.toml")
+	names := joinElementNames
+	all := g.Select(g.Targets, DepsAll)
+	if got, want := names(all), names(g.Order); got != want || len(all) != 5 {
+		t.Errorf("Select(targets, all) = %s, want %s (5 elements)", got, want)
+	}
+	walked := g.Select([]*Element{g.Elements["b.toml"], g.Elements["a.toml"], g.Elements["b.toml"]}, DepsAll)
+	if got := names(walked); got != names(all) {
+		t.Errorf("Select(b, a, b; all) = %s, want %s", got, names(all))
+	}
+	if got := names(g.Select(g.Targets, DepsRun)); got != "lib.toml a.toml data.toml b.toml" {
+		t.Errorf("Select(targets, run) = %s", got)
+	}
+}
+
+func joinElementNames(list []*Element) string {
+	out := make([]string, len(list))
+	for i, e := range list {
+		out[i] = e.Name
+	}
+	return strings.Join(out, " ")
+}
