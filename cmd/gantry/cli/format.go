@@ -53,33 +53,41 @@ func parseFormat(s string, known []string) (*lineFormat, error) {
 	return f, nil
 }
 
-// render writes the line with value(name) for each placeholder: only the placeholders
-// the format names are computed (show renders one line per element of the graph).
-func (f *lineFormat) render(value func(name string) string) string {
-	var b strings.Builder
+// appendLine appends the line with value(name) for each placeholder to b: only the
+// placeholders the format names are computed, and nothing is allocated but b's growth
+// (show renders one line per element of the graph into one buffer).
+func (f *lineFormat) appendLine(b []byte, value func(name string) string) []byte {
 	for _, p := range f.parts {
 		if p.name == "" {
-			b.WriteString(p.literal)
+			b = append(b, p.literal...)
 			continue
 		}
 		v := value(p.name)
 		pad := p.width - utf8.RuneCountInString(v)
 		if pad <= 0 {
-			b.WriteString(v)
+			b = append(b, v...)
 			continue
 		}
-		fill := strings.Repeat(string(p.fill), pad)
+		left := 0 // fill runes before the value
 		switch p.align {
 		case '>':
-			b.WriteString(fill + v)
+			left = pad
 		case '^':
-			left := strings.Repeat(string(p.fill), pad/2)
-			b.WriteString(left + v + fill[len(left)*utf8.RuneLen(p.fill):])
-		default:
-			b.WriteString(v + fill)
+			left = pad / 2
 		}
+		b = appendFill(b, p.fill, left)
+		b = append(b, v...)
+		b = appendFill(b, p.fill, pad-left)
 	}
-	return b.String()
+	return b
+}
+
+// appendFill appends n copies of fill.
+func appendFill(b []byte, fill rune, n int) []byte {
+	for range n {
+		b = utf8.AppendRune(b, fill)
+	}
+	return b
 }
 
 func contains(list []string, s string) bool {

@@ -85,6 +85,7 @@ func runShow(opts *showOptions, args []string) error {
 	w := bufio.NewWriterSize(opts.ios.Out, 64<<10)
 	defer w.Flush()
 	enc := json.NewEncoder(w)
+	var line []byte
 	for i, e := range elements {
 		if asJSON {
 			d := directDeps(e)
@@ -94,7 +95,8 @@ func runShow(opts *showOptions, args []string) error {
 			}
 			continue
 		}
-		w.WriteString(format.render(func(name string) string { return showValue(name, e, states[i]) }))
+		line = format.appendLine(line[:0], func(name string) string { return showValue(name, e, states[i]) })
+		w.Write(line)
 		if e.Workspace != "" && opts.format == defaultShowFormat {
 			w.WriteString(" (workspace: " + e.Workspace + ")")
 		}
