@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 )
 
 // keyVersion changes whenever the key encoding changes, so old artifacts are not reused.
@@ -160,13 +161,23 @@ func appendDepKeys(b []byte, deps []*Element) []byte {
 	return append(b, '}')
 }
 
+// jsonPlain marks the bytes encoding/json copies into a string as they are: printable
+// ASCII but for the characters it escapes (a table: keys are hashed from 100,000
+// element names and keys at a time).
+var jsonPlain = func() (t [256]bool) {
+	for c := 0x20; c < 0x80; c++ {
+		t[c] = !strings.ContainsRune(`"\<>&`, rune(c))
+	}
+	return t
+}()
+
 func byName(a, b *Element) int { return cmp.Compare(a.Name, b.Name) }
 
 // appendJSONString appends s as encoding/json writes it: printable ASCII other than
 // the characters it escapes is copied; anything else is left to encoding/json.
 func appendJSONString(b []byte, s string) []byte {
 	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c >= 0x80 || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+		if !jsonPlain[s[i]] {
 			data, _ := json.Marshal(s) // a string always encodes
 			return append(b, data...)
 		}

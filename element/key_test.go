@@ -258,7 +258,7 @@ build-commands = ["a && b > c < d", "é \"q\""]
 // invalid UTF-8, U+2028), dependencies out of order or named twice, and nil or empty
 // source lists: a difference would change every key.
 func TestKeyInputEncoding(t *testing.T) {
-	odd := []string{"plain.toml", "a<b>&c.toml", "lt<", "gt>", "amp&", `q"uo\te.toml`, "tab\there", "caf\u00e9.toml", "bad\xffutf8", "line\u2028sep", ""}
+	odd := []string{"plain.toml", "a<b>&c.toml", "lt<", "gt>", "amp&", `q"uo\te.toml`, "tab\there", "caf\u00e9.toml", "bad\xffutf8", "line\u2028sep", "del\x7f", "ctl\x01\x1f", ""}
 	config := &Resolved{Commands: map[string][]string{"build": {"make <all> && echo \"done\""}},
 		Env: map[string]string{"Z": "1", "A": "\u00e9"}}
 	for i, name := range odd {
