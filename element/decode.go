@@ -228,10 +228,18 @@ type table struct {
 	used []string // the keys asked for: a table has a handful
 }
 
-func (d *tomlDoc) table(path string, p toml.Primitive) (*table, error) {
-	t := &table{doc: d, path: path, m: map[string]any{}, used: make([]string, 0, 8)}
-	if err := d.md.PrimitiveDecode(p, &t.m); err != nil {
-		return nil, d.convert(err)
+// table reads v, a toml.Primitive or a table decoded as plain values, as the table at
+// path.
+func (d *tomlDoc) table(path string, v any) (*table, error) {
+	t := &table{doc: d, path: path, used: make([]string, 0, 8)}
+	switch v := v.(type) {
+	case map[string]any:
+		t.m = v
+	case toml.Primitive:
+		t.m = map[string]any{}
+		if err := d.md.PrimitiveDecode(v, &t.m); err != nil {
+			return nil, d.convert(err)
+		}
 	}
 	return t, nil
 }

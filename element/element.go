@@ -193,11 +193,32 @@ func readElementFile(dir elementDir, path, display string) ([]byte, fileid.ID, e
 }
 
 // parseElement decodes and checks an element file's bytes. Errors name the file and line.
+//
+// The document is decoded as plain values first (no reflection per key, a fifth of the
+// decoder's time) and read into elementFile by hand (plainElementFile) when every key is
+// known and every value of the type elementFile gives it; otherwise it is decoded into
+// elementFile again, whose decoder names a value of the wrong type and marks what it
+// consumed for unknownKeys.
 func parseElement(data []byte, display string) (*parsedFile, *tomlDoc, error) {
-	var f elementFile
-	doc, err := decodeTOMLBytes(data, display, &f)
+	var plain any
+	doc, err := decodeTOMLBytes(data, display, &plain)
 	if err != nil {
 		return nil, nil, err
+	}
+	var f elementFile
+	var sources []any // each a toml.Primitive or a plain table
+	var config any
+	known := onlyKnownKeys(doc.md)
+	if !known || !plainElementFile(plain, &f, &sources, &config) {
+		f = elementFile{}
+		if doc, err = decodeTOMLBytes(data, display, &f); err != nil {
+			return nil, nil, err
+		}
+		sources = make([]any, len(f.Sources))
+		for i, p := range f.Sources {
+			sources[i] = p
+		}
+		config = f.Config
 	}
 	topLevel := func(parent []string) []string {
 		if len(parent) == 0 {
@@ -207,7 +228,6 @@ func parseElement(data []byte, display string) (*parsedFile, *tomlDoc, error) {
 	}
 	// Top-level typos first ("kinds" should not be reported as a missing "kind"); the
 	// kind-specific tables are checked key by key below.
-	known := onlyKnownKeys(doc.md)
 	if !known {
 		if err := doc.unknownKeys(topLevel, "sources", "config"); err != nil {
 			return nil, nil, err
@@ -235,10 +255,10 @@ func parseElement(data []byte, display string) (*parsedFile, *tomlDoc, error) {
 	if err := checkEnvironment(doc, "environment", f.Environment); err != nil {
 		return nil, nil, err
 	}
-	if pf.Sources, err = parseSources(doc, f.Sources); err != nil {
+	if pf.Sources, err = parseSources(doc, sources); err != nil {
 		return nil, nil, err
 	}
-	if pf.Config, err = parseConfig(doc, kind, f.Config, doc.md.IsDefined("config")); err != nil {
+	if pf.Config, err = parseConfig(doc, kind, config, doc.md.IsDefined("config")); err != nil {
 		return nil, nil, err
 	}
 	// Checked last: the kind-specific tables above mark their keys as decoded.
@@ -248,6 +268,99 @@ func parseElement(data []byte, display string) (*parsedFile, *tomlDoc, error) {
 		}
 	}
 	return pf, doc, nil
+}
+
+// plainElementFile fills f, sources and config from an element file decoded as plain
+// values (doc), as decoding it into elementFile would, and reports whether every value
+// has the type elementFile gives it. The sources and config are their plain tables.
+func plainElementFile(doc any, f *elementFile, sources *[]any, config *any) bool {
+	m, ok := doc.(map[string]any)
+	if !ok {
+		return false
+	}
+	for k, v := range m {
+		switch k {
+		case "kind":
+			f.Kind, ok = v.(string)
+		case "description":
+			f.Description, ok = v.(string)
+		case "pool":
+			f.Pool, ok = v.(string)
+		case "depends":
+			f.Depends, ok = plainStrings(v)
+		case "build-depends":
+			f.BuildDepends, ok = plainStrings(v)
+		case "runtime-depends":
+			f.RuntimeDepends, ok = plainStrings(v)
+		case "variables":
+			f.Variables, ok = plainStringMap(v)
+		case "environment":
+			f.Environment, ok = plainStringMap(v)
+		case "sources":
+			*sources, ok = plainTables(v)
+		case "config":
+			*config, ok = v.(map[string]any)
+		default:
+			ok = false
+		}
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// plainStrings is a plain array of strings as a []string, as the decoder makes it
+// (empty, not nil, for []).
+func plainStrings(v any) ([]string, bool) {
+	arr, ok := v.([]any)
+	if !ok {
+		return nil, false
+	}
+	out := make([]string, len(arr))
+	for i, x := range arr {
+		if out[i], ok = x.(string); !ok {
+			return nil, false
+		}
+	}
+	return out, true
+}
+
+// plainStringMap is a plain table of strings as a map[string]string.
+func plainStringMap(v any) (map[string]string, bool) {
+	t, ok := v.(map[string]any)
+	if !ok {
+		return nil, false
+	}
+	out := make(map[string]string, len(t))
+	for k, x := range t {
+		if out[k], ok = x.(string); !ok {
+			return nil, false
+		}
+	}
+	return out, true
+}
+
+// plainTables is a plain array of tables (written [[sources]] or inline) as tables.
+func plainTables(v any) ([]any, bool) {
+	var out []any
+	switch arr := v.(type) {
+	case []map[string]any:
+		out = make([]any, len(arr))
+		for i, t := range arr {
+			out[i] = t
+		}
+	case []any:
+		for _, t := range arr {
+			if _, ok := t.(map[string]any); !ok {
+				return nil, false
+			}
+		}
+		out = arr
+	default:
+		return nil, false
+	}
+	return out, true
 }
 
 // onlyKnownKeys reports whether every key of an element file is a known top-level key
@@ -334,11 +447,12 @@ func checkDepends(doc *tomlDoc, f *elementFile) error {
 	return nil
 }
 
-func parseSources(doc *tomlDoc, prims []toml.Primitive) ([]source.Spec, error) {
+// parseSources reads the sources, each a toml.Primitive or a plain table.
+func parseSources(doc *tomlDoc, tables []any) ([]source.Spec, error) {
 	var out []source.Spec
-	for i, prim := range prims {
+	for i, v := range tables {
 		path := fmt.Sprintf("sources[%d]", i)
-		t, err := doc.table(path, prim)
+		t, err := doc.table(path, v)
 		if err != nil {
 			return nil, err
 		}
@@ -430,12 +544,12 @@ func checkSource(doc *tomlDoc, i int, s *source.Spec) error {
 }
 
 // parseConfig decodes [config] for kind; Commands holds only the steps the file sets.
-func parseConfig(doc *tomlDoc, kind *Kind, prim toml.Primitive, defined bool) (Config, error) {
+func parseConfig(doc *tomlDoc, kind *Kind, v any, defined bool) (Config, error) {
 	var c Config
 	if !defined {
 		return c, nil
 	}
-	t, err := doc.table("config", prim)
+	t, err := doc.table("config", v)
 	if err != nil {
 		return c, err
 	}

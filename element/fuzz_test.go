@@ -4,8 +4,11 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/BurntSushi/toml"
 )
 
 // FuzzLoadElement loads arbitrary bytes as an element file. Whatever the input, loading
@@ -80,6 +83,62 @@ func FuzzExpand(f *testing.F) {
 		out2, err2 := expand()
 		if out != out2 || (err == nil) != (err2 == nil) {
 			t.Fatalf("not deterministic: %q, %v then %q, %v", out, err, out2, err2)
+		}
+	})
+}
+
+// FuzzPlainElementFile holds parseElement's fast path to the decoder's: whenever an
+// element file decoded as plain values is accepted by plainElementFile, decoding it into
+// elementFile succeeds and gives the same fields and the same source and config tables.
+func FuzzPlainElementFile(f *testing.F) {
+	f.Add([]byte("kind = \"manual\"\ndepends = [\"a.toml\", \"b.toml\"]\n[config]\nbuild-commands = []\n"))
+	f.Add([]byte("kind = \"import\"\ndescription = \"d\"\npool = \"p\"\nbuild-depends = []\nruntime-depends = [\"c.toml\"]\n" +
+		"[variables]\nx = \"1\"\n[environment]\nA = \"%{x}\"\n[[sources]]\nkind = \"local\"\npath = \"files\"\n" +
+		"[[sources]]\nkind = \"tar\"\nurl = \"https://x/y.tgz\"\nstrip-level = 2\n[config]\ntarget = \"%{prefix}\"\n"))
+	f.Add([]byte("kind = \"stack\"\nsources = [{kind = \"local\", path = \"p\"}]\nvariables = {}\n"))
+	f.Add([]byte("kind = \"stack\"\ndepends = [1]\n"))
+	f.Add([]byte("kind = \"stack\"\nvariables = \"x\"\nconfig = 3\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var plain any
+		doc, err := decodeTOMLBytes(data, "x.toml", &plain)
+		if err != nil {
+			return
+		}
+		var got elementFile
+		var sources []any
+		var config any
+		if !plainElementFile(plain, &got, &sources, &config) {
+			return
+		}
+		var want elementFile
+		doc, err = decodeTOMLBytes(data, "x.toml", &want)
+		if err != nil {
+			t.Fatalf("plain values accepted, the decoder refuses them: %v", err)
+		}
+		if len(sources) != len(want.Sources) {
+			t.Fatalf("%d sources, the decoder's %d", len(sources), len(want.Sources))
+		}
+		for i, p := range want.Sources {
+			tp, err := doc.table("s", p)
+			if err != nil {
+				t.Fatalf("source %d: %v", i, err)
+			}
+			if tg, _ := doc.table("s", sources[i]); !reflect.DeepEqual(tg.m, tp.m) {
+				t.Fatalf("source %d: %#v, the decoder's %#v", i, tg.m, tp.m)
+			}
+		}
+		if doc.md.IsDefined("config") {
+			tp, err := doc.table("config", want.Config)
+			if err != nil {
+				t.Fatalf("config: %v", err)
+			}
+			if tg, _ := doc.table("config", config); !reflect.DeepEqual(tg.m, tp.m) {
+				t.Fatalf("config: %#v, the decoder's %#v", tg.m, tp.m)
+			}
+		}
+		got.Sources, got.Config, want.Sources, want.Config = nil, toml.Primitive{}, nil, toml.Primitive{}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("plain values read as %#v, the decoder's %#v", got, want)
 		}
 	})
 }
