@@ -75,6 +75,10 @@ type StagedArtifact struct {
 	// as the planning process found them (StagedDigests); zero when it did not.
 	Record cache.Digest `json:"record,omitzero"`
 	Files  cache.Digest `json:"files,omitzero"`
+	// Pending: Files is what this session's build of it made available (Built),
+	// and its ref may not be written yet (no Record): the job stages Files without
+	// looking the artifact up.
+	Pending bool `json:"pending,omitempty"`
 }
 
 // Sandbox paths: where the build and install roots appear inside bwrap.
@@ -242,6 +246,15 @@ func Assemble(ctx context.Context, js job.Spec, r *job.Reporter) (res job.Result
 	}
 	if err != nil {
 		return job.Result{}, fmt.Errorf("caching the artifact of %s: %w", spec.Element, err)
+	}
+	if buildErr == nil {
+		// Its files are in the cache: the builds that stage it can start while
+		// this job writes the record and makes it all durable (see Built).
+		data, err := json.Marshal(Built{Files: a.Files})
+		if err != nil {
+			return job.Result{}, fmt.Errorf("caching the artifact of %s: %w", spec.Element, err)
+		}
+		r.Available(data)
 	}
 	if js.LogPath != "" {
 		if a.Log, err = c.PutFile(js.LogPath); err != nil {

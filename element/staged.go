@@ -1,6 +1,7 @@
 package element
 
 import (
+	"encoding/json"
 	"fmt"
 
 	"github.com/gantry-build/gantry/cache"
@@ -14,6 +15,18 @@ import (
 // it. The files themselves are hashed as they are staged, as before, so a missing
 // or damaged blob still takes the heal path (a *cache.BlobError).
 
+// Built is what a successful build job makes available before it ends
+// (job.Reporter.Available): the digest of its artifact's files, stored in the
+// CAS. The job then stores the log and the record and makes them all durable
+// before it writes the ref; the builds that stage the artifact need only the
+// files, so they start without waiting for that (StagedDigests.Built). A crash
+// before the ref is written leaves blobs no ref names, never a ref naming a blob
+// that is not durable; and a build that staged the files commits its own
+// artifact after a flush of the whole filesystem, which covers them too.
+type Built struct {
+	Files cache.Digest `json:"files"`
+}
+
 // StagedDigests remembers the digests of the dependency artifacts a session has
 // looked up for staging. Its methods are called only on the scheduler goroutine.
 type StagedDigests struct {
@@ -21,6 +34,20 @@ type StagedDigests struct {
 }
 
 type stagedName struct{ project, element, key string }
+
+// Built records what the build of element at key, in project, made available
+// (data: a Built), for the builds that stage it. Data it cannot read is ignored:
+// they look the artifact up themselves, once its ref is written.
+func (m *StagedDigests) Built(project, element, key string, data []byte) {
+	var b Built
+	if err := json.Unmarshal(data, &b); err != nil || b.Files.IsZero() {
+		return
+	}
+	if m.known == nil {
+		m.known = map[stagedName]StagedArtifact{}
+	}
+	m.known[stagedName{project, element, key}] = StagedArtifact{Element: element, Key: key, Files: b.Files, Pending: true}
+}
 
 // Fill sets the digests of every artifact spec stages, looking up those not
 // seen before. An artifact that cannot be looked up, or records a failure, is
@@ -46,11 +73,16 @@ func (m *StagedDigests) Fill(c *cache.Cache, spec *BuildSpec) {
 }
 
 // lookupDependencies finds the artifacts of spec.Stage, in order: from the
-// digests in the spec where the ref still names that record, else from the
-// cache.
+// digests in the spec where the ref still names that record, or where this
+// session built it (Pending: the files it made), else from the cache.
 func lookupDependencies(c *cache.Cache, spec *BuildSpec) ([]*cache.Artifact, error) {
 	deps := make([]*cache.Artifact, 0, len(spec.Stage))
 	for _, s := range spec.Stage {
+		if s.Pending && !s.Files.IsZero() {
+			deps = append(deps, &cache.Artifact{Project: spec.Project, Element: s.Element, Key: s.Key,
+				Success: true, Files: s.Files})
+			continue
+		}
 		if !s.Record.IsZero() && c.RefersTo(spec.Project, s.Element, s.Key, s.Record) {
 			deps = append(deps, &cache.Artifact{Project: spec.Project, Element: s.Element, Key: s.Key,
 				Success: true, Files: s.Files, Record: s.Record})

@@ -1,6 +1,7 @@
 package element
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -176,5 +177,55 @@ func BenchmarkStageNoOpDependencies(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestStagingWhatABuildMadeAvailable: a build job says its artifact's files are in
+// the cache before it writes the ref (Built); the session passes them to the builds
+// that stage it, which stage those files with no ref to look up yet. What cannot be
+// read is ignored: the job then looks the artifact up as before.
+func TestStagingWhatABuildMadeAvailable(t *testing.T) {
+	c, err := cache.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "file"), []byte("lib"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	files, err := c.StoreTree(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := json.Marshal(Built{Files: files})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var staged StagedDigests
+	staged.Built("p", "lib.toml", "k2", data)
+	staged.Built("p", "bad.toml", "k3", []byte(`{"files": 3}`))
+	spec := &BuildSpec{Project: "p", Element: "app.toml", Stage: []StagedArtifact{{Element: "lib.toml", Key: "k2"}}}
+	staged.Fill(c, spec)
+	if s := spec.Stage[0]; !s.Pending || s.Files != files {
+		t.Fatalf("Fill gave %+v, want lib's files %s, pending", s, files)
+	}
+	deps, err := lookupDependencies(c, spec)
+	if err != nil {
+		t.Fatalf("staging a dependency whose ref is not written yet: %v", err)
+	}
+	if deps[0].Files != files || !deps[0].Success {
+		t.Errorf("lookupDependencies = %+v, want lib's files %s", deps[0], files)
+	}
+	if err := c.Checkout(deps[0].Files, t.TempDir(), cache.CheckoutOptions{}); err != nil {
+		t.Errorf("checking lib's files out: %v", err)
+	}
+
+	bad := &BuildSpec{Project: "p", Element: "app.toml", Stage: []StagedArtifact{{Element: "bad.toml", Key: "k3"}}}
+	staged.Fill(c, bad)
+	if s := bad.Stage[0]; s.Pending || !s.Files.IsZero() {
+		t.Errorf("Fill after unreadable Built data gave %+v, want nothing known", s)
+	}
+	if _, err := lookupDependencies(c, bad); !errors.Is(err, cache.ErrNotFound) {
+		t.Errorf("staging bad.toml with nothing known and no ref = %v, want not found", err)
 	}
 }

@@ -245,6 +245,8 @@ type Reporter struct {
 	log     io.Writer
 	sendErr error // first failure to send; later messages are dropped
 	writers []*lineWriter
+	// available: Available was called.
+	available bool
 }
 
 // Status sends a short description of what the job is doing now, e.g.
@@ -264,6 +266,31 @@ func (r *Reporter) Notice(text string) {
 	defer r.mu.Unlock()
 	r.writeLog("[notice] " + text)
 	r.send(Message{Type: MessageNotice, Text: text})
+}
+
+// Available tells the parent that what the job makes is usable by later jobs
+// before the job ends: data says what it is (it must be valid JSON). What the
+// job still does after it, such as making its output durable, must need no job
+// slot (no CPU to speak of) and start no process: the scheduler may give the
+// slot to another job, and starts the jobs that wait for this one's output,
+// while this one goes on. So that nothing the job started outlives that point,
+// Available first kills every process the job left, as the job's end does. The
+// job still ends with its result, and a failure then is still its failure.
+// Only the first call sends anything.
+func (r *Reporter) Available(data json.RawMessage) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.available {
+		return
+	}
+	r.available = true
+	endJobProcesses()
+	if len(data) > 0 && !json.Valid(data) {
+		r.writeLog("[available] not sent: its data is not valid JSON")
+		return
+	}
+	r.writeLog("[available]")
+	r.send(Message{Type: MessageAvailable, Data: data})
 }
 
 // Log writes line to the log file and sends it as a log message.

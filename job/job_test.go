@@ -45,6 +45,19 @@ var testHandlers = map[string]Handler{
 		r.Progress(2, 2)
 		return Result{OK: true, Data: spec.Payload}, nil
 	},
+	// available says its payload is available, then says so again with other
+	// data, and ends with the payload as its result.
+	"available": func(ctx context.Context, spec Spec, r *Reporter) (Result, error) {
+		r.Available(spec.Payload)
+		r.Log("making it durable")
+		r.Available(json.RawMessage(`"again"`))
+		return Result{OK: true, Data: spec.Payload}, nil
+	},
+	// badAvailable says something is available with data that is not JSON.
+	"badAvailable": func(ctx context.Context, spec Spec, r *Reporter) (Result, error) {
+		r.Available(json.RawMessage(`{not json`))
+		return Result{OK: true}, nil
+	},
 	"fail": func(ctx context.Context, spec Spec, r *Reporter) (Result, error) {
 		r.Log("about to fail")
 		return Result{Temporary: true}, errors.New("fetching foo.tar: remote unreachable")
@@ -369,6 +382,45 @@ func TestMessagesInOrder(t *testing.T) {
 	}
 	if out.Elapsed <= 0 || out.Elapsed != s.job.Elapsed() {
 		t.Errorf("Elapsed = %v, job.Elapsed() = %v; want equal and positive", out.Elapsed, s.job.Elapsed())
+	}
+}
+
+// A job says once, before its result, that its output is available, with the data
+// it gives; the log records when.
+func TestAvailableOnceBeforeResult(t *testing.T) {
+	s := start(t, "available", map[string]string{"files": "abc/1"}, 0)
+	if out := waitOutcome(t, s.job); !out.Result.OK {
+		t.Fatalf("outcome = %+v, want OK", out)
+	}
+	var types []MessageType
+	var data []string
+	for _, m := range s.rec.messages() {
+		types = append(types, m.Type)
+		if m.Type == MessageAvailable {
+			data = append(data, string(m.Data))
+		}
+	}
+	want := []MessageType{MessageStart, MessageAvailable, MessageLog, MessageResult}
+	if fmt.Sprint(types) != fmt.Sprint(want) {
+		t.Errorf("message types = %v, want %v", types, want)
+	}
+	if len(data) != 1 || data[0] != `{"files":"abc/1"}` {
+		t.Errorf("available data = %q, want the payload, once", data)
+	}
+	if log := readFile(t, s.log); strings.Count(log, "[available]\n") != 1 {
+		t.Errorf("log does not say once when the output was available:\n%s", log)
+	}
+
+	// Data that is not JSON is not sent (it could not be decoded), and the log says so.
+	s = start(t, "badAvailable", nil, 0)
+	waitOutcome(t, s.job)
+	for _, m := range s.rec.messages() {
+		if m.Type == MessageAvailable {
+			t.Errorf("invalid data sent as available: %+v", m)
+		}
+	}
+	if log := readFile(t, s.log); !strings.Contains(log, "[available] not sent") {
+		t.Errorf("log does not say the available message was not sent:\n%s", log)
 	}
 }
 

@@ -52,7 +52,11 @@ const (
 	MessageLog      MessageType = "log"
 	MessageProgress MessageType = "progress"
 	MessageNotice   MessageType = "notice" // for the user whatever the display's verbosity
-	MessageResult   MessageType = "result"
+	// MessageAvailable, at most once and before the result: what the job makes is
+	// usable by later jobs (Data says what it is), and the rest of the job (making
+	// it durable) needs no job slot; see Reporter.Available.
+	MessageAvailable MessageType = "available"
+	MessageResult    MessageType = "result"
 )
 
 // String returns the type's name.
@@ -61,12 +65,13 @@ func (t MessageType) String() string { return string(t) }
 // Message is one report from a child. Messages are values; the parent hands
 // each one to Options.OnMessage in the order the child sent them.
 type Message struct {
-	Type   MessageType `json:"type"`
-	Time   time.Time   `json:"time"`
-	Text   string      `json:"text,omitempty"`  // status text or log line (no trailing newline)
-	Done   int64       `json:"done,omitempty"`  // progress, in bytes or steps
-	Total  int64       `json:"total,omitempty"` // 0 when unknown
-	Result *Result     `json:"result,omitempty"`
+	Type   MessageType     `json:"type"`
+	Time   time.Time       `json:"time"`
+	Text   string          `json:"text,omitempty"`  // status text or log line (no trailing newline)
+	Done   int64           `json:"done,omitempty"`  // progress, in bytes or steps
+	Total  int64           `json:"total,omitempty"` // 0 when unknown
+	Data   json.RawMessage `json:"data,omitempty"`  // with MessageAvailable: what is available
+	Result *Result         `json:"result,omitempty"`
 	// Retire, with a result: the worker that ran the job takes no further job,
 	// and why (its state could not be made fresh again, see RunChild).
 	Retire string `json:"retire,omitempty"`

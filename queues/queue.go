@@ -115,6 +115,15 @@ type Queue interface {
 	Retries() int
 }
 
+// Availer is a queue whose jobs may make their element available to the jobs that
+// wait for it before they end (job.MessageAvailable: a build whose artifact is in
+// the cache, while its job makes it durable). Available records that, with the
+// message's data (what the job made); it is called at most once per job, and Done
+// follows when the job ends well.
+type Availer interface {
+	Available(it *Item, data json.RawMessage)
+}
+
 // Runner starts jobs. The real one runs them in gantry's worker processes; the
 // scheduler's unit tests use a fake that finishes jobs when the test says so. A Runner
 // that is also an io.Closer is closed when the session ends (Run returns).

@@ -112,6 +112,7 @@ type queueState struct {
 	// items in them and parked on other items.
 	groups        []*readyGroup
 	ready, parked int
+	tails         int // jobs that gave their tokens back at job.MessageAvailable
 	unsorted      bool
 	processed     int
 	skipped       int
@@ -127,6 +128,12 @@ type activeJob struct {
 	running Running
 	logPath string
 	started time.Time
+	// startedAt is the session's elapsed time (s.elapsed) when it started.
+	startedAt time.Duration
+	// available: the job said its element is available (job.MessageAvailable),
+	// availableAfter into the job; tail: it then gave its builder back (see available).
+	available, tail bool
+	availableAfter  time.Duration
 }
 
 // Inbox messages.
@@ -399,6 +406,7 @@ func (s *Scheduler) startJob(a *activeJob, action Action, element string, payloa
 		return err
 	}
 	a.running, a.started = running, time.Now()
+	a.startedAt = s.elapsed(a.started)
 	s.active[a.id] = a
 	go func() { s.inbox <- jobDone{a.id, running.Wait()} }()
 	return nil
@@ -427,6 +435,8 @@ func (s *Scheduler) handle(m any) bool {
 			return false
 		}
 		switch m.msg.Type {
+		case job.MessageAvailable:
+			return s.available(a, m.msg)
 		case job.MessageNotice:
 			s.jobNotice(a.item.Name(), m.msg)
 		case job.MessageStatus, job.MessageLog, job.MessageProgress:
@@ -449,7 +459,8 @@ func (s *Scheduler) handle(m any) bool {
 	return true
 }
 
-// finish books a job's outcome: the one place where tokens are released.
+// finish books a job's outcome: with available, the one place where tokens are
+// released.
 func (s *Scheduler) finish(a *activeJob, out job.Outcome) {
 	delete(s.active, a.id)
 	s.cfg.Pool.Release(a.req)
@@ -463,8 +474,21 @@ func (s *Scheduler) finish(a *activeJob, out job.Outcome) {
 	s.wake(it)
 	end := JobEnd{Base: Base{time.Now()}, JobID: a.id, Action: qs.q.Action(), Element: it.Name(), Key: it.Element.Key,
 		Duration: out.Elapsed, LogPath: a.logPath, Error: out.Result.Error}
+	terminated := out.Terminated
+	if a.available {
+		if a.tail {
+			qs.tails--
+		}
+		if out.Result.OK {
+			// Its artifact is in the cache, even if a terminate came during its tail;
+			// the builds after it could start when it was available.
+			terminated, end.Duration = false, a.availableAfter
+		} else {
+			it.Cached, it.Built = false, false // not in the cache after all
+		}
+	}
 	switch {
-	case out.Terminated:
+	case terminated:
 		it.Terminated = true
 		end.Result = ResultTerminated
 		s.jobEnded(end)
@@ -504,6 +528,47 @@ func (s *Scheduler) finish(a *activeJob, out job.Outcome) {
 				Key: it.Element.Key, Error: out.Result.Error, LogPath: a.logPath}})
 		}
 	}
+}
+
+// available books a job's word that its element is available before the job ends
+// (job.MessageAvailable, from a queue that is an Availer): the items waiting for it
+// are asked again, and a JobMessage of kind "available" says so. The job's tail,
+// what it has left to do (making its artifact durable), writes to the cache but
+// needs no builder: the job gives back every token but the cache's, unless as many
+// jobs of its queue as there are builders are in their tails already. That bounds
+// the worker processes at twice the builders (a job in its tail keeps its worker
+// busy). The job ends as any other (finish): its JobEnd comes then, its Duration
+// lasting until it was available, when the builds after it could start, which is
+// what its next estimate should be; the item goes on to the next queue then, or
+// fails if the job does. It reports whether anything changed.
+func (s *Scheduler) available(a *activeJob, m job.Message) bool {
+	q, ok := a.qs.q.(Availer)
+	if !ok || a.available {
+		return false
+	}
+	a.available = true
+	it, qs := a.item, a.qs
+	q.Available(it, m.Data)
+	if limit := s.cfg.Pool.Limit(resources.Process); limit == 0 || qs.tails < limit {
+		var keep, give resources.Request
+		for _, r := range a.req.Shared {
+			if r == resources.Cache {
+				keep.Shared = append(keep.Shared, r)
+			} else {
+				give.Shared = append(give.Shared, r)
+			}
+		}
+		keep.Exclusive = a.req.Exclusive
+		s.cfg.Pool.Release(give)
+		a.req, a.tail = keep, true
+		qs.tails++
+	}
+	s.wake(it)
+	now := time.Now()
+	a.availableAfter = s.elapsed(now) - a.startedAt
+	s.cfg.Publish(JobMessage{Base: Base{now}, JobID: a.id, Action: qs.q.Action(), Element: it.Name(), Key: it.Element.Key,
+		Kind: string(job.MessageAvailable), Text: "available; making it durable"})
+	return true
 }
 
 // retryAfter puts it back in its queue, to run again once wait has passed.

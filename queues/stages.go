@@ -7,9 +7,14 @@ import (
 	"github.com/gantry-build/gantry/resources"
 )
 
-// BuildQueue builds elements whose staged dependencies are all cached.
+// BuildQueue builds elements whose staged dependencies are all cached. Its jobs say
+// when their artifact is in the cache, before they end (Available): its dependants
+// can be built from then on.
 type BuildQueue struct {
 	PayloadFunc func(it *Item) (json.RawMessage, error)
+	// AvailableFunc, if set, is told what a build job made available (its message's
+	// data: the artifact's digests), for the payloads of the builds that stage it.
+	AvailableFunc func(it *Item, data json.RawMessage)
 }
 
 func (BuildQueue) Action() Action { return Build }
@@ -61,6 +66,14 @@ func (BuildQueue) Resources(it *Item) resources.Request {
 func (q BuildQueue) Payload(it *Item) (json.RawMessage, error) { return q.PayloadFunc(it) }
 
 func (BuildQueue) Done(it *Item, res job.Result) { it.Cached, it.Built = true, true }
+
+// Available makes it count as cached for the builds that stage it.
+func (q BuildQueue) Available(it *Item, data json.RawMessage) {
+	it.Cached, it.Built = true, true
+	if q.AvailableFunc != nil {
+		q.AvailableFunc(it, data)
+	}
+}
 
 func (BuildQueue) Retries() int { return 0 }
 

@@ -6,6 +6,8 @@ import (
 	"io"
 	"slices"
 	"time"
+
+	"github.com/gantry-build/gantry/job"
 )
 
 // Recorder follows a session's events and keeps one span per job: which slot of its
@@ -38,6 +40,9 @@ type Span struct {
 	Start   time.Time
 	End     time.Time
 	Result  JobResult
+	// Available: when its element was available to the jobs after it, before it
+	// ended (job.MessageAvailable); zero if not before.
+	Available time.Time
 }
 
 type interval struct{ start, end time.Time }
@@ -86,19 +91,35 @@ func (r *Recorder) Observe(e Event) {
 		r.slots[e.Action] = used
 		r.open[e.JobID] = sp
 		r.spans = append(r.spans, sp)
+	case JobMessage:
+		if sp := r.open[e.JobID]; sp != nil && e.Kind == string(job.MessageAvailable) {
+			// The rest of the job (making its output durable) holds no slot.
+			sp.Available = e.Time
+			r.slots[sp.Action][sp.Slot] = false
+			if sp.Action == Build {
+				r.builtAt[sp.Element] = e.Time // its dependants may start from now on
+			}
+		}
 	case JobEnd:
 		sp := r.open[e.JobID]
 		if sp == nil {
 			return
 		}
 		delete(r.open, e.JobID)
-		r.slots[sp.Action][sp.Slot] = false
+		if sp.Available.IsZero() {
+			r.slots[sp.Action][sp.Slot] = false
+		}
 		sp.End, sp.Result = e.Time, e.Result
 		if e.Result == ResultSuccess {
 			r.lastEnd[sp.Element] = e.Time
 			if sp.Action == Build {
 				r.builtAt[sp.Element] = e.Time
+				if !sp.Available.IsZero() {
+					r.builtAt[sp.Element] = sp.Available
+				}
 			}
+		} else if !sp.Available.IsZero() && sp.Action == Build {
+			delete(r.builtAt, sp.Element) // not built after all
 		}
 	case Suspended:
 		r.pausedAt = e.Time
@@ -144,13 +165,14 @@ func (r *Recorder) Spans() []*Span {
 }
 
 // CriticalPath is the chain of jobs that set the session's wall time: from the job that
-// ended last, back through whatever it waited for last (the element's previous stage,
+// ended last (or whose element was available last: a job's tail, making its output
+// durable, is no part of it), back through whatever it waited for last (the element's previous stage,
 // or for a build the build of something it stages), to a job that waited for nothing.
 func (r *Recorder) CriticalPath() []PathLink {
 	spans := r.Spans()
 	var last *Span
 	for _, sp := range spans {
-		if last == nil || sp.End.After(last.End) {
+		if last == nil || sp.usable().After(last.usable()) {
 			last = sp
 		}
 	}
@@ -162,8 +184,8 @@ func (r *Recorder) CriticalPath() []PathLink {
 	links := make([]PathLink, len(chain))
 	prevEnd := r.start
 	for i, sp := range chain {
-		links[i] = PathLink{Action: sp.Action, Element: sp.Element, Duration: sp.End.Sub(sp.Start), Wait: max(sp.Start.Sub(prevEnd), 0)}
-		prevEnd = sp.End
+		links[i] = PathLink{Action: sp.Action, Element: sp.Element, Duration: sp.usable().Sub(sp.Start), Wait: max(sp.Start.Sub(prevEnd), 0)}
+		prevEnd = sp.usable()
 	}
 	return links
 }
@@ -173,17 +195,26 @@ func (r *Recorder) CriticalPath() []PathLink {
 func (r *Recorder) predecessor(spans []*Span, sp *Span) *Span {
 	var best *Span
 	for _, o := range spans {
-		if o == sp || o.End.After(sp.Start) || o.Result != ResultSuccess {
+		if o == sp || o.usable().After(sp.Start) || o.Result != ResultSuccess {
 			continue
 		}
 		if o.Element != sp.Element && !(sp.Action == Build && o.Action == Build && slices.Contains(r.stage[sp.Element], o.Element)) {
 			continue
 		}
-		if best == nil || o.End.After(best.End) {
+		if best == nil || o.usable().After(best.usable()) {
 			best = o
 		}
 	}
 	return best
+}
+
+// usable is when the jobs after sp could start: when its element was available, or
+// its end.
+func (sp *Span) usable() time.Time {
+	if !sp.Available.IsZero() {
+		return sp.Available
+	}
+	return sp.End
 }
 
 // traceEvent is one event of the Chrome trace-event format (the "JSON object format"
@@ -236,8 +267,12 @@ func (r *Recorder) WriteTrace(w io.Writer) error {
 		if sp.Key != "" {
 			args["key"] = sp.Key
 		}
+		if !sp.Available.IsZero() {
+			// The span lasts while the job held its slot; then it made its output durable.
+			args["durable_after_ms"] = float64(sp.End.Sub(sp.Available).Microseconds()) / 1000
+		}
 		events = append(events, traceEvent{Name: sp.Element, Cat: string(sp.Action), Ph: "X", Ts: us(sp.Start),
-			Dur: dur(sp.Start, sp.End), Pid: pid, Tid: tid, Args: args})
+			Dur: dur(sp.Start, sp.usable()), Pid: pid, Tid: tid, Args: args})
 		if sp.Start.After(sp.Ready) {
 			name := "wait " + string(sp.Action) + ": " + sp.Element
 			events = append(events,

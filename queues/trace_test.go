@@ -103,3 +103,33 @@ func TestRecorderCriticalPathAndSlots(t *testing.T) {
 		t.Errorf("%d waits for top's build, want 1", waits)
 	}
 }
+
+// A build whose artifact was available before its job ended: the build staging it
+// started in between, and the critical path runs through both, the first lasting
+// until it was available.
+func TestRecorderCriticalPathThroughAvailable(t *testing.T) {
+	base := &Item{Element: &element.Element{Name: "base"}}
+	app := &Item{Element: &element.Element{Name: "app"}, Stage: []*Item{base}}
+	r := NewRecorder([]*Item{base, app})
+	t0 := time.Unix(1000, 0)
+	at := func(s float64) Base { return Base{t0.Add(time.Duration(s * float64(time.Second)))} }
+	summary := &Summary{}
+	for _, e := range []Event{
+		SessionStart{Base: at(0)},
+		JobStart{Base: at(0), JobID: "b1", Action: Build, Element: "base", Attempt: 1},
+		JobMessage{Base: at(2), JobID: "b1", Action: Build, Element: "base", Kind: "available"},
+		JobStart{Base: at(2.25), JobID: "b2", Action: Build, Element: "app", Attempt: 1},
+		JobEnd{Base: at(2.5), JobID: "b1", Action: Build, Element: "base", Result: ResultSuccess},
+		JobEnd{Base: at(4), JobID: "b2", Action: Build, Element: "app", Result: ResultSuccess},
+		SessionEnd{Base: at(4), Summary: summary},
+	} {
+		r.Observe(e)
+	}
+	var got []string
+	for _, l := range summary.CriticalPath {
+		got = append(got, l.Element+" "+l.Duration.String()+" after "+l.Wait.String())
+	}
+	if want := []string{"base 2s after 0s", "app 1.75s after 250ms"}; len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
+		t.Errorf("critical path %q, want %q", got, want)
+	}
+}

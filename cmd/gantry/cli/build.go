@@ -218,7 +218,9 @@ func runBuild(opts *buildOptions, args []string) error {
 	}
 	fetch := s.fetchQueue(c, g)
 	var staged element.StagedDigests // each dependency looked up once per session
-	build := queues.BuildQueue{PayloadFunc: func(it *queues.Item) (json.RawMessage, error) {
+	build := queues.BuildQueue{AvailableFunc: func(it *queues.Item, data json.RawMessage) {
+		staged.Built(g.Project.Name, it.Element.Name, it.Element.Key, data)
+	}, PayloadFunc: func(it *queues.Item) (json.RawMessage, error) {
 		// Named, not made: the job makes it, or renames its worker's last one
 		// into place (element.takeWorkDir).
 		work := c.TempName("build")
