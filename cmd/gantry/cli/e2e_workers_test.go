@@ -315,3 +315,36 @@ func TestE2EIdleWorkerDeathHandsItsJobOver(t *testing.T) {
 		t.Errorf("%d build logs say the job went to a new worker after worker %d died, want 1\n%s", handedOver, idle, g.output())
 	}
 }
+
+// kill -9 of gantry just after a build said its artifact is available (its dependant
+// started; its ref may not be written yet): the cache verifies clean — a ref is never
+// written before the blobs it names are durable — and the next session builds what
+// has no ref, and only that.
+func TestE2EKill9AfterAvailableLeavesCacheClean(t *testing.T) {
+	t.Parallel()
+	p := newE2EProject(t, map[string]string{"project.toml": projectTOML("b.toml")})
+	goFile := p.scratch("go")
+	p.write("elements/a.toml", manualElement(nil, "echo a > %{install-root}/a"))
+	p.write("elements/b.toml", manualElement([]string{"a.toml"},
+		fmt.Sprintf("while [ ! -f %s ]; do sleep 0.05; done", goFile), "cp %{sysroot}/a %{install-root}/b"))
+	g := p.start("build", "--ui", "json", "--sandbox", "host", "--builders", "1")
+	g.waitEvent("job-available", "build", "a.toml")
+	g.signal(syscall.SIGKILL)
+	g.wait(e2eTimeout)
+
+	rep := p.verifyCache() // fails the test unless clean
+	if rep.Refs > 1 {
+		t.Errorf("cache has %d refs after the kill, want a's at most", rep.Refs)
+	}
+	if err := os.WriteFile(goFile, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, stderr := p.mustRun(0, "build", "--ui", "json", "--sandbox", "host", "--builders", "1")
+	_, rebuiltA := findEvent(parseEvents(stderr), "job-start", "build", "a.toml")
+	if rebuiltA != (rep.Refs == 0) {
+		t.Errorf("the next session built a again: %v; a's ref was written before the kill: %v", rebuiltA, rep.Refs == 1)
+	}
+	if rep := p.verifyCache(); rep.Refs != 2 {
+		t.Errorf("cache has %d refs after the rebuild, want 2", rep.Refs)
+	}
+}
