@@ -92,7 +92,7 @@ func validateRefName(project, element, key string) error {
 	if !validSegment(project) {
 		return fmt.Errorf("invalid project name %q", project)
 	}
-	for _, seg := range strings.Split(element, "/") {
+	for seg := range strings.SplitSeq(element, "/") {
 		if !validSegment(seg) {
 			return fmt.Errorf("invalid element name %q", element)
 		}

@@ -240,12 +240,18 @@ func (inv *inventory) unreferenced() int64 {
 
 // leftovers finds what crashed processes left: tmp/ entries of processes that
 // no longer run, and entries of sources/tmp (partial downloads and clones)
-// not written for an hour; with the space they take.
+// not written for an hour; and the files of loads/ no session used for
+// loadsMaxAge (staleLoads); with the space they take.
 func (c *Cache) leftovers() ([]string, int64, error) {
 	paths, err := c.StrayTemp()
 	if err != nil {
 		return nil, 0, err
 	}
+	loads, err := c.staleLoads()
+	if err != nil {
+		return nil, 0, err
+	}
+	paths = append(paths, loads...)
 	srcTmp := filepath.Join(c.SourcesDir(), tmpDir)
 	entries, err := os.ReadDir(srcTmp)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {

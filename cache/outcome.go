@@ -8,7 +8,6 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,15 +30,11 @@ func (c *Cache) Outcome(project, element, key string) (found, success bool, err 
 // when the ref still names the record m saw, and without reading the ref when m saw it
 // with the identity it has now (one stat instead of an open, two reads and a close).
 func (c *Cache) OutcomeMemoized(m *OutcomeMemo, project, element, key string) (found, success bool, err error) {
-	id := element + "\x00" + key
-	e, memoized := m.get(id)
+	e, memoized := m.get(element, key)
 	if memoized && e.Ref != (fileid.ID{}) {
-		if refPath, err := c.RefPath(project, element, key); err == nil {
-			if now, ok := fileid.Stat(refPath); ok && now == e.Ref {
-				m.stat.Add(1)
-				m.use(id, e)
-				return true, e.Success, nil
-			}
+		if now, ok := m.refIdentity(element, key); ok && now == e.Ref {
+			m.stat.Add(1)
+			return true, e.Success, nil
 		}
 	}
 	var refID fileid.ID
@@ -52,7 +47,7 @@ func (c *Cache) OutcomeMemoized(m *OutcomeMemo, project, element, key string) (f
 	}
 	record := string(bytes.TrimSpace(ref))
 	if memoized && e.Record == record {
-		m.use(id, memoEntry{Record: record, Success: e.Success, Ref: refID})
+		m.use(element, memoEntry{Key: key, Record: record, Success: e.Success, Ref: refID})
 		return true, e.Success, nil
 	}
 	rd, data, err := c.recordBlob(ref)
@@ -66,7 +61,7 @@ func (c *Cache) OutcomeMemoized(m *OutcomeMemo, project, element, key string) (f
 	if err := h.check(rd, project, element, key); err != nil {
 		return false, false, &CorruptRefError{Ref: refPath, Err: err}
 	}
-	m.use(id, memoEntry{Record: record, Success: h.Success, Ref: refID})
+	m.use(element, memoEntry{Key: key, Record: record, Success: h.Success, Ref: refID})
 	return true, h.Success, nil
 }
 
@@ -105,27 +100,41 @@ func (h *recordHead) check(rd Digest, project, element, key string) error {
 // then found by `cache verify` and when the artifact is used (staged, checked out,
 // pushed), as a damaged files blob already is.
 //
-// Safe for concurrent use; Save writes it atomically: what this session looked up, and
-// the earlier entries of elements it did not ask about (a `show` of one element keeps
-// what the last null build learnt of the others), so at most one key per element.
+// It holds one entry per element (the key last asked about). Refs are stat'ed relative
+// to the project's refs directory, opened once: a stat walks two or three path
+// components instead of the cache root's. That directory may be removed (Delete removes
+// emptied parents) and made again while the memo is open; the removed one has no
+// entries, so a stat through it fails and the ref is read by its path.
+//
+// Safe for concurrent use; Save writes it atomically, only when an answer differed from
+// the file's: what this session learnt, and the earlier entries of elements it did not
+// ask about (a `show` of one element keeps what the last null build learnt of the
+// others) while their refs exist — an element deleted from the project is forgotten
+// once its artifact is (cache gc, the quota), so the memo stays as large as the cache's
+// refs of the project. `cache gc` removes memo files unused for loadsMaxAge.
 type OutcomeMemo struct {
-	path string
-	racy time.Duration // fileid.RacyWindow; tests that cannot wait it out set it below 0
-	stat atomic.Int64  // answers from the ref's identity alone, for tests
+	path    string
+	c       *Cache
+	project string
+	refs    *os.File      // refs/<project>, for stats relative to it; nil: stat by path
+	racy    time.Duration // fileid.RacyWindow; tests that cannot wait it out set it below 0
+	stat    atomic.Int64  // answers from the ref's identity alone, for tests
+
+	old map[string]memoEntry // from the file, by element; read-only once opened
 
 	mu   sync.Mutex
-	old  map[string]memoEntry // from the file: "element\x00key" -> entry
-	used map[string]memoEntry // looked up this session
+	used map[string]memoEntry // answers this session that differ from old, by element
 }
 
 type memoEntry struct {
+	Key     string // the artifact's cache key
 	Record  string // the record's digest, as the ref holds it
 	Success bool
 	Ref     fileid.ID // the ref file's when it was read (zero: unknown, or racily new)
 }
 
 // outcomeMemoVersion changes with the memo's format or meaning.
-const outcomeMemoVersion = 3
+const outcomeMemoVersion = 4
 
 // outcomeMemoMagic starts the memo's file, then the version and the entries in
 // bincode's form (encodeOutcomeMemo): decoding it with encoding/gob took 4% of a null
@@ -137,8 +146,9 @@ func encodeOutcomeMemo(entries map[string]memoEntry) []byte {
 	w.B = append(w.B, outcomeMemoMagic...)
 	w.Uint(outcomeMemoVersion)
 	w.Uint(uint64(len(entries)))
-	for id, e := range entries {
-		w.Str(id)
+	for element, e := range entries {
+		w.Str(element)
+		w.Str(e.Key)
 		w.Str(e.Record)
 		w.Bool(e.Success)
 		e.Ref.Append(w)
@@ -160,13 +170,13 @@ func decodeOutcomeMemo(data []byte) (map[string]memoEntry, error) {
 	n := r.Count()
 	entries := make(map[string]memoEntry, n)
 	for range n {
-		id := r.Str()
-		e := memoEntry{Record: r.Str(), Success: r.Bool()}
+		element := r.Str()
+		e := memoEntry{Key: r.Str(), Record: r.Str(), Success: r.Bool()}
 		e.Ref = fileid.Read(r)
 		if r.Err != nil {
 			break
 		}
-		entries[id] = e
+		entries[element] = e
 	}
 	if r.Err == nil && r.Len() != 0 {
 		r.Err = errors.New("trailing bytes")
@@ -177,61 +187,71 @@ func decodeOutcomeMemo(data []byte) (map[string]memoEntry, error) {
 // OpenOutcomeMemo opens project's memo, kept in the cache's loads/ directory. A missing
 // or unreadable memo is an empty one.
 func (c *Cache) OpenOutcomeMemo(project string) *OutcomeMemo {
-	m := &OutcomeMemo{path: filepath.Join(LoadsDir(c.Root), "outcomes."+project), racy: fileid.RacyWindow,
-		used: map[string]memoEntry{}}
+	m := &OutcomeMemo{path: filepath.Join(LoadsDir(c.Root), outcomeMemoPrefix+project), c: c, project: project,
+		racy: fileid.RacyWindow, used: map[string]memoEntry{}}
 	if !validSegment(project) {
 		m.path = "" // never read or written
 		return m
 	}
-	if data, err := os.ReadFile(m.path); err == nil {
+	if data, err := ReadLoadsFile(m.path); err == nil {
 		if entries, err := decodeOutcomeMemo(data); err == nil {
 			m.old = entries
-			m.used = make(map[string]memoEntry, len(m.old))
 		}
+	}
+	if f, err := os.Open(filepath.Join(c.Root, refsDir, project)); err == nil {
+		m.refs = f // closed by its finalizer: the memo is used until the session ends
 	}
 	return m
 }
 
-// elementOf is the element of a memo id, "element\x00key".
-func elementOf(id string) string {
-	element, _, _ := strings.Cut(id, "\x00")
-	return element
+// refIdentity is the identity of the ref of element's artifact at key, in one stat.
+func (m *OutcomeMemo) refIdentity(element, key string) (fileid.ID, bool) {
+	if validateRefName(m.project, element, key) != nil {
+		return fileid.ID{}, false
+	}
+	if m.refs != nil {
+		if id, ok := fileid.At(m.refs, element+"/"+key); ok {
+			return id, true
+		}
+	}
+	refPath, _ := m.c.RefPath(m.project, element, key)
+	return fileid.Stat(refPath)
 }
 
-func (m *OutcomeMemo) get(id string) (memoEntry, bool) {
+// get is m's entry for element's artifact at key.
+func (m *OutcomeMemo) get(element, key string) (memoEntry, bool) {
 	if m == nil {
 		return memoEntry{}, false
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	e, ok := m.old[id]
-	return e, ok
+	e, ok := m.old[element]
+	return e, ok && e.Key == key
 }
 
-func (m *OutcomeMemo) use(id string, e memoEntry) {
-	if m == nil {
+// use records e as what this session learnt of element's artifact, unless the file
+// said the same.
+func (m *OutcomeMemo) use(element string, e memoEntry) {
+	if m == nil || m.old[element] == e {
 		return
 	}
 	m.mu.Lock()
-	m.used[id] = e
+	m.used[element] = e
 	m.mu.Unlock()
 }
 
-// Save writes the memo: temporary file, then rename. An error only costs speed.
+// Save writes the memo if this session learnt something: temporary file, then rename.
+// An error only costs speed.
 func (m *OutcomeMemo) Save() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.path == "" || maps.Equal(m.old, m.used) {
+	if m.path == "" || len(m.used) == 0 {
 		return nil
 	}
 	entries := maps.Clone(m.used)
-	asked := make(map[string]bool, len(m.used))
-	for id := range m.used {
-		asked[elementOf(id)] = true
-	}
-	for id, e := range m.old {
-		if !asked[elementOf(id)] {
-			entries[id] = e
+	for element, e := range m.old {
+		if _, ok := entries[element]; !ok {
+			if _, ok := m.refIdentity(element, e.Key); ok {
+				entries[element] = e
+			}
 		}
 	}
 	if err := os.MkdirAll(filepath.Dir(m.path), 0o755); err != nil {
@@ -244,10 +264,10 @@ func (m *OutcomeMemo) Save() error {
 	defer os.Remove(tmp.Name())
 	// "Now" by the filesystem's own clock: the temporary file's change time.
 	now := fileid.Now(tmp)
-	for id, e := range entries {
+	for element, e := range entries {
 		if e.Ref.Racy(now, m.racy) {
 			e.Ref = fileid.ID{}
-			entries[id] = e
+			entries[element] = e
 		}
 	}
 	_, err = tmp.Write(encodeOutcomeMemo(entries))

@@ -3,9 +3,9 @@ package cache
 import (
 	"bytes"
 	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -106,14 +106,90 @@ func TestOutcomeMemoKeepsOtherElements(t *testing.T) {
 	if err := m.Save(); err != nil {
 		t.Fatal(err)
 	}
-	got := c.OpenOutcomeMemo("demo").old
+	if ids, want := memoIDs(c), []string{"app.toml@k2", "lib.toml@k1"}; !slices.Equal(ids, want) {
+		t.Errorf("memo entries %v, want %v", ids, want)
+	}
+}
+
+// memoIDs lists the entries of demo's memo file as element@key.
+func memoIDs(c *Cache) []string {
 	var ids []string
-	for id := range got {
-		ids = append(ids, strings.ReplaceAll(id, "\x00", "@"))
+	for element, e := range c.OpenOutcomeMemo("demo").old {
+		ids = append(ids, element+"@"+e.Key)
 	}
 	slices.Sort(ids)
-	if want := []string{"app.toml@k2", "lib.toml@k1"}; !slices.Equal(ids, want) {
-		t.Errorf("memo entries %v, want %v", ids, want)
+	return ids
+}
+
+// The memo is bounded by the cache: an entry of an element the session did not ask
+// about is dropped when the memo is next written if its artifact is gone (an element
+// deleted from the project, its artifact removed by gc or the quota), so memo files
+// do not grow with every element a project ever had.
+func TestOutcomeMemoForgetsRemovedArtifacts(t *testing.T) {
+	c := openTestCache(t)
+	for _, e := range []string{"app.toml", "lib.toml", "old.toml"} {
+		commitSample(t, c, "demo", e, "k1")
+	}
+	m := c.OpenOutcomeMemo("demo")
+	for _, e := range []string{"app.toml", "lib.toml", "old.toml"} {
+		if found, _, err := c.OutcomeMemoized(m, "demo", e, "k1"); !found || err != nil {
+			t.Fatalf("%s: %v, %v", e, found, err)
+		}
+	}
+	if err := m.Save(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Delete("demo", "old.toml", "k1"); err != nil {
+		t.Fatal(err)
+	}
+	commitSample(t, c, "demo", "app.toml", "k2")
+	m = c.OpenOutcomeMemo("demo")
+	if found, _, err := c.OutcomeMemoized(m, "demo", "app.toml", "k2"); !found || err != nil {
+		t.Fatalf("app.toml k2: %v, %v", found, err)
+	}
+	if err := m.Save(); err != nil {
+		t.Fatal(err)
+	}
+	if ids, want := memoIDs(c), []string{"app.toml@k2", "lib.toml@k1"}; !slices.Equal(ids, want) {
+		t.Errorf("memo entries %v, want %v (old.toml's artifact is gone)", ids, want)
+	}
+}
+
+// A memo stats refs through the project's refs directory, opened with the memo. When
+// that directory is removed (Delete removes emptied parents) and made again by a
+// commit while the memo is open, the ref is found and read again, never answered
+// from the removed directory or the memo's identity.
+func TestOutcomeMemoRefsDirectoryMadeAgain(t *testing.T) {
+	c := openTestCache(t)
+	commitSample(t, c, "demo", "app.toml", "k")
+	m := c.OpenOutcomeMemo("demo")
+	m.racy = -time.Hour
+	if found, success, err := c.OutcomeMemoized(m, "demo", "app.toml", "k"); !found || !success || err != nil {
+		t.Fatalf("first: %v, %v, %v", found, success, err)
+	}
+	if err := m.Save(); err != nil {
+		t.Fatal(err)
+	}
+	m = c.OpenOutcomeMemo("demo") // holds refs/demo open
+	if found, success, err := c.OutcomeMemoized(m, "demo", "app.toml", "k"); !found || !success || err != nil || m.stat.Load() != 1 {
+		t.Fatalf("unchanged: %v, %v, %v (from the identity: %d); want success from the identity", found, success, err, m.stat.Load())
+	}
+	if err := c.Delete("demo", "app.toml", "k"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(c.Root, refsDir, "demo")); !os.IsNotExist(err) {
+		t.Fatalf("refs/demo after its last artifact was deleted: %v; the test needs it removed", err)
+	}
+	if found, _, err := c.OutcomeMemoized(m, "demo", "app.toml", "k"); found || err != nil {
+		t.Errorf("deleted: found %v, %v; want missing", found, err)
+	}
+	failed := commitSample(t, c, "demo", "app.toml", "k")
+	failed.Success, failed.Error = false, "exit status 1"
+	if err := c.Commit(failed); err != nil {
+		t.Fatal(err)
+	}
+	if found, success, err := c.OutcomeMemoized(m, "demo", "app.toml", "k"); !found || success || err != nil {
+		t.Errorf("committed again as a failure: %v, %v, %v; want a failure", found, success, err)
 	}
 }
 
@@ -210,8 +286,8 @@ func refPathOf(t *testing.T, c *Cache) string {
 // or one of another version, is an error (an empty memo), never a partial one.
 func TestOutcomeMemoCodecRoundTrips(t *testing.T) {
 	entries := map[string]memoEntry{
-		"app.toml\x00k1": {Record: "sha256:ab/12", Success: true, Ref: fileid.ID{Size: 1, Mtime: -2, Ctime: 3, Ino: 4, Dev: 5}},
-		"lib.toml\x00k2": {Record: "sha256:cd/34"},
+		"app.toml": {Key: "k1", Record: "sha256:ab/12", Success: true, Ref: fileid.ID{Size: 1, Mtime: -2, Ctime: 3, Ino: 4, Dev: 5}},
+		"lib.toml": {Key: "k2", Record: "sha256:cd/34"},
 	}
 	data := encodeOutcomeMemo(entries)
 	got, err := decodeOutcomeMemo(data)
@@ -223,7 +299,7 @@ func TestOutcomeMemoCodecRoundTrips(t *testing.T) {
 			t.Fatalf("%d of %d bytes decoded without an error", i, len(data))
 		}
 	}
-	other := bytes.Replace(data, []byte(outcomeMemoMagic+"\x03"), []byte(outcomeMemoMagic+"\x02"), 1)
+	other := bytes.Replace(data, []byte(outcomeMemoMagic+"\x04"), []byte(outcomeMemoMagic+"\x03"), 1)
 	if _, err := decodeOutcomeMemo(other); err == nil {
 		t.Error("a memo of another version decoded without an error")
 	}

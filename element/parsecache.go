@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gantry-build/gantry/cache"
 	"github.com/gantry-build/gantry/internal/fileid"
 )
 
@@ -62,7 +63,7 @@ func OpenParseCache(dir, root string) *ParseCache {
 	sum := sha256.Sum256([]byte(root))
 	pc := &ParseCache{path: filepath.Join(dir, hex.EncodeToString(sum[:16])), stamp: buildStamp(root),
 		racy: fileid.RacyWindow, files: map[string]cachedFile{}}
-	data, err := os.ReadFile(pc.path)
+	data, err := cache.ReadLoadsFile(pc.path)
 	if err != nil {
 		return pc
 	}

@@ -1,0 +1,75 @@
+package cache
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// loads/ holds what loading and planning remember between sessions: a parse cache per
+// project checkout (element's ParseCache, named by a digest of the project's root) and
+// an outcome memo per project (outcomes.<project>). Neither is needed for correctness,
+// and nothing removes a checkout's or project's file when it goes away, so a session
+// marks each file it reads as used (its modification time, at most once a day:
+// ReadLoadsFile) and `cache gc` removes those unused for loadsMaxAge (leftovers).
+
+// outcomeMemoPrefix starts the name of a project's outcome memo in loads/.
+const outcomeMemoPrefix = "outcomes."
+
+// loadsMaxAge: a loads/ file no session has read for this long is removed by `cache gc`.
+const loadsMaxAge = 30 * 24 * time.Hour
+
+// loadsUseStep: a loads/ file read is marked used when its mark is older than this.
+const loadsUseStep = 24 * time.Hour
+
+// ReadLoadsFile reads a file of loads/ and marks it used: its modification time is set
+// to now when it is older than loadsUseStep (one stat per read; one utimes a day).
+func ReadLoadsFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	data := make([]byte, fi.Size())
+	if _, err := io.ReadFull(f, data); err != nil {
+		return nil, err
+	}
+	if now := time.Now(); now.Sub(fi.ModTime()) > loadsUseStep {
+		_ = os.Chtimes(path, time.Time{}, now) // only costs an early removal if it fails
+	}
+	return data, nil
+}
+
+// staleLoads lists the files of loads/ unused for loadsMaxAge, and temporary files
+// left by a save that crashed (older than staleTempAge).
+func (c *Cache) staleLoads() ([]string, error) {
+	dir := LoadsDir(c.Root)
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("listing %s: %w", dir, err)
+	}
+	var paths []string
+	for _, e := range entries {
+		info, err := e.Info()
+		if err != nil || !info.Mode().IsRegular() {
+			continue
+		}
+		age := time.Since(info.ModTime())
+		if age >= loadsMaxAge || strings.HasPrefix(e.Name(), ".tmp-") && age >= staleTempAge {
+			paths = append(paths, filepath.Join(dir, e.Name()))
+		}
+	}
+	return paths, nil
+}
