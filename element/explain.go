@@ -49,7 +49,7 @@ func (in *Inputs) HashFiles() {
 // Inputs returns what e's key is computed from, local files not yet hashed one by one
 // (HashFiles does).
 func (g *Graph) Inputs(e *Element) *Inputs {
-	in := &Inputs{Kind: e.Kind.Name, Config: e.resolved, Deps: map[string]string{}}
+	in := &Inputs{Kind: e.Kind.Name, Config: g.resolvedConfig(e), Deps: map[string]string{}}
 	vars := e.Variables(g.Project, KeyPaths)
 	if all, err := vars.All(); err == nil {
 		in.Variables = all

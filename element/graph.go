@@ -131,15 +131,18 @@ func (g *Graph) loadOne(dir elementDir, name string, ref *Element, pc *ParseCach
 	if err != nil {
 		return nil, err
 	}
-	vars := e.Variables(g.Project, KeyPaths)
-	if err := e.checkVariables(vars); err != nil {
-		return nil, err
-	}
-	if e.resolved, err = e.resolve(vars); err != nil {
-		return nil, err
+	if m := e.keyMemo; m == nil || m.Context != g.keyContext {
+		// Else resolved only if asked for (keyMemo says why it would succeed).
+		vars := e.Variables(g.Project, KeyPaths)
+		if err := e.checkVariables(vars); err != nil {
+			return nil, err
+		}
+		if e.resolved, err = e.resolve(vars); err != nil {
+			return nil, err
+		}
 	}
 	if e.keyMemo == nil { // else encoded only if the key must be computed (ComputeKey)
-		e.encodeConfig()
+		e.encodeConfig(g)
 	}
 	if err := g.keySources(e); err != nil {
 		return nil, err

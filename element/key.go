@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"runtime"
 	"slices"
 	"strconv"
@@ -25,14 +26,32 @@ type keyInput struct {
 	RunDeps   map[string]string `json:"run-deps"`
 }
 
-// encodeConfig sets e.configJSON from e.resolved. Loading does it for every element in
-// parallel, so that ComputeKey, which runs in dependency order, has less to do.
-func (e *Element) encodeConfig() {
-	data, err := json.Marshal(e.resolved)
+// encodeConfig sets e.configJSON from e's resolved config. Loading does it for every
+// element without a key memo in parallel, so that ComputeKey, which runs in dependency
+// order, has less to do.
+func (e *Element) encodeConfig(g *Graph) {
+	data, err := json.Marshal(g.resolvedConfig(e))
 	if err != nil {
 		panic("element: encoding cache key input: " + err.Error()) // only plain types inside
 	}
 	e.configJSON = data
+}
+
+// resolvedConfig is e's config and environment expanded with KeyPaths. Loading resolves
+// every element but those whose key memo was computed under the project's current
+// settings (keyMemo): those are resolved here, once, when asked for. Their resolution
+// succeeded then and depends on nothing that changed, so an error here is a bug.
+// Called for one element by one goroutine at a time (keys depth by depth, then the
+// commands' own goroutine).
+func (g *Graph) resolvedConfig(e *Element) *Resolved {
+	if e.resolved == nil {
+		r, err := e.Resolve(g.Project, KeyPaths)
+		if err != nil {
+			panic(fmt.Sprintf("element: %s resolved when its key memo was made, and now: %v", e.Name, err))
+		}
+		e.resolved = r
+	}
+	return e.resolved
 }
 
 // computeKeys sets Key on every element in dependency order. An element whose sources
@@ -83,7 +102,7 @@ func (g *Graph) ComputeKey(e *Element) {
 		}
 	}
 	if e.configJSON == nil {
-		e.encodeConfig()
+		e.encodeConfig(g)
 	}
 	data := appendKeyInput(make([]byte, 0, 256+len(e.configJSON)), e.Kind.Name, e.configJSON, e.sourceKeys, e.BuildDeps, e.RunDeps)
 	sum := sha256.Sum256(data)
@@ -103,7 +122,7 @@ func (g *Graph) KeyInput(e *Element) []byte {
 		}
 		return m
 	}
-	data, _ := json.MarshalIndent(keyInput{Version: keyVersion, Kind: e.Kind.Name, Config: e.resolved,
+	data, _ := json.MarshalIndent(keyInput{Version: keyVersion, Kind: e.Kind.Name, Config: g.resolvedConfig(e),
 		Sources: e.sourceKeys, BuildDeps: deps(e.BuildDeps), RunDeps: deps(e.RunDeps)}, "", "  ")
 	return data
 }

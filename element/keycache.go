@@ -22,9 +22,16 @@ import (
 //
 // Anything else that enters a key (kinds, KeyPaths' use, the key's encoding) is in the
 // gantry build, which the cache file's stamp names.
+//
+// Context, the project's settings alone (keyContext), also says whether the element's
+// config would resolve as it did when the key was computed: resolution depends only on
+// the file and those settings. Loading skips resolving an element whose memo has the
+// current Context (resolvedConfig resolves it if it is asked for): its variables were
+// checked and expanded without error then, and would be the same now.
 type keyMemo struct {
-	Inputs string // keyInputs when the key was computed (32 bytes)
-	Key    string // "" for no memo
+	Inputs  string // keyInputs when the key was computed (32 bytes)
+	Key     string // "" for no memo
+	Context string // keyContext when the key was computed (32 bytes)
 }
 
 // keyContext is the digest of the project's settings for keyInputs: all of project.toml
@@ -79,6 +86,6 @@ func (g *Graph) reuseKey(e *Element, inputs string) bool {
 
 // rememberKey keeps e's key, just computed from inputs, with its file's parse.
 func (g *Graph) rememberKey(e *Element, inputs string) {
-	e.keyMemo = &keyMemo{Inputs: inputs, Key: e.Key}
+	e.keyMemo = &keyMemo{Inputs: inputs, Key: e.Key, Context: g.keyContext}
 	g.parseCache.rememberKey(e.File, e.fileID, e.keyMemo)
 }

@@ -37,32 +37,36 @@ import (
 // Safe for concurrent lookups while a graph loads; Save runs once, after.
 type ParseCache struct {
 	path  string
+	root  string        // the project's root, which files' names are relative to
 	stamp string        // the writing gantry build; the file is ignored unless it matches
 	racy  time.Duration // fileid.RacyWindow; tests that cannot wait it out set it below 0
 	hits  atomic.Int64  // lookups answered, for tests
 	keys  atomic.Int64  // keys reused (keyMemo), for tests
 
 	mu    sync.Mutex
-	files map[string]cachedFile // file as shown ("elements/app.toml") -> what it was
+	files map[string]*cachedFile // file as shown ("elements/app.toml") -> what it was
 	dirty bool
 }
 
+// cachedFile is one file's entry. Entries are replaced, never changed, once a load
+// has them (loadElement keeps pointers into them), but for seen.
 type cachedFile struct {
 	ID     fileid.ID
 	Parsed parsedFile
-	Key    keyMemo // the key last computed from this parse (Key "" for none)
+	Key    keyMemo     // the key last computed from this parse (Key "" for none)
+	seen   atomic.Bool // looked up by this load (Save keeps others only while current)
 }
 
 // parseCacheVersion changes whenever parsedFile or the checks parseElement makes change
 // in a way a gantry build stamp would not show.
-const parseCacheVersion = 3
+const parseCacheVersion = 4
 
 // OpenParseCache opens the parse cache of the project at root, kept under dir (the
 // gantry cache's loads/). A missing, damaged or foreign cache file is an empty cache.
 func OpenParseCache(dir, root string) *ParseCache {
 	sum := sha256.Sum256([]byte(root))
-	pc := &ParseCache{path: filepath.Join(dir, hex.EncodeToString(sum[:16])), stamp: buildStamp(root),
-		racy: fileid.RacyWindow, files: map[string]cachedFile{}}
+	pc := &ParseCache{path: filepath.Join(dir, hex.EncodeToString(sum[:16])), root: root, stamp: buildStamp(root),
+		racy: fileid.RacyWindow, files: map[string]*cachedFile{}}
 	data, err := cache.ReadLoadsFile(pc.path)
 	if err != nil {
 		return pc
@@ -127,12 +131,12 @@ func (pc *ParseCache) lookup(dir elementDir, path, name string) (*cachedFile, bo
 	if !hit {
 		return nil, false
 	}
+	c.seen.Store(true)
 	if id, ok := identify(dir, path); !ok || c.ID != id {
 		return nil, false
 	}
 	pc.hits.Add(1)
-	found := c // on the heap from here only: a copy of c for every lookup was 22 MB of garbage at 100,000
-	return &found, true
+	return c, true
 }
 
 // remember records name's parse at identity id (taken when the file was opened, before
@@ -142,8 +146,10 @@ func (pc *ParseCache) remember(name string, id fileid.ID, pf *parsedFile) {
 	if pc == nil || id == (fileid.ID{}) {
 		return
 	}
+	c := &cachedFile{ID: id, Parsed: *pf}
+	c.seen.Store(true)
 	pc.mu.Lock()
-	pc.files[name] = cachedFile{ID: id, Parsed: *pf}
+	pc.files[name] = c
 	pc.dirty = true
 	pc.mu.Unlock()
 }
@@ -156,16 +162,20 @@ func (pc *ParseCache) rememberKey(name string, id fileid.ID, m *keyMemo) {
 	}
 	pc.mu.Lock()
 	if c, ok := pc.files[name]; ok && c.ID == id {
-		c.Key = *m
-		pc.files[name] = c
+		n := &cachedFile{ID: c.ID, Parsed: c.Parsed, Key: *m}
+		n.seen.Store(true)
+		pc.files[name] = n
 		pc.dirty = true
 	}
 	pc.mu.Unlock()
 }
 
 // Save writes the cache if this load parsed anything, atomically (temporary file, then
-// rename). Files changed within fileid.RacyWindow of now are left out. Errors are returned
-// for a warning: a cache that cannot be written only costs speed.
+// rename). Files changed within fileid.RacyWindow of now are left out, and so are those
+// this load did not look up unless they are still as the cache saw them (a stat each):
+// an element file removed or changed since is forgotten, so the cache holds at most the
+// project's files, not every version of every file it ever had. Errors are returned for
+// a warning: a cache that cannot be written only costs speed.
 func (pc *ParseCache) Save() error {
 	if pc == nil || !pc.dirty {
 		return nil
@@ -179,11 +189,17 @@ func (pc *ParseCache) Save() error {
 	}
 	defer os.Remove(tmp.Name()) // after the rename: nothing to remove
 	now := fileid.Now(tmp)
-	files := make(map[string]cachedFile, len(pc.files))
+	files := make(map[string]*cachedFile, len(pc.files))
 	for rel, c := range pc.files {
-		if !c.ID.Racy(now, pc.racy) {
-			files[rel] = c
+		if c.ID.Racy(now, pc.racy) {
+			continue
 		}
+		if !c.seen.Load() {
+			if id, ok := fileid.Stat(filepath.Join(pc.root, filepath.FromSlash(rel))); !ok || id != c.ID {
+				continue
+			}
+		}
+		files[rel] = c
 	}
 	_, err = tmp.Write(encodeParseCache(pc.stamp, files))
 	if cerr := tmp.Close(); err == nil {

@@ -15,7 +15,7 @@ import (
 // field of parsedFile and keyMemo (found by reflection, so a new field must be added
 // here to pass) and reads it back.
 
-func encodeParseCache(stamp string, files map[string]cachedFile) []byte {
+func encodeParseCache(stamp string, files map[string]*cachedFile) []byte {
 	w := &bincode.Writer{B: make([]byte, 0, 64+256*len(files))}
 	w.Str(stamp)
 	w.Uint(uint64(len(files)))
@@ -25,22 +25,28 @@ func encodeParseCache(stamp string, files map[string]cachedFile) []byte {
 		writeParsed(w, &c.Parsed)
 		w.Str(c.Key.Inputs)
 		w.Str(c.Key.Key)
+		w.Str(c.Key.Context)
 	}
 	return w.B
 }
 
 // decodeParseCache reads what encodeParseCache wrote; an error for anything else.
-func decodeParseCache(data []byte) (stamp string, files map[string]cachedFile, err error) {
+func decodeParseCache(data []byte) (stamp string, files map[string]*cachedFile, err error) {
 	r := bincode.NewReader(data)
 	stamp = r.Str()
 	n := r.Count()
-	files = make(map[string]cachedFile, n)
+	files = make(map[string]*cachedFile, n)
+	var block []cachedFile // entries are allocated a block at a time, not one by one
 	for range n {
 		name := r.Str()
-		var c cachedFile
+		if len(block) == 0 {
+			block = make([]cachedFile, min(n, 1024))
+		}
+		c := &block[0]
+		block = block[1:]
 		c.ID = fileid.Read(r)
 		readParsed(r, &c.Parsed)
-		c.Key = keyMemo{Inputs: r.Str(), Key: r.Str()}
+		c.Key = keyMemo{Inputs: r.Str(), Key: r.Str(), Context: r.Str()}
 		if r.Err != nil {
 			break
 		}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -17,21 +18,8 @@ import (
 // and returns the keys and how many element files the cache answered for.
 func cachedKeys(t *testing.T, dir, cacheDir string) (map[string]string, int64) {
 	t.Helper()
-	p, err := LoadProject(dir)
+	g, pc, err := loadThroughCache(dir, cacheDir, "app.toml")
 	if err != nil {
-		t.Fatal(err)
-	}
-	lock, err := LoadLock(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pc := OpenParseCache(cacheDir, dir)
-	pc.racy = -time.Hour // remember files however fresh: these tests edit at once
-	g, err := LoadCached(p, lock, []string{"app.toml"}, pc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := pc.Save(); err != nil {
 		t.Fatal(err)
 	}
 	keys := map[string]string{}
@@ -39,6 +27,94 @@ func cachedKeys(t *testing.T, dir, cacheDir string) (map[string]string, int64) {
 		keys[name] = e.Key
 	}
 	return keys, pc.hits.Load()
+}
+
+// loadThroughCache loads targets from dir through a parse cache kept in cacheDir that
+// remembers files however fresh (these tests edit at once), and saves it.
+func loadThroughCache(dir, cacheDir string, targets ...string) (*Graph, *ParseCache, error) {
+	p, err := LoadProject(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	lock, err := LoadLock(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	pc := OpenParseCache(cacheDir, dir)
+	pc.racy = -time.Hour
+	g, err := LoadCached(p, lock, targets, pc)
+	if err != nil {
+		return nil, pc, err
+	}
+	return g, pc, pc.Save()
+}
+
+// An element whose key memo was made under the project's current settings is not
+// resolved while it loads (keyMemo.Context); settings that changed since make it
+// resolve again, so that a variable it uses and the project no longer defines is the
+// load's error, as without the cache. Its config, when asked for (the key's input),
+// is the one a load without the cache resolves.
+func TestParseCacheResolvesWhenSettingsChange(t *testing.T) {
+	files := with(with(baseFiles, "project.toml", replace(baseFiles["project.toml"], `prefix = "/usr"`, "prefix = \"/usr\"\nflags = \"-g\"")),
+		"elements/lib.toml", replace(baseFiles["elements/lib.toml"], "PREFIX=%{prefix}", "PREFIX=%{prefix} FLAGS=%{flags}"))
+	dir := writeProject(t, files)
+	cacheDir := t.TempDir()
+	if _, _, err := loadThroughCache(dir, cacheDir, "app.toml"); err != nil {
+		t.Fatal(err)
+	}
+	g, pc, err := loadThroughCache(dir, cacheDir, "app.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := int64(len(g.Elements)); pc.keys.Load() != n {
+		t.Fatalf("%d keys reused of %d: the test needs the memo", pc.keys.Load(), n)
+	}
+	fresh := mustGraph(t, dir, "app.toml")
+	for name, e := range g.Elements {
+		if got, want := string(g.KeyInput(e)), string(fresh.KeyInput(fresh.Elements[name])); got != want {
+			t.Errorf("%s: key input through the cache\n%s\nwithout it\n%s", name, got, want)
+		}
+	}
+	path := filepath.Join(dir, "project.toml")
+	writeFile(t, path, replace(files["project.toml"], "flags = \"-g\"\n", ""))
+	p, err := LoadProject(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, want := Load(p, &Lock{}, []string{"app.toml"})
+	if want == nil || !strings.Contains(want.Error(), "flags") {
+		t.Fatalf("a load without the cache: %v; want an error naming the variable", want)
+	}
+	if _, _, err := loadThroughCache(dir, cacheDir, "app.toml"); err == nil || err.Error() != want.Error() {
+		t.Errorf("a load through the cache: %v; want %v", err, want)
+	}
+}
+
+// Save forgets the files this load did not look up once they changed or were removed,
+// and keeps those unchanged (a load of some targets keeps what a load of all learnt).
+func TestParseCacheForgetsRemovedFiles(t *testing.T) {
+	dir := writeProject(t, baseFiles)
+	cacheDir := t.TempDir()
+	if _, _, err := loadThroughCache(dir, cacheDir, "app.toml", "other.toml", "unrelated.toml"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(dir, "elements", "unrelated.toml")); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(dir, "elements", "other.toml"), "kind = \"stack\"\ndescription = \"changed\"\n")
+	// Loading lib.toml, edited, writes the cache; app.toml and tool.toml are unchanged.
+	writeFile(t, filepath.Join(dir, "elements", "lib.toml"), replace(baseFiles["elements/lib.toml"], "make -j", "make -k -j"))
+	if _, _, err := loadThroughCache(dir, cacheDir, "lib.toml"); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for name := range OpenParseCache(cacheDir, dir).files {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	if want := []string{"elements/app.toml", "elements/lib.toml", "elements/tool.toml"}; !slices.Equal(names, want) {
+		t.Errorf("the cache holds %v, want %v", names, want)
+	}
 }
 
 func writeFile(t *testing.T, path, content string) {
@@ -289,10 +365,10 @@ func TestParseCacheCodecRoundTrips(t *testing.T) {
 			t.Fatalf("the codec test cannot fill a %s: teach it and the codec", v.Type())
 		}
 	}
-	full := cachedFile{ID: fileid.ID{Size: 1, Mtime: 2, Ctime: -3, Ino: 4, Dev: 5}}
+	full := &cachedFile{ID: fileid.ID{Size: 1, Mtime: 2, Ctime: -3, Ino: 4, Dev: 5}}
 	fill(reflect.ValueOf(&full.Parsed).Elem())
 	fill(reflect.ValueOf(&full.Key).Elem())
-	files := map[string]cachedFile{"full.toml": full, "empty.toml": {}}
+	files := map[string]*cachedFile{"full.toml": full, "empty.toml": {}}
 	data := encodeParseCache("stamp", files)
 	stamp, got, err := decodeParseCache(data)
 	if err != nil || stamp != "stamp" || !reflect.DeepEqual(got, files) {
