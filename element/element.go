@@ -71,6 +71,7 @@ type Element struct {
 
 	position   int       // index in Graph.Order
 	resolved   *Resolved // config and environment expanded with KeyPaths
+	unresolved bool      // resolved left to resolvedConfig (keyMemo)
 	configJSON []byte    // resolved as the key encodes it (encodeConfig)
 	fileID     fileid.ID // the file's identity when it was read (zero when unknown)
 	keyMemo    *keyMemo  // the key last computed from this version of the file, if any

@@ -131,8 +131,10 @@ func (g *Graph) loadOne(dir elementDir, name string, ref *Element, pc *ParseCach
 	if err != nil {
 		return nil, err
 	}
-	if m := e.keyMemo; m == nil || m.Context != g.keyContext {
-		// Else resolved only if asked for (keyMemo says why it would succeed).
+	// Resolved now, unless its key memo says it would resolve without error: then only
+	// if asked for (resolvedConfig).
+	e.unresolved = e.keyMemo != nil && e.keyMemo.Context == g.keyContext
+	if !e.unresolved {
 		vars := e.Variables(g.Project, KeyPaths)
 		if err := e.checkVariables(vars); err != nil {
 			return nil, err

@@ -44,12 +44,12 @@ func (e *Element) encodeConfig(g *Graph) {
 // Called for one element by one goroutine at a time (keys depth by depth, then the
 // commands' own goroutine).
 func (g *Graph) resolvedConfig(e *Element) *Resolved {
-	if e.resolved == nil {
+	if e.unresolved {
 		r, err := e.Resolve(g.Project, KeyPaths)
 		if err != nil {
 			panic(fmt.Sprintf("element: %s resolved when its key memo was made, and now: %v", e.Name, err))
 		}
-		e.resolved = r
+		e.resolved, e.unresolved = r, false
 	}
 	return e.resolved
 }

@@ -54,7 +54,7 @@ func Plan(g *element.Graph, targets []*element.Element, opts PlanOptions) ([]*It
 // itemOf, and returns the items it reached, dependencies first. An element without a
 // key ends the walk with MissingRef's error, unless noKey takes it (and returns nil).
 func walkPlan(g *element.Graph, targets []*element.Element, opts PlanOptions, itemOf func(*element.Element) *Item, noKey func(*Item, error) error) ([]*Item, error) {
-	items := map[*element.Element]*Item{}
+	items := make(map[*element.Element]*Item, len(g.Order)) // a session plans most of its graph
 	stages := map[*Item][]*element.Element{}
 	var order []*Item
 	var visit func(e *element.Element) error
@@ -140,7 +140,11 @@ func MissingRef(e *element.Element) error {
 // setPriorities gives each item the length of the longest chain of builds from it to
 // the end of the plan: the build queue starts the longest critical path first.
 func setPriorities(order []*Item, estimate func(*element.Element) (time.Duration, bool)) {
-	after := make(map[*Item]time.Duration, len(order))
+	// Each item's Priority first holds the longest chain after it: every item that
+	// stages it comes later in order, so it is final when the walk back reaches it.
+	for _, it := range order {
+		it.Priority = 0
+	}
 	for i := len(order) - 1; i >= 0; i-- {
 		it := order[i]
 		own := time.Duration(0)
@@ -153,9 +157,9 @@ func setPriorities(order []*Item, estimate func(*element.Element) (time.Duration
 			}
 		}
 		it.Estimate = own
-		it.Priority = own + after[it]
+		it.Priority += own
 		for _, d := range it.Stage {
-			after[d] = max(after[d], it.Priority)
+			d.Priority = max(d.Priority, it.Priority)
 		}
 	}
 }
