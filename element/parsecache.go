@@ -49,17 +49,29 @@ type ParseCache struct {
 }
 
 // cachedFile is one file's entry. Entries are replaced, never changed, once a load
-// has them (loadElement keeps pointers into them), but for seen.
+// has them (loadElement keeps pointers into them), but for seen. An entry read from the
+// cache file is decoded from raw when first used (decode).
 type cachedFile struct {
 	ID     fileid.ID
 	Parsed parsedFile
-	Key    keyMemo     // the key last computed from this parse (Key "" for none)
-	seen   atomic.Bool // looked up by this load (Save keeps others only while current)
+	Key    keyMemo // the key last computed from this parse (Key "" for none)
+
+	raw   string      // the stored form; "" for an entry this load made
+	once  sync.Once   // decodes raw
+	whole bool        // raw decoded without error (or nothing to decode)
+	seen  atomic.Bool // looked up by this load (Save keeps others only while current)
+}
+
+// newCachedFile is an entry made by this load.
+func newCachedFile(id fileid.ID, pf *parsedFile, key keyMemo) *cachedFile {
+	c := &cachedFile{ID: id, Parsed: *pf, Key: key}
+	c.seen.Store(true)
+	return c
 }
 
 // parseCacheVersion changes whenever parsedFile or the checks parseElement makes change
 // in a way a gantry build stamp would not show.
-const parseCacheVersion = 4
+const parseCacheVersion = 5
 
 // OpenParseCache opens the parse cache of the project at root, kept under dir (the
 // gantry cache's loads/). A missing, damaged or foreign cache file is an empty cache.
@@ -132,7 +144,7 @@ func (pc *ParseCache) lookup(dir elementDir, path, name string) (*cachedFile, bo
 		return nil, false
 	}
 	c.seen.Store(true)
-	if id, ok := identify(dir, path); !ok || c.ID != id {
+	if id, ok := identify(dir, path); !ok || c.id() != id || !c.decode() {
 		return nil, false
 	}
 	pc.hits.Add(1)
@@ -146,8 +158,7 @@ func (pc *ParseCache) remember(name string, id fileid.ID, pf *parsedFile) {
 	if pc == nil || id == (fileid.ID{}) {
 		return
 	}
-	c := &cachedFile{ID: id, Parsed: *pf}
-	c.seen.Store(true)
+	c := newCachedFile(id, pf, keyMemo{})
 	pc.mu.Lock()
 	pc.files[name] = c
 	pc.dirty = true
@@ -161,10 +172,8 @@ func (pc *ParseCache) rememberKey(name string, id fileid.ID, m *keyMemo) {
 		return
 	}
 	pc.mu.Lock()
-	if c, ok := pc.files[name]; ok && c.ID == id {
-		n := &cachedFile{ID: c.ID, Parsed: c.Parsed, Key: *m}
-		n.seen.Store(true)
-		pc.files[name] = n
+	if c, ok := pc.files[name]; ok && c.decode() && c.ID == id {
+		pc.files[name] = newCachedFile(id, &c.Parsed, *m)
 		pc.dirty = true
 	}
 	pc.mu.Unlock()
@@ -191,11 +200,12 @@ func (pc *ParseCache) Save() error {
 	now := fileid.Now(tmp)
 	files := make(map[string]*cachedFile, len(pc.files))
 	for rel, c := range pc.files {
-		if c.ID.Racy(now, pc.racy) {
+		id := c.id()
+		if id.Racy(now, pc.racy) {
 			continue
 		}
 		if !c.seen.Load() {
-			if id, ok := fileid.Stat(filepath.Join(pc.root, filepath.FromSlash(rel))); !ok || id != c.ID {
+			if now, ok := fileid.Stat(filepath.Join(pc.root, filepath.FromSlash(rel))); !ok || now != id {
 				continue
 			}
 		}

@@ -10,27 +10,38 @@ import (
 )
 
 // The parse cache's stored form: the stamp, the number of files, then each file's
-// name, identity, parse and key memo, every field in declaration order, in bincode's
-// form (an empty list or map decodes as nil). TestParseCacheCodecRoundTrips sets every
-// field of parsedFile and keyMemo (found by reflection, so a new field must be added
-// here to pass) and reads it back.
+// name and its entry — identity, parse and key memo, every field in declaration order,
+// in bincode's form (an empty list or map decodes as nil) — as one string, so that
+// opening the cache only indexes the entries and each is decoded when its file is
+// looked up, on the goroutines that load the graph. TestParseCacheCodecRoundTrips sets
+// every field of parsedFile and keyMemo (found by reflection, so a new field must be
+// added here to pass) and reads it back.
 
 func encodeParseCache(stamp string, files map[string]*cachedFile) []byte {
 	w := &bincode.Writer{B: make([]byte, 0, 64+256*len(files))}
 	w.Str(stamp)
 	w.Uint(uint64(len(files)))
+	var entry bincode.Writer
 	for name, c := range files {
 		w.Str(name)
-		c.ID.Append(w)
-		writeParsed(w, &c.Parsed)
-		w.Str(c.Key.Inputs)
-		w.Str(c.Key.Key)
-		w.Str(c.Key.Context)
+		if c.raw != "" { // as read: entries never change
+			w.Str(c.raw)
+			continue
+		}
+		entry.B = entry.B[:0]
+		c.ID.Append(&entry)
+		writeParsed(&entry, &c.Parsed)
+		entry.Str(c.Key.Inputs)
+		entry.Str(c.Key.Key)
+		entry.Str(c.Key.Context)
+		w.Uint(uint64(len(entry.B)))
+		w.B = append(w.B, entry.B...)
 	}
 	return w.B
 }
 
-// decodeParseCache reads what encodeParseCache wrote; an error for anything else.
+// decodeParseCache indexes what encodeParseCache wrote, entries undecoded
+// (cachedFile.decode); an error for anything else.
 func decodeParseCache(data []byte) (stamp string, files map[string]*cachedFile, err error) {
 	r := bincode.NewReader(data)
 	stamp = r.Str()
@@ -38,24 +49,48 @@ func decodeParseCache(data []byte) (stamp string, files map[string]*cachedFile, 
 	files = make(map[string]*cachedFile, n)
 	var block []cachedFile // entries are allocated a block at a time, not one by one
 	for range n {
-		name := r.Str()
+		name, raw := r.Str(), r.Str()
+		if r.Err != nil {
+			break
+		}
 		if len(block) == 0 {
 			block = make([]cachedFile, min(n, 1024))
 		}
 		c := &block[0]
 		block = block[1:]
-		c.ID = fileid.Read(r)
-		readParsed(r, &c.Parsed)
-		c.Key = keyMemo{Inputs: r.Str(), Key: r.Str(), Context: r.Str()}
-		if r.Err != nil {
-			break
-		}
+		c.raw = raw
 		files[name] = c
 	}
 	if r.Err == nil && r.Len() != 0 {
 		r.Err = errors.New("trailing bytes")
 	}
 	return stamp, files, r.Err
+}
+
+// decode fills c from its stored form the first time it is called, and reports whether
+// that was whole: a damaged entry is a miss. Safe for concurrent use.
+func (c *cachedFile) decode() bool {
+	c.once.Do(func() {
+		if c.raw == "" {
+			c.whole = true // made by this load
+			return
+		}
+		r := bincode.NewStringReader(c.raw)
+		c.ID = fileid.Read(r)
+		readParsed(r, &c.Parsed)
+		c.Key = keyMemo{Inputs: r.Str(), Key: r.Str(), Context: r.Str()}
+		c.whole = r.Err == nil && r.Len() == 0
+	})
+	return c.whole
+}
+
+// id is c's file identity, from its stored form if it was not decoded (not decoding
+// it, so that Save does not decode the whole cache).
+func (c *cachedFile) id() fileid.ID {
+	if c.raw == "" {
+		return c.ID
+	}
+	return fileid.Read(bincode.NewStringReader(c.raw))
 }
 
 func writeParsed(w *bincode.Writer, pf *parsedFile) {

@@ -371,8 +371,23 @@ func TestParseCacheCodecRoundTrips(t *testing.T) {
 	files := map[string]*cachedFile{"full.toml": full, "empty.toml": {}}
 	data := encodeParseCache("stamp", files)
 	stamp, got, err := decodeParseCache(data)
-	if err != nil || stamp != "stamp" || !reflect.DeepEqual(got, files) {
-		t.Fatalf("decoded %q, %v, %#v\nwant %#v", stamp, err, got, files)
+	if err != nil || stamp != "stamp" || len(got) != len(files) {
+		t.Fatalf("decoded %q, %v, %d entries; want %d", stamp, err, len(got), len(files))
+	}
+	for name, want := range files {
+		c := got[name]
+		if c == nil || !c.decode() || c.id() != want.ID || !reflect.DeepEqual(c.Parsed, want.Parsed) || c.Key != want.Key {
+			t.Fatalf("%s decoded as %#v\nwant %#v", name, c, want)
+		}
+	}
+	// Entries read are written back as read; one whose stored form is damaged is a miss.
+	_, again, err := decodeParseCache(encodeParseCache("stamp", got))
+	if err != nil || again["full.toml"] == nil || again["full.toml"].raw != got["full.toml"].raw {
+		t.Fatalf("read, written and read again: %v, %#v", err, again["full.toml"])
+	}
+	damaged := &cachedFile{raw: got["full.toml"].raw[:len(got["full.toml"].raw)-1]}
+	if damaged.decode() {
+		t.Error("an entry one byte short decoded")
 	}
 	for i := range len(data) {
 		if _, _, err := decodeParseCache(data[:i]); err == nil {

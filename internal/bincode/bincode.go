@@ -55,6 +55,9 @@ var ErrTruncated = errors.New("truncated or damaged")
 // NewReader reads data (copied once).
 func NewReader(data []byte) *Reader { return &Reader{b: string(data)} }
 
+// NewStringReader reads s, a part of what another Reader read (Str), without a copy.
+func NewStringReader(s string) *Reader { return &Reader{b: s} }
+
 // Len is how many bytes are left.
 func (r *Reader) Len() int { return len(r.b) }
 
