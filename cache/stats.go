@@ -90,6 +90,9 @@ func (c *Cache) readStats() (map[string]time.Duration, error) {
 // entries of s that changed since LoadStats (or that the file lacks) win,
 // every other entry of the file is kept.
 func (c *Cache) SaveStats(s *Stats) error {
+	if maps.Equal(s.Durations, s.loaded) {
+		return nil // nothing learnt: a null build writes nothing (and flushes nothing)
+	}
 	merged, err := c.readStats()
 	if err != nil {
 		merged = map[string]time.Duration{} // missing or corrupt: rewrite it

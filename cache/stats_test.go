@@ -100,3 +100,32 @@ func TestStatsCorruptFileTolerated(t *testing.T) {
 		})
 	}
 }
+
+// A session that learnt no duration (a null build) does not rewrite the stats file: no
+// new file, no flush.
+func TestStatsNotRewrittenWhenUnchanged(t *testing.T) {
+	c := openTestCache(t)
+	s, _ := c.LoadStats()
+	s.Observe("demo/app.toml", time.Second)
+	if err := c.SaveStats(s); err != nil {
+		t.Fatal(err)
+	}
+	before, err := os.Stat(c.statsPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err = c.LoadStats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SaveStats(s); err != nil {
+		t.Fatal(err)
+	}
+	after, err := os.Stat(c.statsPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !os.SameFile(before, after) {
+		t.Error("the stats file was written again though nothing changed")
+	}
+}
