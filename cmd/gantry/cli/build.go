@@ -155,7 +155,7 @@ func runBuild(opts *buildOptions, args []string) error {
 	}
 	s, g, c, display, limits, onErr, maxJobs := p.session, p.graph, p.cache, p.display, p.limits, p.onError, p.maxJobs
 	stats, _ := c.LoadStats() // never fatal: a damaged stats file only loses estimates
-	q, err := cacheQuery{c: c}.withArtifacts(g.Project.Name, g.Order)
+	q, err := cacheQuery{c: c, memo: p.outcomes}.withArtifacts(g.Project.Name, g.Order)
 	if err != nil {
 		opts.ios.Message("warning", err.Error()+" (planning is slower next time; nothing else is affected)")
 	}
@@ -286,9 +286,13 @@ type pipeline struct {
 	limits  map[resources.Resource]int
 	onError element.OnError
 	maxJobs int
+	// outcomes is the project's outcome memo, read while the graph loaded (cacheQuery).
+	outcomes *cache.OutcomeMemo
 }
 
 // openPipeline loads the project, the targets named by args, the limits and the cache.
+// The cache is opened, and the project's outcome memo read, on another goroutine while
+// the graph loads; an error loading the graph is reported first.
 func (o *globalOptions) openPipeline(f *schedulerFlags, args []string) (*pipeline, error) {
 	s, err := o.load()
 	if err != nil {
@@ -310,10 +314,19 @@ func (o *globalOptions) openPipeline(f *schedulerFlags, args []string) (*pipelin
 			p.onError = element.OnErrorAsk
 		}
 	}
-	if p.graph, err = s.loadGraph(args); err != nil {
-		return nil, err
+	opened := make(chan error, 1)
+	go func() {
+		var err error
+		if p.cache, err = s.openCache(); err == nil {
+			p.outcomes = p.cache.OpenOutcomeMemo(s.project.Name)
+		}
+		opened <- err
+	}()
+	p.graph, err = s.loadGraph(args)
+	if cerr := <-opened; err == nil {
+		err = cerr
 	}
-	if p.cache, err = s.openCache(); err != nil {
+	if err != nil {
 		return nil, err
 	}
 	return p, nil

@@ -52,11 +52,14 @@ type knownArtifact struct {
 }
 
 // withArtifacts asks the cache about the artifacts of elements (those with a key) all
-// at once, on every CPU, through the project's outcome memo: a null build asks about
-// every element of the graph, and each answer is a ref read (and the record's, when the
-// memo does not know it). The error is the memo's, which cannot be saved: a warning.
+// at once, on every CPU, through the project's outcome memo (q's, or opened now): a null
+// build asks about every element of the graph, and each answer is a ref's stat (or a
+// read of the ref, and of the record when the memo does not know it). The error is the
+// memo's, which cannot be saved: a warning.
 func (q cacheQuery) withArtifacts(project string, elements []*element.Element) (knownArtifacts, error) {
-	q.memo = q.c.OpenOutcomeMemo(project)
+	if q.memo == nil {
+		q.memo = q.c.OpenOutcomeMemo(project)
+	}
 	keyed := slices.DeleteFunc(slices.Clone(elements), func(e *element.Element) bool { return e.Key == "" })
 	statuses := make([]element.ArtifactStatus, len(keyed)) // ArtifactMissing
 	asking := len(keyed)

@@ -34,7 +34,7 @@ func runFetchCmd(opts *fetchOptions, args []string) error {
 		return err
 	}
 	s, g, c, display, limits, onErr := p.session, p.graph, p.cache, p.display, p.limits, p.onError
-	q := cacheQuery{c: c}
+	q := cacheQuery{c: c, memo: p.outcomes}
 	var items []*queues.Item
 	if opts.deps == "plan" {
 		items, err = queues.Plan(g, g.Targets, queues.PlanOptions{
