@@ -124,6 +124,9 @@ func endJobProcesses() {
 	}
 }
 
+// childless reports that the calling process has no child, alive or not.
+func childless() bool { return !hasChildren() }
+
 // hasChildren reports whether the calling process has a child, alive or not.
 func hasChildren() bool {
 	var info unix.Siginfo

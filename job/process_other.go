@@ -18,6 +18,9 @@ func sysProcAttr() *syscall.SysProcAttr {
 // watchParent does nothing here: there is no subreaper and no Pdeathsig.
 func watchParent(context.CancelCauseFunc) (stop func()) { return func() {} }
 
+// childless is not known here: KillDescendants walks the process table.
+func childless() bool { return false }
+
 // AdoptOrphans is not available here.
 func AdoptOrphans() error { return errors.ErrUnsupported }
 

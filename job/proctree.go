@@ -50,8 +50,13 @@ func FreezeTree(root int, known map[Proc]bool) {
 // none is left alive: a process caught between fork and exec can outlive the
 // first SIGKILL, and one the walk missed shows up in the next. In a child
 // subreaper (see watchParent) that is every process it started that is still
-// alive, whatever session or group they moved to.
+// alive, whatever session or group they moved to. A process without a child has no
+// descendant (an orphaned one would be its child, or init's): then it walks nothing
+// (a session that started no job, a null build, walked the whole process table).
 func KillDescendants() {
+	if childless() {
+		return
+	}
 	self := os.Getpid()
 	for range 1000 {
 		known := map[Proc]bool{}
