@@ -70,9 +70,10 @@ func LoadCached(p *Project, lock *Lock, targets []string, pc *ParseCache) (*Grap
 		defer f.Close()
 		dir.dir = f
 	}
-	g := &Graph{Project: p, Lock: lock, Elements: map[string]*Element{}, parseCache: pc, keyContext: keyContext(p)}
+	size := pc.size() // the files the last load saw: about as many elements as this one
+	g := &Graph{Project: p, Lock: lock, Elements: make(map[string]*Element, size), parseCache: pc, keyContext: keyContext(p)}
 	// Every name queued, with the first element that named it (nil for a target), for errors.
-	referrer := map[string]*Element{}
+	referrer := make(map[string]*Element, size)
 	frontier := make([]string, 0, len(targets))
 	for _, t := range targets {
 		if err := checkElementName(t); err != nil {

@@ -151,6 +151,16 @@ func (pc *ParseCache) lookup(dir elementDir, path, name string) (*cachedFile, bo
 	return c, true
 }
 
+// size is how many files the cache remembers (0 for a nil cache).
+func (pc *ParseCache) size() int {
+	if pc == nil {
+		return 0
+	}
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	return len(pc.files)
+}
+
 // remember records name's parse at identity id (taken when the file was opened, before
 // it was read: a change during the read gives the file a new identity, so it is parsed
 // again).
