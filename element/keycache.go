@@ -55,7 +55,8 @@ func keyContext(p *Project) string {
 // settings, e's source keys and its dependencies' keys (build, then run, in declaration
 // order), each string with its length. The dependencies' keys must be current.
 func (g *Graph) keyInputs(e *Element) string {
-	b := make([]byte, 0, 64+128*(len(e.sourceKeys)+len(e.BuildDeps)+len(e.RunDeps)))
+	var buf [1024]byte // on the stack: most elements' inputs fit
+	b := buf[:0]
 	b = append(b, g.keyContext...)
 	b = binary.AppendUvarint(b, uint64(len(e.sourceKeys)))
 	for _, k := range e.sourceKeys {
