@@ -154,7 +154,7 @@ func runBuild(opts *buildOptions, args []string) error {
 		return err
 	}
 	s, g, c, display, limits, onErr, maxJobs := p.session, p.graph, p.cache, p.display, p.limits, p.onError, p.maxJobs
-	stats, _ := c.LoadStats() // never fatal: a damaged stats file only loses estimates
+	stats := p.stats
 	q, err := cacheQuery{c: c, memo: p.outcomes}.withArtifacts(g.Project.Name, g.Order)
 	if err != nil {
 		opts.ios.Message("warning", err.Error()+" (planning is slower next time; nothing else is affected)")
@@ -286,13 +286,17 @@ type pipeline struct {
 	limits  map[resources.Resource]int
 	onError element.OnError
 	maxJobs int
-	// outcomes is the project's outcome memo, read while the graph loaded (cacheQuery).
+	// outcomes is the project's outcome memo, and stats the learnt build durations
+	// (a damaged stats file only loses estimates: empty stats), both read while the
+	// graph loaded.
 	outcomes *cache.OutcomeMemo
+	stats    *cache.Stats
 }
 
 // openPipeline loads the project, the targets named by args, the limits and the cache.
-// The cache is opened, and the project's outcome memo read, on another goroutine while
-// the graph loads; an error loading the graph is reported first.
+// The cache is opened, and the project's outcome memo and the build durations read, on
+// another goroutine while the graph loads (the durations of 10,000 elements are 5% of a
+// null build's CPU); an error loading the graph is reported first.
 func (o *globalOptions) openPipeline(f *schedulerFlags, args []string) (*pipeline, error) {
 	s, err := o.load()
 	if err != nil {
@@ -319,6 +323,7 @@ func (o *globalOptions) openPipeline(f *schedulerFlags, args []string) (*pipelin
 		var err error
 		if p.cache, err = s.openCache(); err == nil {
 			p.outcomes = p.cache.OpenOutcomeMemo(s.project.Name)
+			p.stats, _ = p.cache.LoadStats() // never nil
 		}
 		opened <- err
 	}()
