@@ -8,6 +8,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -158,12 +159,12 @@ func encodeOutcomeMemo(entries map[string]memoEntry) []byte {
 
 // decodeOutcomeMemo reads what encodeOutcomeMemo wrote; an error for anything else,
 // another version included.
-func decodeOutcomeMemo(data []byte) (map[string]memoEntry, error) {
-	rest, ok := bytes.CutPrefix(data, []byte(outcomeMemoMagic))
+func decodeOutcomeMemo(data string) (map[string]memoEntry, error) {
+	rest, ok := strings.CutPrefix(data, outcomeMemoMagic)
 	if !ok {
 		return nil, errors.New("not an outcome memo")
 	}
-	r := bincode.NewReader(rest)
+	r := bincode.NewStringReader(rest)
 	if v := r.Uint(); r.Err == nil && v != outcomeMemoVersion {
 		return nil, fmt.Errorf("version %d", v)
 	}

@@ -290,17 +290,17 @@ func TestOutcomeMemoCodecRoundTrips(t *testing.T) {
 		"lib.toml": {Key: "k2", Record: "sha256:cd/34"},
 	}
 	data := encodeOutcomeMemo(entries)
-	got, err := decodeOutcomeMemo(data)
+	got, err := decodeOutcomeMemo(string(data))
 	if err != nil || !reflect.DeepEqual(got, entries) {
 		t.Fatalf("decoded %v, %v; want %v", got, err, entries)
 	}
 	for i := range len(data) {
-		if _, err := decodeOutcomeMemo(data[:i]); err == nil {
+		if _, err := decodeOutcomeMemo(string(data[:i])); err == nil {
 			t.Fatalf("%d of %d bytes decoded without an error", i, len(data))
 		}
 	}
 	other := bytes.Replace(data, []byte(outcomeMemoMagic+"\x04"), []byte(outcomeMemoMagic+"\x03"), 1)
-	if _, err := decodeOutcomeMemo(other); err == nil {
+	if _, err := decodeOutcomeMemo(string(other)); err == nil {
 		t.Error("a memo of another version decoded without an error")
 	}
 }

@@ -42,8 +42,8 @@ func encodeParseCache(stamp string, files map[string]*cachedFile) []byte {
 
 // decodeParseCache indexes what encodeParseCache wrote, entries undecoded
 // (cachedFile.decode); an error for anything else.
-func decodeParseCache(data []byte) (stamp string, files map[string]*cachedFile, err error) {
-	r := bincode.NewReader(data)
+func decodeParseCache(data string) (stamp string, files map[string]*cachedFile, err error) {
+	r := bincode.NewStringReader(data)
 	stamp = r.Str()
 	n := r.Count()
 	files = make(map[string]*cachedFile, n)

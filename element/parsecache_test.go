@@ -370,7 +370,7 @@ func TestParseCacheCodecRoundTrips(t *testing.T) {
 	fill(reflect.ValueOf(&full.Key).Elem())
 	files := map[string]*cachedFile{"full.toml": full, "empty.toml": {}}
 	data := encodeParseCache("stamp", files)
-	stamp, got, err := decodeParseCache(data)
+	stamp, got, err := decodeParseCache(string(data))
 	if err != nil || stamp != "stamp" || len(got) != len(files) {
 		t.Fatalf("decoded %q, %v, %d entries; want %d", stamp, err, len(got), len(files))
 	}
@@ -381,7 +381,7 @@ func TestParseCacheCodecRoundTrips(t *testing.T) {
 		}
 	}
 	// Entries read are written back as read; one whose stored form is damaged is a miss.
-	_, again, err := decodeParseCache(encodeParseCache("stamp", got))
+	_, again, err := decodeParseCache(string(encodeParseCache("stamp", got)))
 	if err != nil || again["full.toml"] == nil || again["full.toml"].raw != got["full.toml"].raw {
 		t.Fatalf("read, written and read again: %v, %#v", err, again["full.toml"])
 	}
@@ -390,7 +390,7 @@ func TestParseCacheCodecRoundTrips(t *testing.T) {
 		t.Error("an entry one byte short decoded")
 	}
 	for i := range len(data) {
-		if _, _, err := decodeParseCache(data[:i]); err == nil {
+		if _, _, err := decodeParseCache(string(data[:i])); err == nil {
 			t.Fatalf("%d of %d bytes decoded without an error", i, len(data))
 		}
 	}

@@ -55,7 +55,8 @@ var ErrTruncated = errors.New("truncated or damaged")
 // NewReader reads data (copied once).
 func NewReader(data []byte) *Reader { return &Reader{b: string(data)} }
 
-// NewStringReader reads s, a part of what another Reader read (Str), without a copy.
+// NewStringReader reads s without a copy (a file ReadLoadsFile read, or a part of
+// what another Reader read).
 func NewStringReader(s string) *Reader { return &Reader{b: s} }
 
 // Len is how many bytes are left.
