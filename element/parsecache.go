@@ -48,9 +48,10 @@ type ParseCache struct {
 	dirty bool
 }
 
-// cachedFile is one file's entry. Entries are replaced, never changed, once a load
-// has them (loadElement keeps pointers into them), but for seen. An entry read from the
-// cache file is decoded from raw when first used (decode).
+// cachedFile is one file's entry. An entry read from the cache file is decoded from raw
+// when first used (decode), and replaced, never changed, afterwards (loadElement keeps
+// pointers into it), but for seen; one this load made (remember) gets its key memo in
+// place.
 type cachedFile struct {
 	ID     fileid.ID
 	Parsed parsedFile
@@ -182,11 +183,17 @@ func (pc *ParseCache) rememberKey(name string, id fileid.ID, m *keyMemo) {
 		return
 	}
 	pc.mu.Lock()
-	if c, ok := pc.files[name]; ok && c.decode() && c.ID == id {
-		pc.files[name] = newCachedFile(id, &c.Parsed, *m)
-		pc.dirty = true
+	defer pc.mu.Unlock()
+	c, ok := pc.files[name]
+	switch {
+	case !ok || !c.decode() || c.ID != id:
+		return
+	case c.raw == "":
+		c.Key = *m // made by this load (remember), which nothing else reads now
+	default:
+		pc.files[name] = newCachedFile(id, &c.Parsed, *m) // written back from raw otherwise
 	}
-	pc.mu.Unlock()
+	pc.dirty = true
 }
 
 // Save writes the cache if this load parsed anything, atomically (temporary file, then
