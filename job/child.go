@@ -18,8 +18,13 @@ import (
 	"time"
 )
 
-// messageFD is the child's end of the message pipe (Options.ExtraFiles[0]).
-const messageFD = 3
+// messageFD is the child's end of the message pipe; cancelFD, of the pipe on
+// which the parent names the jobs it terminated before the worker started them
+// (see worker.cancel).
+const (
+	messageFD = 3
+	cancelFD  = 4
+)
 
 // ErrTerminated is the cause of a handler's context when the job is
 // terminated (SIGTERM).
@@ -62,21 +67,58 @@ func RunChild(handlers map[string]Handler) int {
 		KillDescendants()
 		stopWatching()
 	}()
-	var st syscall.Stat_t
-	if err := syscall.Fstat(messageFD, &st); err != nil {
-		fmt.Fprintf(os.Stderr, "gantry job: fd %d is not open (%v); this command is run by gantry itself\n", messageFD, err)
+	for _, fd := range []int{messageFD, cancelFD} {
+		var st syscall.Stat_t
+		if err := syscall.Fstat(fd, &st); err != nil {
+			fmt.Fprintf(os.Stderr, "gantry job: fd %d is not open (%v); this command is run by gantry itself\n", fd, err)
+			return 1
+		}
+		syscall.CloseOnExec(fd) // commands a handler runs must not hold the pipes open
+	}
+	if err := syscall.SetNonblock(cancelFD, true); err != nil {
+		fmt.Fprintf(os.Stderr, "gantry job: making fd %d non-blocking: %v\n", cancelFD, err)
 		return 1
 	}
-	syscall.CloseOnExec(messageFD) // commands a handler runs must not hold the pipe open
 	msgs := os.NewFile(messageFD, "job-messages")
 	defer msgs.Close()
 	term := watchTerm()
 	defer term.stop()
-	return serve(life, os.Stdin, msgs, handlers, term)
+	return serve(life, os.Stdin, msgs, &cancelled{fd: cancelFD}, handlers, term)
+}
+
+// cancelled reads the IDs of the jobs the parent terminated before this worker
+// started them.
+type cancelled struct {
+	fd  int    // non-blocking
+	buf []byte // a partial line (the parent writes whole lines: none in practice)
+}
+
+// has reports whether the job id, whose spec was just read, was terminated. The
+// parent writes a job's ID before the worker reads its spec, or after: then the
+// worker has sent start and the parent signals it. Either way an ID read here
+// is this job's or a job's already done, so none is kept for later.
+func (c *cancelled) has(id string) bool {
+	var b [512]byte
+	for {
+		n, err := syscall.Read(c.fd, b[:])
+		if n <= 0 || err != nil {
+			break
+		}
+		c.buf = append(c.buf, b[:n]...)
+	}
+	found := false
+	for {
+		i := bytes.IndexByte(c.buf, '\n')
+		if i < 0 {
+			return found
+		}
+		found = found || string(c.buf[:i]) == id
+		c.buf = c.buf[i+1:]
+	}
 }
 
 // serve runs the jobs whose specs arrive on stdin until it is closed.
-func serve(life context.Context, stdin io.Reader, msgs io.Writer, handlers map[string]Handler, term *termSignal) int {
+func serve(life context.Context, stdin io.Reader, msgs io.Writer, cancels *cancelled, handlers map[string]Handler, term *termSignal) int {
 	base, err := captureState()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "gantry job: warning: %v: this worker runs one job\n", err)
@@ -95,7 +137,7 @@ func serve(life context.Context, stdin io.Reader, msgs io.Writer, handlers map[s
 			}
 			continue
 		}
-		if retire := runOne(life, line, msgs, handlers, term, base); retire != "" {
+		if retire := runOne(life, line, msgs, cancels, handlers, term, base); retire != "" {
 			// Told so with the result, the parent closes stdin: exit then.
 			if _, err := io.Copy(io.Discard, specs); err != nil {
 				return 1
@@ -107,7 +149,7 @@ func serve(life context.Context, stdin io.Reader, msgs io.Writer, handlers map[s
 
 // runOne runs the job whose spec is line and reports its result. It returns
 // why the worker must take no further job, or "".
-func runOne(life context.Context, line []byte, msgs io.Writer, handlers map[string]Handler, term *termSignal, base *workerState) (retire string) {
+func runOne(life context.Context, line []byte, msgs io.Writer, cancels *cancelled, handlers map[string]Handler, term *termSignal, base *workerState) (retire string) {
 	r := &Reporter{msgs: msgs, log: io.Discard}
 	var spec Spec
 	if err := json.Unmarshal(line, &spec); err != nil {
@@ -122,6 +164,11 @@ func runOne(life context.Context, line []byte, msgs io.Writer, handlers map[stri
 	}
 	defer logFile.Close()
 	r.log = logFile
+	if cancels.has(spec.ID) {
+		r.logOnly(fmt.Sprintf("[worker] job %s was terminated before pid %d started it: nothing of it ran", spec.ID, os.Getpid()))
+		r.finish(Result{Error: fmt.Sprintf("%s of %s: %v before it started", spec.Action, spec.Element, ErrTerminated)}, "")
+		return ""
+	}
 	restoreOutput := redirectOutput(logFile)
 
 	ctx, cancel := context.WithCancelCause(life)

@@ -154,8 +154,15 @@ func (j *Job) resumeLocked() error {
 // Terminate asks the job to stop: SIGCONT if it is suspended, so that it can
 // handle what follows, then SIGTERM to its worker's process group, then
 // SIGKILL if the job has not ended after the grace period. It does not wait;
-// use Wait. A terminated job's worker takes no further job. Terminating an
-// ended job does nothing.
+// use Wait. A terminated job's worker takes no further job, unless it had not
+// started the job. Terminating an ended job does nothing.
+//
+// A job its worker has not started (no start message yet) is not signalled:
+// a worker between jobs ignores SIGTERM, and one that has not read the job
+// yet would run it all the same. Its worker is told instead (worker.cancel)
+// and, on reading the job, runs nothing of it and reports it terminated; it
+// stays in the pool. If the worker had already started the job, its start
+// message is answered with SIGTERM (see deliver).
 func (j *Job) Terminate() error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
@@ -170,6 +177,9 @@ func (j *Job) Terminate() error {
 	}
 	if j.killTimer == nil {
 		j.killTimer = time.AfterFunc(j.grace, j.killAfterGrace)
+	}
+	if !j.acked && j.w.cancel(j.spec.ID) == nil {
+		return nil
 	}
 	if err := j.signalLocked(syscall.SIGTERM); err != nil {
 		return fmt.Errorf("terminating job %s (pid %d): %w", j.spec.ID, j.w.pid, err)
@@ -218,6 +228,11 @@ func (j *Job) deliver(m Message) {
 	case m.Type == MessageStart:
 		j.mu.Lock()
 		j.acked = true
+		if j.terminated && !j.exited {
+			// Terminated before this message came: the worker started the job
+			// before it read that it was cancelled, and was not signalled.
+			_ = j.signalLocked(syscall.SIGTERM) // as in killAfterGrace; SIGKILL follows the grace
+		}
 		j.mu.Unlock()
 	case m.Type == MessageResult && m.Result != nil:
 		defer j.complete(m.Result, m.Retire, nil, nil)
@@ -309,7 +324,7 @@ func (j *Job) complete(res *Result, retire string, ps *os.ProcessState, waitErr 
 		j.endLocked(time.Now())
 	}
 	out := Outcome{Terminated: j.terminated, ExitCode: -1, Elapsed: j.elapsedLocked(j.ended)}
-	w := j.w
+	w, acked := j.w, j.acked // a job never started ran nothing that could spoil its worker
 	j.mu.Unlock()
 
 	switch {
@@ -319,7 +334,7 @@ func (j *Job) complete(res *Result, retire string, ps *os.ProcessState, waitErr 
 		if res.OK {
 			out.ExitCode = 0
 		}
-		if out.Terminated && retire == "" {
+		if out.Terminated && retire == "" && acked {
 			retire = "its job was terminated"
 		}
 	default:

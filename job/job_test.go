@@ -58,6 +58,18 @@ var testHandlers = map[string]Handler{
 		r.Available(json.RawMessage(`{not json`))
 		return Result{OK: true}, nil
 	},
+	// marker creates the payload's file, then waits until terminated.
+	"marker": func(ctx context.Context, spec Spec, r *Reporter) (Result, error) {
+		var path string
+		if err := json.Unmarshal(spec.Payload, &path); err != nil {
+			return Result{}, err
+		}
+		if err := os.WriteFile(path, nil, 0o644); err != nil {
+			return Result{}, err
+		}
+		<-ctx.Done()
+		return Result{}, context.Cause(ctx)
+	},
 	"fail": func(ctx context.Context, spec Spec, r *Reporter) (Result, error) {
 		r.Log("about to fail")
 		return Result{Temporary: true}, errors.New("fetching foo.tar: remote unreachable")

@@ -3,10 +3,13 @@ package job
 import (
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/gantry-build/gantry/internal/proctest"
 )
@@ -219,17 +222,17 @@ func TestWorkerGoroutinesLeft(t *testing.T) {
 	}
 }
 
-// startInStoppedWorker stops an idle worker of p and starts a "messages" job with
+// startInStoppedWorker stops an idle worker of p and starts a job of action with
 // payload, which goes to it: stopped, the worker cannot read the job; killed, it
 // dies with the job given to it and not started. It returns the worker's pid.
-func startInStoppedWorker(t *testing.T, p *Workers, payload any) (int, started) {
+func startInStoppedWorker(t *testing.T, p *Workers, action string, payload any) (int, started) {
 	t.Helper()
 	first, _ := runIn(t, p, "messages", nil)
 	idle := first.job.Pid()
 	if err := syscall.Kill(idle, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	s := startIn(t, p, "messages", payload)
+	s := startIn(t, p, action, payload)
 	if pid := s.job.Pid(); pid != idle {
 		t.Fatalf("the job went to worker %d, want the idle worker %d", pid, idle)
 	}
@@ -241,7 +244,7 @@ func startInStoppedWorker(t *testing.T, p *Workers, payload any) (int, started) 
 // ran nothing of it. The job's log says so.
 func TestWorkerDeadBeforeStartHandsJobOver(t *testing.T) {
 	p := newPool(t)
-	idle, s := startInStoppedWorker(t, p, "again")
+	idle, s := startInStoppedWorker(t, p, "messages", "again")
 	if err := syscall.Kill(idle, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -270,7 +273,7 @@ func TestWorkerDeadBeforeStartHandsJobOver(t *testing.T) {
 // new worker, which is stopped before it can read the job, until it is resumed.
 func TestWorkerHandOverKeepsSuspension(t *testing.T) {
 	p := newPool(t)
-	idle, s := startInStoppedWorker(t, p, nil)
+	idle, s := startInStoppedWorker(t, p, "messages", nil)
 	if err := s.job.Suspend(); err != nil {
 		t.Fatal(err)
 	}
@@ -288,5 +291,76 @@ func TestWorkerHandOverKeepsSuspension(t *testing.T) {
 	}
 	if out := waitOutcome(t, s.job); !out.Result.OK {
 		t.Errorf("outcome %+v, want OK", out)
+	}
+}
+
+// A job terminated before its worker read it runs nothing of it: once the worker
+// reads it, it ends terminated, long before the grace period would have killed it,
+// and the worker, which ran nothing of it, takes the next job.
+func TestTerminateBeforeWorkerStarts(t *testing.T) {
+	opts := testOptions(t)
+	opts.Grace = 30 * time.Second
+	p := NewWorkers(opts)
+	t.Cleanup(func() { p.Close() })
+	marker := filepath.Join(t.TempDir(), "ran")
+	idle, s := startInStoppedWorker(t, p, "marker", marker)
+	if err := s.job.Terminate(); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(idle, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-s.job.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the job terminated before its worker read it still ran 10s after the worker resumed (grace 30s)\n%s", readFile(t, s.log))
+	}
+	out := s.job.Wait()
+	if !out.Terminated || out.Result.OK || !strings.Contains(out.Result.Error, "terminated before it started") {
+		t.Errorf("outcome %+v, want terminated before it started", out)
+	}
+	if _, err := os.Stat(marker); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the job's handler ran (its marker: %v)", err)
+	}
+	for _, m := range s.rec.messages() {
+		if m.Type == MessageStart {
+			t.Errorf("the job sent start")
+		}
+	}
+	if log := readFile(t, s.log); !strings.Contains(log, fmt.Sprintf("[worker] job marker-1 was terminated before pid %d started it", idle)) {
+		t.Errorf("the job's log does not say it was terminated before it started:\n%s", log)
+	}
+	next, out := runIn(t, p, "messages", nil)
+	if !out.Result.OK || next.job.Pid() != idle || p.Started() != 1 {
+		t.Errorf("next job: outcome %+v in worker %d, %d workers started; want OK in the same worker %d", out, next.job.Pid(), p.Started(), idle)
+	}
+}
+
+// A job suspended before its worker read it runs nothing until it is resumed, and
+// runs when it is: the worker (stopped here before it was given the job, so that
+// it cannot read it first) stays stopped with the job, whose clock stops.
+func TestSuspendBeforeWorkerStarts(t *testing.T) {
+	p := newPool(t)
+	marker := filepath.Join(t.TempDir(), "ran")
+	idle, s := startInStoppedWorker(t, p, "marker", marker)
+	if err := s.job.Suspend(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the suspended job's worker to be stopped", func() bool { return procState(idle) == "T" })
+	if _, err := os.Stat(marker); err == nil || len(s.rec.messages()) != 0 {
+		t.Fatalf("the suspended job ran (messages %+v)", s.rec.messages())
+	}
+	if e := s.job.Elapsed(); e != s.job.Elapsed() {
+		t.Errorf("a suspended job's elapsed time goes on: %v", e)
+	}
+	if err := s.job.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the resumed job to run", func() bool { _, err := os.Stat(marker); return err == nil })
+	if err := s.job.Terminate(); err != nil {
+		t.Fatal(err)
+	}
+	if out := waitOutcome(t, s.job); !out.Terminated {
+		t.Errorf("outcome %+v, want terminated", out)
 	}
 }
