@@ -348,3 +348,72 @@ func TestE2EKill9AfterAvailableLeavesCacheClean(t *testing.T) {
 		t.Errorf("cache has %d refs after the rebuild, want 2", rep.Refs)
 	}
 }
+
+// Ctrl-C as a job is handed to a worker that has not read it yet ends the session at
+// once and runs nothing of that job: the job does not wait out the grace period, and
+// none of the element's commands runs. The idle worker is stopped so that it cannot
+// read the job it is given before the interrupt, and continued after it.
+func TestE2EInterruptBeforeWorkerStartsJob(t *testing.T) {
+	t.Parallel()
+	p := newE2EProject(t, map[string]string{"project.toml": projectTOML("b1.toml", "b2.toml")})
+	release := p.scratch("release")
+	p.write("elements/a.toml", manualElement(nil, "true"))
+	p.write("elements/c.toml", manualElement(nil, fmt.Sprintf("while [ ! -e %s ]; do sleep 0.02; done", release)))
+	for _, b := range []string{"b1", "b2"} {
+		p.write("elements/"+b+".toml", manualElement([]string{"a.toml", "c.toml"},
+			fmt.Sprintf("echo ran >> %s", p.scratch(b+".ran")), "sleep 30"))
+	}
+	g := p.start("build", "--ui", "json", "--sandbox", "host", "--builders", "2")
+	g.waitEvent("job-end", "build", "a.toml")
+	idle := p.jobPids()["a.toml"]
+	if idle == 0 {
+		t.Fatalf("a.toml's build log names no worker\n%s", g.output())
+	}
+	if err := syscall.Kill(idle, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(idle, syscall.SIGKILL) })
+	if err := os.WriteFile(release, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// c's worker, idle last, takes one of them, a's stopped worker the other.
+	g.waitEvent("job-start", "build", "b1.toml")
+	g.waitEvent("job-start", "build", "b2.toml")
+	running, waiting := "", ""
+	eventually(t, e2eTimeout, "one b's command runs", func() bool {
+		_, err1 := os.Stat(p.scratch("b1.ran"))
+		_, err2 := os.Stat(p.scratch("b2.ran"))
+		switch {
+		case err1 == nil && err2 != nil:
+			running, waiting = "b1", "b2"
+		case err2 == nil && err1 != nil:
+			running, waiting = "b2", "b1"
+		}
+		return running != ""
+	})
+	busy := p.jobPids()[running+".toml"]
+	killGroupOnCleanup(t, busy)
+
+	g.signal(syscall.SIGINT)
+	// The loop terminates every job at once: once the running one has ended, the
+	// waiting one was terminated too.
+	g.waitEvent("job-end", "build", running+".toml")
+	if err := syscall.Kill(idle, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	// Well before the 5s grace after which the job would be killed.
+	if code := g.wait(4 * time.Second); code != exitInterrupted {
+		t.Fatalf("gantry exited with %d after SIGINT, want %d\n%s", code, exitInterrupted, g.output())
+	}
+	if _, err := os.Stat(p.scratch(waiting + ".ran")); err == nil {
+		t.Errorf("%s's command ran after the interrupt that terminated its job\n%s", waiting, g.output())
+	}
+	end, ok := findEvent(g.snapshot(), "job-end", "build", waiting+".toml")
+	if !ok || end.Result != "terminated" || !strings.Contains(end.Error, "terminated before it started") {
+		t.Errorf("job-end of %s.toml: result %q, error %q; want terminated before it started\n%s",
+			waiting, end.Result, end.Error, g.output())
+	}
+	eventually(t, e2eTimeout, fmt.Sprintf("worker %d is gone", idle), func() bool { return !proctest.Alive(idle) })
+	eventually(t, e2eTimeout, fmt.Sprintf("%s's job group %d is gone", running, busy), func() bool { return len(proctest.Group(busy)) == 0 })
+	assertNotBuilt(t, p, waiting+".toml")
+}
