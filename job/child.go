@@ -48,9 +48,11 @@ type Handler func(ctx context.Context, spec Spec, r *Reporter) (Result, error)
 // RunChild is the whole of a worker process: it reads job specs from stdin,
 // one JSON line each, and runs them one at a time until stdin is closed, then
 // returns the exit code for the caller to exit with (0; 1 if the specs could
-// not be read). For each job it opens the job's log file, points its own
-// stdout and stderr at it (so a crash's trace lands in the log of the job that
-// crashed), sends start on fd 3, runs the handler for spec.Action with a
+// not be read). For each job it opens the job's log file; if the parent named
+// the job on fd 4 (it was terminated before the worker started it), it reports
+// the job terminated and runs nothing of it. Otherwise it points its own
+// stdout and stderr at the log (so a crash's trace lands in the log of the job
+// that crashed), sends start on fd 3, runs the handler for spec.Action with a
 // context cancelled on SIGTERM, kills every process the job left behind, puts
 // the process back as it was before the job (see workerState), and sends the
 // result.

@@ -17,8 +17,10 @@
 // A job is still a unit of its own. While it runs, its worker's process group
 // holds the worker and that job's processes only, so the parent can suspend
 // (SIGSTOP), resume (SIGCONT), terminate (SIGTERM, then SIGKILL after a grace
-// period) or kill exactly that job; an idle worker is never signalled. The
-// worker is a child subreaper: processes that leave its group (setsid, double
+// period) or kill exactly that job; an idle worker is never signalled (a job
+// terminated before its worker started it is named on the worker's fd 4
+// instead, and the worker runs nothing of it: see Job.Terminate). The worker
+// is a child subreaper: processes that leave its group (setsid, double
 // fork) stay its descendants, and it kills and reaps them all before it sends
 // the job's result, and kills them when gantry dies, even by kill -9 (see
 // watchParent). Between jobs it puts back what a job may change in the
