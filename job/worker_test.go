@@ -232,6 +232,9 @@ func startInStoppedWorker(t *testing.T, p *Workers, action string, payload any) 
 	if err := syscall.Kill(idle, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
+	// Stopped only once seen so: until a thread of it takes the signal, another
+	// could read the job.
+	eventually(t, fmt.Sprintf("worker %d to be stopped", idle), func() bool { return procState(idle) == "T" })
 	s := startIn(t, p, action, payload)
 	if pid := s.job.Pid(); pid != idle {
 		t.Fatalf("the job went to worker %d, want the idle worker %d", pid, idle)
@@ -346,7 +349,9 @@ func TestSuspendBeforeWorkerStarts(t *testing.T) {
 	if err := s.job.Suspend(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the suspended job's worker to be stopped", func() bool { return procState(idle) == "T" })
+	if st := procState(idle); st != "T" {
+		t.Errorf("the suspended job's worker is in state %q, want T (stopped)", st)
+	}
 	if _, err := os.Stat(marker); err == nil || len(s.rec.messages()) != 0 {
 		t.Fatalf("the suspended job ran (messages %+v)", s.rec.messages())
 	}

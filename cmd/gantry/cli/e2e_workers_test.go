@@ -283,6 +283,12 @@ func TestE2EIdleWorkerDeathHandsItsJobOver(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = syscall.Kill(idle, syscall.SIGKILL) })
+	// Stopped only once seen so: until a thread of it takes the signal, another
+	// could read the job it is given.
+	eventually(t, e2eTimeout, fmt.Sprintf("worker %d is stopped", idle), func() bool {
+		pi, ok := proctest.Read(idle)
+		return ok && pi.State == 'T'
+	})
 	if err := os.WriteFile(release, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -373,6 +379,12 @@ func TestE2EInterruptBeforeWorkerStartsJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = syscall.Kill(idle, syscall.SIGKILL) })
+	// Stopped only once seen so: until a thread of it takes the signal, another
+	// could read the job it is given.
+	eventually(t, e2eTimeout, fmt.Sprintf("worker %d is stopped", idle), func() bool {
+		pi, ok := proctest.Read(idle)
+		return ok && pi.State == 'T'
+	})
 	if err := os.WriteFile(release, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
