@@ -313,12 +313,7 @@ func TestTerminateBeforeWorkerStarts(t *testing.T) {
 	if err := syscall.Kill(idle, syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-s.job.Done():
-	case <-time.After(10 * time.Second):
-		t.Fatalf("the job terminated before its worker read it still ran 10s after the worker resumed (grace 30s)\n%s", readFile(t, s.log))
-	}
-	out := s.job.Wait()
+	out := waitBeforeGrace(t, s)
 	if !out.Terminated || out.Result.OK || !strings.Contains(out.Result.Error, "terminated before it started") {
 		t.Errorf("outcome %+v, want terminated before it started", out)
 	}
@@ -336,6 +331,39 @@ func TestTerminateBeforeWorkerStarts(t *testing.T) {
 	next, out := runIn(t, p, "messages", nil)
 	if !out.Result.OK || next.job.Pid() != idle || p.Started() != 1 {
 		t.Errorf("next job: outcome %+v in worker %d, %d workers started; want OK in the same worker %d", out, next.job.Pid(), p.Started(), idle)
+	}
+}
+
+// waitBeforeGrace waits for the end of a job terminated or killed before its worker
+// read it, well within its worker's 30s grace period.
+func waitBeforeGrace(t *testing.T, s started) Outcome {
+	t.Helper()
+	select {
+	case <-s.job.Done():
+		return s.job.Wait()
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the job stopped before its worker read it still ran after 10s (grace 30s)\n%s", readFile(t, s.log))
+		return Outcome{}
+	}
+}
+
+// A job killed before its worker read it ends at once with its worker, ran nothing,
+// and does not go to a new worker.
+func TestKillBeforeWorkerStarts(t *testing.T) {
+	opts := testOptions(t)
+	opts.Grace = 30 * time.Second
+	p := NewWorkers(opts)
+	t.Cleanup(func() { p.Close() })
+	marker := filepath.Join(t.TempDir(), "ran")
+	idle, s := startInStoppedWorker(t, p, "marker", marker)
+	if err := s.job.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if out := waitBeforeGrace(t, s); !out.Terminated || out.Result.OK || s.job.Pid() != idle {
+		t.Errorf("outcome %+v in worker %d, want killed in worker %d", out, s.job.Pid(), idle)
+	}
+	if _, err := os.Stat(marker); !errors.Is(err, fs.ErrNotExist) || p.Started() != 1 {
+		t.Errorf("the job's handler ran (its marker: %v; %d workers started)", err, p.Started())
 	}
 }
 
