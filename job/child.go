@@ -96,9 +96,10 @@ type cancelled struct {
 }
 
 // has reports whether the job id, whose spec was just read, was terminated. The
-// parent writes a job's ID before the worker reads its spec, or after: then the
-// worker has sent start and the parent signals it. Either way an ID read here
-// is this job's or a job's already done, so none is kept for later.
+// parent writes a job's ID only while the job is this worker's and, as far as it
+// knows, not started: so an ID read here is this job's, or an earlier job's that
+// the worker had started before the ID came (the parent signalled that one
+// instead). None is kept for later.
 func (c *cancelled) has(id string) bool {
 	var b [512]byte
 	for {
