@@ -8,6 +8,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -295,4 +296,102 @@ func TestShellCancel(t *testing.T) {
 		t.Errorf("Shell took %v to return; SIGTERM should have been enough", elapsed)
 	}
 	eventually(t, "the shell's background process is gone", func() bool { return !proctest.Alive(bg) })
+}
+
+// runOutput runs command with Run in cfg and returns its output and error.
+func runOutput(cfg Config, command string) (stdout, stderr string, err error) {
+	var out, errOut bytes.Buffer
+	cfg.Stdout, cfg.Stderr = &out, &errOut
+	err = Run(context.Background(), cfg, command)
+	return out.String(), errOut.String(), err
+}
+
+// statPPID is the parent pid in the output of `cat /proc/self/stat`.
+func statPPID(t *testing.T, stat string) int {
+	t.Helper()
+	fields := strings.Fields(stat[strings.LastIndexByte(stat, ')')+1:])
+	if len(fields) < 2 {
+		t.Fatalf("cannot parse /proc/self/stat: %q", stat)
+	}
+	ppid, err := strconv.Atoi(fields[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ppid
+}
+
+func TestRunSimpleCommandWithoutShell(t *testing.T) {
+	cfg := hostConfig(t)
+	out, _, err := runOutput(cfg, "cat /proc/self/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ppid := statPPID(t, out); ppid != os.Getpid() {
+		t.Errorf("the simple command's parent is %d, want this process (%d): it ran under sh", ppid, os.Getpid())
+	}
+	out, _, err = runOutput(cfg, "cat /proc/self/stat; :")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ppid := statPPID(t, out); ppid == os.Getpid() {
+		t.Error("a command with shell syntax ran without sh")
+	}
+}
+
+// TestRunDirectLikeSh runs each command directly and as `{ command; }`,
+// which sh runs, and wants the same outcome: output, messages, exit status.
+func TestRunDirectLikeSh(t *testing.T) {
+	cfg := hostConfig(t)
+	cfg.Env = map[string]string{"FOO": "bar baz", "LC_ALL": "C"}
+	writeFile(t, filepath.Join(cfg.BuildDir, "noexec"), "#!/bin/sh\n", 0o644)
+	writeFile(t, filepath.Join(cfg.BuildDir, "noshebang"), "echo from-script \"$@\"\n", 0o755)
+	writeFile(t, filepath.Join(cfg.BuildDir, "term"), "#!/bin/sh\nkill -TERM $$\n", 0o755)
+	writeFile(t, filepath.Join(cfg.BuildDir, "exit3"), "#!/bin/sh\necho out; echo err >&2; exit 3\n", 0o755)
+	for _, tc := range []struct {
+		command, stdout, stderr string
+		code                    int
+	}{
+		{"no-such-tool-xyz", "", "no-such-tool-xyz: not found", 127},
+		{"./noexec", "", "Permission denied", 126},
+		{"./noshebang a", "from-script a\n", "", 0},
+		{"./term", "", "Terminated", 128 + 15},
+		{"./exit3", "out\n", "err", 3},
+		{"env", "FOO=bar baz", "", 0},
+	} {
+		if simpleCommand(tc.command) == nil {
+			t.Fatalf("%q does not qualify for the direct path", tc.command)
+		}
+		out, errOut, err := runOutput(cfg, tc.command)
+		shOut, shErr, shErrV := runOutput(cfg, "{ "+tc.command+"; }")
+		if tc.command == "env" { // sh's order is its hash table's
+			out, shOut = sortLines(out), sortLines(shOut)
+		}
+		if out != shOut || errOut != shErr {
+			t.Errorf("%q: output %q, stderr %q; under sh %q, %q", tc.command, out, errOut, shOut, shErr)
+		}
+		if !strings.Contains(out, tc.stdout) || !strings.Contains(errOut, tc.stderr) {
+			t.Errorf("%q: output %q, stderr %q; want them to contain %q, %q", tc.command, out, errOut, tc.stdout, tc.stderr)
+		}
+		code, shCode := -1, -1
+		var ee *ExitError
+		if err == nil {
+			code = 0
+		} else if errors.As(err, &ee) && ee.Signal == 0 {
+			code = ee.ExitCode
+		}
+		if shErrV == nil {
+			shCode = 0
+		} else if errors.As(shErrV, &ee) && ee.Signal == 0 {
+			shCode = ee.ExitCode
+		}
+		if code != tc.code || shCode != tc.code {
+			t.Errorf("%q: err %v, under sh %v; want exit code %d (no signal)", tc.command, err, shErrV, tc.code)
+		}
+	}
+}
+
+func sortLines(s string) string {
+	lines := strings.Split(s, "\n")
+	sort.Strings(lines)
+	return strings.Join(lines, "\n")
 }

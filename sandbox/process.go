@@ -30,7 +30,7 @@ func execute(ctx context.Context, cmd *exec.Cmd, group ProcessGroup, onStart fun
 		return nil, cause
 	}
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting %s: %w", cmd.Path, err)
+		return nil, &startError{path: cmd.Path, err: err}
 	}
 	pid := cmd.Process.Pid
 	if onStart != nil {
@@ -73,6 +73,15 @@ func execute(ctx context.Context, cmd *exec.Cmd, group ProcessGroup, onStart fun
 	}
 	return cmd.ProcessState, nil
 }
+
+// startError says a command could not be started: nothing of it ran.
+type startError struct {
+	path string
+	err  error
+}
+
+func (e *startError) Error() string { return fmt.Sprintf("starting %s: %v", e.path, e.err) }
+func (e *startError) Unwrap() error { return e.err }
 
 // terminate sends SIGTERM and SIGCONT to the command, waits up to killGrace
 // for its process to exit, then SIGKILLs it. In NewGroup mode the signals go

@@ -13,7 +13,8 @@ import (
 
 // Run runs `sh -e -c command` in the sandbox described by cfg, with output to
 // cfg.Stdout and cfg.Stderr and /dev/null as stdin. cfg.Kind must be Host or
-// Bwrap (see Resolve).
+// Bwrap (see Resolve). On the host, a command that is one simple command of
+// literal words is exec'd directly, as sh would run it (see simpleCommand).
 //
 // A non-zero exit is an *ExitError. When ctx is cancelled, the command gets
 // SIGTERM (and SIGCONT, in case it is suspended), then SIGKILL after a grace
@@ -22,6 +23,17 @@ import (
 func Run(ctx context.Context, cfg Config, command string) error {
 	if err := checkKind(cfg.Kind); err != nil {
 		return err
+	}
+	if cfg.Kind == Host {
+		if argv := simpleCommand(command); argv != nil {
+			if cmd := directHostCmd(cfg, argv); cmd != nil {
+				state, err := start(ctx, cfg, cmd)
+				var se *startError
+				if !errors.As(err, &se) { // else sh runs it, and says why it cannot
+					return finish(ctx, cfg, command, state, err, true)
+				}
+			}
+		}
 	}
 	var cmd *exec.Cmd
 	var err error
@@ -33,18 +45,36 @@ func Run(ctx context.Context, cfg Config, command string) error {
 		}
 		cmd = hostCmd(cfg, sh, []string{"sh", "-e", "-c", command})
 	case Bwrap:
+		// Not direct: bwrap (before 0.9, --argv0) cannot exec a program found
+		// by a lookup of ours under the name it was given, and its own execvp
+		// failing exits 1, not sh's 127 or 126.
 		cmd, err = bwrapCmd(cfg, []string{"/bin/sh", "-e", "-c", command})
 		if err != nil {
 			return err
 		}
 	}
+	state, err := start(ctx, cfg, cmd)
+	return finish(ctx, cfg, command, state, err, false)
+}
+
+// start runs cmd for Run with cfg's output, group and start hook.
+func start(ctx context.Context, cfg Config, cmd *exec.Cmd) (*os.ProcessState, error) {
 	cmd.Stdout, cmd.Stderr = cfg.Stdout, cfg.Stderr
 	cmd.SysProcAttr = sysProcAttr(cfg.Group == NewGroup)
-	state, err := execute(ctx, cmd, cfg.Group, cfg.onStart)
+	return execute(ctx, cmd, cfg.Group, cfg.onStart)
+}
+
+// finish turns how Run's command ended into Run's error; direct says it ran
+// without sh, which finish then stands in for.
+func finish(ctx context.Context, cfg Config, command string, state *os.ProcessState, err error, direct bool) error {
 	if err != nil {
 		return wrapError(ctx, cfg.Kind, err)
 	}
-	if code, sig := exitStatus(state); code != 0 {
+	code, sig := exitStatus(state)
+	if direct {
+		code, sig = reportLikeSh(cfg.Stderr, state)
+	}
+	if code != 0 {
 		return &ExitError{Command: command, ExitCode: code, Signal: sig}
 	}
 	return nil
