@@ -395,3 +395,21 @@ func sortLines(s string) string {
 	sort.Strings(lines)
 	return strings.Join(lines, "\n")
 }
+
+// BenchmarkRunSimpleCommand: a command run directly, and the same under sh.
+func BenchmarkRunSimpleCommand(b *testing.B) {
+	sysroot, build, install := b.TempDir(), b.TempDir(), b.TempDir()
+	cfg := Config{Kind: Host, Sysroot: sysroot, BuildDir: build, InstallDir: install}
+	for _, bc := range []struct{ name, command string }{
+		{"direct", "sleep 0"},
+		{"sh", "{ sleep 0; }"},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			for b.Loop() {
+				if err := Run(context.Background(), cfg, bc.command); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
