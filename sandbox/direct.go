@@ -33,7 +33,7 @@ var shellWords = func() map[string]bool {
 		alias bg cd command false fc fg getopts hash jobs kill newgrp pwd read true type ulimit umask unalias wait
 		[ echo printf test local chdir
 		bind builtin caller compgen complete compopt declare dirs disown enable help history let
-		logout login mapfile popd pushd readarray shopt source suspend typeset`) {
+		logout login mapfile popd pushd readarray shopt source suspend typeset coproc switch`) {
 		m[w] = true
 	}
 	return m
