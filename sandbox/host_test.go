@@ -351,7 +351,7 @@ func TestRunDirectLikeSh(t *testing.T) {
 		command, stdout, stderr string
 		code                    int
 	}{
-		{"no-such-tool-xyz", "", "no-such-tool-xyz: not found", 127},
+		{"no-such-tool-xyz", "", "not found", 127},
 		{"./noexec", "", "Permission denied", 126},
 		{"./noshebang a", "from-script a\n", "", 0},
 		{"./term", "", "Terminated", 128 + 15},
