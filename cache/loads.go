@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 	"unsafe"
+
+	"github.com/gantry-build/gantry/internal/fileid"
 )
 
 // loads/ holds what loading and planning remember between sessions: a parse cache per
@@ -52,6 +54,33 @@ func ReadLoadsFile(path string) (string, error) {
 	}
 	// data is not used again, and nothing else refers to it: the string is immutable.
 	return unsafe.String(unsafe.SliceData(data), len(data)), nil
+}
+
+// WriteLoadsFile writes a file of loads/ atomically: a temporary file in its directory,
+// then a rename. encode makes the contents; it is given "now" by the filesystem's own
+// clock (the temporary file's change time), against which entries are judged racily
+// clean (fileid.ID.Racy). what names the file in errors ("the element parse cache").
+func WriteLoadsFile(path, what string, encode func(now int64) []byte) error {
+	err := os.MkdirAll(filepath.Dir(path), 0o755)
+	var tmp *os.File
+	if err == nil {
+		tmp, err = os.CreateTemp(filepath.Dir(path), ".tmp-*")
+	}
+	if err != nil {
+		return fmt.Errorf("saving %s: %w", what, err)
+	}
+	defer os.Remove(tmp.Name()) // after the rename: nothing to remove
+	_, err = tmp.Write(encode(fileid.Now(tmp)))
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), path)
+	}
+	if err != nil {
+		return fmt.Errorf("saving %s %s: %w", what, path, err)
+	}
+	return nil
 }
 
 // staleLoads lists the files of loads/ unused for loadsMaxAge, and temporary files

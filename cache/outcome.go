@@ -255,31 +255,13 @@ func (m *OutcomeMemo) Save() error {
 			}
 		}
 	}
-	if err := os.MkdirAll(filepath.Dir(m.path), 0o755); err != nil {
-		return fmt.Errorf("saving the artifact outcome memo: %w", err)
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(m.path), ".tmp-*")
-	if err != nil {
-		return fmt.Errorf("saving the artifact outcome memo: %w", err)
-	}
-	defer os.Remove(tmp.Name())
-	// "Now" by the filesystem's own clock: the temporary file's change time.
-	now := fileid.Now(tmp)
-	for element, e := range entries {
-		if e.Ref.Racy(now, m.racy) {
-			e.Ref = fileid.ID{}
-			entries[element] = e
+	return WriteLoadsFile(m.path, "the artifact outcome memo", func(now int64) []byte {
+		for element, e := range entries {
+			if e.Ref.Racy(now, m.racy) {
+				e.Ref = fileid.ID{}
+				entries[element] = e
+			}
 		}
-	}
-	_, err = tmp.Write(encodeOutcomeMemo(entries))
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), m.path)
-	}
-	if err != nil {
-		return fmt.Errorf("saving the artifact outcome memo %s: %w", m.path, err)
-	}
-	return nil
+		return encodeOutcomeMemo(entries)
+	})
 }

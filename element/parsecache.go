@@ -206,37 +206,20 @@ func (pc *ParseCache) Save() error {
 	if pc == nil || !pc.dirty {
 		return nil
 	}
-	if err := os.MkdirAll(filepath.Dir(pc.path), 0o755); err != nil {
-		return fmt.Errorf("saving the element parse cache: %w", err)
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(pc.path), ".tmp-*")
-	if err != nil {
-		return fmt.Errorf("saving the element parse cache: %w", err)
-	}
-	defer os.Remove(tmp.Name()) // after the rename: nothing to remove
-	now := fileid.Now(tmp)
-	files := make(map[string]*cachedFile, len(pc.files))
-	for rel, c := range pc.files {
-		id := c.id()
-		if id.Racy(now, pc.racy) {
-			continue
-		}
-		if !c.seen.Load() {
-			if now, ok := fileid.Stat(filepath.Join(pc.root, filepath.FromSlash(rel))); !ok || now != id {
+	return cache.WriteLoadsFile(pc.path, "the element parse cache", func(now int64) []byte {
+		files := make(map[string]*cachedFile, len(pc.files))
+		for rel, c := range pc.files {
+			id := c.id()
+			if id.Racy(now, pc.racy) {
 				continue
 			}
+			if !c.seen.Load() {
+				if now, ok := fileid.Stat(filepath.Join(pc.root, filepath.FromSlash(rel))); !ok || now != id {
+					continue
+				}
+			}
+			files[rel] = c
 		}
-		files[rel] = c
-	}
-	_, err = tmp.Write(encodeParseCache(pc.stamp, files))
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), pc.path)
-	}
-	if err != nil {
-		return fmt.Errorf("saving the element parse cache %s: %w", pc.path, err)
-	}
-	return nil
+		return encodeParseCache(pc.stamp, files)
+	})
 }

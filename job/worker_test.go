@@ -301,12 +301,7 @@ func TestWorkerHandOverKeepsSuspension(t *testing.T) {
 // reads it, it ends terminated, long before the grace period would have killed it,
 // and the worker, which ran nothing of it, takes the next job.
 func TestTerminateBeforeWorkerStarts(t *testing.T) {
-	opts := testOptions(t)
-	opts.Grace = 30 * time.Second
-	p := NewWorkers(opts)
-	t.Cleanup(func() { p.Close() })
-	marker := filepath.Join(t.TempDir(), "ran")
-	idle, s := startInStoppedWorker(t, p, "marker", marker)
+	p, idle, s, marker := markerJobInStoppedWorker(t)
 	if err := s.job.Terminate(); err != nil {
 		t.Fatal(err)
 	}
@@ -334,6 +329,19 @@ func TestTerminateBeforeWorkerStarts(t *testing.T) {
 	}
 }
 
+// markerJobInStoppedWorker gives a "marker" job (it writes the file marker) to a
+// stopped idle worker of a pool whose grace period is 30s.
+func markerJobInStoppedWorker(t *testing.T) (p *Workers, idle int, s started, marker string) {
+	t.Helper()
+	opts := testOptions(t)
+	opts.Grace = 30 * time.Second
+	p = NewWorkers(opts)
+	t.Cleanup(func() { p.Close() })
+	marker = filepath.Join(t.TempDir(), "ran")
+	idle, s = startInStoppedWorker(t, p, "marker", marker)
+	return p, idle, s, marker
+}
+
 // waitBeforeGrace waits for the end of a job terminated or killed before its worker
 // read it, well within its worker's 30s grace period.
 func waitBeforeGrace(t *testing.T, s started) Outcome {
@@ -350,12 +358,7 @@ func waitBeforeGrace(t *testing.T, s started) Outcome {
 // A job killed before its worker read it ends at once with its worker, ran nothing,
 // and does not go to a new worker.
 func TestKillBeforeWorkerStarts(t *testing.T) {
-	opts := testOptions(t)
-	opts.Grace = 30 * time.Second
-	p := NewWorkers(opts)
-	t.Cleanup(func() { p.Close() })
-	marker := filepath.Join(t.TempDir(), "ran")
-	idle, s := startInStoppedWorker(t, p, "marker", marker)
+	p, idle, s, marker := markerJobInStoppedWorker(t)
 	if err := s.job.Kill(); err != nil {
 		t.Fatal(err)
 	}

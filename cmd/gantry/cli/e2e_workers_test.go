@@ -265,36 +265,10 @@ func TestE2EWorkerKeepsItsWorkDirectoryEmptied(t *testing.T) {
 func TestE2EIdleWorkerDeathHandsItsJobOver(t *testing.T) {
 	t.Parallel()
 	p := newE2EProject(t, map[string]string{"project.toml": projectTOML("b1.toml", "b2.toml")})
-	release := p.scratch("release")
-	p.write("elements/a.toml", manualElement(nil, "true"))
-	p.write("elements/c.toml", manualElement(nil, fmt.Sprintf("while [ ! -e %s ]; do sleep 0.02; done", release)))
-	for _, b := range []string{"b1", "b2"} {
-		// Long enough that both are running at once: one in c's worker, one in a's.
-		p.write("elements/"+b+".toml", manualElement([]string{"a.toml", "c.toml"},
-			fmt.Sprintf("echo built >> %s", p.scratch(b+".count")), "sleep 0.3"))
-	}
-	g := p.start("build", "--ui", "json", "--sandbox", "host", "--builders", "2")
-	g.waitEvent("job-end", "build", "a.toml")
-	idle := p.jobPids()["a.toml"]
-	if idle == 0 {
-		t.Fatalf("a.toml's build log names no worker\n%s", g.output())
-	}
-	if err := syscall.Kill(idle, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = syscall.Kill(idle, syscall.SIGKILL) })
-	// Stopped only once seen so: until a thread of it takes the signal, another
-	// could read the job it is given.
-	eventually(t, e2eTimeout, fmt.Sprintf("worker %d is stopped", idle), func() bool {
-		pi, ok := proctest.Read(idle)
-		return ok && pi.State == 'T'
+	// Long enough that both are running at once: one in c's worker, one in a's.
+	g, idle := p.buildWithStoppedIdleWorker(t, func(b string) []string {
+		return []string{fmt.Sprintf("echo built >> %s", p.scratch(b+".count")), "sleep 0.3"}
 	})
-	if err := os.WriteFile(release, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	// c's worker, idle last, takes one of them, a's stopped worker the other.
-	g.waitEvent("job-start", "build", "b1.toml")
-	g.waitEvent("job-start", "build", "b2.toml")
 	if err := syscall.Kill(idle, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -362,35 +336,9 @@ func TestE2EKill9AfterAvailableLeavesCacheClean(t *testing.T) {
 func TestE2EInterruptBeforeWorkerStartsJob(t *testing.T) {
 	t.Parallel()
 	p := newE2EProject(t, map[string]string{"project.toml": projectTOML("b1.toml", "b2.toml")})
-	release := p.scratch("release")
-	p.write("elements/a.toml", manualElement(nil, "true"))
-	p.write("elements/c.toml", manualElement(nil, fmt.Sprintf("while [ ! -e %s ]; do sleep 0.02; done", release)))
-	for _, b := range []string{"b1", "b2"} {
-		p.write("elements/"+b+".toml", manualElement([]string{"a.toml", "c.toml"},
-			fmt.Sprintf("echo ran >> %s", p.scratch(b+".ran")), "sleep 30"))
-	}
-	g := p.start("build", "--ui", "json", "--sandbox", "host", "--builders", "2")
-	g.waitEvent("job-end", "build", "a.toml")
-	idle := p.jobPids()["a.toml"]
-	if idle == 0 {
-		t.Fatalf("a.toml's build log names no worker\n%s", g.output())
-	}
-	if err := syscall.Kill(idle, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = syscall.Kill(idle, syscall.SIGKILL) })
-	// Stopped only once seen so: until a thread of it takes the signal, another
-	// could read the job it is given.
-	eventually(t, e2eTimeout, fmt.Sprintf("worker %d is stopped", idle), func() bool {
-		pi, ok := proctest.Read(idle)
-		return ok && pi.State == 'T'
+	g, idle := p.buildWithStoppedIdleWorker(t, func(b string) []string {
+		return []string{fmt.Sprintf("echo ran >> %s", p.scratch(b+".ran")), "sleep 30"}
 	})
-	if err := os.WriteFile(release, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	// c's worker, idle last, takes one of them, a's stopped worker the other.
-	g.waitEvent("job-start", "build", "b1.toml")
-	g.waitEvent("job-start", "build", "b2.toml")
 	running, waiting := "", ""
 	eventually(t, e2eTimeout, "one b's command runs", func() bool {
 		_, err1 := os.Stat(p.scratch("b1.ran"))
@@ -428,4 +376,42 @@ func TestE2EInterruptBeforeWorkerStartsJob(t *testing.T) {
 	eventually(t, e2eTimeout, fmt.Sprintf("worker %d is gone", idle), func() bool { return !proctest.Alive(idle) })
 	eventually(t, e2eTimeout, fmt.Sprintf("%s's job group %d is gone", running, busy), func() bool { return len(proctest.Group(busy)) == 0 })
 	assertNotBuilt(t, p, waiting+".toml")
+}
+
+// buildWithStoppedIdleWorker starts a build of b1 and b2 (commands: bCommands(name)),
+// which depend on a and on c, c waiting until a's worker is idle and stopped: b1 and b2
+// then start together, one in c's worker, the other handed to a's stopped worker, which
+// cannot read it until continued. It returns the session and that worker's pid (killed
+// when the test ends).
+func (p *e2eProject) buildWithStoppedIdleWorker(t *testing.T, bCommands func(b string) []string) (*gantryProc, int) {
+	t.Helper()
+	release := p.scratch("release")
+	p.write("elements/a.toml", manualElement(nil, "true"))
+	p.write("elements/c.toml", manualElement(nil, fmt.Sprintf("while [ ! -e %s ]; do sleep 0.02; done", release)))
+	for _, b := range []string{"b1", "b2"} {
+		p.write("elements/"+b+".toml", manualElement([]string{"a.toml", "c.toml"}, bCommands(b)...))
+	}
+	g := p.start("build", "--ui", "json", "--sandbox", "host", "--builders", "2")
+	g.waitEvent("job-end", "build", "a.toml")
+	idle := p.jobPids()["a.toml"]
+	if idle == 0 {
+		t.Fatalf("a.toml's build log names no worker\n%s", g.output())
+	}
+	if err := syscall.Kill(idle, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(idle, syscall.SIGKILL) })
+	// Stopped only once seen so: until a thread of it takes the signal, another
+	// could read the job it is given.
+	eventually(t, e2eTimeout, fmt.Sprintf("worker %d is stopped", idle), func() bool {
+		pi, ok := proctest.Read(idle)
+		return ok && pi.State == 'T'
+	})
+	if err := os.WriteFile(release, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// c's worker, idle last, takes one of them, a's stopped worker the other.
+	g.waitEvent("job-start", "build", "b1.toml")
+	g.waitEvent("job-start", "build", "b2.toml")
+	return g, idle
 }
