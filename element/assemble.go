@@ -334,8 +334,14 @@ func build(ctx context.Context, c *cache.Cache, spec *BuildSpec, r *job.Reporter
 	case "stack":
 		return nil
 	case "import":
+		if err := waitForBuilder(ctx, r); err != nil {
+			return err
+		}
 		return importFiles(spec, buildDir, installDir)
 	case "compose":
+		if err := waitForBuilder(ctx, r); err != nil {
+			return err
+		}
 		return compose(spec, sysroot, installDir)
 	}
 	kind, reason := sandbox.Resolve(sandbox.Kind(spec.Sandbox), sysroot)
@@ -352,6 +358,9 @@ func build(ctx context.Context, c *cache.Cache, spec *BuildSpec, r *job.Reporter
 	resolved := spec.Host
 	if kind == sandbox.Bwrap {
 		resolved = spec.Bwrap
+	}
+	if err := waitForBuilder(ctx, r); err != nil {
+		return err
 	}
 	logBuildHeader(r, kind, reason, resolved.Env)
 	cfg := sandbox.Config{Kind: kind, Sysroot: sysroot, BuildDir: buildDir, InstallDir: installDir,
@@ -374,6 +383,13 @@ func build(ctx context.Context, c *cache.Cache, spec *BuildSpec, r *job.Reporter
 		}
 	}
 	return nil
+}
+
+// waitForBuilder is the build job's gate (job.Reporter.Gate): staging the
+// dependencies and sources before it needs no builder, so a gated job does it
+// while other builds run; the commands after it do.
+func waitForBuilder(ctx context.Context, r *job.Reporter) error {
+	return r.Gate(ctx, "staged, waiting for a builder")
 }
 
 // logBuildHeader writes what the commands run with before the first of them:

@@ -343,6 +343,17 @@ func (r *Reporter) Available(data json.RawMessage) {
 	r.send(Message{Type: MessageAvailable, Data: data})
 }
 
+// Gate is where a job's preparation ends and the work that needs its slot
+// begins. For a job whose spec is not Gated, or whose gate the parent has
+// opened already (Job.Open), it returns nil at once. Otherwise it sends
+// status, and waits until the parent opens the gate (nil) or ctx is done
+// (context.Cause(ctx)).
+//
+// Not implemented yet: every gate is open.
+func (r *Reporter) Gate(ctx context.Context, status string) error {
+	return context.Cause(ctx)
+}
+
 // Log writes line to the log file and sends it as a log message.
 func (r *Reporter) Log(line string) {
 	r.mu.Lock()

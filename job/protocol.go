@@ -41,6 +41,9 @@ type Spec struct {
 	Element string          `json:"element"` // the element's name, e.g. "base/gcc.toml"
 	LogPath string          `json:"log_path"`
 	Payload json.RawMessage `json:"payload,omitempty"` // action-specific, opaque to this package
+	// Gated: the job prepares (stages its inputs) but does the work that needs its
+	// slot only once the parent opens its gate (Job.Open): see Reporter.Gate.
+	Gated bool `json:"gated,omitempty"`
 }
 
 // MessageType says what a Message carries.
