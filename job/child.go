@@ -18,12 +18,12 @@ import (
 	"time"
 )
 
-// messageFD is the child's end of the message pipe; cancelFD, of the pipe on
-// which the parent names the jobs it terminated before the worker started them
-// (see worker.cancel).
+// messageFD is the child's end of the message pipe; controlFD, of the control
+// pipe, on which the parent names the jobs it terminated before the worker
+// started them and the jobs whose gate it opened (see controlTerminate).
 const (
 	messageFD = 3
-	cancelFD  = 4
+	controlFD = 4
 )
 
 // ErrTerminated is the cause of a handler's context when the job is
@@ -69,7 +69,7 @@ func RunChild(handlers map[string]Handler) int {
 		KillDescendants()
 		stopWatching()
 	}()
-	for _, fd := range []int{messageFD, cancelFD} {
+	for _, fd := range []int{messageFD, controlFD} {
 		var st syscall.Stat_t
 		if err := syscall.Fstat(fd, &st); err != nil {
 			fmt.Fprintf(os.Stderr, "gantry job: fd %d is not open (%v); this command is run by gantry itself\n", fd, err)
@@ -77,51 +77,24 @@ func RunChild(handlers map[string]Handler) int {
 		}
 		syscall.CloseOnExec(fd) // commands a handler runs must not hold the pipes open
 	}
-	if err := syscall.SetNonblock(cancelFD, true); err != nil {
-		fmt.Fprintf(os.Stderr, "gantry job: making fd %d non-blocking: %v\n", cancelFD, err)
+	if err := syscall.SetNonblock(controlFD, true); err != nil {
+		fmt.Fprintf(os.Stderr, "gantry job: making fd %d non-blocking: %v\n", controlFD, err)
+		return 1
+	}
+	ctl, err := newControls(controlFD)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "gantry job: %v\n", err)
 		return 1
 	}
 	msgs := os.NewFile(messageFD, "job-messages")
 	defer msgs.Close()
 	term := watchTerm()
 	defer term.stop()
-	return serve(life, os.Stdin, msgs, &cancelled{fd: cancelFD}, handlers, term)
-}
-
-// cancelled reads the IDs of the jobs the parent terminated before this worker
-// started them.
-type cancelled struct {
-	fd  int    // non-blocking
-	buf []byte // a partial line (the parent writes whole lines: none in practice)
-}
-
-// has reports whether the job id, whose spec was just read, was terminated. The
-// parent writes a job's ID only while the job is this worker's and, as far as it
-// knows, not started: so an ID read here is this job's, or an earlier job's that
-// the worker had started before the ID came (the parent signalled that one
-// instead). None is kept for later.
-func (c *cancelled) has(id string) bool {
-	var b [512]byte
-	for {
-		n, err := syscall.Read(c.fd, b[:])
-		if n <= 0 || err != nil {
-			break
-		}
-		c.buf = append(c.buf, b[:n]...)
-	}
-	found := false
-	for {
-		i := bytes.IndexByte(c.buf, '\n')
-		if i < 0 {
-			return found
-		}
-		found = found || string(c.buf[:i]) == id
-		c.buf = c.buf[i+1:]
-	}
+	return serve(life, os.Stdin, msgs, ctl, handlers, term)
 }
 
 // serve runs the jobs whose specs arrive on stdin until it is closed.
-func serve(life context.Context, stdin io.Reader, msgs io.Writer, cancels *cancelled, handlers map[string]Handler, term *termSignal) int {
+func serve(life context.Context, stdin io.Reader, msgs io.Writer, ctl *controls, handlers map[string]Handler, term *termSignal) int {
 	base, err := captureState()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "gantry job: warning: %v: this worker runs one job\n", err)
@@ -140,7 +113,7 @@ func serve(life context.Context, stdin io.Reader, msgs io.Writer, cancels *cance
 			}
 			continue
 		}
-		if retire := runOne(life, line, msgs, cancels, handlers, term, base); retire != "" {
+		if retire := runOne(life, line, msgs, ctl, handlers, term, base); retire != "" {
 			// Told so with the result, the parent closes stdin: exit then.
 			if _, err := io.Copy(io.Discard, specs); err != nil {
 				return 1
@@ -152,7 +125,7 @@ func serve(life context.Context, stdin io.Reader, msgs io.Writer, cancels *cance
 
 // runOne runs the job whose spec is line and reports its result. It returns
 // why the worker must take no further job, or "".
-func runOne(life context.Context, line []byte, msgs io.Writer, cancels *cancelled, handlers map[string]Handler, term *termSignal, base *workerState) (retire string) {
+func runOne(life context.Context, line []byte, msgs io.Writer, ctl *controls, handlers map[string]Handler, term *termSignal, base *workerState) (retire string) {
 	r := &Reporter{msgs: msgs, log: io.Discard}
 	var spec Spec
 	if err := json.Unmarshal(line, &spec); err != nil {
@@ -160,6 +133,7 @@ func runOne(life context.Context, line []byte, msgs io.Writer, cancels *cancelle
 		r.finish(Result{Error: fmt.Sprintf("reading job spec from stdin: %v", err)}, retire)
 		return retire
 	}
+	r.ctl, r.gated = ctl, spec.Gated
 	logFile, err := os.OpenFile(spec.LogPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {
 		r.finish(Result{Error: fmt.Sprintf("opening job log: %v", err)}, "")
@@ -167,7 +141,7 @@ func runOne(life context.Context, line []byte, msgs io.Writer, cancels *cancelle
 	}
 	defer logFile.Close()
 	r.log = logFile
-	if cancels.has(spec.ID) {
+	if ctl.begin(spec.ID) {
 		r.logOnly(fmt.Sprintf("[worker] job %s was terminated before pid %d started it: nothing of it ran", spec.ID, os.Getpid()))
 		r.finish(Result{Error: fmt.Sprintf("%s of %s: %v before it started", spec.Action, spec.Element, ErrTerminated)}, "")
 		return ""
@@ -297,6 +271,8 @@ type Reporter struct {
 	writers []*lineWriter
 	// available: Available was called.
 	available bool
+	ctl       *controls // the worker's control pipe; nil before the spec is read
+	gated     bool      // the job's spec is Gated
 }
 
 // Status sends a short description of what the job is doing now, e.g.
@@ -304,7 +280,12 @@ type Reporter struct {
 func (r *Reporter) Status(text string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.writeLog("[status] " + text)
+	r.statusLocked("[status] ", text)
+}
+
+// statusLocked writes text to the log after tag and sends it as a status.
+func (r *Reporter) statusLocked(tag, text string) {
+	r.writeLog(tag + text)
 	r.send(Message{Type: MessageStatus, Text: text})
 }
 
@@ -345,13 +326,28 @@ func (r *Reporter) Available(data json.RawMessage) {
 
 // Gate is where a job's preparation ends and the work that needs its slot
 // begins. For a job whose spec is not Gated, or whose gate the parent has
-// opened already (Job.Open), it returns nil at once. Otherwise it sends
-// status, and waits until the parent opens the gate (nil) or ctx is done
-// (context.Cause(ctx)).
-//
-// Not implemented yet: every gate is open.
+// opened already (Job.Open), it returns nil at once and says nothing.
+// Otherwise it writes "[gate] status" to the log, sends status as a status
+// message (so that displays show why the job waits), and waits until the
+// parent opens the gate (nil) or ctx is done (context.Cause(ctx): the job was
+// terminated, or gantry died); the log says how long it waited. The wait costs
+// nothing: the worker sleeps on its control pipe until a line comes.
 func (r *Reporter) Gate(ctx context.Context, status string) error {
-	return context.Cause(ctx)
+	if !r.gated || r.ctl.isOpen() {
+		return nil
+	}
+	r.mu.Lock()
+	r.statusLocked("[gate] ", status)
+	r.mu.Unlock()
+	waited := time.Now()
+	err := r.ctl.waitOpen(ctx)
+	d := time.Since(waited).Round(time.Microsecond)
+	if err != nil {
+		r.logOnly(fmt.Sprintf("[gate] still closed after %s: %v", d, err))
+		return err
+	}
+	r.logOnly(fmt.Sprintf("[gate] opened after %s", d))
+	return nil
 }
 
 // Log writes line to the log file and sends it as a log message.
@@ -435,8 +431,12 @@ func (r *Reporter) start(spec Spec) {
 }
 
 // finish sends the result, with why the worker takes no further job, if it
-// does not.
+// does not. The job's control lines are forgotten first: the next job's may
+// come once the result is sent.
 func (r *Reporter) finish(res Result, retire string) {
+	if r.ctl != nil {
+		r.ctl.end()
+	}
 	if !res.OK && res.Error == "" {
 		res.Error = "job failed without an error message"
 	}

@@ -1,6 +1,7 @@
 package job
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -59,6 +60,7 @@ type Job struct {
 	suspendedFor time.Duration // completed suspensions
 	terminated   bool
 	killTimer    *time.Timer // SIGKILL after grace, armed by Terminate
+	opened       time.Time   // when Open opened the gate of a gated job; zero until then
 }
 
 // Start runs spec in a worker process of its own that exits when the job ends:
@@ -159,10 +161,11 @@ func (j *Job) resumeLocked() error {
 //
 // A job its worker has not started (no start message yet) is not signalled:
 // a worker between jobs ignores SIGTERM, and one that has not read the job
-// yet would run it all the same. Its worker is told instead (worker.cancel)
+// yet would run it all the same. Its worker is told instead (worker.control)
 // and, on reading the job, runs nothing of it and reports it terminated; it
 // stays in the pool. If the worker had already started the job, its start
-// message is answered with SIGTERM (see deliver).
+// message is answered with SIGTERM (see deliver). A job waiting at its gate
+// (Reporter.Gate) has started: SIGTERM ends the wait.
 func (j *Job) Terminate() error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
@@ -178,12 +181,35 @@ func (j *Job) Terminate() error {
 	if j.killTimer == nil {
 		j.killTimer = time.AfterFunc(j.grace, j.killAfterGrace)
 	}
-	if !j.acked && j.w.cancel(j.spec.ID) == nil {
+	if !j.acked && j.w.control(controlTerminate, j.spec.ID) == nil {
 		return nil
 	}
 	if err := j.signalLocked(syscall.SIGTERM); err != nil {
 		return fmt.Errorf("terminating job %s (pid %d): %w", j.spec.ID, j.w.pid, err)
 	}
+	return nil
+}
+
+// Open opens the gate of a gated job (Spec.Gated): the job's worker, waiting at
+// the gate (Reporter.Gate) or on its way to it, goes on to the work that needs
+// the job's slot. Outcome.Opened records when. It may be called at any time: a
+// worker that has not read the job yet, or is suspended, reads it when it gets
+// there. Opening an ungated or ended job, or a gate already open, does nothing.
+//
+// It never waits (the scheduler calls it): the line for the worker is written
+// without waiting for room, as Terminate's is (see worker.control). A worker
+// that died meanwhile (the write fails with EPIPE) is no error: its job goes to
+// a new worker with its gate open (see handOver), or ends.
+func (j *Job) Open() error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if !j.spec.Gated || j.exited || !j.opened.IsZero() {
+		return nil
+	}
+	if err := j.w.control(controlOpen, j.spec.ID); err != nil && !errors.Is(err, syscall.EPIPE) {
+		return fmt.Errorf("opening the gate of job %s (pid %d): %w", j.spec.ID, j.w.pid, err)
+	}
+	j.opened = time.Now()
 	return nil
 }
 
@@ -248,7 +274,8 @@ func (j *Job) deliver(m Message) {
 // log, so nothing of the element's ran and running it elsewhere is safe. Not
 // for a job that was terminated or killed, nor once the pool is closed (Close
 // kills the workers it waited for in vain). A suspended job's new worker is
-// stopped before it reads the spec. old must have exited and not been reaped:
+// stopped before it reads the spec; an opened job's is told its gate is open
+// before it is given the spec. old must have exited and not been reaped:
 // until j.w is the new worker, a signal for the job reaches old's zombie. It
 // reports whether the job went to a new worker; the job's log says so.
 func (j *Job) handOver(old *worker) bool {
@@ -276,6 +303,10 @@ func (j *Job) handOver(old *worker) bool {
 	}
 	if j.suspended {
 		_ = syscall.Kill(-w.pid, syscall.SIGSTOP)
+	}
+	if !j.opened.IsZero() {
+		// A new pipe has room; if the worker died already, its watcher ends the job.
+		_ = w.control(controlOpen, j.spec.ID)
 	}
 	w.send(j.line)
 	return true
@@ -323,7 +354,7 @@ func (j *Job) complete(res *Result, retire string, ps *os.ProcessState, waitErr 
 		}
 		j.endLocked(time.Now())
 	}
-	out := Outcome{Terminated: j.terminated, ExitCode: -1, Elapsed: j.elapsedLocked(j.ended)}
+	out := Outcome{Terminated: j.terminated, ExitCode: -1, Elapsed: j.elapsedLocked(j.ended), Opened: j.opened}
 	w, acked := j.w, j.acked // a job never started ran nothing that could spoil its worker
 	j.mu.Unlock()
 

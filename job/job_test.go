@@ -70,6 +70,21 @@ var testHandlers = map[string]Handler{
 		<-ctx.Done()
 		return Result{}, context.Cause(ctx)
 	},
+	// gate waits at its gate, then creates the payload's file and says so.
+	"gate": func(ctx context.Context, spec Spec, r *Reporter) (Result, error) {
+		var path string
+		if err := json.Unmarshal(spec.Payload, &path); err != nil {
+			return Result{}, err
+		}
+		if err := r.Gate(ctx, gateStatus); err != nil {
+			return Result{}, err
+		}
+		if err := os.WriteFile(path, nil, 0o644); err != nil {
+			return Result{}, err
+		}
+		r.Status(pastGate)
+		return Result{OK: true}, nil
+	},
 	"fail": func(ctx context.Context, spec Spec, r *Reporter) (Result, error) {
 		r.Log("about to fail")
 		return Result{Temporary: true}, errors.New("fetching foo.tar: remote unreachable")
@@ -237,7 +252,7 @@ type started struct {
 }
 
 // testOptions starts workers that run testHandlers (see TestMain).
-func testOptions(t *testing.T) Options {
+func testOptions(t testing.TB) Options {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {

@@ -173,7 +173,7 @@ type worker struct {
 	pid      int           // also its process group id
 	specs    *os.File      // its stdin: one JSON spec per line
 	msgs     *os.File      // its fd 3: one JSON message per line
-	cancels  *os.File      // its fd 4: the IDs of jobs terminated before it started them, one a line
+	controls *os.File      // its fd 4: the control pipe (see controlTerminate)
 	readDone chan struct{} // closed when msgs reached EOF (or was closed)
 	dead     chan struct{} // closed once the process has exited and been reaped
 
@@ -197,13 +197,13 @@ func (p *Workers) startWorker(out *os.File, j *Job) (*worker, error) {
 		return nil, fmt.Errorf("creating stdin pipe: %w", err)
 	}
 	defer stdinR.Close()
-	cancelR, cancelW, err := os.Pipe()
+	ctlR, ctlW, err := os.Pipe()
 	if err != nil {
 		msgR.Close()
 		stdinW.Close()
-		return nil, fmt.Errorf("creating cancel pipe: %w", err)
+		return nil, fmt.Errorf("creating control pipe: %w", err)
 	}
-	defer cancelR.Close()
+	defer ctlR.Close()
 
 	cmd := exec.Command(p.opts.Command[0], p.opts.Command[1:]...)
 	cmd.Env = p.opts.Env
@@ -211,15 +211,15 @@ func (p *Workers) startWorker(out *os.File, j *Job) (*worker, error) {
 	cmd.Stdin = stdinR
 	cmd.Stdout = out
 	cmd.Stderr = out
-	cmd.ExtraFiles = []*os.File{msgW, cancelR} // fd 3, fd 4
+	cmd.ExtraFiles = []*os.File{msgW, ctlR} // fd 3, fd 4
 	cmd.SysProcAttr = sysProcAttr()
 	if err := cmd.Start(); err != nil {
 		msgR.Close()
 		stdinW.Close()
-		cancelW.Close()
+		ctlW.Close()
 		return nil, err
 	}
-	w := &worker{pool: p, cmd: cmd, pid: cmd.Process.Pid, specs: stdinW, msgs: msgR, cancels: cancelW,
+	w := &worker{pool: p, cmd: cmd, pid: cmd.Process.Pid, specs: stdinW, msgs: msgR, controls: ctlW,
 		readDone: make(chan struct{}), dead: make(chan struct{})}
 	w.assign(j)
 	p.mu.Lock()
@@ -260,31 +260,6 @@ func (w *worker) retire() {
 		w.retired = true
 		w.specs.Close()
 	}
-}
-
-// cancel tells the worker that the job id, given to it, is terminated: a worker
-// that has not started it yet runs nothing of it (see RunChild). The write does
-// not block: the pipe holds at most a line per job the worker was given and has
-// not read yet, far below its capacity, so an error means the worker is gone or
-// the line could not be written, and the caller signals the job instead.
-func (w *worker) cancel(id string) error {
-	line := []byte(id + "\n")
-	rc, err := w.cancels.SyscallConn()
-	if err != nil {
-		return err
-	}
-	var n int
-	var werr error
-	if err := rc.Write(func(fd uintptr) bool {
-		n, werr = syscall.Write(int(fd), line)
-		return true // never wait for room: see above
-	}); err != nil {
-		return err
-	}
-	if werr == nil && n != len(line) {
-		werr = fmt.Errorf("wrote %d of %d bytes", n, len(line))
-	}
-	return werr
 }
 
 // kill kills the worker's process group, if the worker has not exited.
@@ -368,7 +343,7 @@ func (w *worker) watch() {
 	}
 	err := w.cmd.Wait() // only now: the pgid the job signalled stayed this worker's until it was not the job's
 	w.msgs.Close()
-	w.cancels.Close()
+	w.controls.Close()
 	w.retire()
 	if j != nil {
 		j.complete(nil, "", w.cmd.ProcessState, err) // nothing if its result came first

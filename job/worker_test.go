@@ -227,6 +227,13 @@ func TestWorkerGoroutinesLeft(t *testing.T) {
 // dies with the job given to it and not started. It returns the worker's pid.
 func startInStoppedWorker(t *testing.T, p *Workers, action string, payload any) (int, started) {
 	t.Helper()
+	return startStopped(t, p, action, payload, p.Start)
+}
+
+// startStopped is startInStoppedWorker with the job started by run (p.Start, or
+// a wrapper of it).
+func startStopped(t *testing.T, p *Workers, action string, payload any, run func(Spec, func(Message)) (*Job, error)) (int, started) {
+	t.Helper()
 	first, _ := runIn(t, p, "messages", nil)
 	idle := first.job.Pid()
 	if err := syscall.Kill(idle, syscall.SIGSTOP); err != nil {
@@ -235,7 +242,7 @@ func startInStoppedWorker(t *testing.T, p *Workers, action string, payload any) 
 	// Stopped only once seen so: until a thread of it takes the signal, another
 	// could read the job.
 	eventually(t, fmt.Sprintf("worker %d to be stopped", idle), func() bool { return procState(idle) == "T" })
-	s := startIn(t, p, action, payload)
+	s := launch(t, action, payload, run)
 	if pid := s.job.Pid(); pid != idle {
 		t.Fatalf("the job went to worker %d, want the idle worker %d", pid, idle)
 	}
