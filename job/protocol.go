@@ -18,8 +18,9 @@
 // holds the worker and that job's processes only, so the parent can suspend
 // (SIGSTOP), resume (SIGCONT), terminate (SIGTERM, then SIGKILL after a grace
 // period) or kill exactly that job; an idle worker is never signalled (a job
-// terminated before its worker started it is named on the worker's fd 4
-// instead, and the worker runs nothing of it: see Job.Terminate). The worker
+// terminated before its worker started it is named on the worker's control
+// pipe, fd 4, instead, and the worker runs nothing of it: see Job.Terminate
+// and controlTerminate). The worker
 // is a child subreaper: processes that leave its group (setsid, double
 // fork) stay its descendants, and it kills and reaps them all before it sends
 // the job's result, and kills them when gantry dies, even by kill -9 (see
@@ -27,6 +28,15 @@
 // process, or retires when it cannot (see workerState). A worker that dies
 // fails only the job it was running, unless it died before it started that
 // job: then the job goes to a new worker, once (see Job.handOver).
+//
+// A gated job (Spec.Gated) does what needs no job slot first (a build stages
+// its dependencies and sources), then waits at its gate (Reporter.Gate), saying
+// so, until the parent opens it (Job.Open, a line on fd 4; a gate opened before
+// the job gets there lets it through at once). So a scheduler can give a job to
+// a worker while the job's slot is still busy, and only open its gate when the
+// slot frees: the hand-over (log file, spec, start message) and the preparation
+// are then done beside the slot's last job, not after it. The wait costs the
+// worker nothing: it sleeps on the pipe.
 package job
 
 import (
