@@ -57,10 +57,11 @@ func ReadLoadsFile(path string) (string, error) {
 }
 
 // WriteLoadsFile writes a file of loads/ atomically: a temporary file in its directory,
-// then a rename. encode makes the contents; it is given "now" by the filesystem's own
-// clock (the temporary file's change time), against which entries are judged racily
-// clean (fileid.ID.Racy). what names the file in errors ("the element parse cache").
-func WriteLoadsFile(path, what string, encode func(now int64) []byte) error {
+// then a rename. write writes the contents to the temporary file (unbuffered: it
+// writes in blocks of its own), given "now" by the filesystem's own clock (the
+// temporary file's change time), against which entries are judged racily clean
+// (fileid.ID.Racy). what names the file in errors ("the element parse cache").
+func WriteLoadsFile(path, what string, write func(w io.Writer, now int64) error) error {
 	err := os.MkdirAll(filepath.Dir(path), 0o755)
 	var tmp *os.File
 	if err == nil {
@@ -70,7 +71,7 @@ func WriteLoadsFile(path, what string, encode func(now int64) []byte) error {
 		return fmt.Errorf("saving %s: %w", what, err)
 	}
 	defer os.Remove(tmp.Name()) // after the rename: nothing to remove
-	_, err = tmp.Write(encode(fileid.Now(tmp)))
+	err = write(tmp, fileid.Now(tmp))
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"os"
 	"path/filepath"
@@ -255,13 +256,14 @@ func (m *OutcomeMemo) Save() error {
 			}
 		}
 	}
-	return WriteLoadsFile(m.path, "the artifact outcome memo", func(now int64) []byte {
+	return WriteLoadsFile(m.path, "the artifact outcome memo", func(w io.Writer, now int64) error {
 		for element, e := range entries {
 			if e.Ref.Racy(now, m.racy) {
 				e.Ref = fileid.ID{}
 				entries[element] = e
 			}
 		}
-		return encodeOutcomeMemo(entries)
+		_, err := w.Write(encodeOutcomeMemo(entries))
+		return err
 	})
 }

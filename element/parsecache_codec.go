@@ -2,6 +2,7 @@ package element
 
 import (
 	"errors"
+	"io"
 	"math"
 
 	"github.com/gantry-build/gantry/internal/bincode"
@@ -17,28 +18,58 @@ import (
 // every field of parsedFile and keyMemo (found by reflection, so a new field must be
 // added here to pass) and reads it back.
 
-func encodeParseCache(stamp string, files map[string]*cachedFile) []byte {
-	w := &bincode.Writer{B: make([]byte, 0, 64+256*len(files))}
+// encodeParseCache writes files, but for the entries marked drop, to out, in blocks of
+// at most saveBlock bytes or one entry (a whole 100,000-element cache is 25 MB; its
+// largest entry, the target that depends on every other, 2 MB).
+func encodeParseCache(out io.Writer, stamp string, files map[string]*cachedFile) error {
+	n := 0
+	for _, c := range files {
+		if !c.drop {
+			n++
+		}
+	}
+	w := &bincode.Writer{B: make([]byte, 0, saveBlock)}
+	var err error
+	write := func(b []byte) {
+		if err == nil {
+			_, err = out.Write(b)
+		}
+	}
 	w.Str(stamp)
-	w.Uint(uint64(len(files)))
+	w.Uint(uint64(n))
 	var entry bincode.Writer
 	for name, c := range files {
-		w.Str(name)
-		if c.raw != "" { // as read: entries never change
-			w.Str(c.raw)
+		if c.drop {
 			continue
 		}
 		entry.B = entry.B[:0]
-		c.ID.Append(&entry)
-		writeParsed(&entry, &c.Parsed)
-		entry.Str(c.Key.Inputs)
-		entry.Str(c.Key.Key)
-		entry.Str(c.Key.Context)
+		if c.raw != "" { // as read: entries never change
+			entry.B = append(entry.B, c.raw...)
+		} else {
+			c.ID.Append(&entry)
+			writeParsed(&entry, &c.Parsed)
+			entry.Str(c.Key.Inputs)
+			entry.Str(c.Key.Key)
+			entry.Str(c.Key.Context)
+		}
+		w.Str(name)
 		w.Uint(uint64(len(entry.B)))
-		w.B = append(w.B, entry.B...)
+		if len(w.B)+len(entry.B) > saveBlock {
+			write(w.B)
+			w.B = w.B[:0]
+		}
+		if len(entry.B) > saveBlock {
+			write(entry.B)
+		} else {
+			w.B = append(w.B, entry.B...)
+		}
 	}
-	return w.B
+	write(w.B)
+	return err
 }
+
+// saveBlock is how many bytes encodeParseCache gathers before it writes them.
+const saveBlock = 64 << 10
 
 // decodeParseCache indexes what encodeParseCache wrote, entries undecoded
 // (cachedFile.decode); an error for anything else.

@@ -369,8 +369,8 @@ func TestParseCacheCodecRoundTrips(t *testing.T) {
 	fill(reflect.ValueOf(&full.Parsed).Elem())
 	fill(reflect.ValueOf(&full.Key).Elem())
 	files := map[string]*cachedFile{"full.toml": full, "empty.toml": {}}
-	data := encodeParseCache("stamp", files)
-	stamp, got, err := decodeParseCache(string(data))
+	data := encodeToString(t, files)
+	stamp, got, err := decodeParseCache(data)
 	if err != nil || stamp != "stamp" || len(got) != len(files) {
 		t.Fatalf("decoded %q, %v, %d entries; want %d", stamp, err, len(got), len(files))
 	}
@@ -381,7 +381,7 @@ func TestParseCacheCodecRoundTrips(t *testing.T) {
 		}
 	}
 	// Entries read are written back as read; one whose stored form is damaged is a miss.
-	_, again, err := decodeParseCache(string(encodeParseCache("stamp", got)))
+	_, again, err := decodeParseCache(encodeToString(t, got))
 	if err != nil || again["full.toml"] == nil || again["full.toml"].raw != got["full.toml"].raw {
 		t.Fatalf("read, written and read again: %v, %#v", err, again["full.toml"])
 	}
@@ -390,7 +390,7 @@ func TestParseCacheCodecRoundTrips(t *testing.T) {
 		t.Error("an entry one byte short decoded")
 	}
 	for i := range len(data) {
-		if _, _, err := decodeParseCache(string(data[:i])); err == nil {
+		if _, _, err := decodeParseCache(data[:i]); err == nil {
 			t.Fatalf("%d of %d bytes decoded without an error", i, len(data))
 		}
 	}
@@ -416,6 +416,53 @@ func TestElementFileLinkedInsideTheProject(t *testing.T) {
 	for range 2 {
 		if got, _ := cachedKeys(t, dir, cacheDir); got["lib.toml"] != want {
 			t.Errorf("lib.toml through a link, parse cache: key %.12s, want %.12s", got["lib.toml"], want)
+		}
+	}
+}
+
+// encodeToString is encodeParseCache's output for files.
+func encodeToString(t *testing.T, files map[string]*cachedFile) string {
+	t.Helper()
+	var b strings.Builder
+	if err := encodeParseCache(&b, "stamp", files); err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}
+
+// blockWriter records the size of each write.
+type blockWriter struct {
+	strings.Builder
+	writes []int
+}
+
+func (w *blockWriter) Write(p []byte) (int, error) {
+	w.writes = append(w.writes, len(p))
+	return w.Builder.Write(p)
+}
+
+// A large cache is written a block at a time, not gathered whole in memory first (a
+// cold load of 100,000 elements gathered 25 MB), and an entry Save marked drop is left
+// out of the count and the entries alike.
+func TestParseCacheEncodesInBlocks(t *testing.T) {
+	files := map[string]*cachedFile{}
+	for i := range 4 * saveBlock / 200 {
+		files[fmt.Sprintf("e%d.toml", i)] = &cachedFile{Parsed: parsedFile{Kind: "manual", Description: strings.Repeat("d", 200)}, drop: i%3 == 0}
+	}
+	var w blockWriter
+	if err := encodeParseCache(&w, "stamp", files); err != nil {
+		t.Fatal(err)
+	}
+	if len(w.writes) < 4 || slices.Max(w.writes) > saveBlock {
+		t.Errorf("%d bytes written as %d writes of at most %d bytes; want blocks of about %d", w.Len(), len(w.writes), slices.Max(w.writes), saveBlock)
+	}
+	_, got, err := decodeParseCache(w.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, c := range files {
+		if _, ok := got[name]; ok == c.drop {
+			t.Fatalf("%s (drop %v) decoded: %v", name, c.drop, ok)
 		}
 	}
 }
