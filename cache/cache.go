@@ -84,19 +84,40 @@ type Cache struct {
 // Open prepares the cache at root, creating the layout if needed, and removes
 // entries of tmp/ that crashed processes left behind more than an hour ago.
 func Open(root string) (*Cache, error) {
+	c, err := At(root)
+	if err == nil {
+		err = c.Prepare()
+	}
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// At is the cache at root, the disk untouched: a command reads what a cache may
+// already hold (the outcome memo, the build durations: absent where there is no cache)
+// while its project loads, and calls Prepare only once the project loaded, so that a
+// project that does not load leaves no cache directory behind. Nothing may be written
+// through it before Prepare.
+func At(root string) (*Cache, error) {
 	abs, err := filepath.Abs(root)
 	if err != nil {
 		return nil, fmt.Errorf("opening cache %s: %w", root, err)
 	}
-	c := &Cache{Root: abs, pid: os.Getpid()}
+	return &Cache{Root: abs, pid: os.Getpid()}, nil
+}
+
+// Prepare creates the layout of the cache At gave, if needed, and removes entries of
+// tmp/ that crashed processes left behind more than an hour ago.
+func (c *Cache) Prepare() error {
 	for _, d := range []string{casDir, refsDir, sourcesDir, logsDir, tmpDir} {
-		if err := os.MkdirAll(filepath.Join(abs, d), 0o755); err != nil {
-			return nil, fmt.Errorf("opening cache %s: %w", abs, err)
+		if err := os.MkdirAll(filepath.Join(c.Root, d), 0o755); err != nil {
+			return fmt.Errorf("opening cache %s: %w", c.Root, err)
 		}
 	}
 	// Best effort: a cache with some old garbage in tmp/ is still usable.
 	_, _ = c.CleanTemp(staleTempAge)
-	return c, nil
+	return nil
 }
 
 // Attach opens the cache at root for a job of a session: the gantry process that
@@ -104,13 +125,12 @@ func Open(root string) (*Cache, error) {
 // a job's start-up does not scan tmp/ again, however many entries it holds
 // (issue 13).
 func Attach(root string) (*Cache, error) {
-	abs, err := filepath.Abs(root)
+	c, err := At(root)
 	if err != nil {
-		return nil, fmt.Errorf("opening cache %s: %w", root, err)
+		return nil, err
 	}
-	c := &Cache{Root: abs, pid: os.Getpid()}
 	if fi, err := os.Stat(c.tmpPath()); err != nil || !fi.IsDir() {
-		return nil, fmt.Errorf("opening cache %s: it has no %s/ directory (is it a gantry cache? `gantry build` sets one up)", abs, tmpDir)
+		return nil, fmt.Errorf("opening cache %s: it has no %s/ directory (is it a gantry cache? `gantry build` sets one up)", c.Root, tmpDir)
 	}
 	return c, nil
 }

@@ -149,7 +149,7 @@ func runBuild(opts *buildOptions, args []string) error {
 	if err != nil {
 		return usagef("%v", err)
 	}
-	p, err := opts.openPipeline(&opts.schedulerFlags, args)
+	p, err := opts.openPipeline(&opts.schedulerFlags, args, readOutcomes|readStats)
 	if err != nil {
 		return err
 	}
@@ -288,16 +288,26 @@ type pipeline struct {
 	maxJobs int
 	// outcomes is the project's outcome memo, and stats the learnt build durations
 	// (a damaged stats file only loses estimates: empty stats), both read while the
-	// graph loaded.
+	// graph loaded when the command asked for them (pipelineReads), nil otherwise.
 	outcomes *cache.OutcomeMemo
 	stats    *cache.Stats
 }
 
+// pipelineReads says what a command reads of the cache while its graph loads.
+type pipelineReads uint8
+
+const (
+	readOutcomes pipelineReads = 1 << iota // the project's outcome memo: pipeline.outcomes
+	readStats                              // the learnt build durations: pipeline.stats
+)
+
 // openPipeline loads the project, the targets named by args, the limits and the cache.
-// The cache is opened, and the project's outcome memo and the build durations read, on
-// another goroutine while the graph loads (the durations of 10,000 elements are 5% of a
-// null build's CPU); an error loading the graph is reported first.
-func (o *globalOptions) openPipeline(f *schedulerFlags, args []string) (*pipeline, error) {
+// What the command reads of the cache (reads: the project's outcome memo, the build
+// durations) is read on another goroutine while the graph loads (the durations of
+// 10,000 elements are 5% of a null build's CPU); an error loading the graph is reported
+// first, and the cache's directories are made only once the graph loaded, so that a
+// project that does not load leaves no cache behind.
+func (o *globalOptions) openPipeline(f *schedulerFlags, args []string, reads pipelineReads) (*pipeline, error) {
 	s, err := o.load()
 	if err != nil {
 		return nil, err
@@ -318,21 +328,30 @@ func (o *globalOptions) openPipeline(f *schedulerFlags, args []string) (*pipelin
 			p.onError = element.OnErrorAsk
 		}
 	}
+	root := s.cacheRoot()
 	opened := make(chan error, 1)
 	go func() {
 		var err error
-		if p.cache, err = s.openCache(); err == nil {
-			p.outcomes = p.cache.OpenOutcomeMemo(s.project.Name)
-			p.stats, _ = p.cache.LoadStats() // never nil
+		if p.cache, err = cache.At(root); err == nil {
+			if reads&readOutcomes != 0 {
+				p.outcomes = p.cache.OpenOutcomeMemo(s.project.Name)
+			}
+			if reads&readStats != 0 {
+				p.stats, _ = p.cache.LoadStats() // never nil
+			}
 		}
 		opened <- err
 	}()
 	p.graph, err = s.loadGraph(args)
-	if cerr := <-opened; err == nil {
-		err = cerr
-	}
+	cerr := <-opened
 	if err != nil {
 		return nil, err
+	}
+	if cerr == nil {
+		cerr = p.cache.Prepare()
+	}
+	if cerr != nil {
+		return nil, openCacheError(root, cerr)
 	}
 	return p, nil
 }

@@ -23,9 +23,14 @@ func (s *session) openCache() (*cache.Cache, error) { return openCacheAt(s.cache
 func openCacheAt(root string) (*cache.Cache, error) {
 	c, err := cache.Open(root)
 	if err != nil {
-		return nil, fmt.Errorf("opening the cache at %s: %w (set --cache-dir or GANTRY_CACHE_DIR to use another)", root, err)
+		return nil, openCacheError(root, err)
 	}
 	return c, nil
+}
+
+// openCacheError is the error of opening the cache at root.
+func openCacheError(root string, err error) error {
+	return fmt.Errorf("opening the cache at %s: %w (set --cache-dir or GANTRY_CACHE_DIR to use another)", root, err)
 }
 
 func (q cacheQuery) Artifact(project, name, key string) element.ArtifactStatus {

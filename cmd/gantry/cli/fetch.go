@@ -29,7 +29,11 @@ would build: cached elements need no sources.`,
 }
 
 func runFetchCmd(opts *fetchOptions, args []string) error {
-	p, err := opts.openPipeline(&opts.schedulerFlags, args)
+	var reads pipelineReads
+	if opts.deps == "plan" {
+		reads = readOutcomes // what is cached needs no sources
+	}
+	p, err := opts.openPipeline(&opts.schedulerFlags, args, reads)
 	if err != nil {
 		return err
 	}
