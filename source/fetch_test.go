@@ -4,108 +4,32 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/fstest"
 	"time"
 
 	"github.com/gantry-build/gantry/internal/testhttp"
 )
 
-// tarServer serves tarballs on 127.0.0.1 and misbehaves on purpose, by path:
-//
-//	/ok/NAME     the file NAME
-//	/flaky/NAME  503 on the first request, then the file
-//	/truncated   announces more bytes than it sends
-//	/cut         sends some bytes of unknown length, then closes the connection
-//	/wrong       other bytes than the test expects
-//	/stall       headers, then nothing until the client gives up
-//	/status/N    HTTP status N
-//	/trickle     a byte at a time, never idle for long, never done, until the client gives up
-//	/endless     zeros of unknown length, until the client gives up
-type tarServer struct {
-	*httptest.Server
-	files    map[string][]byte
-	requests atomic.Int64
-	flaky    sync.Map // name → already failed
-}
-
-func newTarServer(t *testing.T, files map[string][]byte) *tarServer {
-	s := &tarServer{files: files}
-	stop := make(chan struct{})
-	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s.requests.Add(1)
-		kind, name, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/"), "/")
-		switch kind {
-		case "ok":
-			s.serve(w, name)
-		case "flaky":
-			if _, failed := s.flaky.LoadOrStore(name, true); !failed {
-				http.Error(w, "try later", http.StatusServiceUnavailable)
-				return
-			}
-			s.serve(w, name)
-		case "truncated":
-			w.Header().Set("Content-Length", "100000")
-			w.Write([]byte("only the beginning"))
-		case "cut":
-			w.Write([]byte("only the beginning"))
-			w.(http.Flusher).Flush() // chunked: no Content-Length
-			panic(http.ErrAbortHandler)
-		case "wrong":
-			w.Write([]byte("not what you expected"))
-		case "stall":
-			testhttp.Stall(w, r, stop)
-		case "trickle", "endless":
-			if kind == "trickle" {
-				w.Header().Set("Content-Length", "1000000")
-			}
-			w.WriteHeader(http.StatusOK)
-			chunk := make([]byte, 64<<10)
-			if kind == "trickle" {
-				chunk = chunk[:1]
-			}
-			tick := time.NewTicker(5 * time.Millisecond)
-			defer tick.Stop()
-			for {
-				if _, err := w.Write(chunk); err != nil {
-					return
-				}
-				w.(http.Flusher).Flush()
-				select {
-				case <-r.Context().Done():
-					return
-				case <-stop:
-					return
-				case <-tick.C:
-				}
-			}
-		case "status":
-			code, _ := strconv.Atoi(name)
-			http.Error(w, "nope", code)
-		default:
-			http.NotFound(w, r)
-		}
-	}))
-	t.Cleanup(s.Close)
-	t.Cleanup(func() { close(stop) }) // runs first: frees a stalled handler
-	return s
-}
-
-func (s *tarServer) serve(w http.ResponseWriter, name string) {
-	b, ok := s.files[name]
-	if !ok {
-		http.Error(w, "no such file", http.StatusNotFound)
-		return
+// newTarServer serves files on 127.0.0.1, misbehaving on purpose as the path says
+// (testhttp.FileServer: /NAME, /flaky/N/NAME, /truncate/NAME, /cut/NAME, /wrong/NAME,
+// /status/N, /stall, /trickle, /endless).
+func newTarServer(t *testing.T, files map[string][]byte) *testhttp.FileServer {
+	fsys := fstest.MapFS{}
+	for name, data := range files {
+		fsys[name] = &fstest.MapFile{Data: data}
 	}
-	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
-	w.Write(b)
+	s := testhttp.NewFileServer(fsys)
+	t.Cleanup(s.Close)
+	return s
 }
 
 func fetchOpts(t *testing.T) FetchOptions {
@@ -120,7 +44,7 @@ func TestFetchTarAndStage(t *testing.T) {
 	o := fetchOpts(t)
 	var lastDone, lastTotal int64
 	o.Progress = func(done, total int64) { lastDone, lastTotal = done, total }
-	s := &Spec{Kind: Tar, URL: srv.URL + "/ok/hello.tar.gz", Ref: sha(archive), BaseDir: "*"}
+	s := &Spec{Kind: Tar, URL: srv.URL + "/hello.tar.gz", Ref: sha(archive), BaseDir: "*"}
 
 	if Cached(o.SourcesDir, s) {
 		t.Fatal("Cached before fetching")
@@ -142,11 +66,11 @@ func TestFetchTarAndStage(t *testing.T) {
 	}
 
 	// Fetching again is a no-op without the network.
-	before := srv.requests.Load()
+	before := srv.Total()
 	if err := Fetch(context.Background(), s, o); err != nil {
 		t.Fatal(err)
 	}
-	if n := srv.requests.Load() - before; n != 0 {
+	if n := srv.Total() - before; n != 0 {
 		t.Errorf("a cached fetch made %d requests", n)
 	}
 
@@ -172,7 +96,7 @@ func TestTrackTarDownloadsIntoCache(t *testing.T) {
 	archive := makeTar(t, file("a", "1"))
 	srv := newTarServer(t, map[string][]byte{"a.tar": archive})
 	o := fetchOpts(t)
-	s := &Spec{Kind: Tar, URL: srv.URL + "/ok/a.tar"}
+	s := &Spec{Kind: Tar, URL: srv.URL + "/a.tar"}
 	ref, err := Track(context.Background(), s, o)
 	if err != nil {
 		t.Fatal(err)
@@ -184,14 +108,14 @@ func TestTrackTarDownloadsIntoCache(t *testing.T) {
 		t.Error("Track changed the spec")
 	}
 	s.Ref = ref
-	before := srv.requests.Load()
+	before := srv.Total()
 	if !Cached(o.SourcesDir, s) {
 		t.Error("tracked source not Cached")
 	}
 	if err := Fetch(context.Background(), s, o); err != nil {
 		t.Fatal(err)
 	}
-	if srv.requests.Load() != before {
+	if srv.Total() != before {
 		t.Error("Fetch after Track used the network")
 	}
 }
@@ -211,9 +135,9 @@ func TestFetchErrors(t *testing.T) {
 		{path: "/status/408", status: 408, temporary: true},
 		{path: "/status/500", status: 500, temporary: true},
 		{path: "/status/503", status: 503, temporary: true, contains: []string{"503 Service Unavailable"}},
-		{path: "/truncated", temporary: true, contains: []string{"18 of 100000 bytes"}},
-		{path: "/cut", temporary: true, contains: []string{"connection closed after 18 bytes"}},
-		{path: "/wrong", contains: []string{"checksum mismatch", sha(archive), sha([]byte("not what you expected"))}},
+		{path: "/truncate/a.tar.gz", temporary: true, contains: []string{fmt.Sprintf("%d of %d bytes", len(archive)/2, len(archive))}},
+		{path: "/cut/a.tar.gz", temporary: true, contains: []string{fmt.Sprintf("connection closed after %d bytes", len(archive)/2)}},
+		{path: "/wrong/a.tar.gz", contains: []string{"checksum mismatch", sha(archive), sha([]byte(testhttp.WrongBody))}},
 	}
 	for _, tt := range tests {
 		t.Run(strings.ReplaceAll(tt.path[1:], "/", "-"), func(t *testing.T) {
@@ -253,7 +177,7 @@ func TestFetchUnavailableThenAvailable(t *testing.T) {
 	archive := makeTar(t, file("a", "1"))
 	srv := newTarServer(t, map[string][]byte{"a.tar": archive})
 	o := fetchOpts(t)
-	s := &Spec{Kind: Tar, URL: srv.URL + "/flaky/a.tar", Ref: sha(archive)}
+	s := &Spec{Kind: Tar, URL: srv.URL + "/flaky/1/a.tar", Ref: sha(archive)}
 	err := Fetch(context.Background(), s, o)
 	if !IsTemporary(err) {
 		t.Fatalf("first fetch: want a temporary error, got %v", err)
@@ -308,7 +232,7 @@ func TestFetchSizeLimit(t *testing.T) {
 	srv := newTarServer(t, map[string][]byte{"big.tar": big})
 	o := fetchOpts(t)
 	o.MaxDownload = 1 << 20
-	for _, path := range []string{"/ok/big.tar", "/endless"} {
+	for _, path := range []string{"/big.tar", "/endless"} {
 		err := Fetch(context.Background(), &Spec{Kind: Tar, URL: srv.URL + path, Ref: sha(big)}, o)
 		if err == nil || !strings.Contains(err.Error(), "larger than 1048576 bytes, the download limit") {
 			t.Fatalf("%s: want the size error, got %v", path, err)
@@ -319,7 +243,7 @@ func TestFetchSizeLimit(t *testing.T) {
 	}
 	t.Setenv("GANTRY_MAX_DOWNLOAD_SIZE", "2M")
 	o.MaxDownload = 0
-	if err := Fetch(context.Background(), &Spec{Kind: Tar, URL: srv.URL + "/ok/big.tar", Ref: sha(big)}, o); err == nil || !strings.Contains(err.Error(), "larger than 2097152 bytes") {
+	if err := Fetch(context.Background(), &Spec{Kind: Tar, URL: srv.URL + "/big.tar", Ref: sha(big)}, o); err == nil || !strings.Contains(err.Error(), "larger than 2097152 bytes") {
 		t.Fatalf("want GANTRY_MAX_DOWNLOAD_SIZE applied, got %v", err)
 	}
 	if files, _ := os.ReadDir(filepath.Join(o.SourcesDir, "files")); len(files) != 0 {
@@ -397,7 +321,7 @@ func TestRemote(t *testing.T) {
 	body := []byte("#!/bin/sh\necho tool\n")
 	srv := newTarServer(t, map[string][]byte{"tool.sh": body})
 	o := fetchOpts(t)
-	s := &Spec{Kind: Remote, URL: srv.URL + "/ok/tool.sh", Ref: sha(body), Directory: "bin", Executable: true}
+	s := &Spec{Kind: Remote, URL: srv.URL + "/tool.sh", Ref: sha(body), Directory: "bin", Executable: true}
 	if err := Fetch(context.Background(), s, o); err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,8 @@
 // Package testhttp holds what the HTTP servers that tests of several packages run on
 // 127.0.0.1 share: an in-memory remote cache store (bazel-remote's protocol, which
-// gantry's HTTP remote speaks) and the stalled responses their fault modes send. Each
-// test's server keeps its own misbehaviours around them. It is imported only by tests.
+// gantry's HTTP remote speaks), the stalled responses their fault modes send, and a
+// file server with every fault mode the source tests and the testscripts use
+// (FileServer). It is imported only by tests.
 package testhttp
 
 import (

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"testing/fstest"
 )
 
 // The store answers what was put under the key its prefix leaves, refuses a short
@@ -58,5 +59,47 @@ func TestStore(t *testing.T) {
 	wrong.Store(true)
 	if code, body := do("GET", "/p/cas/a", "", 0); code != http.StatusOK || body != "BLOB" {
 		t.Errorf("GET with alter: %d %q, want BLOB", code, body)
+	}
+}
+
+// The file server serves its files, misbehaves as the path says, and counts requests
+// by path.
+func TestFileServer(t *testing.T) {
+	s := NewFileServer(fstest.MapFS{"d/f.txt": {Data: []byte("0123456789")}})
+	defer s.Close()
+	get := func(path string) (int, string, error) {
+		t.Helper()
+		resp, err := http.Get(s.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b), err
+	}
+	for _, tt := range []struct {
+		path string
+		code int
+		body string
+		err  bool
+	}{
+		{path: "/d/f.txt", code: 200, body: "0123456789"},
+		{path: "/flaky/2/d/f.txt", code: 503},
+		{path: "/flaky/2/d/f.txt", code: 503},
+		{path: "/flaky/2/d/f.txt", code: 200, body: "0123456789"},
+		{path: "/truncate/d/f.txt", code: 200, body: "01234", err: true},
+		{path: "/cut/d/f.txt", code: 200, body: "01234", err: true},
+		{path: "/wrong/d/f.txt", code: 200, body: WrongBody},
+		{path: "/status/418/d/f.txt", code: 418},
+		{path: "/nosuch.txt", code: 404},
+		{path: "/d/../d/f.txt", code: 400},
+	} {
+		code, body, err := get(tt.path)
+		if code != tt.code || (tt.body != "" && body != tt.body) || (err != nil) != tt.err {
+			t.Errorf("GET %s: %d %q (read error %v), want %d %q (read error %v)", tt.path, code, body, err, tt.code, tt.body, tt.err)
+		}
+	}
+	if n, total := s.Count("/flaky/2/d/f.txt"), s.Total(); n != 3 || total != 10 {
+		t.Errorf("counted %d requests of the flaky path, %d in all; want 3 and 10", n, total)
 	}
 }
