@@ -1,8 +1,10 @@
 package cache
 
 import (
+	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -13,7 +15,7 @@ import (
 
 // ParseQuota reads a cache quota: a number of bytes with an optional K, M, G or T
 // suffix (powers of 1024, "10G"), or a percentage of the size of the filesystem
-// holding dir ("50%"), as BuildStream's cache quota.
+// holding dir ("50%"; dir may not exist yet), as BuildStream's cache quota.
 func ParseQuota(s, dir string) (int64, error) {
 	s = strings.TrimSpace(s)
 	bad := fmt.Errorf("quota %q: want a size like 500M, 10G or 2T, or a share of the disk like 50%%", s)
@@ -23,7 +25,7 @@ func ParseQuota(s, dir string) (int64, error) {
 			return 0, bad
 		}
 		var st unix.Statfs_t
-		if err := unix.Statfs(dir, &st); err != nil {
+		if err := unix.Statfs(existingDir(dir), &st); err != nil {
 			return 0, fmt.Errorf("quota %q: reading the size of the filesystem of %s: %w", s, dir, err)
 		}
 		return int64(float64(st.Blocks) * float64(st.Bsize) * p / 100), nil
@@ -33,6 +35,19 @@ func ParseQuota(s, dir string) (int64, error) {
 		return 0, bad
 	}
 	return n, nil
+}
+
+// existingDir is dir, or where it does not exist yet its nearest ancestor that does: the
+// filesystem a cache not made yet will be made on.
+func existingDir(dir string) string {
+	for {
+		_, err := os.Stat(dir)
+		parent := filepath.Dir(dir)
+		if !errors.Is(err, fs.ErrNotExist) || parent == dir {
+			return dir
+		}
+		dir = parent
+	}
 }
 
 // ParseSize reads a number of bytes with an optional K, M, G or T suffix (powers of

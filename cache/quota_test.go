@@ -2,6 +2,7 @@ package cache
 
 import (
 	"bytes"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -18,6 +19,10 @@ func TestParseQuota(t *testing.T) {
 	whole, err2 := ParseQuota("100%", dir)
 	if err != nil || err2 != nil || half <= 0 || whole/2-half > 1 || half-whole/2 > 1 {
 		t.Errorf("50%% = %d (%v), 100%% = %d (%v)", half, err, whole, err2)
+	}
+	// A cache not made yet: the filesystem it will be made on.
+	if got, err := ParseQuota("50%", filepath.Join(dir, "not", "yet")); err != nil || got != half {
+		t.Errorf("50%% of a directory not made yet = %d (%v), want %d", got, err, half)
 	}
 	for _, in := range []string{"", "G", "10X", "-1G", "0", "150%", "abc%"} {
 		if _, err := ParseQuota(in, dir); err == nil || !strings.Contains(err.Error(), "quota") {

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 
+	"github.com/gantry-build/gantry/cache"
 	"github.com/gantry-build/gantry/ui"
 )
 
@@ -31,9 +32,12 @@ func (s *session) tui(uo ui.Options) (*ui.TUI, error) {
 	opts := ui.TUIOptions{Options: uo, In: in, Out: o.ios.ErrOut, NoColor: noColor || (s.user.UI.Color != nil && !*s.user.UI.Color),
 		Shell: s.failedShell}
 	if s.quotaFlag != "" || os.Getenv("GANTRY_CACHE_QUOTA") != "" || s.user.Cache.Quota != "" {
-		c, err := s.openCache()
+		// Not made here: the session makes the cache once its project loaded
+		// (openPipeline), before the display measures it.
+		root := s.cacheRoot()
+		c, err := cache.At(root)
 		if err != nil {
-			return nil, err
+			return nil, openCacheError(root, err)
 		}
 		if opts.CacheQuota, err = s.quota(s.quotaFlag, c); err != nil {
 			return nil, err
