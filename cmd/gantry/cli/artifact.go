@@ -25,15 +25,18 @@ func newArtifactCmd(g *globalOptions) *cobra.Command {
 	return cmd
 }
 
-// loadWithCache loads the project and opens the local cache.
+// loadWithCache loads the project and finds the local cache, not made yet (cache.At:
+// reading it finds nothing where there is none): the command makes it (prepareCache)
+// once the elements it names loaded, so that a project that does not load leaves no
+// cache behind.
 func (o *globalOptions) loadWithCache() (*session, *cache.Cache, error) {
 	s, err := o.load()
 	if err != nil {
 		return nil, nil, err
 	}
-	c, err := s.openCache()
+	c, err := cache.At(s.cacheRoot())
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, openCacheError(s.cacheRoot(), err)
 	}
 	return s, c, nil
 }
@@ -80,6 +83,9 @@ element itself); --deps all both. An artifact at another key is checked out alon
 				return err
 			}
 			arg, a, err := s.oneArtifact(c, args[0])
+			if err == nil {
+				err = s.prepareCache(c)
+			}
 			if err != nil {
 				return err
 			}
@@ -156,6 +162,9 @@ func newArtifactLogCmd(g *globalOptions) *cobra.Command {
 				return err
 			}
 			_, a, err := s.oneArtifact(c, args[0])
+			if err == nil {
+				err = s.prepareCache(c)
+			}
 			if err != nil {
 				return err
 			}
@@ -189,6 +198,9 @@ least recently used first. Address one with ELEMENT@KEYPREFIX in the other artif
 				return usagef("--format %q: use text or json", format)
 			}
 			s, c, err := g.loadWithCache()
+			if err == nil {
+				err = s.prepareCache(c)
+			}
 			if err != nil {
 				return err
 			}
@@ -246,6 +258,9 @@ func newArtifactFilesCmd(g *globalOptions) *cobra.Command {
 				return err
 			}
 			_, a, err := s.oneArtifact(c, args[0])
+			if err == nil {
+				err = s.prepareCache(c)
+			}
 			if err != nil {
 				return err
 			}
@@ -297,6 +312,9 @@ are removed at once (with every other unreferenced blob), under the exclusive ca
 				return err
 			}
 			targets, err := s.artifactArgs(c, args, d)
+			if err == nil {
+				err = s.prepareCache(c)
+			}
 			if err != nil {
 				return err
 			}

@@ -347,11 +347,11 @@ func (o *globalOptions) openPipeline(f *schedulerFlags, args []string, reads pip
 	if err != nil {
 		return nil, err
 	}
-	if cerr == nil {
-		cerr = p.cache.Prepare()
-	}
 	if cerr != nil {
 		return nil, openCacheError(root, cerr)
+	}
+	if err := s.prepareCache(p.cache); err != nil {
+		return nil, err
 	}
 	return p, nil
 }

@@ -28,6 +28,15 @@ func openCacheAt(root string) (*cache.Cache, error) {
 	return c, nil
 }
 
+// prepareCache makes the cache that cache.At found (its directories), once the
+// command's project and elements loaded.
+func (s *session) prepareCache(c *cache.Cache) error {
+	if err := c.Prepare(); err != nil {
+		return openCacheError(s.cacheRoot(), err)
+	}
+	return nil
+}
+
 // openCacheError is the error of opening the cache at root.
 func openCacheError(root string, err error) error {
 	return fmt.Errorf("opening the cache at %s: %w (set --cache-dir or GANTRY_CACHE_DIR to use another)", root, err)

@@ -93,6 +93,9 @@ func runShell(ctx context.Context, opts *shellOptions, name string, argv []strin
 		}
 		e = g.Targets[0]
 	}
+	if err := s.prepareCache(c); err != nil {
+		return err
+	}
 	work, err := c.TempDir("shell-")
 	if err != nil {
 		return err
