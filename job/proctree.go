@@ -23,7 +23,11 @@ func (p Proc) Signal(sig syscall.Signal) {
 // until a walk of the process table finds no new process. A process that has
 // been sent SIGSTOP cannot complete a fork (the kernel restarts it after the
 // stop), so the walks reach a fixed point. The calling process is recorded
-// but never stopped.
+// but never stopped, and a child of it that still shares its memory (between
+// vfork and exec) is killed instead: stopped, it would hold the thread that
+// forked it in the kernel, and that thread would hold the Go runtime at its
+// next stop-the-world, until someone continued the child — nobody, once gantry
+// is dead. Such a child has run nothing of a command yet.
 func FreezeTree(root int, known map[Proc]bool) {
 	self := os.Getpid()
 	for {
@@ -31,7 +35,11 @@ func FreezeTree(root int, known map[Proc]bool) {
 		for _, p := range Tree(root) {
 			if !known[p] {
 				known[p] = true
-				if p.Pid != self {
+				switch {
+				case p.Pid == self:
+				case sharesOurMemory(p.Pid):
+					p.Signal(syscall.SIGKILL)
+				default:
 					p.Signal(syscall.SIGSTOP)
 					stopped = true
 				}

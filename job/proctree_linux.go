@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // Tree returns root and all its descendants, from /proc.
@@ -89,4 +91,25 @@ func readStatState(pid int) (ppid int, start, state string, ok bool) {
 		return 0, "", "", false
 	}
 	return ppid, f[19], f[0], true
+}
+
+// kcmpVM is kcmp(2)'s KCMP_VM: do two processes share one address space?
+const kcmpVM = 1
+
+// sharesOurMemory reports whether pid shares the calling process's address space:
+// a child of ours between vfork and exec (Go starts commands with
+// clone(CLONE_VM|CLONE_VFORK)). Where kcmp(2) is not available, a process
+// running our own executable counts.
+func sharesOurMemory(pid int) bool {
+	self := os.Getpid()
+	if pid == self {
+		return true
+	}
+	r, _, errno := syscall.Syscall6(unix.SYS_KCMP, uintptr(self), uintptr(pid), kcmpVM, 0, 0, 0)
+	if errno == 0 {
+		return r == 0
+	}
+	ours, err1 := os.Readlink("/proc/self/exe")
+	theirs, err2 := os.Readlink("/proc/" + strconv.Itoa(pid) + "/exe")
+	return err1 == nil && err2 == nil && ours == theirs
 }
