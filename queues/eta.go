@@ -64,7 +64,10 @@ func (s *Scheduler) remaining(now time.Time) time.Duration {
 	running := map[*Item]bool{}
 	for _, a := range s.active {
 		if a.item != nil && a.qs == s.queues[e.build] {
-			elapsed := now.Sub(a.started)
+			elapsed := now.Sub(a.started) - a.gateWait
+			if a.gated { // waiting at its gate: none of its work is done
+				elapsed = 0
+			}
 			running[a.item] = true
 			work -= min(a.item.Estimate, elapsed)
 			critical = max(critical, a.item.Priority-elapsed)

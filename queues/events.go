@@ -35,6 +35,9 @@ type JobStart struct {
 	Key     string
 	LogPath string
 	Attempt int // 1 for the first try
+	// Gated: it starts at its gate, preparing while it waits for a free slot; a
+	// JobMessage of kind KindOpened says when it got one (see Gater).
+	Gated bool
 	// Workspace: a build from the element's open workspace, this directory. Set by the
 	// command that runs the session (the scheduler does not know about workspaces).
 	Workspace string

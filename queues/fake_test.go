@@ -29,8 +29,10 @@ type fakeRunner struct {
 	mu        sync.Mutex
 	seq       int // orders starts and ends
 	jobs      []*fakeJob
-	active    map[string]int // running jobs per action
+	active    map[string]int // running jobs per action, not counting those waiting at their gate
 	maxActive map[string]int // the most ever running at once, per action
+	maxGated  map[string]int // the most ever waiting at their gates at once, per action
+	gated     map[string]int // jobs waiting at their gates, per action
 	startErr  func(spec job.Spec) error
 	signalErr error // returned by every Suspend, Resume, Terminate and Kill when set
 }
@@ -40,6 +42,8 @@ func newFakeRunner() *fakeRunner {
 		started:   make(chan *fakeJob, 10000),
 		active:    map[string]int{},
 		maxActive: map[string]int{},
+		gated:     map[string]int{},
+		maxGated:  map[string]int{},
 	}
 }
 
@@ -53,16 +57,34 @@ func (r *fakeRunner) Start(spec job.Spec, onMessage func(job.Message)) (Running,
 		}
 	}
 	r.seq++
-	j := &fakeJob{Spec: spec, r: r, onMessage: onMessage, startSeq: r.seq, out: make(chan job.Outcome, 1)}
+	j := &fakeJob{Spec: spec, r: r, onMessage: onMessage, startSeq: r.seq, out: make(chan job.Outcome, 1), gated: spec.Gated}
 	r.jobs = append(r.jobs, j)
-	r.active[spec.Action]++
-	r.maxActive[spec.Action] = max(r.maxActive[spec.Action], r.active[spec.Action])
+	if j.gated {
+		r.gated[spec.Action]++
+		r.maxGated[spec.Action] = max(r.maxGated[spec.Action], r.gated[spec.Action])
+	} else {
+		r.activate(spec.Action)
+	}
 	r.mu.Unlock()
 	r.started <- j
 	return j, nil
 }
 
-// maxRunning is the most jobs of action that ever ran at once.
+// activate counts a job of action that does its work now. r.mu must be held.
+func (r *fakeRunner) activate(action string) {
+	r.active[action]++
+	r.maxActive[action] = max(r.maxActive[action], r.active[action])
+}
+
+// maxWaitingAtGate is the most jobs of action that ever waited at their gates at once.
+func (r *fakeRunner) maxWaitingAtGate(action Action) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.maxGated[string(action)]
+}
+
+// maxRunning is the most jobs of action that ever ran at once (waiting at a gate is
+// not running).
 func (r *fakeRunner) maxRunning(action Action) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -92,7 +114,8 @@ type fakeJob struct {
 	out       chan job.Outcome // receives the outcome once
 
 	// Guarded by r.mu.
-	calls    []string // "suspend", "resume", "terminate", "kill"
+	calls    []string // "open", "suspend", "resume", "terminate", "kill"
+	gated    bool     // started gated and not opened yet
 	finished bool
 	endSeq   int
 	outcome  job.Outcome
@@ -112,6 +135,27 @@ func (j *fakeJob) Calls() []string {
 	j.r.mu.Lock()
 	defer j.r.mu.Unlock()
 	return append([]string(nil), j.calls...)
+}
+
+// Open opens a gated job's gate: from then on it counts as running.
+func (j *fakeJob) Open() error {
+	j.r.mu.Lock()
+	defer j.r.mu.Unlock()
+	j.calls = append(j.calls, "open")
+	if j.gated && !j.finished {
+		j.gated = false
+		j.r.gated[j.Spec.Action]--
+		j.r.activate(j.Spec.Action)
+	}
+	return j.r.signalErr
+}
+
+// Opened reports whether the job does its work: it was not started gated, or was
+// opened since.
+func (j *fakeJob) Opened() bool {
+	j.r.mu.Lock()
+	defer j.r.mu.Unlock()
+	return !j.gated
 }
 
 func (j *fakeJob) Suspend() error { return j.record("suspend") }
@@ -146,7 +190,11 @@ func (j *fakeJob) end(out job.Outcome) bool {
 	j.r.seq++
 	j.endSeq = j.r.seq
 	j.outcome = out
-	j.r.active[j.Spec.Action]--
+	if j.gated {
+		j.r.gated[j.Spec.Action]--
+	} else {
+		j.r.active[j.Spec.Action]--
+	}
 	j.r.mu.Unlock()
 	j.out <- out
 	return true
@@ -483,6 +531,7 @@ func (instantRunner) Start(job.Spec, func(job.Message)) (Running, error) { retur
 
 type instantJob struct{}
 
+func (instantJob) Open() error      { return nil }
 func (instantJob) Suspend() error   { return nil }
 func (instantJob) Resume() error    { return nil }
 func (instantJob) Terminate() error { return nil }

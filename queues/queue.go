@@ -124,6 +124,20 @@ type Availer interface {
 	Available(it *Item, data json.RawMessage)
 }
 
+// Gater is a queue whose jobs may start before the token that bounds their work
+// (GateOn: the builders, for builds) is free. Such a job is started gated
+// (job.Spec.Gated): it prepares what needs no slot (a build stages its
+// dependencies and sources) and waits at its gate (job.Reporter.Gate) until the
+// loop opens it (Running.Open) with the token in hand. Of the items ready for the
+// token, the loop keeps up to the token's limit waiting at their gates, and gives a
+// token that frees to whichever of them and the other ready items comes first in
+// the queue's order: a job that waits at its gate never overtakes a more urgent one.
+// Its work thus starts a preparation's time sooner than if it began when the token
+// freed (issue 13: makespan).
+type Gater interface {
+	GateOn() resources.Resource // "": the queue's jobs start only with every token
+}
+
 // Runner starts jobs. The real one runs them in gantry's worker processes; the
 // scheduler's unit tests use a fake that finishes jobs when the test says so. A Runner
 // that is also an io.Closer is closed when the session ends (Run returns).
@@ -133,6 +147,8 @@ type Runner interface {
 
 // Running is one started job.
 type Running interface {
+	// Open opens a gated job's gate (see Gater); it does nothing for another job.
+	Open() error
 	Suspend() error
 	Resume() error
 	Terminate() error

@@ -207,9 +207,11 @@ func (s *Scheduler) place(qs *queueState, it *Item, st Status, reason string) bo
 }
 
 // startReady starts the ready items of qs the tokens allow, highest priority first
-// across its request shapes. An item whose Status changed since it was found ready
-// goes where its Status says.
+// across its request shapes and the jobs waiting at their gates (a Gater's): such a
+// job is opened when it comes first and its token is free. An item whose Status
+// changed since it was found ready goes where its Status says.
 func (s *Scheduler) startReady(qs *queueState, refused *[]resources.Request) {
+	gateRefused := false // this turn: the gate token was not there
 	for {
 		var best *readyGroup
 		for _, g := range qs.groups {
@@ -219,6 +221,10 @@ func (s *Scheduler) startReady(qs *queueState, refused *[]resources.Request) {
 			if h := g.head(); h != nil && (best == nil || before(h, best.entries[0].it)) {
 				best = g
 			}
+		}
+		if a := qs.firstGated(); a != nil && !gateRefused && (best == nil || !before(best.entries[0].it, a.item)) {
+			gateRefused = !s.open(qs, a)
+			continue
 		}
 		if best == nil {
 			break

@@ -112,7 +112,8 @@ type queueState struct {
 	// items in them and parked on other items.
 	groups        []*readyGroup
 	ready, parked int
-	tails         int // jobs that gave their tokens back at job.MessageAvailable
+	tails         int          // jobs that gave their tokens back at job.MessageAvailable
+	gated         []*activeJob // jobs waiting at their gate (Gater), first started first
 	unsorted      bool
 	processed     int
 	skipped       int
@@ -134,6 +135,10 @@ type activeJob struct {
 	// availableAfter into the job; tail: it then gave its builder back (see available).
 	available, tail bool
 	availableAfter  time.Duration
+	// gated: it was started gated and waits at its gate without its queue's GateOn
+	// token (see Gater); gateWait is how long it waited there until it was opened.
+	gated    bool
+	gateWait time.Duration
 }
 
 // Inbox messages.
@@ -365,23 +370,32 @@ func (s *Scheduler) spawn(qs *queueState, it *Item, refused *[]resources.Request
 			return false
 		}
 	}
+	gated := false
 	if !s.cfg.Pool.Reserve(req) {
-		*refused = append(*refused, req)
-		if len(req.Exclusive) > 0 {
-			s.registerInterest(it, req.Exclusive)
+		// Without its gate's token, it may still start and wait at its gate.
+		g, ok := s.gatedRequest(qs, req)
+		if !ok || !s.cfg.Pool.Reserve(g) {
+			*refused = append(*refused, req)
+			if len(req.Exclusive) > 0 {
+				s.registerInterest(it, req.Exclusive)
+			}
+			return false
 		}
-		return false
+		req, gated = g, true
 	}
 	s.withdrawInterest(it)
 	it.attempt++
 	action := qs.q.Action()
-	a := &activeJob{id: s.nextJobID(action), item: it, qs: qs, req: req, logPath: s.logPath(it, action)}
+	a := &activeJob{id: s.nextJobID(action), item: it, qs: qs, req: req, logPath: s.logPath(it, action), gated: gated}
 	payload, err := qs.q.Payload(it)
 	if err == nil {
 		if err = s.startJob(a, action, it.Name(), payload); err == nil {
 			qs.running++
+			if gated {
+				qs.gated = append(qs.gated, a)
+			}
 			s.cfg.Publish(JobStart{Base: Base{a.started}, JobID: a.id, Action: action, Element: it.Name(),
-				Key: it.Element.Key, LogPath: a.logPath, Attempt: it.attempt})
+				Key: it.Element.Key, LogPath: a.logPath, Attempt: it.attempt, Gated: gated})
 			return true
 		}
 	}
@@ -400,7 +414,7 @@ func (s *Scheduler) nextJobID(action Action) string {
 // startJob starts the job a describes and books it as active: the one place a job
 // process is started. Its messages and its end reach the loop through the inbox.
 func (s *Scheduler) startJob(a *activeJob, action Action, element string, payload json.RawMessage) error {
-	spec := job.Spec{ID: a.id, Action: string(action), Element: element, LogPath: a.logPath, Payload: payload}
+	spec := job.Spec{ID: a.id, Action: string(action), Element: element, LogPath: a.logPath, Payload: payload, Gated: a.gated}
 	running, err := s.cfg.Runner.Start(spec, func(m job.Message) { s.inbox <- jobMessage{a.id, m} })
 	if err != nil {
 		return err
@@ -471,9 +485,19 @@ func (s *Scheduler) finish(a *activeJob, out job.Outcome) {
 	}
 	it, qs := a.item, a.qs
 	qs.running--
+	withdrawn := s.ungate(a) && out.Terminated
 	s.wake(it)
+	// Its duration is the time it held its slot: not what it waited at its gate.
 	end := JobEnd{Base: Base{time.Now()}, JobID: a.id, Action: qs.q.Action(), Element: it.Name(), Key: it.Element.Key,
-		Duration: out.Elapsed, LogPath: a.logPath, Error: out.Result.Error}
+		Duration: max(out.Elapsed-a.gateWait, 0), LogPath: a.logPath, Error: out.Result.Error}
+	if withdrawn {
+		// Stopped at its gate (quit, terminate): nothing of its work ran, and it did
+		// not start as far as the session's summary is concerned.
+		end.Result, end.Error = ResultTerminated, "withdrawn at its gate, before its work began: the session is stopping"
+		s.jobEnded(end)
+		s.add(qs, it)
+		return
+	}
 	terminated := out.Terminated
 	if a.available {
 		if a.tail {
@@ -536,8 +560,8 @@ func (s *Scheduler) finish(a *activeJob, out job.Outcome) {
 // what it has left to do (making its artifact durable), writes to the cache but
 // needs no builder: the job gives back every token but the cache's, unless as many
 // jobs of its queue as there are builders are in their tails already. That bounds
-// the worker processes at twice the builders (a job in its tail keeps its worker
-// busy). The job ends as any other (finish): its JobEnd comes then, its Duration
+// the worker processes in their tails at the builders (a job in its tail keeps its
+// worker busy; with the jobs at their gates, see Gater, three times the builders). The job ends as any other (finish): its JobEnd comes then, its Duration
 // lasting until it was available, when the builds after it could start, which is
 // what its next estimate should be; the item goes on to the next queue then, or
 // fails if the job does. It reports whether anything changed.
@@ -548,6 +572,7 @@ func (s *Scheduler) available(a *activeJob, m job.Message) bool {
 	}
 	a.available = true
 	it, qs := a.item, a.qs
+	s.ungate(a) // available without passing its gate (a stack): nothing left to open
 	q.Available(it, m.Data)
 	if limit := s.cfg.Pool.Limit(resources.Process); limit == 0 || qs.tails < limit {
 		var keep, give resources.Request
@@ -565,7 +590,7 @@ func (s *Scheduler) available(a *activeJob, m job.Message) bool {
 	}
 	s.wake(it)
 	now := time.Now()
-	a.availableAfter = s.elapsed(now) - a.startedAt
+	a.availableAfter = s.elapsed(now) - a.startedAt - a.gateWait
 	s.cfg.Publish(JobMessage{Base: Base{now}, JobID: a.id, Action: qs.q.Action(), Element: it.Name(), Key: it.Element.Key,
 		Kind: string(job.MessageAvailable), Text: "available; making it durable"})
 	return true
@@ -636,6 +661,7 @@ func (s *Scheduler) fail(qs *queueState, it *Item, msg, logPath string) {
 		s.terminate()
 	default:
 		s.quitting = true
+		s.withdrawGated()
 	}
 }
 
@@ -659,6 +685,7 @@ func (s *Scheduler) command(c Command) {
 		s.cfg.Publish(Resumed{Base{now}})
 	case CmdQuit:
 		s.quitting = true
+		s.withdrawGated()
 		s.cfg.Publish(Notice{Base: Base{now}, Level: "info", Text: "quitting: no new jobs start; running jobs finish"})
 		s.held = nil
 		s.unhold()

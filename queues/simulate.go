@@ -18,6 +18,9 @@ type Simulation struct {
 	Duration func(it *Item) time.Duration
 	// Overhead is added to every build job: the per-job cost of the real runner.
 	Overhead time.Duration
+	// Gated starts builds gated, as gantry build does (see Gater); the order of the
+	// work is the same either way.
+	Gated bool
 }
 
 // Simulate runs the real scheduler loop on items (a plan from Plan, with its
@@ -40,7 +43,7 @@ func Simulate(items []*Item, sim Simulation) (time.Duration, error) {
 		Project: "simulation",
 		Queues: []Queue{
 			FetchQueue{SourcesCached: func(*Item) bool { return true }, PayloadFunc: noPayload},
-			BuildQueue{PayloadFunc: noPayload},
+			BuildQueue{PayloadFunc: noPayload, Gated: sim.Gated},
 		},
 		Items: items,
 		Pool: resources.NewPool(map[resources.Resource]int{
@@ -88,9 +91,12 @@ type simRunner struct {
 }
 
 type simJob struct {
+	r          *simRunner
 	id         string
 	seq        int
 	start, end time.Duration
+	work       time.Duration // what it takes once started (or opened, if gated)
+	gated      bool          // waits at its gate: no end until Open
 	out        chan job.Outcome
 }
 
@@ -98,12 +104,29 @@ func (r *simRunner) Start(spec job.Spec, _ func(job.Message)) (Running, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.seq++
-	j := &simJob{id: spec.ID, seq: r.seq, start: r.now, out: make(chan job.Outcome, 1)}
+	j := &simJob{r: r, id: spec.ID, seq: r.seq, start: r.now, out: make(chan job.Outcome, 1), gated: spec.Gated}
 	if spec.Action == string(Build) {
-		j.end = r.now + r.duration[spec.Element] + r.overhead
+		j.work = r.duration[spec.Element] + r.overhead
 	}
-	r.running = append(r.running, j)
+	if !j.gated {
+		j.end = r.now + j.work
+		r.running = append(r.running, j)
+	}
 	return j, nil
+}
+
+// Open starts a gated job's clock: preparing costs nothing here, so all of its time
+// and overhead come after its gate.
+func (j *simJob) Open() error {
+	r := j.r
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if j.gated {
+		j.gated = false
+		j.start, j.end = r.now, r.now+j.work
+		r.running = append(r.running, j)
+	}
+	return nil
 }
 
 // next takes the running job that ends first and moves the clock to its end; nil

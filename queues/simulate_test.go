@@ -107,9 +107,19 @@ func simulated(t *testing.T, g *element.Graph, dur map[string]time.Duration, kno
 	if known {
 		opts.Estimate = func(e *element.Element) (time.Duration, bool) { return dur[e.Name], true }
 	}
-	span, err := Simulate(plan(t, g, opts), Simulation{Builders: 2, Duration: func(it *Item) time.Duration { return dur[it.Name()] }})
+	sim := Simulation{Builders: 2, Duration: func(it *Item) time.Duration { return dur[it.Name()] }}
+	span, err := Simulate(plan(t, g, opts), sim)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// Builds that wait at their gates do the same work in the same order (Gater).
+	sim.Gated = true
+	gated, err := Simulate(plan(t, g, opts), sim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gated != span {
+		t.Errorf("makespan %v with gated builds, %v without: gates must not change the order", gated, span)
 	}
 	return span
 }

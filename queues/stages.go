@@ -15,6 +15,10 @@ type BuildQueue struct {
 	// AvailableFunc, if set, is told what a build job made available (its message's
 	// data: the artifact's digests), for the payloads of the builds that stage it.
 	AvailableFunc func(it *Item, data json.RawMessage)
+	// Gated: a build may start while the builders are busy, stage, and wait at its
+	// gate for a free builder (see Gater); the job handler must call
+	// job.Reporter.Gate before its commands.
+	Gated bool
 }
 
 func (BuildQueue) Action() Action { return Build }
@@ -61,6 +65,15 @@ func (BuildQueue) Resources(it *Item) resources.Request {
 		req.Shared = append(req.Shared, resources.PoolResource(p))
 	}
 	return req
+}
+
+// GateOn makes BuildQueue a Gater when Gated: a build stages while the builders are
+// busy and runs its commands once one is free.
+func (q BuildQueue) GateOn() resources.Resource {
+	if !q.Gated {
+		return ""
+	}
+	return resources.Process
 }
 
 func (q BuildQueue) Payload(it *Item) (json.RawMessage, error) { return q.PayloadFunc(it) }

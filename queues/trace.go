@@ -37,9 +37,12 @@ type Span struct {
 	Slot    int // 0-based index among its queue's jobs running at once
 	Attempt int
 	Ready   time.Time // when nothing but a free slot kept it from starting
-	Start   time.Time
-	End     time.Time
-	Result  JobResult
+	Start   time.Time // when it began its work: its JobStart, or its gate's opening
+	// Prepared: a gated job's JobStart (see Gater), when it began to prepare, waiting
+	// for a slot; zero for another job.
+	Prepared time.Time
+	End      time.Time
+	Result   JobResult
 	// Available: when its element was available to the jobs after it, before it
 	// ended (job.MessageAvailable); zero if not before.
 	Available time.Time
@@ -80,22 +83,25 @@ func (r *Recorder) Observe(e Event) {
 			r.start = e.Time
 		}
 		sp := &Span{JobID: e.JobID, Action: e.Action, Element: e.Element, Key: e.Key, Attempt: e.Attempt,
-			Start: e.Time, Ready: r.ready(e.Action, e.Element)}
-		used := r.slots[e.Action]
-		sp.Slot = slices.Index(used, false)
-		if sp.Slot < 0 {
-			sp.Slot = len(used)
-			used = append(used, false)
+			Start: e.Time, Ready: r.ready(e.Action, e.Element), Slot: -1}
+		if e.Gated {
+			sp.Prepared = e.Time // its slot comes with its gate's opening
+		} else {
+			r.takeSlot(sp)
 		}
-		used[sp.Slot] = true
-		r.slots[e.Action] = used
 		r.open[e.JobID] = sp
 		r.spans = append(r.spans, sp)
 	case JobMessage:
-		if sp := r.open[e.JobID]; sp != nil && e.Kind == string(job.MessageAvailable) {
+		sp := r.open[e.JobID]
+		switch {
+		case sp == nil:
+		case e.Kind == KindOpened:
+			sp.Start = e.Time
+			r.takeSlot(sp)
+		case e.Kind == string(job.MessageAvailable):
 			// The rest of the job (making its output durable) holds no slot.
 			sp.Available = e.Time
-			r.slots[sp.Action][sp.Slot] = false
+			r.freeSlot(sp)
 			if sp.Action == Build {
 				r.builtAt[sp.Element] = e.Time // its dependants may start from now on
 			}
@@ -106,8 +112,12 @@ func (r *Recorder) Observe(e Event) {
 			return
 		}
 		delete(r.open, e.JobID)
+		if sp.Slot < 0 { // ended at its gate, or without passing it (nothing to do)
+			sp.Start = e.Time
+			r.takeSlot(sp)
+		}
 		if sp.Available.IsZero() {
-			r.slots[sp.Action][sp.Slot] = false
+			r.freeSlot(sp)
 		}
 		sp.End, sp.Result = e.Time, e.Result
 		if e.Result == ResultSuccess {
@@ -133,6 +143,25 @@ func (r *Recorder) Observe(e Event) {
 		if e.Summary != nil {
 			e.Summary.CriticalPath = r.CriticalPath()
 		}
+	}
+}
+
+// takeSlot gives sp the first free slot of its queue.
+func (r *Recorder) takeSlot(sp *Span) {
+	used := r.slots[sp.Action]
+	sp.Slot = slices.Index(used, false)
+	if sp.Slot < 0 {
+		sp.Slot = len(used)
+		used = append(used, false)
+	}
+	used[sp.Slot] = true
+	r.slots[sp.Action] = used
+}
+
+// freeSlot gives sp's slot back, if it holds one.
+func (r *Recorder) freeSlot(sp *Span) {
+	if used := r.slots[sp.Action]; sp.Slot >= 0 && sp.Slot < len(used) {
+		used[sp.Slot] = false
 	}
 }
 
@@ -270,6 +299,10 @@ func (r *Recorder) WriteTrace(w io.Writer) error {
 		if !sp.Available.IsZero() {
 			// The span lasts while the job held its slot; then it made its output durable.
 			args["durable_after_ms"] = float64(sp.End.Sub(sp.Available).Microseconds()) / 1000
+		}
+		if !sp.Prepared.IsZero() {
+			// Before it, the job prepared and waited at its gate for the slot.
+			args["gated_ms"] = float64(sp.Start.Sub(sp.Prepared).Microseconds()) / 1000
 		}
 		events = append(events, traceEvent{Name: sp.Element, Cat: string(sp.Action), Ph: "X", Ts: us(sp.Start),
 			Dur: dur(sp.Start, sp.usable()), Pid: pid, Tid: tid, Args: args})

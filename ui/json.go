@@ -12,7 +12,9 @@ import (
 // "time" (RFC 3339) and "event"; job events carry "action", "element", "key" and
 // "job"; job-end carries "result" (success, failure, terminated, skipped) and
 // "duration" in seconds to the millisecond; each element the session never started
-// has an "element-not-started" event with the reason in "text". Under --ui json everything gantry writes to stderr is such
+// has an "element-not-started" event with the reason in "text". A build that
+// starts while the builders are busy has "gated": true in its job-start: it stages,
+// then waits for a free builder, and job-opened says when it got one. Under --ui json everything gantry writes to stderr is such
 // a line: messages outside a session are "notice" events, and a command that fails
 // outside a session's summary (a load error, an interruption) ends with an "error"
 // event carrying "text" and "exit-code".
@@ -49,6 +51,9 @@ type jsonEvent struct {
 	Cleanup  *jsonCleanup    `json:"cleanup,omitempty"`
 	// Workspace: a build from this open workspace.
 	Workspace string `json:"workspace,omitempty"`
+	// Gated, with job-start: the job prepares and waits for a free slot; job-opened
+	// says when it got one.
+	Gated bool `json:"gated,omitempty"`
 }
 
 // WriteJSONNotice writes a notice event outside a session's event stream (a warning
@@ -102,7 +107,7 @@ func (j *JSON) Handle(e queues.Event) {
 	case queues.SessionStart:
 		o = jsonEvent{Time: e.Time, Event: "session-start", Project: e.Project, Elements: e.Elements, Queues: e.Queues}
 	case queues.JobStart:
-		o = jsonEvent{Time: e.Time, Event: "job-start", Action: e.Action, Element: e.Element, Key: e.Key, Job: e.JobID, Log: e.LogPath, Attempt: e.Attempt, Workspace: e.Workspace}
+		o = jsonEvent{Time: e.Time, Event: "job-start", Action: e.Action, Element: e.Element, Key: e.Key, Job: e.JobID, Log: e.LogPath, Attempt: e.Attempt, Workspace: e.Workspace, Gated: e.Gated}
 	case queues.JobMessage:
 		if e.Kind == "log" && !j.opts.Verbose {
 			return

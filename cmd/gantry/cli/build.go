@@ -233,7 +233,11 @@ func runBuild(opts *buildOptions, args []string) error {
 			return nil, err
 		}
 		return json.Marshal(spec)
-	}}
+	},
+		// A build stages while the builders are busy, and its commands start the
+		// moment one is free (element.Assemble waits at its gate for it).
+		Gated: true,
+	}
 	cleanup, err := s.cleanupConfig(opts.quota, c, g)
 	if err != nil {
 		return err

@@ -1,8 +1,9 @@
 package cli
 
-// End-to-end tests of the job workers: a session starts at most two workers per
-// builder (one running a build, one making its last artifact durable), not one process
-// per job, and each job stays a unit of its own.
+// End-to-end tests of the job workers: a session starts at most three workers per
+// builder (one running a build, one staging the next and waiting at its gate for the
+// builder, one making its last artifact durable), not one process per job, and each
+// job stays a unit of its own.
 
 import (
 	"fmt"
@@ -42,9 +43,10 @@ func (p *e2eProject) jobPids() map[string]int {
 	return pids
 }
 
-// The start-up path: a build of N elements with B builders starts at most 2B job
+// The start-up path: a build of N elements with B builders starts at most 3B job
 // processes, not N (a build that made its artifact available gives its builder to
-// the next while it makes the artifact durable, in its own worker). Each job still
+// the next while it makes the artifact durable, in its own worker, and the next
+// staged in a worker of its own while it waited for that builder). Each job still
 // has its own log, and no worker outlives gantry.
 func TestE2EBuildStartsAboutOneWorkerPerBuilder(t *testing.T) {
 	t.Parallel()
@@ -68,9 +70,9 @@ func TestE2EBuildStartsAboutOneWorkerPerBuilder(t *testing.T) {
 	for _, pid := range pids {
 		workers[pid] = true
 	}
-	if len(workers) > 2*builders {
+	if len(workers) > 3*builders {
 		t.Errorf("%d build jobs with %d builders ran in %d processes, want at most %d: %v",
-			n+1, builders, len(workers), 2*builders, pids)
+			n+1, builders, len(workers), 3*builders, pids)
 	}
 	for pid := range workers {
 		if proctest.Alive(pid) {
@@ -414,4 +416,62 @@ func (p *e2eProject) buildWithStoppedIdleWorker(t *testing.T, bCommands func(b s
 	g.waitEvent("job-start", "build", "b1.toml")
 	g.waitEvent("job-start", "build", "b2.toml")
 	return g, idle
+}
+
+// A build that becomes ready while the only builder is busy starts gated: its job
+// stages and waits at its gate, and its commands run only once the builder is free.
+// JSON says so (job-start "gated", the gate's status, job-opened) and so does its log.
+func TestE2EGatedBuildStagesWhileTheBuilderIsBusy(t *testing.T) {
+	t.Parallel()
+	p := newE2EProject(t, map[string]string{"project.toml": projectTOML("a.toml", "b.toml")})
+	release, ran := p.scratch("release"), p.scratch("b.ran")
+	p.write("elements/a.toml", manualElement(nil, fmt.Sprintf("while [ ! -e %s ]; do sleep 0.02; done", release)))
+	p.write("elements/b.toml", manualElement(nil, "echo ran > "+ran))
+	g := p.start("build", "--ui", "json", "--sandbox", "host", "--builders", "1")
+	g.waitFor("b's gate status", func(evs []e2eEvent) bool {
+		for _, e := range evs {
+			if e.is("job-status", "build", "b.toml") && e.Text == "staged, waiting for a builder" {
+				return true
+			}
+		}
+		return false
+	})
+	if start, _ := findEvent(g.snapshot(), "job-start", "build", "b.toml"); !strings.Contains(start.Raw, `"gated":true`) {
+		t.Errorf("b's job-start %s does not say it is gated", start.Raw)
+	}
+	if _, err := os.Stat(ran); err == nil {
+		t.Fatalf("b's command ran while a held the only builder\n%s", g.output())
+	}
+	if _, opened := findEvent(g.snapshot(), "job-opened", "build", "b.toml"); opened {
+		t.Fatalf("b's gate opened while a held the only builder\n%s", g.output())
+	}
+	if err := os.WriteFile(release, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code := g.wait(e2eTimeout); code != 0 {
+		t.Fatalf("gantry exited with %d\n%s", code, g.output())
+	}
+	if _, err := os.Stat(ran); err != nil {
+		t.Errorf("b's command did not run: %v", err)
+	}
+	// a gives its builder back when its artifact is available (before its job ends).
+	freed, opened := -1, -1
+	for i, e := range g.snapshot() {
+		switch {
+		case freed < 0 && (e.is("job-available", "build", "a.toml") || e.is("job-end", "build", "a.toml")):
+			freed = i
+		case e.is("job-opened", "build", "b.toml"):
+			opened = i
+		}
+	}
+	if freed < 0 || opened < freed {
+		t.Errorf("b's gate opened at event %d, a gave its builder back at event %d\n%s", opened, freed, g.output())
+	}
+	logs, _ := filepath.Glob(filepath.Join(p.cache, "logs", "e2e", "b", "*-build.log"))
+	if len(logs) != 1 {
+		t.Fatalf("b's build logs: %v", logs)
+	}
+	if b, _ := os.ReadFile(logs[0]); !strings.Contains(string(b), "[gate] opened after") {
+		t.Errorf("b's log does not say when its gate opened:\n%s", b)
+	}
 }

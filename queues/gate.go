@@ -1,0 +1,97 @@
+package queues
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/gantry-build/gantry/resources"
+)
+
+// KindOpened is the JobMessage kind that says a gated job's gate was opened: from
+// then on it holds its queue's GateOn token and does its work (see Gater).
+const KindOpened = "opened"
+
+// gatedRequest is req without the token qs's jobs wait for at their gate, when a job
+// for it may start gated: qs is a Gater whose token req asks for, and fewer of its
+// jobs than the token's limit wait at their gates.
+func (s *Scheduler) gatedRequest(qs *queueState, req resources.Request) (resources.Request, bool) {
+	g, ok := qs.q.(Gater)
+	if !ok {
+		return req, false
+	}
+	token := g.GateOn()
+	if token == "" {
+		return req, false
+	}
+	limit := s.cfg.Pool.Limit(token)
+	if limit == 0 || len(qs.gated) >= limit || !slices.Contains(req.Shared, token) {
+		return req, false
+	}
+	return resources.Request{
+		Shared:    slices.DeleteFunc(slices.Clone(req.Shared), func(r resources.Resource) bool { return r == token }),
+		Exclusive: req.Exclusive,
+	}, true
+}
+
+// firstGated is the job of qs waiting at its gate that comes first in the queue's
+// order, or nil.
+func (qs *queueState) firstGated() *activeJob {
+	var first *activeJob
+	for _, a := range qs.gated {
+		if first == nil || before(a.item, first.item) {
+			first = a
+		}
+	}
+	return first
+}
+
+// open gives a its queue's gate token and opens its gate. It returns false, doing
+// nothing, when the token is not free.
+func (s *Scheduler) open(qs *queueState, a *activeJob) bool {
+	token := qs.q.(Gater).GateOn()
+	if !s.cfg.Pool.Reserve(resources.Request{Shared: []resources.Resource{token}}) {
+		return false
+	}
+	a.req.Shared = append(slices.Clone(a.req.Shared), token)
+	s.ungate(a)
+	now := time.Now()
+	a.gateWait = s.elapsed(now) - a.startedAt
+	if err := a.running.Open(); err != nil {
+		// Its worker is gone, and the job ends with that: the token goes back then.
+		action, element := a.describe()
+		s.cfg.Publish(Notice{Base: Base{now}, Level: "warning", Element: element,
+			Text: fmt.Sprintf("%s job %s: opening its gate: %v", action, a.id, err)})
+		return true
+	}
+	s.cfg.Publish(JobMessage{Base: Base{now}, JobID: a.id, Action: qs.q.Action(), Element: a.item.Name(),
+		Key: a.item.Element.Key, Kind: KindOpened, Text: "started after waiting " + a.gateWait.Round(time.Millisecond).String() + " for a free slot"})
+	return true
+}
+
+// ungate takes a off its queue's list of jobs waiting at their gates. It reports
+// whether a was there.
+func (s *Scheduler) ungate(a *activeJob) bool {
+	if !a.gated {
+		return false
+	}
+	a.gated = false
+	a.qs.gated = slices.DeleteFunc(a.qs.gated, func(x *activeJob) bool { return x == a })
+	return true
+}
+
+// withdrawGated terminates the jobs waiting at their gates when the session quits:
+// none has begun its work, and a quitting session starts no new work. Each goes
+// back to its queue when its job ends (see finish), and the summary counts it as
+// not started.
+func (s *Scheduler) withdrawGated() {
+	for _, qs := range s.queues {
+		for _, a := range qs.gated {
+			if err := a.running.Terminate(); err != nil {
+				action, element := a.describe()
+				s.cfg.Publish(Notice{Base: Base{time.Now()}, Level: "warning", Element: element,
+					Text: fmt.Sprintf("%s job %s: withdrawing it at its gate: %v", action, a.id, err)})
+			}
+		}
+	}
+}
