@@ -194,8 +194,8 @@ func Assemble(ctx context.Context, js job.Spec, r *job.Reporter) (res job.Result
 	started := time.Now()
 	out := &faultWatcher{w: r.Writer()}
 	buildErr := build(ctx, c, &spec, r, out)
-	if ctx.Err() != nil {
-		// Terminated: cache nothing, the next session builds again. A command can die
+	if ctx.Err() != nil || errors.Is(buildErr, job.ErrParentDied) {
+		// Terminated, or gantry died: cache nothing, the next session builds again. A command can die
 		// of the group's SIGTERM before this process sees its own; then a failure is
 		// cached, and the parent, which knows the job was terminated, drops it.
 		return job.Result{}, context.Cause(ctx)

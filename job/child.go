@@ -81,7 +81,7 @@ func RunChild(handlers map[string]Handler) int {
 		fmt.Fprintf(os.Stderr, "gantry job: making fd %d non-blocking: %v\n", controlFD, err)
 		return 1
 	}
-	ctl, err := newControls(controlFD)
+	ctl, err := newControls(controlFD, func() { die(ErrParentDied) })
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "gantry job: %v\n", err)
 		return 1

@@ -78,10 +78,13 @@ type controls struct {
 	buf  []byte          // a partial line (the parent writes whole lines: none in practice)
 	job  string          // the ID of the job running, "" between jobs
 	seen map[string]controlSet
+	// gone is called when the pipe ends: only gantry's exit closes its other end.
+	gone func()
 }
 
-// newControls reads the non-blocking descriptor fd.
-func newControls(fd int) (*controls, error) {
+// newControls reads the non-blocking descriptor fd; gone is called when the pipe
+// ends (gantry exited).
+func newControls(fd int, gone func()) (*controls, error) {
 	f := os.NewFile(uintptr(fd), "job-control")
 	if err := f.SetReadDeadline(time.Time{}); err != nil {
 		return nil, fmt.Errorf("fd %d cannot be waited on: %w", fd, err)
@@ -90,7 +93,7 @@ func newControls(fd int) (*controls, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fd %d: %w", fd, err)
 	}
-	return &controls{f: f, rc: rc, seen: map[string]controlSet{}}, nil
+	return &controls{f: f, rc: rc, seen: map[string]controlSet{}, gone: gone}, nil
 }
 
 // begin says that the job id, whose spec was just read, runs from now on, and
@@ -150,7 +153,11 @@ func (c *controls) waitOpen(ctx context.Context) error {
 		case errors.Is(err, os.ErrDeadlineExceeded):
 			return context.Cause(ctx)
 		case errors.Is(err, io.EOF):
-			return ErrParentDied // only gantry's exit closes the pipe's other end
+			// Only gantry's exit closes the pipe's other end: the job ends as it
+			// does when the parent-death signal says so first (its context's cause
+			// is ErrParentDied, so nothing of it is cached as the element's failure).
+			c.gone()
+			return context.Cause(ctx)
 		case err != nil:
 			return fmt.Errorf("reading the control pipe (fd %d): %w", controlFD, err)
 		}

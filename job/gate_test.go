@@ -177,7 +177,7 @@ func TestGateTerminate(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := waitBeforeGrace(t, s)
-	if !out.Terminated || out.Result.Error != "terminated" || out.ExitCode != 1 {
+	if !out.Terminated || !strings.HasPrefix(out.Result.Error, "terminated") || out.ExitCode != 1 {
 		t.Errorf("outcome %+v, want the job's own terminated result", out)
 	}
 	if _, err := os.Stat(marker); !errors.Is(err, fs.ErrNotExist) {
@@ -267,5 +267,34 @@ func benchmarkGate(b *testing.B, gate bool) {
 		slices.Sort(d.ds)
 		b.ReportMetric(float64(d.ds[0].Microseconds()), "µs-min-to-"+d.name)
 		b.ReportMetric(float64(d.ds[len(d.ds)/2].Microseconds()), "µs-median-to-"+d.name)
+	}
+}
+
+// The control pipe ends only when gantry exits: a job waiting at its gate then ends
+// as a job does when the parent-death signal comes first, its context cancelled with
+// ErrParentDied, so that the build handler, which caches no failure of a job whose
+// context is done, does not cache "gantry exited" as the element's failure (seen in
+// the kill -9 campaign before: the gate returned the error with the context alive).
+func TestGateEndOfControlPipeIsGantryExiting(t *testing.T) {
+	p := newPool(t)
+	s, marker := startGate(t, gated(p.Start))
+	s.rec.waitStatus(t, gateStatus)
+	s.job.mu.Lock()
+	w := s.job.w
+	s.job.mu.Unlock()
+	if err := w.controls.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-s.job.Done():
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the job did not end within 20s of its control pipe's end\n%s", readFile(t, s.log))
+	}
+	out := s.job.Wait()
+	if want := "gantry exited (the job's context: gantry exited)"; !strings.Contains(out.Result.Error, want) {
+		t.Errorf("result error %q, want it to contain %q", out.Result.Error, want)
+	}
+	if exists(marker) {
+		t.Error("the job went through its gate")
 	}
 }

@@ -77,7 +77,7 @@ var testHandlers = map[string]Handler{
 			return Result{}, err
 		}
 		if err := r.Gate(ctx, gateStatus); err != nil {
-			return Result{}, err
+			return Result{}, fmt.Errorf("%w (the job's context: %v)", err, context.Cause(ctx))
 		}
 		if err := os.WriteFile(path, nil, 0o644); err != nil {
 			return Result{}, err
