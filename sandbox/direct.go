@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"unicode"
@@ -64,50 +62,6 @@ func simpleCommand(command string) []string {
 		return nil
 	}
 	return words
-}
-
-// directHostCmd returns the command running argv on the host as sh would run
-// it in hostCmd's environment, or nil when that is not certain: argv[0] not
-// found in PATH (sh reports it), a PATH with relative entries or dash's %
-// entries, a variable sh would not pass on, or an explicit PWD.
-func directHostCmd(cfg Config, argv []string) *exec.Cmd {
-	env := hostEnv(cfg)
-	for _, kv := range env {
-		k, _, _ := strings.Cut(kv, "=")
-		if !shellName(k) || k == "PWD" {
-			return nil
-		}
-	}
-	dir, err := filepath.Abs(cfg.BuildDir)
-	if err != nil {
-		return nil
-	}
-	// sh exports PWD, its physical working directory when it inherits none.
-	if dir, err = filepath.EvalSymlinks(dir); err != nil {
-		return nil
-	}
-	path := argv[0]
-	if strings.Contains(path, "/") {
-		if !filepath.IsAbs(path) {
-			path = filepath.Join(dir, path)
-		}
-	} else {
-		pathList := envValue(env, "PATH")
-		if strings.Contains(pathList, "%") {
-			return nil
-		}
-		for _, d := range filepath.SplitList(pathList) {
-			if !filepath.IsAbs(d) {
-				return nil
-			}
-		}
-		if path, err = lookPathIn(path, pathList); err != nil {
-			return nil
-		}
-	}
-	cmd := hostCmd(cfg, path, argv)
-	cmd.Env = append(env, "PWD="+dir)
-	return cmd
 }
 
 // shellName reports whether name is a valid shell variable name; sh drops

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -396,20 +397,45 @@ func sortLines(s string) string {
 	return strings.Join(lines, "\n")
 }
 
-// BenchmarkRunSimpleCommand: a command run directly, and the same under sh.
+// BenchmarkRunSimpleCommand: a command run directly, and the same under sh;
+// with Run, which prepares for every command, and with a Runner prepared once,
+// as a build job runs its commands; output to nowhere or, as in a job, to a
+// writer that is not a file.
 func BenchmarkRunSimpleCommand(b *testing.B) {
 	sysroot, build, install := b.TempDir(), b.TempDir(), b.TempDir()
-	cfg := Config{Kind: Host, Sysroot: sysroot, BuildDir: build, InstallDir: install}
-	for _, bc := range []struct{ name, command string }{
-		{"direct", "sleep 0"},
-		{"sh", "{ sleep 0; }"},
-	} {
-		b.Run(bc.name, func(b *testing.B) {
-			for b.Loop() {
-				if err := Run(context.Background(), cfg, bc.command); err != nil {
-					b.Fatal(err)
+	for _, out := range []struct {
+		name string
+		w    io.Writer
+	}{{"", nil}, {"writer-", &discardWriter{}}} {
+		cfg := Config{Kind: Host, Sysroot: sysroot, BuildDir: build, InstallDir: install, Stdout: out.w, Stderr: out.w}
+		p, err := Prepare(cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer p.Close()
+		for _, bc := range []struct{ name, command string }{
+			{"direct", "sleep 0"},
+			{"sh", "{ sleep 0; }"},
+		} {
+			b.Run(out.name+bc.name, func(b *testing.B) {
+				for b.Loop() {
+					if err := Run(context.Background(), cfg, bc.command); err != nil {
+						b.Fatal(err)
+					}
 				}
-			}
-		})
+			})
+			b.Run(out.name+"prepared-"+bc.name, func(b *testing.B) {
+				for b.Loop() {
+					if err := p.Run(context.Background(), bc.command); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
 	}
 }
+
+// discardWriter is io.Discard that os/exec cannot tell apart from any writer.
+type discardWriter struct{}
+
+func (*discardWriter) Write(p []byte) (int, error) { return len(p), nil }

@@ -20,48 +20,16 @@ import (
 // SIGTERM (and SIGCONT, in case it is suspended), then SIGKILL after a grace
 // period of 2s, and Run returns context.Cause(ctx). Which processes the
 // signals reach is cfg.Group's business; see ProcessGroup.
+//
+// Run prepares cfg for each command: to run several in one sandbox, Prepare
+// it once and use the Runner's Run.
 func Run(ctx context.Context, cfg Config, command string) error {
-	if err := checkKind(cfg.Kind); err != nil {
+	p, err := Prepare(cfg)
+	if err != nil {
 		return err
 	}
-	if cfg.Kind == Host {
-		if argv := simpleCommand(command); argv != nil {
-			if cmd := directHostCmd(cfg, argv); cmd != nil {
-				state, err := start(ctx, cfg, cmd)
-				var se *startError
-				if !errors.As(err, &se) { // else sh runs it, and says why it cannot
-					return finish(ctx, cfg, command, state, err, true)
-				}
-			}
-		}
-	}
-	var cmd *exec.Cmd
-	var err error
-	switch cfg.Kind {
-	case Host:
-		var sh string
-		if sh, err = hostShell(); err != nil {
-			return err
-		}
-		cmd = hostCmd(cfg, sh, []string{"sh", "-e", "-c", command})
-	case Bwrap:
-		// Not direct: bwrap (before 0.9, --argv0) cannot exec a program found
-		// by a lookup of ours under the name it was given, and its own execvp
-		// failing exits 1, not sh's 127 or 126.
-		cmd, err = bwrapCmd(cfg, []string{"/bin/sh", "-e", "-c", command})
-		if err != nil {
-			return err
-		}
-	}
-	state, err := start(ctx, cfg, cmd)
-	return finish(ctx, cfg, command, state, err, false)
-}
-
-// start runs cmd for Run with cfg's output, group and start hook.
-func start(ctx context.Context, cfg Config, cmd *exec.Cmd) (*os.ProcessState, error) {
-	cmd.Stdout, cmd.Stderr = cfg.Stdout, cfg.Stderr
-	cmd.SysProcAttr = sysProcAttr(cfg.Group == NewGroup)
-	return execute(ctx, cmd, cfg.Group, cfg.onStart)
+	defer p.Close()
+	return p.Run(ctx, command)
 }
 
 // finish turns how Run's command ended into Run's error; direct says it ran
@@ -92,29 +60,29 @@ func finish(ctx context.Context, cfg Config, command string, state *os.ProcessSt
 // It returns the exit code (128+signal if killed by a signal); err is set only
 // if the shell could not be run or ctx was cancelled (context.Cause(ctx)).
 func Shell(ctx context.Context, cfg Config, argv []string, stdin io.Reader) (exitCode int, err error) {
-	if err := checkKind(cfg.Kind); err != nil {
+	p, err := Prepare(cfg)
+	if err != nil {
 		return -1, err
 	}
+	defer p.Close()
 	var cmd *exec.Cmd
 	switch cfg.Kind {
 	case Host:
-		path, args := "", argv
+		path, args := p.sh, argv
 		if len(argv) == 0 {
-			if path, err = hostShell(); err != nil {
-				return -1, err
+			if p.shErr != nil {
+				return -1, p.shErr
 			}
 			args = []string{"sh", "-i"}
-		} else if path, err = lookPathIn(argv[0], envValue(hostEnv(cfg), "PATH")); err != nil {
+		} else if path, err = lookPathIn(argv[0], envValue(p.env, "PATH")); err != nil {
 			return -1, fmt.Errorf("host sandbox: %w", err)
 		}
-		cmd = hostCmd(cfg, path, args)
+		cmd = p.hostCmd(path, args)
 	case Bwrap:
 		if len(argv) == 0 {
 			argv = []string{"/bin/sh", "-i"}
 		}
-		if cmd, err = bwrapCmd(cfg, argv); err != nil {
-			return -1, err
-		}
+		cmd = p.bwrapCmd(argv)
 	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, cfg.Stdout, cfg.Stderr
 	cmd.SysProcAttr = sysProcAttr(false)
@@ -151,19 +119,4 @@ func checkKind(k Kind) error {
 	default:
 		return fmt.Errorf("unknown sandbox kind %q", string(k))
 	}
-}
-
-// hostCmd runs path with args (args[0] is the name) on the host in BuildDir.
-func hostCmd(cfg Config, path string, args []string) *exec.Cmd {
-	return &exec.Cmd{Path: path, Args: args, Dir: cfg.BuildDir, Env: hostEnv(cfg)}
-}
-
-// bwrapCmd runs argv in a bwrap sandbox; bwrap itself gets an empty
-// environment, the command gets cfg's through bwrap's arguments.
-func bwrapCmd(cfg Config, argv []string) (*exec.Cmd, error) {
-	path, args, err := bwrapCommand(cfg, argv)
-	if err != nil {
-		return nil, err
-	}
-	return &exec.Cmd{Path: path, Args: append([]string{"bwrap"}, args...), Env: []string{}}, nil
 }

@@ -1,0 +1,139 @@
+//go:build linux
+
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// TestRunnerKeepsWhatItPrepared: a Runner's commands run with the environment
+// worked out by Prepare (a tool put in the sysroot afterwards is not in
+// PATH), directly or through sh as Run would run them, one after another.
+func TestRunnerKeepsWhatItPrepared(t *testing.T) {
+	cfg := hostConfig(t)
+	var out bytes.Buffer
+	cfg.Stdout, cfg.Stderr = &out, &out
+	p, err := Prepare(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	writeFile(t, filepath.Join(cfg.Sysroot, "usr", "bin", "mytool"), "#!/bin/sh\necho from-sysroot\n", 0o755)
+
+	if err := p.Run(context.Background(), "cat /proc/self/stat"); err != nil {
+		t.Fatal(err)
+	}
+	if ppid := statPPID(t, out.String()); ppid != os.Getpid() {
+		t.Errorf("the simple command's parent is %d, want this process (%d): it ran under sh", ppid, os.Getpid())
+	}
+	out.Reset()
+	if err := p.Run(context.Background(), `echo "PATH=$PATH"`); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.TrimSpace(out.String()), "PATH="+os.Getenv("PATH"); got != want {
+		t.Errorf("under sh, %s; want %s: the sysroot had no usr/bin when the runner was prepared", got, want)
+	}
+	var ee *ExitError
+	if err := p.Run(context.Background(), "mytool"); !errors.As(err, &ee) || ee.ExitCode != 127 {
+		t.Errorf("running a tool staged after Prepare: %v, want exit code 127 (not found)", err)
+	}
+	// Run prepares afresh.
+	if got, _, err := runOutput(cfg, "mytool"); err != nil || got != "from-sysroot\n" {
+		t.Errorf("Run(mytool) = %q, %v; want it found in the sysroot", got, err)
+	}
+	if err := p.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+}
+
+// TestRunnerBwrapRunsEachCommand: one prepared bwrap command line serves
+// several commands, each with its own words.
+func TestRunnerBwrapRunsEachCommand(t *testing.T) {
+	cfg := bwrapConfig(t)
+	var out bytes.Buffer
+	cfg.Stdout, cfg.Stderr = &out, &out
+	p, err := Prepare(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	for _, cmd := range []string{"echo one > /gantry/install/a", "cat /gantry/install/a; echo two", "pwd"} {
+		if err := p.Run(context.Background(), cmd); err != nil {
+			t.Fatalf("%s: %v; output:\n%s", cmd, err, out.String())
+		}
+	}
+	if got, want := out.String(), "one\ntwo\n/gantry/build\n"; got != want {
+		t.Errorf("output %q, want %q", got, want)
+	}
+}
+
+// lockedBuffer is a writer that is not a file, safe for concurrent use.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// TestRunnerOutputPipe: with a writer that is not a file, a Runner's commands
+// write to one pipe of its own; each command's output, more than a pipe holds,
+// has all been passed on when Run returns, in order, and what a background
+// process writes after its command ended is passed on by Close.
+func TestRunnerOutputPipe(t *testing.T) {
+	cfg := hostConfig(t)
+	var out lockedBuffer
+	cfg.Stdout, cfg.Stderr = &out, &out
+	cfg.Group = CallerGroup // as in a job: Run leaves background processes be
+	p, err := Prepare(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if p.out == nil {
+		t.Fatal("no output pipe for a writer that is not a file")
+	}
+	const big = 300 << 10
+	if err := p.Run(context.Background(), "head -c "+strconv.Itoa(big)+" /dev/zero"); err != nil {
+		t.Fatal(err)
+	}
+	if got := len(out.String()); got != big {
+		t.Fatalf("after Run, %d bytes of output, want %d", got, big)
+	}
+	if err := p.Run(context.Background(), "echo out; echo err >&2; exit 3"); err == nil {
+		t.Fatal("exit 3 succeeded")
+	}
+	if got := out.String()[big:]; got != "out\nerr\n" {
+		t.Errorf("the second command's output is %q, want %q", got, "out\nerr\n")
+	}
+	// The background process waits until the command has ended and its
+	// output was passed on, then writes.
+	if err := p.Run(context.Background(), "(while test ! -e go; do sleep 0.01; done; echo late) & echo now"); err != nil {
+		t.Fatal(err)
+	}
+	if got := out.String()[big+8:]; got != "now\n" {
+		t.Errorf("after the third command, %q, want %q", got, "now\n")
+	}
+	writeFile(t, filepath.Join(cfg.BuildDir, "go"), "", 0o644)
+	eventually(t, "the background process wrote", func() bool { return strings.HasSuffix(out.String(), "late\n") })
+	if err := p.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+}
