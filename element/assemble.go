@@ -359,21 +359,28 @@ func build(ctx context.Context, c *cache.Cache, spec *BuildSpec, r *job.Reporter
 	if kind == sandbox.Bwrap {
 		resolved = spec.Bwrap
 	}
-	if err := waitForBuilder(ctx, r); err != nil {
-		return err
-	}
+	// Everything the commands need but a builder is done before the gate: after
+	// it, each command costs its log lines, its fork and its exec.
 	logBuildHeader(r, kind, reason, resolved.Env)
 	cfg := sandbox.Config{Kind: kind, Sysroot: sysroot, BuildDir: buildDir, InstallDir: installDir,
 		SandboxBuildRoot: SandboxBuildRoot, SandboxInstallRoot: SandboxInstallRoot,
 		Env: resolved.Env, Stdout: out, Stderr: out,
 		// The job's process group: suspend and terminate of the job reach the commands.
 		Group: sandbox.CallerGroup}
+	runner, err := sandbox.Prepare(cfg)
+	if err != nil {
+		return &infraError{err} // it names the sandbox: a fault of the machine, not the element's
+	}
+	defer runner.Close()
+	if err := waitForBuilder(ctx, r); err != nil {
+		return err
+	}
 	for _, step := range CommandSteps {
 		stepStarted := time.Now()
 		for _, cmd := range resolved.Commands[step] {
 			r.Status(strings.TrimSuffix(step, "-commands") + ": " + firstLine(cmd))
 			r.Log("+ " + cmd)
-			if err := sandbox.Run(ctx, cfg, cmd); err != nil {
+			if err := runner.Run(ctx, cmd); err != nil {
 				r.Log(fmt.Sprintf("%s failed after %s", step, since(stepStarted)))
 				return fmt.Errorf("%s: %w", step, err)
 			}
