@@ -193,7 +193,8 @@ func Assemble(ctx context.Context, js job.Spec, r *job.Reporter) (res job.Result
 	}
 	started := time.Now()
 	out := &faultWatcher{w: r.Writer()}
-	buildErr := build(ctx, c, &spec, r, out)
+	runner, buildErr := build(ctx, c, &spec, r, out)
+	defer runner.Close()
 	if ctx.Err() != nil || errors.Is(buildErr, job.ErrParentDied) {
 		// Terminated, or gantry died: cache nothing, the next session builds again. A command can die
 		// of the group's SIGTERM before this process sees its own; then a failure is
@@ -256,6 +257,11 @@ func Assemble(ctx context.Context, js job.Spec, r *job.Reporter) (res job.Result
 		}
 		r.Available(data)
 	}
+	// What the commands wrote reaches the log before it is stored; a leftover
+	// process writing later gets EPIPE (Available killed them all on success).
+	if err := runner.Close(); err != nil {
+		r.Log("warning: closing the commands' output: " + err.Error()) // nothing of the build is lost
+	}
 	if js.LogPath != "" {
 		if a.Log, err = c.PutFile(js.LogPath); err != nil {
 			return job.Result{}, fmt.Errorf("caching the build log of %s: %w", spec.Element, err)
@@ -276,15 +282,18 @@ type infraError struct{ err error }
 func (e *infraError) Error() string { return e.err.Error() }
 func (e *infraError) Unwrap() error { return e.err }
 
-// build stages and runs the element's commands, their output to out.
-func build(ctx context.Context, c *cache.Cache, spec *BuildSpec, r *job.Reporter, out io.Writer) error {
+// build stages and runs the element's commands, their output to out. It returns
+// the Runner they ran in (nil for kinds that run none), still open: the caller
+// closes it once the job's processes are gone, before storing the log, so that
+// what a leftover process wrote reaches the log, and not on the builder's time.
+func build(ctx context.Context, c *cache.Cache, spec *BuildSpec, r *job.Reporter, out io.Writer) (*sandbox.Runner, error) {
 	r.Log("element: " + spec.Element + ", key: " + spec.Key + ", project: " + spec.Project)
 	sysroot := filepath.Join(spec.WorkDir, "sysroot")
 	buildDir := spec.buildDir()
 	installDir := filepath.Join(spec.WorkDir, "install")
 	for _, d := range []string{sysroot, buildDir, installDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
-			return &infraError{fmt.Errorf("preparing the build directory: %w", err)}
+			return nil, &infraError{fmt.Errorf("preparing the build directory: %w", err)}
 		}
 	}
 	// Staging holds the cache lock shared: a cleanup waits until it is done, and
@@ -306,20 +315,20 @@ func build(ctx context.Context, c *cache.Cache, spec *BuildSpec, r *job.Reporter
 		return nil
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if w := spec.Workspace; w != nil {
 		// One build at a time in the kept build directory, whichever gantry runs it.
 		r.Status("waiting for the build directory of workspace " + w.Dir)
 		unlock, err := source.LockFile(ctx, filepath.Join(filepath.Dir(w.BuildDir), "lock"))
 		if err != nil {
-			return &infraError{fmt.Errorf("locking the build directory of workspace %s: %w", w.Dir, err)}
+			return nil, &infraError{fmt.Errorf("locking the build directory of workspace %s: %w", w.Dir, err)}
 		}
 		defer unlock()
 		r.Status("syncing workspace " + w.Dir)
 		r.Log("building from workspace " + w.Dir + " in " + w.BuildDir + " (kept between builds)")
 		if err := SyncWorkspace(w.Dir, w.BuildDir, w.Manifest); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	for i := range spec.Sources {
@@ -327,32 +336,32 @@ func build(ctx context.Context, c *cache.Cache, spec *BuildSpec, r *job.Reporter
 		r.Status("staging " + s.Describe())
 		err := source.Stage(ctx, s, source.StageOptions{ProjectRoot: spec.ProjectRoot, SourcesDir: c.SourcesDir(), BuildRoot: buildDir, Log: r.Writer()})
 		if err != nil {
-			return fmt.Errorf("source %d: %w", i+1, err)
+			return nil, fmt.Errorf("source %d: %w", i+1, err)
 		}
 	}
 	switch spec.Kind {
 	case "stack":
-		return nil
+		return nil, nil
 	case "import":
 		if err := waitForBuilder(ctx, r); err != nil {
-			return err
+			return nil, err
 		}
-		return importFiles(spec, buildDir, installDir)
+		return nil, importFiles(spec, buildDir, installDir)
 	case "compose":
 		if err := waitForBuilder(ctx, r); err != nil {
-			return err
+			return nil, err
 		}
-		return compose(spec, sysroot, installDir)
+		return nil, compose(spec, sysroot, installDir)
 	}
 	kind, reason := sandbox.Resolve(sandbox.Kind(spec.Sandbox), sysroot)
 	if err := sandbox.CheckSysroot(kind, sysroot); err != nil {
 		r.Log("sandbox: " + string(kind) + " (" + reason + ")")
-		return &infraError{err}
+		return nil, &infraError{err}
 	}
 	if kind == sandbox.Host && links && len(deps) > 0 {
 		// auto chose the host after all: the commands can write to the sysroot.
 		if err := underLock(ctx, c, r, func() error { return restage(c, spec, deps, sysroot, r) }); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	resolved := spec.Host
@@ -369,11 +378,10 @@ func build(ctx context.Context, c *cache.Cache, spec *BuildSpec, r *job.Reporter
 		Group: sandbox.CallerGroup}
 	runner, err := sandbox.Prepare(cfg)
 	if err != nil {
-		return &infraError{err} // it names the sandbox: a fault of the machine, not the element's
+		return nil, &infraError{err} // it names the sandbox: a fault of the machine, not the element's
 	}
-	defer runner.Close()
 	if err := waitForBuilder(ctx, r); err != nil {
-		return err
+		return runner, err
 	}
 	for _, step := range CommandSteps {
 		stepStarted := time.Now()
@@ -382,14 +390,14 @@ func build(ctx context.Context, c *cache.Cache, spec *BuildSpec, r *job.Reporter
 			r.Log("+ " + cmd)
 			if err := runner.Run(ctx, cmd); err != nil {
 				r.Log(fmt.Sprintf("%s failed after %s", step, since(stepStarted)))
-				return fmt.Errorf("%s: %w", step, err)
+				return runner, fmt.Errorf("%s: %w", step, err)
 			}
 		}
 		if len(resolved.Commands[step]) > 0 {
 			r.Log(fmt.Sprintf("%s done in %s", step, since(stepStarted)))
 		}
 	}
-	return nil
+	return runner, nil
 }
 
 // waitForBuilder is the build job's gate (job.Reporter.Gate): staging the

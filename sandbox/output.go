@@ -22,7 +22,7 @@ import (
 type outputPipe struct {
 	r, w *os.File
 	out  io.Writer
-	buf  []byte // drain's
+	buf  []byte // the copying goroutine's, and pause's while it is stopped
 
 	paused chan struct{} // the copying goroutine stopped at a read deadline
 	resume chan struct{} // it may go on; closed: it returns
@@ -47,11 +47,10 @@ func newOutputPipe(out io.Writer) (*outputPipe, error) {
 // every write end is closed.
 func (o *outputPipe) copy() {
 	defer close(o.done)
-	buf := make([]byte, 32<<10)
 	for {
-		n, err := o.r.Read(buf)
+		n, err := o.r.Read(o.buf)
 		if n > 0 {
-			_, _ = o.out.Write(buf[:n]) // as os/exec's copy, a failing writer stops nothing
+			_, _ = o.out.Write(o.buf[:n]) // as os/exec's copy, a failing writer stops nothing
 		}
 		switch {
 		case errors.Is(err, os.ErrDeadlineExceeded):

@@ -76,9 +76,10 @@ func Prepare(cfg Config) (*Runner, error) {
 }
 
 // Close passes on the output still in the pipe and releases what Prepare
-// opened. The Runner must not be used after.
+// opened. The Runner must not be used after. Closing twice, or a nil Runner,
+// does nothing.
 func (p *Runner) Close() error {
-	if p.null == nil {
+	if p == nil || p.null == nil {
 		return nil
 	}
 	err := p.null.Close()
