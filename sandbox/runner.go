@@ -23,9 +23,9 @@ import (
 //
 // A Runner is for one goroutine at a time; Close it when done.
 type Runner struct {
-	cfg   Config
-	null  *os.File    // /dev/null (read-write): every command's stdin, and its output where cfg has none
-	out   *outputPipe // every command's stdout and stderr, or nil: cfg's
+	cfg  Config
+	null *os.File    // /dev/null (read-write): every command's stdin, and its output where cfg has none
+	out  *outputPipe // every command's stdout and stderr, or nil: cfg's
 
 	// Host: the environment of commands run under sh, and of those exec'd
 	// directly (with PWD), or nil when a direct run could differ from sh's.
