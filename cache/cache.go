@@ -45,6 +45,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 const (
@@ -263,14 +265,16 @@ func renameInto(src, dst string) error {
 	return nil
 }
 
+// syncDirectory fsyncs dir, with plain system calls (see openFD): every build
+// job's ref write ends with it.
 func syncDirectory(dir string) error {
-	d, err := os.Open(dir)
+	fd, err := openFD(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
 	if err != nil {
 		return fmt.Errorf("syncing directory %s: %w", dir, err)
 	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("syncing directory %s: %w", dir, err)
+	defer unix.Close(fd)
+	if err := unix.Fsync(fd); err != nil {
+		return fmt.Errorf("syncing directory %s: %w", dir, &os.PathError{Op: "sync", Path: dir, Err: err})
 	}
 	return nil
 }

@@ -1,17 +1,13 @@
 package cache
 
-import (
-	"os"
-
-	"golang.org/x/sys/unix"
-)
+import "golang.org/x/sys/unix"
 
 // syncFS flushes the filesystem holding dir: one journal commit for every blob.
 func syncFS(dir string) error {
-	f, err := os.Open(dir)
+	fd, err := openFD(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
 	if err != nil {
 		return err
 	}
-	defer f.Close()
-	return unix.Syncfs(int(f.Fd()))
+	defer unix.Close(fd)
+	return unix.Syncfs(fd)
 }

@@ -105,12 +105,30 @@ func (c *Cache) TryLock(mode LockMode) (*Lock, error) {
 	return &Lock{f: f, Mode: mode}, nil
 }
 
+// openLockFile opens a lock file with plain system calls: os.OpenFile would
+// try, and fail, to add the regular file to the poller (four system calls
+// more), and every build job locks the cache twice.
 func (c *Cache) openLockFile(name string) (*os.File, error) {
-	f, err := os.OpenFile(filepath.Join(c.Root, name), os.O_RDWR|os.O_CREATE, 0o644)
+	p := filepath.Join(c.Root, name)
+	fd, err := openFD(p, unix.O_RDWR|unix.O_CREAT, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("opening the cache lock: %w", err)
 	}
-	return f, nil
+	return os.NewFile(uintptr(fd), p), nil
+}
+
+// openFD opens path with open(2) and O_CLOEXEC, retrying when interrupted, for
+// a file used with plain system calls. Errors are *os.PathError, as os.Open's.
+func openFD(path string, flag int, perm uint32) (int, error) {
+	for {
+		fd, err := unix.Open(path, flag|unix.O_CLOEXEC, perm)
+		if err == nil {
+			return fd, nil
+		}
+		if err != unix.EINTR {
+			return -1, &os.PathError{Op: "open", Path: path, Err: err}
+		}
+	}
 }
 
 // flock opens name and locks it with how, calling tell before it blocks.
