@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -10,26 +11,25 @@ import (
 )
 
 // outputPipe carries the output of a Runner's commands to a writer that is not
-// a file, such as a job's log: one pipe for all of them, created by Prepare,
-// and one goroutine copying from it. Without it, os/exec makes a pipe and a
-// copying goroutine for every command and waits for the copy to see the end of
-// the output (up to killGrace while a background process holds the pipe).
+// a file, such as a job's log: one pipe for all of them, made by Prepare.
+// Without it, os/exec makes a pipe and a goroutine copying from it for every
+// command, and waits for that goroutine to see the end of the output (up to
+// killGrace while a background process holds the pipe open).
 //
-// A command's output is all in the pipe when its process has exited (writes to
-// a pipe are done when write(2) returns), so sync, called then, passes on what
-// the pipe holds. What a background process writes later is passed on while
-// later commands run, or by close.
+// Here the goroutine that runs the command copies while it waits (copyUntil),
+// and no other goroutine is involved: the one that sees the command exit wakes
+// it. Once the command's process has exited, its output is all in the pipe (a
+// write to a pipe is done when write(2) returns), so drain passes on the rest
+// without waiting for an end. What a background process writes later is
+// passed on with the next command's output, or by close; between commands
+// nobody reads, so such a process may block once the pipe is full.
 type outputPipe struct {
 	r, w *os.File
 	out  io.Writer
-	buf  []byte // the copying goroutine's, and pause's while it is stopped
-
-	paused chan struct{} // the copying goroutine stopped at a read deadline
-	resume chan struct{} // it may go on; closed: it returns
-	done   chan struct{} // it returned
+	buf  []byte
 }
 
-// aLongTimeAgo is a read deadline that has passed: it stops a pending read.
+// aLongTimeAgo is a read deadline that has passed: it ends a pending read.
 var aLongTimeAgo = time.Unix(1, 0)
 
 func newOutputPipe(out io.Writer) (*outputPipe, error) {
@@ -37,54 +37,59 @@ func newOutputPipe(out io.Writer) (*outputPipe, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating the output pipe: %w", err)
 	}
-	o := &outputPipe{r: r, w: w, out: out, buf: make([]byte, 32<<10),
-		paused: make(chan struct{}), resume: make(chan struct{}), done: make(chan struct{})}
-	go o.copy()
-	return o, nil
+	return &outputPipe{r: r, w: w, out: out, buf: make([]byte, 32<<10)}, nil
 }
 
-// copy passes on what the pipe delivers until resume is closed at a pause, or
-// every write end is closed.
-func (o *outputPipe) copy() {
-	defer close(o.done)
+// wake ends a pending or later read of copyUntil.
+func (o *outputPipe) wake() { _ = o.r.SetReadDeadline(aLongTimeAgo) }
+
+// copyUntil passes on what the pipe delivers until exited is closed or ctx is
+// done. Whoever closes exited calls wake after closing it; when copyUntil
+// returns, no wake of ctx's is pending (drain clears what it left).
+func (o *outputPipe) copyUntil(ctx context.Context, exited <-chan struct{}) {
+	woken := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() { o.wake(); close(woken) })
+	defer func() {
+		if !stop() {
+			<-woken
+		}
+	}()
+	over := func() bool {
+		select {
+		case <-exited:
+			return true
+		case <-ctx.Done():
+			return true
+		default:
+			return false
+		}
+	}
 	for {
 		n, err := o.r.Read(o.buf)
 		if n > 0 {
-			_, _ = o.out.Write(o.buf[:n]) // as os/exec's copy, a failing writer stops nothing
+			_, _ = o.out.Write(o.buf[:n]) // as os/exec's copy: a failing writer stops nothing
 		}
 		switch {
-		case errors.Is(err, os.ErrDeadlineExceeded):
-			o.paused <- struct{}{}
-			if _, ok := <-o.resume; !ok {
+		case err == nil:
+		case !errors.Is(err, os.ErrDeadlineExceeded) || over():
+			return
+		default:
+			// Not this command's wake: clear it, then look again, so that a
+			// wake between the look and the clearing is not lost.
+			_ = o.r.SetReadDeadline(time.Time{})
+			if over() {
 				return
 			}
-		case err != nil:
-			return
 		}
 	}
 }
 
-// sync returns when everything written to the pipe before it was called has
-// been passed on.
-func (o *outputPipe) sync() {
-	if o.pause() {
-		o.resume <- struct{}{}
-	}
-}
-
-// pause stops the copying goroutine and passes on what the pipe holds. It
-// returns false if the goroutine had returned (every write end was closed).
-func (o *outputPipe) pause() bool {
-	_ = o.r.SetReadDeadline(aLongTimeAgo)
-	select {
-	case <-o.paused:
-	case <-o.done:
-		return false
-	}
+// drain passes on what the pipe holds, without waiting for more.
+func (o *outputPipe) drain() {
 	_ = o.r.SetReadDeadline(time.Time{})
 	rc, err := o.r.SyscallConn()
 	if err != nil {
-		return true
+		return
 	}
 	for {
 		n := 0
@@ -95,7 +100,7 @@ func (o *outputPipe) pause() bool {
 			return true
 		})
 		if n <= 0 {
-			return true
+			return
 		}
 		_, _ = o.out.Write(o.buf[:n])
 	}
@@ -105,10 +110,7 @@ func (o *outputPipe) pause() bool {
 // that still holds the write end gets EPIPE from then on.
 func (o *outputPipe) close() error {
 	err := o.w.Close()
-	if o.pause() {
-		close(o.resume)
-	}
-	<-o.done
+	o.drain()
 	return errors.Join(err, o.r.Close())
 }
 

@@ -16,13 +16,15 @@ import (
 const killGrace = 2 * time.Second
 
 // execute starts cmd and waits for it. If ctx is cancelled first, it signals
-// the command (see terminate) and returns context.Cause(ctx).
+// the command (see terminate) and returns context.Cause(ctx). With out, the
+// pipe cmd writes to, it passes on the command's output meanwhile, and all of
+// it before returning.
 //
 // Invariant: on Linux, signals go to a pid or process group only while the
 // command's process is unreaped (running or a zombie), so its pid, which is
 // also the group's id in NewGroup mode, cannot have been reused. Elsewhere the
 // process is reaped as it exits, and what it left in its group is not killed.
-func execute(ctx context.Context, cmd *exec.Cmd, group ProcessGroup, onStart func(int)) (*os.ProcessState, error) {
+func execute(ctx context.Context, cmd *exec.Cmd, group ProcessGroup, onStart func(int), out *outputPipe) (*os.ProcessState, error) {
 	// Output a leftover background process keeps writing after the
 	// command exited is not waited for beyond this.
 	cmd.WaitDelay = killGrace
@@ -37,14 +39,26 @@ func execute(ctx context.Context, cmd *exec.Cmd, group ProcessGroup, onStart fun
 		onStart(pid)
 	}
 	exited := make(chan struct{})
-	var reaped bool // set before exited is closed
+	done := make(chan struct{}) // exited is closed, and out woken
+	var reaped bool             // set before exited is closed
 	var waitErr error
 	go func() {
-		defer close(exited)
+		defer close(done)
 		if waitExitedNoReap(pid) != nil {
 			waitErr, reaped = cmd.Wait(), true
 		}
+		close(exited)
+		if out != nil {
+			out.wake()
+		}
 	}()
+	if out != nil {
+		out.copyUntil(ctx, exited)
+		defer func() {
+			<-done
+			out.drain()
+		}()
+	}
 
 	cancelled := false
 	select {

@@ -93,7 +93,7 @@ func Shell(ctx context.Context, cfg Config, argv []string, stdin io.Reader) (exi
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGQUIT)
 	defer signal.Stop(sigs)
-	state, err := execute(ctx, cmd, CallerGroup, cfg.onStart)
+	state, err := execute(ctx, cmd, CallerGroup, cfg.onStart, nil)
 	if err != nil {
 		return -1, wrapError(ctx, cfg.Kind, err)
 	}

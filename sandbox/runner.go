@@ -132,10 +132,9 @@ func (p *Runner) start(ctx context.Context, cmd *exec.Cmd) (*os.ProcessState, er
 	}
 	if p.out != nil {
 		cmd.Stdout, cmd.Stderr = p.out.w, p.out.w
-		defer p.out.sync()
 	}
 	cmd.SysProcAttr = sysProcAttr(p.cfg.Group == NewGroup)
-	return execute(ctx, cmd, p.cfg.Group, p.cfg.onStart)
+	return execute(ctx, cmd, p.cfg.Group, p.cfg.onStart, p.out)
 }
 
 // hostCmd runs path with args (args[0] is the name) on the host in BuildDir.

@@ -95,8 +95,9 @@ func (b *lockedBuffer) String() string {
 
 // TestRunnerOutputPipe: with a writer that is not a file, a Runner's commands
 // write to one pipe of its own; each command's output, more than a pipe holds,
-// has all been passed on when Run returns, in order, and what a background
-// process writes after its command ended is passed on by Close.
+// has all been passed on when Run returns, in order; what a background process
+// writes after its command ended is passed on with the next command's output,
+// or by Close.
 func TestRunnerOutputPipe(t *testing.T) {
 	cfg := hostConfig(t)
 	var out lockedBuffer
@@ -117,23 +118,38 @@ func TestRunnerOutputPipe(t *testing.T) {
 	if got := len(out.String()); got != big {
 		t.Fatalf("after Run, %d bytes of output, want %d", got, big)
 	}
-	if err := p.Run(context.Background(), "echo out; echo err >&2; exit 3"); err == nil {
-		t.Fatal("exit 3 succeeded")
+	want := strings.Repeat("\x00", big)
+	steps := []struct{ command, output string }{
+		{"echo out; echo err >&2; exit 3", "out\nerr\n"},
+		// Each background process waits until its command has ended, writes,
+		// and says so in a file.
+		{"(while test ! -e go1; do sleep 0.01; done; echo late; touch wrote1) & echo now", "now\n"},
+		{"echo next", "late\nnext\n"},
+		{"(while test ! -e go2; do sleep 0.01; done; echo later; touch wrote2) &", ""},
 	}
-	if got := out.String()[big:]; got != "out\nerr\n" {
-		t.Errorf("the second command's output is %q, want %q", got, "out\nerr\n")
+	for i, step := range steps {
+		if i == 2 {
+			writeFile(t, filepath.Join(cfg.BuildDir, "go1"), "", 0o644)
+			eventually(t, "the first background process wrote", func() bool { return exists(filepath.Join(cfg.BuildDir, "wrote1")) })
+		}
+		_ = p.Run(context.Background(), step.command)
+		if want += step.output; out.String() != want {
+			t.Fatalf("after %q, the output ends %q, want %q", step.command, tail(out.String(), len(step.output)+8), step.output)
+		}
 	}
-	// The background process waits until the command has ended and its
-	// output was passed on, then writes.
-	if err := p.Run(context.Background(), "(while test ! -e go; do sleep 0.01; done; echo late) & echo now"); err != nil {
-		t.Fatal(err)
-	}
-	if got := out.String()[big+8:]; got != "now\n" {
-		t.Errorf("after the third command, %q, want %q", got, "now\n")
-	}
-	writeFile(t, filepath.Join(cfg.BuildDir, "go"), "", 0o644)
-	eventually(t, "the background process wrote", func() bool { return strings.HasSuffix(out.String(), "late\n") })
+	writeFile(t, filepath.Join(cfg.BuildDir, "go2"), "", 0o644)
+	eventually(t, "the second background process wrote", func() bool { return exists(filepath.Join(cfg.BuildDir, "wrote2")) })
 	if err := p.Close(); err != nil {
 		t.Errorf("Close: %v", err)
 	}
+	if got := tail(out.String(), 16); !strings.HasSuffix(got, "next\nlater\n") {
+		t.Errorf("after Close, the output ends %q, want the second background process's line", got)
+	}
 }
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+func tail(s string, n int) string { return s[max(0, len(s)-n):] }
