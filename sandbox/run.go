@@ -60,7 +60,9 @@ func finish(ctx context.Context, cfg Config, command string, state *os.ProcessSt
 // It returns the exit code (128+signal if killed by a signal); err is set only
 // if the shell could not be run or ctx was cancelled (context.Cause(ctx)).
 func Shell(ctx context.Context, cfg Config, argv []string, stdin io.Reader) (exitCode int, err error) {
-	p, err := Prepare(cfg)
+	env := cfg
+	env.Stdout, env.Stderr = nil, nil // the shell writes to cfg's: no output pipe
+	p, err := Prepare(env)
 	if err != nil {
 		return -1, err
 	}
