@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"runtime"
 	"sort"
@@ -62,13 +63,13 @@ func hostEnv(cfg Config) []string {
 	for k, v := range cfg.Env {
 		env[k] = v
 	}
+	isDir := dirLookup(cfg.Sysroot)
 	for name, dirs := range hostSearchPaths() {
 		var parts []string
 		if cfg.Sysroot != "" {
 			for _, d := range dirs {
-				p := filepath.Join(cfg.Sysroot, d)
-				if fi, err := os.Stat(p); err == nil && fi.IsDir() {
-					parts = append(parts, p)
+				if isDir(d) {
+					parts = append(parts, filepath.Join(cfg.Sysroot, d))
 				}
 			}
 		}
@@ -89,6 +90,28 @@ func hostEnv(cfg Config) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// dirLookup returns a function reporting whether root/rel is a directory
+// (following symlinks, as stat does). It stats each path once, and none
+// below a parent that is not a directory: the search paths share their
+// parents (usr, usr/lib) and a sparse sysroot lacks most of them.
+func dirLookup(root string) func(rel string) bool {
+	known := map[string]bool{".": true}
+	var isDir func(string) bool
+	isDir = func(rel string) bool {
+		if ok, seen := known[rel]; seen {
+			return ok
+		}
+		ok := isDir(path.Dir(rel))
+		if ok {
+			fi, err := os.Stat(filepath.Join(root, rel))
+			ok = err == nil && fi.IsDir()
+		}
+		known[rel] = ok
+		return ok
+	}
+	return isDir
 }
 
 // hostShell is the host's sh, which runs host commands: the sysroot's sh

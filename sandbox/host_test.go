@@ -95,6 +95,22 @@ func TestHostEnvPathOverridesHostPath(t *testing.T) {
 	}
 }
 
+// TestHostEnvSearchPathsThroughLinks: a search directory reached through a
+// symlink (merged /usr) is used, one under a file is not.
+func TestHostEnvSearchPathsThroughLinks(t *testing.T) {
+	cfg := hostConfig(t)
+	cfg.Env = map[string]string{"PATH": "/usr/bin"}
+	writeFile(t, filepath.Join(cfg.Sysroot, "usr", "bin", "t"), "", 0o755)
+	writeFile(t, filepath.Join(cfg.Sysroot, "usr", "local"), "not a directory", 0o644)
+	if err := os.Symlink("usr/bin", filepath.Join(cfg.Sysroot, "bin")); err != nil {
+		t.Fatal(err)
+	}
+	got := envValue(hostEnv(cfg), "PATH")
+	if want := filepath.Join(cfg.Sysroot, "usr", "bin") + ":" + filepath.Join(cfg.Sysroot, "bin") + ":/usr/bin"; got != want {
+		t.Errorf("PATH = %q, want %q", got, want)
+	}
+}
+
 func TestRunExitError(t *testing.T) {
 	cfg := hostConfig(t)
 	err := Run(context.Background(), cfg, "echo before\nexit 3")
