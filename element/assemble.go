@@ -188,8 +188,13 @@ func Assemble(ctx context.Context, js job.Spec, r *job.Reporter) (res job.Result
 		return job.Result{}, &infraError{err}
 	}
 	defer releaseWorkDir(spec.WorkDir)
+	// Hashed before staging (the files the build is about to read) and encoded
+	// then too: the record needs it only after the artifact is available, and
+	// before the gate it takes nothing from a builder.
+	var inputs json.RawMessage
 	if spec.Inputs != nil {
-		spec.Inputs.HashFiles() // before staging: the files the build is about to read
+		spec.Inputs.HashFiles()
+		inputs = MarshalInputs(spec.Inputs)
 	}
 	started := time.Now()
 	out := &faultWatcher{w: r.Writer()}
@@ -222,10 +227,7 @@ func Assemble(ctx context.Context, js job.Spec, r *job.Reporter) (res job.Result
 	}
 	defer lock.Unlock()
 	a := &cache.Artifact{Project: spec.Project, Element: spec.Element, Key: spec.Key, Success: buildErr == nil,
-		Dependencies: spec.DepKeys, Started: started, Finished: time.Now()}
-	if spec.Inputs != nil {
-		a.Inputs = MarshalInputs(spec.Inputs)
-	}
+		Dependencies: spec.DepKeys, Inputs: inputs, Started: started, Finished: time.Now()}
 	a.BuildDuration = a.Finished.Sub(started)
 	// Counted before the install root's files are moved into the cache.
 	added := cachedBytes(spec.WorkDir, buildErr != nil, js.LogPath)
