@@ -177,13 +177,22 @@ func (c *Cache) TempName(pattern string) string {
 	return filepath.Join(c.tmpPath(), name)
 }
 
-// tempFile creates a fresh file under tmp/.
+// tempFile creates a fresh file under tmp/, mode 0600, as os.CreateTemp does
+// but with plain system calls (see openFD): every blob and ref written goes
+// through one.
 func (c *Cache) tempFile(pattern string) (*os.File, error) {
-	f, err := os.CreateTemp(c.tmpPath(), c.tempPattern(pattern))
-	if err != nil {
-		return nil, fmt.Errorf("creating temporary file in %s: %w", c.tmpPath(), err)
+	for range 10000 {
+		name := c.TempName(pattern)
+		fd, err := openFD(name, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL, 0o600)
+		if errors.Is(err, fs.ErrExist) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("creating temporary file in %s: %w", c.tmpPath(), err)
+		}
+		return os.NewFile(uintptr(fd), name), nil
 	}
-	return f, nil
+	return nil, fmt.Errorf("creating temporary file in %s: no free name found", c.tmpPath())
 }
 
 // writeFileAtomic writes data to dst through a temporary file: fsync (unless

@@ -8,6 +8,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"golang.org/x/sys/unix"
 )
 
 var (
@@ -81,10 +83,11 @@ func (c *Cache) PutFile(path string) (Digest, error) {
 
 // putFile is PutFile that also returns the file's mode.
 func (c *Cache) putFile(path string) (Digest, fs.FileMode, error) {
-	src, err := os.Open(path)
+	fd, err := openFD(path, unix.O_RDONLY, 0) // plain system calls: see openFD
 	if err != nil {
 		return Digest{}, 0, fmt.Errorf("storing file %s: %w", path, err)
 	}
+	src := os.NewFile(uintptr(fd), path)
 	defer src.Close()
 	fi, err := src.Stat()
 	if err != nil {
