@@ -12,11 +12,12 @@ import (
 
 // Runner runs commands in one sandbox, each as Run would. What depends only on
 // the Config is worked out once, by Prepare: on the host the environment (with
-// the sysroot's existing directories, a stat each), the build directory's
-// physical path that sh exports as PWD and the host's sh; under bwrap the
-// command line up to the command and the mount points in the sysroot. So a
-// build job can prepare before it has a builder, and each command then costs
-// little more than its fork and exec.
+// the sysroot's existing search directories), the build directory's physical
+// path that sh exports as PWD and the host's sh; under bwrap the command line
+// up to the command and the mount points in the sysroot; one /dev/null, and one
+// pipe for output to a writer that is not a file (see outputPipe). So a build
+// job can prepare before it has a builder, and each command then costs little
+// more than its fork and exec.
 //
 // The environment is fixed when the Runner is prepared: a directory a command
 // creates in the sysroot is not added to the search paths of later commands.
