@@ -206,6 +206,9 @@ func Assemble(ctx context.Context, js job.Spec, r *job.Reporter) (res job.Result
 		// cached, and the parent, which knows the job was terminated, drops it.
 		return job.Result{}, context.Cause(ctx)
 	}
+	// The commands are over: the builder goes to the next build while this job
+	// caches what they made (or left, when they failed).
+	r.SlotDone()
 	var damaged *DamagedDependencyError
 	if errors.As(buildErr, &damaged) {
 		// Not the element's fault: nothing is cached; the result names the dependency.

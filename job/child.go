@@ -269,8 +269,8 @@ type Reporter struct {
 	log     io.Writer
 	sendErr error // first failure to send; later messages are dropped
 	writers []*lineWriter
-	// available: Available was called.
-	available bool
+	// available: Available was called; slotDone: SlotDone was.
+	available, slotDone bool
 	ctl       *controls // the worker's control pipe; nil before the spec is read
 	gated     bool      // the job's spec is Gated
 }
@@ -297,6 +297,25 @@ func (r *Reporter) Notice(text string) {
 	defer r.mu.Unlock()
 	r.writeLog("[notice] " + text)
 	r.send(Message{Type: MessageNotice, Text: text})
+}
+
+// SlotDone tells the parent that the job's work that needs its slot is over
+// (a build's commands have ended): the scheduler may give the slot to another
+// job while this one goes on with what is gantry's own work, not the
+// element's (a build moves its install root into the cache, then makes it
+// durable). So that nothing the job started outlives that point, SlotDone
+// first kills every process the job left, as Available does. Only the first
+// call sends anything.
+func (r *Reporter) SlotDone() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.slotDone {
+		return
+	}
+	r.slotDone = true
+	endJobProcesses()
+	r.writeLog("[slot done]")
+	r.send(Message{Type: MessageSlotDone})
 }
 
 // Available tells the parent that what the job makes is usable by later jobs

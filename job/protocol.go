@@ -71,7 +71,10 @@ const (
 	// usable by later jobs (Data says what it is), and the rest of the job (making
 	// it durable) needs no job slot; see Reporter.Available.
 	MessageAvailable MessageType = "available"
-	MessageResult    MessageType = "result"
+	// MessageSlotDone, at most once and before the result: the work of the job
+	// that needs its slot is over; see Reporter.SlotDone.
+	MessageSlotDone MessageType = "slot-done"
+	MessageResult   MessageType = "result"
 )
 
 // String returns the type's name.

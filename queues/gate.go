@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/gantry-build/gantry/job"
 	"github.com/gantry-build/gantry/resources"
 )
 
@@ -66,6 +67,37 @@ func (s *Scheduler) open(qs *queueState, a *activeJob) bool {
 	}
 	s.cfg.Publish(JobMessage{Base: Base{now}, JobID: a.id, Action: qs.q.Action(), Element: a.item.Name(),
 		Key: a.item.Element.Key, Kind: KindOpened, Text: "started after waiting " + a.gateWait.Round(time.Millisecond).String() + " for a free slot"})
+	return true
+}
+
+// KindSlotDone is the JobMessage kind that says a job's work that needs its slot is
+// over (job.MessageSlotDone): it gave its queue's GateOn token back (see slotDone).
+const KindSlotDone = string(job.MessageSlotDone)
+
+// slotDone books a job's word that the work that needs its slot is over
+// (job.MessageSlotDone: a build's commands ended): its queue's gate token (the
+// builder) goes back, so that the next build's commands start while this job moves
+// its install root into the cache, and its tail begins (see available) — unless as
+// many jobs of its queue are in their tails already as the builders, which bounds
+// them. It reports whether anything changed.
+func (s *Scheduler) slotDone(a *activeJob, m job.Message) bool {
+	g, ok := a.qs.q.(Gater)
+	if !ok || a.tail || a.gated {
+		return false
+	}
+	token := g.GateOn()
+	if token == "" || !slices.Contains(a.req.Shared, token) {
+		return false
+	}
+	if limit := s.cfg.Pool.Limit(resources.Process); limit != 0 && a.qs.tails >= limit {
+		return false
+	}
+	s.cfg.Pool.Release(resources.Request{Shared: []resources.Resource{token}})
+	a.req.Shared = slices.DeleteFunc(slices.Clone(a.req.Shared), func(r resources.Resource) bool { return r == token })
+	a.tail = true
+	a.qs.tails++
+	s.cfg.Publish(JobMessage{Base: Base{m.Time}, JobID: a.id, Action: a.qs.q.Action(), Element: a.item.Name(),
+		Key: a.item.Element.Key, Kind: KindSlotDone, Text: "commands done; caching"})
 	return true
 }
 

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gantry-build/gantry/element"
+	"github.com/gantry-build/gantry/job"
 	"github.com/gantry-build/gantry/resources"
 )
 
@@ -214,5 +215,55 @@ func TestStopWithdrawsGatedBuilds(t *testing.T) {
 			}
 			checkTokensFree(t, pool, resources.Process, resources.Cache)
 		})
+	}
+}
+
+// slotDone sends what a build job sends when its commands have ended.
+func (j *fakeJob) slotDone() {
+	j.onMessage(job.Message{Type: job.MessageSlotDone, Time: time.Now()})
+}
+
+// TestSlotDoneOpensTheNextGate: a build whose commands have ended gives its builder
+// back before it is available, so the build waiting at its gate starts at once;
+// the builds past their slot count as tails, at most as many as the builders, and a
+// build past that keeps its builder until it ends.
+func TestSlotDoneOpensTheNextGate(t *testing.T) {
+	g := newGraph(t, "a", "b", "c")
+	pool := buildPool(1)
+	h := startSession(t, Config{Queues: []Queue{gatedBuildQueue()}, Items: plan(t, g, PlanOptions{}), Pool: pool})
+	a := h.expect(Build, "a")
+	b := h.expect(Build, "b")
+	a.slotDone()
+	waitEvent(t, h.events, func(e JobMessage) bool { return e.JobID == b.Spec.ID && e.Kind == KindOpened })
+	c := h.expect(Build, "c") // b's place at the gate
+	if !c.Spec.Gated {
+		t.Fatal("c did not start gated")
+	}
+	// The one tail there is room for is a's: b keeps its builder past its slot.
+	b.slotDone()
+	h.sync(b)
+	if slices.Contains(c.Calls(), "open") {
+		t.Fatalf("c was opened while b held the builder past its slot, a being in its tail")
+	}
+	b.Succeed(t)
+	waitEvent(t, h.events, func(e JobMessage) bool { return e.JobID == c.Spec.ID && e.Kind == KindOpened })
+	a.Succeed(t)
+	c.Succeed(t)
+	if sum := h.wait(); !sum.OK() {
+		t.Errorf("summary not OK: %+v", sum)
+	}
+	if got := h.runner.maxRunning(Build); got != 2 {
+		t.Errorf("%d builds ran at once (fake runner count), want 2: a past its slot and b", got)
+	}
+	checkTokensFree(t, pool, resources.Process, resources.Cache)
+
+	rec := NewRecorder(plan(t, g, PlanOptions{}))
+	for _, e := range h.events.all() {
+		rec.Observe(e)
+	}
+	for _, sp := range rec.Spans() {
+		if sp.Slot != 0 {
+			t.Errorf("%s in slot %d with one builder", sp.Element, sp.Slot)
+		}
 	}
 }

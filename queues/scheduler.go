@@ -451,6 +451,8 @@ func (s *Scheduler) handle(m any) bool {
 		switch m.msg.Type {
 		case job.MessageAvailable:
 			return s.available(a, m.msg)
+		case job.MessageSlotDone:
+			return s.slotDone(a, m.msg)
 		case job.MessageNotice:
 			s.jobNotice(a.item.Name(), m.msg)
 		case job.MessageStatus, job.MessageLog, job.MessageProgress:
@@ -499,10 +501,10 @@ func (s *Scheduler) finish(a *activeJob, out job.Outcome) {
 		return
 	}
 	terminated := out.Terminated
+	if a.tail {
+		qs.tails--
+	}
 	if a.available {
-		if a.tail {
-			qs.tails--
-		}
 		if out.Result.OK {
 			// Its artifact is in the cache, even if a terminate came during its tail;
 			// the builds after it could start when it was available.
@@ -574,7 +576,7 @@ func (s *Scheduler) available(a *activeJob, m job.Message) bool {
 	it, qs := a.item, a.qs
 	s.ungate(a) // available without passing its gate (a stack): nothing left to open
 	q.Available(it, m.Data)
-	if limit := s.cfg.Pool.Limit(resources.Process); limit == 0 || qs.tails < limit {
+	if limit := s.cfg.Pool.Limit(resources.Process); a.tail || limit == 0 || qs.tails < limit {
 		var keep, give resources.Request
 		for _, r := range a.req.Shared {
 			if r == resources.Cache {
@@ -585,8 +587,11 @@ func (s *Scheduler) available(a *activeJob, m job.Message) bool {
 		}
 		keep.Exclusive = a.req.Exclusive
 		s.cfg.Pool.Release(give)
-		a.req, a.tail = keep, true
-		qs.tails++
+		a.req = keep
+		if !a.tail {
+			a.tail = true
+			qs.tails++
+		}
 	}
 	s.wake(it)
 	now := time.Now()

@@ -46,6 +46,9 @@ type Span struct {
 	// Available: when its element was available to the jobs after it, before it
 	// ended (job.MessageAvailable); zero if not before.
 	Available time.Time
+	// SlotDone: when it gave its slot back, its work that needs one over
+	// (KindSlotDone); zero if it kept it until it was available or ended.
+	SlotDone time.Time
 }
 
 type interval struct{ start, end time.Time }
@@ -98,10 +101,15 @@ func (r *Recorder) Observe(e Event) {
 		case e.Kind == KindOpened:
 			sp.Start = e.Time
 			r.takeSlot(sp)
+		case e.Kind == KindSlotDone:
+			sp.SlotDone = e.Time
+			r.freeSlot(sp)
 		case e.Kind == string(job.MessageAvailable):
 			// The rest of the job (making its output durable) holds no slot.
 			sp.Available = e.Time
-			r.freeSlot(sp)
+			if sp.SlotDone.IsZero() {
+				r.freeSlot(sp)
+			}
 			if sp.Action == Build {
 				r.builtAt[sp.Element] = e.Time // its dependants may start from now on
 			}
@@ -116,7 +124,7 @@ func (r *Recorder) Observe(e Event) {
 			sp.Start = e.Time
 			r.takeSlot(sp)
 		}
-		if sp.Available.IsZero() {
+		if sp.Available.IsZero() && sp.SlotDone.IsZero() {
 			r.freeSlot(sp)
 		}
 		sp.End, sp.Result = e.Time, e.Result
@@ -304,8 +312,14 @@ func (r *Recorder) WriteTrace(w io.Writer) error {
 			// Before it, the job prepared and waited at its gate for the slot.
 			args["gated_ms"] = float64(sp.Start.Sub(sp.Prepared).Microseconds()) / 1000
 		}
+		end := sp.usable()
+		if !sp.SlotDone.IsZero() {
+			// The span lasts while the job held its slot; then it cached its output.
+			end = sp.SlotDone
+			args["available_after_ms"] = float64(sp.usable().Sub(sp.SlotDone).Microseconds()) / 1000
+		}
 		events = append(events, traceEvent{Name: sp.Element, Cat: string(sp.Action), Ph: "X", Ts: us(sp.Start),
-			Dur: dur(sp.Start, sp.usable()), Pid: pid, Tid: tid, Args: args})
+			Dur: dur(sp.Start, end), Pid: pid, Tid: tid, Args: args})
 		if sp.Start.After(sp.Ready) {
 			name := "wait " + string(sp.Action) + ": " + sp.Element
 			events = append(events,

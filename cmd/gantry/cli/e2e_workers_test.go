@@ -313,6 +313,10 @@ func TestE2EKill9AfterAvailableLeavesCacheClean(t *testing.T) {
 	g.waitEvent("job-available", "build", "a.toml")
 	g.signal(syscall.SIGKILL)
 	g.wait(e2eTimeout)
+	// a's worker may still write a's ref after gantry died (its artifact is whole):
+	// the cache is looked at once every worker of the session is gone.
+	home := "HOME=" + filepath.Join(filepath.Dir(p.root), "home") + "\x00"
+	eventually(t, e2eTimeout, "the session's workers are gone", func() bool { return len(processesWith("environ", home)) == 0 })
 
 	rep := p.verifyCache() // fails the test unless clean
 	if rep.Refs > 1 {
@@ -454,11 +458,11 @@ func TestE2EGatedBuildStagesWhileTheBuilderIsBusy(t *testing.T) {
 	if _, err := os.Stat(ran); err != nil {
 		t.Errorf("b's command did not run: %v", err)
 	}
-	// a gives its builder back when its artifact is available (before its job ends).
+	// a gives its builder back when its commands have ended (before its job ends).
 	freed, opened := -1, -1
 	for i, e := range g.snapshot() {
 		switch {
-		case freed < 0 && (e.is("job-available", "build", "a.toml") || e.is("job-end", "build", "a.toml")):
+		case freed < 0 && (e.is("job-slot-done", "build", "a.toml") || e.is("job-available", "build", "a.toml") || e.is("job-end", "build", "a.toml")):
 			freed = i
 		case e.is("job-opened", "build", "b.toml"):
 			opened = i
