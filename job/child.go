@@ -271,8 +271,8 @@ type Reporter struct {
 	writers []*lineWriter
 	// available: Available was called; slotDone: SlotDone was.
 	available, slotDone bool
-	ctl       *controls // the worker's control pipe; nil before the spec is read
-	gated     bool      // the job's spec is Gated
+	ctl                 *controls // the worker's control pipe; nil before the spec is read
+	gated               bool      // the job's spec is Gated
 }
 
 // Status sends a short description of what the job is doing now, e.g.
