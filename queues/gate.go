@@ -92,6 +92,13 @@ func (s *Scheduler) slotDone(a *activeJob, m job.Message) bool {
 	if limit := s.cfg.Pool.Limit(resources.Process); limit != 0 && a.qs.tails >= limit {
 		return false
 	}
+	// Its artifact is not available yet: the builds it makes ready come then. Giving
+	// the builder to a less urgent build now would make the most urgent of those wait
+	// for it (a critical path through this job), so the builder goes back now only to
+	// a build at least as urgent as they are; else at available, as it would anyway.
+	if next := a.qs.nextUp(); next == nil || next.Priority < a.item.Priority-a.item.Estimate {
+		return false
+	}
 	s.cfg.Pool.Release(resources.Request{Shared: []resources.Resource{token}})
 	a.req.Shared = slices.DeleteFunc(slices.Clone(a.req.Shared), func(r resources.Resource) bool { return r == token })
 	a.tail = true
@@ -99,6 +106,21 @@ func (s *Scheduler) slotDone(a *activeJob, m job.Message) bool {
 	s.cfg.Publish(JobMessage{Base: Base{m.Time}, JobID: a.id, Action: a.qs.q.Action(), Element: a.item.Name(),
 		Key: a.item.Element.Key, Kind: KindSlotDone, Text: "commands done; caching"})
 	return true
+}
+
+// nextUp is the item that would get a free token of qs first: the first of its ready
+// items and of its jobs waiting at their gates, in the queue's order; nil if none.
+func (qs *queueState) nextUp() *Item {
+	var next *Item
+	for _, g := range qs.groups {
+		if h := g.head(); h != nil && (next == nil || before(h, next)) {
+			next = h
+		}
+	}
+	if a := qs.firstGated(); a != nil && (next == nil || before(a.item, next)) {
+		next = a.item
+	}
+	return next
 }
 
 // ungate takes a off its queue's list of jobs waiting at their gates. It reports

@@ -267,3 +267,34 @@ func TestSlotDoneOpensTheNextGate(t *testing.T) {
 		}
 	}
 }
+
+// TestSlotDoneKeepsTheBuilderForACriticalPath: a build whose dependant is more
+// urgent than every build waiting for a builder keeps its builder past its commands
+// until its artifact is available, so that the dependant (the critical path) gets
+// it instead of a short build it would then wait for.
+func TestSlotDoneKeepsTheBuilderForACriticalPath(t *testing.T) {
+	g := newGraph(t, "a", "x", "c: a")
+	est := map[string]time.Duration{"a": time.Second, "x": time.Second, "c": 100 * time.Second}
+	items := plan(t, g, PlanOptions{Estimate: func(e *element.Element) (time.Duration, bool) { return est[e.Name], true }})
+	pool := buildPool(1)
+	h := startSession(t, Config{Queues: []Queue{gatedBuildQueue()}, Items: items, Pool: pool})
+	a := h.expect(Build, "a")
+	x := h.expect(Build, "x")
+	a.slotDone()
+	h.sync(a)
+	if slices.Contains(x.Calls(), "open") {
+		t.Fatal("x was opened at a's slot-done, ahead of c, a's dependant on the critical path")
+	}
+	a.Succeed(t)
+	c := h.expect(Build, "c")
+	if c.Spec.Gated || slices.Contains(x.Calls(), "open") {
+		t.Fatalf("c gated %v, x's calls %v: want c to take the builder first", c.Spec.Gated, x.Calls())
+	}
+	c.Succeed(t)
+	waitEvent(t, h.events, func(e JobMessage) bool { return e.JobID == x.Spec.ID && e.Kind == KindOpened })
+	x.Succeed(t)
+	if sum := h.wait(); !sum.OK() {
+		t.Errorf("summary not OK: %+v", sum)
+	}
+	checkTokensFree(t, pool, resources.Process, resources.Cache)
+}
