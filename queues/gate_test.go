@@ -144,17 +144,32 @@ func TestGatedBuildsWaitAtTheirGates(t *testing.T) {
 // TestGateGivesWayToAMoreUrgentBuild: a build waiting at its gate does not take the
 // builder from one that became ready later but comes first (a longer critical path).
 func TestGateGivesWayToAMoreUrgentBuild(t *testing.T) {
+	h, pool, a, x := startUrgentBuilds(t)
+	a.Succeed(t)
+	urgentFirst(t, h, pool, x)
+}
+
+// startUrgentBuilds starts a session of a (1 s), x (1 s) and c (100 s, after a) on one
+// builder: a works, x waits at its gate, c comes first once a is built.
+func startUrgentBuilds(t *testing.T) (h *session, pool *resources.Pool, a, x *fakeJob) {
+	t.Helper()
 	g := newGraph(t, "a", "x", "c: a")
-	est := map[string]time.Duration{"a": time.Second, "x": 10 * time.Second, "c": 100 * time.Second}
+	est := map[string]time.Duration{"a": time.Second, "x": time.Second, "c": 100 * time.Second}
 	items := plan(t, g, PlanOptions{Estimate: func(e *element.Element) (time.Duration, bool) { return est[e.Name], true }})
-	pool := buildPool(1)
-	h := startSession(t, Config{Queues: []Queue{gatedBuildQueue()}, Items: items, Pool: pool})
-	a := h.expect(Build, "a")
-	x := h.expect(Build, "x")
+	pool = buildPool(1)
+	h = startSession(t, Config{Queues: []Queue{gatedBuildQueue()}, Items: items, Pool: pool})
+	a = h.expect(Build, "a")
+	x = h.expect(Build, "x")
 	if a.Spec.Gated || !x.Spec.Gated {
 		t.Fatalf("a gated %v, x gated %v; want a working and x at its gate", a.Spec.Gated, x.Spec.Gated)
 	}
-	a.Succeed(t)
+	return h, pool, a, x
+}
+
+// urgentFirst checks, once a is built, that c takes the builder before x's gate
+// opens, and finishes the session.
+func urgentFirst(t *testing.T, h *session, pool *resources.Pool, x *fakeJob) {
+	t.Helper()
 	c := h.expect(Build, "c")
 	h.sync(c)
 	if c.Spec.Gated || slices.Contains(x.Calls(), "open") {
@@ -273,28 +288,12 @@ func TestSlotDoneOpensTheNextGate(t *testing.T) {
 // until its artifact is available, so that the dependant (the critical path) gets
 // it instead of a short build it would then wait for.
 func TestSlotDoneKeepsTheBuilderForACriticalPath(t *testing.T) {
-	g := newGraph(t, "a", "x", "c: a")
-	est := map[string]time.Duration{"a": time.Second, "x": time.Second, "c": 100 * time.Second}
-	items := plan(t, g, PlanOptions{Estimate: func(e *element.Element) (time.Duration, bool) { return est[e.Name], true }})
-	pool := buildPool(1)
-	h := startSession(t, Config{Queues: []Queue{gatedBuildQueue()}, Items: items, Pool: pool})
-	a := h.expect(Build, "a")
-	x := h.expect(Build, "x")
+	h, pool, a, x := startUrgentBuilds(t)
 	a.slotDone()
 	h.sync(a)
 	if slices.Contains(x.Calls(), "open") {
 		t.Fatal("x was opened at a's slot-done, ahead of c, a's dependant on the critical path")
 	}
 	a.Succeed(t)
-	c := h.expect(Build, "c")
-	if c.Spec.Gated || slices.Contains(x.Calls(), "open") {
-		t.Fatalf("c gated %v, x's calls %v: want c to take the builder first", c.Spec.Gated, x.Calls())
-	}
-	c.Succeed(t)
-	waitEvent(t, h.events, func(e JobMessage) bool { return e.JobID == x.Spec.ID && e.Kind == KindOpened })
-	x.Succeed(t)
-	if sum := h.wait(); !sum.OK() {
-		t.Errorf("summary not OK: %+v", sum)
-	}
-	checkTokensFree(t, pool, resources.Process, resources.Cache)
+	urgentFirst(t, h, pool, x)
 }
