@@ -200,7 +200,7 @@ func Assemble(ctx context.Context, js job.Spec, r *job.Reporter) (res job.Result
 	out := &faultWatcher{w: r.Writer()}
 	runner, buildErr := build(ctx, c, &spec, r, out)
 	defer runner.Close()
-	if ctx.Err() != nil || errors.Is(buildErr, job.ErrParentDied) {
+	if ctx.Err() != nil {
 		// Terminated, or gantry died: cache nothing, the next session builds again. A command can die
 		// of the group's SIGTERM before this process sees its own; then a failure is
 		// cached, and the parent, which knows the job was terminated, drops it.

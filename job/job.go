@@ -60,7 +60,7 @@ type Job struct {
 	suspendedFor time.Duration // completed suspensions
 	terminated   bool
 	killTimer    *time.Timer // SIGKILL after grace, armed by Terminate
-	opened       time.Time   // when Open opened the gate of a gated job; zero until then
+	opened       bool        // Open opened the gate of this gated job
 }
 
 // Start runs spec in a worker process of its own that exits when the job ends:
@@ -192,7 +192,7 @@ func (j *Job) Terminate() error {
 
 // Open opens the gate of a gated job (Spec.Gated): the job's worker, waiting at
 // the gate (Reporter.Gate) or on its way to it, goes on to the work that needs
-// the job's slot. Outcome.Opened records when. It may be called at any time: a
+// the job's slot. It may be called at any time: a
 // worker that has not read the job yet, or is suspended, reads it when it gets
 // there. Opening an ungated or ended job, or a gate already open, does nothing.
 //
@@ -203,13 +203,13 @@ func (j *Job) Terminate() error {
 func (j *Job) Open() error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if !j.spec.Gated || j.exited || !j.opened.IsZero() {
+	if !j.spec.Gated || j.exited || j.opened {
 		return nil
 	}
 	if err := j.w.control(controlOpen, j.spec.ID); err != nil && !errors.Is(err, syscall.EPIPE) {
 		return fmt.Errorf("opening the gate of job %s (pid %d): %w", j.spec.ID, j.w.pid, err)
 	}
-	j.opened = time.Now()
+	j.opened = true
 	return nil
 }
 
@@ -304,7 +304,7 @@ func (j *Job) handOver(old *worker) bool {
 	if j.suspended {
 		_ = syscall.Kill(-w.pid, syscall.SIGSTOP)
 	}
-	if !j.opened.IsZero() {
+	if j.opened {
 		// A new pipe has room; if the worker died already, its watcher ends the job.
 		_ = w.control(controlOpen, j.spec.ID)
 	}
@@ -354,7 +354,7 @@ func (j *Job) complete(res *Result, retire string, ps *os.ProcessState, waitErr 
 		}
 		j.endLocked(time.Now())
 	}
-	out := Outcome{Terminated: j.terminated, ExitCode: -1, Elapsed: j.elapsedLocked(j.ended), Opened: j.opened}
+	out := Outcome{Terminated: j.terminated, ExitCode: -1, Elapsed: j.elapsedLocked(j.ended)}
 	w, acked := j.w, j.acked // a job never started ran nothing that could spoil its worker
 	j.mu.Unlock()
 

@@ -124,8 +124,4 @@ type Outcome struct {
 	ExitCode int
 	// Elapsed is the wall time the job ran, not counting time suspended.
 	Elapsed time.Duration
-	// Opened is when Job.Open opened the gate of a gated job (Spec.Gated): from
-	// then on the job did the work that needs its slot. It is zero for an
-	// ungated job and one whose gate was never opened.
-	Opened time.Time
 }

@@ -17,22 +17,28 @@ const KindOpened = "opened"
 // for it may start gated: qs is a Gater whose token req asks for, and fewer of its
 // jobs than the token's limit wait at their gates.
 func (s *Scheduler) gatedRequest(qs *queueState, req resources.Request) (resources.Request, bool) {
-	g, ok := qs.q.(Gater)
-	if !ok {
+	token := gateToken(qs)
+	if token == "" || !slices.Contains(req.Shared, token) {
 		return req, false
 	}
-	token := g.GateOn()
-	if token == "" {
+	if limit := s.cfg.Pool.Limit(token); limit == 0 || len(qs.gated) >= limit {
 		return req, false
 	}
-	limit := s.cfg.Pool.Limit(token)
-	if limit == 0 || len(qs.gated) >= limit || !slices.Contains(req.Shared, token) {
-		return req, false
+	return resources.Request{Shared: without(req.Shared, token), Exclusive: req.Exclusive}, true
+}
+
+// gateToken is the token the jobs of qs may start without and wait for at their
+// gates (see Gater), or "" when they start only with every token.
+func gateToken(qs *queueState) resources.Resource {
+	if g, ok := qs.q.(Gater); ok {
+		return g.GateOn()
 	}
-	return resources.Request{
-		Shared:    slices.DeleteFunc(slices.Clone(req.Shared), func(r resources.Resource) bool { return r == token }),
-		Exclusive: req.Exclusive,
-	}, true
+	return ""
+}
+
+// without is rs less r, in a new slice.
+func without(rs []resources.Resource, r resources.Resource) []resources.Resource {
+	return slices.DeleteFunc(slices.Clone(rs), func(x resources.Resource) bool { return x == r })
 }
 
 // firstGated is the job of qs waiting at its gate that comes first in the queue's
@@ -50,7 +56,7 @@ func (qs *queueState) firstGated() *activeJob {
 // open gives a its queue's gate token and opens its gate. It returns false, doing
 // nothing, when the token is not free.
 func (s *Scheduler) open(qs *queueState, a *activeJob) bool {
-	token := qs.q.(Gater).GateOn()
+	token := gateToken(qs)
 	if !s.cfg.Pool.Reserve(resources.Request{Shared: []resources.Resource{token}}) {
 		return false
 	}
@@ -81,28 +87,19 @@ const KindSlotDone = string(job.MessageSlotDone)
 // many jobs of its queue are in their tails already as the builders, which bounds
 // them. It reports whether anything changed.
 func (s *Scheduler) slotDone(a *activeJob, m job.Message) bool {
-	g, ok := a.qs.q.(Gater)
-	if !ok || a.tail || a.gated {
-		return false
-	}
-	token := g.GateOn()
-	if token == "" || !slices.Contains(a.req.Shared, token) {
-		return false
-	}
-	if limit := s.cfg.Pool.Limit(resources.Process); limit != 0 && a.qs.tails >= limit {
+	token := gateToken(a.qs)
+	if a.tail || a.gated || token == "" || !slices.Contains(a.req.Shared, token) {
 		return false
 	}
 	// Its artifact is not available yet: the builds it makes ready come then. Giving
 	// the builder to a less urgent build now would make the most urgent of those wait
 	// for it (a critical path through this job), so the builder goes back now only to
 	// a build at least as urgent as they are; else at available, as it would anyway.
-	if next := a.qs.nextUp(); next == nil || next.Priority < a.item.Priority-a.item.Estimate {
+	if next := a.qs.nextUp(); next == nil || next.Priority < a.item.Priority-a.item.Estimate || !s.beginTail(a) {
 		return false
 	}
 	s.cfg.Pool.Release(resources.Request{Shared: []resources.Resource{token}})
-	a.req.Shared = slices.DeleteFunc(slices.Clone(a.req.Shared), func(r resources.Resource) bool { return r == token })
-	a.tail = true
-	a.qs.tails++
+	a.req.Shared = without(a.req.Shared, token)
 	s.cfg.Publish(JobMessage{Base: Base{m.Time}, JobID: a.id, Action: a.qs.q.Action(), Element: a.item.Name(),
 		Key: a.item.Element.Key, Kind: KindSlotDone, Text: "commands done; caching"})
 	return true

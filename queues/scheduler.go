@@ -576,7 +576,7 @@ func (s *Scheduler) available(a *activeJob, m job.Message) bool {
 	it, qs := a.item, a.qs
 	s.ungate(a) // available without passing its gate (a stack): nothing left to open
 	q.Available(it, m.Data)
-	if limit := s.cfg.Pool.Limit(resources.Process); a.tail || limit == 0 || qs.tails < limit {
+	if s.beginTail(a) {
 		var keep, give resources.Request
 		for _, r := range a.req.Shared {
 			if r == resources.Cache {
@@ -588,16 +588,27 @@ func (s *Scheduler) available(a *activeJob, m job.Message) bool {
 		keep.Exclusive = a.req.Exclusive
 		s.cfg.Pool.Release(give)
 		a.req = keep
-		if !a.tail {
-			a.tail = true
-			qs.tails++
-		}
 	}
 	s.wake(it)
 	now := time.Now()
 	a.availableAfter = s.elapsed(now) - a.startedAt - a.gateWait
 	s.cfg.Publish(JobMessage{Base: Base{now}, JobID: a.id, Action: qs.q.Action(), Element: it.Name(), Key: it.Element.Key,
 		Kind: string(job.MessageAvailable), Text: "available; making it durable"})
+	return true
+}
+
+// beginTail starts a's tail, the part of it that needs no builder (see available
+// and slotDone), unless as many jobs of its queue as there are builders are in
+// theirs: that bounds the worker processes. It reports whether a is in its tail.
+func (s *Scheduler) beginTail(a *activeJob) bool {
+	if a.tail {
+		return true
+	}
+	if limit := s.cfg.Pool.Limit(resources.Process); limit != 0 && a.qs.tails >= limit {
+		return false
+	}
+	a.tail = true
+	a.qs.tails++
 	return true
 }
 
