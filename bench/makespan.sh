@@ -8,8 +8,9 @@
 # Environment: SEEDS ("1 2 3"; "" for no random DAG), RUNS (1: repeats of each
 # measured build), JOBS (2), SLEEP_MS (per N: 300 up to 500 elements, else 100),
 # SHAPE_N (200) and SHAPE_MS (100) for the adversarial shapes, SHAPES ("chain-last
-# hops"; "" for none), GANTRY=/path/to/gantry instead of building ./cmd/gantry, KEEP=1
-# keeps the temporary directory.
+# hops"; "" for none), FLOOR_K (200: commands run to measure the spawn floor; 0 for
+# none), GANTRY=/path/to/gantry instead of building ./cmd/gantry, KEEP=1 keeps the
+# temporary directory.
 set -euo pipefail
 
 usage() {
@@ -26,6 +27,7 @@ JOBS=${JOBS:-2}
 SHAPES=${SHAPES-chain-last hops}
 SHAPE_N=${SHAPE_N:-200}
 SHAPE_MS=${SHAPE_MS:-100}
+FLOOR_K=${FLOOR_K:-200}
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/gantry-makespan.XXXXXX")
@@ -92,7 +94,7 @@ minmed() {
 	printf '%s\n' "$@" | sort -n | awk '{ v[NR] = $1 } END { printf "%s/%s", v[1], v[int((NR + 1) / 2)] }'
 }
 
-FMT='%-10s %5s %4s %6s | %5s %5s | %-11s %-11s %-11s | %-9s %-9s | %-11s %-11s | %-11s\n'
+FMT='%-10s %5s %4s %6s | %5s %5s | %-11s %-11s %-11s | %-9s %-9s | %-11s %-11s | %-11s | %-5s %-5s\n'
 rows=()
 row() {
 	# shellcheck disable=SC2059
@@ -100,7 +102,7 @@ row() {
 	# shellcheck disable=SC2059
 	printf "$FMT" "$@" >&2
 }
-header=$(printf "$FMT" shape n seed "lb(s)" sim1 sim2 gantry1 gantry2 "sim(learnt)" "ovh1(ms)" "ovh2(ms)" ninja1 ninja2 make)
+header=$(printf "$FMT" shape n seed "lb(s)" sim1 sim2 gantry1 gantry2 "sim(learnt)" "ovh1(ms)" "ovh2(ms)" ninja1 ninja2 make floor "spawn")
 
 # measure SHAPE N SEED SLEEP_MS: one row.
 measure() {
@@ -109,11 +111,15 @@ measure() {
 	log "$shape n=$n seed=$seed sleep-ms=$ms"
 	"$TMP/gen" -out "$dir" -force "${GRAPH[@]}" >&2
 	local sim
-	sim=$("$TMP/makespan" "${GRAPH[@]}" -builders "$JOBS")
+	sim=$("$TMP/makespan" "${GRAPH[@]}" -builders "$JOBS" -floor "$FLOOR_K")
 	LB=$(sed -n '1s/.*lower_bound_ms=\([0-9]*\).*/\1/p' <<<"$sim")
-	local sim1 sim2
+	local sim1 sim2 floor=- spawn=-
 	sim1=$(sed -n 's/^first .*ratio=//p' <<<"$sim")
 	sim2=$(sed -n 's/^second .*ratio=//p' <<<"$sim")
+	if [[ $FLOOR_K -gt 0 ]]; then
+		floor=$(sed -n 's/^floor .*ratio=\([0-9.]*\).*/\1/p' <<<"$sim")
+		spawn=$(sed -n 's/^floor .*spawn_ms=//p' <<<"$sim")
+	fi
 	local g1=() g2=() learnt=() o1=() o2=() n1=() n2=() mk=() r t
 	for ((r = 1; r <= RUNS; r++)); do
 		# First run: a fresh cache, nothing learned. Second run: a fresh cache again
@@ -147,7 +153,7 @@ measure() {
 	row "$shape" "$n" "$seed" "$(awk -v lb="$LB" 'BEGIN { printf "%.2f", lb / 1000 }')" "$sim1" "$sim2" \
 		"$(minmed "${g1[@]}")" "$(minmed "${g2[@]}")" "$(minmed "${learnt[@]}")" \
 		"$(minmed "${o1[@]}")" "$(minmed "${o2[@]}")" \
-		"$(minmed "${n1[@]}")" "$(minmed "${n2[@]}")" "$(minmed "${mk[@]}")"
+		"$(minmed "${n1[@]}")" "$(minmed "${n2[@]}")" "$(minmed "${mk[@]}")" "$floor" "$spawn"
 }
 
 echo "$header" >&2
@@ -166,7 +172,9 @@ echo "# sim1, sim2: gantry's policy in simulated time, no overhead, first run (n
 echo "# second (exact durations); sim(learnt): with the durations the real first run learned;"
 echo "# gantry1/2, ninja1/2: first run / second run into a fresh cache or out/ (durations and"
 echo "# .ninja_log kept); ovh1/2: the per-job overhead with which sim1/sim2 take as long as"
-echo "# gantry1/2 did; min/median of RUNS=$RUNS"
+echo "# gantry1/2 did; floor: sim2 with a per-job overhead of spawn, what each of the graph's"
+echo "# first FLOOR_K=$FLOOR_K commands cost beyond its sleep, run as processes back to back"
+echo "# on the builders by a loop that does nothing else; min/median of RUNS=$RUNS"
 echo "# jobs=$JOBS host=$(uname -srm) cpus=$(nproc 2>/dev/null || echo '?') load: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "$header"
 printf '%s\n' "${rows[@]}"

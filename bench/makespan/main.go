@@ -10,7 +10,7 @@
 // Usage:
 //
 //	go run ./bench/makespan [-n 2000] [-fanin 3] [-seed 1] [-sleep-ms 0] [-shape random]
-//	    [-builders 2] [-overhead-ms 0] [-cache DIR] [-fit MS]
+//	    [-builders 2] [-overhead-ms 0] [-cache DIR] [-fit MS] [-floor K]
 //
 // See bench/README.md.
 package main
@@ -19,7 +19,13 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
+	"strconv"
+	"sync/atomic"
+	"syscall"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/gantry-build/gantry/bench/synth"
 	"github.com/gantry-build/gantry/cache"
@@ -38,6 +44,7 @@ func run(args []string) int {
 	overhead := fs.Float64("overhead-ms", 0, "simulated cost of every job on top of its duration, in ms")
 	cacheDir := fs.String("cache", "", "a gantry cache whose learned durations (stats) to simulate a run with")
 	fit := fs.Float64("fit", 0, "a measured makespan in ms: also print the per-job overhead that makes each simulated run last as long")
+	floor := fs.Int("floor", 0, "run the graph's first K commands as processes, back to back on the builders, and print what each cost beyond its sleep and the second run simulated with that overhead")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -45,7 +52,7 @@ func run(args []string) int {
 		fmt.Fprintf(os.Stderr, "makespan: unexpected arguments: %q\n", fs.Args())
 		return 2
 	}
-	if err := simulate(config(), *builders, ms(*overhead), *cacheDir, ms(*fit)); err != nil {
+	if err := simulate(config(), *builders, ms(*overhead), *cacheDir, ms(*fit), *floor); err != nil {
 		fmt.Fprintln(os.Stderr, "makespan:", err)
 		return 1
 	}
@@ -54,7 +61,7 @@ func run(args []string) int {
 
 func ms(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }
 
-func simulate(cfg synth.Config, builders int, overhead time.Duration, cacheDir string, fit time.Duration) error {
+func simulate(cfg synth.Config, builders int, overhead time.Duration, cacheDir string, fit time.Duration, floor int) error {
 	g, err := synth.Generate(cfg)
 	if err != nil {
 		return err
@@ -127,8 +134,71 @@ func simulate(cfg synth.Config, builders int, overhead time.Duration, cacheDir s
 			line += fmt.Sprintf(" overhead_fit_ms=%.1f", c.Seconds()*1000)
 		}
 		fmt.Println(line)
+		if r.name == "second" && floor > 0 {
+			c, err := spawnCost(g, builders, floor)
+			if err != nil {
+				return err
+			}
+			d, err := span(c)
+			if err != nil {
+				return err
+			}
+			fmt.Printf("floor   makespan_ms=%.0f ratio=%.3f spawn_ms=%.2f\n", d.Seconds()*1000, d.Seconds()*1000/lower, c.Seconds()*1000)
+		}
 	}
 	return nil
+}
+
+// spawnCost runs the first k of g's commands (`sleep D`, a no-op's `:` as `true`) as
+// processes in their own process groups, back to back on builders goroutines, in
+// element order and without dependencies, and returns the mean time each took beyond
+// its sleep. That is the floor of a build's per-job cost on this machine: what starting
+// the command, its exec and the wake-up at its end cost a tool that does nothing else
+// (no staging, no caching, no log), measured with the sleeps the graph has, since a CPU
+// that idled through a sleep wakes up more slowly than a busy one.
+func spawnCost(g *synth.Graph, builders, k int) (time.Duration, error) {
+	sleep, err := exec.LookPath("sleep")
+	if err != nil {
+		return 0, fmt.Errorf("measuring the spawn cost: %w", err)
+	}
+	noop, err := exec.LookPath("true")
+	if err != nil {
+		return 0, fmt.Errorf("measuring the spawn cost: %w", err)
+	}
+	k = min(k, g.N)
+	next := make(chan int)
+	go func() {
+		for i := range k {
+			next <- i
+		}
+		close(next)
+	}()
+	var total atomic.Int64
+	var grp errgroup.Group
+	for range builders {
+		grp.Go(func() error {
+			for i := range next {
+				d := time.Duration(g.DurMS[i]) * time.Millisecond
+				cmd := exec.Command(noop)
+				if d > 0 {
+					cmd = exec.Command(sleep, strconv.FormatFloat(d.Seconds(), 'f', 3, 64))
+				}
+				cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+				t0 := time.Now()
+				if err := cmd.Run(); err != nil {
+					return fmt.Errorf("measuring the spawn cost: %s: %w", cmd, err)
+				}
+				total.Add(int64(time.Since(t0) - d))
+			}
+			return nil
+		})
+	}
+	if err := grp.Wait(); err != nil {
+		for range next { // let the feeder end
+		}
+		return 0, err
+	}
+	return time.Duration(total.Load() / int64(k)), nil
 }
 
 // fitOverhead finds the per-job overhead (to 0.1 ms) with which span gives the
