@@ -104,8 +104,9 @@ func (inv *inventory) size(a *artifactInfo) int64 {
 }
 
 // takeInventory measures the cache on disk and reads every ref of project (""
-// for all) with everything it reaches. Reading is safe beside other
-// processes; deciding what to delete from it needs the exclusive lock.
+// for all) with everything it reaches; a cache not made yet is empty. Reading is
+// safe beside other processes; deciding what to delete from it needs the
+// exclusive lock.
 func (c *Cache) takeInventory() (*inventory, error) {
 	inv := &inventory{blobIndex: map[blobID]int32{}, dirs: map[string]*refDir{}}
 	if err := c.measureDisk(inv); err != nil {
@@ -251,7 +252,8 @@ func diskSize(info fs.FileInfo) int64 {
 }
 
 // measureDisk walks the cache directory: the space it takes (each inode once)
-// and every blob of cas/ and twin of exec/ with its size on disk.
+// and every blob of cas/ and twin of exec/ with its size on disk. A cache not
+// made yet (At) takes none.
 func (c *Cache) measureDisk(inv *inventory) error {
 	seen := map[uint64]bool{}
 	casRoot := filepath.Join(c.Root, casDir) + string(filepath.Separator)
@@ -259,6 +261,9 @@ func (c *Cache) measureDisk(inv *inventory) error {
 	err := filepath.WalkDir(c.Root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			if p == c.Root {
+				if errors.Is(err, fs.ErrNotExist) {
+					return fs.SkipAll
+				}
 				return err
 			}
 			return nil // vanished meanwhile (another gantry's temp file)

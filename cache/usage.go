@@ -41,7 +41,8 @@ type UsageReport struct {
 }
 
 // Report measures the cache: its size on disk, its blobs and artifacts, per
-// project, and the largest n artifacts.
+// project, and the largest n artifacts. A cache not made yet (At) is reported
+// empty, and is not made.
 func (c *Cache) Report(n int) (*UsageReport, error) {
 	inv, err := c.takeInventory()
 	if err != nil {
@@ -89,8 +90,9 @@ func (c *Cache) Report(n int) (*UsageReport, error) {
 }
 
 // Usages lists the artifacts of project ("" for all) with their sizes and
-// last use, sorted by project, element and key. Refs that cannot be read are
-// reported in the error, the others are still returned.
+// last use, sorted by project, element and key (none in a cache not made yet).
+// Refs that cannot be read are reported in the error, the others are still
+// returned.
 func (c *Cache) Usages(project string) ([]ArtifactUsage, error) {
 	inv, err := c.takeInventory()
 	if err != nil {
