@@ -197,10 +197,7 @@ least recently used first. Address one with ELEMENT@KEYPREFIX in the other artif
 			if format != "text" && format != "json" {
 				return usagef("--format %q: use text or json", format)
 			}
-			s, c, err := g.loadWithCache()
-			if err == nil {
-				err = s.prepareCache(c)
-			}
+			s, c, err := g.loadWithCache() // a query: a cache not made yet lists nothing
 			if err != nil {
 				return err
 			}

@@ -25,7 +25,9 @@ func newCacheCmd(g *globalOptions) *cobra.Command {
 }
 
 // cacheSession is the user configuration and the cache for commands that need no
-// project, but honour its configuration when there is one.
+// project, but honour its configuration when there is one. The cache is found, not
+// made (cache.At): a query reads it as it is (one not made yet is empty), a command
+// that changes it or expects its layout makes it first (prepareCache).
 func (g *globalOptions) cacheSession() (*session, *cache.Cache, error) {
 	s, err := g.load()
 	if err != nil {
@@ -35,7 +37,19 @@ func (g *globalOptions) cacheSession() (*session, *cache.Cache, error) {
 		}
 		s = &session{opts: g, user: user}
 	}
-	c, err := s.openCache()
+	c, err := cache.At(s.cacheRoot())
+	if err != nil {
+		return nil, nil, openCacheError(s.cacheRoot(), err)
+	}
+	return s, c, nil
+}
+
+// preparedCacheSession is cacheSession with the cache made.
+func (g *globalOptions) preparedCacheSession() (*session, *cache.Cache, error) {
+	s, c, err := g.cacheSession()
+	if err == nil {
+		err = s.prepareCache(c)
+	}
 	if err != nil {
 		return nil, nil, err
 	}
@@ -63,7 +77,7 @@ damaged executable twins (copies of blobs with the x bit, made for hard-linked s
 saying what it did; the exit code is then 0 when every problem was repaired.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			_, c, err := g.cacheSession()
+			_, c, err := g.preparedCacheSession()
 			if err != nil {
 				return err
 			}
@@ -267,7 +281,7 @@ func runGC(g *globalOptions, opts *gcOptions) error {
 	if opts.keepDays < 0 {
 		return usagef("--keep-days %d: want a number of days of at least 1", opts.keepDays)
 	}
-	s, c, err := g.cacheSession()
+	s, c, err := g.preparedCacheSession()
 	if err != nil {
 		return err
 	}
