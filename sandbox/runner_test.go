@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -20,12 +21,7 @@ import (
 func TestRunnerKeepsWhatItPrepared(t *testing.T) {
 	cfg := hostConfig(t)
 	var out bytes.Buffer
-	cfg.Stdout, cfg.Stderr = &out, &out
-	p, err := Prepare(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p := prepareRunner(t, cfg, &out)
 	writeFile(t, filepath.Join(cfg.Sysroot, "usr", "bin", "mytool"), "#!/bin/sh\necho from-sysroot\n", 0o755)
 
 	if err := p.Run(context.Background(), "cat /proc/self/stat"); err != nil {
@@ -59,12 +55,7 @@ func TestRunnerKeepsWhatItPrepared(t *testing.T) {
 func TestRunnerBwrapRunsEachCommand(t *testing.T) {
 	cfg := bwrapConfig(t)
 	var out bytes.Buffer
-	cfg.Stdout, cfg.Stderr = &out, &out
-	p, err := Prepare(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p := prepareRunner(t, cfg, &out)
 	for _, cmd := range []string{"echo one > /gantry/install/a", "cat /gantry/install/a; echo two", "pwd"} {
 		if err := p.Run(context.Background(), cmd); err != nil {
 			t.Fatalf("%s: %v; output:\n%s", cmd, err, out.String())
@@ -73,6 +64,19 @@ func TestRunnerBwrapRunsEachCommand(t *testing.T) {
 	if got, want := out.String(), "one\ntwo\n/gantry/build\n"; got != want {
 		t.Errorf("output %q, want %q", got, want)
 	}
+}
+
+// prepareRunner prepares cfg's Runner with its commands' output and errors written
+// to out; the test's end closes it.
+func prepareRunner(t *testing.T, cfg Config, out io.Writer) *Runner {
+	t.Helper()
+	cfg.Stdout, cfg.Stderr = out, out
+	p, err := Prepare(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
 }
 
 // lockedBuffer is a writer that is not a file, safe for concurrent use.
@@ -100,14 +104,9 @@ func (b *lockedBuffer) String() string {
 // or by Close.
 func TestRunnerOutputPipe(t *testing.T) {
 	cfg := hostConfig(t)
-	var out lockedBuffer
-	cfg.Stdout, cfg.Stderr = &out, &out
 	cfg.Group = CallerGroup // as in a job: Run leaves background processes be
-	p, err := Prepare(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	var out lockedBuffer
+	p := prepareRunner(t, cfg, &out)
 	if p.out == nil {
 		t.Fatal("no output pipe for a writer that is not a file")
 	}
