@@ -89,25 +89,26 @@ func TestOutcomeMemoKeepsOtherElements(t *testing.T) {
 	c := openTestCache(t)
 	commitSample(t, c, "demo", "app.toml", "k1")
 	commitSample(t, c, "demo", "lib.toml", "k1")
+	memoize(t, c, "k1", "app.toml", "lib.toml")
+	commitSample(t, c, "demo", "app.toml", "k2") // app.toml changed; lib.toml not asked about
+	memoize(t, c, "k2", "app.toml")
+	if ids, want := memoIDs(c), []string{"app.toml@k2", "lib.toml@k1"}; !slices.Equal(ids, want) {
+		t.Errorf("memo entries %v, want %v", ids, want)
+	}
+}
+
+// memoize asks a fresh memo of demo about the artifacts of elements at key, each of
+// which must be cached, and saves it: a session that asked about them.
+func memoize(t *testing.T, c *Cache, key string, elements ...string) {
+	t.Helper()
 	m := c.OpenOutcomeMemo("demo")
-	for _, e := range []string{"app.toml", "lib.toml"} {
-		if found, _, err := c.OutcomeMemoized(m, "demo", e, "k1"); !found || err != nil {
-			t.Fatalf("%s: %v, %v", e, found, err)
+	for _, e := range elements {
+		if found, _, err := c.OutcomeMemoized(m, "demo", e, key); !found || err != nil {
+			t.Fatalf("%s %s: %v, %v", e, key, found, err)
 		}
 	}
 	if err := m.Save(); err != nil {
 		t.Fatal(err)
-	}
-	commitSample(t, c, "demo", "app.toml", "k2") // app.toml changed; lib.toml not asked about
-	m = c.OpenOutcomeMemo("demo")
-	if found, _, err := c.OutcomeMemoized(m, "demo", "app.toml", "k2"); !found || err != nil {
-		t.Fatalf("app.toml k2: %v, %v", found, err)
-	}
-	if err := m.Save(); err != nil {
-		t.Fatal(err)
-	}
-	if ids, want := memoIDs(c), []string{"app.toml@k2", "lib.toml@k1"}; !slices.Equal(ids, want) {
-		t.Errorf("memo entries %v, want %v", ids, want)
 	}
 }
 
@@ -130,26 +131,12 @@ func TestOutcomeMemoForgetsRemovedArtifacts(t *testing.T) {
 	for _, e := range []string{"app.toml", "lib.toml", "old.toml"} {
 		commitSample(t, c, "demo", e, "k1")
 	}
-	m := c.OpenOutcomeMemo("demo")
-	for _, e := range []string{"app.toml", "lib.toml", "old.toml"} {
-		if found, _, err := c.OutcomeMemoized(m, "demo", e, "k1"); !found || err != nil {
-			t.Fatalf("%s: %v, %v", e, found, err)
-		}
-	}
-	if err := m.Save(); err != nil {
-		t.Fatal(err)
-	}
+	memoize(t, c, "k1", "app.toml", "lib.toml", "old.toml")
 	if err := c.Delete("demo", "old.toml", "k1"); err != nil {
 		t.Fatal(err)
 	}
 	commitSample(t, c, "demo", "app.toml", "k2")
-	m = c.OpenOutcomeMemo("demo")
-	if found, _, err := c.OutcomeMemoized(m, "demo", "app.toml", "k2"); !found || err != nil {
-		t.Fatalf("app.toml k2: %v, %v", found, err)
-	}
-	if err := m.Save(); err != nil {
-		t.Fatal(err)
-	}
+	memoize(t, c, "k2", "app.toml")
 	if ids, want := memoIDs(c), []string{"app.toml@k2", "lib.toml@k1"}; !slices.Equal(ids, want) {
 		t.Errorf("memo entries %v, want %v (old.toml's artifact is gone)", ids, want)
 	}
