@@ -52,25 +52,22 @@ func TestE2EOnlyBuildReadsMemoAndStats(t *testing.T) {
 func TestE2ETUIQuotaMakesTheCacheOnlyOnceLoaded(t *testing.T) {
 	t.Parallel()
 	requireTmux(t)
-	broken := newE2EProject(t, map[string]string{
-		"project.toml":      projectTOML("app.toml"),
-		"elements/app.toml": "kind = \"manual\"\ndepends = [\"lib.toml\"\n",
-	})
-	code, screen := broken.startInTmux("build", "--cache-quota", "50%").waitExit()
-	if code != 2 || !strings.Contains(screen, "invalid TOML") {
-		t.Errorf("gantry exited with %d, want 2 and the load's error; the screen:\n%s", code, screen)
+	// build runs `gantry build --cache-quota 50%` at a terminal on a project whose
+	// app.toml is app, and wants it to exit with code, shows on its screen.
+	build := func(app string, code int, shows string) *e2eProject {
+		t.Helper()
+		p := newE2EProject(t, map[string]string{"project.toml": projectTOML("app.toml"), "elements/app.toml": app})
+		got, screen := p.startInTmux("build", "--cache-quota", "50%", "--sandbox", "host").waitExit()
+		if got != code || !strings.Contains(screen, shows) {
+			t.Errorf("gantry exited with %d, want %d and %q on the screen; the screen:\n%s", got, code, shows, screen)
+		}
+		return p
 	}
+	broken := build("kind = \"manual\"\ndepends = [\"lib.toml\"\n", 2, "invalid TOML") // the load's error
 	if _, err := os.Stat(broken.cache); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("the cache directory of a project that does not load: %v, want it absent", err)
 	}
-	fine := newE2EProject(t, map[string]string{
-		"project.toml":      projectTOML("app.toml"),
-		"elements/app.toml": manualElement(nil, "true"),
-	})
-	code, screen = fine.startInTmux("build", "--cache-quota", "50%", "--sandbox", "host").waitExit()
-	if code != 0 || !strings.Contains(screen, "Success.") {
-		t.Errorf("gantry exited with %d, want 0 and a summary; the screen:\n%s", code, screen)
-	}
+	fine := build(manualElement(nil, "true"), 0, "Success.") // the summary
 	if st := fine.state("app.toml"); st != "cached" {
 		t.Errorf("app.toml is %q after the session, want cached", st)
 	}
