@@ -131,10 +131,18 @@ func Attach(root string) (*Cache, error) {
 	if err != nil {
 		return nil, err
 	}
-	if fi, err := os.Stat(c.tmpPath()); err != nil || !fi.IsDir() {
+	if !c.Made() {
 		return nil, fmt.Errorf("opening cache %s: it has no %s/ directory (is it a gantry cache? `gantry build` sets one up)", c.Root, tmpDir)
 	}
 	return c, nil
+}
+
+// Made reports whether the cache has been made (Prepare): its tmp/ directory, the last
+// Prepare makes, exists. A command that only reads writes nothing into a cache not made
+// yet, not even loads/, so that it leaves no cache behind.
+func (c *Cache) Made() bool {
+	fi, err := os.Stat(c.tmpPath())
+	return err == nil && fi.IsDir()
 }
 
 // SourcesDir is where fetched sources are kept.

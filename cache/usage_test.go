@@ -7,7 +7,7 @@ import (
 )
 
 // A cache not made yet is reported empty, and reading it does not make it: `cache
-// usage` and `artifact list` are read-only queries.
+// usage` and `artifact list` are read-only queries. It is Made once Prepare made it.
 func TestReportOfACacheNotMadeYet(t *testing.T) {
 	root := filepath.Join(t.TempDir(), "cache")
 	c, err := At(root)
@@ -26,5 +26,11 @@ func TestReportOfACacheNotMadeYet(t *testing.T) {
 	}
 	if _, err := os.Stat(root); !os.IsNotExist(err) {
 		t.Errorf("reading the cache made %s (stat: %v)", root, err)
+	}
+	if c.Made() {
+		t.Errorf("Made before Prepare")
+	}
+	if err := c.Prepare(); err != nil || !c.Made() {
+		t.Errorf("Prepare: %v; Made %v, want true", err, c.Made())
 	}
 }
