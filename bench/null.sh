@@ -7,8 +7,8 @@
 # a gantry cache with bench/fillcache (every element cached, as after a full build
 # of the no-op graph), then RUNS times, interleaved: ninja's null build, gantry's null
 # build (its parse cache and outcome memo warm), and `gantry show --deps all` on a
-# fresh checkout's cache (no artifacts) cold (no cache at all) and warm (the parse
-# cache the cold run left). Prints min and median wall time, CPU time (user + system)
+# fresh checkout's cache (no artifacts) cold (an empty cache, made by `cache gc`: show
+# writes nothing into a cache not made yet) and warm (the parse cache the cold run left). Prints min and median wall time, CPU time (user + system)
 # and max RSS of each row.
 #
 # Environment: RUNS (default 5), JOBS (2), GANTRY=/path (default: go build
@@ -106,6 +106,7 @@ for n in "${NS[@]}"; do
 			timed "$label-null" "$bin" -C "$dir" build --builders "$JOBS" --ui plain --cache-dir "$cache.$label"
 			grep -q 'build: processed 0,' "$TMP/out" || { echo "null.sh: $label built something" >&2; exit 1; }
 			rm -rf "$TMP/fresh"
+			"$bin" -C "$dir" --cache-dir "$TMP/fresh" cache gc >/dev/null 2>&1
 			timed "$label-show-cold" "$bin" -C "$dir" --cache-dir "$TMP/fresh" show --deps all
 			timed "$label-show-warm" "$bin" -C "$dir" --cache-dir "$TMP/fresh" show --deps all
 		done

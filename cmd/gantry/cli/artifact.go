@@ -34,9 +34,9 @@ func (o *globalOptions) loadWithCache() (*session, *cache.Cache, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	c, err := cache.At(s.cacheRoot())
+	c, err := s.findCache()
 	if err != nil {
-		return nil, nil, openCacheError(s.cacheRoot(), err)
+		return nil, nil, err
 	}
 	return s, c, nil
 }

@@ -310,7 +310,7 @@ const (
 // durations) is read on another goroutine while the graph loads (the durations of
 // 10,000 elements are 5% of a null build's CPU); an error loading the graph is reported
 // first, and the cache's directories are made only once the graph loaded, so that a
-// project that does not load leaves no cache behind.
+// project that does not load leaves no cache behind; the parse cache is saved after.
 func (o *globalOptions) openPipeline(f *schedulerFlags, args []string, reads pipelineReads) (*pipeline, error) {
 	s, err := o.load()
 	if err != nil {
@@ -346,7 +346,8 @@ func (o *globalOptions) openPipeline(f *schedulerFlags, args []string, reads pip
 		}
 		opened <- err
 	}()
-	p.graph, err = s.loadGraph(args)
+	var saveLoads func() error
+	p.graph, saveLoads, err = s.loadGraphUnsaved(args)
 	cerr := <-opened
 	if err != nil {
 		return nil, err
@@ -357,6 +358,7 @@ func (o *globalOptions) openPipeline(f *schedulerFlags, args []string, reads pip
 	if err := s.prepareCache(p.cache); err != nil {
 		return nil, err
 	}
+	s.warnUnsaved(saveLoads()) // into the cache just made, on a first session
 	return p, nil
 }
 

@@ -37,9 +37,9 @@ func (g *globalOptions) cacheSession() (*session, *cache.Cache, error) {
 		}
 		s = &session{opts: g, user: user}
 	}
-	c, err := cache.At(s.cacheRoot())
+	c, err := s.findCache()
 	if err != nil {
-		return nil, nil, openCacheError(s.cacheRoot(), err)
+		return nil, nil, err
 	}
 	return s, c, nil
 }

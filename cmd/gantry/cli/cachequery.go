@@ -28,6 +28,16 @@ func openCacheAt(root string) (*cache.Cache, error) {
 	return c, nil
 }
 
+// findCache is the local cache as cache.At finds it, not made: a query reads it as it
+// is (one not made yet is empty); a command that writes to it makes it (prepareCache).
+func (s *session) findCache() (*cache.Cache, error) {
+	c, err := cache.At(s.cacheRoot())
+	if err != nil {
+		return nil, openCacheError(s.cacheRoot(), err)
+	}
+	return c, nil
+}
+
 // prepareCache makes the cache that cache.At found (its directories), once the
 // command's project and elements loaded.
 func (s *session) prepareCache(c *cache.Cache) error {

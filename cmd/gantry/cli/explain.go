@@ -32,7 +32,7 @@ the most recent artifact of the same element in the local cache.`,
 			if err != nil {
 				return err
 			}
-			c, err := s.openCache()
+			c, err := s.findCache() // a cache not made yet is explained as an empty one
 			if err != nil {
 				return err
 			}

@@ -223,7 +223,7 @@ func (s *session) elementArg(a string) string {
 }
 
 // loadGraph loads the targets named by args (or the default targets) and saves the
-// parse cache.
+// parse cache, into a cache already made only (see loadGraphUnsaved).
 func (s *session) loadGraph(args []string) (*element.Graph, error) {
 	g, save, err := s.loadGraphUnsaved(args)
 	if err != nil {
@@ -236,18 +236,27 @@ func (s *session) loadGraph(args []string) (*element.Graph, error) {
 // loadGraphUnsaved is loadGraph leaving the parse cache's saving to save, which may run
 // on another goroutine while the caller works with the graph (show prints meanwhile), as
 // long as nothing loads or keys elements until it has returned. Its error is for
-// warnUnsaved.
+// warnUnsaved. save writes nothing into a cache not made yet (cache.Made): a command
+// that only reads leaves no cache behind, and one that makes the cache saves once it
+// made it.
 func (s *session) loadGraphUnsaved(args []string) (*element.Graph, func() error, error) {
 	targets, err := s.targets(args)
 	if err != nil {
 		return nil, nil, err
 	}
-	pc := element.OpenParseCache(cache.LoadsDir(s.cacheRoot()), s.project.Root)
+	root := s.cacheRoot()
+	pc := element.OpenParseCache(cache.LoadsDir(root), s.project.Root)
 	g, err := element.LoadCached(s.project, s.lock, targets, pc)
 	if err != nil {
 		return nil, nil, err
 	}
-	return g, pc.Save, nil
+	save := func() error {
+		if c, err := cache.At(root); err != nil || !c.Made() {
+			return nil
+		}
+		return pc.Save()
+	}
+	return g, save, nil
 }
 
 // warnUnsaved reports a parse cache that could not be saved: only speed is lost.

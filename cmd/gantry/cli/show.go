@@ -72,7 +72,7 @@ func runShow(opts *showOptions, args []string) error {
 	elements := g.Select(g.Targets, deps)
 	states := make([]element.State, len(elements)) // "" unless asked for
 	if asJSON || strings.Contains(opts.format, "%{state") {
-		c, err := s.openCache()
+		c, err := s.findCache() // a cache not made yet: every artifact missing, nothing saved
 		if err != nil {
 			return err
 		}
