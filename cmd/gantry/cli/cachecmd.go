@@ -74,11 +74,20 @@ left by crashed processes. Exit code 1 when a problem is found.
 With --repair it also fixes what it found: it drops every artifact whose record or blobs
 are missing or corrupt (the next build builds it again) and removes corrupt blobs and
 damaged executable twins (copies of blobs with the x bit, made for hard-linked staging),
-saying what it did; the exit code is then 0 when every problem was repaired.`,
+saying what it did; the exit code is then 0 when every problem was repaired.
+
+A cache not made yet has nothing to verify or repair: verify says so, and makes none.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			_, c, err := g.preparedCacheSession()
+			s, c, err := g.cacheSession()
 			if err != nil {
+				return err
+			}
+			if !c.Made() {
+				fmt.Fprintf(g.ios.Out, "no cache at %s: nothing to verify\n", c.Root)
+				return nil
+			}
+			if err := s.prepareCache(c); err != nil { // its layout, should a directory be gone
 				return err
 			}
 			if repair {
