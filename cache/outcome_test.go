@@ -16,11 +16,7 @@ import (
 // rewritten (a failure built again) or deleted is seen at once.
 func TestOutcomeMemoFollowsTheRef(t *testing.T) {
 	c := openTestCache(t)
-	failed := commitSample(t, c, "demo", "app.toml", "k")
-	failed.Success, failed.Error = false, "exit status 1"
-	if err := c.Commit(failed); err != nil {
-		t.Fatal(err)
-	}
+	commitFailed(t, c, "app.toml", "k")
 	outcome := func(want string) {
 		t.Helper()
 		m := c.OpenOutcomeMemo("demo")
@@ -44,6 +40,17 @@ func TestOutcomeMemoFollowsTheRef(t *testing.T) {
 		t.Fatal(err)
 	}
 	outcome("missing")
+}
+
+// commitFailed commits a failed build of demo's element at key ("exit status 1"; its
+// ref named a successful one first).
+func commitFailed(t *testing.T, c *Cache, element, key string) {
+	t.Helper()
+	failed := commitSample(t, c, "demo", element, key)
+	failed.Success, failed.Error = false, "exit status 1"
+	if err := c.Commit(failed); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // A memo answers without reading the record (that is its point: the record's digest
@@ -170,11 +177,7 @@ func TestOutcomeMemoRefsDirectoryMadeAgain(t *testing.T) {
 	if found, _, err := c.OutcomeMemoized(m, "demo", "app.toml", "k"); found || err != nil {
 		t.Errorf("deleted: found %v, %v; want missing", found, err)
 	}
-	failed := commitSample(t, c, "demo", "app.toml", "k")
-	failed.Success, failed.Error = false, "exit status 1"
-	if err := c.Commit(failed); err != nil {
-		t.Fatal(err)
-	}
+	commitFailed(t, c, "app.toml", "k")
 	if found, success, err := c.OutcomeMemoized(m, "demo", "app.toml", "k"); !found || success || err != nil {
 		t.Errorf("committed again as a failure: %v, %v, %v; want a failure", found, success, err)
 	}
@@ -187,11 +190,7 @@ func TestOutcomeMemoRefsDirectoryMadeAgain(t *testing.T) {
 // identity.
 func TestOutcomeMemoStatsRefsItRead(t *testing.T) {
 	c := openTestCache(t)
-	failed := commitSample(t, c, "demo", "app.toml", "k")
-	failed.Success, failed.Error = false, "exit status 1"
-	if err := c.Commit(failed); err != nil {
-		t.Fatal(err)
-	}
+	commitFailed(t, c, "app.toml", "k")
 	failedRef, err := os.ReadFile(refPathOf(t, c))
 	if err != nil {
 		t.Fatal(err)
