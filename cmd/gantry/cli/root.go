@@ -251,8 +251,8 @@ func (s *session) loadGraphUnsaved(args []string) (*element.Graph, func() error,
 		return nil, nil, err
 	}
 	save := func() error {
-		if c, err := cache.At(root); err != nil || !c.Made() {
-			return nil
+		if _, err := cache.Attach(root); err != nil {
+			return nil // not made yet (or not a cache): a read-only command writes nothing
 		}
 		return pc.Save()
 	}
