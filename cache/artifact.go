@@ -467,14 +467,19 @@ func (c *Cache) Delete(project, element, key string) error {
 		}
 		return fmt.Errorf("deleting artifact %s/%s/%s: %w", project, element, key, err)
 	}
-	// Remove emptied parents up to refs/; fails harmlessly at the first
-	// directory that still has entries. A concurrent Commit recreates what
-	// it needs (see renameInto).
+	c.pruneRefDirs(refPath)
+	return nil
+}
+
+// pruneRefDirs removes the directories above the removed ref refPath that are
+// now empty, up to refs/; it stops harmlessly at the first directory that
+// still has entries. A concurrent Commit recreates what it needs (see
+// renameInto).
+func (c *Cache) pruneRefDirs(refPath string) {
 	refsRoot := filepath.Join(c.Root, refsDir)
 	for dir := filepath.Dir(refPath); dir != refsRoot && strings.HasPrefix(dir, refsRoot); dir = filepath.Dir(dir) {
 		if os.Remove(dir) != nil {
 			break
 		}
 	}
-	return nil
 }

@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"sync"
+	"syscall"
 )
 
 // Cache integrity. A blob's name is the SHA-256 of its content, but what is on
@@ -120,13 +122,65 @@ func mismatch(want, got Digest, path string) error {
 	return &mismatchError{path: path, want: want, got: got}
 }
 
-// DropArtifact removes the ref of an artifact found damaged (a blob it needs
-// is missing or corrupt), so that it is no longer cached and the next build
-// makes it again. An artifact already gone is not an error.
-func (c *Cache) DropArtifact(project, element, key string) error {
-	err := c.Delete(project, element, key)
-	if err != nil && !errors.Is(err, ErrNotFound) {
-		return err
+// DropArtifact removes the ref of artifact a, found damaged (a blob it needs is
+// missing or corrupt), so that it is no longer cached and the next build makes it
+// again. It is a compare-and-delete: only a ref that still names a's record goes.
+// Another process may have replaced the damaged artifact with a good one of the
+// same key meanwhile (its own build, a pull, a heal); that one stays. When a's
+// record is not known (zero: an artifact this session built whose ref may not be
+// written yet), the ref goes only if its record names a's files tree. It reports
+// whether it removed the ref; an artifact already gone is not an error.
+func (c *Cache) DropArtifact(a *Artifact) (bool, error) {
+	refPath, err := c.RefPath(a.Project, a.Element, a.Key)
+	if err != nil {
+		return false, fmt.Errorf("dropping artifact: %w", err)
 	}
-	return nil
+	if !c.namesArtifact(refPath, a) {
+		return false, nil
+	}
+	// Claim the ref with one rename: from here no other process can replace
+	// what we look at, and what we claimed is what we compare.
+	claimed := c.TempName("drop")
+	if err := syscall.Rename(refPath, claimed); err != nil {
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
+			return false, nil
+		}
+		return false, fmt.Errorf("dropping artifact %s: %w", a.Name(), &os.LinkError{Op: "rename", Old: refPath, New: claimed, Err: err})
+	}
+	defer os.Remove(claimed)
+	if c.namesArtifact(claimed, a) {
+		c.pruneRefDirs(refPath)
+		return true, nil
+	}
+	// Replaced between the look and the claim: put the good ref back, unless a
+	// newer one took its place meanwhile (link fails then; ours is dropped).
+	if err := os.Link(claimed, refPath); err != nil && !errors.Is(err, fs.ErrExist) {
+		return false, fmt.Errorf("dropping artifact %s: restoring the ref written meanwhile: %w", a.Name(), err)
+	}
+	return false, nil
+}
+
+// namesArtifact reports whether the ref file at refPath names artifact a: its
+// record when a.Record is known, else a record whose files tree is a.Files.
+func (c *Cache) namesArtifact(refPath string, a *Artifact) bool {
+	data, err := readSmallFile(refPath, nil)
+	if err != nil {
+		return false
+	}
+	rd, err := ParseDigest(string(bytes.TrimSpace(data)))
+	if err != nil {
+		return false
+	}
+	if !a.Record.IsZero() {
+		return rd == a.Record
+	}
+	if a.Files.IsZero() {
+		return false
+	}
+	rec, err := c.readRecord(data, a.Project, a.Element, a.Key)
+	if err != nil {
+		// The record itself is damaged: this ref cannot be anyone's good artifact.
+		return errors.Is(err, fs.ErrNotExist) || errors.Is(err, ErrCorrupt)
+	}
+	return rec.Files == a.Files
 }

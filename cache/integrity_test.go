@@ -178,3 +178,49 @@ func TestVerifyReportsStrangersInShards(t *testing.T) {
 		t.Errorf("Verify found %d problems, want %d: %q", len(rep.Problems), len(want), rep.Problems)
 	}
 }
+
+// Dropping a damaged artifact is a compare-and-delete: a good artifact of the
+// same key that another process committed since (its own build, a pull) stays,
+// whether the damaged one is known by its record or, for an artifact this
+// session built, by its files tree.
+func TestDropArtifactKeepsANewerArtifact(t *testing.T) {
+	c := openTestCache(t)
+	damaged := commitSample(t, c, "demo", "app.toml", "k")
+	newer := *damaged
+	newer.Log = DigestOf([]byte("another build\n"))
+	if _, err := c.PutBlob([]byte("another build\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Commit(&newer); err != nil {
+		t.Fatal(err)
+	}
+	if newer.Record == damaged.Record {
+		t.Fatal("the two artifacts have one record: the test needs two")
+	}
+	pending := &Artifact{Project: "demo", Element: "app.toml", Key: "k", Files: DigestOf([]byte("other tree"))}
+	for _, a := range []*Artifact{damaged, pending} {
+		dropped, err := c.DropArtifact(a)
+		if err != nil || dropped {
+			t.Fatalf("DropArtifact(record %s, files %s) = %v, %v; want false, nil: the ref names another artifact", a.Record, a.Files, dropped, err)
+		}
+		if !c.RefersTo("demo", "app.toml", "k", newer.Record) {
+			t.Fatalf("DropArtifact removed the newer artifact of the same key")
+		}
+	}
+	if dropped, err := c.DropArtifact(&newer); err != nil || !dropped {
+		t.Fatalf("DropArtifact(the artifact the ref names) = %v, %v; want true, nil", dropped, err)
+	}
+	if _, err := c.Lookup("demo", "app.toml", "k"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Lookup after the drop = %v, want ErrNotFound", err)
+	}
+	if dropped, err := c.DropArtifact(&newer); err != nil || dropped {
+		t.Errorf("DropArtifact of an artifact already gone = %v, %v; want false, nil", dropped, err)
+	}
+	if stray, _ := c.StrayTemp(); len(stray) != 0 {
+		t.Errorf("tmp/ holds %v after the drops", stray)
+	}
+	entries, _ := os.ReadDir(c.tmpPath())
+	if len(entries) != 0 {
+		t.Errorf("tmp/ holds %d entries after the drops", len(entries))
+	}
+}

@@ -472,7 +472,7 @@ func stageDependencies(c *cache.Cache, spec *BuildSpec, deps []*cache.Artifact, 
 		err := c.Checkout(a.Files, sysroot, cache.CheckoutOptions{Hardlink: links})
 		var blob *cache.BlobError
 		if errors.As(err, &blob) {
-			return damagedDependency(c, spec.Project, s, blob)
+			return damagedDependency(c, a, blob)
 		}
 		if err != nil {
 			return &infraError{fmt.Errorf("staging dependency %s into the sysroot: %w", s.Element, err)}
@@ -518,12 +518,13 @@ func (e *DamagedDependencyError) Error() string {
 
 func (e *DamagedDependencyError) Unwrap() error { return e.Err }
 
-// damagedDependency drops the artifact of s, found damaged while staging it.
-func damagedDependency(c *cache.Cache, project string, s StagedArtifact, blob *cache.BlobError) error {
-	if err := c.DropArtifact(project, s.Element, s.Key); err != nil {
-		return &infraError{fmt.Errorf("staging dependency %s: %v; dropping its artifact: %w", s.Element, blob, err)}
+// damagedDependency drops artifact a, a dependency found damaged while staging
+// it (only if its ref still names it: see cache.DropArtifact).
+func damagedDependency(c *cache.Cache, a *cache.Artifact, blob *cache.BlobError) error {
+	if _, err := c.DropArtifact(a); err != nil {
+		return &infraError{fmt.Errorf("staging dependency %s: %v; dropping its artifact: %w", a.Element, blob, err)}
 	}
-	return &DamagedDependencyError{DamagedDependency: DamagedDependency{Element: s.Element, Key: s.Key,
+	return &DamagedDependencyError{DamagedDependency: DamagedDependency{Element: a.Element, Key: a.Key,
 		Blob: blob.Digest.String(), Problem: blob.Error()}, Err: blob}
 }
 

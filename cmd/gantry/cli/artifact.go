@@ -144,7 +144,7 @@ func checkoutError(c *cache.Cache, a *cache.Artifact, dir string, err error) err
 	if !errors.As(err, &blob) {
 		return fmt.Errorf("checking out %s into %s: %w", a.Element, dir, err)
 	}
-	if derr := c.DropArtifact(a.Project, a.Element, a.Key); derr != nil {
+	if _, derr := c.DropArtifact(a); derr != nil {
 		return fmt.Errorf("checking out %s into %s: %v; dropping the damaged artifact: %w", a.Element, dir, blob, derr)
 	}
 	return fmt.Errorf("checking out %s into %s: %w; dropped the damaged artifact of %s from the cache: run `gantry build %s` to build it again",
