@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"io/fs"
 	"os"
@@ -184,3 +185,98 @@ func (c *Cache) namesArtifact(refPath string, a *Artifact) bool {
 	}
 	return rec.Files == a.Files
 }
+
+// UploadError is a failure reading the local content of an upload: the
+// content is not what its digest says (it wraps ErrCorrupt then) or could not
+// be read. The remote is not at fault, and the upload was abandoned before the
+// remote could store anything.
+type UploadError struct {
+	Digest Digest
+	Err    error
+}
+
+func (e *UploadError) Error() string {
+	return fmt.Sprintf("reading the local content of blob %s: %v", e.Digest, e.Err)
+}
+
+func (e *UploadError) Unwrap() error { return e.Err }
+
+// hashedUpload wraps open, the content of blob d, for an upload: every reader
+// it opens hashes what it yields and holds the last bytes back until they
+// complete the digest, so that an upload of content that is not d fails before
+// the remote has all of it (an HTTP body short of its Content-Length, a
+// ByteStream without its final message, a batch never sent) and never stores
+// it. Its errors are *UploadError. The hashing costs no second read.
+func hashedUpload(d Digest, open func() (io.ReadCloser, error)) func() (io.ReadCloser, error) {
+	return func() (io.ReadCloser, error) {
+		rc, err := open()
+		if err != nil {
+			return nil, &UploadError{Digest: d, Err: err}
+		}
+		return &uploadReader{rc: rc, d: d, h: sha256.New()}, nil
+	}
+}
+
+// uploadReader is a reader of hashedUpload.
+type uploadReader struct {
+	rc  io.ReadCloser
+	d   Digest
+	h   hash.Hash
+	n   int64 // bytes read and hashed
+	err error // sticky
+}
+
+func (r *uploadReader) Read(p []byte) (int, error) {
+	if r.err != nil {
+		return 0, r.err
+	}
+	if r.n == r.d.Size && r.n > 0 {
+		return 0, io.EOF // checked when the last bytes were read
+	}
+	p = p[:min(int64(len(p)), r.d.Size-r.n)]
+	n, err := r.rc.Read(p)
+	r.h.Write(p[:n])
+	r.n += int64(n)
+	switch {
+	case r.n == r.d.Size:
+		// The last bytes: handed over only once the content is known to be d.
+		if err := r.check(); err != nil {
+			r.err = &UploadError{Digest: r.d, Err: err}
+			return 0, r.err
+		}
+		if n == 0 {
+			return 0, io.EOF // the empty blob
+		}
+		return n, nil
+	case err == io.EOF:
+		r.err = &UploadError{Digest: r.d, Err: fmt.Errorf("%s ends after %d of its %d bytes: %w", r.name(), r.n, r.d.Size, ErrCorrupt)}
+	case err != nil:
+		r.err = &UploadError{Digest: r.d, Err: err}
+	default:
+		return n, nil
+	}
+	return 0, r.err
+}
+
+// check tells whether the content read, all d.Size bytes of it, is d and ends
+// there.
+func (r *uploadReader) check() error {
+	var one [1]byte
+	if n, _ := io.ReadFull(r.rc, one[:]); n > 0 {
+		return fmt.Errorf("%s is longer than its %d bytes: %w", r.name(), r.d.Size, ErrCorrupt)
+	}
+	if got := (Digest{Hash: hex.EncodeToString(r.h.Sum(nil)), Size: r.n}); got != r.d {
+		return mismatch(r.d, got, r.name())
+	}
+	return nil
+}
+
+// name is the local file being uploaded, for messages.
+func (r *uploadReader) name() string {
+	if f, ok := r.rc.(interface{ Name() string }); ok {
+		return f.Name()
+	}
+	return "the content of blob " + r.d.String()
+}
+
+func (r *uploadReader) Close() error { return r.rc.Close() }

@@ -152,6 +152,9 @@ type RemoteError struct {
 	Op     string // what was being done: "reading blob 1a2b…/12", "updating the entry of app.toml"
 	Kind   RemoteErrorKind
 	Err    error
+	// Blob is, for RemoteCorrupt, the blob whose bytes did not match its digest;
+	// zero when what was wrong is an entry (see WrongBytes).
+	Blob Digest
 }
 
 func (e *RemoteError) Error() string {
@@ -166,6 +169,16 @@ func (e *RemoteError) Unwrap() error { return e.Err }
 
 // Temporary reports whether retrying may help.
 func (e *RemoteError) Temporary() bool { return e.Kind == RemoteUnavailable }
+
+// WrongBytes reports the remote and blob of err when it says a remote served
+// bytes that do not match their digest.
+func WrongBytes(err error) (remote string, blob Digest, ok bool) {
+	var re *RemoteError
+	if errors.As(err, &re) && re.Kind == RemoteCorrupt && !re.Blob.IsZero() {
+		return re.Remote, re.Blob, true
+	}
+	return "", Digest{}, false
+}
 
 // IsRemoteKind reports whether err is a *RemoteError of kind k.
 func IsRemoteKind(err error, k RemoteErrorKind) bool {

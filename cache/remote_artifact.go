@@ -9,7 +9,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -97,7 +99,7 @@ func (c *Cache) collectBlobs(a *Artifact) (*artifactBlobs, error) {
 		addBlob(d)
 		dir, err := c.ReadDirectory(d)
 		if err != nil {
-			return nil, fmt.Errorf("reading the files of %s: %w", a.Name(), err)
+			return nil, fmt.Errorf("reading the files of %s: %w", a.Name(), c.blobError(d, "", err))
 		}
 		if tree.Root == nil {
 			tree.Root = dir
@@ -144,7 +146,10 @@ func (c *Cache) recordDigest(project, element, key string) (Digest, error) {
 
 // PushArtifact uploads the successful artifact a to store: the blobs the remote
 // lacks first, then the entry. If the remote already has an entry for a's key, it
-// pushes nothing and reports pushed false.
+// pushes nothing and reports pushed false. Every blob is hashed as it is read
+// for the upload: a blob of a that is missing or damaged locally stops the push
+// before the remote stores it or the entry, with a *BlobError (a damaged blob is
+// removed from the cache; the caller drops a, see DropArtifact).
 func (c *Cache) PushArtifact(ctx context.Context, store RemoteStore, a *Artifact, progress Progress) (t Transfer, pushed bool, err error) {
 	if !a.Success {
 		return t, false, fmt.Errorf("pushing %s: only successful artifacts are pushed", a.Name())
@@ -163,29 +168,7 @@ func (c *Cache) PushArtifact(ctx context.Context, store RemoteStore, a *Artifact
 		return t, false, err
 	}
 	m := &meter{progress: progress}
-	for _, d := range missing {
-		m.total.Add(d.Size)
-	}
-	m.report(true)
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(remoteParallelism)
-	for _, d := range missing {
-		g.Go(func() error {
-			open := func() (io.ReadCloser, error) {
-				if data, ok := ab.mem[d]; ok {
-					return io.NopCloser(bytes.NewReader(data)), nil
-				}
-				return c.OpenBlob(d)
-			}
-			if err := store.WriteBlob(gctx, d, open); err != nil {
-				return err
-			}
-			m.blobs.Add(1)
-			m.add(d.Size)
-			return nil
-		})
-	}
-	if err := g.Wait(); err != nil {
+	if err := c.uploadBlobs(ctx, store, a, ab, missing, m); err != nil {
 		return m.transfer(), false, err
 	}
 	// The entry last: a remote never names a blob it does not have.
@@ -194,6 +177,108 @@ func (c *Cache) PushArtifact(ctx context.Context, store RemoteStore, a *Artifact
 	}
 	m.report(true)
 	return m.transfer(), true, nil
+}
+
+// Repair says what RepairArtifact did about the blobs a remote served wrong
+// bytes for.
+type Repair struct {
+	Replaced      []Digest // uploaded again, and now served right
+	NotInArtifact []Digest // not blobs of the artifact pushed (its build is not reproducible): the entry no longer names them
+}
+
+// RepairArtifact pushes the successful artifact a to store, which served wrong
+// bytes for a's key (poisoned: the blobs named, or its entry when none is),
+// though it may say it has every blob and the entry: every blob of a is
+// uploaded again, present or not, and the entry is written over. An HTTP cache
+// replaces what it held on a PUT (nginx's WebDAV, gantry's server); a REAPI
+// server may keep the first copy of a blob it has and skip the write, so each
+// poisoned blob of a is read back and checked before the entry is written: one
+// still wrong gives a RemoteCorrupt error naming it, and the entry is left as it
+// was. Local blobs are checked as for PushArtifact.
+func (c *Cache) RepairArtifact(ctx context.Context, store RemoteStore, a *Artifact, poisoned []Digest, progress Progress) (Transfer, Repair, error) {
+	var rep Repair
+	if !a.Success {
+		return Transfer{}, rep, fmt.Errorf("pushing %s: only successful artifacts are pushed", a.Name())
+	}
+	ab, err := c.collectBlobs(a)
+	if err != nil {
+		return Transfer{}, rep, fmt.Errorf("pushing %s: %w", a.Name(), err)
+	}
+	m := &meter{progress: progress}
+	if err := c.uploadBlobs(ctx, store, a, ab, ab.all, m); err != nil {
+		return m.transfer(), rep, err
+	}
+	for _, d := range poisoned {
+		if !slices.Contains(ab.all, d) {
+			rep.NotInArtifact = append(rep.NotInArtifact, d)
+			continue
+		}
+		if err := c.readBack(ctx, store, d); err != nil {
+			return m.transfer(), rep, err
+		}
+		rep.Replaced = append(rep.Replaced, d)
+	}
+	if err := store.UpdateEntry(ctx, a.Key, &ab.entry); err != nil {
+		return m.transfer(), rep, err
+	}
+	m.report(true)
+	return m.transfer(), rep, nil
+}
+
+// readBack reads blob d from store, which was just sent its good bytes, and
+// checks them.
+func (c *Cache) readBack(ctx context.Context, store RemoteStore, d Digest) error {
+	h := sha256.New()
+	lw := &limitWriter{w: h, left: d.Size}
+	err := corruptIfTooLong(store, d, store.ReadBlob(ctx, d, lw))
+	if err == nil {
+		if got := (Digest{Hash: hex.EncodeToString(h.Sum(nil)), Size: d.Size - lw.left}); got != d {
+			err = remoteMismatch(store, d, got)
+		}
+	}
+	if IsRemoteKind(err, RemoteCorrupt) {
+		return &RemoteError{Remote: store.Name(), Op: "replacing blob " + d.String(), Kind: RemoteCorrupt, Blob: d,
+			Err: fmt.Errorf("the good bytes were uploaded again, but it still serves wrong ones (%w): its server keeps the first copy of a blob; remove the blob from the server's store (gantry cache verify --repair --dir on a gantry server)", err)}
+	}
+	return err
+}
+
+// uploadBlobs uploads the blobs ds of artifact a (ab), hashing each as it is
+// read. A local blob found missing or damaged gives a *BlobError.
+func (c *Cache) uploadBlobs(ctx context.Context, store RemoteStore, a *Artifact, ab *artifactBlobs, ds []Digest, m *meter) error {
+	for _, d := range ds {
+		m.total.Add(d.Size)
+	}
+	m.report(true)
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(remoteParallelism)
+	for _, d := range ds {
+		g.Go(func() error {
+			open := func() (io.ReadCloser, error) {
+				if data, ok := ab.mem[d]; ok {
+					return io.NopCloser(bytes.NewReader(data)), nil
+				}
+				return c.OpenBlob(d)
+			}
+			if err := store.WriteBlob(gctx, d, open); err != nil {
+				return c.uploadFailure(a, d, err)
+			}
+			m.blobs.Add(1)
+			m.add(d.Size)
+			return nil
+		})
+	}
+	return g.Wait()
+}
+
+// uploadFailure is the error of uploading blob d of a: a *BlobError, the damaged
+// blob removed, when the local content is missing or not d; err otherwise.
+func (c *Cache) uploadFailure(a *Artifact, d Digest, err error) error {
+	var ue *UploadError
+	if !errors.As(err, &ue) || ue.Digest != d || !(errors.Is(ue.Err, ErrCorrupt) || errors.Is(ue.Err, fs.ErrNotExist)) {
+		return err
+	}
+	return fmt.Errorf("pushing %s: %w", a.Name(), c.blobError(d, "", ue.Err))
 }
 
 // PullArtifact downloads the artifact of project/element/key from store into the
@@ -381,16 +466,23 @@ func (c *Cache) pullBlob(ctx context.Context, store RemoteStore, d Digest, m *me
 }
 
 func remoteMismatch(store RemoteStore, d, got Digest) error {
-	return &RemoteError{Remote: store.Name(), Op: "reading blob " + d.String(), Kind: RemoteCorrupt,
+	return &RemoteError{Remote: store.Name(), Op: "reading blob " + d.String(), Kind: RemoteCorrupt, Blob: d,
 		Err: fmt.Errorf("received bytes hash to %s: not stored", got)}
 }
 
 // errTooLong stops a download that sends more bytes than its digest says.
 var errTooLong = errors.New("more bytes than the digest's size")
 
+// corruptIfTooLong is the error of reading blob d from store: a download that
+// sent too many bytes, or any the protocol found wrong (a short stream, gRPC's
+// DATA_LOSS), names d as a blob the remote served wrong bytes for.
 func corruptIfTooLong(store RemoteStore, d Digest, err error) error {
 	if errors.Is(err, errTooLong) {
-		return &RemoteError{Remote: store.Name(), Op: "reading blob " + d.String(), Kind: RemoteCorrupt, Err: errTooLong}
+		return &RemoteError{Remote: store.Name(), Op: "reading blob " + d.String(), Kind: RemoteCorrupt, Blob: d, Err: errTooLong}
+	}
+	var re *RemoteError
+	if errors.As(err, &re) && re.Kind == RemoteCorrupt && re.Blob.IsZero() {
+		re.Blob = d
 	}
 	return err
 }

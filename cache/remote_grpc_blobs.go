@@ -97,6 +97,7 @@ func (s *grpcStore) WriteBlob(ctx context.Context, d Digest, open func() (io.Rea
 		return err
 	}
 	op := "writing blob " + d.String()
+	open = hashedUpload(d, open)
 	if !info.writes.fits(d) {
 		return s.writeStream(ctx, op, d, open)
 	}

@@ -136,6 +136,11 @@ func (x *exchange) do(method, rawURL string, body func() (io.ReadCloser, error),
 	}
 	resp, err := x.s.client.Do(req)
 	if err != nil {
+		var ue *UploadError
+		if errors.As(err, &ue) {
+			// The local content failed, not the remote: the request was abandoned.
+			return nil, fmt.Errorf("remote %s: %s: %w", x.s.name, x.op, ue)
+		}
 		return nil, x.fail(0, err)
 	}
 	x.watchdog.Reset(x.s.idle)
@@ -301,7 +306,7 @@ func (s *httpStore) ReadBlob(ctx context.Context, d Digest, w io.Writer) error {
 }
 
 func (s *httpStore) WriteBlob(ctx context.Context, d Digest, open func() (io.ReadCloser, error)) error {
-	return s.put(ctx, "writing blob "+d.String(), "cas", d.Hash, open, d.Size)
+	return s.put(ctx, "writing blob "+d.String(), "cas", d.Hash, hashedUpload(d, open), d.Size)
 }
 
 func (s *httpStore) GetEntry(ctx context.Context, key string) (*RemoteEntry, error) {
