@@ -238,7 +238,7 @@ func (c *Cache) readBack(ctx context.Context, store RemoteStore, d Digest) error
 	}
 	if IsRemoteKind(err, RemoteCorrupt) {
 		return &RemoteError{Remote: store.Name(), Op: "replacing blob " + d.String(), Kind: RemoteCorrupt, Blob: d,
-			Err: fmt.Errorf("the good bytes were uploaded again, but it still serves wrong ones (%w): its server keeps the first copy of a blob; remove the blob from the server's store (gantry cache verify --repair --dir on a gantry server)", err)}
+			Err: fmt.Errorf("the good bytes were uploaded again, but it still serves wrong ones (%w): the server kept its copy, or damages what it serves; remove the blob from the server's store (gantry cache verify --repair --dir on a gantry server)", err)}
 	}
 	return err
 }

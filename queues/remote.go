@@ -25,6 +25,12 @@ type Recoverer interface {
 	Recover(it *Item, res job.Result) (warning string, ok bool)
 }
 
+// Warner is a queue whose successful jobs may carry a warning to show (a remote
+// that served wrong bytes, a remote repaired): Warning returns it, or "".
+type Warner interface {
+	Warning(it *Item, res job.Result) string
+}
+
 // PullQueue downloads artifacts from remotes instead of fetching and building them.
 type PullQueue struct {
 	// Found limits pulls to the items the plan found on a remote (build); without it
@@ -36,6 +42,8 @@ type PullQueue struct {
 	RecoverFunc func(it *Item, res job.Result) (warning string, ok bool)
 	// DoneFunc, if set, sees each successful pull's result.
 	DoneFunc func(it *Item, res job.Result)
+	// WarningFunc, if set, gives a successful pull's warning (Warner).
+	WarningFunc func(it *Item, res job.Result) string
 	// LeaseFunc, if set, says whether a job for an item that no remote had asks a push
 	// remote for its build-once lease (gantry's server): the job pulls if the entry is
 	// there, skips if this session holds the lease (the element is built), and waits
@@ -96,6 +104,15 @@ func (q PullQueue) Done(it *Item, res job.Result) {
 
 func (q PullQueue) Retries() int { return q.NetworkRetries }
 
+func (q PullQueue) Warning(it *Item, res job.Result) string { return warningOf(q.WarningFunc, it, res) }
+
+func warningOf(f func(*Item, job.Result) string, it *Item, res job.Result) string {
+	if f == nil {
+		return ""
+	}
+	return f(it, res)
+}
+
 // Recover books a pull that did not pull: the element is fetched and built instead,
 // with its build dependencies.
 func (q PullQueue) Recover(it *Item, res job.Result) (string, bool) {
@@ -120,7 +137,9 @@ type PushQueue struct {
 	PayloadFunc func(it *Item) (json.RawMessage, error)
 	// SkipFunc, when it returns a reason, skips the item (the push remotes are those
 	// it was pulled from).
-	SkipFunc       func(it *Item) string
+	SkipFunc func(it *Item) string
+	// WarningFunc, if set, gives a successful push's warning (Warner).
+	WarningFunc    func(it *Item, res job.Result) string
 	NetworkRetries int
 }
 
@@ -156,6 +175,8 @@ func (q PushQueue) Payload(it *Item) (json.RawMessage, error) { return q.Payload
 func (PushQueue) Done(*Item, job.Result) {}
 
 func (q PushQueue) Retries() int { return q.NetworkRetries }
+
+func (q PushQueue) Warning(it *Item, res job.Result) string { return warningOf(q.WarningFunc, it, res) }
 
 // pullPlan tracks the pulls a plan relies on, and the spare items below them.
 // Called only from the scheduler goroutine.

@@ -534,6 +534,9 @@ func (s *Scheduler) finish(a *activeJob, out job.Outcome) {
 		qs.done = append(qs.done, it)
 		end.Result = ResultSuccess
 		s.jobEnded(end)
+		if w, ok := qs.q.(Warner); ok {
+			s.warn(it, w.Warning(it, out.Result))
+		}
 	case !out.Result.OK && out.Result.WaitMs > 0 && !s.quitting:
 		it.attempt = 0 // a wait is not a failed attempt: the network retries stay whole
 		s.retryAfter(qs, it, time.Duration(out.Result.WaitMs)*time.Millisecond)
@@ -544,6 +547,7 @@ func (s *Scheduler) finish(a *activeJob, out job.Outcome) {
 		end.Result, end.WillRetry = ResultFailure, true
 		s.jobEnded(end)
 	case s.heal(a, out.Result, end):
+	case s.healPush(a, out.Result, end):
 	case s.recover(qs, it, out.Result, &end):
 	default:
 		end.Result = ResultFailure

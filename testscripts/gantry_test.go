@@ -44,6 +44,7 @@ func TestScripts(t *testing.T) {
 			"cachecount": cmdCacheCount,
 			"cachewait":  cmdCacheWait,
 			"bstserver":  cmdBSTServer,
+			"corrupt":    cmdCorrupt,
 
 			"setenv-stdout": cmdSetenvStdout,
 		},

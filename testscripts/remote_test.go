@@ -2,8 +2,10 @@ package testscripts
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -198,17 +200,20 @@ type cacheSrvKey struct{}
 //	            gives up (or the script ends: 503)
 //	401         every request gets 401
 //	resetcas    GET /cas/ requests get their connection closed (entries still answer)
+//	holdhead    HEAD requests wait (counted as held-head) until the next cachefault,
+//	            then are answered
 //	gone        the server closes its listener and every connection
 type cacheSrv struct {
 	srv   *httptest.Server
 	stop  chan struct{}
 	store *testhttp.Store
 
-	mu     sync.Mutex
-	mode   string
-	n      int
-	counts map[string]int // requests by method
-	change chan struct{}  // closed and replaced when counts change
+	mu      sync.Mutex
+	mode    string
+	n       int
+	counts  map[string]int // requests by method
+	change  chan struct{}  // closed and replaced when counts change
+	release chan struct{}  // closed and replaced by cachefault: held requests go on
 }
 
 // count books one request of kind k. Called with mu held.
@@ -228,6 +233,7 @@ func cmdCacheSrv(ts *testscript.TestScript, neg bool, args []string) {
 		ts.Fatalf("cachesrv: already running")
 	}
 	c.store, c.mode, c.counts, c.stop, c.change = &testhttp.Store{Prefix: "/"}, "ok", map[string]int{}, make(chan struct{}), make(chan struct{})
+	c.release = make(chan struct{})
 	c.srv = httptest.NewServer(c)
 	ts.Defer(func() {
 		close(c.stop)
@@ -257,6 +263,8 @@ func cmdCacheFault(ts *testscript.TestScript, neg bool, args []string) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	close(c.release)
+	c.release = make(chan struct{})
 	c.mode, c.n = args[0], 0
 	if len(args) > 1 {
 		n, err := strconv.Atoi(args[1])
@@ -317,7 +325,18 @@ func (c *cacheSrv) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			mode = "ok"
 		}
 	}
+	release := c.release
+	if mode == "holdhead" && r.Method == http.MethodHead {
+		c.count("held-head")
+	}
 	c.mu.Unlock()
+	if mode == "holdhead" && r.Method == http.MethodHead {
+		select {
+		case <-release:
+		case <-c.stop:
+		case <-r.Context().Done():
+		}
+	}
 	switch {
 	case mode == "503":
 		http.Error(w, "try again later", http.StatusServiceUnavailable)
@@ -364,4 +383,50 @@ func (c *cacheSrv) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	c.store.Serve(w, r, alter)
+}
+
+// cmdCorrupt damages, keeping its size, every regular file below DIR whose
+// content holds TEXT: the first byte of each TEXT found gets its case (bit 5)
+// flipped. The file is replaced (a hard link elsewhere keeps the old content)
+// with its mode kept. It fails when no file holds TEXT: `corrupt DIR TEXT`.
+func cmdCorrupt(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: corrupt DIR TEXT")
+	}
+	text := []byte(args[1])
+	n := 0
+	ts.Check(filepath.WalkDir(ts.MkAbs(args[0]), func(path string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		data, err := os.ReadFile(path)
+		if err != nil || !bytes.Contains(data, text) {
+			return err
+		}
+		for i := bytes.Index(data, text); i >= 0; {
+			data[i] ^= 0x20
+			j := bytes.Index(data[i+1:], text)
+			if j < 0 {
+				break
+			}
+			i += 1 + j
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		tmp := path + ".corrupt"
+		if err := os.WriteFile(tmp, data, fi.Mode().Perm()|0o200); err != nil {
+			return err
+		}
+		if err := os.Chmod(tmp, fi.Mode().Perm()); err != nil {
+			return err
+		}
+		n++
+		return os.Rename(tmp, path)
+	}))
+	if n == 0 {
+		ts.Fatalf("corrupt: no file below %s holds %q", args[0], args[1])
+	}
+	fmt.Fprintf(ts.Stdout(), "corrupted %d files\n", n)
 }

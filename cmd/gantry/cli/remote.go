@@ -63,10 +63,17 @@ type remoteSet struct {
 	retries int
 	from    map[*queues.Item]string // the remote each item was pulled from
 	// lease is the push remote that grants build-once leases (probeLeases); nil: none.
-	lease    *cache.RemoteSpec
-	leases   map[string]*heldLease // the leases this session holds, by cache key
-	waits    map[string]int        // how often each key's pull waited for another session's lease
-	renewing sync.WaitGroup        // their renew goroutines
+	lease  *cache.RemoteSpec
+	leases map[string]*heldLease // the leases this session holds, by cache key
+	waits  map[string]int        // how often each key's pull waited for another session's lease
+	// wrongPulls counts the pulls that succeeded though a remote served wrong
+	// bytes before another had the artifact intact: the pull command fails.
+	wrongPulls int
+	// wrong is, by cache key, the push remotes that served wrong bytes for its
+	// artifact and the blobs they were wrong about (none: its entry): a push
+	// repairs them (pullSpec.Repair).
+	wrong    map[string]map[string][]cache.Digest
+	renewing sync.WaitGroup // their renew goroutines
 }
 
 func (s *session) remoteSet(specs []cache.RemoteSpec, warn func(string)) (*remoteSet, error) {
@@ -76,7 +83,7 @@ func (s *session) remoteSet(specs []cache.RemoteSpec, warn func(string)) (*remot
 	}
 	specs = withIdleTimeout(specs, idle)
 	return &remoteSet{s: s, specs: specs, down: map[string]bool{}, warn: warn, stores: map[string]cache.RemoteStore{}, retries: s.networkRetries(),
-		from: map[*queues.Item]string{}, leases: map[string]*heldLease{}, waits: map[string]int{}}, nil
+		from: map[*queues.Item]string{}, leases: map[string]*heldLease{}, waits: map[string]int{}, wrong: map[string]map[string][]cache.Digest{}}, nil
 }
 
 func (rs *remoteSet) hasPush() bool {
@@ -202,18 +209,48 @@ type pullSpec struct {
 	Lease *cache.RemoteSpec `json:"lease,omitempty"`
 	Fence uint64            `json:"fence,omitempty"`
 	Waits int               `json:"waits,omitempty"` // how often the pull waited already (askLease)
+	// Repair: a push sends the artifact again in full to these remotes (by
+	// Display), which served wrong bytes for it: the blobs named, or its entry.
+	Repair map[string][]cache.Digest `json:"repair,omitempty"`
 }
 
 // pullResult is a pull job's Result.Data.
 type pullResult struct {
-	From    string   `json:"from,omitempty"`    // the remote it was pulled from
-	Down    []string `json:"down,omitempty"`    // remotes that were unavailable or refused the credentials
-	Reasons []string `json:"reasons,omitempty"` // why, for each
-	Warning string   `json:"warning,omitempty"` // a remote sent bad bytes
+	From    string       `json:"from,omitempty"`    // the remote it was pulled from
+	Down    []string     `json:"down,omitempty"`    // remotes that were unavailable or refused the credentials
+	Reasons []string     `json:"reasons,omitempty"` // why, for each
+	Warning string       `json:"warning,omitempty"` // a remote sent bad bytes
+	Wrong   []wrongBytes `json:"wrong,omitempty"`   // which remotes, about which blobs
 	// Lease: this session holds the element's build-once lease and builds it.
 	Lease *cache.LeaseReply `json:"lease,omitempty"`
 	// NoLeases: the lease remote does not grant leases after all.
 	NoLeases bool `json:"no-leases,omitempty"`
+}
+
+// wrongBytes is a remote that served wrong bytes for an artifact: for blob Blob, or,
+// when it is zero, for the artifact's entry or tree.
+type wrongBytes struct {
+	Remote string       `json:"remote"`
+	Blob   cache.Digest `json:"blob"`
+}
+
+// noteWrong remembers the push remotes that served wrong bytes for it's artifact
+// (pr.Wrong), for its push to repair. Scheduler goroutine only.
+func (rs *remoteSet) noteWrong(it *queues.Item, pr pullResult) {
+	for _, w := range pr.Wrong {
+		if !slices.ContainsFunc(rs.specs, func(r cache.RemoteSpec) bool { return r.Push && r.Display() == w.Remote }) {
+			continue
+		}
+		key := it.Element.Key
+		if rs.wrong[key] == nil {
+			rs.wrong[key] = map[string][]cache.Digest{}
+		}
+		blobs := rs.wrong[key][w.Remote]
+		if !w.Blob.IsZero() && !slices.Contains(blobs, w.Blob) {
+			blobs = append(blobs, w.Blob)
+		}
+		rs.wrong[key][w.Remote] = blobs
+	}
 }
 
 func (rs *remoteSet) payload(c *cache.Cache, it *queues.Item, push bool) (json.RawMessage, error) {
@@ -222,6 +259,16 @@ func (rs *remoteSet) payload(c *cache.Cache, it *queues.Item, push bool) (json.R
 		return nil, fmt.Errorf("every push remote is down for this session")
 	}
 	ps := pullSpec{CacheDir: c.Root, Project: rs.s.project.Name, Element: it.Name(), Key: it.Element.Key, Remotes: remotes}
+	if push {
+		for _, r := range remotes {
+			if blobs, ok := rs.wrong[it.Element.Key][r.Display()]; ok {
+				if ps.Repair == nil {
+					ps.Repair = map[string][]cache.Digest{}
+				}
+				ps.Repair[r.Display()] = blobs
+			}
+		}
+	}
 	if l := rs.leases[it.Element.Key]; push && l != nil {
 		ps.Lease, ps.Fence = rs.lease, l.token
 	} else if !push && rs.leasing(it) {
@@ -238,9 +285,14 @@ func (rs *remoteSet) recoverPull(it *queues.Item, res job.Result) (string, bool)
 	var pr pullResult
 	json.Unmarshal(res.Data, &pr)
 	rs.bookLease(it, pr)
+	rs.noteWrong(it, pr)
 	var warnings []string
 	if pr.Warning != "" {
-		warnings = append(warnings, pr.Warning)
+		w := pr.Warning + "; it is built here instead"
+		if len(rs.wrong[it.Element.Key]) > 0 {
+			w += ", then uploaded again to the push remote that served wrong bytes"
+		}
+		warnings = append(warnings, w)
 	}
 	for i, name := range pr.Down {
 		if !rs.down[name] {
@@ -269,17 +321,29 @@ func (rs *remoteSet) recoverPull(it *queues.Item, res job.Result) (string, bool)
 // pullQueue and pushQueue are the session's remote queues.
 func (rs *remoteSet) pullQueue(c *cache.Cache, found bool) queues.PullQueue {
 	q := queues.PullQueue{Found: found, NetworkRetries: rs.retries,
-		PayloadFunc: func(it *queues.Item) (json.RawMessage, error) { return rs.payload(c, it, false) }}
-	if found {
-		q.LeaseFunc = rs.leasing
-		q.RecoverFunc = rs.recoverPull
-		q.DoneFunc = func(it *queues.Item, res job.Result) {
+		PayloadFunc: func(it *queues.Item) (json.RawMessage, error) { return rs.payload(c, it, false) },
+		DoneFunc: func(it *queues.Item, res job.Result) {
 			var pr pullResult
 			if json.Unmarshal(res.Data, &pr) == nil {
 				rs.from[it] = pr.From
 				rs.bookLease(it, pr)
+				rs.noteWrong(it, pr)
+				if len(pr.Wrong) > 0 {
+					rs.wrongPulls++
+				}
 			}
-		}
+		},
+		WarningFunc: func(it *queues.Item, res job.Result) string {
+			var pr pullResult
+			if json.Unmarshal(res.Data, &pr) != nil || pr.Warning == "" {
+				return ""
+			}
+			return pr.Warning + "; pulled from " + pr.From + " instead"
+		}}
+	if found {
+		q.LeaseFunc = rs.leasing
+		// Without it, a pull that fails (a remote served wrong bytes) fails the pull command.
+		q.RecoverFunc = rs.recoverPull
 	}
 	return q
 }
@@ -287,6 +351,11 @@ func (rs *remoteSet) pullQueue(c *cache.Cache, found bool) queues.PullQueue {
 func (rs *remoteSet) pushQueue(c *cache.Cache, all bool) queues.PushQueue {
 	return queues.PushQueue{All: all, NetworkRetries: rs.retries,
 		PayloadFunc: func(it *queues.Item) (json.RawMessage, error) { return rs.payload(c, it, true) },
+		WarningFunc: func(it *queues.Item, res job.Result) string {
+			var pr pushResult
+			json.Unmarshal(res.Data, &pr)
+			return pr.Warning
+		},
 		SkipFunc: func(it *queues.Item) string {
 			up := rs.up(true)
 			if len(up) == 0 {

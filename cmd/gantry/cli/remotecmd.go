@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"fmt"
+
 	"github.com/spf13/cobra"
 
 	"github.com/gantry-build/gantry/element"
@@ -23,7 +25,8 @@ func newPullCmd(g *globalOptions) *cobra.Command {
 		Long: `Pull downloads the artifacts of the elements (default: the project's
 default-targets) that the local cache lacks, trying the remotes in order (the user
 config's [[remote]], then project.toml's, or --remote). Every blob is verified against
-its digest before it is stored. An artifact no remote has is skipped.`,
+its digest before it is stored. An artifact no remote has is skipped. A remote that
+serves bytes that do not match their digest makes pull exit 1.`,
 		RunE: func(cmd *cobra.Command, args []string) error { return runTransfer(opts, args, false) },
 	}
 	opts.register(cmd, "pulled from")
@@ -94,5 +97,9 @@ func runTransfer(opts *transferOptions, args []string, push bool) error {
 	if err != nil {
 		return err
 	}
-	return sessionError(summary)
+	if err := sessionError(summary); err != nil || push || rs.wrongPulls == 0 {
+		return err
+	}
+	// Pulled intact from another remote: still, CI must notice the damaged one.
+	return &failedError{msg: fmt.Sprintf("a remote served wrong bytes for %d artifacts (see the warnings): they were pulled intact from another remote; repair or clean the remote's store", rs.wrongPulls)}
 }

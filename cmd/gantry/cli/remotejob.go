@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/gantry-build/gantry/cache"
+	"github.com/gantry-build/gantry/element"
 	"github.com/gantry-build/gantry/job"
 	"github.com/gantry-build/gantry/ui"
 )
@@ -36,8 +38,10 @@ func readPullSpec(spec job.Spec) (*pullSpec, *cache.Cache, error) {
 }
 
 // pullJob downloads an element's artifact from the first remote that has it. A remote
-// that lacks it, or sends bytes that do not match their digest (a warning), is passed
-// over; if none has it the job is skipped. Unavailable remotes make the job fail
+// that lacks it, or sends bytes that do not match their digest (a warning, and
+// pullResult.Wrong names it), is passed over; if none has it the job is skipped, but
+// fails when a remote sent wrong bytes (the pull command exits 1; a build falls back
+// to building it, see recoverPull). Unavailable remotes make the job fail
 // temporarily (the scheduler retries it); Result.Data names them (pullResult).
 func pullJob(ctx context.Context, spec job.Spec, r *job.Reporter) (job.Result, error) {
 	ps, c, lock, err := openPullSpec(ctx, spec, r)
@@ -51,7 +55,7 @@ func pullJob(ctx context.Context, spec job.Spec, r *job.Reporter) (job.Result, e
 			return res, nil
 		}
 	}
-	var failure error
+	var failure, corrupt error
 	for _, rs := range ps.Remotes {
 		store, err := cache.OpenRemote(rs)
 		if err != nil {
@@ -73,8 +77,15 @@ func pullJob(ctx context.Context, spec job.Spec, r *job.Reporter) (job.Result, e
 		case errors.Is(err, cache.ErrNotFound):
 			r.Log(fmt.Sprintf("%s does not have %s", store.Name(), ps.Element))
 		case cache.IsRemoteKind(err, cache.RemoteCorrupt):
-			pr.Warning = fmt.Sprintf("%v: the artifact was not pulled from it", err)
-			r.Log("warning: " + pr.Warning)
+			w := fmt.Sprintf("%v: the artifact was not pulled from it", err)
+			pr.Warning = joinWarnings(pr.Warning, w)
+			r.Log("warning: " + w)
+			wrong := wrongBytes{Remote: store.Name()}
+			if _, d, ok := cache.WrongBytes(err); ok {
+				wrong.Blob = d
+			}
+			pr.Wrong = append(pr.Wrong, wrong)
+			corrupt = err
 		case cache.IsRemoteKind(err, cache.RemoteUnavailable) || cache.IsRemoteKind(err, cache.RemoteAuth):
 			pr.Down, pr.Reasons = append(pr.Down, store.Name()), append(pr.Reasons, err.Error())
 			failure = err
@@ -86,17 +97,24 @@ func pullJob(ctx context.Context, spec job.Spec, r *job.Reporter) (job.Result, e
 	if failure != nil {
 		return job.Result{Temporary: cache.IsRemoteKind(failure, cache.RemoteUnavailable), Data: data}, failure
 	}
+	if corrupt != nil {
+		return job.Result{Data: data}, corrupt
+	}
 	why := "no remote has it"
 	switch {
 	case len(ps.Remotes) == 0:
 		why = "every remote is down for this session"
-	case pr.Warning != "":
-		why = "no remote has it intact"
 	}
 	return job.Result{OK: true, Skipped: true, Error: why, Data: data}, nil
 }
 
-// pushJob uploads an element's artifact to every push remote that lacks it.
+// pushJob uploads an element's artifact to every push remote that lacks it, and to
+// every push remote the session found serving wrong bytes for it (pullSpec.Repair),
+// which gets it again in full (cache.RepairArtifact), with a warning. A blob of the
+// artifact found missing or damaged while it is read for the upload drops the
+// artifact (compare-and-delete) and fails the job with an element.DamagedDependency
+// naming the element itself: a build session builds it again and pushes that
+// (queues' heal), the push command fails.
 func pushJob(ctx context.Context, spec job.Spec, r *job.Reporter) (job.Result, error) {
 	ps, c, lock, err := openPullSpec(ctx, spec, r)
 	if err != nil {
@@ -107,7 +125,38 @@ func pushJob(ctx context.Context, spec job.Spec, r *job.Reporter) (job.Result, e
 	if err != nil {
 		return job.Result{}, fmt.Errorf("pushing %s: %w", ps.Element, err)
 	}
+	res, err := pushArtifact(ctx, ps, c, a, r)
+	var damaged *cache.BlobError
+	if !errors.As(err, &damaged) {
+		return res, err
+	}
+	dropped, derr := c.DropArtifact(a)
+	if derr != nil {
+		return job.Result{}, fmt.Errorf("%w; dropping the artifact: %w", err, derr)
+	}
+	if !dropped {
+		// Another process replaced the damaged artifact meanwhile: push that one.
+		if b, lerr := c.Lookup(ps.Project, ps.Element, ps.Key); lerr == nil && b.Record != a.Record {
+			return pushArtifact(ctx, ps, c, b, r)
+		}
+	}
+	data, jerr := json.Marshal(element.DamagedDependency{Element: ps.Element, Key: ps.Key, Blob: damaged.Digest.String(), Problem: damaged.Error()})
+	if jerr != nil {
+		return job.Result{}, errors.Join(err, jerr)
+	}
+	return job.Result{Data: data}, fmt.Errorf("%w; dropped the artifact %s from the cache: the remotes got neither this blob nor the artifact's entry; build %s again to push it",
+		err, ps.Key[:min(len(ps.Key), 8)], ps.Element)
+}
+
+// pushResult is a push job's Result.Data when it succeeds.
+type pushResult struct {
+	Warning string `json:"warning,omitempty"` // remotes repaired
+}
+
+// pushArtifact pushes a to the remotes of ps.
+func pushArtifact(ctx context.Context, ps *pullSpec, c *cache.Cache, a *cache.Artifact, r *job.Reporter) (job.Result, error) {
 	pushed := false
+	var pr pushResult
 	for _, rs := range ps.Remotes {
 		store, err := cache.OpenRemote(rs)
 		if err != nil {
@@ -118,7 +167,18 @@ func pushJob(ctx context.Context, spec job.Spec, r *job.Reporter) (job.Result, e
 		if ps.Lease != nil && ps.Lease.Display() == rs.Display() {
 			pctx = cache.WithFencingToken(ctx, ps.Fence)
 		}
-		t, did, err := c.PushArtifact(pctx, store, a, r.Progress)
+		var t cache.Transfer
+		did := false
+		if wrong, ok := ps.Repair[rs.Display()]; ok {
+			var rep cache.Repair
+			t, rep, err = c.RepairArtifact(pctx, store, a, wrong, r.Progress)
+			if err == nil {
+				did = true
+				pr.Warning = joinWarnings(pr.Warning, repairWarning(store.Name(), ps.Element, rep))
+			}
+		} else {
+			t, did, err = c.PushArtifact(pctx, store, a, r.Progress)
+		}
 		store.Close()
 		if err != nil {
 			return job.Result{Temporary: cache.IsRemoteKind(err, cache.RemoteUnavailable)}, err
@@ -133,5 +193,35 @@ func pushJob(ctx context.Context, spec job.Spec, r *job.Reporter) (job.Result, e
 	if !pushed {
 		return job.Result{OK: true, Skipped: true, Error: "the remotes have it already"}, nil
 	}
-	return job.Result{OK: true}, nil
+	data, err := json.Marshal(pr)
+	return job.Result{OK: true, Data: data}, err
+}
+
+// repairWarning says what a repair of remote did for element.
+func repairWarning(remote, element string, rep cache.Repair) string {
+	w := fmt.Sprintf("remote %s served wrong bytes for %s", remote, element)
+	if len(rep.Replaced) > 0 {
+		w += fmt.Sprintf(" (blob %s)", digestList(rep.Replaced))
+	}
+	w += ": uploaded it again from this session's build, replacing its entry and every blob of it"
+	if len(rep.NotInArtifact) > 0 {
+		w += fmt.Sprintf("; blob %s is not in this build (the element's build is not reproducible): the entry no longer names it", digestList(rep.NotInArtifact))
+	}
+	return w
+}
+
+func digestList(ds []cache.Digest) string {
+	s := make([]string, len(ds))
+	for i, d := range ds {
+		s[i] = d.String()
+	}
+	return strings.Join(s, ", ")
+}
+
+// joinWarnings joins two warnings, either of which may be "".
+func joinWarnings(a, b string) string {
+	if a == "" || b == "" {
+		return a + b
+	}
+	return a + "; " + b
 }
