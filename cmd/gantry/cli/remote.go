@@ -66,9 +66,9 @@ type remoteSet struct {
 	lease  *cache.RemoteSpec
 	leases map[string]*heldLease // the leases this session holds, by cache key
 	waits  map[string]int        // how often each key's pull waited for another session's lease
-	// wrongPulls counts the pulls that succeeded though a remote served wrong
-	// bytes before another had the artifact intact: the pull command fails.
-	wrongPulls int
+	// wrongPulls are the elements pulled intact from a remote after another served
+	// wrong bytes for them: the pull command fails.
+	wrongPulls []string
 	// wrong is, by cache key, the push remotes that served wrong bytes for its
 	// artifact and the blobs they were wrong about (none: its entry): a push
 	// repairs them (pullSpec.Repair).
@@ -329,7 +329,7 @@ func (rs *remoteSet) pullQueue(c *cache.Cache, found bool) queues.PullQueue {
 				rs.bookLease(it, pr)
 				rs.noteWrong(it, pr)
 				if len(pr.Wrong) > 0 {
-					rs.wrongPulls++
+					rs.wrongPulls = append(rs.wrongPulls, it.Name())
 				}
 			}
 		},

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -97,9 +98,10 @@ func runTransfer(opts *transferOptions, args []string, push bool) error {
 	if err != nil {
 		return err
 	}
-	if err := sessionError(summary); err != nil || push || rs.wrongPulls == 0 {
+	if err := sessionError(summary); err != nil || push || len(rs.wrongPulls) == 0 {
 		return err
 	}
 	// Pulled intact from another remote: still, CI must notice the damaged one.
-	return &failedError{msg: fmt.Sprintf("a remote served wrong bytes for %d artifacts (see the warnings): they were pulled intact from another remote; repair or clean the remote's store", rs.wrongPulls)}
+	return &failedError{msg: fmt.Sprintf("a remote served wrong bytes for %s (see the warnings), pulled intact from another remote: repair or clean the damaged remote's store",
+		strings.Join(rs.wrongPulls, ", "))}
 }
