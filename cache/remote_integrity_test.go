@@ -283,3 +283,27 @@ func TestPushToGantryServerNeverUploadsADamagedBlob(t *testing.T) {
 		}
 	}
 }
+
+// TestRepairArtifactOverGRPCBatch: a REAPI server that replaces a blob written
+// again in a batch is repaired, and the artifact pulls intact.
+func TestRepairArtifactOverGRPCBatch(t *testing.T) {
+	srv := newTestREAPI() // its batch limit (1 MiB) takes the large file too
+	store := openGRPC(t, RemoteSpec{URL: "grpc://" + srv.start(t)})
+	src, dst := openTestCache(t), openTestCache(t)
+	a := builtArtifact(t, src)
+	ctx := context.Background()
+	if _, _, err := src.PushArtifact(ctx, store, a, nil); err != nil {
+		t.Fatal(err)
+	}
+	bad := largeFile(t, src, a)
+	srv.locked(func() { srv.blobs[bad] = bytes.Repeat([]byte("X"), int(bad.Size)) })
+	if _, err := dst.PullArtifact(ctx, store, a.Project, a.Element, a.Key, nil); !IsRemoteKind(err, RemoteCorrupt) {
+		t.Fatalf("pull of a poisoned blob: %v", err)
+	}
+	if _, rep, err := src.RepairArtifact(ctx, store, a, []Digest{bad}, nil); err != nil || len(rep.Replaced) != 1 {
+		t.Fatalf("repair: %+v, %v", rep, err)
+	}
+	if _, err := dst.PullArtifact(ctx, store, a.Project, a.Element, a.Key, nil); err != nil {
+		t.Fatalf("pull after the repair: %v", err)
+	}
+}
