@@ -137,10 +137,10 @@ type PushQueue struct {
 	PayloadFunc func(it *Item) (json.RawMessage, error)
 	// SkipFunc, when it returns a reason, skips the item (the push remotes are those
 	// it was pulled from).
-	SkipFunc func(it *Item) string
-	// WarningFunc, if set, gives a successful push's warning (Warner).
-	WarningFunc    func(it *Item, res job.Result) string
+	SkipFunc       func(it *Item) string
 	NetworkRetries int
+	// WarningFunc, if set, gives a successful push's warning (Warner).
+	WarningFunc func(it *Item, res job.Result) string
 }
 
 func (PushQueue) Action() Action { return Push }

@@ -63,17 +63,17 @@ type remoteSet struct {
 	retries int
 	from    map[*queues.Item]string // the remote each item was pulled from
 	// lease is the push remote that grants build-once leases (probeLeases); nil: none.
-	lease  *cache.RemoteSpec
-	leases map[string]*heldLease // the leases this session holds, by cache key
-	waits  map[string]int        // how often each key's pull waited for another session's lease
-	// wrongPulls are the elements pulled intact from a remote after another served
-	// wrong bytes for them: the pull command fails.
-	wrongPulls []string
+	lease    *cache.RemoteSpec
+	leases   map[string]*heldLease // the leases this session holds, by cache key
+	waits    map[string]int        // how often each key's pull waited for another session's lease
+	renewing sync.WaitGroup        // their renew goroutines
 	// wrong is, by cache key, the push remotes that served wrong bytes for its
 	// artifact and the blobs they were wrong about (none: its entry): a push
 	// repairs them (pullSpec.Repair).
-	wrong    map[string]map[string][]cache.Digest
-	renewing sync.WaitGroup // their renew goroutines
+	wrong map[string]map[string][]cache.Digest
+	// wrongPulls are the elements pulled intact from a remote after another served
+	// wrong bytes for them: the pull command fails.
+	wrongPulls []string
 }
 
 func (s *session) remoteSet(specs []cache.RemoteSpec, warn func(string)) (*remoteSet, error) {
@@ -234,7 +234,7 @@ type wrongBytes struct {
 	Blob   cache.Digest `json:"blob"`
 }
 
-// noteWrong remembers the push remotes that served wrong bytes for it's artifact
+// noteWrong remembers the push remotes that served wrong bytes for the artifact of it
 // (pr.Wrong), for its push to repair. Scheduler goroutine only.
 func (rs *remoteSet) noteWrong(it *queues.Item, pr pullResult) {
 	for _, w := range pr.Wrong {
