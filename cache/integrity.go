@@ -186,32 +186,32 @@ func (c *Cache) namesArtifact(refPath string, a *Artifact) bool {
 	return rec.Files == a.Files
 }
 
-// UploadError is a failure reading the local content of an upload: the
+// uploadError is a failure reading the local content of an upload: the
 // content is not what its digest says (it wraps ErrCorrupt then) or could not
 // be read. The remote is not at fault, and the upload was abandoned before the
 // remote could store anything.
-type UploadError struct {
+type uploadError struct {
 	Digest Digest
 	Err    error
 }
 
-func (e *UploadError) Error() string {
+func (e *uploadError) Error() string {
 	return fmt.Sprintf("reading the local content of blob %s: %v", e.Digest, e.Err)
 }
 
-func (e *UploadError) Unwrap() error { return e.Err }
+func (e *uploadError) Unwrap() error { return e.Err }
 
 // hashedUpload wraps open, the content of blob d, for an upload: every reader
 // it opens hashes what it yields and holds the last bytes back until they
 // complete the digest, so that an upload of content that is not d fails before
 // the remote has all of it (an HTTP body short of its Content-Length, a
 // ByteStream without its final message, a batch never sent) and never stores
-// it. Its errors are *UploadError. The hashing costs no second read.
+// it. Its errors are *uploadError. The hashing costs no second read.
 func hashedUpload(d Digest, open func() (io.ReadCloser, error)) func() (io.ReadCloser, error) {
 	return func() (io.ReadCloser, error) {
 		rc, err := open()
 		if err != nil {
-			return nil, &UploadError{Digest: d, Err: err}
+			return nil, &uploadError{Digest: d, Err: err}
 		}
 		return &uploadReader{rc: rc, d: d, h: sha256.New()}, nil
 	}
@@ -241,7 +241,7 @@ func (r *uploadReader) Read(p []byte) (int, error) {
 	case r.n == r.d.Size:
 		// The last bytes: handed over only once the content is known to be d.
 		if err := r.check(); err != nil {
-			r.err = &UploadError{Digest: r.d, Err: err}
+			r.err = &uploadError{Digest: r.d, Err: err}
 			return 0, r.err
 		}
 		if n == 0 {
@@ -249,9 +249,9 @@ func (r *uploadReader) Read(p []byte) (int, error) {
 		}
 		return n, nil
 	case err == io.EOF:
-		r.err = &UploadError{Digest: r.d, Err: fmt.Errorf("%s ends after %d of its %d bytes: %w", r.name(), r.n, r.d.Size, ErrCorrupt)}
+		r.err = &uploadError{Digest: r.d, Err: fmt.Errorf("%s ends after %d of its %d bytes: %w", r.name(), r.n, r.d.Size, ErrCorrupt)}
 	case err != nil:
-		r.err = &UploadError{Digest: r.d, Err: err}
+		r.err = &uploadError{Digest: r.d, Err: err}
 	default:
 		return n, nil
 	}

@@ -274,7 +274,7 @@ func (c *Cache) uploadBlobs(ctx context.Context, store RemoteStore, a *Artifact,
 // uploadFailure is the error of uploading blob d of a: a *BlobError, the damaged
 // blob removed, when the local content is missing or not d; err otherwise.
 func (c *Cache) uploadFailure(a *Artifact, d Digest, err error) error {
-	var ue *UploadError
+	var ue *uploadError
 	if !errors.As(err, &ue) || ue.Digest != d || !(errors.Is(ue.Err, ErrCorrupt) || errors.Is(ue.Err, fs.ErrNotExist)) {
 		return err
 	}

@@ -136,7 +136,7 @@ func (x *exchange) do(method, rawURL string, body func() (io.ReadCloser, error),
 	}
 	resp, err := x.s.client.Do(req)
 	if err != nil {
-		var ue *UploadError
+		var ue *uploadError
 		if errors.As(err, &ue) {
 			// The local content failed, not the remote: the request was abandoned.
 			return nil, fmt.Errorf("remote %s: %s: %w", x.s.name, x.op, ue)

@@ -120,9 +120,9 @@ func TestUploadStopsBeforeTheLastBytes(t *testing.T) {
 			open := func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(tc.content)), nil }
 			for name, s := range map[string]RemoteStore{"grpc": g, "http": h} {
 				err := s.WriteBlob(ctx, d, open)
-				var ue *UploadError
+				var ue *uploadError
 				if !errors.As(err, &ue) || !errors.Is(err, ErrCorrupt) || IsRemoteKind(err, RemoteUnavailable) {
-					t.Errorf("%s: %s blob of %d bytes: WriteBlob = %v, want an *UploadError wrapping ErrCorrupt", name, tc.name, d.Size, err)
+					t.Errorf("%s: %s blob of %d bytes: WriteBlob = %v, want an *uploadError wrapping ErrCorrupt", name, tc.name, d.Size, err)
 				}
 			}
 			if _, ok := srv.blob(d); ok {
