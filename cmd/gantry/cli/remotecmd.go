@@ -41,7 +41,9 @@ func newPushCmd(g *globalOptions) *cobra.Command {
 		Short: "Upload elements' artifacts to remote artifact caches",
 		Long: `Push uploads the cached artifacts of the elements (default: the project's
 default-targets) to every push remote (push = true in [[remote]], or --remote) that
-lacks them: blobs first, the artifact's entry last.`,
+lacks them: blobs first, the artifact's entry last. Every blob is hashed as it is
+read: one found damaged in the local cache is never uploaded; its artifact is dropped
+(build it again) and push exits 1.`,
 		RunE: func(cmd *cobra.Command, args []string) error { return runTransfer(opts, args, true) },
 	}
 	opts.register(cmd, "pushed to")
