@@ -168,27 +168,6 @@ func TestRepairArtifactReplacesAPoisonedBlob(t *testing.T) {
 	}
 }
 
-// TestRepairArtifactSaysWhenTheServerKeepsTheFirstCopy: a REAPI server may skip
-// a write of a blob it has; the repair reads it back and says so, and leaves
-// the entry alone.
-func TestRepairArtifactSaysWhenTheServerKeepsTheFirstCopy(t *testing.T) {
-	srv := newTestREAPI()
-	srv.batchLimit = 64 << 10 // the large file is streamed: Write ends early for a blob the server has
-	store := openGRPC(t, RemoteSpec{URL: "grpc://" + srv.start(t)})
-	c := openTestCache(t)
-	a := builtArtifact(t, c)
-	ctx := context.Background()
-	if _, _, err := c.PushArtifact(ctx, store, a, nil); err != nil {
-		t.Fatal(err)
-	}
-	bad := largeFile(t, c, a)
-	srv.locked(func() { srv.blobs[bad] = bytes.Repeat([]byte("X"), int(bad.Size)) })
-	_, _, err := c.RepairArtifact(ctx, store, a, []Digest{bad}, nil)
-	if name, d, ok := WrongBytes(err); !ok || d != bad || name != store.Name() || !strings.Contains(err.Error(), "still serves wrong") {
-		t.Fatalf("repair against a server that keeps the first copy: %v", err)
-	}
-}
-
 // startGantryServer serves a new store over HTTP and gRPC on 127.0.0.1 until the
 // test ends, and returns its directory and a spec of each protocol with a token.
 func startGantryServer(t *testing.T) (dir string, specs map[string]RemoteSpec) {
@@ -284,26 +263,44 @@ func TestPushToGantryServerNeverUploadsADamagedBlob(t *testing.T) {
 	}
 }
 
-// TestRepairArtifactOverGRPCBatch: a REAPI server that replaces a blob written
-// again in a batch is repaired, and the artifact pulls intact.
-func TestRepairArtifactOverGRPCBatch(t *testing.T) {
-	srv := newTestREAPI() // its batch limit (1 MiB) takes the large file too
-	store := openGRPC(t, RemoteSpec{URL: "grpc://" + srv.start(t)})
-	src, dst := openTestCache(t), openTestCache(t)
-	a := builtArtifact(t, src)
-	ctx := context.Background()
-	if _, _, err := src.PushArtifact(ctx, store, a, nil); err != nil {
-		t.Fatal(err)
-	}
-	bad := largeFile(t, src, a)
-	srv.locked(func() { srv.blobs[bad] = bytes.Repeat([]byte("X"), int(bad.Size)) })
-	if _, err := dst.PullArtifact(ctx, store, a.Project, a.Element, a.Key, nil); !IsRemoteKind(err, RemoteCorrupt) {
-		t.Fatalf("pull of a poisoned blob: %v", err)
-	}
-	if _, rep, err := src.RepairArtifact(ctx, store, a, []Digest{bad}, nil); err != nil || len(rep.Replaced) != 1 {
-		t.Fatalf("repair: %+v, %v", rep, err)
-	}
-	if _, err := dst.PullArtifact(ctx, store, a.Project, a.Element, a.Key, nil); err != nil {
-		t.Fatalf("pull after the repair: %v", err)
+// TestRepairArtifactOverGRPC: a REAPI server that replaces a blob written again
+// (in a batch, here) is repaired, and the artifact pulls intact; one that skips
+// the write of a blob it has (ByteStream, here), as REAPI allows, keeps its
+// wrong copy: the repair reads it back, says so, and leaves the entry alone.
+func TestRepairArtifactOverGRPC(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		limit    int64 // the server's batch limit: the large file is batched or streamed
+		repaired bool
+	}{{"batch", 1 << 20, true}, {"bytestream", 64 << 10, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := newTestREAPI()
+			srv.batchLimit = tc.limit
+			store := openGRPC(t, RemoteSpec{URL: "grpc://" + srv.start(t)})
+			src, dst := openTestCache(t), openTestCache(t)
+			a := builtArtifact(t, src)
+			ctx := context.Background()
+			if _, _, err := src.PushArtifact(ctx, store, a, nil); err != nil {
+				t.Fatal(err)
+			}
+			bad := largeFile(t, src, a)
+			srv.locked(func() { srv.blobs[bad] = bytes.Repeat([]byte("X"), int(bad.Size)) })
+			if _, err := dst.PullArtifact(ctx, store, a.Project, a.Element, a.Key, nil); !IsRemoteKind(err, RemoteCorrupt) {
+				t.Fatalf("pull of a poisoned blob: %v", err)
+			}
+			_, rep, err := src.RepairArtifact(ctx, store, a, []Digest{bad}, nil)
+			if !tc.repaired {
+				if name, d, ok := WrongBytes(err); !ok || d != bad || name != store.Name() || !strings.Contains(err.Error(), "still serves wrong") {
+					t.Fatalf("repair against a server that keeps the first copy: %v", err)
+				}
+				return
+			}
+			if err != nil || len(rep.Replaced) != 1 {
+				t.Fatalf("repair: %+v, %v", rep, err)
+			}
+			if _, err := dst.PullArtifact(ctx, store, a.Project, a.Element, a.Key, nil); err != nil {
+				t.Fatalf("pull after the repair: %v", err)
+			}
+		})
 	}
 }
