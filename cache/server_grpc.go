@@ -263,7 +263,10 @@ func (g *grpcService) GetTree(req *repb.GetTreeRequest, stream repb.ContentAddre
 			continue
 		}
 		seen[d] = true
-		data, err := g.s.c.ReadBlob(d)
+		data, err := g.s.readBatched(d)
+		if servedCorrupt(err) {
+			return status.Error(codes.DataLoss, corruptStatus(d))
+		}
 		if err != nil {
 			return grpcError(err)
 		}

@@ -94,7 +94,7 @@ func sendBlob(f *os.File, d Digest, off, n int64, chunk int, send func([]byte) e
 	return sent, nil
 }
 
-// readBatched reads blob d whole (BatchReadBlobs), hashing it as sendBlob
+// readBatched reads blob d whole (BatchReadBlobs, GetTree), hashing it as sendBlob
 // does; a damaged blob is quarantined.
 func (s *Server) readBatched(d Digest) ([]byte, error) {
 	f, err := s.c.OpenBlob(d)
@@ -156,12 +156,12 @@ func (s *Server) quarantine(f *os.File, d Digest, cause error) {
 		s.log.Printf("blob %s is damaged (%v): moved it to %s; an upload of the right bytes stores it again", d, cause, dst)
 	}
 	s.metrics.quarantined.Add(1)
-	s.pruneQuarantine(dir)
+	pruneQuarantine(dir, quarantineKeep, quarantineBytes)
 }
 
-// pruneQuarantine removes the oldest quarantined blobs beyond quarantineKeep
-// files or quarantineBytes bytes, keeping the newest whatever its size.
-func (s *Server) pruneQuarantine(dir string) {
+// pruneQuarantine removes the oldest quarantined blobs beyond keep files or
+// maxBytes bytes, keeping the newest whatever its size.
+func pruneQuarantine(dir string, keep int, maxBytes int64) {
 	entries, err := os.ReadDir(dir) // sorted by name: oldest first
 	if err != nil {
 		return
@@ -172,7 +172,7 @@ func (s *Server) pruneQuarantine(dir string) {
 		if fi, err := e.Info(); err == nil {
 			total += fi.Size()
 		}
-		if i > 0 && (i >= quarantineKeep || total > quarantineBytes) {
+		if i > 0 && (i >= keep || total > maxBytes) {
 			_ = os.Remove(filepath.Join(dir, e.Name()))
 		}
 	}

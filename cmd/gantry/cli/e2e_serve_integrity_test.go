@@ -45,7 +45,8 @@ func damageStoreBlob(t *testing.T, path string, good []byte) {
 // TestServeNeverServesDamagedBlob: a blob whose bytes on the server's disk no
 // longer match its name (same size) is refused to every reader: an HTTP GET
 // is broken off (Go's client and curl both see an error, never a clean 200),
-// ByteStream Read (whole or from an offset) and BatchReadBlobs get DATA_LOSS.
+// ByteStream Read (whole or from an offset), BatchReadBlobs and GetTree get
+// DATA_LOSS.
 // Each time the blob is moved to quarantine/, logged and counted in /metrics,
 // and an upload of the right bytes then stores and serves it again.
 func TestServeNeverServesDamagedBlob(t *testing.T) {
@@ -54,10 +55,11 @@ func TestServeNeverServesDamagedBlob(t *testing.T) {
 	big, bigHash := randomBlob(t, 3<<20) // several chunks on both protocols
 	small, smallHash := randomBlob(t, 1000)
 	other, otherHash := randomBlob(t, 500)
+	dir, _ := treeBlobs(t, other) // a Directory, for GetTree
 	for _, b := range []struct {
 		data []byte
 		hash string
-	}{{big, bigHash}, {small, smallHash}, {other, otherHash}} {
+	}{{big, bigHash}, {small, smallHash}, {other, otherHash}, {dir, cache.DigestOf(dir).Hash}} {
 		if code, _ := s.request("PUT", "/cas/"+b.hash, b.data, true); code != http.StatusOK {
 			t.Fatalf("PUT: status %d", code)
 		}
@@ -135,6 +137,15 @@ func TestServeNeverServesDamagedBlob(t *testing.T) {
 			}
 			if r := resp.Responses[1]; codes.Code(r.Status.GetCode()) != codes.OK || !bytes.Equal(r.Data, other) {
 				t.Fatalf("BatchReadBlobs of a sound blob beside it: status %v", r.Status)
+			}
+		}},
+		{"get-tree", dir, func(t *testing.T) {
+			stream, err := repb.NewContentAddressableStorageClient(conn).GetTree(ctx, &repb.GetTreeRequest{RootDigest: cache.DigestOf(dir).Proto()})
+			if err == nil {
+				_, err = stream.Recv()
+			}
+			if status.Code(err) != codes.DataLoss {
+				t.Fatalf("GetTree of a damaged Directory: %v, want DATA_LOSS", err)
 			}
 		}},
 	} {
