@@ -74,8 +74,8 @@ left by crashed processes. Exit code 1 when a problem is found.
 
 With --repair it also fixes what it found: it drops every artifact whose record or blobs
 are missing or corrupt (the next build builds it again) and removes corrupt blobs and
-damaged executable twins (copies of blobs with the x bit, made for hard-linked staging),
-saying what it did; the exit code is then 0 when every problem was repaired.
+damaged executable twins (copies of blobs with the x bit, made for hard-linked staging)
+and directories found where a ref, blob or entry should be, saying what it did; the exit code is then 0 when every problem was repaired.
 
 A cache not made yet has nothing to verify or repair: verify says so, and makes none.
 
