@@ -245,3 +245,46 @@ func TestServeRemovesStaleACEntry(t *testing.T) {
 	s.stop()
 	s.verifyStore()
 }
+
+// TestServeQuarantinesDamagedTreeOfEntry: an entry whose Tree blob is damaged
+// is a miss and is removed, and the Tree is quarantined: were it kept, clients
+// told the store has it would never upload it again, and the entry they write
+// again would be a miss for good. Once the Tree and the entry are uploaded
+// again, the entry is a hit.
+func TestServeQuarantinesDamagedTreeOfEntry(t *testing.T) {
+	s := startServe(t)
+	file, _ := randomBlob(t, 100)
+	root, tree := treeBlobs(t, file)
+	treeHash := cache.DigestOf(tree).Hash
+	for _, b := range [][]byte{file, root, tree} {
+		if code, _ := s.request("PUT", "/cas/"+cache.DigestOf(b).Hash, b, true); code != http.StatusOK {
+			t.Fatalf("PUT: status %d", code)
+		}
+	}
+	ar, _ := proto.Marshal(&repb.ActionResult{OutputDirectories: []*repb.OutputDirectory{
+		{Path: "d", TreeDigest: cache.DigestOf(tree).Proto()}}})
+	_, key := randomBlob(t, 10)
+	if code, _ := s.request("PUT", "/ac/"+key, ar, true); code != http.StatusOK {
+		t.Fatalf("PUT /ac: status %d", code)
+	}
+	damageStoreBlob(t, s.blobPath(treeHash), tree)
+	if code, _ := s.request("GET", "/ac/"+key, nil, true); code != http.StatusNotFound {
+		t.Fatalf("GET of an entry whose Tree is damaged: status %d, want 404", code)
+	}
+	if _, err := os.Stat(filepath.Join(s.dir, "ac", key[:2], key)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the entry whose Tree is damaged is still in the store (%v)", err)
+	}
+	if code, _ := s.request("HEAD", "/cas/"+treeHash, nil, true); code != http.StatusNotFound {
+		t.Errorf("HEAD of the damaged Tree: status %d, want 404 (quarantined)", code)
+	}
+	if n := s.metric("gantry_serve_quarantined_blobs_total"); n != 1 {
+		t.Errorf("gantry_serve_quarantined_blobs_total = %d, want 1", n)
+	}
+	s.request("PUT", "/cas/"+treeHash, tree, true)
+	s.request("PUT", "/ac/"+key, ar, true)
+	if code, body := s.request("GET", "/ac/"+key, nil, true); code != http.StatusOK || !bytes.Equal(body, ar) {
+		t.Errorf("GET of the entry written again with its Tree: status %d", code)
+	}
+	s.stop()
+	s.verifyStore()
+}
