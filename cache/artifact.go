@@ -389,7 +389,7 @@ func (c *Cache) listRefs(project string) ([]refName, []error, error) {
 		parts := strings.Split(filepath.ToSlash(rel), "/")
 		if d.IsDir() {
 			if refSlot(parts) {
-				problems = append(problems, fmt.Errorf("%s is a directory where an artifact ref should be", p))
+				problems = append(problems, &refDirError{p})
 				return fs.SkipDir
 			}
 			return nil

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/x509"
 	"errors"
-	"io"
 	"io/fs"
 	"strconv"
 	"strings"
@@ -230,10 +229,13 @@ func (g *grpcService) BatchReadBlobs(ctx context.Context, req *repb.BatchReadBlo
 	resp := &repb.BatchReadBlobsResponse{}
 	for _, p := range req.Digests {
 		d := DigestFromProto(p)
-		data, err := g.s.c.ReadBlob(d)
+		data, err := g.s.readBatched(d)
 		g.s.metrics.lookup(err == nil)
 		st := status.New(codes.OK, "")
-		if err != nil {
+		if servedCorrupt(err) {
+			st = status.New(codes.DataLoss, corruptStatus(d))
+			data = nil
+		} else if err != nil {
 			st, _ = status.FromError(grpcError(err))
 			data = nil
 		} else {
@@ -261,7 +263,10 @@ func (g *grpcService) GetTree(req *repb.GetTreeRequest, stream repb.ContentAddre
 			continue
 		}
 		seen[d] = true
-		data, err := g.s.c.ReadBlob(d)
+		data, err := g.s.readBatched(d)
+		if servedCorrupt(err) {
+			return status.Error(codes.DataLoss, corruptStatus(d))
+		}
 		if err != nil {
 			return grpcError(err)
 		}
@@ -336,23 +341,18 @@ func (g *grpcService) Read(req *bspb.ReadRequest, stream bspb.ByteStream_ReadSer
 	}
 	var sent int64
 	defer func() { release(sent); g.s.metrics.request("grpc", "read", client, 0, sent) }()
-	r := io.NewSectionReader(f, req.ReadOffset, n)
-	buf := make([]byte, 1<<20)
-	for {
-		k, err := io.ReadFull(r, buf)
-		if k > 0 {
-			if serr := stream.Send(&bspb.ReadResponse{Data: buf[:k]}); serr != nil {
-				return serr
-			}
-			sent += int64(k)
-		}
-		if err == io.EOF || err == io.ErrUnexpectedEOF {
-			return nil
-		}
-		if err != nil {
-			return grpcError(err)
-		}
+	sent, err = sendBlob(f, d, req.ReadOffset, n, 1<<20, func(b []byte) error { return stream.Send(&bspb.ReadResponse{Data: b}) })
+	if servedCorrupt(err) {
+		g.s.quarantine(f, d, err)
+		return status.Error(codes.DataLoss, corruptStatus(d))
 	}
+	if err != nil {
+		if _, ok := status.FromError(err); ok {
+			return err // from Send
+		}
+		return grpcError(err)
+	}
+	return nil
 }
 
 func (g *grpcService) Write(stream bspb.ByteStream_WriteServer) error {
@@ -439,7 +439,7 @@ func (g *grpcService) GetActionResult(ctx context.Context, req *repb.GetActionRe
 	if err := key.Validate(); err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "action digest: %v", err)
 	}
-	ar, data, err := g.s.c.readAC(key)
+	ar, data, err := g.s.lookupAC(key)
 	g.s.metrics.lookup(err == nil)
 	g.s.metrics.request("grpc", "get_action_result", grpcClient(ctx), 0, int64(len(data)))
 	if err != nil {

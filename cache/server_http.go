@@ -123,9 +123,14 @@ func (s *Server) serveCAS(w http.ResponseWriter, r *http.Request, client, hash s
 		if err != nil {
 			return
 		}
-		n, _ := io.Copy(w, f)
+		d := Digest{Hash: hash, Size: fi.Size()}
+		n, err := sendBlob(f, d, 0, d.Size, 256<<10, func(b []byte) error { _, err := w.Write(b); return err })
 		release(n)
 		s.metrics.request("http", "cas_get", client, 0, n)
+		if servedCorrupt(err) {
+			s.quarantine(f, d, err)
+			abortHTTP(w)
+		}
 	case http.MethodPut:
 		size := r.ContentLength
 		if s.opts.MaxBlobSize > 0 && size > s.opts.MaxBlobSize {
@@ -159,7 +164,7 @@ func (s *Server) serveAC(w http.ResponseWriter, r *http.Request, client, hash st
 	key := Digest{Hash: hash}
 	switch r.Method {
 	case http.MethodGet, http.MethodHead:
-		_, data, err := s.c.readAC(key)
+		_, data, err := s.lookupAC(key)
 		s.metrics.lookup(err == nil)
 		if errors.Is(err, ErrNotFound) {
 			s.metrics.request("http", "ac_get", client, 0, 0)
@@ -275,7 +280,7 @@ func (s *Server) serveLease(w http.ResponseWriter, r *http.Request, client, hash
 	switch r.Method {
 	case http.MethodPost:
 		var reply LeaseReply
-		if _, _, err := s.c.readAC(Digest{Hash: hash}); err == nil {
+		if _, _, err := s.lookupAC(Digest{Hash: hash}); err == nil {
 			reply = LeaseReply{Present: true, TTLms: s.opts.LeaseTTL.Milliseconds()}
 		} else {
 			reply = s.leases.acquire(hash, client, token, time.Now())

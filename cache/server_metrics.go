@@ -14,6 +14,8 @@ import (
 type serverMetrics struct {
 	hits, misses, evictions, evictedBytes, rejected atomic.Int64
 
+	quarantined atomic.Int64 // blobs found damaged while being served (server_integrity.go)
+
 	mu      sync.Mutex
 	clients map[string]*clientCounters
 	ops     map[[2]string]int64 // {protocol, op} → requests
@@ -80,6 +82,7 @@ func (m *serverMetrics) write(w io.Writer) {
 	counter("gantry_serve_evictions_total", "Blobs and entries evicted to keep the quota.", m.evictions.Load())
 	counter("gantry_serve_evicted_bytes_total", "Bytes evicted to keep the quota.", m.evictedBytes.Load())
 	counter("gantry_serve_rejected_total", "Requests refused: credentials, integrity, limits, fencing.", m.rejected.Load())
+	counter("gantry_serve_quarantined_blobs_total", "Blobs found damaged while being served, moved to quarantine/.", m.quarantined.Load())
 	for _, per := range []struct {
 		name, help string
 		v          func(*clientCounters) int64

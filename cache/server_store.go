@@ -139,8 +139,9 @@ func touch(path string) {
 
 // readAC returns the ActionResult stored under key, if every blob it
 // references is present: an entry with a missing blob is a miss (an error
-// wrapping ErrNotFound), never handed out half-present. Reading refreshes the
-// entry and its blobs for the LRU.
+// wrapping ErrNotFound), never handed out half-present. Such an entry, and one
+// that does not decode, is a *staleACError (lookupAC removes it). Reading
+// refreshes the entry and its blobs for the LRU.
 func (c *Cache) readAC(key Digest) (*repb.ActionResult, []byte, error) {
 	p := c.acPath(key)
 	data, err := os.ReadFile(p)
@@ -150,22 +151,28 @@ func (c *Cache) readAC(key Digest) (*repb.ActionResult, []byte, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("reading action cache entry %s: %w", key.Hash, err)
 	}
+	stale := func(err error) (*repb.ActionResult, []byte, error) {
+		return nil, nil, &staleACError{data: data, err: err}
+	}
 	// A damaged entry or tree is a miss as well (both ErrNotFound and
 	// ErrCorrupt): the client builds and writes it again.
 	ar := &repb.ActionResult{}
 	if err := proto.Unmarshal(data, ar); err != nil {
-		return nil, nil, fmt.Errorf("action cache entry %s: %s: %v: %w (%w)", key.Hash, p, err, ErrCorrupt, ErrNotFound)
+		return stale(fmt.Errorf("action cache entry %s: %v: %w (%w)", key.Hash, err, ErrCorrupt, ErrNotFound))
 	}
 	blobs, err := c.actionResultBlobs(ar)
 	if errors.Is(err, ErrCorrupt) {
-		return nil, nil, fmt.Errorf("action cache entry %s: %w (%w)", key.Hash, err, ErrNotFound)
+		return stale(fmt.Errorf("action cache entry %s: %w (%w)", key.Hash, err, ErrNotFound))
+	}
+	if errors.Is(err, ErrNotFound) {
+		return stale(fmt.Errorf("action cache entry %s: %w", key.Hash, err))
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("action cache entry %s: %w", key.Hash, err)
 	}
 	for _, d := range blobs {
 		if !c.HasBlob(d) {
-			return nil, nil, fmt.Errorf("action cache entry %s: blob %s is missing: %w", key.Hash, d, ErrNotFound)
+			return stale(fmt.Errorf("action cache entry %s: blob %s is missing: %w", key.Hash, d, ErrNotFound))
 		}
 	}
 	touch(p)

@@ -8,6 +8,9 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+
+	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
+	"google.golang.org/protobuf/proto"
 )
 
 // VerifyReport is the result of Verify.
@@ -15,6 +18,9 @@ type VerifyReport struct {
 	Refs  int // refs checked
 	Blobs int // distinct blobs whose size and hash were checked
 	Twins int // executable twins checked (twin.go)
+	// ACEntries is the action cache entries checked: a server's store has
+	// them (ac/, server_store.go), a local cache none.
+	ACEntries int
 
 	// Problems names each ref or blob that is damaged and what is wrong.
 	Problems []string
@@ -33,8 +39,8 @@ func (r *VerifyReport) Clean() bool { return len(r.Problems) == 0 }
 
 // Verify checks the whole cache: every ref leads to a record that parses,
 // every blob it reaches (record, tree directories, files, log) exists with
-// the right size and hash, and every tree is complete and well-formed. It
-// then hashes the blobs of cas/ that no ref reaches, and lists stray tmp/
+// the right size and hash, and every tree is complete and well-formed; so
+// does every action cache entry of a server's store (verifyAC). It then hashes the blobs of cas/ that no ref reaches, and lists stray tmp/
 // entries, and hashes the executable twins. An error is returned only when the check itself cannot proceed.
 func (c *Cache) Verify() (*VerifyReport, error) {
 	rep := &VerifyReport{}
@@ -44,6 +50,7 @@ func (c *Cache) Verify() (*VerifyReport, error) {
 	}
 	for _, p := range refProblems {
 		rep.Problems = append(rep.Problems, p.Error())
+		rep.noteRefDir(p)
 	}
 
 	checked := map[Digest]error{} // every blob is hashed once
@@ -63,6 +70,9 @@ func (c *Cache) Verify() (*VerifyReport, error) {
 			rep.Problems = append(rep.Problems, fmt.Sprintf("ref %s: %v", r.Path, err))
 		}
 		rep.noteBroken(r, problems)
+	}
+	if err := c.verifyAC(check, rep); err != nil {
+		return nil, fmt.Errorf("verifying cache %s: %w", c.Root, err)
 	}
 
 	if err := c.verifyUnreferenced(checked, check, rep); err != nil {
@@ -197,6 +207,9 @@ func walkShards(root, where string, rep *VerifyReport, fn func(p string, d Diges
 		if e.IsDir() {
 			if p != root && (filepath.Dir(rel) != "." || len(rel) != 2) {
 				rep.Problems = append(rep.Problems, fmt.Sprintf("%s: unexpected directory %s", p, where))
+				if d := (Digest{Hash: e.Name()}); d.Validate() == nil && filepath.Dir(rel) == d.Hash[:2] {
+					rep.slotDirs = append(rep.slotDirs, p) // where a file should be: it blocks that file for good
+				}
 				return fs.SkipDir
 			}
 			return nil
@@ -209,4 +222,64 @@ func walkShards(root, where string, rep *VerifyReport, fn func(p string, d Diges
 		fn(p, d, info, d.Validate() == nil && filepath.Dir(rel) == d.Hash[:2] && info.Mode().IsRegular())
 		return nil
 	})
+}
+
+// verifyAC checks the action cache entries of a server's store (ac/, absent
+// from a local cache): each is where its name says, decodes as an
+// ActionResult, and every blob it needs (what readAC requires present, the
+// files of its trees included) exists with the right size and hash. A broken
+// entry is booked for Repair, which removes it: it could only ever be a miss.
+func (c *Cache) verifyAC(check func(Digest) error, rep *VerifyReport) error {
+	root := filepath.Join(c.Root, acDir)
+	if _, err := os.Stat(root); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	err := walkShards(root, "in the action cache", rep, func(p string, d Digest, _ fs.FileInfo, inPlace bool) {
+		if !inPlace {
+			rep.Problems = append(rep.Problems, fmt.Sprintf("%s: unexpected file in the action cache", p))
+			return
+		}
+		rep.ACEntries++
+		data, err := os.ReadFile(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			return // removed meanwhile (the server's eviction)
+		}
+		if err == nil {
+			err = c.verifyACEntry(data, check)
+		}
+		if err != nil {
+			rep.Problems = append(rep.Problems, fmt.Sprintf("action cache entry %s: %v", d.Hash, err))
+			rep.brokenAC = append(rep.brokenAC, brokenAC{path: p, data: data, reason: err})
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("checking the action cache in %s: %w", root, err)
+	}
+	return nil
+}
+
+// verifyACEntry checks one action cache entry and the blobs it needs, and
+// returns its first problem.
+func (c *Cache) verifyACEntry(data []byte, check func(Digest) error) error {
+	ar := &repb.ActionResult{}
+	if err := proto.Unmarshal(data, ar); err != nil {
+		return fmt.Errorf("not an ActionResult: %v: %w", err, ErrCorrupt)
+	}
+	blobs, err := c.actionResultBlobs(ar)
+	if err != nil {
+		// A tree missing or damaged: hash it, so that a damaged one is booked.
+		for _, od := range ar.OutputDirectories {
+			if td := DigestFromProto(od.TreeDigest); od.TreeDigest != nil && td.Validate() == nil {
+				check(td)
+			}
+		}
+		return err
+	}
+	var first error
+	for _, d := range blobs {
+		if err := check(d); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
 }

@@ -64,6 +64,7 @@ func (g *globalOptions) lockCache(c *cache.Cache, mode cache.LockMode) (*cache.L
 
 func newCacheVerifyCmd(g *globalOptions) *cobra.Command {
 	var repair bool
+	var dir string
 	cmd := &cobra.Command{
 		Use:   "verify",
 		Short: "Check every artifact in the local cache: records, trees and blob hashes",
@@ -73,21 +74,19 @@ left by crashed processes. Exit code 1 when a problem is found.
 
 With --repair it also fixes what it found: it drops every artifact whose record or blobs
 are missing or corrupt (the next build builds it again) and removes corrupt blobs and
-damaged executable twins (copies of blobs with the x bit, made for hard-linked staging),
-saying what it did; the exit code is then 0 when every problem was repaired.
+damaged executable twins (copies of blobs with the x bit, made for hard-linked staging)
+and directories found where a ref, blob or entry should be, saying what it did; the exit code is then 0 when every problem was repaired.
 
-A cache not made yet has nothing to verify or repair: verify says so, and makes none.`,
+A cache not made yet has nothing to verify or repair: verify says so, and makes none.
+
+--dir DIR verifies the store at DIR instead: the directory ` + "`gantry cache serve --dir`" + `
+serves (or any cache directory). A server's action cache entries are checked too: each
+must decode and every blob it names must be present and sound; --repair removes the
+entries that are not. It may run while the server serves the store.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			s, c, err := g.cacheSession()
-			if err != nil {
-				return err
-			}
-			if !c.Made() {
-				fmt.Fprintf(g.ios.Out, "no cache at %s: nothing to verify\n", c.Root)
-				return nil
-			}
-			if err := s.prepareCache(c); err != nil { // its layout, should a directory be gone
+			c, err := verifiedCache(g, dir)
+			if c == nil || err != nil {
 				return err
 			}
 			if repair {
@@ -108,9 +107,16 @@ A cache not made yet has nothing to verify or repair: verify says so, and makes 
 			for _, t := range rep.StrayTemp {
 				fmt.Fprintf(out, "stray temp file (left by a crashed process, harmless): %s\n", t)
 			}
-			fmt.Fprintf(out, "%s: %d refs, %d blobs and %d executable twins checked, %d problems\n", c.Root, rep.Refs, rep.Blobs, rep.Twins, len(rep.Problems))
+			var entries string
+			if rep.ACEntries > 0 {
+				entries = fmt.Sprintf("%d action cache entries, ", rep.ACEntries)
+			}
+			fmt.Fprintf(out, "%s: %d refs, %s%d blobs and %d executable twins checked, %d problems\n", c.Root, rep.Refs, entries, rep.Blobs, rep.Twins, len(rep.Problems))
 			if rep.Clean() {
 				return nil
+			}
+			if !repair && dir != "" {
+				return &failedError{msg: "the store has problems: run `gantry cache verify --dir " + dir + " --repair` to drop the damaged entries"}
 			}
 			if !repair {
 				return &failedError{msg: "the cache has problems: run `gantry cache verify --repair` to drop the damaged artifacts, then build again"}
@@ -134,7 +140,33 @@ A cache not made yet has nothing to verify or repair: verify says so, and makes 
 		},
 	}
 	cmd.Flags().BoolVar(&repair, "repair", false, "drop damaged artifacts and remove corrupt blobs")
+	cmd.Flags().StringVar(&dir, "dir", "", "verify the store at `DIR` (what `cache serve --dir` serves) instead of the cache")
 	return cmd
+}
+
+// verifiedCache is the cache `cache verify` checks, its layout made: the store at
+// dir, else the session's cache. It is nil, with nothing to do, for a session's
+// cache not made yet (said on stdout); a store at dir must exist.
+func verifiedCache(g *globalOptions, dir string) (*cache.Cache, error) {
+	if dir != "" {
+		c, err := cache.At(dir)
+		if err != nil {
+			return nil, err
+		}
+		if !c.Made() {
+			return nil, usagef("--dir %s: no store there (want a directory `gantry cache serve --dir` serves, or a cache)", dir)
+		}
+		return c, c.Prepare()
+	}
+	s, c, err := g.cacheSession()
+	if err != nil {
+		return nil, err
+	}
+	if !c.Made() {
+		fmt.Fprintf(g.ios.Out, "no cache at %s: nothing to verify\n", c.Root)
+		return nil, nil
+	}
+	return c, s.prepareCache(c) // its layout, should a directory be gone
 }
 
 func newCacheUsageCmd(g *globalOptions) *cobra.Command {

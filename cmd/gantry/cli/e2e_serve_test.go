@@ -238,7 +238,8 @@ func TestServeHTTPIntegrityAndAuth(t *testing.T) {
 		t.Errorf("GET with an instance prefix: status %d, %d bytes", code, len(body))
 	}
 
-	// An ActionResult naming a blob the store lacks is a miss until the blob is there.
+	// An ActionResult naming a blob the store lacks is a miss, and is removed:
+	// it is stored again once the blob is there.
 	missing, missingHash := randomBlob(t, 300)
 	ar, _ := proto.Marshal(&repb.ActionResult{OutputFiles: []*repb.OutputFile{
 		{Path: "a", Digest: &repb.Digest{Hash: hash, SizeBytes: int64(len(blob))}},
@@ -252,6 +253,10 @@ func TestServeHTTPIntegrityAndAuth(t *testing.T) {
 		t.Errorf("GET of an entry with a missing blob: status %d, want 404", code)
 	}
 	s.request("PUT", "/cas/"+missingHash, missing, true)
+	if code, _ := s.request("GET", "/ac/"+key, nil, true); code != http.StatusNotFound {
+		t.Errorf("GET of an entry removed as stale: status %d, want 404", code)
+	}
+	s.request("PUT", "/ac/"+key, ar, true)
 	if code, body := s.request("GET", "/ac/"+key, nil, true); code != http.StatusOK || !bytes.Equal(body, ar) {
 		t.Errorf("GET of a complete entry: status %d", code)
 	}
