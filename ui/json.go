@@ -118,6 +118,8 @@ func (j *JSON) Handle(e queues.Event) {
 			Result: string(e.Result), Duration: seconds(e.Duration), Error: e.Error, Log: e.LogPath, Retry: e.WillRetry}
 	case queues.ElementSkipped:
 		o = jsonEvent{Time: e.Time, Event: "element-skipped", Action: e.Action, Element: e.Element, Key: e.Key, Text: e.Reason}
+	case queues.ElementWaiting:
+		o = jsonEvent{Time: e.Time, Event: "element-waiting", Action: e.Action, Element: e.Element, Key: e.Key, Text: e.Reason}
 	case queues.Notice:
 		o = jsonEvent{Time: e.Time, Event: "notice", Level: e.Level, Element: e.Element, Text: e.Text}
 	case queues.CacheCleanup:

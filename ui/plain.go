@@ -92,6 +92,8 @@ func (p *Plain) Handle(e queues.Event) {
 		if p.opts.Verbose {
 			p.line(clock(e.Time.Sub(p.start)), e.Key, e.Action, e.Element, "SKIPPED", e.Reason)
 		}
+	case queues.ElementWaiting:
+		p.line(clock(e.Time.Sub(p.start)), e.Key, e.Action, e.Element, "WAITING", e.Reason)
 	case queues.Notice:
 		p.line(clock(e.Time.Sub(p.start)), "", "", e.Element, strings.ToUpper(e.Level), e.Text)
 	case queues.CacheCleanup:

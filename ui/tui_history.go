@@ -42,6 +42,8 @@ func (h *history) text(e queues.Event) string {
 		}
 	case queues.JobEnd:
 		return h.jobEnd(e)
+	case queues.ElementWaiting:
+		return h.line(e.Time, e.Action, e.Element, "waiting", e.Reason)
 	case queues.Notice:
 		text := e.Text
 		if e.Element != "" {
