@@ -784,7 +784,7 @@ func (s *Scheduler) unhold() {
 func (s *Scheduler) unfail(qs *queueState, it *Item) {
 	qs.failed--
 	s.done--
-	it.Failed = false
+	it.Failed, it.Retried = false, true
 	if i := slices.IndexFunc(s.failed, func(f FailedElement) bool { return f.Element == it.Name() && f.Action == qs.q.Action() }); i >= 0 {
 		s.failed = slices.Delete(s.failed, i, i+1)
 	}

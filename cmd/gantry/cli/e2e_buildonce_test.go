@@ -1,0 +1,175 @@
+package cli
+
+// End-to-end tests of build-once locks: several real `gantry build` sessions of one
+// project on one cache.
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// builtCounts reads the file every build of the test appends its element's name to,
+// and counts the builds of each element.
+func builtCounts(t *testing.T, path string) map[string]int {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	n := map[string]int{}
+	for _, line := range strings.Fields(string(data)) {
+		n[line]++
+	}
+	return n
+}
+
+// Three sessions of the same project on one cache, at once: every element is built
+// exactly once across the three, and all three succeed. The first element's build
+// waits until each session has either started building it or is waiting for
+// another's build of it, so the three meet on it, and then on every element above.
+func TestE2EBuildOnceSharedCache(t *testing.T) {
+	t.Parallel()
+	p := newE2EProject(t, nil)
+	built, gate := p.scratch("built"), p.scratch("go")
+	record := "echo %{element-name} >> " + built
+	files := map[string]string{
+		"elements/base.toml": manualElement(nil, fmt.Sprintf("while [ ! -e %s ]; do sleep 0.02; done", gate), record),
+	}
+	var top []string
+	for i := range 8 {
+		mid, leaf := fmt.Sprintf("mid%d.toml", i), fmt.Sprintf("leaf%d.toml", i)
+		files["elements/"+mid] = manualElement([]string{"base.toml"}, record)
+		files["elements/"+leaf] = manualElement([]string{mid}, record)
+		top = append(top, leaf)
+	}
+	files["elements/app.toml"] = manualElement(top, record)
+	files["project.toml"] = projectTOML("app.toml")
+	for name, content := range files {
+		p.write(name, content)
+	}
+	var runs []*gantryProc
+	for range 3 {
+		runs = append(runs, p.start("build", "--ui", "json", "--sandbox", "host"))
+	}
+	for i, g := range runs {
+		g.waitFor(fmt.Sprintf("session %d to start building base.toml or wait for it", i), func(evs []e2eEvent) bool {
+			return slices.ContainsFunc(evs, func(e e2eEvent) bool {
+				return e.is("job-start", "build", "base.toml") || e.is("element-waiting", "build", "base.toml")
+			})
+		})
+	}
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for i, g := range runs {
+		if code := g.wait(e2eTimeout); code != 0 {
+			t.Fatalf("session %d: exit code %d\n%s", i, code, g.output())
+		}
+	}
+	counts := builtCounts(t, built)
+	for name := range files {
+		el, ok := strings.CutPrefix(name, "elements/")
+		if !ok {
+			continue
+		}
+		if counts[el] != 1 {
+			t.Errorf("%s was built %d times by the three sessions, want once", el, counts[el])
+		}
+		if st := p.state(el); st != "cached" {
+			t.Errorf("%s is %s, want cached", el, st)
+		}
+	}
+	waits := 0
+	for _, g := range runs {
+		for _, e := range g.snapshot() {
+			if e.is("element-waiting", "build", "") {
+				waits++
+			}
+		}
+	}
+	total := 0
+	for _, n := range counts {
+		total += n
+	}
+	t.Logf("%d builds in all, %d waits for another session's build", total, waits)
+	p.verifyCache()
+	if t.Failed() {
+		for i, g := range runs {
+			t.Logf("session %d:\n%s", i, g.output())
+		}
+	}
+}
+
+// The session holding an element's build lock is killed (kill -9) while it builds it:
+// the kernel frees the lock, and a session waiting for it takes the build over at
+// once, builds it and succeeds, with no timeout to wait out.
+func TestE2EBuildOnceTakeoverAfterKill(t *testing.T) {
+	t.Parallel()
+	p := newE2EProject(t, nil)
+	built, first, fifo := p.scratch("built"), p.scratch("first"), p.scratch("fifo")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// Should the first build have outlived its session, its read ends here.
+		if fd, err := unix.Open(fifo, unix.O_WRONLY|unix.O_NONBLOCK, 0); err == nil {
+			unix.Close(fd)
+		}
+	})
+	record := "echo %{element-name} >> " + built
+	// The first build of base.toml blocks reading a FIFO nobody writes; the next
+	// goes through.
+	p.write("project.toml", projectTOML("app.toml"))
+	p.write("elements/base.toml", manualElement(nil, fmt.Sprintf("if mkdir %s; then cat %s; fi", first, fifo), record))
+	p.write("elements/app.toml", manualElement([]string{"base.toml"}, record))
+
+	holder := p.start("build", "--ui", "json", "--sandbox", "host")
+	killGroupOnCleanup(t, holder.pid())
+	holder.waitEvent("job-start", "build", "base.toml")
+	eventually(t, e2eTimeout, "the first build of base.toml to start its command", func() bool {
+		_, err := os.Stat(first)
+		return err == nil
+	})
+	waiter := p.start("build", "--ui", "json", "--sandbox", "host")
+	waited := waiter.waitEvent("element-waiting", "build", "base.toml")
+	if !strings.Contains(waited.Text, "waiting for another builder of base.toml") {
+		t.Errorf("the waiting session says %q, want what it waits for", waited.Text)
+	}
+	if _, started := findEvent(waiter.snapshot(), "job-start", "build", "base.toml"); started {
+		t.Fatalf("the second session started building base.toml while the first builds it:\n%s", waiter.output())
+	}
+	if err := syscall.Kill(holder.pid(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	killedAt := time.Now()
+	waiter.waitEvent("job-start", "build", "base.toml")
+	tookOver := time.Since(killedAt)
+	if code := waiter.wait(e2eTimeout); code != 0 {
+		t.Fatalf("the waiting session failed after the holder was killed: exit code %d\n%s", code, waiter.output())
+	}
+	t.Logf("the waiter started building base.toml %v after the kill", tookOver.Round(time.Millisecond))
+	// At once: the kernel freed the lock; nothing waited for a timeout or a poll.
+	if tookOver > 5*time.Second {
+		t.Errorf("the waiter took %v to take the build over after the kill, want at once", tookOver)
+	}
+	if counts := builtCounts(t, built); counts["base.toml"] != 1 || counts["app.toml"] != 1 {
+		t.Errorf("builds completed %v, want base.toml and app.toml once each (the killed build never finished)", counts)
+	}
+	for _, el := range []string{"base.toml", "app.toml"} {
+		if st := p.state(el); st != "cached" {
+			t.Errorf("%s is %s after the takeover, want cached", el, st)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(p.cache, "building", "keys")); err != nil {
+		t.Errorf("the build lock file: %v", err)
+	}
+	p.verifyCache()
+}
