@@ -173,3 +173,48 @@ func TestE2EBuildOnceTakeoverAfterKill(t *testing.T) {
 	}
 	p.verifyCache()
 }
+
+// The holder's build fails: its failure is cached, and the session waiting for it
+// reports that failure as its own, without building the element again.
+func TestE2EBuildOnceReusesACachedFailure(t *testing.T) {
+	t.Parallel()
+	p := newE2EProject(t, nil)
+	built, fifo := p.scratch("built"), p.scratch("fifo")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Every build of base.toml counts itself, waits until the test writes the FIFO,
+	// and fails.
+	p.write("project.toml", projectTOML("app.toml"))
+	p.write("elements/base.toml", manualElement(nil, "echo %{element-name} >> "+built, "cat "+fifo, "exit 1"))
+	p.write("elements/app.toml", manualElement([]string{"base.toml"}, "true"))
+
+	holder := p.start("build", "--ui", "json", "--sandbox", "host")
+	holder.waitEvent("job-start", "build", "base.toml")
+	waiter := p.start("build", "--ui", "json", "--sandbox", "host")
+	waiter.waitEvent("element-waiting", "build", "base.toml")
+	// Opening the FIFO waits for its reader, the holder's build; closing it ends the read.
+	w, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	for name, g := range map[string]*gantryProc{"holder": holder, "waiter": waiter} {
+		if code := g.wait(e2eTimeout); code != 1 {
+			t.Errorf("the %s exited with %d, want 1 (base.toml failed)\n%s", name, code, g.output())
+		}
+	}
+	if counts := builtCounts(t, built); counts["base.toml"] != 1 {
+		t.Errorf("base.toml was built %d times, want once", counts["base.toml"])
+	}
+	end, _ := findEvent(waiter.snapshot(), "session-end", "", "")
+	if end.Summary == nil || len(end.Summary.Failed) != 1 || end.Summary.Failed[0].Element != "base.toml" {
+		t.Fatalf("the waiter's summary: %+v, want base.toml failed\n%s", end.Summary, waiter.output())
+	}
+	if !strings.Contains(waiter.output(), "failed in another gantry process on this cache") {
+		t.Errorf("the waiter does not say whose failure it reports:\n%s", waiter.output())
+	}
+	if st := p.state("base.toml"); st != "failed" {
+		t.Errorf("base.toml is %s, want failed (cached)", st)
+	}
+}
