@@ -119,12 +119,30 @@ func TestBuildLockFileNeverGrows(t *testing.T) {
 	if fi, _ := entries[0].Info(); fi.Size() != 0 {
 		t.Errorf("%s is %d bytes, want 0", buildLockFile, fi.Size())
 	}
-	// It is gantry's own: verify finds nothing to say about it.
+	// It is gantry's own: verify finds nothing to say about it, usage nothing
+	// wrong, and a cleanup of everything, leftovers included, leaves it and a
+	// live session's lock in it alone.
+	held, _ := c.BuildLock("p", "e.toml", "live")
+	defer held.Close()
+	if ok, _ := held.TryLock(); !ok {
+		t.Fatal("TryLock of a free key failed")
+	}
 	rep, err := c.Verify()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !rep.Clean() {
 		t.Errorf("verify with building/ present: %v", rep.Problems)
+	}
+	if usage, err := c.Report(10); err != nil || len(usage.Problems) > 0 {
+		t.Errorf("usage with building/ present: %v, %v", err, usage)
+	}
+	if _, err := c.Cleanup(CleanupOptions{Target: 1, Leftovers: true}); err != nil {
+		t.Fatal(err)
+	}
+	other, _ := c.BuildLock("p", "e.toml", "live")
+	defer other.Close()
+	if ok, err := other.TryLock(); ok || err != nil {
+		t.Errorf("after a cleanup the live lock is free (%v, %v): its file was removed", ok, err)
 	}
 }

@@ -89,12 +89,13 @@ func (s *Scheduler) claim(qs *queueState, it *Item, req resources.Request) bool 
 	}
 	s.cfg.Pool.Release(req)
 	qs.move(it, inWaitList)
-	s.claimed(qs, it, cl)
+	s.claimed(qs, it, cl, false)
 	return false
 }
 
-// claimed moves it, out of every place, on as cl says.
-func (s *Scheduler) claimed(qs *queueState, it *Item, cl Claim) {
+// claimed moves it, out of every place, on as cl says; waited: cl ends a wait
+// for another builder (ElementWaiting was published).
+func (s *Scheduler) claimed(qs *queueState, it *Item, cl Claim, waited bool) {
 	switch cl.Outcome {
 	case Claimed:
 		if s.quitting {
@@ -105,7 +106,7 @@ func (s *Scheduler) claimed(qs *queueState, it *Item, cl Claim) {
 		qs.requeue(it)
 	case Built:
 		it.Cached = true
-		s.skip(qs, it, "built by another gantry process on this cache")
+		s.skipWaited(qs, it, "built by another gantry process on this cache: reused", waited)
 	case BuiltFailed:
 		s.fail(qs, it, cl.Text, "")
 	case Busy:
@@ -138,7 +139,7 @@ func (s *Scheduler) endClaimWait(m claimDone) {
 		return
 	}
 	m.qs.move(m.e.it, inWaitList)
-	s.claimed(m.qs, m.e.it, m.claim)
+	s.claimed(m.qs, m.e.it, m.claim, true)
 }
 
 // keepClaim keeps a claim it took until its job ends (unclaim).

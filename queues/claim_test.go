@@ -93,7 +93,7 @@ func TestClaimBusyWaitsThenReuses(t *testing.T) {
 	h, claims, b := claimSession(t)
 	claims.answer("a", Claim{Outcome: Built})
 	waitEvent(t, h.events, func(e ElementSkipped) bool {
-		return e.Element == "a" && strings.Contains(e.Reason, "another gantry process")
+		return e.Element == "a" && e.Waited && strings.Contains(e.Reason, "another gantry process")
 	})
 	b.Succeed(t)
 	h.expect(Build, "top").Succeed(t)

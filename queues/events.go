@@ -90,6 +90,9 @@ type ElementSkipped struct {
 	Element string
 	Key     string
 	Reason  string
+	// Waited: it waited for another builder (ElementWaiting), which made it:
+	// displays show the end of a wait they showed.
+	Waited bool
 }
 
 // ElementWaiting: another builder has the element (its build-once claim, see

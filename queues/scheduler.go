@@ -357,6 +357,11 @@ func (s *Scheduler) harvest() bool {
 // skip moves it to done: its queue has nothing to do for it. What was parked on it
 // is asked again.
 func (s *Scheduler) skip(qs *queueState, it *Item, reason string) {
+	s.skipWaited(qs, it, reason, false)
+}
+
+// skipWaited is skip, for an item that waited for another builder when waited.
+func (s *Scheduler) skipWaited(qs *queueState, it *Item, reason string, waited bool) {
 	s.wake(it)
 	if it.Failed && qs == s.cachedFailureQueue() {
 		qs.failed++ // a cached failure found once tracking decided the plan
@@ -364,7 +369,7 @@ func (s *Scheduler) skip(qs *queueState, it *Item, reason string) {
 		qs.skipped++
 	}
 	qs.done = append(qs.done, it)
-	s.cfg.Publish(ElementSkipped{Base: Base{time.Now()}, Action: qs.q.Action(), Element: it.Name(), Key: it.Element.Key, Reason: reason})
+	s.cfg.Publish(ElementSkipped{Base: Base{time.Now()}, Action: qs.q.Action(), Element: it.Name(), Key: it.Element.Key, Reason: reason, Waited: waited})
 }
 
 // spawn reserves the job's resources and starts it. It returns false, leaving the item

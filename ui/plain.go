@@ -89,7 +89,7 @@ func (p *Plain) Handle(e queues.Event) {
 			}
 		}
 	case queues.ElementSkipped:
-		if p.opts.Verbose {
+		if p.opts.Verbose || e.Waited {
 			p.line(clock(e.Time.Sub(p.start)), e.Key, e.Action, e.Element, "SKIPPED", e.Reason)
 		}
 	case queues.ElementWaiting:

@@ -37,7 +37,7 @@ func (h *history) text(e queues.Event) string {
 			return h.line(e.Time, e.Action, e.Element, "status", e.Text)
 		}
 	case queues.ElementSkipped:
-		if h.opts.Verbose {
+		if h.opts.Verbose || e.Waited {
 			return h.line(e.Time, e.Action, e.Element, "skipped", e.Reason)
 		}
 	case queues.JobEnd:
