@@ -115,8 +115,10 @@ func TestClaimBusyWaitsThenReuses(t *testing.T) {
 // claim taken, and the element is built here, its claim released when its job ends.
 func TestClaimTakenOverWhenTheHolderDies(t *testing.T) {
 	h, claims, b := claimSession(t)
-	claims.answer("a", claims.taken("a"))
+	// Nothing runs while a waits: the session waits with it, and is not stuck.
 	b.Succeed(t)
+	h.ended(b)
+	claims.answer("a", claims.taken("a"))
 	h.expect(Build, "a").Succeed(t)
 	h.expect(Build, "top").Succeed(t)
 	if sum := h.wait(); !sum.OK() {
