@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gantry-build/gantry/internal/proctest"
 )
 
 // builtCounts reads the file every build of the test appends its element's name to,
@@ -108,36 +110,42 @@ func TestE2EBuildOnceSharedCache(t *testing.T) {
 	}
 }
 
-// The session holding an element's build lock is killed (kill -9) while it builds it:
-// the kernel frees the lock, and a session waiting for it takes the build over at
-// once, builds it and succeeds, with no timeout to wait out.
+// The holder of an element's build lock dies (kill -9) while it builds it, be it the
+// session or only its build job: the lock is free at once (the kernel dropped the
+// session's, or the session booked its job's end), and a session waiting for it
+// takes the build over, builds it and succeeds, with no timeout to wait out.
 func TestE2EBuildOnceTakeoverAfterKill(t *testing.T) {
-	t.Parallel()
+	for _, victim := range []string{"session", "job"} {
+		t.Run("kill the "+victim, func(t *testing.T) {
+			t.Parallel()
+			testTakeoverAfterKill(t, victim)
+		})
+	}
+}
+
+func testTakeoverAfterKill(t *testing.T, victim string) {
 	p := newE2EProject(t, nil)
-	built, first, fifo := p.scratch("built"), p.scratch("first"), p.scratch("fifo")
+	built, first, fifo, pidFile := p.scratch("built"), p.scratch("first"), p.scratch("fifo"), p.scratch("pid")
 	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		// Should the first build have outlived its session, its read ends here.
+		// Should the first build have outlived its holder, its read ends here.
 		if fd, err := unix.Open(fifo, unix.O_WRONLY|unix.O_NONBLOCK, 0); err == nil {
 			unix.Close(fd)
 		}
 	})
 	record := "echo %{element-name} >> " + built
-	// The first build of base.toml blocks reading a FIFO nobody writes; the next
-	// goes through.
+	// The first build of base.toml says its shell's pid and blocks reading a FIFO
+	// nobody writes; the next goes through.
 	p.write("project.toml", projectTOML("app.toml"))
-	p.write("elements/base.toml", manualElement(nil, fmt.Sprintf("if mkdir %s; then cat %s; fi", first, fifo), record))
+	p.write("elements/base.toml", manualElement(nil, fmt.Sprintf("if mkdir %s; then echo $$ > %s; cat %s; fi", first, pidFile, fifo), record))
 	p.write("elements/app.toml", manualElement([]string{"base.toml"}, record))
 
 	holder := p.start("build", "--ui", "json", "--sandbox", "host")
 	killGroupOnCleanup(t, holder.pid())
 	holder.waitEvent("job-start", "build", "base.toml")
-	eventually(t, e2eTimeout, "the first build of base.toml to start its command", func() bool {
-		_, err := os.Stat(first)
-		return err == nil
-	})
+	shell := readPid(t, pidFile)
 	waiter := p.start("build", "--ui", "json", "--sandbox", "host")
 	waited := waiter.waitEvent("element-waiting", "build", "base.toml")
 	if !strings.Contains(waited.Text, "waiting for another builder of base.toml") {
@@ -146,7 +154,11 @@ func TestE2EBuildOnceTakeoverAfterKill(t *testing.T) {
 	if _, started := findEvent(waiter.snapshot(), "job-start", "build", "base.toml"); started {
 		t.Fatalf("the second session started building base.toml while the first builds it:\n%s", waiter.output())
 	}
-	if err := syscall.Kill(holder.pid(), syscall.SIGKILL); err != nil {
+	kill := holder.pid()
+	if victim == "job" {
+		kill = jobWorkerOf(t, shell, holder.pid())
+	}
+	if err := syscall.Kill(kill, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	killedAt := time.Now()
@@ -155,14 +167,15 @@ func TestE2EBuildOnceTakeoverAfterKill(t *testing.T) {
 	if code := waiter.wait(e2eTimeout); code != 0 {
 		t.Fatalf("the waiting session failed after the holder was killed: exit code %d\n%s", code, waiter.output())
 	}
-	t.Logf("the waiter started building base.toml %v after the kill", tookOver.Round(time.Millisecond))
-	// At once: the kernel freed the lock; nothing waited for a timeout or a poll.
+	t.Logf("the waiter started building base.toml %v after the kill of the holder's %s", tookOver.Round(time.Millisecond), victim)
+	// At once: the lock was freed; nothing waited for a timeout or a poll.
 	if tookOver > 5*time.Second {
 		t.Errorf("the waiter took %v to take the build over after the kill, want at once", tookOver)
 	}
 	if counts := builtCounts(t, built); counts["base.toml"] != 1 || counts["app.toml"] != 1 {
 		t.Errorf("builds completed %v, want base.toml and app.toml once each (the killed build never finished)", counts)
 	}
+	t.Logf("the holder exited with %d", holder.wait(e2eTimeout))
 	for _, el := range []string{"base.toml", "app.toml"} {
 		if st := p.state(el); st != "cached" {
 			t.Errorf("%s is %s after the takeover, want cached", el, st)
@@ -172,6 +185,24 @@ func TestE2EBuildOnceTakeoverAfterKill(t *testing.T) {
 		t.Errorf("the build lock file: %v", err)
 	}
 	p.verifyCache()
+}
+
+// jobWorkerOf is the job worker of session gantry that pid runs under: its
+// ancestor whose parent is gantry.
+func jobWorkerOf(t *testing.T, pid, gantry int) int {
+	t.Helper()
+	for p := pid; p > 1; {
+		pi, ok := proctest.Read(p)
+		if !ok {
+			break
+		}
+		if pi.PPID == gantry {
+			return p
+		}
+		p = pi.PPID
+	}
+	t.Fatalf("process %d does not run under a job worker of gantry (pid %d)", pid, gantry)
+	return 0
 }
 
 // The holder's build fails: its failure is cached, and the session waiting for it
