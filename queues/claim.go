@@ -51,9 +51,9 @@ type Claim struct {
 	// Release gives a Claimed claim up; nil when nothing is held (the claim could
 	// not be taken and the work is done without: Text says why).
 	Release func()
-	// Wait, for Busy, blocks until the other builder is done, or stop is closed
-	// (the answer is then ignored), and claims again: never Busy unless stopped.
-	// It runs on a goroutine of its own.
+	// Wait, for Busy, blocks until the other builder is done, or stop is closed,
+	// and claims again: never Busy unless stopped. It runs on a goroutine of its
+	// own; should its claim arrive once the session has ended, it is released.
 	Wait func(stop <-chan struct{}) Claim
 	// Text: for Busy, what the item waits for; for BuiltFailed, the failure; for
 	// Claimed, a warning to show, if any.
