@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/gantry-build/gantry/resources"
 )
@@ -18,12 +19,13 @@ type fakeClaims struct {
 	waits    map[string]chan Claim // the busy elements' answers
 	asked    map[string]bool       // claimed once: busy only the first time
 	released []string
+	change   chan struct{} // closed and replaced on every release
 	// endedFirst: every claim released after its job's JobEnd was published.
 	endedFirst bool
 }
 
 func newFakeClaims(busy ...string) *fakeClaims {
-	f := &fakeClaims{waits: map[string]chan Claim{}, asked: map[string]bool{}, endedFirst: true}
+	f := &fakeClaims{waits: map[string]chan Claim{}, asked: map[string]bool{}, endedFirst: true, change: make(chan struct{})}
 	for _, name := range busy {
 		f.waits[name] = make(chan Claim, 1)
 	}
@@ -57,7 +59,28 @@ func (f *fakeClaims) taken(name string) Claim {
 		defer f.mu.Unlock()
 		f.released = append(f.released, name)
 		f.endedFirst = f.endedFirst && ended
+		close(f.change)
+		f.change = make(chan struct{})
 	}}
+}
+
+// waitReleased waits until name's claim has been released.
+func (f *fakeClaims) waitReleased(t *testing.T, name string) {
+	t.Helper()
+	deadline := time.After(timeout)
+	for {
+		f.mu.Lock()
+		done, change := slices.Contains(f.released, name), f.change
+		f.mu.Unlock()
+		if done {
+			return
+		}
+		select {
+		case <-change:
+		case <-deadline:
+			t.Fatalf("the claim of %s was not released within %v", name, timeout)
+		}
+	}
 }
 
 func (f *fakeClaims) releasedClaims() []string {
@@ -165,4 +188,21 @@ func (f *fakeClaims) answer(name string, c Claim) {
 	ch := f.waits[name]
 	f.mu.Unlock()
 	ch <- c
+}
+
+// A claim that comes once the session quits is given up at once: the element will
+// not be built here, and another session may build it.
+func TestClaimAfterQuitIsReleased(t *testing.T) {
+	h, claims, b := claimSession(t)
+	h.s.Send(CmdQuit)
+	waitEvent(t, h.events, func(e Notice) bool { return strings.Contains(e.Text, "quitting") })
+	claims.answer("a", claims.taken("a"))
+	claims.waitReleased(t, "a") // while b runs
+	b.Succeed(t)
+	sum := h.wait()
+	if !slices.ContainsFunc(sum.NotStarted, func(n NotStarted) bool { return n.Element == "a" }) {
+		t.Errorf("not started %+v, want a among them", sum.NotStarted)
+	}
+	checkBuiltOnce(t, h.runner, Build, "b")
+	checkTokensFree(t, h.pool, resources.Process, resources.Cache)
 }
