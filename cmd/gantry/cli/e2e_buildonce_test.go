@@ -103,6 +103,15 @@ func TestE2EBuildOnceSharedCache(t *testing.T) {
 	}
 	t.Logf("%d builds in all, %d waits for another session's build", total, waits)
 	p.verifyCache()
+	// A null build builds nothing, so takes no lock: it does not even open the file.
+	building := filepath.Join(p.cache, "building")
+	if err := os.RemoveAll(building); err != nil {
+		t.Fatal(err)
+	}
+	p.mustRun(0, "build", "--sandbox", "host")
+	if _, err := os.Stat(building); !os.IsNotExist(err) {
+		t.Errorf("a null build made %s (%v): it took a build lock", building, err)
+	}
 	if t.Failed() {
 		for i, g := range runs {
 			t.Logf("session %d:\n%s", i, g.output())
