@@ -90,6 +90,21 @@ type ElementSkipped struct {
 	Element string
 	Key     string
 	Reason  string
+	// Waited: it waited for another builder (ElementWaiting), which made it:
+	// displays show the end of a wait they showed.
+	Waited bool
+}
+
+// ElementWaiting: another builder has the element (its build-once claim, see
+// Claimer): it waits, holding no token, and then reuses what that builder made.
+// Reason says what it waits for. (A build-once lease held on a server shows as a
+// JobEnd of result ResultWaiting instead: the pull job asked.)
+type ElementWaiting struct {
+	Base
+	Action  Action
+	Element string
+	Key     string
+	Reason  string
 }
 
 // Notice is a message for the user that is not about one job.

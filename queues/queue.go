@@ -58,6 +58,9 @@ type Item struct {
 	Failed bool
 	// Terminated: its job was stopped by a terminate.
 	Terminated bool
+	// Retried: its job failed in this session and the user asked to run it again
+	// (CmdRetry): the failure it cached is not a result to reuse (see Claimer).
+	Retried bool
 	// Priority orders READY items in the build queue: the longest remaining critical
 	// path (estimated seconds) through this element to a target.
 	Priority time.Duration

@@ -243,7 +243,9 @@ func (s *Scheduler) startReady(qs *queueState, refused *[]resources.Request) {
 			best.refused = true
 			continue
 		}
-		qs.move(it, inWaitList) // started, or failed to start
+		if it.slot.place == inReady {
+			qs.move(it, inWaitList) // started, or failed to start
+		} // else another builder has it: skipped, failed or parked (claim.go)
 	}
 	for _, g := range qs.groups {
 		g.refused = false

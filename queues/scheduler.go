@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gantry-build/gantry/element"
@@ -95,6 +96,12 @@ type Scheduler struct {
 	waiters map[*Item][]entry // parked items, under the item each waits on (ready.go)
 	turn    uint64            // harvests so far
 	entered uint64            // items entered into queues so far: their order among equals
+
+	// claims are the claims held, by item, and claimWaits the items parked while
+	// another builder has theirs, claimWG their waiting goroutines (claim.go).
+	claims     map[*Item]func()
+	claimWaits int
+	claimWG    sync.WaitGroup
 }
 
 type held struct {
@@ -243,10 +250,10 @@ func (s *Scheduler) Run() *Summary {
 		for changed && (s.promote() || s.harvest()) {
 		}
 		s.publishCounts()
-		// Done when nothing runs and nothing can start. Pending retries keep the session
-		// alive unless it is quitting (they would never be harvested); so does a failure
-		// waiting for the user's decision.
-		if len(s.active) == 0 && !s.suspended && len(s.held) == 0 && (s.retries == 0 || s.quitting) {
+		// Done when nothing runs and nothing can start. Pending retries and waits for
+		// another builder keep the session alive unless it is quitting (they would
+		// never be harvested); so does a failure waiting for the user's decision.
+		if len(s.active) == 0 && !s.suspended && len(s.held) == 0 && (s.retries == 0 && s.claimWaits == 0 || s.quitting) {
 			break
 		}
 		changed = s.handle(<-s.inbox)
@@ -257,6 +264,7 @@ func (s *Scheduler) Run() *Summary {
 		}
 	}
 	close(s.ended)
+	s.endClaims()
 	sum := s.summarize()
 	s.cfg.Publish(SessionEnd{Base: Base{time.Now()}, Summary: sum})
 	return sum
@@ -349,6 +357,11 @@ func (s *Scheduler) harvest() bool {
 // skip moves it to done: its queue has nothing to do for it. What was parked on it
 // is asked again.
 func (s *Scheduler) skip(qs *queueState, it *Item, reason string) {
+	s.skipWaited(qs, it, reason, false)
+}
+
+// skipWaited is skip, for an item that waited for another builder when waited.
+func (s *Scheduler) skipWaited(qs *queueState, it *Item, reason string, waited bool) {
 	s.wake(it)
 	if it.Failed && qs == s.cachedFailureQueue() {
 		qs.failed++ // a cached failure found once tracking decided the plan
@@ -356,7 +369,7 @@ func (s *Scheduler) skip(qs *queueState, it *Item, reason string) {
 		qs.skipped++
 	}
 	qs.done = append(qs.done, it)
-	s.cfg.Publish(ElementSkipped{Base: Base{time.Now()}, Action: qs.q.Action(), Element: it.Name(), Key: it.Element.Key, Reason: reason})
+	s.cfg.Publish(ElementSkipped{Base: Base{time.Now()}, Action: qs.q.Action(), Element: it.Name(), Key: it.Element.Key, Reason: reason, Waited: waited})
 }
 
 // spawn reserves the job's resources and starts it. It returns false, leaving the item
@@ -383,6 +396,9 @@ func (s *Scheduler) spawn(qs *queueState, it *Item, refused *[]resources.Request
 		}
 		req, gated = g, true
 	}
+	if !s.claim(qs, it, req) {
+		return true // another builder has it (claim.go)
+	}
 	s.withdrawInterest(it)
 	it.attempt++
 	action := qs.q.Action()
@@ -401,6 +417,7 @@ func (s *Scheduler) spawn(qs *queueState, it *Item, refused *[]resources.Request
 	}
 	// Could not start: the item fails like a job would.
 	s.cfg.Pool.Release(req)
+	s.unclaim(it)
 	s.fail(qs, it, fmt.Sprintf("cannot start %s job: %v", action, err), "")
 	return true
 }
@@ -466,6 +483,8 @@ func (s *Scheduler) handle(m any) bool {
 		}
 	case retryDue:
 		s.retries--
+	case claimDone:
+		s.endClaimWait(m)
 	case Command:
 		s.command(m)
 	case commandRequest:
@@ -486,6 +505,9 @@ func (s *Scheduler) finish(a *activeJob, out job.Outcome) {
 		return
 	}
 	it, qs := a.item, a.qs
+	// Released once its end is booked and the hook ran: what a waiting session
+	// finds is what this job committed.
+	defer s.unclaim(it)
 	qs.running--
 	withdrawn := s.ungate(a) && out.Terminated
 	s.wake(it)
@@ -771,7 +793,7 @@ func (s *Scheduler) unhold() {
 func (s *Scheduler) unfail(qs *queueState, it *Item) {
 	qs.failed--
 	s.done--
-	it.Failed = false
+	it.Failed, it.Retried = false, true
 	if i := slices.IndexFunc(s.failed, func(f FailedElement) bool { return f.Element == it.Name() && f.Action == qs.q.Action() }); i >= 0 {
 		s.failed = slices.Delete(s.failed, i, i+1)
 	}

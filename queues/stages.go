@@ -19,6 +19,10 @@ type BuildQueue struct {
 	// gate for a free builder (see Gater); the job handler must call
 	// job.Reporter.Gate before its commands.
 	Gated bool
+	// ClaimFunc, if set, claims an item before its build starts (see Claimer): the
+	// build command takes the artifact's build-once lock in the cache, so that
+	// sessions sharing the cache build each artifact once.
+	ClaimFunc func(it *Item) Claim
 }
 
 func (BuildQueue) Action() Action { return Build }
@@ -77,6 +81,14 @@ func (q BuildQueue) GateOn() resources.Resource {
 }
 
 func (q BuildQueue) Payload(it *Item) (json.RawMessage, error) { return q.PayloadFunc(it) }
+
+// Claim makes BuildQueue a Claimer: without a ClaimFunc every build is claimed.
+func (q BuildQueue) Claim(it *Item) Claim {
+	if q.ClaimFunc == nil {
+		return Claim{Outcome: Claimed}
+	}
+	return q.ClaimFunc(it)
+}
 
 func (BuildQueue) Done(it *Item, res job.Result) { it.Cached, it.Built = true, true }
 

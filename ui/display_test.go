@@ -137,3 +137,35 @@ func TestJSONDurationsHaveMillisecondPrecision(t *testing.T) {
 		t.Errorf("job-end = %s, want %s", out.String(), want)
 	}
 }
+
+// An element waiting for another builder shows in every display, and so does the
+// end of its wait without --verbose; other skips stay quiet.
+func TestDisplaysShowAWaitForAnotherBuilder(t *testing.T) {
+	reason := "waiting for another builder of lib.toml (its build lock is held by another gantry process on the cache /c)"
+	events := []queues.Event{
+		queues.SessionStart{Base: queues.Base{Time: t0}, Project: "demo", Queues: []queues.Action{queues.Build}, Elements: 2, NameLen: len("lib.toml")},
+		queues.ElementWaiting{Base: queues.Base{Time: t0.Add(time.Second)}, Action: queues.Build, Element: "lib.toml", Key: key, Reason: reason},
+		queues.ElementSkipped{Base: queues.Base{Time: t0.Add(2 * time.Second)}, Action: queues.Build, Element: "lib.toml", Key: key,
+			Reason: "built by another gantry process on this cache: reused", Waited: true},
+		queues.ElementSkipped{Base: queues.Base{Time: t0.Add(2 * time.Second)}, Action: queues.Build, Element: "app.toml", Key: key, Reason: "cached"},
+	}
+	var plain, js bytes.Buffer
+	p, j := NewPlain(&plain, Options{}), NewJSON(&js, Options{})
+	h := &history{}
+	var tui []string
+	for _, e := range events {
+		p.Handle(e)
+		j.Handle(e)
+		if line := h.text(e); line != "" {
+			tui = append(tui, line)
+		}
+	}
+	wantContains(t, "plain output", plain.String(),
+		"[00:00:01][1a2b3c4d][build:lib.toml] WAITING  "+reason+"\n",
+		"[00:00:02][1a2b3c4d][build:lib.toml] SKIPPED  built by another gantry process on this cache: reused\n")
+	wantContains(t, "tui history", strings.Join(tui, "\n"), "build  lib.toml  waiting  "+reason, "lib.toml  skipped  built by another")
+	wantContains(t, "json", js.String(), `"event":"element-waiting","action":"build","element":"lib.toml"`)
+	if strings.Contains(plain.String()+strings.Join(tui, "\n"), "app.toml") {
+		t.Errorf("a plain skip is shown without --verbose:\n%s\n%s", plain.String(), strings.Join(tui, "\n"))
+	}
+}

@@ -14,7 +14,10 @@ import (
 // "duration" in seconds to the millisecond; each element the session never started
 // has an "element-not-started" event with the reason in "text". A build that
 // starts while the builders are busy has "gated": true in its job-start: it stages,
-// then waits for a free builder, and job-opened says when it got one. Under --ui json everything gantry writes to stderr is such
+// then waits for a free builder, and job-opened says when it got one. An element
+// that waits for another gantry process's build of it on the same cache has an
+// "element-waiting" event, what it waits for in "text"; its end is the
+// element-skipped (reused) or the failure that follows. Under --ui json everything gantry writes to stderr is such
 // a line: messages outside a session are "notice" events, and a command that fails
 // outside a session's summary (a load error, an interruption) ends with an "error"
 // event carrying "text" and "exit-code".
@@ -118,6 +121,8 @@ func (j *JSON) Handle(e queues.Event) {
 			Result: string(e.Result), Duration: seconds(e.Duration), Error: e.Error, Log: e.LogPath, Retry: e.WillRetry}
 	case queues.ElementSkipped:
 		o = jsonEvent{Time: e.Time, Event: "element-skipped", Action: e.Action, Element: e.Element, Key: e.Key, Text: e.Reason}
+	case queues.ElementWaiting:
+		o = jsonEvent{Time: e.Time, Event: "element-waiting", Action: e.Action, Element: e.Element, Key: e.Key, Text: e.Reason}
 	case queues.Notice:
 		o = jsonEvent{Time: e.Time, Event: "notice", Level: e.Level, Element: e.Element, Text: e.Text}
 	case queues.CacheCleanup:

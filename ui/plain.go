@@ -89,9 +89,11 @@ func (p *Plain) Handle(e queues.Event) {
 			}
 		}
 	case queues.ElementSkipped:
-		if p.opts.Verbose {
+		if p.opts.Verbose || e.Waited {
 			p.line(clock(e.Time.Sub(p.start)), e.Key, e.Action, e.Element, "SKIPPED", e.Reason)
 		}
+	case queues.ElementWaiting:
+		p.line(clock(e.Time.Sub(p.start)), e.Key, e.Action, e.Element, "WAITING", e.Reason)
 	case queues.Notice:
 		p.line(clock(e.Time.Sub(p.start)), "", "", e.Element, strings.ToUpper(e.Level), e.Text)
 	case queues.CacheCleanup:

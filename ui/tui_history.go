@@ -37,11 +37,13 @@ func (h *history) text(e queues.Event) string {
 			return h.line(e.Time, e.Action, e.Element, "status", e.Text)
 		}
 	case queues.ElementSkipped:
-		if h.opts.Verbose {
+		if h.opts.Verbose || e.Waited {
 			return h.line(e.Time, e.Action, e.Element, "skipped", e.Reason)
 		}
 	case queues.JobEnd:
 		return h.jobEnd(e)
+	case queues.ElementWaiting:
+		return h.line(e.Time, e.Action, e.Element, "waiting", e.Reason)
 	case queues.Notice:
 		text := e.Text
 		if e.Element != "" {

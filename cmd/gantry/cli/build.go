@@ -237,6 +237,8 @@ func runBuild(opts *buildOptions, args []string) error {
 		// A build stages while the builders are busy, and its commands start the
 		// moment one is free (element.Assemble waits at its gate for it).
 		Gated: true,
+		// Sessions sharing the cache build each artifact once (buildlock.go).
+		ClaimFunc: (&buildClaims{c: c, project: g.Project.Name, retryFailed: opts.retryFailed}).claim,
 	}
 	cleanup, err := s.cleanupConfig(opts.quota, c, g)
 	if err != nil {

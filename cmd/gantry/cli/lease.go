@@ -23,6 +23,7 @@ import (
 //   - held by another session: the job ends waiting (job.Result.WaitMs) and runs again
 //     after the server's wait, holding no token meanwhile.
 // A session that dies stops renewing: the lease expires and a waiter takes it over.
+// Sessions sharing one cache do the same locally with build locks (buildlock.go).
 
 // leaseProbeKey is asked about by probeLeases: no artifact has it.
 const leaseProbeKey = "gantry-lease-probe"
