@@ -65,8 +65,8 @@ func newBuildCmd(g *globalOptions) *cobra.Command {
 need, in dependency order, through the Fetch and Build queues. Cached elements are not
 built again; a failed build is cached too: --retry-failed builds it again.
 
-Ctrl-C (without a terminal) or SIGTERM terminates running jobs; a second Ctrl-C kills
-them. Ctrl-Z suspends every job and gantry; 'fg' resumes them.`,
+Ctrl-C (without a terminal), SIGTERM or SIGHUP terminates running jobs and prints the
+summary (exit 130; 129 for SIGHUP); a second Ctrl-C kills them. Ctrl-Z suspends every job and gantry; 'fg' resumes them.`,
 		RunE: func(cmd *cobra.Command, args []string) error { return runBuild(opts, args) },
 	}
 	opts.schedulerFlags.register(cmd)
@@ -266,7 +266,7 @@ func runBuild(opts *buildOptions, args []string) error {
 	if err := c.SaveStats(stats); err != nil {
 		opts.ios.Message("warning", err.Error())
 	}
-	return sessionError(summary)
+	return s.sessionError(summary)
 }
 
 // checkSandbox fails the session before it starts, naming the fix, when the sandbox
@@ -431,7 +431,7 @@ func (s *session) runScheduler(r schedulerRun) (*queues.Summary, error) {
 	adopted := job.AdoptOrphans() == nil
 	stopSignals := forwardSignals(sched)
 	summary := sched.Run()
-	stopSignals()
+	s.endedBy = stopSignals()
 	if adopted {
 		job.KillDescendants()
 	}
@@ -474,8 +474,10 @@ func writeTrace(path string, rec *queues.Recorder) error {
 }
 
 // sessionError turns a session's summary into the command's error (exit code).
-func sessionError(summary *queues.Summary) error {
+func (s *session) sessionError(summary *queues.Summary) error {
 	switch {
+	case summary.Interrupted && s.endedBy == syscall.SIGHUP:
+		return errHangup
 	case summary.Interrupted:
 		return errInterrupted
 	case !summary.OK():
@@ -536,15 +538,18 @@ func (s *session) display() (ui.Display, error) {
 	return nil, usagef("--ui %q: use auto, tui, plain or json", mode)
 }
 
-// forwardSignals turns signals into scheduler commands until the returned stop is called.
+// forwardSignals turns signals into scheduler commands until the returned stop is called;
+// stop returns the first signal that terminated the session (nil: none did).
 //   - SIGINT (no terminal UI): terminate; a second SIGINT kills at once.
-//   - SIGTERM: terminate.
+//   - SIGTERM, SIGHUP (the terminal or the connection closed): terminate.
 //   - SIGTSTP: suspend every job, then stop gantry itself; SIGCONT resumes the jobs.
-func forwardSignals(sched *queues.Scheduler) (stop func()) {
+func forwardSignals(sched *queues.Scheduler) (stop func() os.Signal) {
 	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGTSTP, syscall.SIGCONT)
-	done := make(chan struct{})
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGTSTP, syscall.SIGCONT)
+	done, ended := make(chan struct{}), make(chan struct{})
+	var first os.Signal // written by the goroutine only, read by stop once it ended
 	go func() {
+		defer close(ended)
 		interrupts := 0
 		for {
 			select {
@@ -559,7 +564,7 @@ func forwardSignals(sched *queues.Scheduler) (stop func()) {
 					} else {
 						sched.Send(queues.CmdTerminate)
 					}
-				case syscall.SIGTERM:
+				case syscall.SIGTERM, syscall.SIGHUP:
 					sched.Send(queues.CmdTerminate)
 				case syscall.SIGTSTP:
 					sched.Do(queues.CmdSuspend)
@@ -567,12 +572,17 @@ func forwardSignals(sched *queues.Scheduler) (stop func()) {
 				case syscall.SIGCONT:
 					sched.Send(queues.CmdResume)
 				}
+				if first == nil && sig != syscall.SIGTSTP && sig != syscall.SIGCONT {
+					first = sig
+				}
 			}
 		}
 	}()
-	return func() {
+	return func() os.Signal {
 		signal.Stop(sigs)
 		close(done)
+		<-ended
+		return first
 	}
 }
 

@@ -94,5 +94,5 @@ func runTransfer(opts *transferOptions, args []string, push bool) error {
 	if err != nil {
 		return err
 	}
-	return sessionError(summary)
+	return s.sessionError(summary)
 }
