@@ -41,7 +41,7 @@ func (f *schedulerFlags) register(cmd *cobra.Command) {
 	fl.IntVar(&f.fetchers, "fetchers", 0, "fetch jobs at once (default 10)")
 	fl.IntVar(&f.pushers, "pushers", 0, "push jobs at once (default 4)")
 	fl.IntVar(&f.maxJobs, "max-jobs", 0, "parallelism inside one build, %{max-jobs} (default: the CPUs shared among the builders, so that builders × max-jobs ≈ CPUs)")
-	fl.StringVar(&f.sandbox, "sandbox", "auto", "build sandbox: auto, host or bwrap")
+	fl.StringVar(&f.sandbox, "sandbox", defaultSandbox(), "build sandbox: auto, host or bwrap (default $GANTRY_SANDBOX, else auto)")
 	fl.StringVar(&f.quota, "cache-quota", "", "keep the local cache under `SIZE` (500M, 10G, 50%): least recently used artifacts are cleaned up")
 }
 
@@ -140,10 +140,8 @@ func (s *session) limits(f *schedulerFlags) (map[resources.Resource]int, element
 }
 
 func runBuild(opts *buildOptions, args []string) error {
-	switch opts.sandbox {
-	case "auto", "host", "bwrap":
-	default:
-		return usagef("--sandbox %q: use auto, host or bwrap", opts.sandbox)
+	if err := checkSandboxFlag(opts.sandbox); err != nil {
+		return err
 	}
 	deps, err := element.ParseDeps(opts.deps)
 	if err != nil {
@@ -269,6 +267,25 @@ func runBuild(opts *buildOptions, args []string) error {
 	return s.sessionError(summary)
 }
 
+// defaultSandbox is the sandbox of every command without a --sandbox flag, and the
+// default of the flag: $GANTRY_SANDBOX, else auto. It decides which artifacts the
+// commands see: keys of elements built with bwrap say so (element.Project.Hermetic).
+func defaultSandbox() string {
+	if v := os.Getenv("GANTRY_SANDBOX"); v != "" {
+		return v
+	}
+	return "auto"
+}
+
+// checkSandboxFlag refuses a --sandbox other than auto, host or bwrap.
+func checkSandboxFlag(kind string) error {
+	switch kind {
+	case "auto", "host", "bwrap":
+		return nil
+	}
+	return usagef("--sandbox %q: use auto, host or bwrap", kind)
+}
+
 // checkSandbox fails the session before it starts, naming the fix, when the sandbox
 // asked for cannot run on this machine and something is to be built: a fault of the
 // machine must never be cached as an element's failed build.
@@ -317,6 +334,7 @@ func (o *globalOptions) openPipeline(f *schedulerFlags, args []string, reads pip
 		return nil, err
 	}
 	s.quotaFlag = f.quota
+	s.project.Hermetic = f.sandbox == string(sandbox.Bwrap) // the keys say what the artifacts are
 	display, err := s.display()
 	if err != nil {
 		return nil, err

@@ -436,12 +436,8 @@ func TestE2EBwrapSandbox(t *testing.T) {
 	t.Parallel()
 	requireSandboxTools(t)
 	p := newE2EProject(t, map[string]string{
-		"project.toml": projectTOML("app.toml"),
-		"elements/sysroot.toml": `kind = "import"
-[[sources]]
-kind = "local"
-path = "files/sysroot"
-`,
+		"project.toml":          projectTOML("app.toml"),
+		"elements/sysroot.toml": localImport("files/sysroot"),
 		"elements/app.toml": `kind = "manual"
 build-depends = ["sysroot.toml"]
 [config]

@@ -42,7 +42,7 @@ as it was when the build failed. The command's exit code is gantry's.`,
 		},
 	}
 	cmd.Flags().BoolVar(&opts.build, "build", false, "open the tree of the element's failed build")
-	cmd.Flags().StringVar(&opts.sandbox, "sandbox", "auto", "sandbox: auto, host or bwrap")
+	cmd.Flags().StringVar(&opts.sandbox, "sandbox", defaultSandbox(), "sandbox: auto, host or bwrap (default $GANTRY_SANDBOX, else auto)")
 	return cmd
 }
 
@@ -77,6 +77,7 @@ func runShell(ctx context.Context, opts *shellOptions, name string, argv []strin
 	if err != nil {
 		return err
 	}
+	s.project.Hermetic = opts.sandbox == string(sandbox.Bwrap) // the keys of the artifacts it stages
 	var g *element.Graph
 	var e *element.Element
 	var a *cache.Artifact // only with --build: the failed build whose tree is opened
