@@ -66,7 +66,8 @@ need, in dependency order, through the Fetch and Build queues. Cached elements a
 built again; a failed build is cached too: --retry-failed builds it again.
 
 Ctrl-C (without a terminal), SIGTERM or SIGHUP terminates running jobs and prints the
-summary (exit 130; 129 for SIGHUP); a second Ctrl-C kills them. Ctrl-Z suspends every job and gantry; 'fg' resumes them.`,
+summary (exit 130; 129 for SIGHUP); a second Ctrl-C kills them. Ctrl-Z suspends every
+job and gantry; 'fg' resumes them.`,
 		RunE: func(cmd *cobra.Command, args []string) error { return runBuild(opts, args) },
 	}
 	opts.schedulerFlags.register(cmd)

@@ -32,8 +32,9 @@ type session struct {
 	user    *element.UserConfig
 	lock    *element.Lock
 
-	quotaFlag string    // --cache-quota of a scheduler command, for the TUI header
-	endedBy   os.Signal // the signal that ended the last scheduler session, if one did
+	quotaFlag string // --cache-quota of a scheduler command, for the TUI header
+
+	endedBy os.Signal // the signal that ended the last scheduler session, if one did
 }
 
 func newRootCmd(ios *IOStreams) *cobra.Command {
