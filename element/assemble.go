@@ -421,15 +421,21 @@ func buildEnv(ctx context.Context, c *cache.Cache, spec *BuildSpec, kind sandbox
 			return nil, &infraError{fmt.Errorf("making the build's HOME: %w", err)}
 		}
 	}
+	env := sandbox.FixedEnv(home, SourceDate(ctx, spec.Sources, c.SourcesDir()))
+	maps.Copy(env, own)
+	return env, nil
+}
+
+// SourceDate is SOURCE_DATE_EPOCH for sources: the newest date they give (source.Date),
+// else sandbox.DefaultSourceDate.
+func SourceDate(ctx context.Context, sources []source.Spec, sourcesDir string) time.Time {
 	date := sandbox.DefaultSourceDate
-	for i := range spec.Sources {
-		if d, ok := source.Date(ctx, &spec.Sources[i], c.SourcesDir()); ok && (date == sandbox.DefaultSourceDate || d.After(date)) {
+	for i := range sources {
+		if d, ok := source.Date(ctx, &sources[i], sourcesDir); ok && (date == sandbox.DefaultSourceDate || d.After(date)) {
 			date = d
 		}
 	}
-	env := sandbox.FixedEnv(home, date)
-	maps.Copy(env, own)
-	return env, nil
+	return date
 }
 
 // waitForBuilder is the build job's gate (job.Reporter.Gate): staging the

@@ -72,6 +72,11 @@ func TestE2EHostArtifactNeverSatisfiesBwrap(t *testing.T) {
 		t.Errorf("the host build's HOME is %q with %s entries, want a new empty directory", home, entries)
 	}
 
+	// `gantry shell` opens the build's environment.
+	if out, _ := p.mustRun(0, "shell", "--sandbox", "host", "app.toml", "--", "sh", "-c", "echo $TZ $LC_ALL $SOURCE_DATE_EPOCH"); out != "UTC C 315532800\n" {
+		t.Errorf("the shell's environment: %q, want the build's fixed one", out)
+	}
+
 	out, _ := p.mustRun(0, "explain", "--sandbox", "bwrap")
 	if !strings.Contains(out, "app.toml: its sandbox changed: host or auto (not hermetic) → bwrap (hermetic)") {
 		t.Errorf("explain --sandbox bwrap does not name the sandbox:\n%s", out)
