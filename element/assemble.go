@@ -373,12 +373,16 @@ func build(ctx context.Context, c *cache.Cache, spec *BuildSpec, r *job.Reporter
 	if kind == sandbox.Bwrap {
 		resolved = spec.Bwrap
 	}
+	env, err := buildEnv(ctx, c, spec, kind, resolved.Env)
+	if err != nil {
+		return nil, err
+	}
 	// Everything the commands need but a builder is done before the gate: after
 	// it, each command costs its log lines, its fork and its exec.
-	logBuildHeader(r, kind, reason, resolved.Env)
+	logBuildHeader(r, kind, reason, env)
 	cfg := sandbox.Config{Kind: kind, Sysroot: sysroot, BuildDir: buildDir, InstallDir: installDir,
 		SandboxBuildRoot: SandboxBuildRoot, SandboxInstallRoot: SandboxInstallRoot,
-		Env: resolved.Env, Stdout: out, Stderr: out,
+		Env: env, Stdout: out, Stderr: out,
 		// The job's process group: suspend and terminate of the job reach the commands.
 		Group: sandbox.CallerGroup}
 	runner, err := sandbox.Prepare(cfg)
@@ -403,6 +407,35 @@ func build(ctx context.Context, c *cache.Cache, spec *BuildSpec, r *job.Reporter
 		}
 	}
 	return runner, nil
+}
+
+// buildEnv is the commands' environment: sandbox.FixedEnv under the element's own
+// (which wins where it sets a variable). On the host HOME is a new, empty directory of
+// this build; SOURCE_DATE_EPOCH is the newest date the element's sources give (a git
+// source's commit time), else sandbox.DefaultSourceDate; a workspace gives none.
+func buildEnv(ctx context.Context, c *cache.Cache, spec *BuildSpec, kind sandbox.Kind, own map[string]string) (map[string]string, error) {
+	home := sandbox.SandboxHome
+	if kind != sandbox.Bwrap {
+		home = filepath.Join(spec.WorkDir, "home")
+		if err := os.Mkdir(home, 0o755); err != nil {
+			return nil, &infraError{fmt.Errorf("making the build's HOME: %w", err)}
+		}
+	}
+	env := sandbox.FixedEnv(home, SourceDate(ctx, spec.Sources, c.SourcesDir()))
+	maps.Copy(env, own)
+	return env, nil
+}
+
+// SourceDate is SOURCE_DATE_EPOCH for sources: the newest date they give (source.Date),
+// else sandbox.DefaultSourceDate.
+func SourceDate(ctx context.Context, sources []source.Spec, sourcesDir string) time.Time {
+	date := sandbox.DefaultSourceDate
+	for i := range sources {
+		if d, ok := source.Date(ctx, &sources[i], sourcesDir); ok && (date == sandbox.DefaultSourceDate || d.After(date)) {
+			date = d
+		}
+	}
+	return date
 }
 
 // waitForBuilder is the build job's gate (job.Reporter.Gate): staging the

@@ -35,6 +35,9 @@ func decodeTOML(path, display string, v any) (*tomlDoc, error) {
 func decodeTOMLBytes(data []byte, display string, v any) (*tomlDoc, error) {
 	text := string(data)
 	doc := &tomlDoc{display: display, text: text}
+	if err := checkDepth(data, doc); err != nil {
+		return nil, err
+	}
 	md, err := toml.Decode(text, v)
 	doc.md = md
 	if err != nil {

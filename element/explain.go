@@ -14,7 +14,9 @@ import (
 // which part changed: it is recorded with every artifact (compact JSON) and `explain`
 // compares the current one with the last build's.
 type Inputs struct {
-	Kind      string            `json:"kind"`
+	Kind string `json:"kind"`
+	// Sandbox is the key's sandbox class: "bwrap" for a hermetic build, "" otherwise.
+	Sandbox   string            `json:"sandbox,omitempty"`
 	Variables map[string]string `json:"vars,omitempty"` // expanded as for the key
 	// Defs holds the definitions of the variables that refer to others ("%{prefix}/bin"),
 	// to tell the variable that was edited from those that changed with it.
@@ -49,7 +51,7 @@ func (in *Inputs) HashFiles() {
 // Inputs returns what e's key is computed from, local files not yet hashed one by one
 // (HashFiles does).
 func (g *Graph) Inputs(e *Element) *Inputs {
-	in := &Inputs{Kind: e.Kind.Name, Config: g.resolvedConfig(e), Deps: map[string]string{}}
+	in := &Inputs{Kind: e.Kind.Name, Sandbox: g.sandboxClass(e), Config: g.resolvedConfig(e), Deps: map[string]string{}}
 	vars := e.Variables(g.Project, KeyPaths)
 	if all, err := vars.All(); err == nil {
 		in.Variables = all
@@ -113,7 +115,7 @@ type Explanation struct {
 
 // Change is one difference of inputs.
 type Change struct {
-	What string `json:"what"` // kind, source, local-file, variable, command, environment, config, dependency
+	What string `json:"what"` // kind, sandbox, source, local-file, variable, command, environment, config, dependency
 	Name string `json:"name,omitempty"`
 	Old  string `json:"old,omitempty"`
 	New  string `json:"new,omitempty"`
@@ -123,6 +125,8 @@ func (c *Change) String() string {
 	switch c.What {
 	case "kind":
 		return fmt.Sprintf("its kind changed: %s → %s", c.Old, c.New)
+	case "sandbox":
+		return fmt.Sprintf("its sandbox changed: %s → %s (a host artifact never satisfies a hermetic build)", c.Old, c.New)
 	case "local-file":
 		return fmt.Sprintf("local file %s %s, in %s", c.Name, c.New, c.Old)
 	case "variable", "environment":
@@ -199,6 +203,9 @@ func ownChange(old, cur *Inputs) *Change {
 	if old.Kind != cur.Kind {
 		return &Change{What: "kind", Old: old.Kind, New: cur.Kind}
 	}
+	if old.Sandbox != cur.Sandbox {
+		return &Change{What: "sandbox", Old: sandboxName(old.Sandbox), New: sandboxName(cur.Sandbox)}
+	}
 	if ws := workspaceOf(cur); ws != workspaceOf(old) {
 		if ws != "" {
 			return &Change{What: "source", Name: "workspace", New: "it builds from its workspace " + ws}
@@ -256,6 +263,14 @@ func ownChange(old, cur *Inputs) *Change {
 		return c
 	}
 	return &Change{What: "config", Name: "config (source, target, include or exclude)"}
+}
+
+// sandboxName describes a key's sandbox class for explain.
+func sandboxName(class string) string {
+	if class == HermeticSandbox {
+		return "bwrap (hermetic)"
+	}
+	return "host or auto (not hermetic)"
 }
 
 // workspaceOf is the workspace in's element built from, or "".

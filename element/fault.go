@@ -21,6 +21,7 @@ import (
 //   - an infraError (staging) or a sandbox that cannot run here (sandbox.MachineError);
 //   - a full disk or quota (ENOSPC, EDQUOT) wherever gantry itself met it;
 //   - a corrupt source-cache file (source.CorruptError);
+//   - a source past a size limit of this machine (source.LimitError);
 //   - a command that failed while the filesystem holding the build is full, or that
 //     said "No space left on device" or "Disk quota exceeded" (out saw it): its exit
 //     status cannot say why it failed, and a tool that met ENOSPC may have deleted
@@ -32,8 +33,9 @@ func machineFault(buildErr error, workDir string, out *faultWatcher) error {
 	var infra *infraError
 	var machine *sandbox.MachineError
 	var corrupt *source.CorruptError
+	var limit *source.LimitError
 	switch {
-	case errors.As(buildErr, &infra), errors.As(buildErr, &machine), errors.As(buildErr, &corrupt):
+	case errors.As(buildErr, &infra), errors.As(buildErr, &machine), errors.As(buildErr, &corrupt), errors.As(buildErr, &limit):
 		return buildErr
 	case errors.Is(buildErr, syscall.ENOSPC), errors.Is(buildErr, syscall.EDQUOT):
 		return fmt.Errorf("%w (the disk is full: free some space and build again)", buildErr)

@@ -12,14 +12,20 @@ import (
 	"strings"
 )
 
-// keyVersion changes whenever the key encoding changes, so old artifacts are not reused.
-const keyVersion = 1
+// keyVersion changes whenever the key encoding changes, so old artifacts are not reused;
+// or what a build runs with does: 2 gave every command the fixed environment of
+// sandbox.FixedEnv (HOME, TZ, LC_ALL, SOURCE_DATE_EPOCH).
+const keyVersion = 2
 
 // keyInput is everything that affects an element's build. encoding/json writes map keys
 // sorted, so the encoding is canonical.
 type keyInput struct {
-	Version   int               `json:"v"`
-	Kind      string            `json:"kind"`
+	Version int    `json:"v"`
+	Kind    string `json:"kind"`
+	// Sandbox is "bwrap" when the element's commands run in the hermetic bwrap sandbox
+	// (sandboxClass), empty otherwise: a host artifact never has the key of a hermetic
+	// build, so a hermetic request never accepts one, locally or from a remote.
+	Sandbox   string            `json:"sandbox,omitempty"`
 	Config    *Resolved         `json:"config"`
 	Sources   []string          `json:"sources"`
 	BuildDeps map[string]string `json:"build-deps"`
@@ -104,12 +110,28 @@ func (g *Graph) ComputeKey(e *Element) {
 	if e.configJSON == nil {
 		e.encodeConfig(g)
 	}
-	data := appendKeyInput(make([]byte, 0, 256+len(e.configJSON)), e.Kind.Name, e.configJSON, e.sourceKeys, e.BuildDeps, e.RunDeps)
+	data := appendKeyInput(make([]byte, 0, 256+len(e.configJSON)), e.Kind.Name, g.sandboxClass(e), e.configJSON, e.sourceKeys, e.BuildDeps, e.RunDeps)
 	sum := sha256.Sum256(data)
 	e.Key = hex.EncodeToString(sum[:])
 	if g.parseCache != nil {
 		g.rememberKey(e, inputs)
 	}
+}
+
+// HermeticSandbox is the sandbox class of a hermetic build (keyInput.Sandbox).
+const HermeticSandbox = "bwrap"
+
+// sandboxClass is what e's key says of the sandbox its commands run in: "bwrap" when
+// the project is built hermetically (Project.Hermetic: --sandbox bwrap) and e's kind
+// runs commands; "" otherwise: on the host, or under auto, which picks bwrap or the host
+// only once the dependencies are staged, after the key is computed, so its artifacts
+// are not promised hermetic. Kinds that run no commands (import, stack, compose) make
+// the same artifact in any sandbox.
+func (g *Graph) sandboxClass(e *Element) string {
+	if g.Project != nil && g.Project.Hermetic && e.Kind.Commands {
+		return HermeticSandbox
+	}
+	return ""
 }
 
 // KeyInput returns the canonical JSON the key of e is computed from (for debugging and
@@ -122,7 +144,7 @@ func (g *Graph) KeyInput(e *Element) []byte {
 		}
 		return m
 	}
-	data, _ := json.MarshalIndent(keyInput{Version: keyVersion, Kind: e.Kind.Name, Config: g.resolvedConfig(e),
+	data, _ := json.MarshalIndent(keyInput{Version: keyVersion, Kind: e.Kind.Name, Sandbox: g.sandboxClass(e), Config: g.resolvedConfig(e),
 		Sources: e.sourceKeys, BuildDeps: deps(e.BuildDeps), RunDeps: deps(e.RunDeps)}, "", "  ")
 	return data
 }
@@ -131,11 +153,15 @@ func (g *Graph) KeyInput(e *Element) []byte {
 // in order, maps with sorted keys, nil slices as null), with the config already encoded:
 // reflection over the struct and its maps, and the re-scan of the raw config, were
 // most of ComputeKey's time. TestKeyInputEncoding holds it to json.Marshal's bytes.
-func appendKeyInput(b []byte, kind string, config []byte, sources []string, buildDeps, runDeps []*Element) []byte {
+func appendKeyInput(b []byte, kind, sandbox string, config []byte, sources []string, buildDeps, runDeps []*Element) []byte {
 	b = append(b, `{"v":`...)
 	b = strconv.AppendInt(b, keyVersion, 10)
 	b = append(b, `,"kind":`...)
 	b = appendJSONString(b, kind)
+	if sandbox != "" {
+		b = append(b, `,"sandbox":`...)
+		b = appendJSONString(b, sandbox)
+	}
 	b = append(b, `,"config":`...)
 	b = append(b, config...)
 	b = append(b, `,"sources":`...)

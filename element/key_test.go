@@ -240,15 +240,34 @@ build-commands = ["a && b > c < d", "é \"q\""]
 `)
 	files["files/lib/lib.c"] = "int lib;\n"
 	dir := writeProject(t, files)
-	g := mustGraph(t, dir, "app.toml")
-	want := map[string]string{
-		"app.toml":  "ffaa98bfa2ed47ebe5fdc74407ac3414046dcf86cf5523a3d32be6d538e804ec",
-		"lib.toml":  "447912fb884c9bfa41f037dd6a668eee149e5e23ac1cb365a1fdee6855626137",
-		"tool.toml": "4cde40f24f0d455c9bffbc025eee982f6bea1e1ae9cbb547088d19fe04b04f4d",
+	// keyVersion 2 (the fixed build environment) changed every key; a hermetic build
+	// (--sandbox bwrap) has keys of its own for the elements that run commands.
+	want := map[bool]map[string]string{
+		false: {
+			"app.toml":  "548ea5af3a9995e0020810eee033314beca4eeecdf764f1e1ecd36afe7566f18",
+			"lib.toml":  "1685be0c856403f608c9efe2e49efc557162b415349c935cc15f596f87f765f1",
+			"tool.toml": "55c65a4aded8476cdce61767806ede3e7b4e22acd3fd91f7681c8a9998ec08bb",
+		},
+		true: {
+			"app.toml":  "bc39c3951615ae1fe703e967758168d037ec030f00e5786a120910e2967513ff",
+			"lib.toml":  "149946e30f9d5d89168b323f725bed53c83c9a2dae2df9844182aacb12dc02c8",
+			"tool.toml": "55c65a4aded8476cdce61767806ede3e7b4e22acd3fd91f7681c8a9998ec08bb", // runs no commands
+		},
 	}
-	for name, k := range want {
-		if got := g.Elements[name].Key; got != k {
-			t.Errorf("key of %s = %s, want %s", name, got, k)
+	for _, hermetic := range []bool{false, true} {
+		p, err := LoadProject(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Hermetic = hermetic
+		g, err := Load(p, &Lock{Entries: map[string][]string{}}, []string{"app.toml"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, k := range want[hermetic] {
+			if got := g.Elements[name].Key; got != k {
+				t.Errorf("hermetic %v: key of %s = %s, want %s", hermetic, name, got, k)
+			}
 		}
 	}
 }
@@ -263,8 +282,9 @@ func TestKeyInputEncoding(t *testing.T) {
 		Env: map[string]string{"Z": "1", "A": "\u00e9"}}
 	for i, name := range odd {
 		deps := []*Element{{Name: odd[(i+3)%len(odd)], Key: name}, {Name: name, Key: "k" + name}, {Name: odd[(i+3)%len(odd)], Key: name}}
-		for _, sources := range [][]string{nil, {}, {name, "abc"}} {
-			want, err := json.Marshal(keyInput{Version: keyVersion, Kind: name, Config: config, Sources: sources,
+		for j, sources := range [][]string{nil, {}, {name, "abc"}} {
+			sandbox := []string{"", HermeticSandbox, name}[j]
+			want, err := json.Marshal(keyInput{Version: keyVersion, Kind: name, Sandbox: sandbox, Config: config, Sources: sources,
 				BuildDeps: depKeys(deps), RunDeps: depKeys(deps[:i%2])})
 			if err != nil {
 				t.Fatal(err)
@@ -273,7 +293,7 @@ func TestKeyInputEncoding(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := appendKeyInput(nil, name, configJSON, sources, deps, deps[:i%2])
+			got := appendKeyInput(nil, name, sandbox, configJSON, sources, deps, deps[:i%2])
 			if string(got) != string(want) {
 				t.Errorf("name %q, sources %#v:\n got %s\nwant %s", name, sources, got, want)
 			}

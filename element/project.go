@@ -32,6 +32,9 @@ type Project struct {
 	// WorkspaceDir is where `workspace open` puts workspaces by default: relative to
 	// the project root, or absolute.
 	WorkspaceDir string `toml:"workspace-dir"`
+	// Hermetic is set by the command, not the file (--sandbox bwrap): the commands of
+	// every element run in the bwrap sandbox, and their keys say so (sandboxClass).
+	Hermetic bool `toml:"-"`
 	// Workspaces maps an element to the directory of its open workspace (from
 	// WorkspacesFile).
 	Workspaces map[string]string `toml:"-"`

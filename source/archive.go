@@ -264,7 +264,7 @@ func (b *budget) take(h *tar.Header) error {
 }
 
 func (b *budget) exceeded() error {
-	return fmt.Errorf("the archive unpacks to more than %d bytes, the limit (a decompression bomb? GANTRY_MAX_UNPACKED_SIZE raises it)", b.limit)
+	return &LimitError{Limit: b.limit, Unpack: true}
 }
 
 // extractor writes members under root; the kernel keeps every write inside it.

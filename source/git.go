@@ -655,3 +655,22 @@ func (t *tailBuffer) Write(p []byte) (int, error) {
 }
 
 func (t *tailBuffer) String() string { return string(t.buf) }
+
+// Date returns the time the source's content was last changed, where the source says so
+// itself: a git source's commit time (its committer date at Ref, from the source cache).
+// Other kinds report false: a tarball's member times and a local file's mtime are not
+// the source's date. Used for SOURCE_DATE_EPOCH.
+func Date(ctx context.Context, s *Spec, sourcesDir string) (time.Time, bool) {
+	if s.Kind != Git || s.Ref == "" {
+		return time.Time{}, false
+	}
+	out, err := runGit(ctx, gitRun{}, "--git-dir="+mirrorPath(sourcesDir, s.URL), "show", "-s", "--format=%ct", s.Ref+"^{commit}")
+	if err != nil {
+		return time.Time{}, false
+	}
+	secs, err := strconv.ParseInt(strings.TrimSpace(out), 10, 64)
+	if err != nil {
+		return time.Time{}, false
+	}
+	return time.Unix(secs, 0), true
+}

@@ -494,3 +494,28 @@ func TestGitDeadline(t *testing.T) {
 		t.Error("a passed deadline is temporary")
 	}
 }
+
+// Date is a git source's commit time at its ref (SOURCE_DATE_EPOCH); other kinds and a
+// ref not in the source cache have none.
+func TestGitDate(t *testing.T) {
+	needGit(t)
+	up := newUpstream(t, "dated.git")
+	up.write("README", "dated\n", 0o644)
+	t.Setenv("GIT_COMMITTER_DATE", "2001-02-03T04:05:06Z")
+	ref := up.commit("dated")
+	ctx := context.Background()
+	o := fetchOpts(t)
+	s := &Spec{Kind: Git, URL: up.url(), Ref: ref}
+	if _, ok := Date(ctx, s, o.SourcesDir); ok {
+		t.Error("a date for a commit not fetched yet")
+	}
+	if err := Fetch(ctx, s, o); err != nil {
+		t.Fatal(err)
+	}
+	if d, ok := Date(ctx, s, o.SourcesDir); !ok || d.Unix() != 981173106 {
+		t.Errorf("Date = %v, %v; want 2001-02-03T04:05:06Z", d.UTC(), ok)
+	}
+	if _, ok := Date(ctx, &Spec{Kind: Tar, URL: "https://example.com/a.tar", Ref: "abc"}, o.SourcesDir); ok {
+		t.Error("a date for a tarball")
+	}
+}

@@ -120,11 +120,20 @@ func sizeFromEnv(name string, def int64) (int64, error) {
 	return n, nil
 }
 
-// errTooLarge is a download past the size limit.
-type errTooLarge struct{ limit int64 }
+// LimitError is a source past one of gantry's size limits: a download past
+// GANTRY_MAX_DOWNLOAD_SIZE, an archive unpacking past GANTRY_MAX_UNPACKED_SIZE. The limit
+// is this machine's setting, not a property of the element, so a build that meets one is
+// a staging failure: never cached as the element's, built again once the limit is raised.
+type LimitError struct {
+	Limit  int64
+	Unpack bool // GANTRY_MAX_UNPACKED_SIZE, else GANTRY_MAX_DOWNLOAD_SIZE
+}
 
-func (e *errTooLarge) Error() string {
-	return fmt.Sprintf("larger than %d bytes, the download limit (raise GANTRY_MAX_DOWNLOAD_SIZE if it is genuine)", e.limit)
+func (e *LimitError) Error() string {
+	if e.Unpack {
+		return fmt.Sprintf("the archive unpacks to more than %d bytes, the limit (a decompression bomb? GANTRY_MAX_UNPACKED_SIZE raises it)", e.Limit)
+	}
+	return fmt.Sprintf("larger than %d bytes, the download limit (raise GANTRY_MAX_DOWNLOAD_SIZE if it is genuine)", e.Limit)
 }
 
 func (o *FetchOptions) httpClient() *http.Client {
@@ -229,12 +238,12 @@ func downloadHTTP(parent context.Context, rawURL string, w io.Writer, o *FetchOp
 	}
 	total := max(resp.ContentLength, 0)
 	if total > limit {
-		return &NetworkError{URL: rawURL, Op: "downloading", Err: &errTooLarge{limit}}
+		return &NetworkError{URL: rawURL, Op: "downloading", Err: &LimitError{Limit: limit}}
 	}
 	o.logf("downloading %s (%s)", redactURL(rawURL), sizeString(total))
 	pw := &progressWriter{w: w, total: total, limit: limit, progress: o.Progress, onData: func() { watchdog.Reset(idle) }}
 	if _, err := io.Copy(pw, resp.Body); err != nil {
-		var big *errTooLarge
+		var big *LimitError
 		if errors.As(err, &big) {
 			return &NetworkError{URL: rawURL, Op: "downloading", Err: big}
 		}
@@ -303,7 +312,7 @@ func (p *progressWriter) Write(b []byte) (int, error) {
 		p.onData()
 	}
 	if p.limit > 0 && p.done+int64(len(b)) > p.limit {
-		return 0, &errTooLarge{p.limit}
+		return 0, &LimitError{Limit: p.limit}
 	}
 	n, err := p.w.Write(b)
 	p.done += int64(n)

@@ -52,6 +52,13 @@ func (s *session) artifactOf(c *cache.Cache, name string) (*element.Graph, *elem
 		return g, e, nil, fmt.Errorf("%s has no cache key (a source has no ref): run `gantry track %s`", e.Name, e.Name)
 	}
 	a, err := c.Lookup(s.project.Name, e.Name, e.Key)
+	if errors.Is(err, cache.ErrNotFound) && !s.project.Hermetic {
+		if hg, herr := s.hermeticGraph([]string{name}); herr == nil && hg.Targets[0].Key != "" {
+			if ha, herr := c.Lookup(s.project.Name, e.Name, hg.Targets[0].Key); herr == nil {
+				return hg, hg.Targets[0], ha, nil // built only with --sandbox bwrap (see hermeticGraph)
+			}
+		}
+	}
 	if errors.Is(err, cache.ErrNotFound) {
 		return g, e, nil, fmt.Errorf("%s is not in the cache at key %s: run `gantry build %s`", e.Name, e.ShortKey(), e.Name)
 	}

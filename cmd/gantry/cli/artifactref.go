@@ -90,13 +90,41 @@ func (s *session) artifactArgs(c *cache.Cache, args []string, deps element.Deps)
 	if err != nil {
 		return nil, err
 	}
+	var hermetic *element.Graph // loaded when an element has no artifact at its current key
 	for _, e := range g.Select(g.Targets, deps) {
 		if e.Key == "" {
 			return nil, fmt.Errorf("%s has no cache key (a source has no ref): run `gantry track %s`", e.Name, e.Name)
 		}
-		out = append(out, artifactArg{ref: cache.ArtifactRef{Project: s.project.Name, Element: e.Name, Key: e.Key}, current: e, graph: g})
+		arg := artifactArg{ref: cache.ArtifactRef{Project: s.project.Name, Element: e.Name, Key: e.Key}, current: e, graph: g}
+		if found, _, _ := c.Outcome(s.project.Name, e.Name, e.Key); !found && !s.project.Hermetic {
+			if hermetic == nil {
+				if hermetic, err = s.hermeticGraph(names); err != nil {
+					return nil, err
+				}
+			}
+			if h := hermetic.Elements[e.Name]; h != nil && h.Key != "" {
+				if found, _, _ := c.Outcome(s.project.Name, h.Name, h.Key); found {
+					arg = artifactArg{ref: cache.ArtifactRef{Project: s.project.Name, Element: h.Name, Key: h.Key}, current: h, graph: hermetic}
+				}
+			}
+		}
+		out = append(out, arg)
 	}
 	return out, nil
+}
+
+// hermeticGraph loads names as a --sandbox bwrap build sees them. A command without
+// --sandbox (and without GANTRY_SANDBOX=bwrap) that finds no artifact of an element at
+// its current key takes the element's hermetic artifact instead, if it has one: an
+// element built only with --sandbox bwrap. (Never the other way round: a hermetic
+// request never takes a host artifact.)
+func (s *session) hermeticGraph(names []string) (*element.Graph, error) {
+	project := s.project
+	defer func() { s.project = project }()
+	hermetic := *project
+	hermetic.Hermetic = true
+	s.project = &hermetic
+	return s.loadGraph(names)
 }
 
 func (s *session) elementExists(name string) bool {

@@ -41,7 +41,7 @@ func (f *schedulerFlags) register(cmd *cobra.Command) {
 	fl.IntVar(&f.fetchers, "fetchers", 0, "fetch jobs at once (default 10)")
 	fl.IntVar(&f.pushers, "pushers", 0, "push jobs at once (default 4)")
 	fl.IntVar(&f.maxJobs, "max-jobs", 0, "parallelism inside one build, %{max-jobs} (default: the CPUs shared among the builders, so that builders × max-jobs ≈ CPUs)")
-	fl.StringVar(&f.sandbox, "sandbox", "auto", "build sandbox: auto, host or bwrap")
+	fl.StringVar(&f.sandbox, "sandbox", defaultSandbox(), "build sandbox: auto, host or bwrap (default $GANTRY_SANDBOX, else auto)")
 	fl.StringVar(&f.quota, "cache-quota", "", "keep the local cache under `SIZE` (500M, 10G, 50%): least recently used artifacts are cleaned up")
 }
 
@@ -65,8 +65,9 @@ func newBuildCmd(g *globalOptions) *cobra.Command {
 need, in dependency order, through the Fetch and Build queues. Cached elements are not
 built again; a failed build is cached too: --retry-failed builds it again.
 
-Ctrl-C (without a terminal) or SIGTERM terminates running jobs; a second Ctrl-C kills
-them. Ctrl-Z suspends every job and gantry; 'fg' resumes them.`,
+Ctrl-C (without a terminal), SIGTERM or SIGHUP terminates running jobs and prints the
+summary (exit 130; 129 for SIGHUP); a second Ctrl-C kills them. Ctrl-Z suspends every
+job and gantry; 'fg' resumes them.`,
 		RunE: func(cmd *cobra.Command, args []string) error { return runBuild(opts, args) },
 	}
 	opts.schedulerFlags.register(cmd)
@@ -140,10 +141,8 @@ func (s *session) limits(f *schedulerFlags) (map[resources.Resource]int, element
 }
 
 func runBuild(opts *buildOptions, args []string) error {
-	switch opts.sandbox {
-	case "auto", "host", "bwrap":
-	default:
-		return usagef("--sandbox %q: use auto, host or bwrap", opts.sandbox)
+	if err := checkSandboxFlag(opts.sandbox); err != nil {
+		return err
 	}
 	deps, err := element.ParseDeps(opts.deps)
 	if err != nil {
@@ -268,7 +267,26 @@ func runBuild(opts *buildOptions, args []string) error {
 	if err := c.SaveStats(stats); err != nil {
 		opts.ios.Message("warning", err.Error())
 	}
-	return sessionError(summary)
+	return s.sessionError(summary)
+}
+
+// defaultSandbox is the sandbox of every command without a --sandbox flag, and the
+// default of the flag: $GANTRY_SANDBOX, else auto. It decides which artifacts the
+// commands see: keys of elements built with bwrap say so (element.Project.Hermetic).
+func defaultSandbox() string {
+	if v := os.Getenv("GANTRY_SANDBOX"); v != "" {
+		return v
+	}
+	return "auto"
+}
+
+// checkSandboxFlag refuses a --sandbox other than auto, host or bwrap.
+func checkSandboxFlag(kind string) error {
+	switch kind {
+	case "auto", "host", "bwrap":
+		return nil
+	}
+	return usagef("--sandbox %q: use auto, host or bwrap", kind)
 }
 
 // checkSandbox fails the session before it starts, naming the fix, when the sandbox
@@ -319,6 +337,7 @@ func (o *globalOptions) openPipeline(f *schedulerFlags, args []string, reads pip
 		return nil, err
 	}
 	s.quotaFlag = f.quota
+	s.project.Hermetic = f.sandbox == string(sandbox.Bwrap) // the keys say what the artifacts are
 	display, err := s.display()
 	if err != nil {
 		return nil, err
@@ -433,7 +452,7 @@ func (s *session) runScheduler(r schedulerRun) (*queues.Summary, error) {
 	adopted := job.AdoptOrphans() == nil
 	stopSignals := forwardSignals(sched)
 	summary := sched.Run()
-	stopSignals()
+	s.endedBy = stopSignals()
 	if adopted {
 		job.KillDescendants()
 	}
@@ -476,8 +495,10 @@ func writeTrace(path string, rec *queues.Recorder) error {
 }
 
 // sessionError turns a session's summary into the command's error (exit code).
-func sessionError(summary *queues.Summary) error {
+func (s *session) sessionError(summary *queues.Summary) error {
 	switch {
+	case summary.Interrupted && s.endedBy == syscall.SIGHUP:
+		return errHangup
 	case summary.Interrupted:
 		return errInterrupted
 	case !summary.OK():
@@ -538,15 +559,18 @@ func (s *session) display() (ui.Display, error) {
 	return nil, usagef("--ui %q: use auto, tui, plain or json", mode)
 }
 
-// forwardSignals turns signals into scheduler commands until the returned stop is called.
+// forwardSignals turns signals into scheduler commands until the returned stop is called;
+// stop returns the first signal that terminated the session (nil: none did).
 //   - SIGINT (no terminal UI): terminate; a second SIGINT kills at once.
-//   - SIGTERM: terminate.
+//   - SIGTERM, SIGHUP (the terminal or the connection closed): terminate.
 //   - SIGTSTP: suspend every job, then stop gantry itself; SIGCONT resumes the jobs.
-func forwardSignals(sched *queues.Scheduler) (stop func()) {
+func forwardSignals(sched *queues.Scheduler) (stop func() os.Signal) {
 	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGTSTP, syscall.SIGCONT)
-	done := make(chan struct{})
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGTSTP, syscall.SIGCONT)
+	done, ended := make(chan struct{}), make(chan struct{})
+	var first os.Signal // written by the goroutine only, read by stop once it ended
 	go func() {
+		defer close(ended)
 		interrupts := 0
 		for {
 			select {
@@ -561,7 +585,7 @@ func forwardSignals(sched *queues.Scheduler) (stop func()) {
 					} else {
 						sched.Send(queues.CmdTerminate)
 					}
-				case syscall.SIGTERM:
+				case syscall.SIGTERM, syscall.SIGHUP:
 					sched.Send(queues.CmdTerminate)
 				case syscall.SIGTSTP:
 					sched.Do(queues.CmdSuspend)
@@ -569,12 +593,17 @@ func forwardSignals(sched *queues.Scheduler) (stop func()) {
 				case syscall.SIGCONT:
 					sched.Send(queues.CmdResume)
 				}
+				if first == nil && sig != syscall.SIGTSTP && sig != syscall.SIGCONT {
+					first = sig
+				}
 			}
 		}
 	}()
-	return func() {
+	return func() os.Signal {
 		signal.Stop(sigs)
 		close(done)
+		<-ended
+		return first
 	}
 }
 

@@ -5,8 +5,12 @@ package cli
 // (BuildStream's test_host_tools_errors_are_not_cached).
 
 import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -121,5 +125,48 @@ func TestE2ECorruptSourceIsNotCached(t *testing.T) {
 	p.mustRun(0, "build", "--ui", "json", "--sandbox", "host")
 	if st := p.state("a.toml"); st != "cached" {
 		t.Errorf("after the rebuild a.toml is %q, want cached", st)
+	}
+}
+
+// A source past a size limit (GANTRY_MAX_DOWNLOAD_SIZE, GANTRY_MAX_UNPACKED_SIZE) fails
+// the session but is not the element's failure: with the limit raised, the next session
+// builds without --retry-failed.
+func TestE2ESizeLimitIsNotCached(t *testing.T) {
+	t.Parallel()
+	// 3 MB of zeros: a tarball of a few KB once gzipped.
+	var tgz bytes.Buffer
+	zw := gzip.NewWriter(&tgz)
+	tw := tar.NewWriter(zw)
+	zeros := make([]byte, 3<<20)
+	if err := tw.WriteHeader(&tar.Header{Name: "zeros", Mode: 0o644, Size: int64(len(zeros)), Typeflag: tar.TypeReg}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tw.Write(zeros); err != nil {
+		t.Fatal(err)
+	}
+	if err := errors.Join(tw.Close(), zw.Close()); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(tgz.Bytes())
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write(tgz.Bytes()) }))
+	t.Cleanup(srv.Close)
+	element := fmt.Sprintf("kind = \"manual\"\n[[sources]]\nkind = \"tar\"\nurl = %q\nref = %q\n"+
+		"[config]\nbuild-commands = [\"cp zeros %%{install-root}/\"]\n", srv.URL+"/zeros.tar.gz", hex.EncodeToString(sum[:]))
+	for _, c := range []struct{ name, env, want string }{
+		{"download", "GANTRY_MAX_DOWNLOAD_SIZE=1K", "GANTRY_MAX_DOWNLOAD_SIZE"},
+		{"unpacked", "GANTRY_MAX_UNPACKED_SIZE=1M", "GANTRY_MAX_UNPACKED_SIZE"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			p := newE2EProject(t, map[string]string{"project.toml": projectTOML("a.toml"), "elements/a.toml": element})
+			env := p.env
+			p.env = append(env, c.env)
+			assertFaultNotCached(t, p, "a.toml", c.want, "--sandbox", "host")
+			p.env = env
+			p.mustRun(0, "build", "--ui", "json", "--sandbox", "host")
+			if st := p.state("a.toml"); st != "cached" {
+				t.Errorf("with the limit raised a.toml is %q, want cached", st)
+			}
+		})
 	}
 }

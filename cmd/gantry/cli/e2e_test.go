@@ -436,12 +436,8 @@ func TestE2EBwrapSandbox(t *testing.T) {
 	t.Parallel()
 	requireSandboxTools(t)
 	p := newE2EProject(t, map[string]string{
-		"project.toml": projectTOML("app.toml"),
-		"elements/sysroot.toml": `kind = "import"
-[[sources]]
-kind = "local"
-path = "files/sysroot"
-`,
+		"project.toml":          projectTOML("app.toml"),
+		"elements/sysroot.toml": localImport("files/sysroot"),
 		"elements/app.toml": `kind = "manual"
 build-depends = ["sysroot.toml"]
 [config]
@@ -503,5 +499,55 @@ func copyFile(t *testing.T, from, to string, mode os.FileMode) {
 	}
 	if err := dst.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// SIGHUP (the terminal or the ssh connection closed) ends a session as SIGTERM does:
+// every running job's process group is terminated, the summary is printed, and gantry
+// exits 129.
+func TestE2ESighupEndsTheSession(t *testing.T) {
+	t.Parallel()
+	p := newE2EProject(t, map[string]string{"project.toml": projectTOML("a.toml", "b.toml")})
+	gate := p.scratch("gate")
+	if err := syscall.Mkfifo(gate, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pids := map[string]string{}
+	for _, name := range []string{"a", "b"} {
+		pids[name] = p.scratch(name + ".pid")
+		// Blocked on the test's fifo, which nobody ever writes.
+		p.write("elements/"+name+".toml", manualElement(nil, fmt.Sprintf("echo $$ > %s; read line < %s", pids[name], gate)))
+	}
+	g := p.start("build", "--ui", "json", "--sandbox", "host", "--builders", "2")
+	var groups []int
+	for _, name := range []string{"a", "b"} {
+		sh := readPid(t, pids[name])
+		info, ok := proctest.Read(sh)
+		if !ok || info.PGrp == g.pid() || info.PGrp == syscall.Getpgrp() {
+			t.Fatalf("the build command of %s.toml (pid %d) is not running in a job group of its own: %+v", name, sh, info)
+		}
+		killGroupOnCleanup(t, info.PGrp)
+		groups = append(groups, info.PGrp)
+	}
+
+	g.signal(syscall.SIGHUP)
+	if code := g.wait(e2eTimeout); code != exitHangup {
+		t.Fatalf("gantry exited with %d after SIGHUP, want %d\n%s", code, exitHangup, g.output())
+	}
+	for _, pgid := range groups {
+		eventually(t, 2*time.Second, fmt.Sprintf("job process group %d is empty", pgid), func() bool { return len(proctest.Group(pgid)) == 0 })
+	}
+	end, ok := findEvent(g.snapshot(), "session-end", "", "")
+	if !ok || end.Summary == nil || !end.Summary.Interrupted {
+		t.Fatalf("no session-end summary saying interrupted: %+v\n%s", end.Summary, g.output())
+	}
+	for _, name := range []string{"a.toml", "b.toml"} {
+		if e, ok := findEvent(g.snapshot(), "job-end", "build", name); !ok || e.Result != "terminated" {
+			t.Errorf("job-end of %s: %+v, want result terminated", name, e)
+		}
+		assertNotBuilt(t, p, name)
+	}
+	if last := lastEvent(t, g.output()); last.Event != "error" || last.Text != "interrupted by SIGHUP" || last.ExitCode == nil || *last.ExitCode != exitHangup {
+		t.Errorf("stderr does not end with an error event 'interrupted by SIGHUP' (exit %d)\n%s", exitHangup, g.output())
 	}
 }

@@ -373,13 +373,9 @@ func TestE2EBwrapShellJobControl(t *testing.T) {
 	t.Parallel()
 	requireSandboxTools(t)
 	p := newE2EProject(t, map[string]string{
-		"project.toml": projectTOML("app.toml"),
-		"elements/sysroot.toml": `kind = "import"
-[[sources]]
-kind = "local"
-path = "files/sysroot"
-`,
-		"elements/app.toml": "kind = \"manual\"\nbuild-depends = [\"sysroot.toml\"]\n",
+		"project.toml":          projectTOML("app.toml"),
+		"elements/sysroot.toml": localImport("files/sysroot"),
+		"elements/app.toml":     "kind = \"manual\"\nbuild-depends = [\"sysroot.toml\"]\n",
 	})
 	writeBusyboxSysroot(t, filepath.Join(p.root, "files", "sysroot"), "sh", "sleep", "echo")
 	p.mustRun(0, "build", "--ui", "plain", "sysroot.toml")

@@ -14,6 +14,7 @@ const (
 	exitOK          = 0
 	exitFailure     = 1
 	exitUsage       = 2
+	exitHangup      = 129 // 128 + SIGHUP
 	exitInterrupted = 130
 )
 
@@ -31,6 +32,10 @@ func (e *failedError) Error() string { return e.msg }
 
 // errInterrupted ends a session the user interrupted: exit code 130.
 var errInterrupted = errors.New("interrupted")
+
+// errHangup ends a session that SIGHUP (its terminal or connection closed) terminated:
+// exit code 129.
+var errHangup = fmt.Errorf("%w by SIGHUP", errInterrupted)
 
 // exitCode maps an error to the process exit code and reports it once, as a line or,
 // under --ui json, as an error event.
@@ -60,6 +65,8 @@ func classify(err error) (int, string) {
 	switch {
 	case errors.As(err, &xe):
 		return xe.code, ""
+	case errors.Is(err, errHangup):
+		return exitHangup, errHangup.Error()
 	case errors.Is(err, errInterrupted) || errors.Is(err, context.Canceled):
 		return exitInterrupted, "interrupted"
 	case errors.As(err, &fe):

@@ -8,26 +8,32 @@ import (
 
 	"github.com/gantry-build/gantry/cache"
 	"github.com/gantry-build/gantry/element"
+	"github.com/gantry-build/gantry/sandbox"
 )
 
 func newExplainCmd(g *globalOptions) *cobra.Command {
-	var format string
+	var format, sandboxKind string
 	cmd := &cobra.Command{
 		Use:   "explain [ELEMENT...]",
 		Short: "Say why each element that needs building does",
 		Long: `For each element the build of ELEMENTS (default: the project's default-targets)
 would build, one line: never built; its own input changed (a source's ref, a local file,
 a variable with its old and new value, a command, its kind); or a dependency's key
-changed, followed down to the first element whose own input did. The comparison is with
+changed, followed down to the first element whose own input did; its sandbox (a build
+with --sandbox bwrap never takes an artifact built on the host). The comparison is with
 the most recent artifact of the same element in the local cache.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if format != "text" && format != "json" {
 				return usagef("--format %q: use text or json", format)
 			}
+			if err := checkSandboxFlag(sandboxKind); err != nil {
+				return err
+			}
 			s, err := g.load()
 			if err != nil {
 				return err
 			}
+			s.project.Hermetic = sandboxKind == string(sandbox.Bwrap)
 			gr, err := s.loadGraph(args)
 			if err != nil {
 				return err
@@ -52,6 +58,7 @@ the most recent artifact of the same element in the local cache.`,
 		},
 	}
 	cmd.Flags().StringVar(&format, "format", "text", "output format: text or json")
+	cmd.Flags().StringVar(&sandboxKind, "sandbox", defaultSandbox(), "the sandbox of the build to explain: auto, host or bwrap (default $GANTRY_SANDBOX, else auto)")
 	return cmd
 }
 

@@ -64,5 +64,5 @@ func runFetchCmd(opts *fetchOptions, args []string) error {
 	if err != nil {
 		return err
 	}
-	return sessionError(summary)
+	return s.sessionError(summary)
 }

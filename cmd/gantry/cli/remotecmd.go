@@ -100,7 +100,7 @@ func runTransfer(opts *transferOptions, args []string, push bool) error {
 	if err != nil {
 		return err
 	}
-	if err := sessionError(summary); err != nil || push || len(rs.wrongPulls) == 0 {
+	if err := s.sessionError(summary); err != nil || push || len(rs.wrongPulls) == 0 {
 		return err
 	}
 	// Pulled intact from another remote: still, CI must notice the damaged one.

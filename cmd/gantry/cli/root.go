@@ -33,6 +33,8 @@ type session struct {
 	lock    *element.Lock
 
 	quotaFlag string // --cache-quota of a scheduler command, for the TUI header
+
+	endedBy os.Signal // the signal that ended the last scheduler session, if one did
 }
 
 func newRootCmd(ios *IOStreams) *cobra.Command {
@@ -163,6 +165,7 @@ func (o *globalOptions) load() (*session, error) {
 	if err != nil {
 		return nil, err
 	}
+	project.Hermetic = defaultSandbox() == "bwrap" // a --sandbox flag overrides it
 	user, err := o.userConfig()
 	if err != nil {
 		return nil, err

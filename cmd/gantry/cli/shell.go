@@ -42,7 +42,7 @@ as it was when the build failed. The command's exit code is gantry's.`,
 		},
 	}
 	cmd.Flags().BoolVar(&opts.build, "build", false, "open the tree of the element's failed build")
-	cmd.Flags().StringVar(&opts.sandbox, "sandbox", "auto", "sandbox: auto, host or bwrap")
+	cmd.Flags().StringVar(&opts.sandbox, "sandbox", defaultSandbox(), "sandbox: auto, host or bwrap (default $GANTRY_SANDBOX, else auto)")
 	return cmd
 }
 
@@ -77,6 +77,7 @@ func runShell(ctx context.Context, opts *shellOptions, name string, argv []strin
 	if err != nil {
 		return err
 	}
+	s.project.Hermetic = opts.sandbox == string(sandbox.Bwrap) // the keys of the artifacts it stages
 	var g *element.Graph
 	var e *element.Element
 	var a *cache.Artifact // only with --build: the failed build whose tree is opened
@@ -154,7 +155,10 @@ func runShell(ctx context.Context, opts *shellOptions, name string, argv []strin
 	} else if err := os.Mkdir(home, 0o700); err != nil {
 		return fmt.Errorf("preparing the shell's home directory: %w", err)
 	}
-	env := shellEnv(resolved.Env, s.project.Name, e.Name, home)
+	// The build's fixed environment (sandbox.FixedEnv), under the element's own.
+	build := sandbox.FixedEnv(home, element.SourceDate(ctx, e.Sources, c.SourcesDir()))
+	maps.Copy(build, resolved.Env)
+	env := shellEnv(build, s.project.Name, e.Name, home)
 	if len(argv) == 0 || opts.verbose {
 		what := ""
 		if opts.build {

@@ -63,7 +63,7 @@ func runTrack(opts *trackOptions, args []string) error {
 	}
 	printChanges(opts.ios, changes)
 	if !summary.OK() {
-		return sessionError(summary)
+		return s.sessionError(summary)
 	}
 	if missing := withoutRef(g, g.Targets); len(missing) > 0 {
 		// Sources tracked but elements still without a ref: the ones --deps left out.
@@ -76,7 +76,7 @@ func runTrack(opts *trackOptions, args []string) error {
 	} else if len(changes) == 0 {
 		opts.ios.Info("all refs are up to date")
 	}
-	return sessionError(summary)
+	return s.sessionError(summary)
 }
 
 // trackSession runs the Track queue over elements and writes gantry.lock with what it
