@@ -84,5 +84,11 @@ type stallReader struct {
 
 func (r stallReader) Read(p []byte) (int, error) {
 	_ = r.rc.SetReadDeadline(time.Now().Add(r.d)) // best effort: not every connection has deadlines
-	return r.ReadCloser.Read(p)
+	n, err := r.ReadCloser.Read(p)
+	if err == io.EOF {
+		// The body is complete: the handler may take its time to answer (a
+		// commit's fsync) without the connection timing out under it.
+		_ = r.rc.SetReadDeadline(time.Time{})
+	}
+	return n, err
 }

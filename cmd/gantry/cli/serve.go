@@ -54,6 +54,13 @@ exit 0. SIGHUP: reread the token and htpasswd files.`,
 			if err := srv.Listen(); err != nil {
 				return err
 			}
+			// Signals are caught before the addresses are printed: whoever
+			// starts the server may stop it as soon as it knows them.
+			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+			defer stop()
+			hup := make(chan os.Signal, 1)
+			signal.Notify(hup, syscall.SIGHUP)
+			defer signal.Stop(hup)
 			h, gr := srv.Addrs()
 			if h != "" {
 				fmt.Fprintf(g.ios.Out, "http %s\n", h)
@@ -61,11 +68,6 @@ exit 0. SIGHUP: reread the token and htpasswd files.`,
 			if gr != "" {
 				fmt.Fprintf(g.ios.Out, "grpc %s\n", gr)
 			}
-			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-			defer stop()
-			hup := make(chan os.Signal, 1)
-			signal.Notify(hup, syscall.SIGHUP)
-			defer signal.Stop(hup)
 			go func() {
 				for range hup {
 					if err := srv.ReloadCredentials(); err != nil {
