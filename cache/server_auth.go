@@ -169,8 +169,8 @@ func (a *serverAuth) reload() error {
 			if !ok || err != nil {
 				return fmt.Errorf("%s:%d: not a bcrypt htpasswd entry (USER:$2y$…): create entries with `htpasswd -B`", file.path, lineNo)
 			}
-			if _, dup := users[user]; dup {
-				return fmt.Errorf("%s:%d: user %s is given twice (in --htpasswd and --htpasswd-read, or twice in one file): keep one entry", file.path, lineNo, user)
+			if prev, dup := users[user]; dup && prev.readOnly != file.readOnly {
+				return fmt.Errorf("%s:%d: user %s is also in --htpasswd %s: a user may write or only read, keep one entry", file.path, lineNo, user, a.htpasswdFile)
 			}
 			if len(users) == 0 || c > cost {
 				cost = c

@@ -345,6 +345,11 @@ func TestServeReadOnlyCredentials(t *testing.T) {
 	if code != 2 || !strings.Contains(stderr, tokens+":2:") || !strings.Contains(stderr, "read|write") {
 		t.Errorf("a token file with access word admin: exit %d, want 2 naming %s:2:\n%s", code, tokens, stderr)
 	}
+	writers := writeHtpasswd(t, bcrypt.MinCost, "viewer", "other-pass")
+	_, stderr, code = newE2EProject(t, nil).run("cache", "serve", "--dir", s.dir, "--http", "127.0.0.1:0", "--htpasswd", writers, "--htpasswd-read", readers)
+	if code != 2 || !strings.Contains(stderr, readers+":1:") || !strings.Contains(stderr, "user viewer") {
+		t.Errorf("a user in --htpasswd and --htpasswd-read: exit %d, want 2 naming %s:1:\n%s", code, readers, stderr)
+	}
 }
 
 // TestServeUploadLimitsAndErrorsHideTheStore: a chunked upload (no
