@@ -108,7 +108,7 @@ func NewServer(opts ServerOptions) (*Server, error) {
 		return nil, config(err)
 	}
 	if !auth.configured() && opts.ClientCA == "" {
-		return nil, config(errors.New("writes need credentials: give --token-file, --htpasswd, --htpasswd-read or --client-ca"))
+		return nil, config(errors.New("writes need credentials: give --token-file, --htpasswd or --client-ca"))
 	}
 	tlsConf, err := serverTLS(opts)
 	if err != nil {
