@@ -44,15 +44,16 @@ type serverAuth struct {
 	secret  [32]byte // keys remembered passwords: HMAC, never a plain hash of a password
 
 	mu       sync.RWMutex
-	tokens   map[[32]byte]credential // sha256(token) → client
+	tokens   map[[32]byte]clientCredential // sha256(token) → client
 	users    map[string]htpasswdUser
 	dummy    []byte // a bcrypt hash of no password, as costly as the users': unknown users are checked against it
 	good     map[[32]byte]goodPassword
 	inflight map[[32]byte]*passwordCheck
+	reloads  int // a check that began before a reload is not remembered
 }
 
-// credential is whom a token or user names, and whether it may only read.
-type credential struct {
+// clientCredential is whom a token or user names, and whether it may only read.
+type clientCredential struct {
 	name     string
 	readOnly bool
 }
@@ -63,14 +64,14 @@ type htpasswdUser struct {
 }
 
 type goodPassword struct {
-	credential
+	clientCredential
 	until time.Time
 }
 
 // passwordCheck is a bcrypt run in progress; requests with the same credential wait for it.
 type passwordCheck struct {
 	done chan struct{}
-	cred credential
+	cred clientCredential
 	ok   bool
 }
 
@@ -99,7 +100,7 @@ const (
 
 // identity is who identify found, and what became of the credentials.
 type identity struct {
-	credential
+	clientCredential
 	result authResult
 }
 
@@ -125,13 +126,13 @@ func (a *serverAuth) configured() bool {
 // reload reads the token and htpasswd files again (SIGHUP). On error the
 // previous credentials stay in force.
 func (a *serverAuth) reload() error {
-	tokens := map[[32]byte]credential{}
+	tokens := map[[32]byte]clientCredential{}
 	if a.tokenFile != "" {
 		n := 0
 		err := readLines(a.tokenFile, func(line string, lineNo int) error {
 			f := strings.Fields(line)
 			n++
-			c := credential{name: fmt.Sprintf("token-%d", n)}
+			c := clientCredential{name: fmt.Sprintf("token-%d", n)}
 			if len(f) > 1 {
 				c.name = f[1]
 			}
@@ -193,6 +194,7 @@ func (a *serverAuth) reload() error {
 	}
 	a.mu.Lock()
 	a.tokens, a.users, a.dummy, a.good = tokens, users, dummy, map[[32]byte]goodPassword{}
+	a.reloads++
 	a.mu.Unlock()
 	return nil
 }
@@ -229,12 +231,12 @@ func (a *serverAuth) identify(authorization, addr string, certs []*x509.Certific
 		return a.checkHeader(authorization, addr)
 	}
 	if len(certs) > 0 {
-		return identity{credential{name: "cert:" + certs[0].Subject.String()}, authOK}
+		return identity{clientCredential{name: "cert:" + certs[0].Subject.String()}, authOK}
 	}
-	return identity{credential{name: "anonymous"}, authNone}
+	return identity{clientCredential{name: "anonymous"}, authNone}
 }
 
-var refused = identity{credential{name: "anonymous"}, authRefused}
+var refusedIdentity = identity{clientCredential{name: "anonymous"}, authRefused}
 
 func (a *serverAuth) checkHeader(h, addr string) identity {
 	scheme, cred, _ := strings.Cut(h, " ")
@@ -252,15 +254,15 @@ func (a *serverAuth) checkHeader(h, addr string) identity {
 	case "basic":
 		raw, err := base64.StdEncoding.DecodeString(cred)
 		if err != nil {
-			return refused
+			return refusedIdentity
 		}
 		user, pw, ok := strings.Cut(string(raw), ":")
 		if !ok {
-			return refused
+			return refusedIdentity
 		}
 		return a.checkPassword(user, pw, addr)
 	}
-	return refused
+	return refusedIdentity
 }
 
 // checkPassword checks user's password: remembered, or checked by the bcrypt run in
@@ -275,7 +277,7 @@ func (a *serverAuth) checkPassword(user, pw, addr string) identity {
 	a.mu.Lock()
 	if g, ok := a.good[key]; ok && time.Now().Before(g.until) {
 		a.mu.Unlock()
-		return identity{g.credential, authOK}
+		return identity{g.clientCredential, authOK}
 	}
 	if c := a.inflight[key]; c != nil {
 		a.mu.Unlock()
@@ -283,20 +285,21 @@ func (a *serverAuth) checkPassword(user, pw, addr string) identity {
 		if c.ok {
 			return identity{c.cred, authOK}
 		}
-		return refused
+		return refusedIdentity
 	}
 	keys := []string{"addr " + clientHost(addr), "user " + user}
 	if !a.limiter.take(keys...) {
 		a.mu.Unlock()
-		return identity{credential{name: "anonymous"}, authLimited}
+		return identity{clientCredential{name: "anonymous"}, authLimited}
 	}
 	u, known := a.users[user]
 	hash := u.hash
 	if !known {
 		hash = a.dummy
 	}
-	c := &passwordCheck{done: make(chan struct{}), cred: credential{name: user, readOnly: u.readOnly}}
+	c := &passwordCheck{done: make(chan struct{}), cred: clientCredential{name: user, readOnly: u.readOnly}}
 	a.inflight[key] = c
+	reloads := a.reloads
 	a.mu.Unlock()
 
 	if hash != nil {
@@ -308,19 +311,21 @@ func (a *serverAuth) checkPassword(user, pw, addr string) identity {
 	delete(a.inflight, key)
 	if c.ok {
 		a.limiter.refund(keys...)
-		a.remember(key, c.cred)
+		if a.reloads == reloads {
+			a.remember(key, c.cred)
+		}
 	}
 	a.mu.Unlock()
 	close(c.done)
 	if c.ok {
 		return identity{c.cred, authOK}
 	}
-	return refused
+	return refusedIdentity
 }
 
 // remember keeps a password that passed for passwordTTL, within maxGoodPasswords.
 // Called with a.mu held.
-func (a *serverAuth) remember(key [32]byte, c credential) {
+func (a *serverAuth) remember(key [32]byte, c clientCredential) {
 	now := time.Now()
 	if len(a.good) >= maxGoodPasswords {
 		for k, g := range a.good {

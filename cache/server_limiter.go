@@ -19,11 +19,11 @@ type keyedLimiter struct {
 	now      func() time.Time
 
 	mu        sync.Mutex
-	buckets   map[string]*bucket
+	buckets   map[string]*tokenBucket
 	lastSweep time.Time
 }
 
-type bucket struct {
+type tokenBucket struct {
 	tokens float64
 	at     time.Time // when tokens was last brought up to date
 }
@@ -32,7 +32,7 @@ type bucket struct {
 const overflowKey = "\x00overflow"
 
 func newKeyedLimiter(interval time.Duration, burst, maxKeys int) *keyedLimiter {
-	return &keyedLimiter{interval: interval, burst: float64(burst), maxKeys: maxKeys, now: time.Now, buckets: map[string]*bucket{}}
+	return &keyedLimiter{interval: interval, burst: float64(burst), maxKeys: maxKeys, now: time.Now, buckets: map[string]*tokenBucket{}}
 }
 
 // take spends one token of every key's bucket, or of none: it reports false,
@@ -41,7 +41,7 @@ func (l *keyedLimiter) take(keys ...string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.now()
-	bs := make([]*bucket, len(keys))
+	bs := make([]*tokenBucket, len(keys))
 	for i, k := range keys {
 		bs[i] = l.bucket(k, now)
 		if bs[i].tokens < 1 {
@@ -69,7 +69,7 @@ func (l *keyedLimiter) refund(keys ...string) {
 
 // bucket returns k's bucket brought up to now, making one if room allows (else the
 // overflow bucket). Called with l.mu held.
-func (l *keyedLimiter) bucket(k string, now time.Time) *bucket {
+func (l *keyedLimiter) bucket(k string, now time.Time) *tokenBucket {
 	if b := l.buckets[k]; b != nil {
 		l.fill(b, now)
 		return b
@@ -89,13 +89,13 @@ func (l *keyedLimiter) bucket(k string, now time.Time) *bucket {
 			return b
 		}
 	}
-	b := &bucket{tokens: l.burst, at: now}
+	b := &tokenBucket{tokens: l.burst, at: now}
 	l.buckets[k] = b
 	return b
 }
 
 // fill adds the tokens earned since b was last brought up to date.
-func (l *keyedLimiter) fill(b *bucket, now time.Time) {
+func (l *keyedLimiter) fill(b *tokenBucket, now time.Time) {
 	if l.interval <= 0 {
 		b.tokens = l.burst
 	} else {

@@ -15,12 +15,12 @@ import (
 // are the server's business; every error message a client gets passes through
 // redact, and the full message goes to the log when the fault is the server's.
 
-// storeName stands for the store's directory in answers to clients.
-const storeName = "<store>"
+// redactedStore stands for the store's directory in answers to clients.
+const redactedStore = "<store>"
 
 // redact replaces the store's absolute path in msg.
 func (s *Server) redact(msg string) string {
-	return strings.ReplaceAll(msg, s.c.Root, storeName)
+	return strings.ReplaceAll(msg, s.c.Root, redactedStore)
 }
 
 // grpcReply redacts the status a gRPC handler returned, and the per-blob
