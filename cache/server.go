@@ -24,9 +24,13 @@ type ServerOptions struct {
 	HTTPAddr string // "" = no HTTP listener
 	GRPCAddr string // "" = no gRPC listener
 
-	TokenFile          string // bearer tokens, "TOKEN [NAME]" per line
+	TokenFile          string // bearer tokens, "TOKEN [NAME [read|write]]" per line
 	HtpasswdFile       string // bcrypt htpasswd entries for basic auth
+	HtpasswdReadFile   string // bcrypt htpasswd entries of users who may only read
 	AllowAnonymousRead bool   // reads need no credentials
+	// AuthRetryInterval: past a burst of password checks, a client address or a
+	// user name gets one check per interval (429 / RESOURCE_EXHAUSTED meanwhile).
+	AuthRetryInterval time.Duration
 
 	TLSCert, TLSKey string // PEM files: serve TLS
 	ClientCA        string // PEM file: require and verify client certificates (mutual TLS)
@@ -36,6 +40,12 @@ type ServerOptions struct {
 	MaxStreams    int   // concurrent transfers per client; 0 = 16
 	LeaseTTL      time.Duration
 	ShutdownGrace time.Duration // how long SIGTERM waits for requests in flight
+
+	// IdleTimeout closes a connection with no request in progress (HTTP
+	// keep-alive, gRPC max connection idle) and an HTTP request whose body sends
+	// nothing for that long. HeaderTimeout bounds how long a new connection may
+	// take to send its request headers (HTTP) or its handshake (gRPC).
+	IdleTimeout, HeaderTimeout time.Duration
 
 	Log io.Writer // request errors and lifecycle; never a credential
 }
@@ -84,7 +94,16 @@ func NewServer(opts ServerOptions) (*Server, error) {
 	if opts.Log == nil {
 		opts.Log = io.Discard
 	}
-	auth, err := newServerAuth(opts.TokenFile, opts.HtpasswdFile)
+	if opts.AuthRetryInterval <= 0 {
+		opts.AuthRetryInterval = time.Second
+	}
+	if opts.IdleTimeout <= 0 {
+		opts.IdleTimeout = time.Minute
+	}
+	if opts.HeaderTimeout <= 0 {
+		opts.HeaderTimeout = 10 * time.Second
+	}
+	auth, err := newServerAuth(opts.TokenFile, opts.HtpasswdFile, opts.HtpasswdReadFile, opts.AuthRetryInterval)
 	if err != nil {
 		return nil, config(err)
 	}
@@ -115,8 +134,15 @@ func NewServer(opts ServerOptions) (*Server, error) {
 		started: time.Now(),
 		tlsConf: tlsConf,
 	}
+	auth.checks = func() { s.metrics.passwordChecks.Add(1) }
 	s.admit = newAdmission(opts.MaxStreams)
 	s.leases = newLeaseTable(opts.LeaseTTL)
+	// Best effort: a leftover costs space, never correctness.
+	if n, err := c.removeDeadUploads(); err != nil {
+		s.log.Printf("removing partial uploads of a server that was killed (%d removed): %v", n, err)
+	} else if n > 0 {
+		s.log.Printf("removed %d partial uploads of a server that was killed", n)
+	}
 	s.evictor = newEvictor(c, opts.Quota, s.metrics, s.log)
 	return s, nil
 }
@@ -204,7 +230,10 @@ func (s *Server) Serve(ctx context.Context) error {
 	errc := make(chan error, 2)
 	var wg sync.WaitGroup
 	if l := s.lis[0]; l != nil {
-		s.httpSrv = &http.Server{Handler: s.httpHandler(), TLSConfig: s.tlsConf, ReadHeaderTimeout: time.Minute,
+		// No ReadTimeout or WriteTimeout: a large blob may take long; a body that
+		// stalls is cut by stallReader instead.
+		s.httpSrv = &http.Server{Handler: s.httpHandler(), TLSConfig: s.tlsConf,
+			ReadHeaderTimeout: s.opts.HeaderTimeout, IdleTimeout: s.opts.IdleTimeout,
 			ErrorLog: log.New(io.Discard, "", 0)} // TLS handshake noise; errors we report go through s.log
 		if s.tlsConf != nil {
 			l = tls.NewListener(l, s.tlsConf)

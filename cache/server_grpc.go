@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"strconv"
 	"strings"
+	"time"
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 	smpb "github.com/bazelbuild/remote-apis/build/bazel/semver"
@@ -14,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
@@ -66,15 +68,15 @@ func (s *Server) grpcAuthorize(ctx context.Context, method string) (context.Cont
 			certs = ti.State.PeerCertificates
 		}
 	}
-	client, authed := s.auth.identify(authz, certs)
-	if !authed && (grpcWrites[method] || !s.opts.AllowAnonymousRead) {
-		s.metrics.rejected.Add(1)
-		if authz != "" {
-			return nil, status.Error(codes.PermissionDenied, "credentials refused")
-		}
-		return nil, status.Error(codes.Unauthenticated, "credentials required")
+	var addr string
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		addr = p.Addr.String()
 	}
-	return context.WithValue(ctx, clientKey{}, client), nil
+	id := s.auth.identify(authz, addr, certs)
+	if d := s.authorize(id, grpcWrites[method]); d != nil {
+		return nil, status.Error(d.grpc, d.msg)
+	}
+	return context.WithValue(ctx, clientKey{}, id.name), nil
 }
 
 type wrappedStream struct {
@@ -93,15 +95,21 @@ func (s *Server) newGRPCServer() *grpc.Server {
 			if err != nil {
 				return nil, err
 			}
-			return h(ctx, req)
+			resp, err := h(ctx, req)
+			return s.grpcReply(info.FullMethod, resp, err)
 		}),
 		grpc.StreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
 			ctx, err := s.grpcAuthorize(ss.Context(), info.FullMethod)
 			if err != nil {
 				return err
 			}
-			return h(srv, wrappedStream{ss, ctx})
+			return s.grpcRedact(info.FullMethod, h(srv, wrappedStream{ss, ctx}))
 		}),
+		grpc.ConnectionTimeout(s.opts.HeaderTimeout),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: s.opts.IdleTimeout, Time: time.Minute, Timeout: 20 * time.Second}),
+		// gantry's client pings every 30 s while a call is open; Bazel's every
+		// --grpc_keepalive_time. Anything more often is abuse (GOAWAY).
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 	}
 	if s.tlsConf != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(s.tlsConf)))

@@ -37,17 +37,21 @@ func (s *Server) httpHandler() http.Handler {
 		if r.TLS != nil {
 			certs = r.TLS.PeerCertificates
 		}
-		client, authed := s.auth.identify(r.Header.Get("Authorization"), certs)
+		id := s.auth.identify(r.Header.Get("Authorization"), r.RemoteAddr, certs)
 		write := r.Method != http.MethodGet && r.Method != http.MethodHead
-		if !authed && (write || !s.opts.AllowAnonymousRead) {
-			s.metrics.rejected.Add(1)
-			if r.Header.Get("Authorization") != "" {
-				http.Error(w, "credentials refused", http.StatusForbidden)
-			} else {
+		if d := s.authorize(id, write); d != nil {
+			switch d.http {
+			case http.StatusUnauthorized:
 				w.Header().Set("WWW-Authenticate", `Bearer realm="gantry"`)
-				http.Error(w, "credentials required", http.StatusUnauthorized)
+			case http.StatusTooManyRequests:
+				w.Header().Set("Retry-After", strconv.Itoa(int(max(1, s.opts.AuthRetryInterval.Round(time.Second)/time.Second))))
 			}
+			http.Error(w, d.msg, d.http)
 			return
+		}
+		client := id.name
+		if r.Body != nil && s.opts.IdleTimeout > 0 {
+			r.Body = stallReader{r.Body, http.NewResponseController(w), s.opts.IdleTimeout}
 		}
 		path := strings.Trim(r.URL.Path, "/")
 		switch path {
@@ -82,16 +86,22 @@ func (s *Server) httpHandler() http.Handler {
 	})
 }
 
-// fail answers an error: integrity and format problems are the client's (400),
-// anything else the server's (500, logged).
+// fail answers an error: a body over --max-blob-size is 413, integrity and
+// format problems are the client's (400), anything else the server's (500,
+// logged). No answer names the store's path (redact).
 func (s *Server) httpFail(w http.ResponseWriter, r *http.Request, err error) {
-	if errors.Is(err, ErrDigestMismatch) || errors.Is(err, ErrCorrupt) {
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooBig):
 		s.metrics.rejected.Add(1)
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
+		http.Error(w, fmt.Sprintf("blob is over the server's limit of %d bytes", tooBig.Limit), http.StatusRequestEntityTooLarge)
+	case errors.Is(err, ErrDigestMismatch) || errors.Is(err, ErrCorrupt):
+		s.metrics.rejected.Add(1)
+		http.Error(w, s.redact(err.Error()), http.StatusBadRequest)
+	default:
+		s.log.Printf("%s %s: %v", r.Method, r.URL.Path, err)
+		http.Error(w, s.redact(err.Error()), http.StatusInternalServerError)
 	}
-	s.log.Printf("%s %s: %v", r.Method, r.URL.Path, err)
-	http.Error(w, err.Error(), http.StatusInternalServerError)
 }
 
 func (s *Server) serveCAS(w http.ResponseWriter, r *http.Request, client, hash string) {
@@ -205,7 +215,7 @@ func (s *Server) serveAC(w http.ResponseWriter, r *http.Request, client, hash st
 			if status == http.StatusInternalServerError {
 				s.log.Printf("%s %s: %v", r.Method, r.URL.Path, err)
 			}
-			http.Error(w, err.Error(), status)
+			http.Error(w, s.redact(err.Error()), status)
 			return
 		}
 		w.WriteHeader(http.StatusOK)

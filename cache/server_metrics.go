@@ -13,6 +13,7 @@ import (
 // by credential.
 type serverMetrics struct {
 	hits, misses, evictions, evictedBytes, rejected atomic.Int64
+	authRefused, limited, passwordChecks            atomic.Int64
 
 	quarantined atomic.Int64 // blobs found damaged while being served (server_integrity.go)
 
@@ -83,6 +84,9 @@ func (m *serverMetrics) write(w io.Writer) {
 	counter("gantry_serve_evicted_bytes_total", "Bytes evicted to keep the quota.", m.evictedBytes.Load())
 	counter("gantry_serve_rejected_total", "Requests refused: credentials, integrity, limits, fencing.", m.rejected.Load())
 	counter("gantry_serve_quarantined_blobs_total", "Blobs found damaged while being served, moved to quarantine/.", m.quarantined.Load())
+	counter("gantry_serve_auth_refused_total", "Requests refused for their credentials: none, wrong, or read-only writing.", m.authRefused.Load())
+	counter("gantry_serve_auth_limited_total", "Requests refused because their address or user ran out of password checks.", m.limited.Load())
+	counter("gantry_serve_password_checks_total", "Passwords checked with bcrypt (known and unknown users alike).", m.passwordChecks.Load())
 	for _, per := range []struct {
 		name, help string
 		v          func(*clientCounters) int64

@@ -53,7 +53,7 @@ func (c *Cache) newBlobUpload(want Digest) (*blobUpload, error) {
 	if err := (Digest{Hash: want.Hash, Size: max(want.Size, 0)}).Validate(); err != nil {
 		return nil, fmt.Errorf("receiving blob: %w", err)
 	}
-	f, err := c.tempFile("upload")
+	f, err := c.tempFile(uploadTemp)
 	if err != nil {
 		return nil, fmt.Errorf("receiving blob %s: %w", want, err)
 	}

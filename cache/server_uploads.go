@@ -1,6 +1,12 @@
 package cache
 
 import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 )
@@ -91,4 +97,31 @@ func (t *uploadTable) dropAll() {
 			delete(t.m, name)
 		}
 	}
+}
+
+// uploadTemp is the tmp/ pattern of a blob being received (newBlobUpload).
+const uploadTemp = "upload"
+
+// removeDeadUploads removes the partial uploads that server processes no longer
+// running left in tmp/ (a server killed mid-upload), whatever their age: no one
+// can resume them, since the table that knew them died with their server, and
+// only a server makes them. It returns how many it removed.
+func (c *Cache) removeDeadUploads() (int, error) {
+	stray, err := c.StrayTemp()
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	var errs []error
+	for _, p := range stray {
+		if _, rest, _ := strings.Cut(filepath.Base(p), "-"); !strings.HasPrefix(rest, uploadTemp+"-") {
+			continue
+		}
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("removing a dead server's partial upload: %w", err))
+			continue
+		}
+		n++
+	}
+	return n, errors.Join(errs...)
 }

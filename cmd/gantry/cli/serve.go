@@ -23,7 +23,8 @@ func newCacheServeCmd(g *globalOptions) *cobra.Command {
 		Long: `Serve one store on disk (the local cache's CAS layout, with action cache entries
 under DIR/ac/) to gantry, Bazel and any client of bazel-remote's HTTP protocol or of
 REAPI v2. Writes need credentials (--token-file, --htpasswd or client certificates
-with --client-ca); reads too unless --allow-anonymous-read.
+with --client-ca) that may write; reads too unless --allow-anonymous-read.
+docs/serve.md says what holds under abuse: timeouts, password limits, read-only credentials.
 
 SIGTERM or SIGINT: stop accepting, finish the requests in flight (up to --shutdown-grace),
 exit 0. SIGHUP: reread the token and htpasswd files.`,
@@ -53,6 +54,13 @@ exit 0. SIGHUP: reread the token and htpasswd files.`,
 			if err := srv.Listen(); err != nil {
 				return err
 			}
+			// Signals are caught before the addresses are printed: whoever
+			// starts the server may stop it as soon as it knows them.
+			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+			defer stop()
+			hup := make(chan os.Signal, 1)
+			signal.Notify(hup, syscall.SIGHUP)
+			defer signal.Stop(hup)
 			h, gr := srv.Addrs()
 			if h != "" {
 				fmt.Fprintf(g.ios.Out, "http %s\n", h)
@@ -60,11 +68,6 @@ exit 0. SIGHUP: reread the token and htpasswd files.`,
 			if gr != "" {
 				fmt.Fprintf(g.ios.Out, "grpc %s\n", gr)
 			}
-			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-			defer stop()
-			hup := make(chan os.Signal, 1)
-			signal.Notify(hup, syscall.SIGHUP)
-			defer signal.Stop(hup)
 			go func() {
 				for range hup {
 					if err := srv.ReloadCredentials(); err != nil {
@@ -79,8 +82,10 @@ exit 0. SIGHUP: reread the token and htpasswd files.`,
 	fl.StringVar(&o.Dir, "dir", "", "the store `DIR` (created if needed)")
 	fl.StringVar(&o.HTTPAddr, "http", "", "serve the HTTP cache protocol on `ADDR` (host:port)")
 	fl.StringVar(&o.GRPCAddr, "grpc", "", "serve REAPI v2 on `ADDR` (host:port)")
-	fl.StringVar(&o.TokenFile, "token-file", "", "bearer tokens, one per line: TOKEN [CLIENT-NAME] (SIGHUP rereads it)")
+	fl.StringVar(&o.TokenFile, "token-file", "", "bearer tokens, one per line: TOKEN [CLIENT-NAME [read|write]] (default write; SIGHUP rereads it)")
 	fl.StringVar(&o.HtpasswdFile, "htpasswd", "", "htpasswd `FILE` with bcrypt entries, for basic auth")
+	fl.StringVar(&o.HtpasswdReadFile, "htpasswd-read", "", "htpasswd `FILE` of users who may only read")
+	fl.DurationVar(&o.AuthRetryInterval, "auth-retry-interval", time.Second, "past a burst of 5 password checks, one per `INTERVAL` per client address and per user (429 meanwhile)")
 	fl.BoolVar(&o.AllowAnonymousRead, "allow-anonymous-read", false, "let clients without credentials read")
 	fl.StringVar(&o.TLSCert, "tls-cert", "", "serve TLS with this certificate (PEM)")
 	fl.StringVar(&o.TLSKey, "tls-key", "", "the key of --tls-cert (PEM)")
@@ -90,5 +95,7 @@ exit 0. SIGHUP: reread the token and htpasswd files.`,
 	fl.IntVar(&o.MaxStreams, "max-streams", 16, "concurrent transfers per client")
 	fl.DurationVar(&o.LeaseTTL, "lease-ttl", 30*time.Second, "how long a build-once lease lasts without renewal")
 	fl.DurationVar(&o.ShutdownGrace, "shutdown-grace", 30*time.Second, "how long SIGTERM waits for requests in flight")
+	fl.DurationVar(&o.IdleTimeout, "idle-timeout", time.Minute, "close connections idle, and request bodies stalled, this long")
+	fl.DurationVar(&o.HeaderTimeout, "header-timeout", 10*time.Second, "close new connections that have not sent their request headers (or gRPC handshake) within this")
 	return cmd
 }
