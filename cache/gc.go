@@ -95,12 +95,13 @@ func (c *Cache) Cleanup(opts CleanupOptions) (*CleanupReport, error) {
 	}
 	var leftovers []string
 	if opts.Leftovers {
-		var n int64
-		if leftovers, n, err = c.leftovers(); err != nil {
+		if leftovers, err = c.leftovers(); err != nil {
 			return nil, fmt.Errorf("cleaning the cache %s: %w", c.Root, err)
 		}
 		rep.Leftovers = leftovers
-		rep.Freed += n
+		for _, p := range leftovers {
+			rep.Freed += inv.entries[p] // 0 for one made since the inventory: not in Before either
+		}
 	}
 	rep.Blobs = len(sweep)
 	rep.After = rep.Before - rep.Freed
@@ -241,40 +242,29 @@ func (inv *inventory) unreferenced() int64 {
 // leftovers finds what crashed processes left: tmp/ entries of processes that
 // no longer run, and entries of sources/tmp (partial downloads and clones)
 // not written for an hour; and the files of loads/ no session used for
-// loadsMaxAge (staleLoads); with the space they take.
-func (c *Cache) leftovers() ([]string, int64, error) {
+// loadsMaxAge (staleLoads). The inventory has their sizes.
+func (c *Cache) leftovers() ([]string, error) {
 	paths, err := c.StrayTemp()
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
 	loads, err := c.staleLoads()
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
 	paths = append(paths, loads...)
 	srcTmp := filepath.Join(c.SourcesDir(), tmpDir)
 	entries, err := os.ReadDir(srcTmp)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return nil, 0, fmt.Errorf("listing %s: %w", srcTmp, err)
+		return nil, fmt.Errorf("listing %s: %w", srcTmp, err)
 	}
 	for _, e := range entries {
 		if info, err := e.Info(); err == nil && time.Since(info.ModTime()) >= staleTempAge {
 			paths = append(paths, filepath.Join(srcTmp, e.Name()))
 		}
 	}
-	var total int64
-	for _, p := range paths {
-		_ = filepath.WalkDir(p, func(_ string, d fs.DirEntry, err error) error {
-			if err == nil {
-				if info, err := d.Info(); err == nil {
-					total += info.Size()
-				}
-			}
-			return nil
-		})
-	}
 	slices.Sort(paths)
-	return paths, total, nil
+	return paths, nil
 }
 
 // blobPathOf is the cas/ path of a blob by its hash.
