@@ -20,9 +20,9 @@ const LowWater = 0.8
 
 // CleanupOptions says what a cleanup (Cleanup) removes. Artifacts go in this
 // order: those named in Remove, those unused for OlderThan, then the least
-// recently used until the cache is at most Target bytes. Protected artifacts
-// are never removed. After the artifacts, every blob no remaining artifact
-// reaches goes.
+// recently used until the cache is at most Target bytes. Protected artifacts,
+// and those a live session on the cache needs (session.go), are never removed.
+// After the artifacts, every blob no remaining artifact reaches goes.
 type CleanupOptions struct {
 	Target    int64         // bytes; 0: no size target
 	OlderThan time.Duration // 0: no age limit
@@ -56,7 +56,11 @@ type CleanupReport struct {
 	// Protected counts artifacts that were candidates but are protected;
 	// Short says the target was not reached (what is left is protected or
 	// is not artifacts: sources, logs).
-	Protected int           `json:"protected"`
+	Protected int `json:"protected"`
+	// Live counts the protected artifacts that live sessions need (some may
+	// be the caller's own), LiveBytes the space their blobs take (each once).
+	Live      int           `json:"live"`
+	LiveBytes int64         `json:"live-bytes"`
 	Short     bool          `json:"short"`
 	Duration  time.Duration `json:"duration-ns"`
 	DryRun    bool          `json:"dry-run,omitempty"`
@@ -77,6 +81,12 @@ func (c *Cache) Cleanup(opts CleanupOptions) (*CleanupReport, error) {
 		return nil, fmt.Errorf("cleaning the cache %s: %w", c.Root, err)
 	}
 	rep := &CleanupReport{Before: inv.total, DryRun: opts.DryRun, Problems: errorStrings(inv.problems)}
+	// Read under the exclusive lock: a session that publishes later stages
+	// nothing until the cleanup is over, and heals what it finds gone.
+	live, err := c.LiveNeeds(!opts.DryRun)
+	if err != nil {
+		return nil, fmt.Errorf("cleaning the cache %s: %w", c.Root, err)
+	}
 	// A ref that cannot be read (damaged, or written by a newer gantry) may reach
 	// blobs that look unreferenced: then only the blobs of the artifacts removed
 	// now are swept, not the older unreferenced ones.
@@ -84,7 +94,7 @@ func (c *Cache) Cleanup(opts CleanupOptions) (*CleanupReport, error) {
 	for i, b := range inv.blobs {
 		orphans[i] = b.refs == 0
 	}
-	doomed := inv.choose(opts, rep)
+	doomed := inv.choose(opts, live, rep)
 	// Blobs that nothing reaches any more: size them before touching anything.
 	var sweep []int32
 	for i, b := range inv.blobs {
@@ -108,6 +118,13 @@ func (c *Cache) Cleanup(opts CleanupOptions) (*CleanupReport, error) {
 	if opts.DryRun {
 		rep.Duration = time.Since(start)
 		return rep, nil
+	}
+	if len(doomed) > 0 || len(sweep) > 0 {
+		// Before anything goes: a session that finds an artifact gone sees a
+		// newer count, and knows a cleanup took it (Removals).
+		if err := c.countRemoval(); err != nil {
+			return nil, fmt.Errorf("cleaning the cache %s: %w", c.Root, err)
+		}
 	}
 	var errs []error
 	for _, a := range doomed {
@@ -160,8 +177,9 @@ func (c *Cache) removeBlobs(inv *inventory, sweep []int32) []error {
 }
 
 // choose picks the artifacts to remove, updating the blobs' reference counts
-// as if they were gone, and books them in rep.
-func (inv *inventory) choose(opts CleanupOptions, rep *CleanupReport) []*artifactInfo {
+// as if they were gone, and books them in rep. Those live needs are kept as
+// protected ones.
+func (inv *inventory) choose(opts CleanupOptions, live map[ArtifactRef]bool, rep *CleanupReport) []*artifactInfo {
 	var doomed []*artifactInfo
 	// remove books a as gone and returns the space that frees besides blobs: its ref
 	// file, and its directory when it was the last ref there.
@@ -180,7 +198,20 @@ func (inv *inventory) choose(opts CleanupOptions, rep *CleanupReport) []*artifac
 		rep.Freed += freed
 		return freed
 	}
-	protected := func(a *artifactInfo) bool { return opts.Protect != nil && opts.Protect(a.ref()) }
+	liveBlobs := map[int32]bool{}
+	protected := func(a *artifactInfo) bool {
+		if live[a.ref()] {
+			rep.Live++
+			for _, b := range a.blobs {
+				if !liveBlobs[b] {
+					liveBlobs[b] = true
+					rep.LiveBytes += inv.blobs[b].disk
+				}
+			}
+			return true
+		}
+		return opts.Protect != nil && opts.Protect(a.ref())
+	}
 	named := map[ArtifactRef]bool{}
 	for _, r := range opts.Remove {
 		named[r] = true
