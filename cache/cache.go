@@ -33,7 +33,8 @@
 //     recognisably stray; Open removes those of dead sessions at once, the
 //     others an hour old whose process has exited.
 //
-// A Cache holds no mutable state and may be used from several goroutines.
+// A Cache holds no mutable state (StartSession names its owner before it is
+// shared) and may be used from several goroutines.
 package cache
 
 import (
