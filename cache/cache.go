@@ -8,6 +8,7 @@
 //	sources/                         fetched sources (owned by package source)
 //	logs/                            build logs being written
 //	tmp/                             temporary files and directories, on the same filesystem
+//	sessions/<id>[.needs]            live sessions: a lock each, and what each still needs (session.go)
 //	stats                            learned build durations (JSON)
 //
 // Invariants, which make it safe for several gantry processes to use one cache
@@ -26,11 +27,14 @@
 //     durable (one syncfs), so an artifact is visible only when complete; the
 //     ref and its directory are fsynced. Deleting a ref leaves the blobs for
 //     garbage collection.
-//   - Entries under tmp/ are named "<pid>-<pattern>-<random>", so an entry
-//     whose owner has exited is recognisably stray; Open removes stray
-//     entries older than an hour.
+//   - Entries under tmp/ are named "<session>-<pattern>-<random>" after the
+//     session whose lock proves them live (session.go), or "<pid>-…" by a
+//     process with no session, so that an entry whose owner has exited is
+//     recognisably stray; Open removes those of dead sessions at once, the
+//     others an hour old whose process has exited.
 //
-// A Cache holds no mutable state and may be used from several goroutines.
+// A Cache holds no mutable state (StartSession names its owner before it is
+// shared) and may be used from several goroutines.
 package cache
 
 import (
@@ -74,6 +78,9 @@ type Cache struct {
 	Root string // absolute path of the cache directory
 
 	pid int // prefixes our tmp/ entries so that others can tell they are live
+	// owner, once set (StartSession, Attach), prefixes them instead: the id of
+	// the session whose lock proves them live (session.go).
+	owner string
 	// trace, set only by tests, follows what is made durable when (durable.go).
 	trace func(event, path string)
 	// dirs, once RememberDirectories was called, holds the Directory blobs this
@@ -119,6 +126,7 @@ func (c *Cache) Prepare() error {
 	}
 	// Best effort: a cache with some old garbage in tmp/ is still usable.
 	_, _ = c.CleanTemp(staleTempAge)
+	_ = c.sweepSessions(true, nil)
 	return nil
 }
 
@@ -130,6 +138,9 @@ func Attach(root string) (*Cache, error) {
 	c, err := At(root)
 	if err != nil {
 		return nil, err
+	}
+	if id := os.Getenv(SessionEnv); sessionID(id) {
+		c.owner = id // the session that started the job holds the lock
 	}
 	if !c.Made() {
 		return nil, fmt.Errorf("opening cache %s: it has no %s/ directory (is it a gantry cache? `gantry build` sets one up)", c.Root, tmpDir)
@@ -164,7 +175,11 @@ func (c *Cache) tempPattern(pattern string) string {
 	if pattern == "" {
 		pattern = "tmp"
 	}
-	return strconv.Itoa(c.pid) + "-" + pattern + "-*"
+	owner := c.owner
+	if owner == "" {
+		owner = strconv.Itoa(c.pid)
+	}
+	return owner + "-" + pattern + "-*"
 }
 
 // TempDir creates a fresh directory under tmp/, on the cache's filesystem so
@@ -309,48 +324,69 @@ func tempOwner(name string) (int, bool) {
 	return pid, true
 }
 
-// strayTemp reports whether the tmp/ entry name was left behind: its owner
-// process has exited, or the name does not follow our naming at all.
-func (c *Cache) strayTemp(name string) bool {
+// strayTemp reports whether the tmp/ entry name was left behind, and whether
+// that is proven: the session whose id prefixes it holds its lock no more
+// (session.go). An entry named after a pid alone (a process with no session)
+// is left behind when no process of that pid runs, which a pid reused, or one
+// in another pid namespace, can hide; a name that follows neither form is left
+// behind too. live remembers the sessions already asked about.
+func (c *Cache) strayTemp(name string, live map[string]bool) (stray, proven bool) {
+	if id, _, _ := strings.Cut(name, "-"); sessionID(id) {
+		alive, ok := live[id]
+		if !ok {
+			alive = c.sessionLive(id, false)
+			live[id] = alive
+		}
+		return !alive, true
+	}
 	pid, ok := tempOwner(name)
 	if !ok {
-		return true
+		return true, false
 	}
-	return !processAlive(pid)
+	return !processAlive(pid), false
 }
 
 // StrayTemp lists entries of tmp/ (as paths) whose owning process has exited,
 // typically left by a crash. They are harmless: nothing refers to them.
 func (c *Cache) StrayTemp() ([]string, error) {
-	entries, err := os.ReadDir(c.tmpPath())
-	if err != nil {
-		return nil, fmt.Errorf("listing %s: %w", c.tmpPath(), err)
-	}
-	var stray []string
-	for _, e := range entries {
-		if c.strayTemp(e.Name()) {
-			stray = append(stray, filepath.Join(c.tmpPath(), e.Name()))
-		}
-	}
-	return stray, nil
+	stray, _, err := c.strayTemps()
+	return stray, err
 }
 
-// CleanTemp removes stray entries of tmp/ (see StrayTemp) last modified at
-// least minAge ago and returns their paths. Entries of live processes are
+// strayTemps is StrayTemp, and says for each entry whether its owner is proven
+// dead (strayTemp).
+func (c *Cache) strayTemps() (stray []string, proven []bool, err error) {
+	entries, err := os.ReadDir(c.tmpPath())
+	if err != nil {
+		return nil, nil, fmt.Errorf("listing %s: %w", c.tmpPath(), err)
+	}
+	live := map[string]bool{}
+	for _, e := range entries {
+		if s, p := c.strayTemp(e.Name(), live); s {
+			stray = append(stray, filepath.Join(c.tmpPath(), e.Name()))
+			proven = append(proven, p)
+		}
+	}
+	return stray, proven, nil
+}
+
+// CleanTemp removes stray entries of tmp/ (see StrayTemp) and returns their
+// paths: at once those of a session proven dead, the others once last
+// modified at least minAge ago. Entries of live sessions and processes are
 // never removed, whatever their age: a build may be suspended for hours.
 func (c *Cache) CleanTemp(minAge time.Duration) ([]string, error) {
-	stray, err := c.StrayTemp()
+	stray, proven, err := c.strayTemps()
 	if err != nil {
 		return nil, err
 	}
 	var removed []string
 	var errs []error
-	for _, p := range stray {
+	for i, p := range stray {
 		info, err := os.Lstat(p)
 		if err != nil {
 			continue // removed concurrently
 		}
-		if time.Since(info.ModTime()) < minAge {
+		if !proven[i] && time.Since(info.ModTime()) < minAge {
 			continue
 		}
 		if err := removeAll(p); err != nil {

@@ -20,9 +20,9 @@ const LowWater = 0.8
 
 // CleanupOptions says what a cleanup (Cleanup) removes. Artifacts go in this
 // order: those named in Remove, those unused for OlderThan, then the least
-// recently used until the cache is at most Target bytes. Protected artifacts
-// are never removed. After the artifacts, every blob no remaining artifact
-// reaches goes.
+// recently used until the cache is at most Target bytes. Protected artifacts,
+// and those a live session on the cache needs (session.go), are never removed.
+// After the artifacts, every blob no remaining artifact reaches goes.
 type CleanupOptions struct {
 	Target    int64         // bytes; 0: no size target
 	OlderThan time.Duration // 0: no age limit
@@ -56,7 +56,11 @@ type CleanupReport struct {
 	// Protected counts artifacts that were candidates but are protected;
 	// Short says the target was not reached (what is left is protected or
 	// is not artifacts: sources, logs).
-	Protected int           `json:"protected"`
+	Protected int `json:"protected"`
+	// Live counts the protected artifacts that live sessions need (some may
+	// be the caller's own), LiveBytes the space their blobs take (each once).
+	Live      int           `json:"live"`
+	LiveBytes int64         `json:"live-bytes"`
 	Short     bool          `json:"short"`
 	Duration  time.Duration `json:"duration-ns"`
 	DryRun    bool          `json:"dry-run,omitempty"`
@@ -77,6 +81,12 @@ func (c *Cache) Cleanup(opts CleanupOptions) (*CleanupReport, error) {
 		return nil, fmt.Errorf("cleaning the cache %s: %w", c.Root, err)
 	}
 	rep := &CleanupReport{Before: inv.total, DryRun: opts.DryRun, Problems: errorStrings(inv.problems)}
+	// Read under the exclusive lock: a session that publishes later stages
+	// nothing until the cleanup is over, and heals what it finds gone.
+	live, err := c.LiveNeeds(!opts.DryRun)
+	if err != nil {
+		return nil, fmt.Errorf("cleaning the cache %s: %w", c.Root, err)
+	}
 	// A ref that cannot be read (damaged, or written by a newer gantry) may reach
 	// blobs that look unreferenced: then only the blobs of the artifacts removed
 	// now are swept, not the older unreferenced ones.
@@ -84,7 +94,7 @@ func (c *Cache) Cleanup(opts CleanupOptions) (*CleanupReport, error) {
 	for i, b := range inv.blobs {
 		orphans[i] = b.refs == 0
 	}
-	doomed := inv.choose(opts, rep)
+	doomed := inv.choose(opts, live, rep)
 	// Blobs that nothing reaches any more: size them before touching anything.
 	var sweep []int32
 	for i, b := range inv.blobs {
@@ -95,18 +105,26 @@ func (c *Cache) Cleanup(opts CleanupOptions) (*CleanupReport, error) {
 	}
 	var leftovers []string
 	if opts.Leftovers {
-		var n int64
-		if leftovers, n, err = c.leftovers(); err != nil {
+		if leftovers, err = c.leftovers(); err != nil {
 			return nil, fmt.Errorf("cleaning the cache %s: %w", c.Root, err)
 		}
 		rep.Leftovers = leftovers
-		rep.Freed += n
+		for _, p := range leftovers {
+			rep.Freed += inv.entries[p] // 0 for one made since the inventory: not in Before either
+		}
 	}
 	rep.Blobs = len(sweep)
 	rep.After = rep.Before - rep.Freed
 	if opts.DryRun {
 		rep.Duration = time.Since(start)
 		return rep, nil
+	}
+	if len(doomed) > 0 || len(sweep) > 0 {
+		// Before anything goes: a session that finds an artifact gone sees a
+		// newer count, and knows a cleanup took it (Removals).
+		if err := c.countRemoval(); err != nil {
+			return nil, fmt.Errorf("cleaning the cache %s: %w", c.Root, err)
+		}
 	}
 	var errs []error
 	for _, a := range doomed {
@@ -159,8 +177,9 @@ func (c *Cache) removeBlobs(inv *inventory, sweep []int32) []error {
 }
 
 // choose picks the artifacts to remove, updating the blobs' reference counts
-// as if they were gone, and books them in rep.
-func (inv *inventory) choose(opts CleanupOptions, rep *CleanupReport) []*artifactInfo {
+// as if they were gone, and books them in rep. Those live needs are kept as
+// protected ones.
+func (inv *inventory) choose(opts CleanupOptions, live map[ArtifactRef]bool, rep *CleanupReport) []*artifactInfo {
 	var doomed []*artifactInfo
 	// remove books a as gone and returns the space that frees besides blobs: its ref
 	// file, and its directory when it was the last ref there.
@@ -179,7 +198,20 @@ func (inv *inventory) choose(opts CleanupOptions, rep *CleanupReport) []*artifac
 		rep.Freed += freed
 		return freed
 	}
-	protected := func(a *artifactInfo) bool { return opts.Protect != nil && opts.Protect(a.ref()) }
+	liveBlobs := map[int32]bool{}
+	protected := func(a *artifactInfo) bool {
+		if live[a.ref()] {
+			rep.Live++
+			for _, b := range a.blobs {
+				if !liveBlobs[b] {
+					liveBlobs[b] = true
+					rep.LiveBytes += inv.blobs[b].disk
+				}
+			}
+			return true
+		}
+		return opts.Protect != nil && opts.Protect(a.ref())
+	}
 	named := map[ArtifactRef]bool{}
 	for _, r := range opts.Remove {
 		named[r] = true
@@ -241,40 +273,29 @@ func (inv *inventory) unreferenced() int64 {
 // leftovers finds what crashed processes left: tmp/ entries of processes that
 // no longer run, and entries of sources/tmp (partial downloads and clones)
 // not written for an hour; and the files of loads/ no session used for
-// loadsMaxAge (staleLoads); with the space they take.
-func (c *Cache) leftovers() ([]string, int64, error) {
+// loadsMaxAge (staleLoads). The inventory has their sizes.
+func (c *Cache) leftovers() ([]string, error) {
 	paths, err := c.StrayTemp()
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
 	loads, err := c.staleLoads()
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
 	paths = append(paths, loads...)
 	srcTmp := filepath.Join(c.SourcesDir(), tmpDir)
 	entries, err := os.ReadDir(srcTmp)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return nil, 0, fmt.Errorf("listing %s: %w", srcTmp, err)
+		return nil, fmt.Errorf("listing %s: %w", srcTmp, err)
 	}
 	for _, e := range entries {
 		if info, err := e.Info(); err == nil && time.Since(info.ModTime()) >= staleTempAge {
 			paths = append(paths, filepath.Join(srcTmp, e.Name()))
 		}
 	}
-	var total int64
-	for _, p := range paths {
-		_ = filepath.WalkDir(p, func(_ string, d fs.DirEntry, err error) error {
-			if err == nil {
-				if info, err := d.Info(); err == nil {
-					total += info.Size()
-				}
-			}
-			return nil
-		})
-	}
 	slices.Sort(paths)
-	return paths, total, nil
+	return paths, nil
 }
 
 // blobPathOf is the cas/ path of a blob by its hash.

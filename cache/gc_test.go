@@ -2,6 +2,7 @@ package cache
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -301,5 +302,50 @@ func TestCleanupKeepsOrphansBesideUnreadableRefs(t *testing.T) {
 	}
 	if !c.HasBlob(orphan) || len(rep.Problems) != 1 || rep.Blobs != 0 {
 		t.Fatalf("report %+v; orphan kept: %v", rep, c.HasBlob(orphan))
+	}
+}
+
+// A cleanup's arithmetic holds: what it says it freed is part of what the cache took
+// before, and what it says is left is what the cache takes after it, also when a
+// leftover of a dead session holds hard links to blobs that stay (a build root staged
+// with links), which free nothing.
+func TestCleanupArithmeticWithLinkedLeftovers(t *testing.T) {
+	c := openTestCache(t)
+	const n = 64 << 10
+	commitSized(t, c, "a.toml", n, time.Now())
+	own := strings.Repeat("a.toml", n/len("a.toml")+1)[:n]
+	blob := c.blobPathOf(fmt.Sprintf("%x", sha256.Sum256([]byte(own))))
+	// A dead session's build root: a sysroot of links to the artifact's blobs,
+	// and an install root of its own.
+	left := filepath.Join(c.Root, tmpDir, "999999999.dead-build-x")
+	for _, d := range []string{"sysroot", "install"} {
+		if err := os.MkdirAll(filepath.Join(left, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 8 {
+		if err := os.Link(blob, filepath.Join(left, "sysroot", fmt.Sprint("own", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(left, "install", "out"), make([]byte, 8<<10), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := c.Cleanup(CleanupOptions{Leftovers: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Leftovers) != 1 || len(rep.Artifacts) != 0 {
+		t.Fatalf("removed %d artifacts and leftovers %v, want the one leftover only", len(rep.Artifacts), rep.Leftovers)
+	}
+	after, err := c.Usage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Freed <= 0 || rep.Freed > rep.Before || rep.After != rep.Before-rep.Freed || rep.After != after {
+		t.Fatalf("cleanup says %d freed, %d → %d; the cache takes %d after it", rep.Freed, rep.Before, rep.After, after)
+	}
+	if _, err := os.Stat(blob); err != nil {
+		t.Fatalf("the linked blob went with the leftover: %v", err)
 	}
 }

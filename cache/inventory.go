@@ -42,6 +42,10 @@ type inventory struct {
 	// dirs counts the refs in each element's ref directory, which goes (with its
 	// blocks) when its last ref does.
 	dirs map[string]*refDir
+	// entries is the space of each entry of tmp/, sources/tmp/ and loads/ (what
+	// leftovers are made of), counting only what total counted there: a file
+	// hard-linked from cas/ is the blob's, counted once, and stays with it.
+	entries map[string]int64
 }
 
 type refDir struct {
@@ -108,7 +112,7 @@ func (inv *inventory) size(a *artifactInfo) int64 {
 // safe beside other processes; deciding what to delete from it needs the
 // exclusive lock.
 func (c *Cache) takeInventory() (*inventory, error) {
-	inv := &inventory{blobIndex: map[blobID]int32{}, dirs: map[string]*refDir{}}
+	inv := &inventory{blobIndex: map[blobID]int32{}, dirs: map[string]*refDir{}, entries: map[string]int64{}}
 	if err := c.measureDisk(inv); err != nil {
 		return nil, err
 	}
@@ -258,6 +262,12 @@ func (c *Cache) measureDisk(inv *inventory) error {
 	seen := map[uint64]bool{}
 	casRoot := filepath.Join(c.Root, casDir) + string(filepath.Separator)
 	execRoot := filepath.Join(c.Root, execDir) + string(filepath.Separator)
+	// Entries of these directories may be leftovers (Cleanup's leftovers):
+	// what is counted below one is booked to it. cas/ and exec/ are walked
+	// before them (lexical order), so a blob linked from one is the blob's.
+	leftoverRoots := []string{c.tmpPath() + string(filepath.Separator),
+		filepath.Join(c.SourcesDir(), tmpDir) + string(filepath.Separator),
+		LoadsDir(c.Root) + string(filepath.Separator)}
 	err := filepath.WalkDir(c.Root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			if p == c.Root {
@@ -283,6 +293,12 @@ func (c *Cache) measureDisk(inv *inventory) error {
 			size = st.Blocks * 512
 		}
 		inv.total += size
+		for _, r := range leftoverRoots {
+			if rest, ok := strings.CutPrefix(p, r); ok {
+				top, _, _ := strings.Cut(rest, string(filepath.Separator))
+				inv.entries[r+top] += size
+			}
+		}
 		if strings.HasPrefix(p, casRoot) && d.Type().IsRegular() {
 			inv.casBytes += size
 			if id, ok := idOf(d.Name()); ok {

@@ -495,46 +495,85 @@ func hasBin(c *cache.Cache, a *cache.Artifact) bool {
 // stageDependencies checks out deps, the artifacts of spec.Stage, into
 // sysroot, as hard links or as copies (reflinks where the filesystem can).
 // Every file is hashed as it is staged; a dependency found damaged is dropped
-// from the cache (see damagedDependency).
+// from the cache (see damagedDependency), unless another session has
+// committed the same key since it was looked up: then that artifact replaces
+// it (deps[i]) and the sysroot is staged again. It is called under the cache
+// lock, so no cleanup sweeps a replacement's blobs meanwhile: each dependency
+// is replaced at most once.
 func stageDependencies(c *cache.Cache, spec *BuildSpec, deps []*cache.Artifact, sysroot string, links bool, r *job.Reporter) error {
 	if len(deps) > 0 {
 		r.Status(fmt.Sprintf("staging %d dependencies", len(deps)))
 	}
-	for i, a := range deps {
-		s := spec.Stage[i]
+	replaced := make([]bool, len(deps))
+	for i := 0; i < len(deps); i++ {
+		a := deps[i]
 		err := c.Checkout(a.Files, sysroot, cache.CheckoutOptions{Hardlink: links})
 		var blob *cache.BlobError
 		if errors.As(err, &blob) {
-			return damagedDependency(c, a, blob)
+			b := replacement(c, a)
+			if b == nil || replaced[i] {
+				return damagedDependency(c, a, blob)
+			}
+			r.Log(fmt.Sprintf("staging dependency %s: %v; staging the artifact another session committed meanwhile", a.Element, blob))
+			deps[i], replaced[i] = b, true
+			if err := emptySysroot(sysroot); err != nil {
+				return err
+			}
+			i = -1 // from the first again
+			continue
 		}
 		if err != nil {
-			return &infraError{fmt.Errorf("staging dependency %s into the sysroot: %w", s.Element, err)}
+			return &infraError{fmt.Errorf("staging dependency %s into the sysroot: %w", spec.Stage[i].Element, err)}
 		}
 	}
 	return nil
 }
 
+// replacement is the artifact the cache now holds for a when that is another
+// one (other files) and good: another session committed its key since a was
+// looked up, and a's blobs, no longer referenced, may have been swept.
+func replacement(c *cache.Cache, a *cache.Artifact) *cache.Artifact {
+	b, err := c.Lookup(a.Project, a.Element, a.Key)
+	if err != nil || !b.Success || b.Files == a.Files {
+		return nil
+	}
+	return b
+}
+
 // restage replaces a sysroot staged with hard links by one staged with copies.
 func restage(c *cache.Cache, spec *BuildSpec, deps []*cache.Artifact, sysroot string, r *job.Reporter) error {
 	r.Log("staging the dependencies again as copies: host commands can write to the sysroot")
+	if err := emptySysroot(sysroot); err != nil {
+		return err
+	}
+	return stageDependencies(c, spec, deps, sysroot, false, r)
+}
+
+// emptySysroot removes what was staged into sysroot, to stage it again.
+func emptySysroot(sysroot string) error {
 	if err := os.RemoveAll(sysroot); err != nil {
 		return &infraError{fmt.Errorf("removing the sysroot to stage it again: %w", err)}
 	}
 	if err := os.Mkdir(sysroot, 0o755); err != nil {
 		return &infraError{fmt.Errorf("preparing the build directory: %w", err)}
 	}
-	return stageDependencies(c, spec, deps, sysroot, false, r)
+	return nil
 }
 
 // DamagedDependency is the Data of a build job's result when staging found a
-// blob of a dependency's artifact missing or corrupt. The job has removed a
-// corrupt blob and dropped the artifact from the cache, so that the
-// dependency is built (or pulled) again before the element is.
+// dependency's artifact gone from the cache, or a blob of it missing or
+// corrupt. The job has removed a corrupt blob and dropped the artifact from the
+// cache, so that the dependency is built (or pulled) again before the element is.
 type DamagedDependency struct {
 	Element string `json:"element"`
 	Key     string `json:"key"`
-	Blob    string `json:"blob"` // the blob's digest, "hash/size"
+	Blob    string `json:"blob,omitempty"` // the blob's digest, "hash/size"
 	Problem string `json:"problem"`
+	// Removals is the cache's count of cleanups that removed something
+	// (cache.Removals) when the damage was found: the scheduler heals the
+	// dependency again only when it has grown since the last heal, that is
+	// when a cleanup in another process may have taken it.
+	Removals uint64 `json:"removals"`
 }
 
 // DamagedDependencyError is the build error for a DamagedDependency. It is not
@@ -545,6 +584,9 @@ type DamagedDependencyError struct {
 }
 
 func (e *DamagedDependencyError) Error() string {
+	if e.Blob == "" {
+		return fmt.Sprintf("staging dependency %s: %v, so it is built again", e.Element, e.Err)
+	}
 	return fmt.Sprintf("staging dependency %s: %v; dropped its artifact %s from the cache, so it is built again",
 		e.Element, e.Err, e.Key[:min(len(e.Key), 8)])
 }
@@ -558,7 +600,16 @@ func damagedDependency(c *cache.Cache, a *cache.Artifact, blob *cache.BlobError)
 		return &infraError{fmt.Errorf("staging dependency %s: %v; dropping its artifact: %w", a.Element, blob, err)}
 	}
 	return &DamagedDependencyError{DamagedDependency: DamagedDependency{Element: a.Element, Key: a.Key,
-		Blob: blob.Digest.String(), Problem: blob.Error()}, Err: blob}
+		Blob: blob.Digest.String(), Problem: blob.Error(), Removals: c.Removals()}, Err: blob}
+}
+
+// vanishedDependency is the error of a dependency whose artifact is gone from
+// the cache since the session planned with it: a cleanup in another process
+// removed it, a race the session heals.
+func vanishedDependency(c *cache.Cache, element, key string, err error) error {
+	return &DamagedDependencyError{DamagedDependency: DamagedDependency{Element: element, Key: key,
+		Problem: "its artifact is gone from the cache", Removals: c.Removals()},
+		Err: fmt.Errorf("its artifact %s is gone from the cache (a cache cleanup in another process?): %w", key[:min(len(key), 8)], err)}
 }
 
 func firstLine(s string) string {

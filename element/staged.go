@@ -2,6 +2,7 @@ package element
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/gantry-build/gantry/cache"
@@ -89,6 +90,9 @@ func lookupDependencies(c *cache.Cache, spec *BuildSpec) ([]*cache.Artifact, err
 			continue
 		}
 		a, err := c.Lookup(spec.Project, s.Element, s.Key)
+		if errors.Is(err, cache.ErrNotFound) {
+			return nil, vanishedDependency(c, s.Element, s.Key, err)
+		}
 		if err != nil {
 			return nil, &infraError{fmt.Errorf("staging dependency %s: %w", s.Element, err)}
 		}

@@ -229,3 +229,26 @@ func TestStagingWhatABuildMadeAvailable(t *testing.T) {
 		t.Errorf("staging bad.toml with nothing known and no ref = %v, want not found", err)
 	}
 }
+
+// A dependency whose artifact is gone since the session planned with it (a cleanup
+// in another process removed it) takes the heal path, not the element's failure: a
+// *DamagedDependencyError naming it, with the cache's count of cleanups that removed
+// something, by which the scheduler tells a race from a fault that would repeat.
+func TestStagingAVanishedDependencyHeals(t *testing.T) {
+	c, err := cache.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	lib := commitDep(t, c, "lib.toml", "k2", "lib")
+	spec := &BuildSpec{Project: "p", Element: "app.toml", Stage: []StagedArtifact{{Element: "lib.toml", Key: "k2"}}}
+	var staged StagedDigests
+	staged.Fill(c, spec)
+	if _, err := c.Cleanup(cache.CleanupOptions{Remove: []cache.ArtifactRef{{Project: "p", Element: "lib.toml", Key: lib.Key}}}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = lookupDependencies(c, spec)
+	var damaged *DamagedDependencyError
+	if !errors.As(err, &damaged) || damaged.Element != "lib.toml" || damaged.Removals != 1 {
+		t.Fatalf("staging lib.toml removed by a cleanup = %v, want a DamagedDependencyError for lib.toml after 1 removal", err)
+	}
+}

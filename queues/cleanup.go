@@ -107,7 +107,12 @@ func (s *Scheduler) harvestCleanup() {
 	s.clean.pending = false
 	a := &activeJob{id: s.nextJobID(Cleanup), req: req}
 	a.logPath = filepath.Join(s.cfg.LogDir, s.cfg.Project, fmt.Sprintf("cleanup-%d.log", s.seq))
-	payload, err := s.cfg.Cleanup.Payload(s.keep())
+	// What it keeps is what the session needs now: published too, so that
+	// the cleanup, which reads what every live session needs, reads this
+	// session's as it is, not as it was at the start.
+	keep := s.keep()
+	s.publishNeeds(keep)
+	payload, err := s.cfg.Cleanup.Payload(keep)
 	if err == nil {
 		err = s.startJob(a, Cleanup, cleanupElement, payload)
 	}
@@ -134,7 +139,7 @@ func (s *Scheduler) keep() []ArtifactKey {
 	}
 	for _, it := range s.cfg.Items {
 		unfinished := it.queue >= 0 && !it.Failed && !it.Terminated
-		if unfinished || s.cfg.Cleanup.Deliver(it) {
+		if unfinished || s.cfg.Cleanup != nil && s.cfg.Cleanup.Deliver(it) {
 			add(it)
 		}
 		if unfinished && !it.Cached {
@@ -144,6 +149,34 @@ func (s *Scheduler) keep() []ArtifactKey {
 		}
 	}
 	return keep
+}
+
+// hasWork reports whether the session starts with something to build, pull or
+// push: a null build publishes no needs (Config.Needs).
+func (s *Scheduler) hasWork() bool {
+	for _, qs := range s.queues {
+		if qs.q.Action() == Push {
+			return true
+		}
+	}
+	for _, it := range s.cfg.Items {
+		if !it.Cached && !it.Failed {
+			return true
+		}
+	}
+	return false
+}
+
+// publishNeeds tells Config.Needs what the session needs now (s.keep()).
+// Failing, it warns: a cleanup in another process may then take what the
+// session needs, which it heals.
+func (s *Scheduler) publishNeeds(keep []ArtifactKey) {
+	if s.cfg.Needs == nil {
+		return
+	}
+	if err := s.cfg.Needs(keep); err != nil {
+		s.cfg.Publish(Notice{Base: Base{time.Now()}, Level: "warning", Text: err.Error() + "; a cache cleanup in another process may remove what this session needs"})
+	}
 }
 
 // describe names a job's action and element; the cleanup job has no item.

@@ -11,12 +11,21 @@ import (
 )
 
 // Healing a damaged dependency within the session. A build job that finds a
-// blob of a staged dependency's artifact missing or corrupt drops that
-// artifact from the cache and says so in its result (element.DamagedDependency).
-// The loop then takes the dependency back into the pipeline — from the first
-// queue after Track, so it is pulled, fetched and built again as needed — and
-// puts the element back in its queue to wait for it. Each dependency is healed
-// at most once per session: damaged again, the element's failure stands.
+// staged dependency's artifact gone from the cache, or a blob of it missing or
+// corrupt (then it drops the artifact), says so in its result
+// (element.DamagedDependency). The loop then takes the dependency back into the
+// pipeline — from the first queue after Track, so it is pulled, fetched and
+// built again as needed — publishes the changed plan (Config.Needs) and puts
+// the element back in its queue to wait for it.
+//
+// A cache race is never the element's failure, so there is no count of heals;
+// what bounds them is the cache's count of cleanups that removed something
+// (DamagedDependency.Removals). A dependency is healed again only when the
+// count has grown since its last heal (a cleanup in another process may have
+// taken it: each heal needs another such cleanup), or when the job that found
+// it damaged began before that heal (it staged the artifact the heal
+// replaced). Damaged again with no cleanup between, the fault would repeat:
+// the element's failure stands.
 
 // heal handles a failed build whose result names a damaged dependency, and
 // reports whether it did; false leaves the failure to finish. Loop goroutine
@@ -30,12 +39,13 @@ func (s *Scheduler) heal(a *activeJob, res job.Result, end JobEnd) bool {
 		return false
 	}
 	it := a.item
-	dep, rebuild := s.itemToHeal(it, damaged.Element)
+	dep, rebuild := s.itemToHeal(it, damaged, a.started)
 	if dep == nil {
 		return false
 	}
 	if rebuild {
 		dep.healed, dep.Cached = true, false
+		dep.healedAt, dep.healRemovals = time.Now(), damaged.Removals
 		if dep.later != nil {
 			// A tracked plan: the dependency is needed now. What it stages that
 			// the plan did not reach is below a cached element, so taken as
@@ -44,6 +54,7 @@ func (s *Scheduler) heal(a *activeJob, res job.Result, end JobEnd) bool {
 			dep.Stage = slices.DeleteFunc(slices.Clone(dep.Stage), unneeded)
 		}
 		s.requeue(dep, s.firstQueueAfterTrack())
+		s.publishNeeds(s.keep())
 		s.cfg.Publish(Notice{Base: Base{time.Now()}, Level: "warning", Element: dep.Name(),
 			Text: fmt.Sprintf("the artifact of %s was damaged (%s): building it again before %s", dep.Name(), damaged.Problem, it.Name())})
 	}
@@ -56,26 +67,32 @@ func (s *Scheduler) heal(a *activeJob, res job.Result, end JobEnd) bool {
 	return true
 }
 
-// itemToHeal finds the session's item for it's dependency named name, making
-// one if the plan has none (the dependency was below a cached element), and
-// says whether it must be built again. A dependency already being built again
-// (another dependant found it damaged first) is returned to wait for. It
-// returns nil when the failure stands: the dependency failed, was damaged
-// again after being healed, is not a dependency of it, or has a job running.
-func (s *Scheduler) itemToHeal(it *Item, name string) (dep *Item, rebuild bool) {
+// itemToHeal finds the session's item for it's dependency damaged names,
+// making one if the plan has none (the dependency was below a cached element),
+// and says whether it must be built again. A dependency already being built
+// again (another dependant found it damaged first) is returned to wait for, and
+// so is one healed since the job that found it damaged began (started). It
+// returns nil when the failure stands: the dependency failed, was damaged again
+// after being healed with no cleanup between (see the top of this file), is not
+// a dependency of it, or has a job running.
+func (s *Scheduler) itemToHeal(it *Item, damaged element.DamagedDependency, started time.Time) (dep *Item, rebuild bool) {
 	for _, d := range s.cfg.Items {
-		if d.Name() != name {
+		if d.Name() != damaged.Element {
 			continue
 		}
-		if d.healed && !d.Cached && !d.Failed && !d.Terminated {
+		switch {
+		case d.healed && !d.Cached && !d.Failed && !d.Terminated:
 			return d, false
-		}
-		if d.healed || !(d.Cached || unneeded(d)) || !s.leaveQueue(d) {
+		case d.healed && d.Cached && started.Before(d.healedAt):
+			return d, false // it staged what the heal replaced: try again as it is
+		case d.healed && damaged.Removals <= d.healRemovals:
+			return nil, false
+		case !(d.Cached || unneeded(d)) || !s.leaveQueue(d):
 			return nil, false
 		}
 		return d, true
 	}
-	e := findDependency(it.Element, name, map[*element.Element]bool{})
+	e := findDependency(it.Element, damaged.Element, map[*element.Element]bool{})
 	if e == nil {
 		return nil, false
 	}

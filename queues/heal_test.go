@@ -2,6 +2,7 @@ package queues
 
 import (
 	"encoding/json"
+	"slices"
 	"testing"
 
 	"github.com/gantry-build/gantry/element"
@@ -11,7 +12,14 @@ import (
 // failDamaged ends a build job as one whose staging found dep's artifact damaged.
 func failDamaged(t *testing.T, j *fakeJob, dep string) {
 	t.Helper()
-	data, err := json.Marshal(element.DamagedDependency{Element: dep, Key: "k", Blob: "h/1", Problem: "blob h/1 is missing"})
+	failDamagedAfter(t, j, dep, 0)
+}
+
+// failDamagedAfter is failDamaged when the cache has seen removals cleanups that
+// removed something (element.DamagedDependency.Removals).
+func failDamagedAfter(t *testing.T, j *fakeJob, dep string, removals uint64) {
+	t.Helper()
+	data, err := json.Marshal(element.DamagedDependency{Element: dep, Key: "k", Blob: "h/1", Problem: "blob h/1 is missing", Removals: removals})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -20,7 +28,10 @@ func failDamaged(t *testing.T, j *fakeJob, dep string) {
 
 // healSession builds app.toml, which needs lib.toml, which needs base.toml;
 // lib.toml is cached, so base.toml is not even planned.
-func healSession(t *testing.T) *session {
+func healSession(t *testing.T) *session { return healSessionNeeding(t, nil) }
+
+// healSessionNeeding is healSession publishing its needs to needs.
+func healSessionNeeding(t *testing.T, needs func([]ArtifactKey) error) *session {
 	g := newGraph(t, "base.toml:", "lib.toml: base.toml", "app.toml: lib.toml")
 	items, err := Plan(g, []*element.Element{g.Elements["app.toml"]}, PlanOptions{
 		Artifact: func(e *element.Element) element.ArtifactStatus {
@@ -35,7 +46,7 @@ func healSession(t *testing.T) *session {
 	if len(items) != 2 {
 		t.Fatalf("planned %d items, want lib.toml and app.toml", len(items))
 	}
-	return startSession(t, Config{Queues: []Queue{buildQueue()}, Items: items, Pool: buildPool(2)})
+	return startSession(t, Config{Queues: []Queue{buildQueue()}, Items: items, Pool: buildPool(2), Needs: needs})
 }
 
 // A build that finds a staged dependency damaged sends the dependency back to
@@ -72,8 +83,8 @@ func TestHealDamagedDependency(t *testing.T) {
 	}
 }
 
-// A dependency is healed once per session: found damaged again, the
-// dependant's failure stands and nothing loops.
+// A dependency found damaged again with no cleanup between is a fault that would
+// repeat: the dependant's failure stands and nothing loops.
 func TestHealOnlyOnce(t *testing.T) {
 	h := healSession(t)
 	failDamaged(t, h.expect(Build, "app.toml"), "lib.toml")
@@ -88,10 +99,9 @@ func TestHealOnlyOnce(t *testing.T) {
 	}
 }
 
-// Two dependants staging the same damaged dependency at once: the first
-// sends it back to be built, the second (which then finds the blob gone)
-// waits for that build instead of failing; the dependency is built once.
-func TestHealSharedDependency(t *testing.T) {
+// sharedDependencySession builds one.toml and two.toml, which both need lib.toml,
+// cached, with builders builders.
+func sharedDependencySession(t *testing.T, builders int) *session {
 	g := newGraph(t, "lib.toml:", "one.toml: lib.toml", "two.toml: lib.toml")
 	targets := []*element.Element{g.Elements["one.toml"], g.Elements["two.toml"]}
 	items, err := Plan(g, targets, PlanOptions{Artifact: func(e *element.Element) element.ArtifactStatus {
@@ -103,7 +113,14 @@ func TestHealSharedDependency(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := startSession(t, Config{Queues: []Queue{buildQueue()}, Items: items, Pool: buildPool(2)})
+	return startSession(t, Config{Queues: []Queue{buildQueue()}, Items: items, Pool: buildPool(builders)})
+}
+
+// Two dependants staging the same damaged dependency at once: the first
+// sends it back to be built, the second (which then finds the blob gone)
+// waits for that build instead of failing; the dependency is built once.
+func TestHealSharedDependency(t *testing.T) {
+	h := sharedDependencySession(t, 2)
 	jobs := h.nextN(2)
 	failDamaged(t, jobs["one.toml"], "lib.toml")
 	lib := h.expect(Build, "lib.toml")
@@ -149,5 +166,69 @@ func TestHealInTrackedPlan(t *testing.T) {
 	}
 	if starts := h.runner.startsOf(Build); starts["a"] != 1 || starts["b"] != 2 || starts["t"] != 2 {
 		t.Errorf("build starts = %v, want a 1, b 2, t 2", starts)
+	}
+}
+
+// A dependency that cleanups in another process keep taking is healed as often as
+// they do: a cache race is never the element's failure.
+func TestHealAgainAfterEachCleanup(t *testing.T) {
+	h := healSession(t)
+	for removals := range uint64(5) {
+		failDamagedAfter(t, h.expect(Build, "app.toml"), "lib.toml", removals+1)
+		h.expect(Build, "lib.toml").Succeed(t)
+	}
+	h.expect(Build, "app.toml").Succeed(t)
+	if sum := h.wait(); !sum.OK() {
+		t.Errorf("summary = %+v, want success", sum)
+	}
+	if starts := h.runner.startsOf(Build); starts["lib.toml"] != 5 || starts["app.toml"] != 6 {
+		t.Errorf("build starts = %v, want lib 5, app 6", starts)
+	}
+}
+
+// A dependant that began staging before a heal and reports the dependency
+// damaged after it was built again staged what the heal replaced: it builds
+// again with the new artifact, which is not built a third time.
+func TestHealStaleReportAfterTheRebuild(t *testing.T) {
+	h := sharedDependencySession(t, 3)
+	jobs := h.nextN(2)
+	failDamagedAfter(t, jobs["one.toml"], "lib.toml", 1)
+	h.expect(Build, "lib.toml").Succeed(t)
+	one := h.expect(Build, "one.toml")
+	failDamagedAfter(t, jobs["two.toml"], "lib.toml", 1)
+	one.Succeed(t)
+	h.expect(Build, "two.toml").Succeed(t)
+	if sum := h.wait(); !sum.OK() {
+		t.Errorf("summary = %+v, want success", sum)
+	}
+	if starts := h.runner.startsOf(Build); starts["lib.toml"] != 1 || starts["one.toml"] != 2 || starts["two.toml"] != 2 {
+		t.Errorf("build starts = %v, want lib 1, one 2, two 2", starts)
+	}
+}
+
+// The session publishes what it needs when it starts and when a heal changes its
+// plan, not per job: for cleanups in other processes.
+func TestNeedsPublishedAtStartAndOnHeal(t *testing.T) {
+	var published [][]string
+	h := healSessionNeeding(t, func(keep []ArtifactKey) error {
+		var names []string
+		for _, k := range keep {
+			names = append(names, k.Element)
+		}
+		slices.Sort(names)
+		published = append(published, names)
+		return nil
+	})
+	failDamaged(t, h.expect(Build, "app.toml"), "lib.toml")
+	failDamaged(t, h.expect(Build, "lib.toml"), "base.toml")
+	h.expect(Build, "base.toml").Succeed(t)
+	h.expect(Build, "lib.toml").Succeed(t)
+	h.expect(Build, "app.toml").Succeed(t)
+	if sum := h.wait(); !sum.OK() {
+		t.Errorf("summary = %+v, want success", sum)
+	}
+	want := [][]string{{"app.toml", "lib.toml"}, {"app.toml", "lib.toml"}, {"app.toml", "base.toml", "lib.toml"}}
+	if !slices.EqualFunc(published, want, slices.Equal) {
+		t.Errorf("published needs %v, want %v (at the start, then at each heal)", published, want)
 	}
 }

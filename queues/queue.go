@@ -84,9 +84,12 @@ type Item struct {
 	retryAt       time.Time
 	// later is set when the plan is decided in the loop (PlanTracked).
 	later *deferred
-	// healed: its artifact was found damaged and it went back into the pipeline
-	// (see heal); it happens once per session.
-	healed bool
+	// healed: its artifact was found damaged (or gone) and it went back into
+	// the pipeline (see heal), last at healedAt, when the cache had seen
+	// healRemovals cleanups that removed something.
+	healed       bool
+	healedAt     time.Time
+	healRemovals uint64
 
 	// Remote: the plan found its artifact on a remote; it is pulled, not built.
 	Remote bool

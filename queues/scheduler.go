@@ -57,6 +57,12 @@ type Config struct {
 	OnJobEnd func(JobEnd) error
 	// Cleanup keeps the local cache under a quota; nil: no quota.
 	Cleanup *CleanupConfig
+	// Needs, if set, is told on the scheduler goroutine what the session still
+	// needs from the cache (what a cleanup must keep): when the session starts
+	// with work to do, when its plan changes (a dependency taken back to heal)
+	// and when its own cleanup starts, never per job. It publishes them for
+	// cleanups in other processes.
+	Needs func([]ArtifactKey) error
 }
 
 // Scheduler runs one session. Create it with New, run it with Run, and steer it from
@@ -242,6 +248,9 @@ func (s *Scheduler) Run() *Summary {
 			it.queue = 0
 			s.add(s.queues[0], it)
 		}
+	}
+	if s.hasWork() {
+		s.publishNeeds(s.keep())
 	}
 	s.startETA()
 	for changed := true; ; {

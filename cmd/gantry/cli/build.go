@@ -405,6 +405,11 @@ func (s *session) runScheduler(r schedulerRun) (*queues.Summary, error) {
 	if err != nil {
 		return nil, fmt.Errorf("finding the gantry executable to run jobs: %w", err)
 	}
+	live, err := startLiveSession(r.cache, s.project.Name)
+	if err != nil {
+		return nil, err
+	}
+	defer live.end()
 	pub := queues.NewPublisher(func(e queues.Event) {
 		r.display.Handle(e)
 		if _, ok := e.(queues.SessionStart); ok {
@@ -435,13 +440,14 @@ func (s *session) runScheduler(r schedulerRun) (*queues.Summary, error) {
 		Queues:   r.queues,
 		Items:    r.items,
 		Pool:     resources.NewPool(r.limits),
-		Runner:   queues.NewProcessRunner([]string{exe, jobCommand}, nil, 5*time.Second),
+		Runner:   queues.NewProcessRunner([]string{exe, jobCommand}, live.jobEnv(), 5*time.Second),
 		OnError:  r.onError,
 		LogDir:   r.cache.LogsDir(),
 		Publish:  publish,
 		Backoff:  s.retryBackoff(),
 		OnJobEnd: r.onJobEnd,
 		Cleanup:  r.cleanup,
+		Needs:    live.need,
 	})
 	tui, _ := r.display.(*ui.TUI)
 	if tui != nil {

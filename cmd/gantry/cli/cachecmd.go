@@ -356,6 +356,11 @@ func runGC(g *globalOptions, opts *gcOptions) error {
 	return err
 }
 
+// keptForLiveSessions says what a cleanup kept because running sessions need it.
+func keptForLiveSessions(rep *cache.CleanupReport) string {
+	return fmt.Sprintf("kept %d artifacts (%s) that running gantry sessions need", rep.Live, byteSize(rep.LiveBytes))
+}
+
 func pauseOnce(g *globalOptions) func() {
 	paused := false
 	return func() {
@@ -382,6 +387,9 @@ func writeCleanup(w io.Writer, rep *cache.CleanupReport) {
 	}
 	fmt.Fprintf(w, "%s %d artifacts, %d blobs, %d leftovers: %s freed, %s → %s\n", verb, len(rep.Artifacts), rep.Blobs,
 		len(rep.Leftovers), byteSize(rep.Freed), byteSize(rep.Before), byteSize(rep.After))
+	if rep.Live > 0 {
+		fmt.Fprintln(w, keptForLiveSessions(rep))
+	}
 	for _, p := range rep.Problems {
 		fmt.Fprintf(w, "problem: %s (unreferenced blobs are kept until `gantry cache verify --repair` fixes it)\n", p)
 	}

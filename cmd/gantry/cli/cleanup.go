@@ -75,6 +75,9 @@ func cleanupJob(ctx context.Context, spec job.Spec, r *job.Reporter) (job.Result
 	}
 	r.Log(fmt.Sprintf("removed %d artifacts and %d blobs, freed %s: %s → %s", len(rep.Artifacts), rep.Blobs,
 		byteSize(rep.Freed), byteSize(rep.Before), byteSize(rep.After)))
+	if rep.Live > 0 {
+		r.Log(keptForLiveSessions(rep))
+	}
 	data, err := json.Marshal(queues.CleanupResult{Before: rep.Before, After: rep.After, Freed: rep.Freed,
 		Artifacts: len(rep.Artifacts), Short: rep.Short, Duration: rep.Duration})
 	return job.Result{OK: true, Data: data}, err

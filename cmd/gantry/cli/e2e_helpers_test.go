@@ -204,6 +204,7 @@ type e2eEvent struct {
 	Event    string `json:"event"`
 	Action   string `json:"action"`
 	Element  string `json:"element"`
+	Key      string `json:"key"`
 	Job      string `json:"job"`
 	Result   string `json:"result"`
 	Error    string `json:"error"`

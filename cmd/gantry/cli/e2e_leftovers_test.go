@@ -1,0 +1,105 @@
+package cli
+
+// What sessions killed outright leave in the cache's tmp/: the next session removes
+// it at its start, and never touches what a live session has there.
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// tmpEntries lists the names in the cache's tmp/.
+func tmpEntries(t *testing.T, p *e2eProject) map[string]bool {
+	t.Helper()
+	entries, err := os.ReadDir(filepath.Join(p.cache, "tmp"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, e := range entries {
+		names[e.Name()] = true
+	}
+	return names
+}
+
+func TestE2ESessionRemovesWhatKilledSessionsLeftInTmp(t *testing.T) {
+	t.Parallel()
+	marker := fmt.Sprintf("gantry-leftover-%d", time.Now().UnixNano())
+	killMarkedOnCleanup(t, marker)
+	p := newE2EProject(t, map[string]string{"project.toml": projectTOML("quick.toml")})
+	ready, held, release := p.scratch("ready"), p.scratch("held"), p.scratch("release")
+	// An install root of 1 MB, then a wait of minutes: killed there, it is left.
+	p.write("elements/slow.toml", manualElement(nil,
+		"head -c 1048576 /dev/urandom > %{install-root}/big",
+		fmt.Sprintf("ln -s \"$(command -v sleep)\" ./%s; touch %s; ./%s 300", marker, ready, marker)))
+	p.write("elements/held.toml", manualElement(nil,
+		"head -c 65536 /dev/urandom > %{install-root}/data",
+		fmt.Sprintf("touch %s; while [ ! -e %s ]; do sleep 0.02; done", held, release)))
+	p.write("elements/quick.toml", manualElement(nil, "true"))
+
+	dead := map[string]bool{}
+	for k := range 2 {
+		os.Remove(ready)
+		g := p.start("build", "--ui", "json", "--sandbox", "host", "slow.toml")
+		eventually(t, e2eTimeout, "the slow build waits", func() bool { _, err := os.Stat(ready); return err == nil })
+		// Every process of the session at once, its job workers too (pkill -9
+		// gantry, the OOM killer): none of them cleans up.
+		home := "HOME=" + filepath.Join(filepath.Dir(p.root), "home") + "\x00"
+		for _, pid := range append(processesWith("environ", home), markedProcesses(marker)...) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		g.wait(e2eTimeout)
+		noneLeft(t, p, marker, fmt.Sprintf("kill %d", k+1))
+		for name := range tmpEntries(t, p) {
+			dead[name] = true
+		}
+		if len(dead) <= k {
+			t.Fatalf("kill %d left nothing in tmp/: the test kills nothing that matters", k+1)
+		}
+	}
+
+	live := p.start("build", "--ui", "json", "--sandbox", "host", "held.toml")
+	eventually(t, e2eTimeout, "the held build waits", func() bool { _, err := os.Stat(held); return err == nil })
+	liveEntries := map[string]bool{}
+	for name := range tmpEntries(t, p) {
+		if !dead[name] {
+			liveEntries[name] = true
+		}
+	}
+	if len(liveEntries) == 0 {
+		t.Fatal("the live build has nothing in tmp/: the test protects nothing")
+	}
+
+	p.mustRun(0, "build", "--ui", "json", "--sandbox", "host", "quick.toml")
+	after := tmpEntries(t, p)
+	for name := range dead {
+		if after[name] {
+			t.Errorf("%s, left by a session killed outright, is still in tmp/ after the next session started", name)
+		}
+	}
+	for name := range liveEntries {
+		if !after[name] {
+			t.Errorf("%s, of a live session, was removed from tmp/", name)
+		}
+	}
+	if err := os.WriteFile(release, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code := live.wait(e2eTimeout); code != 0 {
+		t.Fatalf("the live session exited %d:\n%s", code, live.output())
+	}
+	if left := tmpEntries(t, p); len(left) > 0 {
+		t.Errorf("tmp/ holds %v after every session ended", left)
+	}
+	if entries, _ := os.ReadDir(filepath.Join(p.cache, "sessions")); len(entries) > 0 {
+		var names []string
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+		t.Errorf("sessions/ holds %v after every session ended", names)
+	}
+}
