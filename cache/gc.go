@@ -76,6 +76,9 @@ type CleanupReport struct {
 // blobs only once nothing reaches them.
 func (c *Cache) Cleanup(opts CleanupOptions) (*CleanupReport, error) {
 	start := time.Now()
+	if c.servesActionCache() {
+		return nil, fmt.Errorf("cleaning %s: %w", c.Root, ErrServerStore)
+	}
 	inv, err := c.takeInventory()
 	if err != nil {
 		return nil, fmt.Errorf("cleaning the cache %s: %w", c.Root, err)
@@ -146,6 +149,19 @@ func (c *Cache) Cleanup(opts CleanupOptions) (*CleanupReport, error) {
 		return rep, fmt.Errorf("cleaning the cache %s: %w", c.Root, errors.Join(errs...))
 	}
 	return rep, nil
+}
+
+// ErrServerStore refuses a local cleanup of a `gantry cache serve` store: the
+// blobs its action cache entries name are reached by no ref, so a local cleanup
+// would take them all for garbage. The server keeps its own quota.
+var ErrServerStore = errors.New("this is a `gantry cache serve` store: its action cache entries need blobs that no artifact ref names, " +
+	"so a local cleanup would remove them; keep its size with `gantry cache serve --quota` and check it with `gantry cache verify --dir`")
+
+// servesActionCache reports whether the cache holds an action cache (ac/),
+// which only a server's store has.
+func (c *Cache) servesActionCache() bool {
+	info, err := os.Lstat(filepath.Join(c.Root, acDir))
+	return err == nil && info.IsDir()
 }
 
 // removeBlobs removes the blobs of sweep, and their executable twins, several

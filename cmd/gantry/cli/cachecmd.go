@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -350,6 +351,9 @@ func runGC(g *globalOptions, opts *gcOptions) error {
 	}
 	defer lock.Unlock()
 	rep, err := c.Cleanup(co)
+	if errors.Is(err, cache.ErrServerStore) {
+		return usagef("%v", err)
+	}
 	if rep != nil {
 		writeCleanup(g.ios.Out, rep)
 	}

@@ -180,3 +180,36 @@ func TestVerifyRepairsDirectoryInPlaceOfRef(t *testing.T) {
 	}
 	p.verifyCache()
 }
+
+// TestGCRefusesAServerStore: the blobs a server's action cache entries name are
+// reached by no artifact ref, so a local cleanup of its store (`cache gc
+// --cache-dir STORE`, with or without a quota) took every one of them for
+// garbage. It is refused as bad usage, naming the server's own quota, and the
+// entries still hit.
+func TestGCRefusesAServerStore(t *testing.T) {
+	s := startServe(t)
+	blob, _ := randomBlob(t, 100)
+	d := cache.DigestOf(blob)
+	if code, _ := s.request("PUT", "/cas/"+d.Hash, blob, true); code != http.StatusOK {
+		t.Fatalf("PUT: status %d", code)
+	}
+	data, _ := proto.Marshal(&repb.ActionResult{OutputFiles: []*repb.OutputFile{{Path: "f", Digest: d.Proto()}}})
+	_, key := randomBlob(t, 10)
+	if code, _ := s.request("PUT", "/ac/"+key, data, true); code != http.StatusOK {
+		t.Fatalf("PUT /ac: status %d", code)
+	}
+	for _, args := range [][]string{{"cache", "gc", "--cache-dir", s.dir}, {"cache", "gc", "--cache-dir", s.dir, "--quota", "1"}} {
+		cmd := exec.Command(gantryBinary(t), args...)
+		cmd.Env = append(os.Environ(), "HOME="+t.TempDir(), "XDG_CONFIG_HOME="+t.TempDir())
+		out, _ := cmd.CombinedOutput()
+		if code := cmd.ProcessState.ExitCode(); code != 2 || !strings.Contains(string(out), "cache serve --quota") {
+			t.Errorf("gantry %s: exit %d, want 2 and the server's quota named:\n%s", strings.Join(args, " "), code, out)
+		}
+		if _, err := os.Stat(s.blobPath(d.Hash)); err != nil {
+			t.Fatalf("gantry %s removed a blob the action cache needs: %v", strings.Join(args, " "), err)
+		}
+	}
+	if code, _ := s.request("GET", "/ac/"+key, nil, true); code != http.StatusOK {
+		t.Errorf("GET of the entry after the refused gc: status %d", code)
+	}
+}
