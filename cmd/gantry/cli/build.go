@@ -66,7 +66,7 @@ need, in dependency order, through the Fetch and Build queues. Cached elements a
 built again; a failed build is cached too: --retry-failed builds it again.
 
 Ctrl-C (without a terminal), SIGTERM or SIGHUP terminates running jobs and prints the
-summary (exit 130; 129 for SIGHUP); a second Ctrl-C kills them. Ctrl-Z suspends every
+summary (exit 128 + the signal: 130, 143, 129); a second Ctrl-C kills them. Ctrl-Z suspends every
 job and gantry; 'fg' resumes them.`,
 		RunE: func(cmd *cobra.Command, args []string) error { return runBuild(opts, args) },
 	}
@@ -505,6 +505,8 @@ func (s *session) sessionError(summary *queues.Summary) error {
 	switch {
 	case summary.Interrupted && s.endedBy == syscall.SIGHUP:
 		return errHangup
+	case summary.Interrupted && s.endedBy == syscall.SIGTERM:
+		return errTerminated
 	case summary.Interrupted:
 		return errInterrupted
 	case !summary.OK():

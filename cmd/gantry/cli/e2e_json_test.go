@@ -91,7 +91,7 @@ func TestE2EJSONOutputIsJSONOnly(t *testing.T) {
 		g.waitEvent("job-start", "build", "long.toml")
 		g.signal(syscall.SIGTERM)
 		g.wait(e2eTimeout)
-		errorEvent(t, g.output(), exitInterrupted, "interrupted")
+		errorEvent(t, g.output(), exitTerminated, "interrupted by SIGTERM")
 	})
 	t.Run("GANTRY_UI", func(t *testing.T) {
 		p.env = append(p.env, "GANTRY_UI=json")

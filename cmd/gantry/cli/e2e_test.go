@@ -138,8 +138,8 @@ func TestE2ESuspendStopsJobProcesses(t *testing.T) {
 	}
 
 	g.signal(syscall.SIGTERM)
-	if code := g.wait(e2eTimeout); code != exitInterrupted {
-		t.Fatalf("gantry exited with %d after SIGTERM, want %d\n%s", code, exitInterrupted, g.output())
+	if code := g.wait(e2eTimeout); code != exitTerminated {
+		t.Fatalf("gantry exited with %d after SIGTERM, want %d\n%s", code, exitTerminated, g.output())
 	}
 	eventually(t, 2*time.Second, "the job's processes are gone", func() bool { return len(proctest.Group(pgid)) == 0 })
 	if end, ok := findEvent(g.snapshot(), "job-end", "build", "tick.toml"); !ok || end.Result != "terminated" {
@@ -176,8 +176,8 @@ func TestE2ESigtermLeavesNoProcess(t *testing.T) {
 	g.waitEvent("job-start", "build", "orphan.toml")
 
 	g.signal(syscall.SIGTERM)
-	if code := g.wait(e2eTimeout); code != exitInterrupted {
-		t.Fatalf("gantry exited with %d after SIGTERM, want %d\n%s", code, exitInterrupted, g.output())
+	if code := g.wait(e2eTimeout); code != exitTerminated {
+		t.Fatalf("gantry exited with %d after SIGTERM, want %d\n%s", code, exitTerminated, g.output())
 	}
 	eventually(t, 2*time.Second, fmt.Sprintf("the background sleep (pid %d) is gone", gc), func() bool { return !proctest.Alive(gc) })
 	eventually(t, 2*time.Second, fmt.Sprintf("the orphaned sleep (pid %d) is gone", orphan), func() bool { return !proctest.Alive(orphan) })
@@ -187,8 +187,8 @@ func TestE2ESigtermLeavesNoProcess(t *testing.T) {
 	if !ok || end.Summary == nil || !end.Summary.Interrupted {
 		t.Errorf("session-end does not say interrupted: %+v\n%s", end.Summary, g.output())
 	}
-	if last := lastEvent(t, g.output()); last.Event != "error" || last.Text != "interrupted" || last.ExitCode == nil || *last.ExitCode != exitInterrupted {
-		t.Errorf("stderr does not end with an error event 'interrupted' (exit %d)\n%s", exitInterrupted, g.output())
+	if last := lastEvent(t, g.output()); last.Event != "error" || last.Text != "interrupted by SIGTERM" || last.ExitCode == nil || *last.ExitCode != exitTerminated {
+		t.Errorf("stderr does not end with an error event 'interrupted by SIGTERM' (exit %d)\n%s", exitTerminated, g.output())
 	}
 	assertNotBuilt(t, p, "orphan.toml")
 	p.verifyCache()

@@ -195,8 +195,8 @@ func TestE2ESuspendLeavesIdleWorkerRunning(t *testing.T) {
 	g.signal(syscall.SIGCONT)
 	waitGrowth(t, ticks, fileSize(ticks))
 	g.signal(syscall.SIGTERM)
-	if code := g.wait(e2eTimeout); code != exitInterrupted {
-		t.Fatalf("gantry exited with %d after SIGTERM, want %d\n%s", code, exitInterrupted, g.output())
+	if code := g.wait(e2eTimeout); code != exitTerminated {
+		t.Fatalf("gantry exited with %d after SIGTERM, want %d\n%s", code, exitTerminated, g.output())
 	}
 }
 

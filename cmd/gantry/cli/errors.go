@@ -15,7 +15,8 @@ const (
 	exitFailure     = 1
 	exitUsage       = 2
 	exitHangup      = 129 // 128 + SIGHUP
-	exitInterrupted = 130
+	exitInterrupted = 130 // 128 + SIGINT, and the user's own interruption (TUI keys)
+	exitTerminated  = 143 // 128 + SIGTERM
 )
 
 // usageError is bad command-line usage: exit code 2.
@@ -36,6 +37,10 @@ var errInterrupted = errors.New("interrupted")
 // errHangup ends a session that SIGHUP (its terminal or connection closed) terminated:
 // exit code 129.
 var errHangup = fmt.Errorf("%w by SIGHUP", errInterrupted)
+
+// errTerminated ends a session that SIGTERM (a CI runner's cancel, a service
+// manager) terminated: exit code 143.
+var errTerminated = fmt.Errorf("%w by SIGTERM", errInterrupted)
 
 // exitCode maps an error to the process exit code and reports it once, as a line or,
 // under --ui json, as an error event.
@@ -67,6 +72,8 @@ func classify(err error) (int, string) {
 		return xe.code, ""
 	case errors.Is(err, errHangup):
 		return exitHangup, errHangup.Error()
+	case errors.Is(err, errTerminated):
+		return exitTerminated, errTerminated.Error()
 	case errors.Is(err, errInterrupted) || errors.Is(err, context.Canceled):
 		return exitInterrupted, "interrupted"
 	case errors.As(err, &fe):
