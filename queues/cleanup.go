@@ -44,6 +44,10 @@ type CleanupResult struct {
 	Artifacts int           `json:"artifacts"`
 	Short     bool          `json:"short"` // still over the low-water mark: what is left is kept
 	Duration  time.Duration `json:"duration-ns"`
+	// Live and LiveBytes: artifacts kept because running gantry sessions (other
+	// processes on the cache) need them.
+	Live      int   `json:"live,omitempty"`
+	LiveBytes int64 `json:"live-bytes,omitempty"`
 }
 
 // CacheCleanup: a cleanup job ended; what it freed and how long it took.

@@ -169,3 +169,15 @@ func TestDisplaysShowAWaitForAnotherBuilder(t *testing.T) {
 		t.Errorf("a plain skip is shown without --verbose:\n%s\n%s", plain.String(), strings.Join(tui, "\n"))
 	}
 }
+
+// A cleanup that kept artifacts other running sessions need says how many and how
+// much, in plain and JSON output alike.
+func TestCleanupSaysWhatItKeptForOtherSessions(t *testing.T) {
+	e := queues.CacheCleanup{Base: queues.Base{Time: t0}, Quota: 4 << 20, CleanupResult: queues.CleanupResult{
+		Before: 5 << 20, After: 3 << 20, Freed: 2 << 20, Artifacts: 4, Duration: time.Second, Live: 3, LiveBytes: 1 << 20}}
+	var plain, js bytes.Buffer
+	NewPlain(&plain, Options{}).Handle(e)
+	NewJSON(&js, Options{}).Handle(e)
+	wantContains(t, "plain output", plain.String(), "kept 3 artifacts (1.0 MiB) other running sessions need")
+	wantContains(t, "json", js.String(), `"live":3,"live-bytes":1048576`)
+}

@@ -79,6 +79,6 @@ func cleanupJob(ctx context.Context, spec job.Spec, r *job.Reporter) (job.Result
 		r.Log(keptForLiveSessions(rep))
 	}
 	data, err := json.Marshal(queues.CleanupResult{Before: rep.Before, After: rep.After, Freed: rep.Freed,
-		Artifacts: len(rep.Artifacts), Short: rep.Short, Duration: rep.Duration})
+		Artifacts: len(rep.Artifacts), Short: rep.Short, Duration: rep.Duration, Live: rep.Live, LiveBytes: rep.LiveBytes})
 	return job.Result{OK: true, Data: data}, err
 }
