@@ -148,3 +148,31 @@ func TestServeGetTree(t *testing.T) {
 		t.Errorf("GetTree returned %d directories: %v", len(dirs), dirs)
 	}
 }
+
+// TestServeBatchCallsRefusedWhole: a batch call the server refuses as a whole (a
+// digest function other than SHA-256, a read over the batch limit) gets its
+// status, and the server goes on serving: a refused batch reply is not there to
+// be redacted.
+func TestServeBatchCallsRefusedWhole(t *testing.T) {
+	s := startServe(t)
+	conn, ctx := dialServe(t, s)
+	casc := repb.NewContentAddressableStorageClient(conn)
+	blob, hash := randomBlob(t, 100)
+	d := &repb.Digest{Hash: hash, SizeBytes: int64(len(blob))}
+	if _, err := casc.BatchUpdateBlobs(ctx, &repb.BatchUpdateBlobsRequest{DigestFunction: repb.DigestFunction_SHA1,
+		Requests: []*repb.BatchUpdateBlobsRequest_Request{{Digest: d, Data: blob}}}); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("BatchUpdateBlobs with SHA-1: %v, want INVALID_ARGUMENT", err)
+	}
+	if _, err := casc.BatchReadBlobs(ctx, &repb.BatchReadBlobsRequest{DigestFunction: repb.DigestFunction_SHA1,
+		Digests: []*repb.Digest{d}}); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("BatchReadBlobs with SHA-1: %v, want INVALID_ARGUMENT", err)
+	}
+	if _, err := casc.BatchReadBlobs(ctx, &repb.BatchReadBlobsRequest{
+		Digests: []*repb.Digest{{Hash: hash, SizeBytes: 10 << 20}}}); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("BatchReadBlobs of 10 MiB: %v, want INVALID_ARGUMENT", err)
+	}
+	if _, err := casc.FindMissingBlobs(ctx, &repb.FindMissingBlobsRequest{BlobDigests: []*repb.Digest{d}}); err != nil {
+		t.Errorf("FindMissingBlobs after the refused batches: %v", err)
+	}
+	s.stop()
+}
