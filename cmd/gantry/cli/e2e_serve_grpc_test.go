@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"testing"
 
@@ -173,6 +174,36 @@ func TestServeBatchCallsRefusedWhole(t *testing.T) {
 	}
 	if _, err := casc.FindMissingBlobs(ctx, &repb.FindMissingBlobsRequest{BlobDigests: []*repb.Digest{d}}); err != nil {
 		t.Errorf("FindMissingBlobs after the refused batches: %v", err)
+	}
+	s.stop()
+}
+
+// TestServeBatchReadLimitCannotBeDodged: the sizes a BatchReadBlobs request
+// claims cannot take it under the batch limit — a negative size, or sizes whose
+// sum wraps around, beside a blob over the limit get INVALID_ARGUMENT, and the
+// blob is not read into the server's memory.
+func TestServeBatchReadLimitCannotBeDodged(t *testing.T) {
+	s := startServe(t)
+	blob, hash := randomBlob(t, 5<<20)
+	if code, body := s.request("PUT", "/cas/"+hash, blob, true); code != 200 {
+		t.Fatalf("PUT: %d %s", code, body)
+	}
+	conn, ctx := dialServe(t, s)
+	casc := repb.NewContentAddressableStorageClient(conn)
+	size := int64(len(blob))
+	_, other := randomBlob(t, 10)
+	for name, digests := range map[string][]*repb.Digest{
+		"a negative size":  {{Hash: hash, SizeBytes: size}, {Hash: other, SizeBytes: -size}},
+		"a sum that wraps": {{Hash: hash, SizeBytes: size}, {Hash: other, SizeBytes: math.MaxInt64 - size/2}, {Hash: other, SizeBytes: math.MaxInt64 - size/2}},
+	} {
+		resp, err := casc.BatchReadBlobs(ctx, &repb.BatchReadBlobsRequest{Digests: digests}, grpc.MaxCallRecvMsgSize(64<<20))
+		if status.Code(err) != codes.InvalidArgument {
+			served := 0
+			for _, r := range resp.GetResponses() {
+				served += len(r.Data)
+			}
+			t.Errorf("BatchReadBlobs of a %d-byte blob beside %s: %v (%d bytes served), want INVALID_ARGUMENT", size, name, err, served)
+		}
 	}
 	s.stop()
 }
