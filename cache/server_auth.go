@@ -287,7 +287,9 @@ func (a *serverAuth) checkPassword(user, pw, addr string) identity {
 		}
 		return refusedIdentity
 	}
-	keys := []string{"addr " + clientHost(addr), "user " + user}
+	// A user name is kept by its hash: a stranger's made-up names, as long as
+	// a header allows, cost the limiter no more memory than short ones.
+	keys := []string{"addr " + clientHost(addr), fmt.Sprintf("user %x", sha256.Sum256([]byte(user)))}
 	if !a.limiter.take(keys...) {
 		a.mu.Unlock()
 		return identity{clientCredential{name: "anonymous"}, authLimited}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -134,6 +135,23 @@ func TestKeyedLimiterBoundsItsMemory(t *testing.T) {
 	l.refund("addr 192.0.2.1")
 	if !l.take("addr 192.0.2.1") {
 		t.Error("a refunded check is not available again")
+	}
+}
+
+// TestLimiterKeepsNoUserNames: made-up user names as long as a request header
+// allows cost the limiter as little memory as short ones: it keeps no name.
+func TestLimiterKeepsNoUserNames(t *testing.T) {
+	a := testAuth(t, bcrypt.MinCost, bcrypt.CompareHashAndPassword, "ci", "secret")
+	for i := range 20 {
+		user := fmt.Sprintf("%d-%s", i, strings.Repeat("u", 512<<10))
+		a.checkPassword(user, "x", fmt.Sprintf("10.0.0.%d:1", i))
+	}
+	kept := 0
+	for k := range a.limiter.buckets {
+		kept += len(k)
+	}
+	if kept > 20*2*100 {
+		t.Errorf("the limiter keeps %d bytes of keys for 20 checks of 512 KiB user names, want at most %d", kept, 20*2*100)
 	}
 }
 

@@ -222,7 +222,9 @@ func (g *grpcService) BatchReadBlobs(ctx context.Context, req *repb.BatchReadBlo
 	}
 	var want int64
 	for _, p := range req.Digests {
-		want += p.SizeBytes
+		// A negative size is refused for its blob below; neither it nor a
+		// huge one may take the sum under the limit.
+		want += min(max(p.SizeBytes, 0), serverBatchLimit+1)
 	}
 	if want > serverBatchLimit {
 		return nil, status.Errorf(codes.InvalidArgument, "batch of %d bytes is over the limit of %d: use ByteStream", want, serverBatchLimit)

@@ -27,14 +27,14 @@ func (s *Server) redact(msg string) string {
 // statuses of a batch reply, logging internal errors in full.
 func (s *Server) grpcReply(method string, resp any, err error) (any, error) {
 	switch r := resp.(type) {
-	case *repb.BatchUpdateBlobsResponse:
-		for _, e := range r.Responses {
+	case *repb.BatchUpdateBlobsResponse: // nil when the whole call failed
+		for _, e := range r.GetResponses() {
 			if e.Status != nil {
 				s.redactStatus(method, codes.Code(e.Status.Code), &e.Status.Message)
 			}
 		}
 	case *repb.BatchReadBlobsResponse:
-		for _, e := range r.Responses {
+		for _, e := range r.GetResponses() {
 			if e.Status != nil {
 				s.redactStatus(method, codes.Code(e.Status.Code), &e.Status.Message)
 			}

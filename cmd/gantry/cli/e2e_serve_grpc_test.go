@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"testing"
 
@@ -147,4 +148,62 @@ func TestServeGetTree(t *testing.T) {
 	if len(dirs) != 2 || !proto.Equal(dirs[0], root) || !proto.Equal(dirs[1], leaf) {
 		t.Errorf("GetTree returned %d directories: %v", len(dirs), dirs)
 	}
+}
+
+// TestServeBatchCallsRefusedWhole: a batch call the server refuses as a whole (a
+// digest function other than SHA-256, a read over the batch limit) gets its
+// status, and the server goes on serving: a refused batch reply is not there to
+// be redacted.
+func TestServeBatchCallsRefusedWhole(t *testing.T) {
+	s := startServe(t)
+	conn, ctx := dialServe(t, s)
+	casc := repb.NewContentAddressableStorageClient(conn)
+	blob, hash := randomBlob(t, 100)
+	d := &repb.Digest{Hash: hash, SizeBytes: int64(len(blob))}
+	if _, err := casc.BatchUpdateBlobs(ctx, &repb.BatchUpdateBlobsRequest{DigestFunction: repb.DigestFunction_SHA1,
+		Requests: []*repb.BatchUpdateBlobsRequest_Request{{Digest: d, Data: blob}}}); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("BatchUpdateBlobs with SHA-1: %v, want INVALID_ARGUMENT", err)
+	}
+	if _, err := casc.BatchReadBlobs(ctx, &repb.BatchReadBlobsRequest{DigestFunction: repb.DigestFunction_SHA1,
+		Digests: []*repb.Digest{d}}); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("BatchReadBlobs with SHA-1: %v, want INVALID_ARGUMENT", err)
+	}
+	if _, err := casc.BatchReadBlobs(ctx, &repb.BatchReadBlobsRequest{
+		Digests: []*repb.Digest{{Hash: hash, SizeBytes: 10 << 20}}}); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("BatchReadBlobs of 10 MiB: %v, want INVALID_ARGUMENT", err)
+	}
+	if _, err := casc.FindMissingBlobs(ctx, &repb.FindMissingBlobsRequest{BlobDigests: []*repb.Digest{d}}); err != nil {
+		t.Errorf("FindMissingBlobs after the refused batches: %v", err)
+	}
+	s.stop()
+}
+
+// TestServeBatchReadLimitCannotBeDodged: the sizes a BatchReadBlobs request
+// claims cannot take it under the batch limit — a negative size, or sizes whose
+// sum wraps around, beside a blob over the limit get INVALID_ARGUMENT, and the
+// blob is not read into the server's memory.
+func TestServeBatchReadLimitCannotBeDodged(t *testing.T) {
+	s := startServe(t)
+	blob, hash := randomBlob(t, 5<<20)
+	if code, body := s.request("PUT", "/cas/"+hash, blob, true); code != 200 {
+		t.Fatalf("PUT: %d %s", code, body)
+	}
+	conn, ctx := dialServe(t, s)
+	casc := repb.NewContentAddressableStorageClient(conn)
+	size := int64(len(blob))
+	_, other := randomBlob(t, 10)
+	for name, digests := range map[string][]*repb.Digest{
+		"a negative size":  {{Hash: hash, SizeBytes: size}, {Hash: other, SizeBytes: -size}},
+		"a sum that wraps": {{Hash: hash, SizeBytes: size}, {Hash: other, SizeBytes: math.MaxInt64 - size/2}, {Hash: other, SizeBytes: math.MaxInt64 - size/2}},
+	} {
+		resp, err := casc.BatchReadBlobs(ctx, &repb.BatchReadBlobsRequest{Digests: digests}, grpc.MaxCallRecvMsgSize(64<<20))
+		if status.Code(err) != codes.InvalidArgument {
+			served := 0
+			for _, r := range resp.GetResponses() {
+				served += len(r.Data)
+			}
+			t.Errorf("BatchReadBlobs of a %d-byte blob beside %s: %v (%d bytes served), want INVALID_ARGUMENT", size, name, err, served)
+		}
+	}
+	s.stop()
 }
