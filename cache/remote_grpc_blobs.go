@@ -193,7 +193,7 @@ func (s *grpcStore) readStreamFrom(ctx context.Context, op string, d Digest, w i
 // writeStream uploads blob d over ByteStream.Write in streamChunk messages,
 // each under the idle deadline. A server that already has the blob may end the
 // stream early. An upload that fails or is canceled before its last message
-// leaves nothing on the server.
+// is never committed: no blob of it reaches the server's CAS.
 func (s *grpcStore) writeStream(ctx context.Context, op string, d Digest, open func() (io.ReadCloser, error)) error {
 	r, err := open()
 	if err != nil {
@@ -218,7 +218,7 @@ func (s *grpcStore) writeStream(ctx context.Context, op string, d Digest, open f
 				err = nil
 			}
 		}
-		if err != nil { // returning cancels the stream: the server drops the partial upload
+		if err != nil { // returning cancels the stream: the server never commits the blob
 			return fmt.Errorf("%s to remote %s: reading the local content: %w", op, s.name, err)
 		}
 		req := &bspb.WriteRequest{WriteOffset: off, Data: buf[:n], FinishWrite: off+int64(n) == d.Size}

@@ -134,7 +134,10 @@ func (s *Server) serveCAS(w http.ResponseWriter, r *http.Request, client, hash s
 			return
 		}
 		d := Digest{Hash: hash, Size: fi.Size()}
-		n, err := sendBlob(f, d, 0, d.Size, 256<<10, func(b []byte) error { _, err := w.Write(b); return err })
+		n, err := sendBlob(f, d, 0, d.Size, 256<<10, s.stallWriter(w))
+		if stalled(err) {
+			s.log.Printf("GET %s: the client read nothing for %v: connection closed after %d of %d bytes", r.URL.Path, s.opts.IdleTimeout, n, d.Size)
+		}
 		release(n)
 		s.metrics.request("http", "cas_get", client, 0, n)
 		if servedCorrupt(err) {

@@ -1,8 +1,10 @@
 package cache
 
 import (
+	"errors"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
@@ -92,3 +94,25 @@ func (r stallReader) Read(p []byte) (int, error) {
 	}
 	return n, err
 }
+
+// stallWriter sends a response body that must keep moving, as stallReader
+// receives one: each write must go out within the idle timeout, or the
+// connection is cut (a client that asks for a blob and stops reading would
+// otherwise hold its connection, its admission and an open file for ever).
+// The deadline is lifted once the body is sent: the connection may serve
+// further requests. Without an idle timeout it writes plainly.
+func (s *Server) stallWriter(w http.ResponseWriter) func([]byte) error {
+	rc := http.NewResponseController(w)
+	return func(b []byte) error {
+		if s.opts.IdleTimeout > 0 {
+			_ = rc.SetWriteDeadline(time.Now().Add(s.opts.IdleTimeout)) // best effort, as in stallReader
+			defer rc.SetWriteDeadline(time.Time{})
+		}
+		_, err := w.Write(b)
+		return err
+	}
+}
+
+// stalled reports whether err, from writing a response, says the client stopped
+// reading it for the idle timeout.
+func stalled(err error) bool { return errors.Is(err, os.ErrDeadlineExceeded) }

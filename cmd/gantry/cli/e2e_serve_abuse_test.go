@@ -500,3 +500,35 @@ func TestServeRemovesDeadUploads(t *testing.T) {
 		t.Errorf("after SIGTERM: %d partial uploads in tmp/, want 0", n)
 	}
 }
+
+// TestServeCutsAStalledDownload: a client that asks for a large blob and stops
+// reading held its connection, its admission and an open file for as long as it
+// liked; with --idle-timeout 1s the server gives up on it, says so in its log,
+// and the client never gets the whole body.
+func TestServeCutsAStalledDownload(t *testing.T) {
+	s := startServe(t, "--idle-timeout", "1s")
+	blob, hash := randomBlob(t, 16<<20)
+	if code, body := s.request("PUT", "/cas/"+hash, blob, true); code != http.StatusOK {
+		t.Fatalf("PUT: %d %s", code, body)
+	}
+	conn, err := net.Dial("tcp", s.http)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.(*net.TCPConn).SetReadBuffer(64 << 10) // keep the kernel from taking it all in for us
+	fmt.Fprintf(conn, "GET /cas/%s HTTP/1.1\r\nHost: cache\r\nAuthorization: Bearer %s\r\n\r\n", hash, s.token)
+	eventually(t, e2eTimeout, "the server gives up on the client that stopped reading", func() bool {
+		return strings.Contains(s.log(), "read nothing for 1s")
+	})
+	conn.SetReadDeadline(time.Now().Add(e2eTimeout))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, _ := io.Copy(io.Discard, resp.Body)
+	if n >= int64(len(blob)) {
+		t.Errorf("the stalled client still got the whole blob (%d bytes) after the server gave up on it", n)
+	}
+	s.stop()
+}
