@@ -277,10 +277,21 @@ func place(tmp, dst string, d durability) error {
 // retries because a concurrent Delete may remove an emptied directory between
 // our MkdirAll and Rename. It makes one rename(2) when dst's directory exists
 // (os.Rename stats dst first): it runs once per file of an install root.
+//
+// A directory where the file should go (a blob, a ref, an action cache entry) is
+// damage: nothing of gantry's puts one there, and left alone it would fail every
+// write of that name (every build of that element) until `cache verify --repair`.
+// It is removed and the rename made again.
 func renameInto(src, dst string) error {
 	var err error
 	for range 4 {
 		err = syscall.Rename(src, dst)
+		if errors.Is(err, syscall.EISDIR) {
+			if rerr := removeAll(dst); rerr != nil {
+				return fmt.Errorf("moving %s to %s: a directory is in its place and cannot be removed: %w", src, dst, rerr)
+			}
+			continue
+		}
 		if err == nil || !errors.Is(err, fs.ErrNotExist) {
 			break
 		}

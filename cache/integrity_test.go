@@ -224,3 +224,32 @@ func TestDropArtifactKeepsANewerArtifact(t *testing.T) {
 		t.Errorf("tmp/ holds %d entries after the drops", len(entries))
 	}
 }
+
+// A directory where a blob or a ref should be (damage: gantry never puts one
+// there) is replaced by the next write of that name; before, every write failed
+// with "is a directory", so every build of that element failed until `cache
+// verify --repair`.
+func TestWriteReplacesADirectoryInPlaceOfAFile(t *testing.T) {
+	c := openTestCache(t)
+	blob := []byte("hello")
+	if err := os.MkdirAll(filepath.Join(c.BlobPath(DigestOf(blob)), "stray"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.PutBlob(blob); err != nil {
+		t.Fatalf("PutBlob over a directory in the blob's place: %v", err)
+	}
+	if data, err := c.ReadBlob(DigestOf(blob)); err != nil || string(data) != "hello" {
+		t.Fatalf("ReadBlob after storing it over a directory = %q, %v", data, err)
+	}
+	ref, err := c.RefPath("demo", "app.toml", "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(ref, "stray"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	a := commitSample(t, c, "demo", "app.toml", "k")
+	if got, err := c.Lookup("demo", "app.toml", "k"); err != nil || got.Record != a.Record {
+		t.Fatalf("Lookup after committing over a directory in the ref's place = %v, %v", got, err)
+	}
+}

@@ -121,6 +121,12 @@ func (s *Server) serveCAS(w http.ResponseWriter, r *http.Request, client, hash s
 			s.httpFail(w, r, err)
 			return
 		}
+		if !fi.Mode().IsRegular() { // damage (a directory in the blob's place): a miss, which an upload replaces
+			s.metrics.lookup(false)
+			s.metrics.request("http", "cas_get", client, 0, 0)
+			http.NotFound(w, r)
+			return
+		}
 		s.metrics.lookup(true)
 		touch(p)
 		w.Header().Set("Content-Length", strconv.FormatInt(fi.Size(), 10))

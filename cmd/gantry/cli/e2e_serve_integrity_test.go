@@ -288,3 +288,26 @@ func TestServeQuarantinesDamagedTreeOfEntry(t *testing.T) {
 	s.stop()
 	s.verifyStore()
 }
+
+// TestServeReplacesADirectoryInPlaceOfABlob: a directory where a blob should be
+// (damage) answered HEAD with 200, broke GET off, and failed every upload of the
+// right bytes with 500 until `cache verify --dir --repair`; it is a miss, and an
+// upload replaces it.
+func TestServeReplacesADirectoryInPlaceOfABlob(t *testing.T) {
+	s := startServe(t)
+	blob, hash := randomBlob(t, 1000)
+	if err := os.MkdirAll(filepath.Join(s.blobPath(hash), "stray"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if code, _ := s.request("HEAD", "/cas/"+hash, nil, true); code != http.StatusNotFound {
+		t.Errorf("HEAD of a blob with a directory in its place: %d, want 404", code)
+	}
+	if code, body := s.request("PUT", "/cas/"+hash, blob, true); code != http.StatusOK {
+		t.Fatalf("PUT of the right bytes over a directory in the blob's place: %d %s, want 200", code, body)
+	}
+	if code, body := s.request("GET", "/cas/"+hash, nil, true); code != http.StatusOK || !bytes.Equal(body, blob) {
+		t.Errorf("GET after the upload: %d, %d bytes, want 200 and the blob", code, len(body))
+	}
+	s.stop()
+	s.verifyStore()
+}

@@ -147,8 +147,9 @@ func TestVerifyServerStore(t *testing.T) {
 }
 
 // TestVerifyRepairsDirectoryInPlaceOfRef: a directory where an artifact's ref
-// should be makes every build of that element fail; `cache verify` reports it,
-// --repair removes it, and the next build succeeds.
+// should be made every build of that element fail. `cache verify` reports it and
+// --repair removes it; and a build now replaces it itself (the write of the ref
+// removes a directory in its place), so the element builds either way.
 func TestVerifyRepairsDirectoryInPlaceOfRef(t *testing.T) {
 	t.Parallel()
 	p := newIntegrityProject(t, "cp %{sysroot}/a.txt %{install-root}/copy.txt")
@@ -157,15 +158,16 @@ func TestVerifyRepairsDirectoryInPlaceOfRef(t *testing.T) {
 	if len(refs) != 1 {
 		t.Fatalf("refs of base.toml: %v, want one", refs)
 	}
-	if err := os.Remove(refs[0]); err != nil {
-		t.Fatal(err)
+	dirInPlace := func() {
+		t.Helper()
+		if err := os.RemoveAll(refs[0]); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(filepath.Join(refs[0], "stray"), 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if err := os.MkdirAll(filepath.Join(refs[0], "stray"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if _, stderr, code := p.run("build", "--ui", "plain", "--sandbox", "host"); code == 0 {
-		t.Logf("the build with a directory in place of base.toml's ref succeeded:\n%s", stderr)
-	}
+	dirInPlace()
 	out, _ := p.mustRun(1, "cache", "verify")
 	if !strings.Contains(out, refs[0]+" is a directory where an artifact ref should be") {
 		t.Errorf("cache verify does not report the directory %s:\n%s", refs[0], out)
@@ -177,6 +179,13 @@ func TestVerifyRepairsDirectoryInPlaceOfRef(t *testing.T) {
 	p.mustRun(0, "build", "--ui", "plain", "--sandbox", "host")
 	if got := p.checkoutFile("app.toml", "copy.txt"); got != integrityContent {
 		t.Errorf("app.toml's copy.txt is %q, want %q", got, integrityContent)
+	}
+	p.verifyCache()
+
+	dirInPlace()
+	p.mustRun(0, "build", "--ui", "plain", "--sandbox", "host", "base.toml")
+	if info, err := os.Lstat(refs[0]); err != nil || !info.Mode().IsRegular() {
+		t.Errorf("the build did not replace the directory in place of base.toml's ref (%v, %v)", info, err)
 	}
 	p.verifyCache()
 }
