@@ -28,11 +28,23 @@ func tmpEntries(t *testing.T, p *e2eProject) map[string]bool {
 }
 
 // killWholeSession kills every process of the session g at once, its job workers
-// too (pkill -9 gantry, the OOM killer): none of them cleans up.
+// too (pkill -9 gantry, the OOM killer): none of them cleans up. They are stopped
+// first, round after round until no new one shows (a build's shell may fork its
+// next command while the others are being stopped), then killed.
 func killWholeSession(t *testing.T, p *e2eProject, g *gantryProc, marker, when string) {
 	t.Helper()
 	home := "HOME=" + filepath.Join(filepath.Dir(p.root), "home") + "\x00"
-	for _, pid := range append(processesWith("environ", home), markedProcesses(marker)...) {
+	stopped := map[int]bool{}
+	for fresh := true; fresh; {
+		fresh = false
+		for _, pid := range append(processesWith("environ", home), markedProcesses(marker)...) {
+			if !stopped[pid] {
+				stopped[pid], fresh = true, true
+				_ = syscall.Kill(pid, syscall.SIGSTOP)
+			}
+		}
+	}
+	for pid := range stopped {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
 	g.wait(e2eTimeout)
