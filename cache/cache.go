@@ -119,14 +119,24 @@ func At(root string) (*Cache, error) {
 // Prepare creates the layout of the cache At gave, if needed, and removes entries of
 // tmp/ that crashed processes left behind more than an hour ago.
 func (c *Cache) Prepare() error {
+	if err := c.MakeLayout(); err != nil {
+		return err
+	}
+	// Best effort: a cache with some old garbage in tmp/ is still usable.
+	_, _ = c.CleanTemp(staleTempAge)
+	_ = c.sweepSessions(true, nil)
+	return nil
+}
+
+// MakeLayout creates the layout of the cache At gave, if needed, and removes
+// nothing: `cache gc` lists, counts and removes what crashed processes left
+// itself (CleanupOptions.Leftovers), or with --dry-run removes nothing.
+func (c *Cache) MakeLayout() error {
 	for _, d := range []string{casDir, refsDir, sourcesDir, logsDir, tmpDir} {
 		if err := os.MkdirAll(filepath.Join(c.Root, d), 0o755); err != nil {
 			return fmt.Errorf("opening cache %s: %w", c.Root, err)
 		}
 	}
-	// Best effort: a cache with some old garbage in tmp/ is still usable.
-	_, _ = c.CleanTemp(staleTempAge)
-	_ = c.sweepSessions(true, nil)
 	return nil
 }
 

@@ -97,23 +97,26 @@ func (c *Cache) Cleanup(opts CleanupOptions) (*CleanupReport, error) {
 	for i, b := range inv.blobs {
 		orphans[i] = b.refs == 0
 	}
-	doomed := inv.choose(opts, live, rep)
-	// Blobs that nothing reaches any more: size them before touching anything.
-	var sweep []int32
-	for i, b := range inv.blobs {
-		if b.present() && b.refs == 0 && (!orphans[i] || len(inv.problems) == 0) {
-			sweep = append(sweep, int32(i))
-			rep.Freed += b.disk
-		}
-	}
+	// Leftovers first: the space they free counts towards the target.
 	var leftovers []string
+	var leftoverBytes int64
 	if opts.Leftovers {
 		if leftovers, err = c.leftovers(); err != nil {
 			return nil, fmt.Errorf("cleaning the cache %s: %w", c.Root, err)
 		}
 		rep.Leftovers = leftovers
 		for _, p := range leftovers {
-			rep.Freed += inv.entries[p] // 0 for one made since the inventory: not in Before either
+			leftoverBytes += inv.entries[p] // 0 for one made since the inventory: not in Before either
+		}
+	}
+	doomed := inv.choose(opts, live, rep, leftoverBytes)
+	rep.Freed += leftoverBytes
+	// Blobs that nothing reaches any more: size them before touching anything.
+	var sweep []int32
+	for i, b := range inv.blobs {
+		if b.present() && b.refs == 0 && (!orphans[i] || len(inv.problems) == 0) {
+			sweep = append(sweep, int32(i))
+			rep.Freed += b.disk
 		}
 	}
 	rep.Blobs = len(sweep)
@@ -194,8 +197,8 @@ func (c *Cache) removeBlobs(inv *inventory, sweep []int32) []error {
 
 // choose picks the artifacts to remove, updating the blobs' reference counts
 // as if they were gone, and books them in rep. Those live needs are kept as
-// protected ones.
-func (inv *inventory) choose(opts CleanupOptions, live map[ArtifactRef]bool, rep *CleanupReport) []*artifactInfo {
+// protected ones. leftovers is the space the leftovers removed with them free.
+func (inv *inventory) choose(opts CleanupOptions, live map[ArtifactRef]bool, rep *CleanupReport, leftovers int64) []*artifactInfo {
 	var doomed []*artifactInfo
 	// remove books a as gone and returns the space that frees besides blobs: its ref
 	// file, and its directory when it was the last ref there.
@@ -254,7 +257,7 @@ func (inv *inventory) choose(opts CleanupOptions, live map[ArtifactRef]bool, rep
 	if opts.Target <= 0 {
 		return doomed
 	}
-	used := inv.total - inv.unreferenced()
+	used := inv.total - inv.unreferenced() - leftovers
 	for _, a := range rest {
 		if used <= opts.Target {
 			break

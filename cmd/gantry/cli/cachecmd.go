@@ -45,11 +45,15 @@ func (g *globalOptions) cacheSession() (*session, *cache.Cache, error) {
 	return s, c, nil
 }
 
-// preparedCacheSession is cacheSession with the cache made.
+// preparedCacheSession is cacheSession with the cache's layout made, and nothing
+// removed: what crashed processes left is gc's to list and count (Prepare would
+// remove some of it before gc looked, even with --dry-run).
 func (g *globalOptions) preparedCacheSession() (*session, *cache.Cache, error) {
 	s, c, err := g.cacheSession()
 	if err == nil {
-		err = s.prepareCache(c)
+		if err = c.MakeLayout(); err != nil {
+			err = openCacheError(s.cacheRoot(), err)
+		}
 	}
 	if err != nil {
 		return nil, nil, err
