@@ -416,8 +416,11 @@ func build(ctx context.Context, c *cache.Cache, spec *BuildSpec, r *job.Reporter
 func buildEnv(ctx context.Context, c *cache.Cache, spec *BuildSpec, kind sandbox.Kind, own map[string]string) (map[string]string, error) {
 	home := sandbox.SandboxHome
 	if kind != sandbox.Bwrap {
+		// Kept emptied between a worker's jobs with the work directory's other
+		// subdirectories (workDirSubdirs): a fresh inode per build cost 5% of a
+		// no-op build of 2,000 elements on ext4.
 		home = filepath.Join(spec.WorkDir, "home")
-		if err := os.Mkdir(home, 0o755); err != nil {
+		if err := os.MkdirAll(home, 0o755); err != nil {
 			return nil, &infraError{fmt.Errorf("making the build's HOME: %w", err)}
 		}
 	}

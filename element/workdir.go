@@ -12,20 +12,21 @@ import (
 	"syscall"
 )
 
-// Work directories kept between jobs (issue 13). A build job works in a directory
-// under the cache's tmp/ with sysroot/, build/ and install/ in it. Made afresh and
-// removed for every job, those four directories were four inodes allocated and four
-// freed per job, and on ext4 the inode allocator skips, one by one, every inode freed
-// in the last minutes (recently_deleted): at 2,000 no-op builds that scan was a fifth
-// of gantry's CPU time, and it grows with the number of jobs. So a job worker keeps
-// its last build's work directory, emptied, and the next build it runs renames it to
-// its own work directory's name: no inode is allocated or freed for it. What is kept
-// is checked when it is taken, after every process of the job that left it is dead:
-// only directories named as build makes them, mode 0755 and empty, are used again;
-// anything else is removed and the job starts from fresh directories, as before.
+// Work directories kept between jobs. A build job works in a directory under the
+// cache's tmp/ with sysroot/, build/, install/ and home/ (the commands' HOME on the
+// host) in it. Made afresh and removed for every job, those directories were as many
+// inodes allocated and freed per job, and on ext4 the inode allocator skips, one by
+// one, every inode freed in the last minutes (recently_deleted): at 2,000 no-op
+// builds that scan was a fifth of gantry's CPU time, and it grows with the number of
+// jobs. So a job worker keeps its last build's work directory, emptied, and the next
+// build it runs renames it to its own work directory's name: no inode is allocated or
+// freed for it. What is kept is checked when it is taken, after every process of the
+// job that left it is dead: only directories named as build makes them, mode 0755
+// and empty, are used again; anything else is removed and the job starts from fresh
+// directories, as before.
 
 // workDirSubdirs are what build makes in a work directory.
-var workDirSubdirs = []string{"sysroot", "build", "install"}
+var workDirSubdirs = []string{"sysroot", "build", "install", "home"}
 
 // spareWorkDir is the work directory this process's last build job left emptied,
 // or "". One job runs at a time in a worker; the mutex is for in-process tests.
