@@ -265,7 +265,9 @@ func TestServeUnknownUserCostsABcrypt(t *testing.T) {
 	}
 	known, unknown := fastest("known"), fastest("nobody")
 	t.Logf("fastest of 3 wrong passwords: known user %v, unknown user %v", known, unknown)
-	if unknown < known/2 {
+	// Without the stand-in hash the unknown user took 0.08 ms against 151 ms: a
+	// tenth keeps the check far from the noise of a loaded machine.
+	if unknown < known/10 {
 		t.Errorf("a wrong password took %v for an unknown user and %v for a known one: user names can be probed", unknown, known)
 	}
 	if n := s.metric("gantry_serve_password_checks_total"); n != 6 {
