@@ -72,7 +72,7 @@ func (l *BuildLock) TryLock() (bool, error) {
 	if l.fd < 0 {
 		return false, fmt.Errorf("locking %s: the lock was closed", l.path)
 	}
-	ok, err := l.lock(false)
+	ok, err := lockByte(l.fd, l.off, false)
 	if err != nil {
 		return false, fmt.Errorf("taking the build-once lock %s (byte %d): %w", l.path, l.off, err)
 	}
@@ -89,8 +89,9 @@ func (l *BuildLock) Lock(ctx context.Context) error {
 		return fmt.Errorf("locking %s: the lock was closed", l.path)
 	}
 	got := make(chan error, 1)
+	fd, off := l.fd, l.off // the waiting goroutine's own copies: l.fd changes if ctx ends
 	go func() {
-		_, err := l.lock(true)
+		_, err := lockByte(fd, off, true)
 		got <- err
 	}()
 	select {
@@ -103,7 +104,6 @@ func (l *BuildLock) Lock(ctx context.Context) error {
 	case <-ctx.Done():
 		// The descriptor is closed only once the waiting call returns: closed
 		// before, its number could be reused under the call.
-		fd := l.fd
 		l.fd = -1
 		go func() { <-got; closeFD(fd) }() // closing it drops the lock
 		return fmt.Errorf("waiting for the build-once lock %s: %w", l.path, context.Cause(ctx))

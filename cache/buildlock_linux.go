@@ -8,16 +8,17 @@ import (
 
 const openLockFlags = unix.O_RDWR | unix.O_CREAT
 
-// lock takes l's byte with an open file description lock: at once or not at
-// all (false), or, with wait, once the holder has let go of it.
-func (l *BuildLock) lock(wait bool) (bool, error) {
+// lockByte takes byte off of the lock file open as fd with an open file
+// description lock: at once or not at all (false), or, with wait, once the
+// holder has let go of it.
+func lockByte(fd int, off int64, wait bool) (bool, error) {
 	cmd := unix.F_OFD_SETLK
 	if wait {
 		cmd = unix.F_OFD_SETLKW
 	}
-	lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: 0, Start: l.off, Len: 1}
+	lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: 0, Start: off, Len: 1}
 	for {
-		err := unix.FcntlFlock(uintptr(l.fd), cmd, &lk)
+		err := unix.FcntlFlock(uintptr(fd), cmd, &lk)
 		switch {
 		case err == nil:
 			return true, nil

@@ -98,8 +98,11 @@ func builtArtifact(t *testing.T, c *Cache) *Artifact {
 
 func TestHTTPRemotePushPullRoundTrip(t *testing.T) {
 	remote := newMemRemote(t)
+	var mu sync.Mutex // the push's uploads run at once
 	var auth []string
 	remote.setFault(func(w http.ResponseWriter, r *http.Request) bool {
+		mu.Lock()
+		defer mu.Unlock()
 		auth = append(auth, r.Header.Get("Authorization"))
 		return false
 	})
