@@ -142,8 +142,7 @@ func (c *Cache) MakeLayout() error {
 
 // Attach opens the cache at root for a job of a session: the gantry process that
 // started the job has opened it (Open), so the layout exists and tmp/ was cleaned;
-// a job's start-up does not scan tmp/ again, however many entries it holds
-// (issue 13).
+// a job's start-up does not scan tmp/ again, however many entries it holds.
 func Attach(root string) (*Cache, error) {
 	c, err := At(root)
 	if err != nil {

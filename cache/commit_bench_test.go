@@ -47,7 +47,7 @@ func writeInstallRoot(b *testing.B, c *Cache, dirs, files, size, round int) (roo
 }
 
 // BenchmarkCommit is a build job's commit: store the install root ("store": copies,
-// as every commit did before issue 13; "take": moved in, as build jobs do now), store
+// as commits did before install roots were moved in; "take": moved in, as build jobs do now), store
 // the log, commit the record and ref (one syncfs, one directory fsync). Every round
 // commits new content.
 func BenchmarkCommit(b *testing.B) {
@@ -90,8 +90,8 @@ func BenchmarkCommit(b *testing.B) {
 
 // BenchmarkStageExecutables stages a tree of 200 executables of 64 KiB (a base's
 // bin/): copies, or a linked staging ("link", as under bwrap), which links each
-// to its blob's executable twin (made in the first round; before issue 13 it
-// copied executables even when linking).
+// to its blob's executable twin (made in the first round; without twins, linking
+// staged executables as copies).
 func BenchmarkStageExecutables(b *testing.B) {
 	src := b.TempDir()
 	data := make([]byte, 64<<10)

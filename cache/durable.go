@@ -5,7 +5,7 @@ import (
 	"os"
 )
 
-// Durability at group cost (issue 13). A blob is written to tmp/ and renamed into
+// Durability at group cost. A blob is written to tmp/ and renamed into
 // cas/ without an fsync of its own. Commit makes every blob durable in one pass —
 // syncfs(2) of the cache's filesystem, which also covers a blob another process wrote
 // and this one found present — and only then writes the ref, fsyncing it and its

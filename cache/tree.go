@@ -107,7 +107,7 @@ func (c *Cache) ReadDirectory(d Digest) (*repb.Directory, error) {
 // return it from then on without reading it again: for a Cache that serves one
 // job (Attach), whose staging reads the same Directories once per dependency and
 // per use — an empty tree, say, dozens of times — and whose commit audits its own
-// tree again (issue 13). Each blob is still read, hashed and decoded once, the
+// tree again. Each blob is still read, hashed and decoded once, the
 // first time the job needs it, so a missing or damaged one is still found.
 func (c *Cache) RememberDirectories() { c.dirs = &dirMemo{m: map[Digest]*repb.Directory{}} }
 

@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 )
 
-// Executable twins (issue 13). A blob is one inode with one mode, 0444, whatever
+// Executable twins. A blob is one inode with one mode, 0444, whatever
 // the trees that name it say: the executable bit lives in the tree (REAPI
 // FileNode.is_executable), not in the blob. A sysroot staged with hard links
 // (CheckoutOptions.Hardlink, where the sandbox mounts it read-only) needs an inode

@@ -8,7 +8,7 @@ import (
 	"github.com/gantry-build/gantry/cache"
 )
 
-// Staging from digests (issue 13). The process that plans a build looks each
+// Staging from digests. The process that plans a build looks each
 // dependency's artifact up once per session (StagedDigests) and passes its record
 // and files digests in the build spec; the job then checks with one small read of
 // the ref that it is still that artifact (cache.RefersTo), instead of reading,

@@ -94,7 +94,7 @@ func TestStagingFromDigests(t *testing.T) {
 }
 
 // BenchmarkLookupDependencies is a job finding the 50 artifacts it stages:
-// "lookup" reads, hashes and decodes each record (before issue 13), "digests"
+// "lookup" reads, hashes and decodes each record (as jobs did before digests were passed), "digests"
 // checks each ref against the digests in its spec.
 func BenchmarkLookupDependencies(b *testing.B) {
 	c, err := cache.Open(b.TempDir())

@@ -139,7 +139,7 @@ type Availer interface {
 // token that frees to whichever of them and the other ready items comes first in
 // the queue's order: a job that waits at its gate never overtakes a more urgent one.
 // Its work thus starts a preparation's time sooner than if it began when the token
-// freed (issue 13: makespan).
+// freed, which shortens the makespan.
 type Gater interface {
 	GateOn() resources.Resource // "": the queue's jobs start only with every token
 }

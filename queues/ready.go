@@ -8,7 +8,7 @@ import (
 	"github.com/gantry-build/gantry/resources"
 )
 
-// Readiness is kept incrementally, as ninja's Plan does (issue 13). An item waiting in
+// Readiness is kept incrementally, as ninja's Plan does. An item waiting in
 // a queue is in one of three places:
 //
 //   - the wait list, asked for its Status every turn: items new to the queue, waiting

@@ -22,7 +22,7 @@ func (q *countingQueue) Status(it *Item) (Status, string) {
 // TestReadinessIsIncremental: the loop asks a waiting element's Status when something
 // it waits on ends, not on every turn. A job's status, log and progress messages ask
 // nothing; the end of the one dependency n elements wait for asks about each a
-// bounded number of times (issue 13: the wait list was rescanned on every message).
+// bounded number of times (rescanning the wait list on every message was quadratic).
 func TestReadinessIsIncremental(t *testing.T) {
 	const n = 100
 	lines := []string{"a"}

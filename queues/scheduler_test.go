@@ -894,7 +894,7 @@ func (q *doneQueue) Done(it *Item, res job.Result) { it.Cached = true; q.Queue.D
 // BenchmarkScheduler runs no-op builds of random DAGs (fan-in 3) through the fetch
 // and build queues with jobs that finish at once, each saying three things on the
 // way as a real job does: the loop's overhead per element, which must stay flat as
-// the graph grows (issue 13).
+// the graph grows.
 func BenchmarkScheduler(b *testing.B) {
 	for _, n := range []int{1000, 10000, 100000} {
 		b.Run(fmt.Sprint(n), func(b *testing.B) {

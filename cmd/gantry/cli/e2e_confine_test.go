@@ -9,7 +9,7 @@ import (
 
 // TestHostPathsNotSpliced: the host sandbox's paths live under the cache directory, which
 // the user names; a name holding shell syntax or spaces must not run anything when a
-// command uses %{install-root}, %{build-root} or %{sysroot} (issue 9). The environment
+// command uses %{install-root}, %{build-root} or %{sysroot}. The environment
 // still sees the paths themselves.
 func TestHostPathsNotSpliced(t *testing.T) {
 	p := newE2EProject(t, map[string]string{
@@ -38,7 +38,7 @@ build-commands = [
 }
 
 // TestHostPathsSplicedWhenSafe: a cache directory whose path means nothing to the shell
-// is spliced as it is, so a path in single quotes works as it did before issue 9.
+// is spliced as it is, so a path in single quotes works as it always did.
 func TestHostPathsSplicedWhenSafe(t *testing.T) {
 	p := newE2EProject(t, map[string]string{
 		"project.toml": "name = \"quote\"\n",

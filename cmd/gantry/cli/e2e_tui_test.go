@@ -368,7 +368,7 @@ func TestE2ETUIShellFromFailurePrompt(t *testing.T) {
 
 // TestE2EBwrapShellJobControl: `gantry shell` under bwrap gives the interactive shell the
 // terminal as its controlling terminal: no "can't access tty" / "cannot set terminal
-// process group" noise, and job control works (issue 14).
+// process group" noise, and job control works.
 func TestE2EBwrapShellJobControl(t *testing.T) {
 	t.Parallel()
 	requireSandboxTools(t)
