@@ -10,7 +10,7 @@ import (
 	"strconv"
 )
 
-// The client side of build-once leases (README: "Build-once leases"). Only gantry's
+// The client side of build-once leases (docs/serve.md, "Build-once leases"). Only gantry's
 // own server offers them, over HTTP: a Leaser is an HTTP store; against any other
 // server the asker gets ErrNoLeases and simply builds.
 

@@ -7,7 +7,7 @@ import (
 )
 
 // admission admits transfers by weighted fair queuing on bytes, per client
-// (README: "Per-client fairness"). Every transfer asks for a slot with its
+// (docs/serve.md, "Per-client fairness"). Every transfer asks for a slot with its
 // expected cost in bytes: the declared size where the request states it (PUT
 // Content-Length, a digest's size), else the client's learned cost, an
 // exponential moving average (α = 0.3) of the bytes its transfers moved. The

@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// leaseTable grants build-once leases (README: "Build-once leases"): a lease on
+// leaseTable grants build-once leases (docs/serve.md, "Build-once leases"): a lease on
 // an artifact key is held by one client for a TTL, renewable, and carries a
 // fencing token taken from one counter that only grows. An ActionCache update
 // that carries a fencing token older than the key's current lease is refused,

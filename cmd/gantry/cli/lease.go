@@ -13,7 +13,7 @@ import (
 	"github.com/gantry-build/gantry/queues"
 )
 
-// Build-once leases, the client side (README: "Build-once leases"). When a push
+// Build-once leases, the client side (docs/serve.md, "Build-once leases"). When a push
 // remote is gantry's own server, the Pull queue's job for an element no remote had
 // asks it for the element's lease, once the element's build dependencies are cached:
 //   - the entry is there (another session pushed it since the plan): the job pulls it;

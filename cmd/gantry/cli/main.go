@@ -16,7 +16,7 @@ func Main() int {
 	if os.Getenv("GOGC") == "" && os.Getenv("GOMEMLIMIT") == "" {
 		// The session's process holds the graph, which lives until it exits: collecting
 		// at 5× the live heap instead of 2× takes a quarter of the CPU off loading and
-		// planning large graphs (README, Performance), and the soft limit collects more
+		// planning large graphs (docs/performance.md), and the soft limit collects more
 		// often as the heap nears it (a 100,000-element show stays under 750 MB). Jobs
 		// keep Go's defaults.
 		debug.SetGCPercent(400)
