@@ -16,13 +16,13 @@ import (
 	"time"
 )
 
-// gcRaceDuration is how long the sessions build beside the gc loop: a few seconds in
-// the suite, 25 s with GANTRY_LONG_TESTS set.
+// gcRaceDuration is how long the sessions build beside the gc loop: 25 s in the
+// suite (the test runs beside the others), 2 minutes with GANTRY_LONG_TESTS set.
 func gcRaceDuration() time.Duration {
 	if os.Getenv("GANTRY_LONG_TESTS") != "" {
-		return 25 * time.Second
+		return 2 * time.Minute
 	}
-	return 6 * time.Second
+	return 25 * time.Second
 }
 
 // raceProject is a project named name of n elements, each depending on up to three
