@@ -139,24 +139,37 @@ func (c *Cache) DropArtifact(a *Artifact) (bool, error) {
 	if !c.namesArtifact(refPath, a) {
 		return false, nil
 	}
-	// Claim the ref with one rename: from here no other process can replace
-	// what we look at, and what we claimed is what we compare.
+	dropped, err := c.dropFileIf(refPath, func(claimed string) bool { return c.namesArtifact(claimed, a) })
+	if err != nil {
+		return false, fmt.Errorf("dropping artifact %s: %w", a.Name(), err)
+	}
+	if dropped {
+		c.pruneRefDirs(refPath)
+	}
+	return dropped, nil
+}
+
+// dropFileIf removes the file at p if still, asked of the file, says it is
+// still the one to remove: a compare-and-delete against other processes. It
+// claims the file with one rename, so that no other process can replace what
+// still looks at, and what it compared is what it removes. A file that was
+// replaced before the claim is put back, unless a newer one took its place
+// meanwhile (the link fails then; the claimed one is the older and goes). It
+// reports whether it removed the file; a file already gone is not an error.
+func (c *Cache) dropFileIf(p string, still func(claimed string) bool) (bool, error) {
 	claimed := c.TempName("drop")
-	if err := syscall.Rename(refPath, claimed); err != nil {
+	if err := syscall.Rename(p, claimed); err != nil {
 		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
 			return false, nil
 		}
-		return false, fmt.Errorf("dropping artifact %s: %w", a.Name(), &os.LinkError{Op: "rename", Old: refPath, New: claimed, Err: err})
+		return false, &os.LinkError{Op: "rename", Old: p, New: claimed, Err: err}
 	}
 	defer os.Remove(claimed)
-	if c.namesArtifact(claimed, a) {
-		c.pruneRefDirs(refPath)
+	if still(claimed) {
 		return true, nil
 	}
-	// Replaced between the look and the claim: put the good ref back, unless a
-	// newer one took its place meanwhile (link fails then; ours is dropped).
-	if err := os.Link(claimed, refPath); err != nil && !errors.Is(err, fs.ErrExist) {
-		return false, fmt.Errorf("dropping artifact %s: restoring the ref written meanwhile: %w", a.Name(), err)
+	if err := os.Link(claimed, p); err != nil && !errors.Is(err, fs.ErrExist) {
+		return false, fmt.Errorf("restoring %s, written meanwhile: %w", p, err)
 	}
 	return false, nil
 }

@@ -14,7 +14,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"syscall"
 	"time"
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
@@ -255,16 +254,9 @@ func (s *Server) quarantineIfDamaged(hash string) {
 // compare-and-delete: an entry a client wrote after data was read stays. It
 // reports whether it removed the entry.
 func (c *Cache) dropACFile(p string, data []byte) bool {
-	claimed := c.TempName("drop-ac")
-	if err := syscall.Rename(p, claimed); err != nil {
-		return false
-	}
-	defer os.Remove(claimed)
-	if now, err := os.ReadFile(claimed); err == nil && bytes.Equal(now, data) {
-		return true
-	}
-	// Rewritten between the read and the claim: put it back, unless a newer
-	// entry took its place meanwhile (then ours is the older one).
-	_ = os.Link(claimed, p)
-	return false
+	dropped, _ := c.dropFileIf(p, func(claimed string) bool {
+		now, err := os.ReadFile(claimed)
+		return err == nil && bytes.Equal(now, data)
+	})
+	return dropped
 }
