@@ -93,14 +93,33 @@ var copyBuffers = sync.Pool{New: func() any { return new([256 << 10]byte) }}
 // copyHashed copies src to dst, hashing what it copies, and returns the
 // digest of the copied bytes.
 func copyHashed(dst io.Writer, src io.Reader) (Digest, error) {
-	h := sha256.New()
+	h := newDigestWriter()
 	buf := copyBuffers.Get().(*[256 << 10]byte)
 	defer copyBuffers.Put(buf)
-	n, err := io.CopyBuffer(io.MultiWriter(dst, h), src, buf[:])
-	if err != nil {
+	if _, err := io.CopyBuffer(io.MultiWriter(dst, h), src, buf[:]); err != nil {
 		return Digest{}, err
 	}
-	return Digest{Hash: hex.EncodeToString(h.Sum(nil)), Size: n}, nil
+	return h.digest(), nil
+}
+
+// digestWriter hashes and counts what is written to it: the digest of content
+// met piece by piece (copied, sent, received).
+type digestWriter struct {
+	h hash.Hash
+	n int64
+}
+
+func newDigestWriter() *digestWriter { return &digestWriter{h: sha256.New()} }
+
+func (w *digestWriter) Write(p []byte) (int, error) {
+	w.h.Write(p)
+	w.n += int64(len(p))
+	return len(p), nil
+}
+
+// digest is the digest of everything written so far.
+func (w *digestWriter) digest() Digest {
+	return Digest{Hash: hex.EncodeToString(w.h.Sum(nil)), Size: w.n}
 }
 
 // hashReader returns the digest of everything r yields.
@@ -226,7 +245,7 @@ func hashedUpload(d Digest, open func() (io.ReadCloser, error)) func() (io.ReadC
 		if err != nil {
 			return nil, &uploadError{Digest: d, Err: err}
 		}
-		return &uploadReader{rc: rc, d: d, h: sha256.New()}, nil
+		return &uploadReader{rc: rc, d: d, h: newDigestWriter()}, nil
 	}
 }
 
@@ -234,24 +253,22 @@ func hashedUpload(d Digest, open func() (io.ReadCloser, error)) func() (io.ReadC
 type uploadReader struct {
 	rc  io.ReadCloser
 	d   Digest
-	h   hash.Hash
-	n   int64 // bytes read and hashed
-	err error // sticky
+	h   *digestWriter // what was read
+	err error         // sticky
 }
 
 func (r *uploadReader) Read(p []byte) (int, error) {
 	if r.err != nil {
 		return 0, r.err
 	}
-	if r.n == r.d.Size && r.n > 0 {
+	if r.h.n == r.d.Size && r.h.n > 0 {
 		return 0, io.EOF // checked when the last bytes were read
 	}
-	p = p[:min(int64(len(p)), r.d.Size-r.n)]
+	p = p[:min(int64(len(p)), r.d.Size-r.h.n)]
 	n, err := r.rc.Read(p)
 	r.h.Write(p[:n])
-	r.n += int64(n)
 	switch {
-	case r.n == r.d.Size:
+	case r.h.n == r.d.Size:
 		// The last bytes: handed over only once the content is known to be d.
 		if err := r.check(); err != nil {
 			r.err = &uploadError{Digest: r.d, Err: err}
@@ -262,7 +279,7 @@ func (r *uploadReader) Read(p []byte) (int, error) {
 		}
 		return n, nil
 	case err == io.EOF:
-		r.err = &uploadError{Digest: r.d, Err: fmt.Errorf("%s ends after %d of its %d bytes: %w", r.name(), r.n, r.d.Size, ErrCorrupt)}
+		r.err = &uploadError{Digest: r.d, Err: fmt.Errorf("%s ends after %d of its %d bytes: %w", r.name(), r.h.n, r.d.Size, ErrCorrupt)}
 	case err != nil:
 		r.err = &uploadError{Digest: r.d, Err: err}
 	default:
@@ -278,7 +295,7 @@ func (r *uploadReader) check() error {
 	if n, _ := io.ReadFull(r.rc, one[:]); n > 0 {
 		return fmt.Errorf("%s is longer than its %d bytes: %w", r.name(), r.d.Size, ErrCorrupt)
 	}
-	if got := (Digest{Hash: hex.EncodeToString(r.h.Sum(nil)), Size: r.n}); got != r.d {
+	if got := r.h.digest(); got != r.d {
 		return mismatch(r.d, got, r.name())
 	}
 	return nil

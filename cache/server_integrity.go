@@ -2,9 +2,7 @@ package cache
 
 import (
 	"bytes"
-	"crypto/sha256"
 	"crypto/tls"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -45,10 +43,9 @@ const (
 // wraps ErrCorrupt (a *mismatchError) and the last chunk is never sent. It
 // returns the bytes sent.
 func sendBlob(f *os.File, d Digest, off, n int64, chunk int, send func([]byte) error) (int64, error) {
-	h := sha256.New()
+	h := newDigestWriter()
 	readErr := func(err error) error { return fmt.Errorf("reading blob %s: %w", d, err) }
-	hashed, err := io.Copy(h, io.NewSectionReader(f, 0, off))
-	if err != nil {
+	if _, err := io.Copy(h, io.NewSectionReader(f, 0, off)); err != nil {
 		return 0, readErr(err)
 	}
 	r := io.NewSectionReader(f, off, n)
@@ -60,7 +57,6 @@ func sendBlob(f *os.File, d Digest, off, n int64, chunk int, send func([]byte) e
 		k, err := io.ReadFull(r, next)
 		if k > 0 {
 			h.Write(next[:k])
-			hashed += int64(k)
 			if held != nil {
 				if err := send(held); err != nil {
 					return sent, err
@@ -77,11 +73,10 @@ func sendBlob(f *os.File, d Digest, off, n int64, chunk int, send func([]byte) e
 			return sent, readErr(err)
 		}
 	}
-	rest, err := io.Copy(h, io.NewSectionReader(f, off+n, d.Size-off-n))
-	if err != nil {
+	if _, err := io.Copy(h, io.NewSectionReader(f, off+n, d.Size-off-n)); err != nil {
 		return sent, readErr(err)
 	}
-	if got := (Digest{Hash: hex.EncodeToString(h.Sum(nil)), Size: hashed + rest}); got != d {
+	if got := h.digest(); got != d {
 		return sent, mismatch(d, got, f.Name())
 	}
 	if held != nil {
