@@ -19,9 +19,9 @@ import (
 )
 
 // What the server serves is what was stored. Every blob is hashed while it is
-// sent (HTTP GET, ByteStream Read, BatchReadBlobs), and the last chunk is held
-// back until the hash is known: a client never receives a complete, cleanly
-// ended response with wrong bytes. A blob found damaged is moved to
+// sent (HTTP GET, ByteStream Read), and the last chunk is held back until the
+// hash is known, or before it goes into a reply (BatchReadBlobs, GetTree): a
+// client never receives a complete, cleanly ended response with wrong bytes. A blob found damaged is moved to
 // quarantine/ (so that it is no longer served and a client's upload of the
 // right bytes stores it again), logged and counted; the response is broken
 // off (HTTP: the connection is reset; gRPC: DATA_LOSS). An action cache entry
@@ -88,20 +88,23 @@ func sendBlob(f *os.File, d Digest, off, n int64, chunk int, send func([]byte) e
 	return sent, nil
 }
 
-// readBatched reads blob d whole (BatchReadBlobs, GetTree), hashing it as sendBlob
-// does; a damaged blob is quarantined.
+// readBatched reads blob d whole (BatchReadBlobs, GetTree: small blobs, whose
+// reply holds them whole anyway) and hashes it; a damaged blob is quarantined,
+// and its error wraps ErrCorrupt (a *mismatchError), as sendBlob's.
 func (s *Server) readBatched(d Digest) ([]byte, error) {
 	f, err := s.c.OpenBlob(d)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	data := make([]byte, 0, d.Size)
-	_, err = sendBlob(f, d, 0, d.Size, 1<<20, func(b []byte) error { data = append(data, b...); return nil })
-	if servedCorrupt(err) {
-		s.quarantine(f, d, err)
+	data := make([]byte, d.Size)
+	n, err := io.ReadFull(f, data)
+	if err != nil && err != io.ErrUnexpectedEOF {
+		return nil, fmt.Errorf("reading blob %s: %w", d, err)
 	}
-	if err != nil {
+	if got := DigestOf(data[:n]); got != d {
+		err := mismatch(d, got, f.Name())
+		s.quarantine(f, d, err)
 		return nil, err
 	}
 	return data, nil
