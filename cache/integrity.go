@@ -93,14 +93,33 @@ var copyBuffers = sync.Pool{New: func() any { return new([256 << 10]byte) }}
 // copyHashed copies src to dst, hashing what it copies, and returns the
 // digest of the copied bytes.
 func copyHashed(dst io.Writer, src io.Reader) (Digest, error) {
-	h := sha256.New()
+	h := newDigestWriter()
 	buf := copyBuffers.Get().(*[256 << 10]byte)
 	defer copyBuffers.Put(buf)
-	n, err := io.CopyBuffer(io.MultiWriter(dst, h), src, buf[:])
-	if err != nil {
+	if _, err := io.CopyBuffer(io.MultiWriter(dst, h), src, buf[:]); err != nil {
 		return Digest{}, err
 	}
-	return Digest{Hash: hex.EncodeToString(h.Sum(nil)), Size: n}, nil
+	return h.digest(), nil
+}
+
+// digestWriter hashes and counts what is written to it: the digest of content
+// met piece by piece (copied, sent, received).
+type digestWriter struct {
+	h hash.Hash
+	n int64
+}
+
+func newDigestWriter() *digestWriter { return &digestWriter{h: sha256.New()} }
+
+func (w *digestWriter) Write(p []byte) (int, error) {
+	w.h.Write(p)
+	w.n += int64(len(p))
+	return len(p), nil
+}
+
+// digest is the digest of everything written so far.
+func (w *digestWriter) digest() Digest {
+	return Digest{Hash: hex.EncodeToString(w.h.Sum(nil)), Size: w.n}
 }
 
 // hashReader returns the digest of everything r yields.
@@ -139,24 +158,37 @@ func (c *Cache) DropArtifact(a *Artifact) (bool, error) {
 	if !c.namesArtifact(refPath, a) {
 		return false, nil
 	}
-	// Claim the ref with one rename: from here no other process can replace
-	// what we look at, and what we claimed is what we compare.
+	dropped, err := c.dropFileIf(refPath, func(claimed string) bool { return c.namesArtifact(claimed, a) })
+	if err != nil {
+		return false, fmt.Errorf("dropping artifact %s: %w", a.Name(), err)
+	}
+	if dropped {
+		c.pruneRefDirs(refPath)
+	}
+	return dropped, nil
+}
+
+// dropFileIf removes the file at p if still, asked of the file, says it is
+// still the one to remove: a compare-and-delete against other processes. It
+// claims the file with one rename, so that no other process can replace what
+// still looks at, and what it compared is what it removes. A file that was
+// replaced before the claim is put back, unless a newer one took its place
+// meanwhile (the link fails then; the claimed one is the older and goes). It
+// reports whether it removed the file; a file already gone is not an error.
+func (c *Cache) dropFileIf(p string, still func(claimed string) bool) (bool, error) {
 	claimed := c.TempName("drop")
-	if err := syscall.Rename(refPath, claimed); err != nil {
+	if err := syscall.Rename(p, claimed); err != nil {
 		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
 			return false, nil
 		}
-		return false, fmt.Errorf("dropping artifact %s: %w", a.Name(), &os.LinkError{Op: "rename", Old: refPath, New: claimed, Err: err})
+		return false, &os.LinkError{Op: "rename", Old: p, New: claimed, Err: err}
 	}
 	defer os.Remove(claimed)
-	if c.namesArtifact(claimed, a) {
-		c.pruneRefDirs(refPath)
+	if still(claimed) {
 		return true, nil
 	}
-	// Replaced between the look and the claim: put the good ref back, unless a
-	// newer one took its place meanwhile (link fails then; ours is dropped).
-	if err := os.Link(claimed, refPath); err != nil && !errors.Is(err, fs.ErrExist) {
-		return false, fmt.Errorf("dropping artifact %s: restoring the ref written meanwhile: %w", a.Name(), err)
+	if err := os.Link(claimed, p); err != nil && !errors.Is(err, fs.ErrExist) {
+		return false, fmt.Errorf("restoring %s, written meanwhile: %w", p, err)
 	}
 	return false, nil
 }
@@ -213,7 +245,7 @@ func hashedUpload(d Digest, open func() (io.ReadCloser, error)) func() (io.ReadC
 		if err != nil {
 			return nil, &uploadError{Digest: d, Err: err}
 		}
-		return &uploadReader{rc: rc, d: d, h: sha256.New()}, nil
+		return &uploadReader{rc: rc, d: d, h: newDigestWriter()}, nil
 	}
 }
 
@@ -221,24 +253,22 @@ func hashedUpload(d Digest, open func() (io.ReadCloser, error)) func() (io.ReadC
 type uploadReader struct {
 	rc  io.ReadCloser
 	d   Digest
-	h   hash.Hash
-	n   int64 // bytes read and hashed
-	err error // sticky
+	h   *digestWriter // what was read
+	err error         // sticky
 }
 
 func (r *uploadReader) Read(p []byte) (int, error) {
 	if r.err != nil {
 		return 0, r.err
 	}
-	if r.n == r.d.Size && r.n > 0 {
+	if r.h.n == r.d.Size && r.h.n > 0 {
 		return 0, io.EOF // checked when the last bytes were read
 	}
-	p = p[:min(int64(len(p)), r.d.Size-r.n)]
+	p = p[:min(int64(len(p)), r.d.Size-r.h.n)]
 	n, err := r.rc.Read(p)
 	r.h.Write(p[:n])
-	r.n += int64(n)
 	switch {
-	case r.n == r.d.Size:
+	case r.h.n == r.d.Size:
 		// The last bytes: handed over only once the content is known to be d.
 		if err := r.check(); err != nil {
 			r.err = &uploadError{Digest: r.d, Err: err}
@@ -249,7 +279,7 @@ func (r *uploadReader) Read(p []byte) (int, error) {
 		}
 		return n, nil
 	case err == io.EOF:
-		r.err = &uploadError{Digest: r.d, Err: fmt.Errorf("%s ends after %d of its %d bytes: %w", r.name(), r.n, r.d.Size, ErrCorrupt)}
+		r.err = &uploadError{Digest: r.d, Err: fmt.Errorf("%s ends after %d of its %d bytes: %w", r.name(), r.h.n, r.d.Size, ErrCorrupt)}
 	case err != nil:
 		r.err = &uploadError{Digest: r.d, Err: err}
 	default:
@@ -265,7 +295,7 @@ func (r *uploadReader) check() error {
 	if n, _ := io.ReadFull(r.rc, one[:]); n > 0 {
 		return fmt.Errorf("%s is longer than its %d bytes: %w", r.name(), r.d.Size, ErrCorrupt)
 	}
-	if got := (Digest{Hash: hex.EncodeToString(r.h.Sum(nil)), Size: r.n}); got != r.d {
+	if got := r.h.digest(); got != r.d {
 		return mismatch(r.d, got, r.name())
 	}
 	return nil

@@ -228,11 +228,10 @@ func (c *Cache) RepairArtifact(ctx context.Context, store RemoteStore, a *Artifa
 // readBack reads blob d from store, which was just sent its good bytes, and
 // checks them.
 func (c *Cache) readBack(ctx context.Context, store RemoteStore, d Digest) error {
-	h := sha256.New()
-	lw := &limitWriter{w: h, left: d.Size}
-	err := corruptIfTooLong(store, d, store.ReadBlob(ctx, d, lw))
+	h := newDigestWriter()
+	err := corruptIfTooLong(store, d, store.ReadBlob(ctx, d, &limitWriter{w: h, left: d.Size}))
 	if err == nil {
-		if got := (Digest{Hash: hex.EncodeToString(h.Sum(nil)), Size: d.Size - lw.left}); got != d {
+		if got := h.digest(); got != d {
 			err = remoteMismatch(store, d, got)
 		}
 	}

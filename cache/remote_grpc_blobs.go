@@ -101,7 +101,7 @@ func (s *grpcStore) WriteBlob(ctx context.Context, d Digest, open func() (io.Rea
 	if !info.writes.fits(d) {
 		return s.writeStream(ctx, op, d, open)
 	}
-	data, err := readBlobContent(d, open)
+	data, err := readBlobContent(open)
 	if err != nil {
 		return fmt.Errorf("%s to remote %s: %w", op, s.name, err)
 	}
@@ -117,22 +117,15 @@ func (s *grpcStore) batchFailure(ctx context.Context, op string, err error) erro
 	return err
 }
 
-// readBlobContent reads the content of a small blob to upload, which must be
-// d.Size bytes long.
-func readBlobContent(d Digest, open func() (io.ReadCloser, error)) ([]byte, error) {
+// readBlobContent reads the content of a small blob to upload. open is a
+// hashedUpload's: it yields d's bytes or fails.
+func readBlobContent(open func() (io.ReadCloser, error)) ([]byte, error) {
 	r, err := open()
 	if err != nil {
 		return nil, err
 	}
 	defer r.Close()
-	data, err := io.ReadAll(io.LimitReader(r, d.Size+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(data)) != d.Size {
-		return nil, fmt.Errorf("the local content is not the %d bytes its digest says (read %d before stopping)", d.Size, len(data))
-	}
-	return data, nil
+	return io.ReadAll(r)
 }
 
 // resource returns a ByteStream resource name: the instance name, if any, then
@@ -209,15 +202,9 @@ func (s *grpcStore) writeStream(ctx context.Context, op string, d Digest, open f
 	name := s.resource("uploads", newUUID(), "blobs", d.Hash, strconv.FormatInt(d.Size, 10))
 	buf := make([]byte, min(d.Size, streamChunk))
 	for off := int64(0); off < d.Size; {
+		// open is a hashedUpload's: content longer, shorter or other than d
+		// fails the read of its last bytes.
 		n, err := io.ReadFull(r, buf[:min(int64(len(buf)), d.Size-off)])
-		if err == nil && off+int64(n) == d.Size {
-			_, err = io.ReadFull(r, make([]byte, 1))
-			if err == nil {
-				err = errors.New("more bytes than the digest says")
-			} else if err == io.EOF {
-				err = nil
-			}
-		}
 		if err != nil { // returning cancels the stream: the server never commits the blob
 			return fmt.Errorf("%s to remote %s: reading the local content: %w", op, s.name, err)
 		}

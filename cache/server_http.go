@@ -86,9 +86,8 @@ func (s *Server) httpHandler() http.Handler {
 	})
 }
 
-// fail answers an error: a body over --max-blob-size is 413, integrity and
-// format problems are the client's (400), anything else the server's (500,
-// logged). No answer names the store's path (redact).
+// httpFail answers an error: a body over --max-blob-size is 413, integrity and
+// format problems are the client's (400), anything else the server's (500).
 func (s *Server) httpFail(w http.ResponseWriter, r *http.Request, err error) {
 	var tooBig *http.MaxBytesError
 	switch {
@@ -97,11 +96,20 @@ func (s *Server) httpFail(w http.ResponseWriter, r *http.Request, err error) {
 		http.Error(w, fmt.Sprintf("blob is over the server's limit of %d bytes", tooBig.Limit), http.StatusRequestEntityTooLarge)
 	case errors.Is(err, ErrDigestMismatch) || errors.Is(err, ErrCorrupt):
 		s.metrics.rejected.Add(1)
-		http.Error(w, s.redact(err.Error()), http.StatusBadRequest)
+		s.httpError(w, r, http.StatusBadRequest, err)
 	default:
-		s.log.Printf("%s %s: %v", r.Method, r.URL.Path, err)
-		http.Error(w, s.redact(err.Error()), http.StatusInternalServerError)
+		s.httpError(w, r, http.StatusInternalServerError, err)
 	}
+}
+
+// httpError answers err, an error of the store, with code: the one place such
+// an answer is written. A server fault (500) is logged in full; no answer
+// names the store's path (redact).
+func (s *Server) httpError(w http.ResponseWriter, r *http.Request, code int, err error) {
+	if code == http.StatusInternalServerError {
+		s.log.Printf("%s %s: %v", r.Method, r.URL.Path, err)
+	}
+	http.Error(w, s.redact(err.Error()), code)
 }
 
 func (s *Server) serveCAS(w http.ResponseWriter, r *http.Request, client, hash string) {
@@ -221,10 +229,7 @@ func (s *Server) serveAC(w http.ResponseWriter, r *http.Request, client, hash st
 		s.metrics.request("http", "ac_put", client, int64(len(data)), 0)
 		if status, err := s.updateAC(key, data, token); err != nil {
 			s.metrics.rejected.Add(1)
-			if status == http.StatusInternalServerError {
-				s.log.Printf("%s %s: %v", r.Method, r.URL.Path, err)
-			}
-			http.Error(w, s.redact(err.Error()), status)
+			s.httpError(w, r, status, err)
 			return
 		}
 		w.WriteHeader(http.StatusOK)

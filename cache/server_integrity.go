@@ -2,9 +2,7 @@ package cache
 
 import (
 	"bytes"
-	"crypto/sha256"
 	"crypto/tls"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -14,7 +12,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"syscall"
 	"time"
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
@@ -22,9 +19,9 @@ import (
 )
 
 // What the server serves is what was stored. Every blob is hashed while it is
-// sent (HTTP GET, ByteStream Read, BatchReadBlobs), and the last chunk is held
-// back until the hash is known: a client never receives a complete, cleanly
-// ended response with wrong bytes. A blob found damaged is moved to
+// sent (HTTP GET, ByteStream Read), and the last chunk is held back until the
+// hash is known, or before it goes into a reply (BatchReadBlobs, GetTree): a
+// client never receives a complete, cleanly ended response with wrong bytes. A blob found damaged is moved to
 // quarantine/ (so that it is no longer served and a client's upload of the
 // right bytes stores it again), logged and counted; the response is broken
 // off (HTTP: the connection is reset; gRPC: DATA_LOSS). An action cache entry
@@ -46,10 +43,9 @@ const (
 // wraps ErrCorrupt (a *mismatchError) and the last chunk is never sent. It
 // returns the bytes sent.
 func sendBlob(f *os.File, d Digest, off, n int64, chunk int, send func([]byte) error) (int64, error) {
-	h := sha256.New()
+	h := newDigestWriter()
 	readErr := func(err error) error { return fmt.Errorf("reading blob %s: %w", d, err) }
-	hashed, err := io.Copy(h, io.NewSectionReader(f, 0, off))
-	if err != nil {
+	if _, err := io.Copy(h, io.NewSectionReader(f, 0, off)); err != nil {
 		return 0, readErr(err)
 	}
 	r := io.NewSectionReader(f, off, n)
@@ -61,7 +57,6 @@ func sendBlob(f *os.File, d Digest, off, n int64, chunk int, send func([]byte) e
 		k, err := io.ReadFull(r, next)
 		if k > 0 {
 			h.Write(next[:k])
-			hashed += int64(k)
 			if held != nil {
 				if err := send(held); err != nil {
 					return sent, err
@@ -78,11 +73,10 @@ func sendBlob(f *os.File, d Digest, off, n int64, chunk int, send func([]byte) e
 			return sent, readErr(err)
 		}
 	}
-	rest, err := io.Copy(h, io.NewSectionReader(f, off+n, d.Size-off-n))
-	if err != nil {
+	if _, err := io.Copy(h, io.NewSectionReader(f, off+n, d.Size-off-n)); err != nil {
 		return sent, readErr(err)
 	}
-	if got := (Digest{Hash: hex.EncodeToString(h.Sum(nil)), Size: hashed + rest}); got != d {
+	if got := h.digest(); got != d {
 		return sent, mismatch(d, got, f.Name())
 	}
 	if held != nil {
@@ -94,20 +88,23 @@ func sendBlob(f *os.File, d Digest, off, n int64, chunk int, send func([]byte) e
 	return sent, nil
 }
 
-// readBatched reads blob d whole (BatchReadBlobs, GetTree), hashing it as sendBlob
-// does; a damaged blob is quarantined.
+// readBatched reads blob d whole (BatchReadBlobs, GetTree: small blobs, whose
+// reply holds them whole anyway) and hashes it; a damaged blob is quarantined,
+// and its error wraps ErrCorrupt (a *mismatchError), as sendBlob's.
 func (s *Server) readBatched(d Digest) ([]byte, error) {
 	f, err := s.c.OpenBlob(d)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	data := make([]byte, 0, d.Size)
-	_, err = sendBlob(f, d, 0, d.Size, 1<<20, func(b []byte) error { data = append(data, b...); return nil })
-	if servedCorrupt(err) {
-		s.quarantine(f, d, err)
+	data := make([]byte, d.Size)
+	n, err := io.ReadFull(f, data)
+	if err != nil && err != io.ErrUnexpectedEOF {
+		return nil, fmt.Errorf("reading blob %s: %w", d, err)
 	}
-	if err != nil {
+	if got := DigestOf(data[:n]); got != d {
+		err := mismatch(d, got, f.Name())
+		s.quarantine(f, d, err)
 		return nil, err
 	}
 	return data, nil
@@ -255,16 +252,9 @@ func (s *Server) quarantineIfDamaged(hash string) {
 // compare-and-delete: an entry a client wrote after data was read stays. It
 // reports whether it removed the entry.
 func (c *Cache) dropACFile(p string, data []byte) bool {
-	claimed := c.TempName("drop-ac")
-	if err := syscall.Rename(p, claimed); err != nil {
-		return false
-	}
-	defer os.Remove(claimed)
-	if now, err := os.ReadFile(claimed); err == nil && bytes.Equal(now, data) {
-		return true
-	}
-	// Rewritten between the read and the claim: put it back, unless a newer
-	// entry took its place meanwhile (then ours is the older one).
-	_ = os.Link(claimed, p)
-	return false
+	dropped, _ := c.dropFileIf(p, func(claimed string) bool {
+		now, err := os.ReadFile(claimed)
+		return err == nil && bytes.Equal(now, data)
+	})
+	return dropped
 }

@@ -101,8 +101,7 @@ func pullJob(ctx context.Context, spec job.Spec, r *job.Reporter) (job.Result, e
 		return job.Result{Data: data}, corrupt
 	}
 	why := "no remote has it"
-	switch {
-	case len(ps.Remotes) == 0:
+	if len(ps.Remotes) == 0 {
 		why = "every remote is down for this session"
 	}
 	return job.Result{OK: true, Skipped: true, Error: why, Data: data}, nil
