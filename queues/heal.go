@@ -44,8 +44,6 @@ func (s *Scheduler) heal(a *activeJob, res job.Result, end JobEnd) bool {
 		return false
 	}
 	if rebuild {
-		dep.healed, dep.Cached = true, false
-		dep.healedAt, dep.healRemovals = time.Now(), damaged.Removals
 		if dep.later != nil {
 			// A tracked plan: the dependency is needed now. What it stages that
 			// the plan did not reach is below a cached element, so taken as
@@ -53,7 +51,7 @@ func (s *Scheduler) heal(a *activeJob, res job.Result, end JobEnd) bool {
 			dep.later.needed = true
 			dep.Stage = slices.DeleteFunc(slices.Clone(dep.Stage), unneeded)
 		}
-		s.requeue(dep, s.firstQueueAfterTrack())
+		s.takeBack(dep, damaged)
 		s.publishNeeds(s.keep())
 		s.cfg.Publish(Notice{Base: Base{time.Now()}, Level: "warning", Element: dep.Name(),
 			Text: fmt.Sprintf("the artifact of %s was damaged (%s): building it again before %s", dep.Name(), damaged.Problem, it.Name())})
@@ -65,6 +63,15 @@ func (s *Scheduler) heal(a *activeJob, res job.Result, end JobEnd) bool {
 	end.Result, end.WillRetry = ResultFailure, true
 	s.jobEnded(end)
 	return true
+}
+
+// takeBack sends it, whose artifact damaged says is damaged or gone, back into
+// the pipeline from the first queue after Track, to be built again, and books
+// the heal (see the top of this file).
+func (s *Scheduler) takeBack(it *Item, damaged element.DamagedDependency) {
+	it.healed, it.Cached = true, false
+	it.healedAt, it.healRemovals = time.Now(), damaged.Removals
+	s.requeue(it, s.firstQueueAfterTrack())
 }
 
 // itemToHeal finds the session's item for it's dependency damaged names,
