@@ -26,7 +26,7 @@ import (
 // its dependencies. Loop goroutine only.
 func (s *Scheduler) healPush(a *activeJob, res job.Result, end JobEnd) bool {
 	it := a.item
-	if a.qs.q.Action() != Push || len(res.Data) == 0 || s.quitting || it.healed || it.Pulled || !s.builds() {
+	if a.qs.q.Action() != Push || len(res.Data) == 0 || s.quitting || it.healed || it.Pulled || s.queueOf(Build) == nil {
 		return false
 	}
 	var damaged element.DamagedDependency
@@ -40,14 +40,4 @@ func (s *Scheduler) healPush(a *activeJob, res job.Result, end JobEnd) bool {
 	end.Result, end.WillRetry = ResultFailure, true
 	s.jobEnded(end)
 	return true
-}
-
-// builds reports whether the session has a Build queue.
-func (s *Scheduler) builds() bool {
-	for _, qs := range s.queues {
-		if qs.q.Action() == Build {
-			return true
-		}
-	}
-	return false
 }
