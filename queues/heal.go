@@ -69,10 +69,13 @@ func (s *Scheduler) heal(a *activeJob, res job.Result, end JobEnd) bool {
 // the pipeline from the first queue after Track, to be built again, and books
 // the heal (see the top of this file).
 func (s *Scheduler) takeBack(it *Item, damaged element.DamagedDependency) {
-	it.healed, it.Cached = true, false
+	it.Cached = false
 	it.healedAt, it.healRemovals = time.Now(), damaged.Removals
 	s.requeue(it, s.firstQueueAfterTrack())
 }
+
+// healed reports whether it went back into the pipeline to heal (takeBack).
+func (it *Item) healed() bool { return !it.healedAt.IsZero() }
 
 // itemToHeal finds the session's item for it's dependency damaged names,
 // making one if the plan has none (the dependency was below a cached element),
@@ -88,11 +91,11 @@ func (s *Scheduler) itemToHeal(it *Item, damaged element.DamagedDependency, star
 			continue
 		}
 		switch {
-		case d.healed && !d.Cached && !d.Failed && !d.Terminated:
+		case d.healed() && !d.Cached && !d.Failed && !d.Terminated:
 			return d, false
-		case d.healed && d.Cached && started.Before(d.healedAt):
+		case d.healed() && d.Cached && started.Before(d.healedAt):
 			return d, false // it staged what the heal replaced: try again as it is
-		case d.healed && damaged.Removals <= d.healRemovals:
+		case d.healed() && damaged.Removals <= d.healRemovals:
 			return nil, false
 		case !(d.Cached || unneeded(d)) || !s.leaveQueue(d):
 			return nil, false

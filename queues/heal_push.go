@@ -26,7 +26,7 @@ import (
 // its dependencies. Loop goroutine only.
 func (s *Scheduler) healPush(a *activeJob, res job.Result, end JobEnd) bool {
 	it := a.item
-	if a.qs.q.Action() != Push || len(res.Data) == 0 || s.quitting || it.healed || it.Pulled || s.queueOf(Build) == nil {
+	if a.qs.q.Action() != Push || len(res.Data) == 0 || s.quitting || it.healed() || it.Pulled || s.queueOf(Build) == nil {
 		return false
 	}
 	var damaged element.DamagedDependency
