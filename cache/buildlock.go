@@ -35,7 +35,6 @@ type BuildLock struct {
 	path string
 	off  int64 // the key's byte in path
 	fd   int   // -1 once closed, or handed to a goroutine still waiting (Lock)
-	held bool
 }
 
 // BuildLock opens the build-once lock of the artifact project/element/key,
@@ -64,9 +63,6 @@ func buildLockOffset(project, element, key string) int64 {
 	return int64(binary.BigEndian.Uint64(h[:8]) >> 2)
 }
 
-// Held reports whether l holds its lock.
-func (l *BuildLock) Held() bool { return l.held }
-
 // TryLock takes the lock if no other holds it, and reports whether it did.
 func (l *BuildLock) TryLock() (bool, error) {
 	if l.fd < 0 {
@@ -76,7 +72,6 @@ func (l *BuildLock) TryLock() (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("taking the build-once lock %s (byte %d): %w", l.path, l.off, err)
 	}
-	l.held = ok
 	return ok, nil
 }
 
@@ -99,7 +94,6 @@ func (l *BuildLock) Lock(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("waiting for the build-once lock %s (byte %d): %w", l.path, l.off, err)
 		}
-		l.held = true
 		return nil
 	case <-ctx.Done():
 		// The descriptor is closed only once the waiting call returns: closed
@@ -116,5 +110,5 @@ func (l *BuildLock) Close() {
 		return
 	}
 	closeFD(l.fd) // the last descriptor of the open file: the kernel drops its lock
-	l.fd, l.held = -1, false
+	l.fd = -1
 }

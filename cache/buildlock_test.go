@@ -77,9 +77,14 @@ func TestBuildLockWaits(t *testing.T) {
 	holder.Close()
 	select {
 	case err := <-got:
-		if err != nil || !waiter.Held() {
-			t.Fatalf("Lock after the holder closed: %v (held %v)", err, waiter.Held())
+		if err != nil {
+			t.Fatalf("Lock after the holder closed: %v", err)
 		}
+		other, _ := c.BuildLock("p", "lib.toml", "k")
+		if ok, err := other.TryLock(); ok || err != nil {
+			t.Fatalf("TryLock while the waiter holds the lock: %v, %v; want false", ok, err)
+		}
+		other.Close()
 	case <-time.After(5 * time.Second):
 		t.Fatal("Lock did not return within 5s of the holder closing the lock")
 	}

@@ -57,8 +57,9 @@ type CleanupReport struct {
 	// Short says the target was not reached (what is left is protected or
 	// is not artifacts: sources, logs).
 	Protected int `json:"protected"`
-	// Live counts the protected artifacts that live sessions need (some may
-	// be the caller's own), LiveBytes the space their blobs take (each once).
+	// Live counts the protected artifacts that live sessions need and Protect
+	// does not keep (the caller's own), LiveBytes the space their blobs take
+	// (each once).
 	Live      int           `json:"live"`
 	LiveBytes int64         `json:"live-bytes"`
 	Short     bool          `json:"short"`
@@ -218,18 +219,23 @@ func (inv *inventory) choose(opts CleanupOptions, live map[ArtifactRef]bool, rep
 		return freed
 	}
 	liveBlobs := map[int32]bool{}
+	// The caller's own first: a session's cleanup protects what the session
+	// needs, which it has published too, and Live counts only what others need.
 	protected := func(a *artifactInfo) bool {
-		if live[a.ref()] {
-			rep.Live++
-			for _, b := range a.blobs {
-				if !liveBlobs[b] {
-					liveBlobs[b] = true
-					rep.LiveBytes += inv.blobs[b].disk
-				}
-			}
+		if opts.Protect != nil && opts.Protect(a.ref()) {
 			return true
 		}
-		return opts.Protect != nil && opts.Protect(a.ref())
+		if !live[a.ref()] {
+			return false
+		}
+		rep.Live++
+		for _, b := range a.blobs {
+			if !liveBlobs[b] {
+				liveBlobs[b] = true
+				rep.LiveBytes += inv.blobs[b].disk
+			}
+		}
+		return true
 	}
 	named := map[ArtifactRef]bool{}
 	for _, r := range opts.Remove {

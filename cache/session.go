@@ -160,8 +160,8 @@ func (c *Cache) LiveNeeds(remove bool) (map[ArtifactRef]bool, error) {
 	return needs, err
 }
 
-// sweepSessions calls live with the needs file of each live session; with
-// remove, it removes the files of dead ones.
+// sweepSessions calls live with the needs file of each live session (it may
+// not exist yet); with remove, it removes the files of dead ones.
 func (c *Cache) sweepSessions(remove bool, live func(needs string) error) error {
 	dir := filepath.Join(c.Root, sessionsDir)
 	entries, err := os.ReadDir(dir)
@@ -171,20 +171,24 @@ func (c *Cache) sweepSessions(remove bool, live func(needs string) error) error 
 	if err != nil {
 		return fmt.Errorf("listing the live sessions in %s: %w", dir, err)
 	}
+	// Each session once, though it has two files.
+	ids := map[string]bool{}
 	for _, e := range entries {
-		id, isNeeds := strings.CutSuffix(e.Name(), needsSuffix)
-		if !sessionID(id) {
-			continue
+		if id, _ := strings.CutSuffix(e.Name(), needsSuffix); sessionID(id) {
+			ids[id] = true
 		}
+	}
+	for id := range ids {
+		needs := filepath.Join(dir, id+needsSuffix)
 		switch {
 		case !c.sessionLive(id, remove):
 			if remove {
 				// Its lock file is made first and removed last: a needs file
 				// without one is a dead session's.
-				os.Remove(filepath.Join(dir, id+needsSuffix))
+				os.Remove(needs)
 			}
-		case isNeeds && live != nil:
-			if err := live(filepath.Join(dir, e.Name())); err != nil {
+		case live != nil:
+			if err := live(needs); err != nil {
 				return err
 			}
 		}
@@ -192,8 +196,8 @@ func (c *Cache) sweepSessions(remove bool, live func(needs string) error) error 
 	return nil
 }
 
-// readNeeds adds the artifacts of a needs file to needs. A file gone meanwhile
-// (its session ended) adds nothing.
+// readNeeds adds the artifacts of a needs file to needs. A file not there (not
+// written yet, or its session ended meanwhile) adds nothing.
 func readNeeds(p string, needs map[ArtifactRef]bool) error {
 	f, err := os.Open(p)
 	if errors.Is(err, fs.ErrNotExist) {

@@ -72,6 +72,33 @@ func TestCleanupKeepsWhatLiveSessionsNeed(t *testing.T) {
 	}
 }
 
+// A session's own cleanup protects what the session needs, which it has also
+// published: only what other live sessions need counts as kept for them.
+func TestCleanupCountsOnlyOthersNeedsAsLive(t *testing.T) {
+	c := openTestCache(t)
+	old := time.Now().Add(-48 * time.Hour)
+	own := commitSized(t, c, "own.toml", 32<<10, old)
+	other := commitSized(t, c, "other.toml", 32<<10, old)
+	s, err := c.StartSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.End()
+	if err := s.Need([]ArtifactRef{own, other}); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := c.Cleanup(CleanupOptions{Target: 1, Protect: func(a ArtifactRef) bool { return a == own }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cached(c, own) || !cached(c, other) {
+		t.Fatalf("after cleanup: own %v, other %v; want both kept", cached(c, own), cached(c, other))
+	}
+	if rep.Live != 1 || rep.Protected != 2 {
+		t.Errorf("report: %d live artifacts, %d protected; want 1 live (the other's) of 2 protected", rep.Live, rep.Protected)
+	}
+}
+
 // A session's start removes at once the tmp/ entries of sessions that died, and
 // never those of a live session (its lock proves it live), nor young ones of a
 // process with no session.

@@ -410,8 +410,8 @@ func build(ctx context.Context, c *cache.Cache, spec *BuildSpec, r *job.Reporter
 }
 
 // buildEnv is the commands' environment: sandbox.FixedEnv under the element's own
-// (which wins where it sets a variable). On the host HOME is a new, empty directory of
-// this build; SOURCE_DATE_EPOCH is the newest date the element's sources give (a git
+// (which wins where it sets a variable). On the host HOME is an empty directory of the
+// work directory; SOURCE_DATE_EPOCH is the newest date the element's sources give (a git
 // source's commit time), else sandbox.DefaultSourceDate; a workspace gives none.
 func buildEnv(ctx context.Context, c *cache.Cache, spec *BuildSpec, kind sandbox.Kind, own map[string]string) (map[string]string, error) {
 	home := sandbox.SandboxHome

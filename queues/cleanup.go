@@ -158,10 +158,8 @@ func (s *Scheduler) keep() []ArtifactKey {
 // hasWork reports whether the session starts with something to build, pull or
 // push: a null build publishes no needs (Config.Needs).
 func (s *Scheduler) hasWork() bool {
-	for _, qs := range s.queues {
-		if qs.q.Action() == Push {
-			return true
-		}
+	if s.queueOf(Push) != nil {
+		return true
 	}
 	for _, it := range s.cfg.Items {
 		if !it.Cached && !it.Failed {

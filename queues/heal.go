@@ -44,8 +44,6 @@ func (s *Scheduler) heal(a *activeJob, res job.Result, end JobEnd) bool {
 		return false
 	}
 	if rebuild {
-		dep.healed, dep.Cached = true, false
-		dep.healedAt, dep.healRemovals = time.Now(), damaged.Removals
 		if dep.later != nil {
 			// A tracked plan: the dependency is needed now. What it stages that
 			// the plan did not reach is below a cached element, so taken as
@@ -53,7 +51,7 @@ func (s *Scheduler) heal(a *activeJob, res job.Result, end JobEnd) bool {
 			dep.later.needed = true
 			dep.Stage = slices.DeleteFunc(slices.Clone(dep.Stage), unneeded)
 		}
-		s.requeue(dep, s.firstQueueAfterTrack())
+		s.takeBack(dep, damaged)
 		s.publishNeeds(s.keep())
 		s.cfg.Publish(Notice{Base: Base{time.Now()}, Level: "warning", Element: dep.Name(),
 			Text: fmt.Sprintf("the artifact of %s was damaged (%s): building it again before %s", dep.Name(), damaged.Problem, it.Name())})
@@ -66,6 +64,18 @@ func (s *Scheduler) heal(a *activeJob, res job.Result, end JobEnd) bool {
 	s.jobEnded(end)
 	return true
 }
+
+// takeBack sends it, whose artifact damaged says is damaged or gone, back into
+// the pipeline from the first queue after Track, to be built again, and books
+// the heal (see the top of this file).
+func (s *Scheduler) takeBack(it *Item, damaged element.DamagedDependency) {
+	it.Cached = false
+	it.healedAt, it.healRemovals = time.Now(), damaged.Removals
+	s.requeue(it, s.firstQueueAfterTrack())
+}
+
+// healed reports whether it went back into the pipeline to heal (takeBack).
+func (it *Item) healed() bool { return !it.healedAt.IsZero() }
 
 // itemToHeal finds the session's item for it's dependency damaged names,
 // making one if the plan has none (the dependency was below a cached element),
@@ -81,11 +91,11 @@ func (s *Scheduler) itemToHeal(it *Item, damaged element.DamagedDependency, star
 			continue
 		}
 		switch {
-		case d.healed && !d.Cached && !d.Failed && !d.Terminated:
+		case d.healed() && !d.Cached && !d.Failed && !d.Terminated:
 			return d, false
-		case d.healed && d.Cached && started.Before(d.healedAt):
+		case d.healed() && d.Cached && started.Before(d.healedAt):
 			return d, false // it staged what the heal replaced: try again as it is
-		case d.healed && damaged.Removals <= d.healRemovals:
+		case d.healed() && damaged.Removals <= d.healRemovals:
 			return nil, false
 		case !(d.Cached || unneeded(d)) || !s.leaveQueue(d):
 			return nil, false

@@ -16,7 +16,7 @@ import (
 // element.DamagedDependency naming the element itself. In a session that
 // builds, the loop takes the element back into the pipeline from the first
 // queue after Track — so it is built again — and its push follows; once per
-// session, like a damaged dependency (see heal). A session that builds nothing
+// session: damaged again, the push's failure stands. A session that builds nothing
 // (the push command) cannot: the push fails, and the next build makes the
 // artifact again and pushes it.
 
@@ -26,28 +26,18 @@ import (
 // its dependencies. Loop goroutine only.
 func (s *Scheduler) healPush(a *activeJob, res job.Result, end JobEnd) bool {
 	it := a.item
-	if a.qs.q.Action() != Push || len(res.Data) == 0 || s.quitting || it.healed || it.Pulled || !s.builds() {
+	if a.qs.q.Action() != Push || len(res.Data) == 0 || s.quitting || it.healed() || it.Pulled || s.queueOf(Build) == nil {
 		return false
 	}
 	var damaged element.DamagedDependency
 	if json.Unmarshal(res.Data, &damaged) != nil || damaged.Element != it.Name() {
 		return false
 	}
-	it.healed, it.Cached, it.Built = true, false, false
-	s.requeue(it, s.firstQueueAfterTrack())
+	it.Built = false
+	s.takeBack(it, damaged) // a dependant's stale report then waits (itemToHeal)
 	s.cfg.Publish(Notice{Base: Base{time.Now()}, Level: "warning", Element: it.Name(),
 		Text: fmt.Sprintf("the artifact of %s was damaged (%s): it was not uploaded; building it again, then pushing it", it.Name(), damaged.Problem)})
 	end.Result, end.WillRetry = ResultFailure, true
 	s.jobEnded(end)
 	return true
-}
-
-// builds reports whether the session has a Build queue.
-func (s *Scheduler) builds() bool {
-	for _, qs := range s.queues {
-		if qs.q.Action() == Build {
-			return true
-		}
-	}
-	return false
 }

@@ -64,3 +64,34 @@ func TestHealDamagedArtifactFoundByPushOnce(t *testing.T) {
 		t.Errorf("push command: summary = %+v, want lib.toml's push failed", sum)
 	}
 }
+
+// A dependant that staged the artifact a push then found damaged, and reports
+// it only once the element was built again, builds again with the new
+// artifact: its report is stale, not a fault that repeats.
+func TestHealPushStaleReportAfterTheRebuild(t *testing.T) {
+	g := newGraph(t, "lib.toml:", "app.toml: lib.toml")
+	items, err := Plan(g, []*element.Element{g.Elements["app.toml"]}, PlanOptions{
+		Artifact: func(*element.Element) element.ArtifactStatus { return element.ArtifactMissing }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := resources.NewPool(map[resources.Resource]int{resources.Process: 2, resources.Upload: 1, resources.Cache: 0})
+	h := startSession(t, Config{Queues: []Queue{buildQueue(), PushQueue{PayloadFunc: noPayload}}, Items: items, Pool: pool})
+	h.expect(Build, "lib.toml").Succeed(t)
+	jobs := h.nextN(2) // lib.toml's push, app.toml's build
+	failDamaged(t, jobs["lib.toml"], "lib.toml")
+	rebuild := h.expect(Build, "lib.toml")
+	rebuild.Succeed(t)
+	h.ended(rebuild)
+	failDamaged(t, jobs["app.toml"], "lib.toml")
+	for _, j := range h.nextN(2) {
+		j.Succeed(t) // lib.toml's push, app.toml's build
+	}
+	h.expect(Push, "app.toml").Succeed(t)
+	if sum := h.wait(); !sum.OK() {
+		t.Errorf("summary = %+v, want success", sum)
+	}
+	if starts := h.runner.startsOf(Build); starts["lib.toml"] != 2 || starts["app.toml"] != 2 {
+		t.Errorf("build starts = %v, want lib 2, app 2", starts)
+	}
+}

@@ -84,10 +84,9 @@ type Item struct {
 	retryAt       time.Time
 	// later is set when the plan is decided in the loop (PlanTracked).
 	later *deferred
-	// healed: its artifact was found damaged (or gone) and it went back into
-	// the pipeline (see heal), last at healedAt, when the cache had seen
-	// healRemovals cleanups that removed something.
-	healed       bool
+	// healedAt: its artifact was found damaged (or gone) and it went back into
+	// the pipeline (see heal), last at that time (zero: never), when the cache
+	// had seen healRemovals cleanups that removed something.
 	healedAt     time.Time
 	healRemovals uint64
 

@@ -283,12 +283,20 @@ func (s *Scheduler) Run() *Summary {
 // against: Build, or the last queue of a session without one. Counts, the summary's
 // queue stats and its failure list then agree.
 func (s *Scheduler) cachedFailureQueue() *queueState {
+	if qs := s.queueOf(Build); qs != nil {
+		return qs
+	}
+	return s.queues[len(s.queues)-1]
+}
+
+// queueOf is the session's queue of action, or nil if it has none.
+func (s *Scheduler) queueOf(action Action) *queueState {
 	for _, qs := range s.queues {
-		if qs.q.Action() == Build {
+		if qs.q.Action() == action {
 			return qs
 		}
 	}
-	return s.queues[len(s.queues)-1]
+	return nil
 }
 
 // add enters it into qs's wait list, highest priority first, first come first among
