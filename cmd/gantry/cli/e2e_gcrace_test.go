@@ -80,7 +80,7 @@ func TestE2EGCBesideLiveSessions(t *testing.T) {
 	var runs []raceRun
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
-	failed := make(chan string, 3)
+	failed := make(chan string, 4) // room for each sender: three builds and the gc loop
 	session := func(p *e2eProject, project string) {
 		defer wg.Done()
 		for first := true; first || time.Now().Before(until) || !raced() && time.Now().Before(hardStop); first = false {

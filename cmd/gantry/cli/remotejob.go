@@ -139,7 +139,8 @@ func pushJob(ctx context.Context, spec job.Spec, r *job.Reporter) (job.Result, e
 			return pushArtifact(ctx, ps, c, b, r)
 		}
 	}
-	data, jerr := json.Marshal(element.DamagedDependency{Element: ps.Element, Key: ps.Key, Blob: damaged.Digest.String(), Problem: damaged.Error()})
+	data, jerr := json.Marshal(element.DamagedDependency{Element: ps.Element, Key: ps.Key, Blob: damaged.Digest.String(), Problem: damaged.Error(),
+		Removals: c.Removals()})
 	if jerr != nil {
 		return job.Result{}, errors.Join(err, jerr)
 	}
