@@ -280,6 +280,11 @@ func defaultSandbox() string {
 	return "auto"
 }
 
+// isHermetic says whether a build in the sandbox kind (a --sandbox value) is hermetic,
+// which the keys of its artifacts say (element.Project.Hermetic): only bwrap is; auto
+// picks bwrap or the host only once the dependencies are staged, after the keys.
+func isHermetic(kind string) bool { return sandbox.Kind(kind) == sandbox.Bwrap }
+
 // checkSandboxFlag refuses a --sandbox other than auto, host or bwrap.
 func checkSandboxFlag(kind string) error {
 	switch kind {
@@ -337,7 +342,7 @@ func (o *globalOptions) openPipeline(f *schedulerFlags, args []string, reads pip
 		return nil, err
 	}
 	s.quotaFlag = f.quota
-	s.project.Hermetic = f.sandbox == string(sandbox.Bwrap) // the keys say what the artifacts are
+	s.project.Hermetic = isHermetic(f.sandbox) // the keys say what the artifacts are
 	display, err := s.display()
 	if err != nil {
 		return nil, err

@@ -77,7 +77,7 @@ func runShell(ctx context.Context, opts *shellOptions, name string, argv []strin
 	if err != nil {
 		return err
 	}
-	s.project.Hermetic = opts.sandbox == string(sandbox.Bwrap) // the keys of the artifacts it stages
+	s.project.Hermetic = isHermetic(opts.sandbox) // the keys of the artifacts it stages
 	var g *element.Graph
 	var e *element.Element
 	var a *cache.Artifact // only with --build: the failed build whose tree is opened
