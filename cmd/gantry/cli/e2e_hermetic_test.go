@@ -8,28 +8,14 @@ import (
 	"testing"
 )
 
-// localImport is an import element of the project directory dir.
-func localImport(dir string) string {
-	return "kind = \"import\"\n[[sources]]\nkind = \"local\"\npath = \"" + dir + "\"\n"
-}
-
 // hermeticProject is an element that records its build environment, on a busybox
 // sysroot (so that it builds under bwrap too).
 func hermeticProject(t *testing.T) *e2eProject {
 	t.Helper()
-	p := newE2EProject(t, map[string]string{
-		"project.toml":          projectTOML("app.toml"),
-		"elements/sysroot.toml": localImport("files/sysroot"),
-		"elements/app.toml": `kind = "manual"
-build-depends = ["sysroot.toml"]
-[config]
-build-commands = ` + tomlList(
-			`for v in HOME TZ LC_ALL SOURCE_DATE_EPOCH; do eval "echo $v=\$$v"; done > %{install-root}/env.txt`,
-			`test -d "$HOME" && ls -A "$HOME" | wc -l | tr -d ' ' > %{install-root}/home-entries.txt`,
-		) + "\n",
-	})
-	writeBusyboxSysroot(t, filepath.Join(p.root, "files", "sysroot"), "sh", "echo", "ls", "wc", "tr", "test")
-	return p
+	return sysrootProject(t, []string{
+		`for v in HOME TZ LC_ALL SOURCE_DATE_EPOCH; do eval "echo $v=\$$v"; done > %{install-root}/env.txt`,
+		`test -d "$HOME" && ls -A "$HOME" | wc -l | tr -d ' ' > %{install-root}/home-entries.txt`,
+	}, "sh", "echo", "ls", "wc", "tr", "test")
 }
 
 // builtEnv checks out app.toml's artifact and returns what its build recorded.
