@@ -141,9 +141,6 @@ func (s *session) limits(f *schedulerFlags) (map[resources.Resource]int, element
 }
 
 func runBuild(opts *buildOptions, args []string) error {
-	if err := checkSandboxFlag(opts.sandbox); err != nil {
-		return err
-	}
 	deps, err := element.ParseDeps(opts.deps)
 	if err != nil {
 		return usagef("%v", err)
@@ -337,6 +334,9 @@ const (
 // first, and the cache's directories are made only once the graph loaded, so that a
 // project that does not load leaves no cache behind; the parse cache is saved after.
 func (o *globalOptions) openPipeline(f *schedulerFlags, args []string, reads pipelineReads) (*pipeline, error) {
+	if err := checkSandboxFlag(f.sandbox); err != nil {
+		return nil, err
+	}
 	s, err := o.load()
 	if err != nil {
 		return nil, err

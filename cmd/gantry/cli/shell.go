@@ -70,6 +70,9 @@ type exitStatusError struct{ code int }
 func (e *exitStatusError) Error() string { return fmt.Sprintf("command exited with status %d", e.code) }
 
 func runShell(ctx context.Context, opts *shellOptions, name string, argv []string) error {
+	if err := checkSandboxFlag(opts.sandbox); err != nil {
+		return err
+	}
 	s, c, err := opts.loadWithCache()
 	if err != nil {
 		return err
