@@ -155,10 +155,7 @@ func runShell(ctx context.Context, opts *shellOptions, name string, argv []strin
 	} else if err := os.Mkdir(home, 0o700); err != nil {
 		return fmt.Errorf("preparing the shell's home directory: %w", err)
 	}
-	// The build's fixed environment (sandbox.FixedEnv), under the element's own.
-	build := sandbox.FixedEnv(home, element.SourceDate(ctx, e.Sources, c.SourcesDir()))
-	maps.Copy(build, resolved.Env)
-	env := shellEnv(build, s.project.Name, e.Name)
+	env := shellEnv(element.CommandEnv(ctx, e.Sources, c.SourcesDir(), home, resolved.Env), s.project.Name, e.Name)
 	if len(argv) == 0 || opts.verbose {
 		what := ""
 		if opts.build {
