@@ -284,7 +284,7 @@ func TestKeyInputEncoding(t *testing.T) {
 	for i, name := range odd {
 		deps := []*Element{{Name: odd[(i+3)%len(odd)], Key: name}, {Name: name, Key: "k" + name}, {Name: odd[(i+3)%len(odd)], Key: name}}
 		for j, sources := range [][]string{nil, {}, {name, "abc"}} {
-			sandbox := []string{"", HermeticSandbox, name}[j]
+			sandbox := []string{"", hermeticSandbox, name}[j]
 			want, err := json.Marshal(keyInput{Version: keyVersion, Kind: name, Sandbox: sandbox, Config: config, Sources: sources,
 				BuildDeps: depKeys(deps), RunDeps: depKeys(deps[:i%2])})
 			if err != nil {
