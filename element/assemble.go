@@ -409,10 +409,8 @@ func build(ctx context.Context, c *cache.Cache, spec *BuildSpec, r *job.Reporter
 	return runner, nil
 }
 
-// buildEnv is the commands' environment: sandbox.FixedEnv under the element's own
-// (which wins where it sets a variable). On the host HOME is an empty directory of the
-// work directory; SOURCE_DATE_EPOCH is the newest date the element's sources give (a git
-// source's commit time), else sandbox.DefaultSourceDate; a workspace gives none.
+// buildEnv is the build commands' environment (CommandEnv), with HOME on the host an
+// empty directory of the work directory.
 func buildEnv(ctx context.Context, c *cache.Cache, spec *BuildSpec, kind sandbox.Kind, own map[string]string) (map[string]string, error) {
 	home := sandbox.SandboxHome
 	if kind != sandbox.Bwrap {
@@ -424,14 +422,22 @@ func buildEnv(ctx context.Context, c *cache.Cache, spec *BuildSpec, kind sandbox
 			return nil, &infraError{fmt.Errorf("making the build's HOME: %w", err)}
 		}
 	}
-	env := sandbox.FixedEnv(home, SourceDate(ctx, spec.Sources, c.SourcesDir()))
-	maps.Copy(env, own)
-	return env, nil
+	return CommandEnv(ctx, spec.Sources, c.SourcesDir(), home, own), nil
 }
 
-// SourceDate is SOURCE_DATE_EPOCH for sources: the newest date they give (source.Date),
+// CommandEnv is the environment of an element's commands, in its build or its shell:
+// sandbox.FixedEnv with HOME at home and SOURCE_DATE_EPOCH the newest date the sources
+// give (a git source's commit time), else sandbox.DefaultSourceDate (a workspace gives
+// none), under the element's own environment, which wins where it sets a variable.
+func CommandEnv(ctx context.Context, sources []source.Spec, sourcesDir, home string, own map[string]string) map[string]string {
+	env := sandbox.FixedEnv(home, sourceDate(ctx, sources, sourcesDir))
+	maps.Copy(env, own)
+	return env
+}
+
+// sourceDate is SOURCE_DATE_EPOCH for sources: the newest date they give (source.Date),
 // else sandbox.DefaultSourceDate.
-func SourceDate(ctx context.Context, sources []source.Spec, sourcesDir string) time.Time {
+func sourceDate(ctx context.Context, sources []source.Spec, sourcesDir string) time.Time {
 	date := sandbox.DefaultSourceDate
 	for i := range sources {
 		if d, ok := source.Date(ctx, &sources[i], sourcesDir); ok && (date == sandbox.DefaultSourceDate || d.After(date)) {

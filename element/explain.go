@@ -267,7 +267,7 @@ func ownChange(old, cur *Inputs) *Change {
 
 // sandboxName describes a key's sandbox class for explain.
 func sandboxName(class string) string {
-	if class == HermeticSandbox {
+	if class == hermeticSandbox {
 		return "bwrap (hermetic)"
 	}
 	return "host or auto (not hermetic)"

@@ -5,7 +5,7 @@ import "testing"
 // A build whose key differs only by its sandbox is explained by the sandbox.
 func TestExplainNamesTheSandbox(t *testing.T) {
 	host := &Inputs{Kind: "manual", Config: &Resolved{Env: map[string]string{"A": "1"}}}
-	hermetic := &Inputs{Kind: "manual", Sandbox: HermeticSandbox, Config: &Resolved{Env: map[string]string{"A": "1"}}}
+	hermetic := &Inputs{Kind: "manual", Sandbox: hermeticSandbox, Config: &Resolved{Env: map[string]string{"A": "1"}}}
 	c := ownChange(host, hermetic)
 	if c == nil || c.What != "sandbox" {
 		t.Fatalf("ownChange = %+v, want a sandbox change", c)

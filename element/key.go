@@ -118,8 +118,8 @@ func (g *Graph) ComputeKey(e *Element) {
 	}
 }
 
-// HermeticSandbox is the sandbox class of a hermetic build (keyInput.Sandbox).
-const HermeticSandbox = "bwrap"
+// hermeticSandbox is the sandbox class of a hermetic build (keyInput.Sandbox).
+const hermeticSandbox = "bwrap"
 
 // sandboxClass is what e's key says of the sandbox its commands run in: "bwrap" when
 // the project is built hermetically (Project.Hermetic: --sandbox bwrap) and e's kind
@@ -129,7 +129,7 @@ const HermeticSandbox = "bwrap"
 // the same artifact in any sandbox.
 func (g *Graph) sandboxClass(e *Element) string {
 	if g.Project != nil && g.Project.Hermetic && e.Kind.Commands {
-		return HermeticSandbox
+		return hermeticSandbox
 	}
 	return ""
 }

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 var baseFiles = map[string]string{
@@ -283,7 +284,7 @@ func TestKeyInputEncoding(t *testing.T) {
 	for i, name := range odd {
 		deps := []*Element{{Name: odd[(i+3)%len(odd)], Key: name}, {Name: name, Key: "k" + name}, {Name: odd[(i+3)%len(odd)], Key: name}}
 		for j, sources := range [][]string{nil, {}, {name, "abc"}} {
-			sandbox := []string{"", HermeticSandbox, name}[j]
+			sandbox := []string{"", hermeticSandbox, name}[j]
 			want, err := json.Marshal(keyInput{Version: keyVersion, Kind: name, Sandbox: sandbox, Config: config, Sources: sources,
 				BuildDeps: depKeys(deps), RunDeps: depKeys(deps[:i%2])})
 			if err != nil {
@@ -343,4 +344,58 @@ func joinElementNames(list []*Element) string {
 		out[i] = e.Name
 	}
 	return strings.Join(out, " ")
+}
+
+// The parse cache's key memo never gives a hermetic load (--sandbox bwrap) the keys of a
+// host load, nor the other way round: the sandbox is one of the project's settings the
+// memo is kept with (keyContext). The e2e tests cannot see it: their element files are
+// too fresh to be memoized.
+func TestKeyMemoKeepsTheSandbox(t *testing.T) {
+	dir := writeProject(t, baseFiles)
+	cacheDir := t.TempDir()
+	load := func(hermetic, cached bool) (map[string]string, int64) {
+		t.Helper()
+		p, err := LoadProject(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Hermetic = hermetic
+		lock := &Lock{Entries: map[string][]string{}}
+		var pc *ParseCache
+		if cached {
+			pc = OpenParseCache(cacheDir, dir)
+			pc.racy = -time.Hour
+		}
+		g, err := LoadCached(p, lock, []string{"app.toml"}, pc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys := map[string]string{}
+		for name, e := range g.Elements {
+			keys[name] = e.Key
+		}
+		if !cached {
+			return keys, 0
+		}
+		if err := pc.Save(); err != nil {
+			t.Fatal(err)
+		}
+		return keys, pc.keys.Load()
+	}
+	for _, order := range [][]bool{{false, true, false}, {true, false, true}} {
+		for _, hermetic := range order {
+			want, _ := load(hermetic, false)
+			got, _ := load(hermetic, true)
+			if !maps.Equal(got, want) {
+				t.Errorf("hermetic %v after %v: keys through the parse cache %v, want %v", hermetic, order, got, want)
+			}
+		}
+	}
+	if _, reused := load(true, true); reused == 0 {
+		t.Fatal("no key reused: the test needs the memo")
+	}
+	host, _ := load(false, false)
+	if hermetic, _ := load(true, false); host["app.toml"] == hermetic["app.toml"] {
+		t.Fatal("app.toml has one key on the host and under bwrap")
+	}
 }

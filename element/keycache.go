@@ -36,7 +36,8 @@ type keyMemo struct {
 
 // keyContext is the digest of the project's settings for keyInputs: all of project.toml
 // as loaded, but for open workspaces (which reach only their own element's key, through
-// its source keys), and the paths keys are resolved with.
+// its source keys), with the command's sandbox (Project.Hermetic, which keys say:
+// TestKeyMemoKeepsTheSandbox), and the paths keys are resolved with.
 func keyContext(p *Project) string {
 	q := *p
 	q.Workspaces = nil

@@ -141,9 +141,6 @@ func (s *session) limits(f *schedulerFlags) (map[resources.Resource]int, element
 }
 
 func runBuild(opts *buildOptions, args []string) error {
-	if err := checkSandboxFlag(opts.sandbox); err != nil {
-		return err
-	}
 	deps, err := element.ParseDeps(opts.deps)
 	if err != nil {
 		return usagef("%v", err)
@@ -280,6 +277,11 @@ func defaultSandbox() string {
 	return "auto"
 }
 
+// isHermetic says whether a build in the sandbox kind (a --sandbox value) is hermetic,
+// which the keys of its artifacts say (element.Project.Hermetic): only bwrap is; auto
+// picks bwrap or the host only once the dependencies are staged, after the keys.
+func isHermetic(kind string) bool { return sandbox.Kind(kind) == sandbox.Bwrap }
+
 // checkSandboxFlag refuses a --sandbox other than auto, host or bwrap.
 func checkSandboxFlag(kind string) error {
 	switch kind {
@@ -332,12 +334,15 @@ const (
 // first, and the cache's directories are made only once the graph loaded, so that a
 // project that does not load leaves no cache behind; the parse cache is saved after.
 func (o *globalOptions) openPipeline(f *schedulerFlags, args []string, reads pipelineReads) (*pipeline, error) {
+	if err := checkSandboxFlag(f.sandbox); err != nil {
+		return nil, err
+	}
 	s, err := o.load()
 	if err != nil {
 		return nil, err
 	}
 	s.quotaFlag = f.quota
-	s.project.Hermetic = f.sandbox == string(sandbox.Bwrap) // the keys say what the artifacts are
+	s.project.Hermetic = isHermetic(f.sandbox) // the keys say what the artifacts are
 	display, err := s.display()
 	if err != nil {
 		return nil, err

@@ -8,28 +8,14 @@ import (
 	"testing"
 )
 
-// localImport is an import element of the project directory dir.
-func localImport(dir string) string {
-	return "kind = \"import\"\n[[sources]]\nkind = \"local\"\npath = \"" + dir + "\"\n"
-}
-
 // hermeticProject is an element that records its build environment, on a busybox
 // sysroot (so that it builds under bwrap too).
 func hermeticProject(t *testing.T) *e2eProject {
 	t.Helper()
-	p := newE2EProject(t, map[string]string{
-		"project.toml":          projectTOML("app.toml"),
-		"elements/sysroot.toml": localImport("files/sysroot"),
-		"elements/app.toml": `kind = "manual"
-build-depends = ["sysroot.toml"]
-[config]
-build-commands = ` + tomlList(
-			`for v in HOME TZ LC_ALL SOURCE_DATE_EPOCH; do eval "echo $v=\$$v"; done > %{install-root}/env.txt`,
-			`test -d "$HOME" && ls -A "$HOME" | wc -l | tr -d ' ' > %{install-root}/home-entries.txt`,
-		) + "\n",
-	})
-	writeBusyboxSysroot(t, filepath.Join(p.root, "files", "sysroot"), "sh", "echo", "ls", "wc", "tr", "test")
-	return p
+	return sysrootProject(t, []string{
+		`for v in HOME TZ LC_ALL SOURCE_DATE_EPOCH; do eval "echo $v=\$$v"; done > %{install-root}/env.txt`,
+		`test -d "$HOME" && ls -A "$HOME" | wc -l | tr -d ' ' > %{install-root}/home-entries.txt`,
+	}, "sh", "echo", "ls", "wc", "tr", "test")
 }
 
 // builtEnv checks out app.toml's artifact and returns what its build recorded.
@@ -170,4 +156,18 @@ build-commands = ` + tomlList(
 		t.Errorf("every build had a HOME of its own (%d inodes): the worker keeps none between builds", len(inodes))
 	}
 	p.verifyCache()
+}
+
+// Every command that reads artifact keys refuses a --sandbox (default $GANTRY_SANDBOX)
+// other than auto, host or bwrap: a misspelt bwrap would have it read the keys
+// of host builds.
+func TestE2EUnknownSandboxIsRefused(t *testing.T) {
+	t.Parallel()
+	p := newE2EProject(t, map[string]string{"project.toml": projectTOML("a.toml"), "elements/a.toml": manualElement(nil, "true")})
+	for _, args := range [][]string{{"build"}, {"fetch"}, {"track"}, {"pull"}, {"push"}, {"explain"}, {"shell", "a.toml", "--", "true"}} {
+		_, stderr := p.mustRun(exitUsage, append([]string{args[0], "--sandbox", "bwarp"}, args[1:]...)...)
+		if !strings.Contains(stderr, `--sandbox "bwarp": use auto, host or bwrap`) {
+			t.Errorf("gantry %s --sandbox bwarp: %s", args[0], stderr)
+		}
+	}
 }

@@ -415,6 +415,24 @@ func requireSandboxTools(t *testing.T) {
 	}
 }
 
+// localImport is an import element of the project directory dir.
+func localImport(dir string) string {
+	return "kind = \"import\"\n[[sources]]\nkind = \"local\"\npath = \"" + dir + "\"\n"
+}
+
+// sysrootProject is a project whose default target app.toml is a manual element running
+// cmds on sysroot.toml, a busybox with tools (so that it builds under bwrap too).
+func sysrootProject(t *testing.T, cmds []string, tools ...string) *e2eProject {
+	t.Helper()
+	p := newE2EProject(t, map[string]string{
+		"project.toml":          projectTOML("app.toml"),
+		"elements/sysroot.toml": localImport("files/sysroot"),
+		"elements/app.toml":     "kind = \"manual\"\nbuild-depends = [\"sysroot.toml\"]\n[config]\nbuild-commands = " + tomlList(cmds...) + "\n",
+	})
+	writeBusyboxSysroot(t, filepath.Join(p.root, "files", "sysroot"), tools...)
+	return p
+}
+
 // writeBusyboxSysroot writes bin/busybox under dir, with the tools as links to it.
 func writeBusyboxSysroot(t *testing.T, dir string, tools ...string) {
 	t.Helper()
@@ -435,19 +453,11 @@ func writeBusyboxSysroot(t *testing.T, dir string, tools ...string) {
 func TestE2EBwrapSandbox(t *testing.T) {
 	t.Parallel()
 	requireSandboxTools(t)
-	p := newE2EProject(t, map[string]string{
-		"project.toml":          projectTOML("app.toml"),
-		"elements/sysroot.toml": localImport("files/sysroot"),
-		"elements/app.toml": `kind = "manual"
-build-depends = ["sysroot.toml"]
-[config]
-build-commands = ` + tomlList(
-			"echo hello > %{install-root}/out.txt",
-			"ls / > %{install-root}/root.txt",
-			"cat /etc/hostname > %{install-root}/hostname.txt 2>/dev/null || echo absent > %{install-root}/hostname.txt",
-		) + "\n",
-	})
-	writeBusyboxSysroot(t, filepath.Join(p.root, "files", "sysroot"), "sh", "echo", "cat", "mkdir", "ls", "true")
+	p := sysrootProject(t, []string{
+		"echo hello > %{install-root}/out.txt",
+		"ls / > %{install-root}/root.txt",
+		"cat /etc/hostname > %{install-root}/hostname.txt 2>/dev/null || echo absent > %{install-root}/hostname.txt",
+	}, "sh", "echo", "cat", "mkdir", "ls", "true")
 
 	p.mustRun(0, "build", "--ui", "plain", "--sandbox", "auto")
 	log, _ := p.mustRun(0, "artifact", "log", "app.toml")

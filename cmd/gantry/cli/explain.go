@@ -8,7 +8,6 @@ import (
 
 	"github.com/gantry-build/gantry/cache"
 	"github.com/gantry-build/gantry/element"
-	"github.com/gantry-build/gantry/sandbox"
 )
 
 func newExplainCmd(g *globalOptions) *cobra.Command {
@@ -33,7 +32,7 @@ the most recent artifact of the same element in the local cache.`,
 			if err != nil {
 				return err
 			}
-			s.project.Hermetic = sandboxKind == string(sandbox.Bwrap)
+			s.project.Hermetic = isHermetic(sandboxKind)
 			gr, err := s.loadGraph(args)
 			if err != nil {
 				return err

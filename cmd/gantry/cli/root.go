@@ -165,7 +165,7 @@ func (o *globalOptions) load() (*session, error) {
 	if err != nil {
 		return nil, err
 	}
-	project.Hermetic = defaultSandbox() == "bwrap" // a --sandbox flag overrides it
+	project.Hermetic = isHermetic(defaultSandbox()) // a --sandbox flag overrides it
 	user, err := o.userConfig()
 	if err != nil {
 		return nil, err

@@ -46,20 +46,17 @@ as it was when the build failed. The command's exit code is gantry's.`,
 	return cmd
 }
 
-// shellEnv is the build environment with what an interactive shell wants, unless
-// the element's environment sets it: the prompt [project/element:/path]$ (sh
-// expands $PWD in PS1 at every prompt), the caller's TERM (else dumb), and HOME,
-// a fresh directory that is dropped with the shell.
-func shellEnv(build map[string]string, project, elementName, home string) map[string]string {
+// shellEnv is the build environment (which has HOME: sandbox.FixedEnv) with what an
+// interactive shell wants, unless the element's environment sets it: the prompt
+// [project/element:/path]$ (sh expands $PWD in PS1 at every prompt) and the caller's
+// TERM (else dumb).
+func shellEnv(build map[string]string, project, elementName string) map[string]string {
 	env := maps.Clone(build)
-	if env == nil {
-		env = map[string]string{}
-	}
 	term := os.Getenv("TERM")
 	if term == "" {
 		term = "dumb"
 	}
-	for k, v := range map[string]string{"PS1": "[" + project + "/" + elementName + ":$PWD]$ ", "TERM": term, "HOME": home} {
+	for k, v := range map[string]string{"PS1": "[" + project + "/" + elementName + ":$PWD]$ ", "TERM": term} {
 		if _, set := env[k]; !set {
 			env[k] = v
 		}
@@ -73,11 +70,14 @@ type exitStatusError struct{ code int }
 func (e *exitStatusError) Error() string { return fmt.Sprintf("command exited with status %d", e.code) }
 
 func runShell(ctx context.Context, opts *shellOptions, name string, argv []string) error {
+	if err := checkSandboxFlag(opts.sandbox); err != nil {
+		return err
+	}
 	s, c, err := opts.loadWithCache()
 	if err != nil {
 		return err
 	}
-	s.project.Hermetic = opts.sandbox == string(sandbox.Bwrap) // the keys of the artifacts it stages
+	s.project.Hermetic = isHermetic(opts.sandbox) // the keys of the artifacts it stages
 	var g *element.Graph
 	var e *element.Element
 	var a *cache.Artifact // only with --build: the failed build whose tree is opened
@@ -151,14 +151,11 @@ func runShell(ctx context.Context, opts *shellOptions, name string, argv []strin
 	}
 	home := filepath.Join(work, "home")
 	if kind == sandbox.Bwrap {
-		home = "/tmp" // a fresh tmpfs in the sandbox
+		home = sandbox.SandboxHome
 	} else if err := os.Mkdir(home, 0o700); err != nil {
 		return fmt.Errorf("preparing the shell's home directory: %w", err)
 	}
-	// The build's fixed environment (sandbox.FixedEnv), under the element's own.
-	build := sandbox.FixedEnv(home, element.SourceDate(ctx, e.Sources, c.SourcesDir()))
-	maps.Copy(build, resolved.Env)
-	env := shellEnv(build, s.project.Name, e.Name, home)
+	env := shellEnv(element.CommandEnv(ctx, e.Sources, c.SourcesDir(), home, resolved.Env), s.project.Name, e.Name)
 	if len(argv) == 0 || opts.verbose {
 		what := ""
 		if opts.build {
