@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gantry-build/gantry/actions"
 	"github.com/gantry-build/gantry/cache"
 	"github.com/gantry-build/gantry/element"
 	"github.com/gantry-build/gantry/job"
@@ -213,14 +214,14 @@ func runBuild(opts *buildOptions, args []string) error {
 		}
 	}
 	fetch := s.fetchQueue(c, g)
-	var staged element.StagedDigests // each dependency looked up once per session
+	var staged actions.StagedDigests // each dependency looked up once per session
 	build := queues.BuildQueue{AvailableFunc: func(it *queues.Item, data json.RawMessage) {
 		staged.Built(g.Project.Name, it.Element.Name, it.Element.Key, data)
 	}, PayloadFunc: func(it *queues.Item) (json.RawMessage, error) {
 		// Named, not made: the job makes it, or renames its worker's last one
 		// into place (element.takeWorkDir).
 		work := c.TempName("build")
-		spec, err := element.NewBuildSpec(g, it.Element, c.Root, work, opts.sandbox, maxJobs)
+		spec, err := actions.NewBuildSpec(g, it.Element, c.Root, work, opts.sandbox, maxJobs)
 		if err == nil {
 			staged.Fill(c, spec)
 			err = spec.CheckStagedShell(c)
@@ -231,7 +232,7 @@ func runBuild(opts *buildOptions, args []string) error {
 		return json.Marshal(spec)
 	},
 		// A build stages while the builders are busy, and its commands start the
-		// moment one is free (element.Assemble waits at its gate for it).
+		// moment one is free (actions.Assemble waits at its gate for it).
 		Gated: true,
 		// Sessions sharing the cache build each artifact once (buildlock.go).
 		ClaimFunc: (&buildClaims{c: c, project: g.Project.Name, retryFailed: opts.retryFailed}).claim,

@@ -7,7 +7,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/gantry-build/gantry/element"
+	"github.com/gantry-build/gantry/actions"
 	"github.com/gantry-build/gantry/job"
 	"github.com/gantry-build/gantry/queues"
 	"github.com/gantry-build/gantry/source"
@@ -18,9 +18,9 @@ import (
 const jobCommand = "__job"
 
 func runJob() int {
-	defer element.DropSpareWorkDir()
+	defer actions.DropSpareWorkDir()
 	return job.RunChild(map[string]job.Handler{
-		"build": element.Assemble,
+		"build": actions.Assemble,
 		"fetch": fetchJob,
 		"track": trackJob,
 		"pull":  pullJob,
