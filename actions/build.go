@@ -21,6 +21,7 @@ import (
 	"github.com/gantry-build/gantry/cache"
 	"github.com/gantry-build/gantry/element"
 	"github.com/gantry-build/gantry/job"
+	"github.com/gantry-build/gantry/queues"
 	"github.com/gantry-build/gantry/sandbox"
 	"github.com/gantry-build/gantry/source"
 )
@@ -113,6 +114,83 @@ func NewBuildSpec(g *element.Graph, e *element.Element, cacheDir, workDir, sandb
 		return nil, err
 	}
 	return spec, nil
+}
+
+// Build is the build jobs of a session: it makes their payloads and books their ends.
+// Its methods run on the scheduler goroutine.
+type Build struct {
+	Cache       *cache.Cache
+	Graph       *element.Graph
+	Sandbox     string // --sandbox: auto, host, bwrap
+	MaxJobs     int    // the builds' %{max-jobs}
+	RetryFailed bool   // build cached failures again
+	Stats       *cache.Stats
+	staged      StagedDigests // each dependency looked up once per session
+}
+
+// Queue is the session's Build queue.
+func (b *Build) Queue() queues.BuildQueue {
+	return queues.BuildQueue{AvailableFunc: b.available, PayloadFunc: b.Payload,
+		// A build stages while the builders are busy, and its commands start the
+		// moment one is free (Assemble waits at its gate for it).
+		Gated: true,
+		// Sessions sharing the cache build each artifact once (build_claims.go).
+		ClaimFunc: (&buildClaims{c: b.Cache, project: b.Graph.Project.Name, retryFailed: b.RetryFailed}).claim,
+	}
+}
+
+// available books what a build of it made available (queues.BuildQueue.AvailableFunc).
+func (b *Build) available(it *queues.Item, data json.RawMessage) {
+	b.staged.Built(b.Graph.Project.Name, it.Element.Name, it.Element.Key, data)
+}
+
+// Payload is the BuildSpec of the build of it.
+func (b *Build) Payload(it *queues.Item) (json.RawMessage, error) {
+	// Named, not made: the job makes it, or renames its worker's last one
+	// into place (takeWorkDir).
+	work := b.Cache.TempName("build")
+	spec, err := NewBuildSpec(b.Graph, it.Element, b.Cache.Root, work, b.Sandbox, b.MaxJobs)
+	if err == nil {
+		b.staged.Fill(b.Cache, spec)
+		err = spec.CheckStagedShell(b.Cache)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(spec)
+}
+
+// JobEnded is the build's side of the session's OnJobEnd hook, run on the scheduler
+// goroutine: a successful build's duration feeds the next session's estimates; a
+// terminated build's failed artifact is dropped (the job may have seen its command die
+// of the terminate before its own SIGTERM and cached a failure; the user stopped it, it
+// did not fail).
+func (b *Build) JobEnded(end queues.JobEnd) error {
+	if end.Action != queues.Build {
+		return nil
+	}
+	project := b.Graph.Project.Name
+	switch end.Result {
+	case queues.ResultSuccess:
+		b.Stats.Observe(project+"/"+end.Element, end.Duration)
+	case queues.ResultTerminated:
+		return dropFailure(b.Cache, project, end.Element, end.Key)
+	}
+	return nil
+}
+
+// dropFailure deletes the artifact of element's key if it records a failed build.
+func dropFailure(c *cache.Cache, project, element, key string) error {
+	a, err := c.Lookup(project, element, key)
+	switch {
+	case errors.Is(err, cache.ErrNotFound):
+		return nil
+	case err != nil:
+		return err
+	case a.Success:
+		return nil
+	}
+	return c.Delete(project, element, key)
 }
 
 // Host commands must never have a path that could run something spliced into their
