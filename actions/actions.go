@@ -15,7 +15,7 @@ import (
 // Handlers are the child sides of the job kinds, by action, for job.RunChild.
 func Handlers() map[string]job.Handler {
 	return map[string]job.Handler{
-		"build": Assemble,
+		"build": buildJob,
 		"fetch": fetchJob,
 		"track": trackJob,
 		"pull":  pullJob,

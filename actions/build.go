@@ -132,7 +132,7 @@ type Build struct {
 func (b *Build) Queue() queues.BuildQueue {
 	return queues.BuildQueue{AvailableFunc: b.available, PayloadFunc: b.Payload,
 		// A build stages while the builders are busy, and its commands start the
-		// moment one is free (Assemble waits at its gate for it).
+		// moment one is free (buildJob waits at its gate for it).
 		Gated: true,
 		// Sessions sharing the cache build each artifact once (build_claims.go).
 		ClaimFunc: (&buildClaims{c: b.Cache, project: b.Graph.Project.Name, retryFailed: b.RetryFailed}).claim,
@@ -241,10 +241,10 @@ func resolveHost(p *element.Project, e *element.Element, host element.Paths) (*e
 	return r, nil
 }
 
-// Assemble is the child side of a build job: stage, run the kind's commands, collect
+// buildJob is the child side of a build job: stage, run the kind's commands, collect
 // the install root and commit the artifact (failed builds too). The artifact's ref is
 // written last, so a build killed at any point leaves nothing half-visible.
-func Assemble(ctx context.Context, js job.Spec, r *job.Reporter) (res job.Result, err error) {
+func buildJob(ctx context.Context, js job.Spec, r *job.Reporter) (res job.Result, err error) {
 	var spec BuildSpec
 	if err := json.Unmarshal(js.Payload, &spec); err != nil {
 		return job.Result{}, fmt.Errorf("reading build spec: %w", err)
