@@ -26,7 +26,7 @@ type Remotes struct {
 	mu      sync.Mutex      // guards down and stores during the plan's parallel lookups
 	stores  map[string]cache.RemoteStore
 	retries int
-	backoff func() func(attempt int) time.Duration // asked at each lookup for its retries' waits; nil: from 1s, doubling
+	backoff func() func(attempt int) time.Duration // asked at each lookup for its retries' waits; a nil answer: from 1s, doubling
 	from    map[*queues.Item]string                // the remote each item was pulled from
 	// lease is the push remote that grants build-once leases (ProbeLeases); nil: none.
 	lease    *cache.RemoteSpec
