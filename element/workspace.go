@@ -74,6 +74,12 @@ func SaveWorkspaces(root string, ws []Workspace) error {
 	return nil
 }
 
+// WorkspaceBuildDir is where a workspace element's build directory is kept, under the
+// cache directory: per project and element, so that builds of one element reuse it.
+func WorkspaceBuildDir(cacheDir, project, element string) string {
+	return filepath.Join(cacheDir, "workspaces", project, WorkspaceDirName(element))
+}
+
 // WorkspaceDirName is the directory name a workspace of element gets by default:
 // "base/gcc.toml" -> "base-gcc".
 func WorkspaceDirName(element string) string {

@@ -1,8 +1,6 @@
 package cli
 
 import (
-	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -14,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gantry-build/gantry/actions"
 	"github.com/gantry-build/gantry/cache"
 	"github.com/gantry-build/gantry/element"
 	"github.com/gantry-build/gantry/job"
@@ -172,17 +171,17 @@ func runBuild(opts *buildOptions, args []string) error {
 	if err != nil {
 		return err
 	}
-	defer rs.close()
+	defer rs.Close()
 	if len(specs) > 0 && !opts.track {
 		// Keys are known now: ask the remotes what they have while planning.
-		planOpts.OnRemote = rs.lookup
+		planOpts.OnRemote = rs.Lookup
 	}
 	// What a built artifact needs at run time is always built with it: --deps none
 	// plans like run.
 	selected := g.Select(g.Targets, deps)
 	var pipeline []queues.Queue
 	var items []*queues.Item
-	var track *tracker
+	var track *actions.Tracker
 	if opts.track {
 		// One session: Track first; keys, and what needs building, follow from the
 		// refs it finds.
@@ -196,10 +195,10 @@ func runBuild(opts *buildOptions, args []string) error {
 		return err
 	}
 	if len(specs) > 0 {
-		if rs.hasPush() && slices.ContainsFunc(items, func(it *queues.Item) bool { return !it.Cached && !it.Remote }) {
-			rs.probeLeases() // something is to be built: another session may be building it
+		if rs.HasPush() && slices.ContainsFunc(items, func(it *queues.Item) bool { return !it.Cached && !it.Remote }) {
+			rs.ProbeLeases() // something is to be built: another session may be building it
 		}
-		pipeline = append(pipeline, rs.pullQueue(c, true))
+		pipeline = append(pipeline, rs.PullQueue(c, true))
 	}
 	if opts.explain {
 		var todo []*element.Element
@@ -213,49 +212,26 @@ func runBuild(opts *buildOptions, args []string) error {
 		}
 	}
 	fetch := s.fetchQueue(c, g)
-	var staged element.StagedDigests // each dependency looked up once per session
-	build := queues.BuildQueue{AvailableFunc: func(it *queues.Item, data json.RawMessage) {
-		staged.Built(g.Project.Name, it.Element.Name, it.Element.Key, data)
-	}, PayloadFunc: func(it *queues.Item) (json.RawMessage, error) {
-		// Named, not made: the job makes it, or renames its worker's last one
-		// into place (element.takeWorkDir).
-		work := c.TempName("build")
-		spec, err := element.NewBuildSpec(g, it.Element, c.Root, work, opts.sandbox, maxJobs)
-		if err == nil {
-			staged.Fill(c, spec)
-			err = spec.CheckStagedShell(c)
-		}
-		if err != nil {
-			return nil, err
-		}
-		return json.Marshal(spec)
-	},
-		// A build stages while the builders are busy, and its commands start the
-		// moment one is free (element.Assemble waits at its gate for it).
-		Gated: true,
-		// Sessions sharing the cache build each artifact once (buildlock.go).
-		ClaimFunc: (&buildClaims{c: c, project: g.Project.Name, retryFailed: opts.retryFailed}).claim,
-	}
+	build := &actions.Build{Cache: c, Graph: g, Sandbox: opts.sandbox, MaxJobs: maxJobs, RetryFailed: opts.retryFailed, Stats: stats}
 	cleanup, err := s.cleanupConfig(opts.quota, c, g)
 	if err != nil {
 		return err
 	}
-	pipeline = append(pipeline, fetch, build)
-	if rs.hasPush() {
-		pipeline = append(pipeline, rs.pushQueue(c, false))
+	pipeline = append(pipeline, fetch, build.Queue())
+	if rs.HasPush() {
+		pipeline = append(pipeline, rs.PushQueue(c, false))
 	}
-	ended := buildEnded(c, g.Project.Name, stats)
 	summary, err := s.runScheduler(schedulerRun{
 		display: display, cache: c, limits: limits, onError: onErr, cleanup: cleanup,
 		queues: pipeline, items: items, notices: warnings,
-		onJobEnd: func(end queues.JobEnd) error { rs.leaseJobEnded(end); return ended(end) },
+		onJobEnd: func(end queues.JobEnd) error { rs.LeaseJobEnded(end); return build.JobEnded(end) },
 		trace:    opts.trace,
 	})
 	if err != nil {
 		return err
 	}
 	if track != nil {
-		changes, err := track.finish()
+		changes, err := track.Finish()
 		printChanges(opts.ios, changes)
 		if err != nil {
 			return err
@@ -410,11 +386,11 @@ func (s *session) runScheduler(r schedulerRun) (*queues.Summary, error) {
 	if err != nil {
 		return nil, fmt.Errorf("finding the gantry executable to run jobs: %w", err)
 	}
-	live, err := startLiveSession(r.cache, s.project.Name)
+	live, err := actions.StartLiveSession(r.cache, s.project.Name)
 	if err != nil {
 		return nil, err
 	}
-	defer live.end()
+	defer live.End()
 	pub := queues.NewPublisher(func(e queues.Event) {
 		r.display.Handle(e)
 		if _, ok := e.(queues.SessionStart); ok {
@@ -445,14 +421,14 @@ func (s *session) runScheduler(r schedulerRun) (*queues.Summary, error) {
 		Queues:   r.queues,
 		Items:    r.items,
 		Pool:     resources.NewPool(r.limits),
-		Runner:   queues.NewProcessRunner([]string{exe, jobCommand}, live.jobEnv(), 5*time.Second),
+		Runner:   queues.NewProcessRunner([]string{exe, jobCommand}, live.JobEnv(), 5*time.Second),
 		OnError:  r.onError,
 		LogDir:   r.cache.LogsDir(),
 		Publish:  publish,
 		Backoff:  s.retryBackoff(),
 		OnJobEnd: r.onJobEnd,
 		Cleanup:  r.cleanup,
-		Needs:    live.need,
+		Needs:    live.Need,
 	})
 	tui, _ := r.display.(*ui.TUI)
 	if tui != nil {
@@ -527,19 +503,24 @@ func (s *session) networkRetries() int {
 	return 2
 }
 
-// sourcesPayload is the payload of a fetch or track job for an element.
-func (s *session) sourcesPayload(c *cache.Cache, e *element.Element) (json.RawMessage, error) {
-	return json.Marshal(sourcesSpec{CacheDir: c.Root, ProjectRoot: s.project.Root, SourcesDir: c.SourcesDir(), Sources: e.Sources})
+// cleanupConfig turns on quota keeping for a build session of the targets, when a quota
+// is set.
+func (s *session) cleanupConfig(flag string, c *cache.Cache, g *element.Graph) (*queues.CleanupConfig, error) {
+	quota, err := s.quota(flag, c)
+	if err != nil || quota == 0 {
+		return nil, err
+	}
+	return actions.CleanupConfig(c, g, quota)
+}
+
+// sources makes the payloads of the session's fetch and track jobs.
+func (s *session) sources(c *cache.Cache) actions.Sources {
+	return actions.Sources{Cache: c, Project: s.project, NetworkRetries: s.networkRetries()}
 }
 
 // fetchQueue fetches the sources of elements that are not cached.
 func (s *session) fetchQueue(c *cache.Cache, g *element.Graph) queues.FetchQueue {
-	q := cacheQuery{c: c}
-	return queues.FetchQueue{
-		SourcesCached:  func(it *queues.Item) bool { return q.SourcesCached(g.Project, it.Element) },
-		PayloadFunc:    func(it *queues.Item) (json.RawMessage, error) { return s.sourcesPayload(c, it.Element) },
-		NetworkRetries: s.networkRetries(),
-	}
+	return s.sources(c).FetchQueue()
 }
 
 // display picks the progress display for --ui.
@@ -618,37 +599,4 @@ func forwardSignals(sched *queues.Scheduler) (stop func() os.Signal) {
 		<-ended
 		return first
 	}
-}
-
-// buildEnded is the build command's OnJobEnd hook, run on the scheduler goroutine: a
-// successful build's duration feeds the next session's estimates; a terminated build's
-// failed artifact is dropped (the job may have seen its command die of the terminate
-// before its own SIGTERM and cached a failure; the user stopped it, it did not fail).
-func buildEnded(c *cache.Cache, project string, stats *cache.Stats) func(queues.JobEnd) error {
-	return func(end queues.JobEnd) error {
-		if end.Action != queues.Build {
-			return nil
-		}
-		switch end.Result {
-		case queues.ResultSuccess:
-			stats.Observe(project+"/"+end.Element, end.Duration)
-		case queues.ResultTerminated:
-			return dropFailure(c, project, end.Element, end.Key)
-		}
-		return nil
-	}
-}
-
-// dropFailure deletes the artifact of element's key if it records a failed build.
-func dropFailure(c *cache.Cache, project, element, key string) error {
-	a, err := c.Lookup(project, element, key)
-	switch {
-	case errors.Is(err, cache.ErrNotFound):
-		return nil
-	case err != nil:
-		return err
-	case a.Success:
-		return nil
-	}
-	return c.Delete(project, element, key)
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gantry-build/gantry/actions"
 	"github.com/gantry-build/gantry/cache"
 	"github.com/gantry-build/gantry/element"
 )
@@ -253,19 +254,8 @@ func writeUsage(w io.Writer, rep *cache.UsageReport, quota int64) {
 
 func shortKey(k string) string { return k[:min(8, len(k))] }
 
-// byteSize shows a size in bytes with a binary unit: "512B", "1.5K", "3.2G".
-func byteSize(n int64) string {
-	const units = "KMGTPE"
-	if n < 1024 {
-		return fmt.Sprintf("%dB", n)
-	}
-	v, i := float64(n)/1024, 0
-	for v >= 1024 && i < len(units)-1 {
-		v /= 1024
-		i++
-	}
-	return fmt.Sprintf("%.1f%c", v, units[i])
-}
+// byteSize shows a size in bytes with a binary unit (actions.ByteSize).
+func byteSize(n int64) string { return actions.ByteSize(n) }
 
 // quota resolves the cache quota in bytes: --cache-quota > GANTRY_CACHE_QUOTA > the user
 // configuration's [cache] quota; 0 when none is set.
@@ -365,9 +355,7 @@ func runGC(g *globalOptions, opts *gcOptions) error {
 }
 
 // keptForLiveSessions says what a cleanup kept because running sessions need it.
-func keptForLiveSessions(rep *cache.CleanupReport) string {
-	return fmt.Sprintf("kept %d artifacts (%s) that running gantry sessions need", rep.Live, byteSize(rep.LiveBytes))
-}
+func keptForLiveSessions(rep *cache.CleanupReport) string { return actions.KeptForLiveSessions(rep) }
 
 func pauseOnce(g *globalOptions) func() {
 	paused := false

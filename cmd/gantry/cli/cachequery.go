@@ -1,15 +1,14 @@
 package cli
 
 import (
-	"fmt"
 	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
 
+	"github.com/gantry-build/gantry/actions"
 	"github.com/gantry-build/gantry/cache"
 	"github.com/gantry-build/gantry/element"
-	"github.com/gantry-build/gantry/source"
 )
 
 // cacheQuery answers element states from the local cache.
@@ -49,7 +48,7 @@ func (s *session) prepareCache(c *cache.Cache) error {
 
 // openCacheError is the error of opening the cache at root.
 func openCacheError(root string, err error) error {
-	return fmt.Errorf("opening the cache at %s: %w (set --cache-dir or GANTRY_CACHE_DIR to use another)", root, err)
+	return actions.OpenCacheError(root, err)
 }
 
 func (q cacheQuery) Artifact(project, name, key string) element.ArtifactStatus {
@@ -115,13 +114,5 @@ func (k knownArtifacts) Artifact(project, name, key string) element.ArtifactStat
 }
 
 func (q cacheQuery) SourcesCached(p *element.Project, e *element.Element) bool {
-	if e.Workspace != "" {
-		return true // it builds from its workspace
-	}
-	for i := range e.Sources {
-		if !source.Cached(q.c.SourcesDir(), &e.Sources[i]) {
-			return false
-		}
-	}
-	return true
+	return actions.SourcesCached(q.c.SourcesDir(), e)
 }

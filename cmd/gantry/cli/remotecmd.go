@@ -75,11 +75,11 @@ func runTransfer(opts *transferOptions, args []string, push bool) error {
 	if err != nil {
 		return err
 	}
-	defer rs.close()
+	defer rs.Close()
 	switch {
 	case len(specs) == 0:
 		return usagef("no remote artifact cache: add a [[remote]] to project.toml or the user config, or pass --remote URL")
-	case push && !rs.hasPush():
+	case push && !rs.HasPush():
 		return usagef("no push remote: set push = true on a [[remote]], or pass --remote URL")
 	}
 	q := cacheQuery{c: c}
@@ -91,19 +91,19 @@ func runTransfer(opts *transferOptions, args []string, push bool) error {
 		cached := q.Artifact(g.Project.Name, e.Name, e.Key) == element.ArtifactSuccess
 		items = append(items, &queues.Item{Element: e, Cached: cached})
 	}
-	var queue queues.Queue = rs.pullQueue(c, false)
+	var queue queues.Queue = rs.PullQueue(c, false)
 	if push {
-		queue = rs.pushQueue(c, true)
+		queue = rs.PushQueue(c, true)
 	}
 	summary, err := s.runScheduler(schedulerRun{display: p.display, cache: c, limits: p.limits, onError: p.onError,
 		queues: []queues.Queue{queue}, items: items})
 	if err != nil {
 		return err
 	}
-	if err := s.sessionError(summary); err != nil || push || len(rs.wrongPulls) == 0 {
+	if err := s.sessionError(summary); err != nil || push || len(rs.WrongPulls()) == 0 {
 		return err
 	}
 	// Pulled intact from another remote: still, CI must notice the damaged one.
 	return &failedError{msg: fmt.Sprintf("a remote served wrong bytes for %s (see the warnings), pulled intact from another remote: repair or clean the damaged remote's store",
-		strings.Join(rs.wrongPulls, ", "))}
+		strings.Join(rs.WrongPulls(), ", "))}
 }

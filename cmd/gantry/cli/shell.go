@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gantry-build/gantry/actions"
 	"github.com/gantry-build/gantry/cache"
 	"github.com/gantry-build/gantry/element"
 	"github.com/gantry-build/gantry/sandbox"
@@ -143,7 +144,7 @@ func runShell(ctx context.Context, opts *shellOptions, name string, argv []strin
 	kind, reason := sandbox.Resolve(sandbox.Kind(opts.sandbox), sysroot)
 	paths := element.Paths{BuildRoot: buildDir, InstallRoot: installDir, Sysroot: sysroot, MaxJobs: fmt.Sprint(element.DefaultMaxJobs(runtime.NumCPU(), 1))}
 	if kind == sandbox.Bwrap {
-		paths = element.Paths{BuildRoot: element.SandboxBuildRoot, InstallRoot: element.SandboxInstallRoot, Sysroot: "/", MaxJobs: paths.MaxJobs}
+		paths = element.Paths{BuildRoot: actions.SandboxBuildRoot, InstallRoot: actions.SandboxInstallRoot, Sysroot: "/", MaxJobs: paths.MaxJobs}
 	}
 	resolved, err := e.Resolve(g.Project, paths)
 	if err != nil {
@@ -155,7 +156,7 @@ func runShell(ctx context.Context, opts *shellOptions, name string, argv []strin
 	} else if err := os.Mkdir(home, 0o700); err != nil {
 		return fmt.Errorf("preparing the shell's home directory: %w", err)
 	}
-	env := shellEnv(element.CommandEnv(ctx, e.Sources, c.SourcesDir(), home, resolved.Env), s.project.Name, e.Name)
+	env := shellEnv(actions.CommandEnv(ctx, e.Sources, c.SourcesDir(), home, resolved.Env), s.project.Name, e.Name)
 	if len(argv) == 0 || opts.verbose {
 		what := ""
 		if opts.build {
@@ -168,7 +169,7 @@ func runShell(ctx context.Context, opts *shellOptions, name string, argv []strin
 		}
 	}
 	cfg := sandbox.Config{Kind: kind, Sysroot: sysroot, BuildDir: buildDir, InstallDir: installDir,
-		SandboxBuildRoot: element.SandboxBuildRoot, SandboxInstallRoot: element.SandboxInstallRoot,
+		SandboxBuildRoot: actions.SandboxBuildRoot, SandboxInstallRoot: actions.SandboxInstallRoot,
 		Env: env, Stdout: opts.ios.Out, Stderr: opts.ios.ErrOut}
 	code, err := sandbox.Shell(ctx, cfg, argv, opts.ios.In)
 	if err != nil {

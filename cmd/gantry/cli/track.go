@@ -1,16 +1,14 @@
 package cli
 
 import (
-	"encoding/json"
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
 
+	"github.com/gantry-build/gantry/actions"
 	"github.com/gantry-build/gantry/cache"
 	"github.com/gantry-build/gantry/element"
-	"github.com/gantry-build/gantry/job"
 	"github.com/gantry-build/gantry/queues"
 	"github.com/gantry-build/gantry/resources"
 	"github.com/gantry-build/gantry/ui"
@@ -36,15 +34,6 @@ It prints what changed, old ref → new ref.`,
 	opts.schedulerFlags.register(cmd)
 	cmd.Flags().StringVar(&opts.deps, "deps", "none", "also track dependencies: none, run, build (what the targets build on, not them) or all")
 	return cmd
-}
-
-// refChange is one source whose ref track changed.
-type refChange struct {
-	element string
-	source  int
-	desc    string
-	old     string
-	new     string
 }
 
 func runTrack(opts *trackOptions, args []string) error {
@@ -81,7 +70,7 @@ func runTrack(opts *trackOptions, args []string) error {
 
 // trackSession runs the Track queue over elements and writes gantry.lock with what it
 // resolved (also after a failure: what was tracked is kept).
-func (s *session) trackSession(display ui.Display, c *cache.Cache, g *element.Graph, elements []*element.Element, limits map[resources.Resource]int, onErr element.OnError) (*queues.Summary, []refChange, error) {
+func (s *session) trackSession(display ui.Display, c *cache.Cache, g *element.Graph, elements []*element.Element, limits map[resources.Resource]int, onErr element.OnError) (*queues.Summary, []actions.RefChange, error) {
 	items := make([]*queues.Item, len(elements))
 	for i, e := range elements {
 		items[i] = &queues.Item{Element: e}
@@ -92,66 +81,13 @@ func (s *session) trackSession(display ui.Display, c *cache.Cache, g *element.Gr
 	if err != nil {
 		return nil, nil, err
 	}
-	changes, err := track.finish()
+	changes, err := track.Finish()
 	return summary, changes, err
 }
 
-// tracker is the Track queue of a session with what it found: the new refs go into
-// the graph (so keys can be computed from them) and into the lock.
-type tracker struct {
-	queues.TrackQueue
-	s       *session
-	changes []refChange
-	err     error
-}
-
-func (s *session) trackQueue(c *cache.Cache, g *element.Graph) *tracker {
-	t := &tracker{s: s}
-	t.TrackQueue = queues.TrackQueue{
-		PayloadFunc: func(it *queues.Item) (json.RawMessage, error) { return s.sourcesPayload(c, it.Element) },
-		// Runs on the scheduler goroutine: the lock and the graph are touched by
-		// nobody else meanwhile.
-		DoneFunc: func(it *queues.Item, res job.Result) {
-			var refs []string
-			if json.Unmarshal(res.Data, &refs) != nil {
-				return
-			}
-			e := it.Element
-			locked := s.lock.Refs(e.Name)
-			merged := make([]string, len(e.Sources))
-			for i, src := range e.Sources {
-				old := ""
-				if i < len(locked) {
-					old = locked[i]
-				}
-				merged[i] = old
-				if i < len(refs) && refs[i] != "" && !src.Pinned {
-					merged[i] = refs[i]
-					if refs[i] != old {
-						t.changes = append(t.changes, refChange{element: e.Name, source: i + 1, desc: src.Describe(), old: old, new: refs[i]})
-					}
-				}
-			}
-			if slices.ContainsFunc(merged, func(r string) bool { return r != "" }) {
-				s.lock.Set(e.Name, merged)
-			}
-			if err := g.SetRefs(e, refs); err != nil && t.err == nil {
-				t.err = fmt.Errorf("%s: keying the tracked sources: %w", e.Name, err)
-			}
-		},
-		NetworkRetries: s.networkRetries(),
-	}
-	return t
-}
-
-// finish writes gantry.lock when a ref changed, and returns the changes.
-func (t *tracker) finish() ([]refChange, error) {
-	if len(t.changes) > 0 {
-		if err := t.s.lock.Write(); err != nil {
-			return t.changes, err
-		}
-	}
-	return t.changes, t.err
+// trackQueue is the session's Track queue over the elements of g.
+func (s *session) trackQueue(c *cache.Cache, g *element.Graph) *actions.Tracker {
+	return s.sources(c).Tracker(g, s.lock)
 }
 
 func shortRef(r string) string {
@@ -164,8 +100,8 @@ func shortRef(r string) string {
 	return r
 }
 
-func printChanges(ios *IOStreams, changes []refChange) {
+func printChanges(ios *IOStreams, changes []actions.RefChange) {
 	for _, ch := range changes {
-		ios.Info(fmt.Sprintf("%s: source %d (%s): %s → %s", ch.element, ch.source, ch.desc, shortRef(ch.old), shortRef(ch.new)))
+		ios.Info(fmt.Sprintf("%s: source %d (%s): %s → %s", ch.Element, ch.Source, ch.Desc, shortRef(ch.Old), shortRef(ch.New)))
 	}
 }

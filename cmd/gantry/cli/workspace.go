@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gantry-build/gantry/actions"
 	"github.com/gantry-build/gantry/cache"
 	"github.com/gantry-build/gantry/element"
 	"github.com/gantry-build/gantry/source"
@@ -184,7 +185,7 @@ func stageWorkspace(ctx context.Context, s *session, c *cache.Cache, e *element.
 		return fmt.Errorf("opening a workspace for %s: %w", e.Name, err)
 	}
 	defer os.RemoveAll(tmp)
-	idle, err := netIdleTimeout()
+	idle, err := actions.NetIdleTimeout()
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package cli
+package actions
 
 import (
 	"context"
@@ -19,13 +19,9 @@ type cleanupSpec struct {
 	Keep     []queues.ArtifactKey `json:"keep"`
 }
 
-// cleanupConfig turns on quota keeping for a build session of the targets, when a quota
-// is set. The session's targets and their runtime dependencies are always kept.
-func (s *session) cleanupConfig(flag string, c *cache.Cache, g *element.Graph) (*queues.CleanupConfig, error) {
-	quota, err := s.quota(flag, c)
-	if err != nil || quota == 0 {
-		return nil, err
-	}
+// CleanupConfig keeps the cache under quota (bytes, not 0) in a build session of the
+// targets of g. The session's targets and their runtime dependencies are always kept.
+func CleanupConfig(c *cache.Cache, g *element.Graph, quota int64) (*queues.CleanupConfig, error) {
 	used, err := c.Usage()
 	if err != nil {
 		return nil, err
@@ -61,7 +57,7 @@ func cleanupJob(ctx context.Context, spec job.Spec, r *job.Reporter) (job.Result
 		return job.Result{}, err
 	}
 	defer lock.Unlock()
-	r.Status(fmt.Sprintf("removing least recently used artifacts down to %s", byteSize(sp.Target)))
+	r.Status(fmt.Sprintf("removing least recently used artifacts down to %s", ByteSize(sp.Target)))
 	keep := make(map[cache.ArtifactRef]bool, len(sp.Keep))
 	for _, k := range sp.Keep {
 		keep[cache.ArtifactRef{Project: sp.Project, Element: k.Element, Key: k.Key}] = true
@@ -71,14 +67,33 @@ func cleanupJob(ctx context.Context, spec job.Spec, r *job.Reporter) (job.Result
 		return job.Result{}, err
 	}
 	for _, a := range rep.Artifacts {
-		r.Log(fmt.Sprintf("removed %s (%s)", a.ArtifactRef, byteSize(a.Bytes)))
+		r.Log(fmt.Sprintf("removed %s (%s)", a.ArtifactRef, ByteSize(a.Bytes)))
 	}
 	r.Log(fmt.Sprintf("removed %d artifacts and %d blobs, freed %s: %s → %s", len(rep.Artifacts), rep.Blobs,
-		byteSize(rep.Freed), byteSize(rep.Before), byteSize(rep.After)))
+		ByteSize(rep.Freed), ByteSize(rep.Before), ByteSize(rep.After)))
 	if rep.Live > 0 {
-		r.Log(keptForLiveSessions(rep))
+		r.Log(KeptForLiveSessions(rep))
 	}
 	data, err := json.Marshal(queues.CleanupResult{Before: rep.Before, After: rep.After, Freed: rep.Freed,
 		Artifacts: len(rep.Artifacts), Short: rep.Short, Duration: rep.Duration, Live: rep.Live, LiveBytes: rep.LiveBytes})
 	return job.Result{OK: true, Data: data}, err
+}
+
+// ByteSize shows a size in bytes with a binary unit: "512B", "1.5K", "3.2G".
+func ByteSize(n int64) string {
+	const units = "KMGTPE"
+	if n < 1024 {
+		return fmt.Sprintf("%dB", n)
+	}
+	v, i := float64(n)/1024, 0
+	for v >= 1024 && i < len(units)-1 {
+		v /= 1024
+		i++
+	}
+	return fmt.Sprintf("%.1f%c", v, units[i])
+}
+
+// KeptForLiveSessions says what a cleanup kept because running sessions need it.
+func KeptForLiveSessions(rep *cache.CleanupReport) string {
+	return fmt.Sprintf("kept %d artifacts (%s) that running gantry sessions need", rep.Live, ByteSize(rep.LiveBytes))
 }

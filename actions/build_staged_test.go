@@ -1,4 +1,4 @@
-package element
+package actions
 
 import (
 	"encoding/json"

@@ -1,10 +1,12 @@
-package element
+package actions
 
 import (
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/gantry-build/gantry/element"
 )
 
 // importDirs makes a build root, an install root and an outside directory that nothing
@@ -56,7 +58,7 @@ func TestImportConfinedAtStaging(t *testing.T) {
 				}
 			}
 			os.WriteFile(filepath.Join(build, "f"), []byte("f"), 0o644)
-			r := &Resolved{Source: tt.source, Target: tt.target}
+			r := &element.Resolved{Source: tt.source, Target: tt.target}
 			spec := &BuildSpec{Host: r, Bwrap: r}
 			err := importFiles(spec, build, install)
 			if err == nil {
@@ -79,7 +81,7 @@ func TestImportKeepsLinks(t *testing.T) {
 	build, install, outside := importDirs(t)
 	os.Symlink(outside, filepath.Join(build, "abs"))
 	os.Symlink("/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2", filepath.Join(build, "ld.so"))
-	r := &Resolved{Source: ".", Target: "/usr"}
+	r := &element.Resolved{Source: ".", Target: "/usr"}
 	if err := importFiles(&BuildSpec{Host: r, Bwrap: r}, build, install); err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package element
+package actions
 
 import (
 	"context"
@@ -19,7 +19,9 @@ import (
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 
 	"github.com/gantry-build/gantry/cache"
+	"github.com/gantry-build/gantry/element"
 	"github.com/gantry-build/gantry/job"
+	"github.com/gantry-build/gantry/queues"
 	"github.com/gantry-build/gantry/sandbox"
 	"github.com/gantry-build/gantry/source"
 )
@@ -36,11 +38,11 @@ type BuildSpec struct {
 	Sandbox     string            `json:"sandbox"` // auto, host, bwrap
 	Stage       []StagedArtifact  `json:"stage"`   // dependencies first
 	Sources     []source.Spec     `json:"sources"`
-	Host        *Resolved         `json:"host"`  // config expanded with host paths
-	Bwrap       *Resolved         `json:"bwrap"` // config expanded with sandbox paths
+	Host        *element.Resolved `json:"host"`  // config expanded with host paths
+	Bwrap       *element.Resolved `json:"bwrap"` // config expanded with sandbox paths
 	WorkDir     string            `json:"work-dir"`
 	DepKeys     map[string]string `json:"dep-keys"`
-	Inputs      *Inputs           `json:"inputs,omitempty"` // what the key was computed from, recorded with the artifact
+	Inputs      *element.Inputs   `json:"inputs,omitempty"` // what the key was computed from, recorded with the artifact
 	// Workspace: the element builds from its open workspace, in a build directory kept
 	// between builds; nil for a build from the sources.
 	Workspace *WorkspaceBuild `json:"workspace,omitempty"`
@@ -50,7 +52,7 @@ type BuildSpec struct {
 type WorkspaceBuild struct {
 	Dir      string `json:"dir"`       // the workspace
 	BuildDir string `json:"build-dir"` // kept between builds: make finds its objects there
-	Manifest string `json:"manifest"`  // what the last sync copied (SyncWorkspace)
+	Manifest string `json:"manifest"`  // what the last sync copied (element.SyncWorkspace)
 }
 
 // buildDir is where the element builds: a fresh directory, or its workspace's.
@@ -59,12 +61,6 @@ func (spec *BuildSpec) buildDir() string {
 		return spec.Workspace.BuildDir
 	}
 	return filepath.Join(spec.WorkDir, "build")
-}
-
-// WorkspaceBuildDir is where a workspace element's build directory is kept, under the
-// cache directory: per project and element, so that builds of one element reuse it.
-func WorkspaceBuildDir(cacheDir, project, element string) string {
-	return filepath.Join(cacheDir, "workspaces", project, WorkspaceDirName(element))
 }
 
 // StagedArtifact is one dependency artifact to check out into the sysroot.
@@ -90,26 +86,26 @@ const (
 // NewBuildSpec prepares the build of e. workDir is a fresh name, or an empty
 // directory, for this build's directory (under the cache's tmp/, so that results can
 // be renamed into the cache); the job makes it (takeWorkDir) and removes it.
-func NewBuildSpec(g *Graph, e *Element, cacheDir, workDir, sandboxKind string, maxJobs int) (*BuildSpec, error) {
+func NewBuildSpec(g *element.Graph, e *element.Element, cacheDir, workDir, sandboxKind string, maxJobs int) (*BuildSpec, error) {
 	spec := &BuildSpec{CacheDir: cacheDir, Project: g.Project.Name, ProjectRoot: g.Project.Root, Element: e.Name,
 		Key: e.Key, Kind: e.Kind.Name, Sandbox: sandboxKind, Sources: e.Sources, WorkDir: workDir, DepKeys: map[string]string{}}
 	for _, d := range g.StageDeps(e) {
 		spec.Stage = append(spec.Stage, StagedArtifact{Element: d.Name, Key: d.Key})
 	}
-	for _, d := range append(append([]*Element{}, e.BuildDeps...), e.RunDeps...) {
+	for _, d := range append(append([]*element.Element{}, e.BuildDeps...), e.RunDeps...) {
 		spec.DepKeys[d.Name] = d.Key
 	}
 	spec.Inputs = g.Inputs(e)
 	jobs := strconv.Itoa(max(maxJobs, 1))
 	buildRoot := filepath.Join(workDir, "build")
 	if e.Workspace != "" {
-		base := WorkspaceBuildDir(cacheDir, g.Project.Name, e.Name)
+		base := element.WorkspaceBuildDir(cacheDir, g.Project.Name, e.Name)
 		spec.Workspace = &WorkspaceBuild{Dir: e.Workspace, BuildDir: filepath.Join(base, "build"), Manifest: filepath.Join(base, "synced.json")}
 		spec.Sources, buildRoot = nil, spec.Workspace.BuildDir
 	}
-	host := Paths{BuildRoot: buildRoot, InstallRoot: filepath.Join(workDir, "install"),
+	host := element.Paths{BuildRoot: buildRoot, InstallRoot: filepath.Join(workDir, "install"),
 		Sysroot: filepath.Join(workDir, "sysroot"), MaxJobs: jobs}
-	bwrap := Paths{BuildRoot: SandboxBuildRoot, InstallRoot: SandboxInstallRoot, Sysroot: "/", MaxJobs: jobs}
+	bwrap := element.Paths{BuildRoot: SandboxBuildRoot, InstallRoot: SandboxInstallRoot, Sysroot: "/", MaxJobs: jobs}
 	var err error
 	if spec.Host, err = resolveHost(g.Project, e, host); err != nil {
 		return nil, err
@@ -120,6 +116,83 @@ func NewBuildSpec(g *Graph, e *Element, cacheDir, workDir, sandboxKind string, m
 	return spec, nil
 }
 
+// Build is the build jobs of a session: it makes their payloads and books their ends.
+// Its methods run on the scheduler goroutine.
+type Build struct {
+	Cache       *cache.Cache
+	Graph       *element.Graph
+	Sandbox     string // --sandbox: auto, host, bwrap
+	MaxJobs     int    // the builds' %{max-jobs}
+	RetryFailed bool   // build cached failures again
+	Stats       *cache.Stats
+	staged      StagedDigests // each dependency looked up once per session
+}
+
+// Queue is the session's Build queue.
+func (b *Build) Queue() queues.BuildQueue {
+	return queues.BuildQueue{AvailableFunc: b.available, PayloadFunc: b.Payload,
+		// A build stages while the builders are busy, and its commands start the
+		// moment one is free (buildJob waits at its gate for it).
+		Gated: true,
+		// Sessions sharing the cache build each artifact once (build_claims.go).
+		ClaimFunc: (&buildClaims{c: b.Cache, project: b.Graph.Project.Name, retryFailed: b.RetryFailed}).claim,
+	}
+}
+
+// available books what a build of it made available (queues.BuildQueue.AvailableFunc).
+func (b *Build) available(it *queues.Item, data json.RawMessage) {
+	b.staged.Built(b.Graph.Project.Name, it.Element.Name, it.Element.Key, data)
+}
+
+// Payload is the BuildSpec of the build of it.
+func (b *Build) Payload(it *queues.Item) (json.RawMessage, error) {
+	// Named, not made: the job makes it, or renames its worker's last one
+	// into place (takeWorkDir).
+	work := b.Cache.TempName("build")
+	spec, err := NewBuildSpec(b.Graph, it.Element, b.Cache.Root, work, b.Sandbox, b.MaxJobs)
+	if err == nil {
+		b.staged.Fill(b.Cache, spec)
+		err = spec.CheckStagedShell(b.Cache)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(spec)
+}
+
+// JobEnded is the build's side of the session's OnJobEnd hook, run on the scheduler
+// goroutine: a successful build's duration feeds the next session's estimates; a
+// terminated build's failed artifact is dropped (the job may have seen its command die
+// of the terminate before its own SIGTERM and cached a failure; the user stopped it, it
+// did not fail).
+func (b *Build) JobEnded(end queues.JobEnd) error {
+	if end.Action != queues.Build {
+		return nil
+	}
+	project := b.Graph.Project.Name
+	switch end.Result {
+	case queues.ResultSuccess:
+		b.Stats.Observe(project+"/"+end.Element, end.Duration)
+	case queues.ResultTerminated:
+		return dropFailure(b.Cache, project, end.Element, end.Key)
+	}
+	return nil
+}
+
+// dropFailure deletes the artifact of element's key if it records a failed build.
+func dropFailure(c *cache.Cache, project, element, key string) error {
+	a, err := c.Lookup(project, element, key)
+	switch {
+	case errors.Is(err, cache.ErrNotFound):
+		return nil
+	case err != nil:
+		return err
+	case a.Success:
+		return nil
+	}
+	return c.Delete(project, element, key)
+}
+
 // Host commands must never have a path that could run something spliced into their
 // `sh -c` text: the host paths lie under the cache directory, which the user names, and
 // a directory named `c$(touch x)` would run. A path made only of characters that mean
@@ -127,7 +200,7 @@ func NewBuildSpec(g *Graph, e *Element, cacheDir, workDir, sandboxKind string, m
 // any other path is referred to through an environment variable holding it
 // ("${GANTRY_INSTALL_ROOT}" expands to exactly the path, inside double quotes or
 // without; inside single quotes it stays literal text, which is safe).
-var hostPathVars = Paths{BuildRoot: "${GANTRY_BUILD_ROOT}", InstallRoot: "${GANTRY_INSTALL_ROOT}", Sysroot: "${GANTRY_SYSROOT}"}
+var hostPathVars = element.Paths{BuildRoot: "${GANTRY_BUILD_ROOT}", InstallRoot: "${GANTRY_INSTALL_ROOT}", Sysroot: "${GANTRY_SYSROOT}"}
 
 // shellSafe reports whether s can be spliced into shell text unquoted and mean itself.
 func shellSafe(s string) bool {
@@ -143,7 +216,7 @@ func shellSafe(s string) bool {
 // resolveHost expands e for the host sandbox: commands get each path as it is when it is
 // shellSafe, else through hostPathVars; the environment holds the paths themselves (and
 // those variables).
-func resolveHost(p *Project, e *Element, host Paths) (*Resolved, error) {
+func resolveHost(p *element.Project, e *element.Element, host element.Paths) (*element.Resolved, error) {
 	refs := hostPathVars
 	refs.MaxJobs = host.MaxJobs
 	for _, pair := range []struct{ ref, path *string }{
@@ -168,10 +241,10 @@ func resolveHost(p *Project, e *Element, host Paths) (*Resolved, error) {
 	return r, nil
 }
 
-// Assemble is the child side of a build job: stage, run the kind's commands, collect
+// buildJob is the child side of a build job: stage, run the kind's commands, collect
 // the install root and commit the artifact (failed builds too). The artifact's ref is
 // written last, so a build killed at any point leaves nothing half-visible.
-func Assemble(ctx context.Context, js job.Spec, r *job.Reporter) (res job.Result, err error) {
+func buildJob(ctx context.Context, js job.Spec, r *job.Reporter) (res job.Result, err error) {
 	var spec BuildSpec
 	if err := json.Unmarshal(js.Payload, &spec); err != nil {
 		return job.Result{}, fmt.Errorf("reading build spec: %w", err)
@@ -194,7 +267,7 @@ func Assemble(ctx context.Context, js job.Spec, r *job.Reporter) (res job.Result
 	var inputs json.RawMessage
 	if spec.Inputs != nil {
 		spec.Inputs.HashFiles()
-		inputs = MarshalInputs(spec.Inputs)
+		inputs = element.MarshalInputs(spec.Inputs)
 	}
 	started := time.Now()
 	out := &faultWatcher{w: r.Writer()}
@@ -332,7 +405,7 @@ func build(ctx context.Context, c *cache.Cache, spec *BuildSpec, r *job.Reporter
 		defer unlock()
 		r.Status("syncing workspace " + w.Dir)
 		r.Log("building from workspace " + w.Dir + " in " + w.BuildDir + " (kept between builds)")
-		if err := SyncWorkspace(w.Dir, w.BuildDir, w.Manifest); err != nil {
+		if err := element.SyncWorkspace(w.Dir, w.BuildDir, w.Manifest); err != nil {
 			return nil, err
 		}
 	}
@@ -392,7 +465,7 @@ func build(ctx context.Context, c *cache.Cache, spec *BuildSpec, r *job.Reporter
 	if err := waitForBuilder(ctx, r); err != nil {
 		return runner, err
 	}
-	for _, step := range CommandSteps {
+	for _, step := range element.CommandSteps {
 		stepStarted := time.Now()
 		for _, cmd := range resolved.Commands[step] {
 			r.Status(strings.TrimSuffix(step, "-commands") + ": " + firstLine(cmd))
@@ -569,26 +642,10 @@ func emptySysroot(sysroot string) error {
 	return nil
 }
 
-// DamagedDependency is the Data of a build job's result when staging found a
-// dependency's artifact gone from the cache, or a blob of it missing or
-// corrupt. The job has removed a corrupt blob and dropped the artifact from the
-// cache, so that the dependency is built (or pulled) again before the element is.
-type DamagedDependency struct {
-	Element string `json:"element"`
-	Key     string `json:"key"`
-	Blob    string `json:"blob,omitempty"` // the blob's digest, "hash/size"
-	Problem string `json:"problem"`
-	// Removals is the cache's count of cleanups that removed something
-	// (cache.Removals) when the damage was found: the scheduler heals the
-	// dependency again only when it has grown since the last heal, that is
-	// when a cleanup in another process may have taken it.
-	Removals uint64 `json:"removals"`
-}
-
 // DamagedDependencyError is the build error for a DamagedDependency. It is not
 // the element's failure and is never cached as one.
 type DamagedDependencyError struct {
-	DamagedDependency
+	element.DamagedDependency
 	Err error
 }
 
@@ -608,15 +665,15 @@ func damagedDependency(c *cache.Cache, a *cache.Artifact, blob *cache.BlobError)
 	if _, err := c.DropArtifact(a); err != nil {
 		return &infraError{fmt.Errorf("staging dependency %s: %v; dropping its artifact: %w", a.Element, blob, err)}
 	}
-	return &DamagedDependencyError{DamagedDependency: DamagedDependency{Element: a.Element, Key: a.Key,
+	return &DamagedDependencyError{DamagedDependency: element.DamagedDependency{Element: a.Element, Key: a.Key,
 		Blob: blob.Digest.String(), Problem: blob.Error(), Removals: c.Removals()}, Err: blob}
 }
 
 // vanishedDependency is the error of a dependency whose artifact is gone from
 // the cache since the session planned with it: a cleanup in another process
 // removed it, a race the session heals.
-func vanishedDependency(c *cache.Cache, element, key string, err error) error {
-	return &DamagedDependencyError{DamagedDependency: DamagedDependency{Element: element, Key: key,
+func vanishedDependency(c *cache.Cache, name, key string, err error) error {
+	return &DamagedDependencyError{DamagedDependency: element.DamagedDependency{Element: name, Key: key,
 		Problem: "its artifact is gone from the cache", Removals: c.Removals()},
 		Err: fmt.Errorf("its artifact %s is gone from the cache (a cache cleanup in another process?): %w", key[:min(len(key), 8)], err)}
 }

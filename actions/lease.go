@@ -1,4 +1,4 @@
-package cli
+package actions
 
 import (
 	"context"
@@ -23,15 +23,15 @@ import (
 //   - held by another session: the job ends waiting (job.Result.WaitMs) and runs again
 //     after the server's wait, holding no token meanwhile.
 // A session that dies stops renewing: the lease expires and a waiter takes it over.
-// Sessions sharing one cache do the same locally with build locks (buildlock.go).
+// Sessions sharing one cache do the same locally with build locks (build_claims.go).
 
-// leaseProbeKey is asked about by probeLeases: no artifact has it.
+// leaseProbeKey is asked about by ProbeLeases: no artifact has it.
 const leaseProbeKey = "gantry-lease-probe"
 
-// probeLeases finds the first push remote (HTTP: leases are not offered over gRPC)
+// ProbeLeases finds the first push remote (HTTP: leases are not offered over gRPC)
 // that grants leases, by giving up a lease nobody holds: gantry's server answers it,
 // others answer 404 or 405. Called before the session, when something is to be built.
-func (rs *remoteSet) probeLeases() {
+func (rs *Remotes) ProbeLeases() {
 	for _, spec := range rs.up(true) {
 		if u, err := url.Parse(spec.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") {
 			continue
@@ -52,13 +52,13 @@ func (rs *remoteSet) probeLeases() {
 
 // leasing says whether a pull of it asks for its lease (queues.PullQueue.LeaseFunc):
 // a lease remote is up and it was not found on a remote at planning.
-func (rs *remoteSet) leasing(it *queues.Item) bool {
+func (rs *Remotes) leasing(it *queues.Item) bool {
 	return rs.lease != nil && !rs.down[rs.lease.Display()] && !it.Remote && !it.Cached
 }
 
 // bookLease books what a pull job learnt about leases: a lease granted to this
 // session is held (and renewed) until its push ends.
-func (rs *remoteSet) bookLease(it *queues.Item, pr pullResult) {
+func (rs *Remotes) bookLease(it *queues.Item, pr pullResult) {
 	if pr.NoLeases {
 		rs.lease = nil
 	}
@@ -78,10 +78,10 @@ func (rs *remoteSet) bookLease(it *queues.Item, pr pullResult) {
 	}()
 }
 
-// leaseJobEnded counts a pull's waits, and releases the lease of an element whose
+// LeaseJobEnded counts a pull's waits, and releases the lease of an element whose
 // push ended, or that failed for good or was stopped (the build command's OnJobEnd,
 // on the scheduler goroutine). A job that will be retried keeps the lease.
-func (rs *remoteSet) leaseJobEnded(end queues.JobEnd) {
+func (rs *Remotes) LeaseJobEnded(end queues.JobEnd) {
 	switch {
 	case end.Result == queues.ResultWaiting:
 		rs.waits[end.Key]++
@@ -94,7 +94,7 @@ func (rs *remoteSet) leaseJobEnded(end queues.JobEnd) {
 // release stops renewing the lease of key; its goroutine gives it up (after a push
 // that stored the entry the server has ended it already: giving it up again does
 // nothing). It does not wait for the network: close does.
-func (rs *remoteSet) release(key string) {
+func (rs *Remotes) release(key string) {
 	if l := rs.leases[key]; l != nil {
 		delete(rs.leases, key)
 		close(l.stop)

@@ -1,4 +1,4 @@
-package cli
+package actions
 
 import (
 	"context"
@@ -10,102 +10,9 @@ import (
 	"github.com/gantry-build/gantry/cache"
 	"github.com/gantry-build/gantry/element"
 	"github.com/gantry-build/gantry/job"
+	"github.com/gantry-build/gantry/queues"
 	"github.com/gantry-build/gantry/ui"
 )
-
-// openPullSpec reads a pull or push job's spec, opens the cache, takes its lock shared
-// (a cleanup must not remove what is being pushed, nor see a pull half done) and sets
-// the remote idle timeout. The caller unlocks.
-func openPullSpec(ctx context.Context, spec job.Spec, r *job.Reporter) (*pullSpec, *cache.Cache, *cache.Lock, error) {
-	ps, c, err := readPullSpec(spec)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	lock, err := c.Lock(ctx, cache.Shared, r.Notice)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	return ps, c, lock, nil
-}
-
-func readPullSpec(spec job.Spec) (*pullSpec, *cache.Cache, error) {
-	var ps pullSpec
-	if err := json.Unmarshal(spec.Payload, &ps); err != nil {
-		return nil, nil, fmt.Errorf("reading %s spec: %w", spec.Action, err)
-	}
-	c, err := openCacheAt(ps.CacheDir)
-	return &ps, c, err
-}
-
-// pullJob downloads an element's artifact from the first remote that has it. A remote
-// that lacks it, or sends bytes that do not match their digest (a warning, and
-// pullResult.Wrong names it), is passed over; if none has it the job is skipped, but
-// fails when a remote sent wrong bytes (the pull command exits 1; a build falls back
-// to building it, see recoverPull). Unavailable remotes make the job fail
-// temporarily (the scheduler retries it); Result.Data names them (pullResult).
-func pullJob(ctx context.Context, spec job.Spec, r *job.Reporter) (job.Result, error) {
-	ps, c, lock, err := openPullSpec(ctx, spec, r)
-	if err != nil {
-		return job.Result{}, err
-	}
-	defer lock.Unlock()
-	var pr pullResult
-	if ps.Lease != nil {
-		if res, pull := askLease(ctx, ps, &pr, r); !pull {
-			return res, nil
-		}
-	}
-	var failure, corrupt error
-	for _, rs := range ps.Remotes {
-		store, err := cache.OpenRemote(rs)
-		if err != nil {
-			pr.Down, pr.Reasons = append(pr.Down, rs.Display()), append(pr.Reasons, err.Error())
-			failure = err
-			continue
-		}
-		r.Status("pulling from " + store.Name())
-		t, err := c.PullArtifact(ctx, store, ps.Project, ps.Element, ps.Key, r.Progress)
-		store.Close()
-		switch {
-		case err == nil:
-			r.Log(fmt.Sprintf("pulled %s from %s: %d blobs, %s", ps.Element, store.Name(), t.Blobs, ui.ByteSize(t.Bytes)))
-			pr.From = store.Name()
-			data, err := json.Marshal(pr)
-			return job.Result{OK: true, Data: data}, err
-		case ctx.Err() != nil:
-			return job.Result{}, err
-		case errors.Is(err, cache.ErrNotFound):
-			r.Log(fmt.Sprintf("%s does not have %s", store.Name(), ps.Element))
-		case cache.IsRemoteKind(err, cache.RemoteCorrupt):
-			w := fmt.Sprintf("%v: the artifact was not pulled from it", err)
-			pr.Warning = joinWarnings(pr.Warning, w)
-			r.Log("warning: " + w)
-			wrong := wrongBytes{Remote: store.Name()}
-			if _, d, ok := cache.WrongBytes(err); ok {
-				wrong.Blob = d
-			}
-			pr.Wrong = append(pr.Wrong, wrong)
-			corrupt = err
-		case cache.IsRemoteKind(err, cache.RemoteUnavailable) || cache.IsRemoteKind(err, cache.RemoteAuth):
-			pr.Down, pr.Reasons = append(pr.Down, store.Name()), append(pr.Reasons, err.Error())
-			failure = err
-		default:
-			return job.Result{}, err // the local cache failed: not the remote's fault
-		}
-	}
-	data, _ := json.Marshal(pr)
-	if failure != nil {
-		return job.Result{Temporary: cache.IsRemoteKind(failure, cache.RemoteUnavailable), Data: data}, failure
-	}
-	if corrupt != nil {
-		return job.Result{Data: data}, corrupt
-	}
-	why := "no remote has it"
-	if len(ps.Remotes) == 0 {
-		why = "every remote is down for this session"
-	}
-	return job.Result{OK: true, Skipped: true, Error: why, Data: data}, nil
-}
 
 // pushJob uploads an element's artifact to every push remote that lacks it, and to
 // every push remote the session found serving wrong bytes for it (pullSpec.Repair),
@@ -218,10 +125,28 @@ func digestList(ds []cache.Digest) string {
 	return strings.Join(s, ", ")
 }
 
-// joinWarnings joins two warnings, either of which may be "".
-func joinWarnings(a, b string) string {
-	if a == "" || b == "" {
-		return a + b
-	}
-	return a + "; " + b
+func (rs *Remotes) PushQueue(c *cache.Cache, all bool) queues.PushQueue {
+	return queues.PushQueue{All: all, NetworkRetries: rs.retries,
+		PayloadFunc: func(it *queues.Item) (json.RawMessage, error) { return rs.payload(c, it, true) },
+		WarningFunc: func(it *queues.Item, res job.Result) string {
+			var pr pushResult
+			json.Unmarshal(res.Data, &pr)
+			return pr.Warning
+		},
+		SkipFunc: func(it *queues.Item) string {
+			up := rs.up(true)
+			if len(up) == 0 {
+				return "every push remote is down for this session"
+			}
+			from := rs.from[it]
+			if from == "" {
+				return ""
+			}
+			for _, r := range up {
+				if r.Display() != from {
+					return ""
+				}
+			}
+			return "pulled from the push remote"
+		}}
 }

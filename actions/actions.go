@@ -1,0 +1,26 @@
+// Package actions holds every job kind gantry runs, one file each (track, fetch, pull,
+// push, build, cleanup, lease): its payload type, what the session's process does to
+// make the payload and book the job's end (the queue values the scheduler runs), and
+// the handler that does the work in the job's child process.
+//
+// Imports point down: actions uses queues, element, source, cache, sandbox and job;
+// none of them imports actions.
+package actions
+
+import (
+	"github.com/gantry-build/gantry/job"
+	"github.com/gantry-build/gantry/queues"
+)
+
+// Handlers are the child sides of the job kinds, by action, for job.RunChild.
+func Handlers() map[string]job.Handler {
+	return map[string]job.Handler{
+		"build": buildJob,
+		"fetch": fetchJob,
+		"track": trackJob,
+		"pull":  pullJob,
+		"push":  pushJob,
+
+		string(queues.Cleanup): cleanupJob,
+	}
+}

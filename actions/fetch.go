@@ -1,0 +1,112 @@
+package actions
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/gantry-build/gantry/cache"
+	"github.com/gantry-build/gantry/element"
+	"github.com/gantry-build/gantry/job"
+	"github.com/gantry-build/gantry/queues"
+	"github.com/gantry-build/gantry/source"
+)
+
+// sourcesSpec is the payload of fetch and track jobs.
+type sourcesSpec struct {
+	CacheDir    string        `json:"cache-dir"`
+	ProjectRoot string        `json:"project-root"`
+	SourcesDir  string        `json:"sources-dir"`
+	Sources     []source.Spec `json:"sources"`
+}
+
+func (sp *sourcesSpec) options(r *job.Reporter) (source.FetchOptions, error) {
+	idle, err := NetIdleTimeout()
+	if err != nil {
+		return source.FetchOptions{}, err
+	}
+	return source.FetchOptions{SourcesDir: sp.SourcesDir, ProjectRoot: sp.ProjectRoot, Log: r.Writer(), Progress: r.Progress,
+		IdleTimeout: idle}, nil
+}
+
+// NetIdleTimeout reads GANTRY_NET_IDLE_TIMEOUT (a Go duration, "500ms"): a download that
+// receives nothing for that long fails and is retried. A knob for tests and CI; unset,
+// 0 gives source's default (60s). Jobs inherit gantry's environment.
+func NetIdleTimeout() (time.Duration, error) {
+	v := os.Getenv("GANTRY_NET_IDLE_TIMEOUT")
+	if v == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf("GANTRY_NET_IDLE_TIMEOUT=%q: want a duration such as 30s", v)
+	}
+	return d, nil
+}
+
+// decodeSources reads a fetch or track job's spec and the options its sources are
+// fetched with.
+func decodeSources(spec job.Spec, r *job.Reporter) (*sourcesSpec, source.FetchOptions, error) {
+	var sp sourcesSpec
+	if err := json.Unmarshal(spec.Payload, &sp); err != nil {
+		return nil, source.FetchOptions{}, fmt.Errorf("reading %s spec: %w", spec.Action, err)
+	}
+	o, err := sp.options(r)
+	return &sp, o, err
+}
+
+// fetchJob downloads every source of an element into the source cache.
+func fetchJob(ctx context.Context, spec job.Spec, r *job.Reporter) (job.Result, error) {
+	sp, o, err := decodeSources(spec, r)
+	if err != nil {
+		return job.Result{}, err
+	}
+	for i := range sp.Sources {
+		s := &sp.Sources[i]
+		if source.Cached(sp.SourcesDir, s) {
+			continue
+		}
+		r.Status("fetching " + s.Describe())
+		if err := source.Fetch(ctx, s, o); err != nil {
+			return job.Result{Temporary: source.IsTemporary(err)}, fmt.Errorf("source %d: %w", i+1, err)
+		}
+	}
+	return job.Result{OK: true}, nil
+}
+
+// Sources makes the payloads of a project's fetch and track jobs, and its Fetch queue.
+type Sources struct {
+	Cache          *cache.Cache
+	Project        *element.Project
+	NetworkRetries int
+}
+
+// Payload is the payload of a fetch or track job for e.
+func (s Sources) Payload(e *element.Element) (json.RawMessage, error) {
+	return json.Marshal(sourcesSpec{CacheDir: s.Cache.Root, ProjectRoot: s.Project.Root, SourcesDir: s.Cache.SourcesDir(), Sources: e.Sources})
+}
+
+// FetchQueue fetches the sources of elements that are not cached.
+func (s Sources) FetchQueue() queues.FetchQueue {
+	return queues.FetchQueue{
+		SourcesCached:  func(it *queues.Item) bool { return SourcesCached(s.Cache.SourcesDir(), it.Element) },
+		PayloadFunc:    func(it *queues.Item) (json.RawMessage, error) { return s.Payload(it.Element) },
+		NetworkRetries: s.NetworkRetries,
+	}
+}
+
+// SourcesCached says whether every source of e is in the source cache at sourcesDir;
+// an element with an open workspace needs none.
+func SourcesCached(sourcesDir string, e *element.Element) bool {
+	if e.Workspace != "" {
+		return true // it builds from its workspace
+	}
+	for i := range e.Sources {
+		if !source.Cached(sourcesDir, &e.Sources[i]) {
+			return false
+		}
+	}
+	return true
+}

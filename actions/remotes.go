@@ -1,0 +1,186 @@
+package actions
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/gantry-build/gantry/cache"
+	"github.com/gantry-build/gantry/element"
+	"github.com/gantry-build/gantry/queues"
+)
+
+// Remotes is a session's remotes and which of them are down. The plan's lookups use
+// it before the scheduler runs; afterwards only the queues' callbacks do, on the
+// scheduler goroutine.
+type Remotes struct {
+	project string
+	specs   []cache.RemoteSpec
+	down    map[string]bool // by spec.Display()
+	warn    func(string)    // a warning before the session starts
+	mu      sync.Mutex      // guards down and stores during the plan's parallel lookups
+	stores  map[string]cache.RemoteStore
+	retries int
+	backoff func() func(attempt int) time.Duration // asked at each lookup for its retries' waits; a nil answer: from 1s, doubling
+	from    map[*queues.Item]string                // the remote each item was pulled from
+	// lease is the push remote that grants build-once leases (ProbeLeases); nil: none.
+	lease    *cache.RemoteSpec
+	leases   map[string]*heldLease // the leases this session holds, by cache key
+	waits    map[string]int        // how often each key's pull waited for another session's lease
+	renewing sync.WaitGroup        // their renew goroutines
+	// wrong is, by cache key, the push remotes that served wrong bytes for its
+	// artifact and the blobs they were wrong about (none: its entry): a push
+	// repairs them (pullSpec.Repair).
+	wrong map[string]map[string][]cache.Digest
+	// wrongPulls are the elements pulled intact from a remote after another served
+	// wrong bytes for them: the pull command fails.
+	wrongPulls []string
+}
+
+// NewRemotes is the remotes of a session of project: specs in order, network jobs
+// retried retries times, each lookup asking backoff for the waits between its tries,
+// warn told of a remote found down before the session starts.
+func NewRemotes(project string, specs []cache.RemoteSpec, retries int, backoff func() func(attempt int) time.Duration, warn func(string)) (*Remotes, error) {
+	idle, err := NetIdleTimeout()
+	if err != nil {
+		return nil, err
+	}
+	specs = withIdleTimeout(specs, idle)
+	return &Remotes{project: project, specs: specs, down: map[string]bool{}, warn: warn, stores: map[string]cache.RemoteStore{}, retries: retries, backoff: backoff,
+		from: map[*queues.Item]string{}, leases: map[string]*heldLease{}, waits: map[string]int{}, wrong: map[string]map[string][]cache.Digest{}}, nil
+}
+
+// HasPush says whether a remote is pushed to.
+func (rs *Remotes) HasPush() bool {
+	for _, r := range rs.specs {
+		if r.Push {
+			return true
+		}
+	}
+	return false
+}
+
+// up lists the remotes not marked down, push remotes only with push.
+func (rs *Remotes) up(push bool) []cache.RemoteSpec {
+	var out []cache.RemoteSpec
+	for _, r := range rs.specs {
+		if !rs.down[r.Display()] && (r.Push || !push) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// WrongPulls are the elements pulled intact from a remote after another served wrong
+// bytes for them: the pull command fails.
+func (rs *Remotes) WrongPulls() []string { return rs.wrongPulls }
+
+// Close gives up the leases the session holds, waits for their renew goroutines and
+// closes the stores.
+func (rs *Remotes) Close() {
+	for key := range rs.leases {
+		rs.release(key)
+	}
+	rs.renewing.Wait()
+	for _, st := range rs.stores {
+		st.Close()
+	}
+}
+
+// Lookup says which of es some remote has (queues.PlanOptions.OnRemote): bounded
+// parallel entry reads, remotes in order. A remote that stays unavailable after the
+// network retries, or refuses the credentials, is marked down with one warning.
+func (rs *Remotes) Lookup(es []*element.Element) []bool {
+	hits := make([]bool, len(es))
+	if len(es) == 0 {
+		return hits
+	}
+	backoff := rs.backoff()
+	if backoff == nil {
+		backoff = func(attempt int) time.Duration { return time.Second << min(attempt-1, 5) }
+	}
+	var g errgroup.Group
+	g.SetLimit(16)
+	for i, e := range es {
+		g.Go(func() error {
+			for _, spec := range rs.specs {
+				store := rs.store(spec)
+				if store == nil {
+					continue
+				}
+				for attempt := 1; ; attempt++ {
+					_, err := store.GetEntry(context.Background(), e.Key)
+					switch {
+					case err == nil:
+						hits[i] = true
+						return nil
+					case errors.Is(err, cache.ErrNotFound) || cache.IsRemoteKind(err, cache.RemoteCorrupt):
+					case cache.IsRemoteKind(err, cache.RemoteUnavailable) && attempt <= rs.retries:
+						time.Sleep(backoff(attempt))
+						continue
+					default:
+						rs.markDown(spec, err)
+					}
+					break
+				}
+			}
+			return nil
+		})
+	}
+	g.Wait()
+	return hits
+}
+
+// store opens spec's store once; nil when it is down or cannot be opened.
+func (rs *Remotes) store(spec cache.RemoteSpec) cache.RemoteStore {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	name := spec.Display()
+	if rs.down[name] {
+		return nil
+	}
+	if st := rs.stores[name]; st != nil {
+		return st
+	}
+	st, err := cache.OpenRemote(spec)
+	if err != nil {
+		rs.down[name] = true
+		rs.warn(fmt.Sprintf("%v: not used in this session", err))
+		return nil
+	}
+	rs.stores[name] = st
+	return st
+}
+
+// markDown marks a remote down once, with a warning (before the session) saying why.
+func (rs *Remotes) markDown(spec cache.RemoteSpec, err error) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if rs.down[spec.Display()] {
+		return
+	}
+	rs.down[spec.Display()] = true
+	rs.warn(downWarning(err.Error()))
+}
+
+func downWarning(why string) string {
+	return why + "; the remote is not used for the rest of this session: elements are fetched and built instead, and nothing is pushed to it"
+}
+
+// withIdleTimeout returns specs with the idle timeout of GANTRY_NET_IDLE_TIMEOUT (idle;
+// 0 keeps the default). The pull and push jobs get it in their specs.
+func withIdleTimeout(specs []cache.RemoteSpec, idle time.Duration) []cache.RemoteSpec {
+	if idle <= 0 {
+		return specs
+	}
+	out := slices.Clone(specs)
+	for i := range out {
+		out[i].IdleTimeout = idle
+	}
+	return out
+}

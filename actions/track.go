@@ -1,0 +1,113 @@
+package actions
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+
+	"github.com/gantry-build/gantry/element"
+	"github.com/gantry-build/gantry/job"
+	"github.com/gantry-build/gantry/queues"
+	"github.com/gantry-build/gantry/source"
+)
+
+// trackJob resolves each tracked source to a ref. Result.Data holds the refs by source
+// index ("" for sources that are not tracked).
+func trackJob(ctx context.Context, spec job.Spec, r *job.Reporter) (job.Result, error) {
+	sp, o, err := decodeSources(spec, r)
+	if err != nil {
+		return job.Result{}, err
+	}
+	refs := make([]string, len(sp.Sources))
+	for i := range sp.Sources {
+		s := &sp.Sources[i]
+		if !s.Trackable() {
+			continue
+		}
+		r.Status("tracking " + s.Describe() + " " + s.Track)
+		ref, err := source.Track(ctx, s, o)
+		if err != nil {
+			return job.Result{Temporary: source.IsTemporary(err)}, fmt.Errorf("source %d: %w", i+1, err)
+		}
+		refs[i] = ref
+	}
+	data, err := json.Marshal(refs)
+	return job.Result{OK: true, Data: data}, err
+}
+
+// RefChange is one source whose ref track changed.
+type RefChange struct {
+	Element string
+	Source  int    // 1-based
+	Desc    string // the source, described
+	Old     string // "" when it had none
+	New     string
+}
+
+// Tracker is the Track queue of a session with what it found: the new refs go into
+// the graph (so keys can be computed from them) and into the lock.
+type Tracker struct {
+	queues.TrackQueue
+	lock    *element.Lock
+	changes []RefChange
+	err     error
+}
+
+// Tracker is the Track queue of the elements of g, whose refs are kept in lock.
+func (s Sources) Tracker(g *element.Graph, lock *element.Lock) *Tracker {
+	t := &Tracker{lock: lock}
+	t.TrackQueue = queues.TrackQueue{
+		PayloadFunc: func(it *queues.Item) (json.RawMessage, error) { return s.Payload(it.Element) },
+		// Runs on the scheduler goroutine: the lock and the graph are touched by
+		// nobody else meanwhile.
+		DoneFunc: func(it *queues.Item, res job.Result) {
+			var refs []string
+			if json.Unmarshal(res.Data, &refs) != nil {
+				return
+			}
+			e := it.Element
+			merged, changes := mergeRefs(e, lock.Refs(e.Name), refs)
+			t.changes = append(t.changes, changes...)
+			if slices.ContainsFunc(merged, func(r string) bool { return r != "" }) {
+				lock.Set(e.Name, merged)
+			}
+			if err := g.SetRefs(e, refs); err != nil && t.err == nil {
+				t.err = fmt.Errorf("%s: keying the tracked sources: %w", e.Name, err)
+			}
+		},
+		NetworkRetries: s.NetworkRetries,
+	}
+	return t
+}
+
+// mergeRefs is the lock's new refs for e: each source's tracked ref, except for a
+// source pinned in the element or one track resolved to nothing ("" in tracked), which
+// keep their locked ref. changes are the sources whose ref changed.
+func mergeRefs(e *element.Element, locked, tracked []string) (merged []string, changes []RefChange) {
+	merged = make([]string, len(e.Sources))
+	for i, src := range e.Sources {
+		old := ""
+		if i < len(locked) {
+			old = locked[i]
+		}
+		merged[i] = old
+		if i < len(tracked) && tracked[i] != "" && !src.Pinned {
+			merged[i] = tracked[i]
+			if tracked[i] != old {
+				changes = append(changes, RefChange{Element: e.Name, Source: i + 1, Desc: src.Describe(), Old: old, New: tracked[i]})
+			}
+		}
+	}
+	return merged, changes
+}
+
+// Finish writes gantry.lock when a ref changed, and returns the changes.
+func (t *Tracker) Finish() ([]RefChange, error) {
+	if len(t.changes) > 0 {
+		if err := t.lock.Write(); err != nil {
+			return t.changes, err
+		}
+	}
+	return t.changes, t.err
+}
