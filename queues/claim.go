@@ -2,8 +2,6 @@ package queues
 
 import (
 	"time"
-
-	"github.com/gantry-build/gantry/resources"
 )
 
 // Build-once claims: another builder has it — wait, then reuse. Two sessions may
@@ -74,10 +72,11 @@ type claimDone struct {
 	claim Claim
 }
 
-// claim claims it, with req reserved, before its job starts. It reports whether
-// the job is to start; if not, req is given back and it has gone where the claim
-// said: skipped, failed, or parked until the other builder is done.
-func (s *Scheduler) claim(qs *queueState, it *Item, req resources.Request) bool {
+// claim claims it, with its job's tokens reserved, before its job starts. It
+// reports whether the job is to start; if not, the caller gives the tokens back,
+// and it has gone where the claim said: skipped, failed, or parked until the
+// other builder is done.
+func (s *Scheduler) claim(qs *queueState, it *Item) bool {
 	c, ok := qs.q.(Claimer)
 	if !ok || s.claims[it] != nil {
 		return true // not claimed, or claimed already (after a wait)
@@ -87,7 +86,6 @@ func (s *Scheduler) claim(qs *queueState, it *Item, req resources.Request) bool 
 		s.keepClaim(it, cl)
 		return true
 	}
-	s.cfg.Pool.Release(req)
 	qs.move(it, inWaitList)
 	s.claimed(qs, it, cl, false)
 	return false

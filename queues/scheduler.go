@@ -138,7 +138,7 @@ type activeJob struct {
 	id      string
 	item    *Item
 	qs      *queueState
-	req     resources.Request
+	tokens  heldTokens // released by finish, or earlier in part (available, slotDone)
 	running Running
 	logPath string
 	started time.Time
@@ -400,26 +400,29 @@ func (s *Scheduler) spawn(qs *queueState, it *Item, refused *[]resources.Request
 			return false
 		}
 	}
+	tokens, ok := reserveTokens(s.cfg.Pool, req)
 	gated := false
-	if !s.cfg.Pool.Reserve(req) {
+	if !ok {
 		// Without its gate's token, it may still start and wait at its gate.
-		g, ok := s.gatedRequest(qs, req)
-		if !ok || !s.cfg.Pool.Reserve(g) {
+		if g, ok := s.gatedRequest(qs, req); ok {
+			tokens, gated = reserveTokens(s.cfg.Pool, g)
+		}
+		if !gated {
 			*refused = append(*refused, req)
 			if len(req.Exclusive) > 0 {
 				s.registerInterest(it, req.Exclusive)
 			}
 			return false
 		}
-		req, gated = g, true
 	}
-	if !s.claim(qs, it, req) {
+	if !s.claim(qs, it) {
+		tokens.releaseAll()
 		return true // another builder has it (claim.go)
 	}
 	s.withdrawInterest(it)
 	it.attempt++
 	action := qs.q.Action()
-	a := &activeJob{id: s.nextJobID(action), item: it, qs: qs, req: req, logPath: s.logPath(it, action), gated: gated}
+	a := &activeJob{id: s.nextJobID(action), item: it, qs: qs, tokens: tokens, logPath: s.logPath(it, action), gated: gated}
 	payload, err := qs.q.Payload(it)
 	if err == nil {
 		if err = s.startJob(a, action, it.Name(), payload); err == nil {
@@ -433,7 +436,7 @@ func (s *Scheduler) spawn(qs *queueState, it *Item, refused *[]resources.Request
 		}
 	}
 	// Could not start: the item fails like a job would.
-	s.cfg.Pool.Release(req)
+	tokens.releaseAll()
 	s.unclaim(it)
 	s.fail(qs, it, fmt.Sprintf("cannot start %s job: %v", action, err), "")
 	return true
@@ -511,11 +514,10 @@ func (s *Scheduler) handle(m any) bool {
 	return true
 }
 
-// finish books a job's outcome: with available, the one place where tokens are
-// released.
+// finish books a job's outcome. Every token the job still holds goes back here.
 func (s *Scheduler) finish(a *activeJob, out job.Outcome) {
 	delete(s.active, a.id)
-	s.cfg.Pool.Release(a.req)
+	a.tokens.releaseAll()
 	s.noteCacheBytes(out.Result)
 	if a.item == nil {
 		s.finishCleanup(a, out)
@@ -620,17 +622,13 @@ func (s *Scheduler) available(a *activeJob, m job.Message) bool {
 	s.ungate(a) // available without passing its gate (a stack): nothing left to open
 	q.Available(it, m.Data)
 	if s.beginTail(a) {
-		var keep, give resources.Request
-		for _, r := range a.req.Shared {
-			if r == resources.Cache {
-				keep.Shared = append(keep.Shared, r)
-			} else {
-				give.Shared = append(give.Shared, r)
+		var give []resources.Resource
+		for _, r := range a.tokens.shared() {
+			if r != resources.Cache {
+				give = append(give, r)
 			}
 		}
-		keep.Exclusive = a.req.Exclusive
-		s.cfg.Pool.Release(give)
-		a.req = keep
+		a.tokens.giveBack(give...)
 	}
 	s.wake(it)
 	now := time.Now()
