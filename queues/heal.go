@@ -44,11 +44,11 @@ func (s *Scheduler) heal(a *activeJob, res job.Result, end JobEnd) bool {
 		return false
 	}
 	if rebuild {
-		if dep.later != nil {
+		if dep.plan.later != nil {
 			// A tracked plan: the dependency is needed now. What it stages that
 			// the plan did not reach is below a cached element, so taken as
 			// cached (its build checks).
-			dep.later.needed = true
+			dep.plan.later.needed = true
 			dep.Stage = slices.DeleteFunc(slices.Clone(dep.Stage), unneeded)
 		}
 		s.takeBack(dep, damaged)
@@ -114,7 +114,7 @@ func (s *Scheduler) itemToHeal(it *Item, damaged element.DamagedDependency, star
 
 // unneeded reports whether a tracked plan left it out: it is below a cached
 // element, so taken as cached, though the plan never asked.
-func unneeded(it *Item) bool { return it.later != nil && !it.later.needed }
+func unneeded(it *Item) bool { return it.plan.later != nil && !it.plan.later.needed }
 
 // leaveQueue takes a cached item out of the queue it still waits in (say
 // Push), and reports whether it could: not while a job runs for it.

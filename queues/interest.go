@@ -42,7 +42,7 @@ func (s *Scheduler) withdrawStaleInterest() {
 		stale := it.queue != in.queue || it.queue < 0 || it.Failed || s.terminating
 		if !stale {
 			qs := s.queues[it.queue]
-			st, _ := qs.q.Status(it)
+			st, _ := s.status(qs, it)
 			stale = st != Ready || (s.quitting && qs.q.Action() != Push)
 		}
 		if stale {

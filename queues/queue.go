@@ -82,8 +82,8 @@ type Item struct {
 	// sourcesCached is FetchQueue's memoised answer for it.
 	sourcesCached answer
 	retryAt       time.Time
-	// later is set when the plan is decided in the loop (PlanTracked).
-	later *deferred
+	// plan is what planning decided about it, or left to the loop.
+	plan itemPlan
 	// healedAt: its artifact was found damaged (or gone) and it went back into
 	// the pipeline (see heal), last at that time (zero: never), when the cache
 	// had seen healRemovals cleanups that removed something.
@@ -94,12 +94,34 @@ type Item struct {
 	Remote bool
 	// Pulled and Built: this session pulled or built its artifact.
 	Pulled, Built bool
+}
+
+// itemPlan is the plan's share of an item. Its gate (see Scheduler.status) decides
+// before any queue after Track does.
+type itemPlan struct {
+	// later is set when the plan is decided in the loop (PlanTracked).
+	later *deferred
 	// pulls is the plan's record of the pull it is (when Remote); spare is set on the
 	// items needed only if a pull falls back to building.
 	pulls, spare *pullPlan
 	runDeps      []*Item // items of its runtime dependencies (plans with remotes)
 	expand       bool    // the plan would build it: its build dependencies are needed
 }
+
+// gate is what the plan says about it before its queue does: an item of a tracked
+// plan waits for the plan's decision, a spare item for the pulls it may be needed
+// for. When the gate does not decide (ok false), the queue's own rule applies.
+func (p *itemPlan) gate(it *Item) (st Status, reason string, ok bool) {
+	if st, reason, ok := deferredStatus(it); ok {
+		return st, reason, true
+	}
+	return spareStatus(it)
+}
+
+// open reports whether only the queue's own rule decides about it: the plan has no
+// gate for it. A gated item is asked every turn, never parked: what ends its wait
+// (the plan's decision, a pull's end) is no job of an item it could wait on.
+func (p *itemPlan) open() bool { return p.later == nil && p.spare == nil }
 
 // Name is the element's name.
 func (it *Item) Name() string { return it.Element.Name }

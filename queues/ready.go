@@ -27,6 +27,7 @@ import (
 type Waiter interface {
 	// WaitsOn is the item whose job ending (or skip) may end its wait, when Status says Wait;
 	// nil when the wait may end for any other reason (the loop then asks every turn).
+	// The loop asks only about items the plan's gate lets through (itemPlan.open).
 	WaitsOn(it *Item) *Item
 }
 
@@ -197,7 +198,7 @@ func (s *Scheduler) place(qs *queueState, it *Item, st Status, reason string) bo
 		s.pushReady(qs, it)
 		return true
 	}
-	if w, ok := qs.q.(Waiter); ok {
+	if w, ok := qs.q.(Waiter); ok && it.plan.open() {
 		if dep := w.WaitsOn(it); dep != nil {
 			s.park(qs, it, dep)
 			return true
@@ -231,7 +232,7 @@ func (s *Scheduler) startReady(qs *queueState, refused *[]resources.Request) {
 		}
 		it := best.entries[0].it
 		if it.slot.turn != s.turn {
-			if st, reason := qs.q.Status(it); st != Ready {
+			if st, reason := s.status(qs, it); st != Ready {
 				qs.move(it, inWaitList)
 				if !s.place(qs, it, st, reason) {
 					qs.requeue(it)

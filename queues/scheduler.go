@@ -359,7 +359,7 @@ func (s *Scheduler) harvest() bool {
 				qs.requeue(it)
 				continue
 			}
-			if st, reason := qs.q.Status(it); !s.place(qs, it, st, reason) {
+			if st, reason := s.status(qs, it); !s.place(qs, it, st, reason) {
 				qs.requeue(it)
 			}
 		}
@@ -369,6 +369,18 @@ func (s *Scheduler) harvest() bool {
 		skipped = skipped || len(qs.done) > 0
 	}
 	return skipped
+}
+
+// status is what qs says about it, the plan's gate first: every queue after Track
+// sees an item only once the plan lets it through (itemPlan.gate), so a queue's
+// Status says only what the queue itself knows.
+func (s *Scheduler) status(qs *queueState, it *Item) (Status, string) {
+	if qs.q.Action() != Track {
+		if st, reason, ok := it.plan.gate(it); ok {
+			return st, reason
+		}
+	}
+	return qs.q.Status(it)
 }
 
 // skip moves it to done: its queue has nothing to do for it. What was parked on it
@@ -895,8 +907,8 @@ func (s *Scheduler) summarize() *Summary {
 }
 
 func (s *Scheduler) whyNotStarted(qs *queueState, it *Item) string {
-	if it.later != nil && it.later.blocked != "" {
-		return it.later.blocked
+	if it.plan.later != nil && it.plan.later.blocked != "" {
+		return it.plan.later.blocked
 	}
 	if dep := failedDependency(it, map[*Item]bool{}); dep != nil {
 		if dep.Terminated {
@@ -910,7 +922,7 @@ func (s *Scheduler) whyNotStarted(qs *queueState, it *Item) string {
 	if s.quitting {
 		return "session quit before it started"
 	}
-	_, reason := qs.q.Status(it)
+	_, reason := s.status(qs, it)
 	msg := fmt.Sprintf("stuck in the %s queue with nothing running: %s (this is a bug in gantry: please report it)", qs.q.Action(), reason)
 	s.cfg.Publish(Notice{Base: Base{time.Now()}, Level: "error", Element: it.Name(), Text: msg})
 	return msg

@@ -28,12 +28,6 @@ type BuildQueue struct {
 func (BuildQueue) Action() Action { return Build }
 
 func (BuildQueue) Status(it *Item) (Status, string) {
-	if st, reason, ok := deferredStatus(it); ok {
-		return st, reason
-	}
-	if st, reason, ok := spareStatus(it); ok {
-		return st, reason
-	}
 	if it.Cached {
 		return Skip, "cached"
 	}
@@ -44,14 +38,8 @@ func (BuildQueue) Status(it *Item) (Status, string) {
 }
 
 // WaitsOn is the first staged dependency not yet cached: only its job ending can
-// make it ready. Items of a tracked plan wait for the plan's decision too, and spare
-// items for the pulls above them: those are asked every turn.
-func (BuildQueue) WaitsOn(it *Item) *Item {
-	if it.later != nil || it.spare != nil {
-		return nil
-	}
-	return uncachedStage(it)
-}
+// make it ready.
+func (BuildQueue) WaitsOn(it *Item) *Item { return uncachedStage(it) }
 
 // uncachedStage is the first staged dependency of it not yet cached, or nil.
 func uncachedStage(it *Item) *Item {
@@ -115,12 +103,6 @@ type FetchQueue struct {
 func (FetchQueue) Action() Action { return Fetch }
 
 func (q FetchQueue) Status(it *Item) (Status, string) {
-	if st, reason, ok := deferredStatus(it); ok {
-		return st, reason
-	}
-	if st, reason, ok := spareStatus(it); ok {
-		return st, reason
-	}
 	if it.Cached {
 		return Skip, "cached"
 	}
