@@ -86,7 +86,7 @@ func (s *Scheduler) claim(qs *queueState, it *Item) bool {
 		s.keepClaim(it, cl)
 		return true
 	}
-	qs.move(it, inWaitList)
+	qs.move(it, stateWaiting)
 	s.claimed(qs, it, cl, false)
 	return false
 }
@@ -112,7 +112,7 @@ func (s *Scheduler) claimed(qs *queueState, it *Item, cl Claim, waited bool) {
 			qs.requeue(it)
 			return
 		}
-		qs.move(it, parked)
+		qs.move(it, stateParked)
 		s.claimWaits++
 		s.claimWG.Add(1)
 		e := entry{it, it.slot.gen}
@@ -132,11 +132,11 @@ func (s *Scheduler) claimed(qs *queueState, it *Item, cl Claim, waited bool) {
 // endClaimWait books the end of a parked item's wait for another builder.
 func (s *Scheduler) endClaimWait(m claimDone) {
 	s.claimWaits--
-	if !m.e.live(parked) {
+	if !m.e.live(stateParked) {
 		m.claim.release() // moved meanwhile: it cannot be, but a claim must never leak
 		return
 	}
-	m.qs.move(m.e.it, inWaitList)
+	m.qs.move(m.e.it, stateWaiting)
 	s.claimed(m.qs, m.e.it, m.claim, true)
 }
 

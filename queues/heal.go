@@ -106,7 +106,7 @@ func (s *Scheduler) itemToHeal(it *Item, damaged element.DamagedDependency, star
 	if e == nil {
 		return nil, false
 	}
-	d := &Item{Element: e, Cached: true, queue: -1, Priority: it.Priority + DefaultEstimate}
+	d := &Item{Element: e, Cached: true, state: stateDone, Priority: it.Priority + DefaultEstimate}
 	s.cfg.Items = append(s.cfg.Items, d)
 	s.done++ // out of the pipeline, as a cached item would be by now; requeue takes it back
 	return d, true
@@ -119,7 +119,7 @@ func unneeded(it *Item) bool { return it.plan.later != nil && !it.plan.later.nee
 // leaveQueue takes a cached item out of the queue it still waits in (say
 // Push), and reports whether it could: not while a job runs for it.
 func (s *Scheduler) leaveQueue(it *Item) bool {
-	if it.queue == -1 {
+	if it.state.out() {
 		return true
 	}
 	return s.queues[it.queue].leave(it)
@@ -154,10 +154,10 @@ func (s *Scheduler) firstQueueAfterTrack() int {
 	return 0
 }
 
-// requeue puts it back into queue i; an item that had left the pipeline
-// counts as not done again.
+// requeue puts it, in no list of a queue, back into queue i; an item that had
+// left the pipeline counts as not done again.
 func (s *Scheduler) requeue(it *Item, i int) {
-	if it.queue == -1 {
+	if it.state.out() {
 		s.done--
 	}
 	it.queue = i

@@ -71,14 +71,15 @@ type Item struct {
 	// dependencies).
 	Stage []*Item
 
-	queue   int // index of the queue it is waiting in; -1 when out of the pipeline
-	attempt int // attempts of the current queue's job
+	state   state // where it is in the session (state.go)
+	queue   int   // index of the queue it is in (see state)
+	attempt int   // attempts of the current queue's job
 	// req caches what the current queue's job needs: harvest asks on every turn, and
 	// the answer only changes with the queue.
-	req      resources.Request
-	reqKey   string // req's shape (ready.go)
-	reqQueue int    // queue index req was computed for, plus one (0 = none)
-	slot     slot   // where it waits in its queue (ready.go)
+	req    resources.Request
+	reqKey string      // req's shape (ready.go)
+	reqOf  *queueState // the queue req was computed for; nil: none yet
+	slot   slot        // its turn and order in its queue (ready.go)
 	// sourcesCached is FetchQueue's memoised answer for it.
 	sourcesCached answer
 	retryAt       time.Time

@@ -250,7 +250,7 @@ func planWithRemotes(g *element.Graph, targets []*element.Element, opts PlanOpti
 		return nil, err
 	}
 	// Everything that could be needed, as if nothing could be pulled.
-	all, err := walkPlan(g, targets, opts, func(e *element.Element) *Item { return &Item{Element: e, queue: -1} }, nil)
+	all, err := walkPlan(g, targets, opts, func(e *element.Element) *Item { return &Item{Element: e} }, nil)
 	if err != nil {
 		return nil, err
 	}

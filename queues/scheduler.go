@@ -243,6 +243,7 @@ func (s *Scheduler) Run() *Summary {
 			if it.Failed { // a cached failure: counted and reported, never queued
 				s.done++
 				s.cachedFailureQueue().failed++
+				it.state = stateFailed
 				continue
 			}
 			it.queue = 0
@@ -299,12 +300,19 @@ func (s *Scheduler) queueOf(action Action) *queueState {
 	return nil
 }
 
-// add enters it into qs's wait list, highest priority first, first come first among
-// equals.
+// add enters it, in no list of a queue, into qs's wait list, highest priority
+// first, first come first among equals.
 func (s *Scheduler) add(qs *queueState, it *Item) {
 	s.entered++
-	it.slot = slot{gen: it.slot.gen + 1, seq: s.entered}
+	it.state, it.slot = stateWaiting, slot{gen: it.slot.gen + 1, seq: s.entered}
 	qs.requeue(it)
+}
+
+// pass books that qs is done with it (skipped, or its job succeeded): the next
+// promote moves it on.
+func (qs *queueState) pass(it *Item) {
+	qs.move(it, statePassed)
+	qs.done = append(qs.done, it)
 }
 
 // promote moves the done items of each queue into the next one. It reports whether
@@ -323,7 +331,7 @@ func (s *Scheduler) promote() bool {
 				it.queue = i + 1
 				s.add(s.queues[i+1], it)
 			} else {
-				it.queue = -1
+				qs.move(it, stateDone)
 				s.done++
 			}
 		}
@@ -397,7 +405,7 @@ func (s *Scheduler) skipWaited(qs *queueState, it *Item, reason string, waited b
 	} else {
 		qs.skipped++
 	}
-	qs.done = append(qs.done, it)
+	qs.pass(it)
 	s.cfg.Publish(ElementSkipped{Base: Base{time.Now()}, Action: qs.q.Action(), Element: it.Name(), Key: it.Element.Key, Reason: reason, Waited: waited})
 }
 
@@ -432,6 +440,7 @@ func (s *Scheduler) spawn(qs *queueState, it *Item, refused *[]resources.Request
 		return true // another builder has it (claim.go)
 	}
 	s.withdrawInterest(it)
+	qs.move(it, stateRunning)
 	it.attempt++
 	action := qs.q.Action()
 	a := &activeJob{id: s.nextJobID(action), item: it, qs: qs, tokens: tokens, logPath: s.logPath(it, action), gated: gated}
@@ -569,6 +578,7 @@ func (s *Scheduler) finish(a *activeJob, out job.Outcome) {
 	switch {
 	case terminated:
 		it.Terminated = true
+		qs.move(it, stateStopped)
 		end.Result = ResultTerminated
 		s.jobEnded(end)
 	case out.Result.OK && out.Result.Skipped:
@@ -577,14 +587,14 @@ func (s *Scheduler) finish(a *activeJob, out job.Outcome) {
 			warning, _ = r.Recover(it, out.Result)
 		}
 		qs.skipped++
-		qs.done = append(qs.done, it)
+		qs.pass(it)
 		end.Result = ResultSkipped
 		s.jobEnded(end)
 		s.warn(it, warning)
 	case out.Result.OK:
 		qs.processed++
 		qs.q.Done(it, out.Result)
-		qs.done = append(qs.done, it)
+		qs.pass(it)
 		end.Result = ResultSuccess
 		s.jobEnded(end)
 		if w, ok := qs.q.(Warner); ok {
@@ -702,7 +712,7 @@ func (s *Scheduler) recover(qs *queueState, it *Item, res job.Result, end *JobEn
 		return false
 	}
 	qs.skipped++
-	qs.done = append(qs.done, it)
+	qs.pass(it)
 	end.Result = ResultSkipped
 	s.jobEnded(*end)
 	s.warn(it, warning)
@@ -721,7 +731,7 @@ func (s *Scheduler) fail(qs *queueState, it *Item, msg, logPath string) {
 	s.leaving(it)
 	qs.failed++
 	it.Failed = true
-	it.queue = -1
+	qs.move(it, stateFailed)
 	s.done++
 	s.failed = append(s.failed, FailedElement{Element: it.Name(), Action: qs.q.Action(), Error: msg, LogPath: logPath})
 	switch s.cfg.OnError {

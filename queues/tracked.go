@@ -20,7 +20,7 @@ func PlanTracked(g *element.Graph, targets []*element.Element, opts PlanOptions)
 	elements := g.Select(targets, element.DepsAll)
 	tp := &trackedPlan{g: g, targets: targets, opts: opts, byElement: map[*element.Element]*Item{}}
 	for _, e := range elements {
-		it := &Item{Element: e, queue: -1, plan: itemPlan{later: &deferred{plan: tp}}}
+		it := &Item{Element: e, plan: itemPlan{later: &deferred{plan: tp}}}
 		tp.items = append(tp.items, it)
 		tp.byElement[e] = it
 	}
@@ -55,7 +55,13 @@ type deferred struct {
 // tracked reports whether the item is past the Track queue (the first one): moved on,
 // or out of the pipeline for a reason other than failing there.
 func (it *Item) tracked() bool {
-	return it.queue > 0 || (it.queue == -1 && !it.Failed && !it.Terminated)
+	switch it.state {
+	case stateUnqueued:
+		return false
+	case stateDone, stateFailed:
+		return !it.Failed && !it.Terminated
+	}
+	return it.queue > 0
 }
 
 // decide makes the plan once every item is past tracking, and reports whether it is
@@ -67,7 +73,7 @@ func (tp *trackedPlan) decide() bool {
 	}
 	for tp.scan < len(tp.items) {
 		it := tp.items[tp.scan]
-		if !it.tracked() && !(it.queue == -1 && it.Failed) {
+		if !it.tracked() && !(it.state.out() && it.Failed) {
 			return false
 		}
 		tp.scan++
