@@ -70,19 +70,22 @@ type Item struct {
 	// Stage lists the items its build stages (build dependencies and their runtime
 	// dependencies).
 	Stage []*Item
+	// Remote: the plan found its artifact on a remote; it is pulled, not built.
+	Remote bool
+	// Pulled and Built: this session pulled or built its artifact.
+	Pulled, Built bool
 
+	// The loop's bookkeeping.
 	state   state // where it is in the session (state.go)
 	queue   int   // index of the queue it is in (see state)
 	attempt int   // attempts of the current queue's job
 	// req caches what the current queue's job needs: harvest asks on every turn, and
 	// the answer only changes with the queue.
-	req    resources.Request
-	reqKey string      // req's shape (ready.go)
-	reqOf  *queueState // the queue req was computed for; nil: none yet
-	slot   slot        // its turn and order in its queue (ready.go)
-	// sourcesCached is FetchQueue's memoised answer for it.
-	sourcesCached answer
-	retryAt       time.Time
+	req     resources.Request
+	reqKey  string      // req's shape (ready.go)
+	reqOf   *queueState // the queue req was computed for; nil: none yet
+	slot    slot        // its turn and order in its queue (ready.go)
+	retryAt time.Time   // a retry waits in the wait list until then
 	// plan is what planning decided about it, or left to the loop.
 	plan itemPlan
 	// healedAt: its artifact was found damaged (or gone) and it went back into
@@ -90,11 +93,6 @@ type Item struct {
 	// had seen healRemovals cleanups that removed something.
 	healedAt     time.Time
 	healRemovals uint64
-
-	// Remote: the plan found its artifact on a remote; it is pulled, not built.
-	Remote bool
-	// Pulled and Built: this session pulled or built its artifact.
-	Pulled, Built bool
 }
 
 // itemPlan is the plan's share of an item. Its gate (see Scheduler.status) decides
@@ -126,6 +124,11 @@ func (p *itemPlan) open() bool { return p.later == nil && p.spare == nil }
 
 // Name is the element's name.
 func (it *Item) Name() string { return it.Element.Name }
+
+// Spare reports whether the plan kept it only in case a pull falls back to
+// building (see planWithRemotes): no remote was asked about it. A queue sees a
+// spare item only once it is needed.
+func (it *Item) Spare() bool { return it.plan.spare != nil }
 
 // Queue is one stage of the pipeline. Its methods are called only from the scheduler
 // goroutine, so implementations may read Items freely.
@@ -203,12 +206,3 @@ func (r *ProcessRunner) Start(spec job.Spec, onMessage func(job.Message)) (Runni
 
 // Close ends the workers; the scheduler calls it when the session ends.
 func (r *ProcessRunner) Close() error { return r.workers.Close() }
-
-// answer is a question's memoised answer: not asked yet, no or yes.
-type answer uint8
-
-const (
-	notAsked answer = iota
-	answerNo
-	answerYes
-)

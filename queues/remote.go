@@ -60,7 +60,7 @@ func (q PullQueue) Status(it *Item) (Status, string) {
 	switch {
 	case it.Cached:
 		return Skip, "cached"
-	case q.Found && !it.Remote && it.plan.spare == nil && !q.leasing(it):
+	case q.Found && !it.Remote && !it.Spare() && !q.leasing(it):
 		// Spare items needed after all were never looked up: they are tried.
 		return Skip, "not on a remote"
 	case q.leasing(it) && uncachedStage(it) != nil:
@@ -91,9 +91,6 @@ func (q PullQueue) Done(it *Item, res job.Result) {
 	if q.DoneFunc != nil {
 		q.DoneFunc(it, res)
 	}
-	if p := it.plan.pulls; p != nil {
-		p.resolve(it, false)
-	}
 }
 
 func (q PullQueue) Retries() int { return q.NetworkRetries }
@@ -114,11 +111,6 @@ func (q PullQueue) Recover(it *Item, res job.Result) (string, bool) {
 	if q.RecoverFunc != nil {
 		w, rok := q.RecoverFunc(it, res)
 		warning, ok = w, ok || rok
-	}
-	if it.plan.pulls != nil {
-		// Recovered, it is built instead; not, it fails: either way the spare items
-		// below it wait for it no longer.
-		it.plan.pulls.resolve(it, ok)
 	}
 	return warning, ok
 }
@@ -175,6 +167,15 @@ type pullPlan struct {
 	settled map[*Item]bool    // pulls resolved
 	fell    map[*Item]bool    // pulls that fell back to building
 	needed  map[*Item]bool    // recomputed when a pull falls back
+}
+
+// pullEnded books the end of it's job in the Pull queue for the plan: pulled,
+// fallen back to building (fellBack), or failed. Either way the spare items below
+// it wait for it no longer.
+func (s *Scheduler) pullEnded(qs *queueState, it *Item, fellBack bool) {
+	if p := it.plan.pulls; p != nil && qs.q.Action() == Pull {
+		p.resolve(it, fellBack)
+	}
 }
 
 // resolve books the end of a planned pull (once: a failure retried by the user may

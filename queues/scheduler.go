@@ -584,7 +584,8 @@ func (s *Scheduler) finish(a *activeJob, out job.Outcome) {
 	case out.Result.OK && out.Result.Skipped:
 		warning := ""
 		if r, ok := qs.q.(Recoverer); ok {
-			warning, _ = r.Recover(it, out.Result)
+			warning, ok = r.Recover(it, out.Result)
+			s.pullEnded(qs, it, ok)
 		}
 		qs.skipped++
 		qs.pass(it)
@@ -594,6 +595,7 @@ func (s *Scheduler) finish(a *activeJob, out job.Outcome) {
 	case out.Result.OK:
 		qs.processed++
 		qs.q.Done(it, out.Result)
+		s.pullEnded(qs, it, false)
 		qs.pass(it)
 		end.Result = ResultSuccess
 		s.jobEnded(end)
@@ -708,6 +710,7 @@ func (s *Scheduler) recover(qs *queueState, it *Item, res job.Result, end *JobEn
 		return false
 	}
 	warning, ok := r.Recover(it, res)
+	s.pullEnded(qs, it, ok)
 	if !ok {
 		return false
 	}

@@ -533,9 +533,9 @@ func (s *session) sourcesPayload(c *cache.Cache, e *element.Element) (json.RawMe
 }
 
 // fetchQueue fetches the sources of elements that are not cached.
-func (s *session) fetchQueue(c *cache.Cache, g *element.Graph) queues.FetchQueue {
+func (s *session) fetchQueue(c *cache.Cache, g *element.Graph) *queues.FetchQueue {
 	q := cacheQuery{c: c}
-	return queues.FetchQueue{
+	return &queues.FetchQueue{
 		SourcesCached:  func(it *queues.Item) bool { return q.SourcesCached(g.Project, it.Element) },
 		PayloadFunc:    func(it *queues.Item) (json.RawMessage, error) { return s.sourcesPayload(c, it.Element) },
 		NetworkRetries: s.networkRetries(),
