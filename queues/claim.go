@@ -91,7 +91,7 @@ func (s *Scheduler) claim(qs *queueState, it *Item) bool {
 	return false
 }
 
-// claimed moves it, out of every place, on as cl says; waited: cl ends a wait
+// claimed moves it, in no list of its queue, on as cl says; waited: cl ends a wait
 // for another builder (ElementWaiting was published).
 func (s *Scheduler) claimed(qs *queueState, it *Item, cl Claim, waited bool) {
 	switch cl.Outcome {
