@@ -135,6 +135,9 @@ func (it *Item) Spare() bool { return it.plan.spare != nil }
 type Queue interface {
 	Action() Action
 	// Status says whether the element can be processed now, must wait, or needs nothing.
+	// It says only what the queue knows: in every queue after Track, the loop asks
+	// about an item only once the plan's gate lets it through (a tracked plan
+	// decided, a spare item needed).
 	Status(it *Item) (Status, string)
 	// Resources are what one job of this queue needs for it.
 	Resources(it *Item) resources.Request
