@@ -89,8 +89,8 @@ func (s Sources) Payload(e *element.Element) (json.RawMessage, error) {
 }
 
 // FetchQueue fetches the sources of elements that are not cached.
-func (s Sources) FetchQueue() queues.FetchQueue {
-	return queues.FetchQueue{
+func (s Sources) FetchQueue() *queues.FetchQueue {
+	return &queues.FetchQueue{
 		SourcesCached:  func(it *queues.Item) bool { return SourcesCached(s.Cache.SourcesDir(), it.Element) },
 		PayloadFunc:    func(it *queues.Item) (json.RawMessage, error) { return s.Payload(it.Element) },
 		NetworkRetries: s.NetworkRetries,

@@ -2,8 +2,6 @@ package queues
 
 import (
 	"time"
-
-	"github.com/gantry-build/gantry/resources"
 )
 
 // Build-once claims: another builder has it — wait, then reuse. Two sessions may
@@ -74,10 +72,11 @@ type claimDone struct {
 	claim Claim
 }
 
-// claim claims it, with req reserved, before its job starts. It reports whether
-// the job is to start; if not, req is given back and it has gone where the claim
-// said: skipped, failed, or parked until the other builder is done.
-func (s *Scheduler) claim(qs *queueState, it *Item, req resources.Request) bool {
+// claim claims it, with its job's tokens reserved, before its job starts. It
+// reports whether the job is to start; if not, the caller gives the tokens back,
+// and it has gone where the claim said: skipped, failed, or parked until the
+// other builder is done.
+func (s *Scheduler) claim(qs *queueState, it *Item) bool {
 	c, ok := qs.q.(Claimer)
 	if !ok || s.claims[it] != nil {
 		return true // not claimed, or claimed already (after a wait)
@@ -87,13 +86,12 @@ func (s *Scheduler) claim(qs *queueState, it *Item, req resources.Request) bool 
 		s.keepClaim(it, cl)
 		return true
 	}
-	s.cfg.Pool.Release(req)
-	qs.move(it, inWaitList)
+	qs.move(it, stateWaiting)
 	s.claimed(qs, it, cl, false)
 	return false
 }
 
-// claimed moves it, out of every place, on as cl says; waited: cl ends a wait
+// claimed moves it, in no list of its queue, on as cl says; waited: cl ends a wait
 // for another builder (ElementWaiting was published).
 func (s *Scheduler) claimed(qs *queueState, it *Item, cl Claim, waited bool) {
 	switch cl.Outcome {
@@ -114,7 +112,7 @@ func (s *Scheduler) claimed(qs *queueState, it *Item, cl Claim, waited bool) {
 			qs.requeue(it)
 			return
 		}
-		qs.move(it, parked)
+		qs.move(it, stateParked)
 		s.claimWaits++
 		s.claimWG.Add(1)
 		e := entry{it, it.slot.gen}
@@ -134,11 +132,11 @@ func (s *Scheduler) claimed(qs *queueState, it *Item, cl Claim, waited bool) {
 // endClaimWait books the end of a parked item's wait for another builder.
 func (s *Scheduler) endClaimWait(m claimDone) {
 	s.claimWaits--
-	if !m.e.live(parked) {
+	if !m.e.live(stateParked) {
 		m.claim.release() // moved meanwhile: it cannot be, but a claim must never leak
 		return
 	}
-	m.qs.move(m.e.it, inWaitList)
+	m.qs.move(m.e.it, stateWaiting)
 	s.claimed(m.qs, m.e.it, m.claim, true)
 }
 

@@ -102,14 +102,14 @@ func (s *Scheduler) harvestCleanup() {
 		return
 	}
 	exclusive := []resources.Resource{resources.Cache}
-	req := resources.Request{Exclusive: exclusive}
-	if !s.cfg.Pool.Reserve(req) {
+	tokens, ok := reserveTokens(s.cfg.Pool, resources.Request{Exclusive: exclusive})
+	if !ok {
 		s.cfg.Pool.RegisterExclusiveInterest(exclusive, cleanupOwner)
 		return
 	}
 	s.cfg.Pool.UnregisterExclusiveInterest(exclusive, cleanupOwner)
 	s.clean.pending = false
-	a := &activeJob{id: s.nextJobID(Cleanup), req: req}
+	a := &activeJob{id: s.nextJobID(Cleanup), tokens: tokens}
 	a.logPath = filepath.Join(s.cfg.LogDir, s.cfg.Project, fmt.Sprintf("cleanup-%d.log", s.seq))
 	// What it keeps is what the session needs now: published too, so that
 	// the cleanup, which reads what every live session needs, reads this
@@ -121,7 +121,7 @@ func (s *Scheduler) harvestCleanup() {
 		err = s.startJob(a, Cleanup, cleanupElement, payload)
 	}
 	if err != nil {
-		s.cfg.Pool.Release(req)
+		tokens.releaseAll()
 		s.cleanupFailed(fmt.Sprintf("cannot start the cache cleanup: %v", err))
 		return
 	}
@@ -142,7 +142,7 @@ func (s *Scheduler) keep() []ArtifactKey {
 		}
 	}
 	for _, it := range s.cfg.Items {
-		unfinished := it.queue >= 0 && !it.Failed && !it.Terminated
+		unfinished := it.state.queued() && !it.Failed && !it.Terminated
 		if unfinished || s.cfg.Cleanup != nil && s.cfg.Cleanup.Deliver(it) {
 			add(it)
 		}

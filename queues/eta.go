@@ -35,7 +35,7 @@ func (s *Scheduler) startETA() {
 		}
 	}
 	for _, it := range s.cfg.Items {
-		if e.build >= 0 && !it.Cached && !it.Failed && it.queue >= 0 {
+		if e.build >= 0 && !it.Cached && !it.Failed && it.state.queued() {
 			e.left[it] = true
 			e.work += it.Estimate
 			e.byPriority = append(e.byPriority, it)

@@ -56,11 +56,9 @@ func (qs *queueState) firstGated() *activeJob {
 // open gives a its queue's gate token and opens its gate. It returns false, doing
 // nothing, when the token is not free.
 func (s *Scheduler) open(qs *queueState, a *activeJob) bool {
-	token := gateToken(qs)
-	if !s.cfg.Pool.Reserve(resources.Request{Shared: []resources.Resource{token}}) {
+	if !a.tokens.take(gateToken(qs)) {
 		return false
 	}
-	a.req.Shared = append(slices.Clone(a.req.Shared), token)
 	s.ungate(a)
 	now := time.Now()
 	a.gateWait = s.elapsed(now) - a.startedAt
@@ -88,7 +86,7 @@ const KindSlotDone = string(job.MessageSlotDone)
 // them. It reports whether anything changed.
 func (s *Scheduler) slotDone(a *activeJob, m job.Message) bool {
 	token := gateToken(a.qs)
-	if a.tail || a.gated || token == "" || !slices.Contains(a.req.Shared, token) {
+	if a.tail || a.gated || token == "" || !a.tokens.holds(token) {
 		return false
 	}
 	// Its artifact is not available yet: the builds it makes ready come then. Giving
@@ -98,8 +96,7 @@ func (s *Scheduler) slotDone(a *activeJob, m job.Message) bool {
 	if next := a.qs.nextUp(); next == nil || next.Priority < a.item.Priority-a.item.Estimate || !s.beginTail(a) {
 		return false
 	}
-	s.cfg.Pool.Release(resources.Request{Shared: []resources.Resource{token}})
-	a.req.Shared = without(a.req.Shared, token)
+	a.tokens.giveBack(token)
 	s.cfg.Publish(JobMessage{Base: Base{m.Time}, JobID: a.id, Action: a.qs.q.Action(), Element: a.item.Name(),
 		Key: a.item.Element.Key, Kind: KindSlotDone, Text: "commands done; caching"})
 	return true

@@ -44,11 +44,11 @@ func (s *Scheduler) heal(a *activeJob, res job.Result, end JobEnd) bool {
 		return false
 	}
 	if rebuild {
-		if dep.later != nil {
+		if dep.plan.later != nil {
 			// A tracked plan: the dependency is needed now. What it stages that
 			// the plan did not reach is below a cached element, so taken as
 			// cached (its build checks).
-			dep.later.needed = true
+			dep.plan.later.needed = true
 			dep.Stage = slices.DeleteFunc(slices.Clone(dep.Stage), unneeded)
 		}
 		s.takeBack(dep, damaged)
@@ -106,7 +106,7 @@ func (s *Scheduler) itemToHeal(it *Item, damaged element.DamagedDependency, star
 	if e == nil {
 		return nil, false
 	}
-	d := &Item{Element: e, Cached: true, queue: -1, Priority: it.Priority + DefaultEstimate}
+	d := &Item{Element: e, Cached: true, state: stateDone, Priority: it.Priority + DefaultEstimate}
 	s.cfg.Items = append(s.cfg.Items, d)
 	s.done++ // out of the pipeline, as a cached item would be by now; requeue takes it back
 	return d, true
@@ -114,12 +114,12 @@ func (s *Scheduler) itemToHeal(it *Item, damaged element.DamagedDependency, star
 
 // unneeded reports whether a tracked plan left it out: it is below a cached
 // element, so taken as cached, though the plan never asked.
-func unneeded(it *Item) bool { return it.later != nil && !it.later.needed }
+func unneeded(it *Item) bool { return it.plan.later != nil && !it.plan.later.needed }
 
 // leaveQueue takes a cached item out of the queue it still waits in (say
 // Push), and reports whether it could: not while a job runs for it.
 func (s *Scheduler) leaveQueue(it *Item) bool {
-	if it.queue == -1 {
+	if it.state.out() {
 		return true
 	}
 	return s.queues[it.queue].leave(it)
@@ -154,10 +154,10 @@ func (s *Scheduler) firstQueueAfterTrack() int {
 	return 0
 }
 
-// requeue puts it back into queue i; an item that had left the pipeline
-// counts as not done again.
+// requeue puts it, in no list of a queue, back into queue i; an item that had
+// left the pipeline counts as not done again.
 func (s *Scheduler) requeue(it *Item, i int) {
-	if it.queue == -1 {
+	if it.state.out() {
 		s.done--
 	}
 	it.queue = i

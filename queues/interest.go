@@ -39,10 +39,10 @@ func (s *Scheduler) withdrawStaleInterest() {
 		s.cfg.Pool.UnregisterExclusiveInterest([]resources.Resource{resources.Cache}, cleanupOwner)
 	}
 	for it, in := range s.interests {
-		stale := it.queue != in.queue || it.queue < 0 || it.Failed || s.terminating
+		stale := it.queue != in.queue || it.state.out() || it.Failed || s.terminating
 		if !stale {
 			qs := s.queues[it.queue]
-			st, _ := qs.q.Status(it)
+			st, _ := s.status(qs, it)
 			stale = st != Ready || (s.quitting && qs.q.Action() != Push)
 		}
 		if stale {

@@ -42,7 +42,7 @@ func Plan(g *element.Graph, targets []*element.Element, opts PlanOptions) ([]*It
 	if opts.OnRemote != nil {
 		return planWithRemotes(g, targets, opts)
 	}
-	order, err := walkPlan(g, targets, opts, func(e *element.Element) *Item { return &Item{Element: e, queue: -1} }, nil)
+	order, err := walkPlan(g, targets, opts, func(e *element.Element) *Item { return &Item{Element: e} }, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -70,30 +70,36 @@ type Item struct {
 	// Stage lists the items its build stages (build dependencies and their runtime
 	// dependencies).
 	Stage []*Item
+	// Remote: the plan found its artifact on a remote; it is pulled, not built.
+	Remote bool
+	// Pulled and Built: this session pulled or built its artifact.
+	Pulled, Built bool
 
-	queue   int // index of the queue it is waiting in; -1 when out of the pipeline
-	attempt int // attempts of the current queue's job
+	// The loop's bookkeeping.
+	state   state // where it is in the session (state.go)
+	queue   int   // index of the queue it is in (see state)
+	attempt int   // attempts of the current queue's job
 	// req caches what the current queue's job needs: harvest asks on every turn, and
 	// the answer only changes with the queue.
-	req      resources.Request
-	reqKey   string // req's shape (ready.go)
-	reqQueue int    // queue index req was computed for, plus one (0 = none)
-	slot     slot   // where it waits in its queue (ready.go)
-	// sourcesCached is FetchQueue's memoised answer for it.
-	sourcesCached answer
-	retryAt       time.Time
-	// later is set when the plan is decided in the loop (PlanTracked).
-	later *deferred
+	req     resources.Request
+	reqKey  string      // req's shape (ready.go)
+	reqOf   *queueState // the queue req was computed for; nil: none yet
+	slot    slot        // its turn and order in its queue (ready.go)
+	retryAt time.Time   // a retry waits in the wait list until then
+	// plan is what planning decided about it, or left to the loop.
+	plan itemPlan
 	// healedAt: its artifact was found damaged (or gone) and it went back into
 	// the pipeline (see heal), last at that time (zero: never), when the cache
 	// had seen healRemovals cleanups that removed something.
 	healedAt     time.Time
 	healRemovals uint64
+}
 
-	// Remote: the plan found its artifact on a remote; it is pulled, not built.
-	Remote bool
-	// Pulled and Built: this session pulled or built its artifact.
-	Pulled, Built bool
+// itemPlan is the plan's share of an item. Its gate (see Scheduler.status) decides
+// before any queue after Track does.
+type itemPlan struct {
+	// later is set when the plan is decided in the loop (PlanTracked).
+	later *deferred
 	// pulls is the plan's record of the pull it is (when Remote); spare is set on the
 	// items needed only if a pull falls back to building.
 	pulls, spare *pullPlan
@@ -101,14 +107,37 @@ type Item struct {
 	expand       bool    // the plan would build it: its build dependencies are needed
 }
 
+// gate is what the plan says about it before its queue does: an item of a tracked
+// plan waits for the plan's decision, a spare item for the pulls it may be needed
+// for. When the gate does not decide (ok false), the queue's own rule applies.
+func (p *itemPlan) gate(it *Item) (st Status, reason string, ok bool) {
+	if st, reason, ok := deferredStatus(it); ok {
+		return st, reason, true
+	}
+	return spareStatus(it)
+}
+
+// open reports whether only the queue's own rule decides about it: the plan has no
+// gate for it. A gated item is asked every turn, never parked: what ends its wait
+// (the plan's decision, a pull's end) is no job of an item it could wait on.
+func (p *itemPlan) open() bool { return p.later == nil && p.spare == nil }
+
 // Name is the element's name.
 func (it *Item) Name() string { return it.Element.Name }
+
+// Spare reports whether the plan kept it only in case a pull falls back to
+// building (see planWithRemotes): no remote was asked about it. A queue sees a
+// spare item only once it is needed.
+func (it *Item) Spare() bool { return it.plan.spare != nil }
 
 // Queue is one stage of the pipeline. Its methods are called only from the scheduler
 // goroutine, so implementations may read Items freely.
 type Queue interface {
 	Action() Action
 	// Status says whether the element can be processed now, must wait, or needs nothing.
+	// It says only what the queue knows: in every queue after Track, the loop asks
+	// about an item only once the plan's gate lets it through (a tracked plan
+	// decided, a spare item needed).
 	Status(it *Item) (Status, string)
 	// Resources are what one job of this queue needs for it.
 	Resources(it *Item) resources.Request
@@ -180,12 +209,3 @@ func (r *ProcessRunner) Start(spec job.Spec, onMessage func(job.Message)) (Runni
 
 // Close ends the workers; the scheduler calls it when the session ends.
 func (r *ProcessRunner) Close() error { return r.workers.Close() }
-
-// answer is a question's memoised answer: not asked yet, no or yes.
-type answer uint8
-
-const (
-	notAsked answer = iota
-	answerNo
-	answerYes
-)

@@ -9,15 +9,18 @@ import (
 )
 
 // Readiness is kept incrementally, as ninja's Plan does. An item waiting in
-// a queue is in one of three places:
+// a queue is in one of three places, its state (state.go) says which:
 //
-//   - the wait list, asked for its Status every turn: items new to the queue, waiting
-//     out a retry's backoff, or waiting for a reason the loop cannot follow;
-//   - a ready heap: Status said Ready and the tokens were not there; one heap per
-//     request shape, highest priority first, so a turn starts jobs by popping heads
-//     and stops at the first head refused, never walking the rest;
-//   - parked: Status said Wait and the queue (a Waiter) named the item it waits on;
-//     it is asked again only when that item's job ends or it is skipped.
+//   - the wait list (stateWaiting), asked for its Status every turn: items new
+//     to the queue, waiting out a retry's backoff, or waiting for a reason the
+//     loop cannot follow;
+//   - a ready heap (stateReady): Status said Ready and the tokens were not
+//     there; one heap per request shape, highest priority first, so a turn
+//     starts jobs by popping heads and stops at the first head refused, never
+//     walking the rest;
+//   - parked (stateParked): Status said Wait and the queue (a Waiter) named the
+//     item it waits on; it is asked again only when that item's job ends or it
+//     is skipped.
 //
 // A turn then costs what it starts, skips or wakes, not what waits: the loop stays
 // flat as the graph grows. Every place keeps the wait list's order: priority, then the
@@ -27,24 +30,16 @@ import (
 type Waiter interface {
 	// WaitsOn is the item whose job ending (or skip) may end its wait, when Status says Wait;
 	// nil when the wait may end for any other reason (the loop then asks every turn).
+	// The loop asks only about items the plan's gate lets through (itemPlan.open).
 	WaitsOn(it *Item) *Item
 }
 
-// place is where a waiting item is kept.
-type place uint8
-
-const (
-	inWaitList place = iota // in its queue's wait list, running, or out of the pipeline
-	inReady                 // in a ready heap of its queue
-	parked                  // in the scheduler's waiters, under the item it waits on
-)
-
-// slot is the loop's bookkeeping of where an item waits.
+// slot is the loop's bookkeeping of an item's order in its queue. Where it waits
+// is its state: stateWaiting, stateReady or stateParked.
 type slot struct {
-	place place
-	gen   uint32 // bumped on every move: heap and waiter entries of older moves are stale
-	seq   uint64 // when it entered its queue: the order among equal priorities
-	turn  uint64 // the turn its Status last said Ready
+	gen  uint32 // bumped on every move: heap and waiter entries of older moves are stale
+	seq  uint64 // when it entered its queue: the order among equal priorities
+	turn uint64 // the turn its Status last said Ready
 }
 
 // entry is an item as a heap or a waiter list saw it.
@@ -53,7 +48,7 @@ type entry struct {
 	gen uint32
 }
 
-func (e entry) live(p place) bool { return e.it.slot.place == p && e.it.slot.gen == e.gen }
+func (e entry) live(st state) bool { return e.it.state == st && e.it.slot.gen == e.gen }
 
 // before is the order of every place: higher priority first, then first come.
 func before(a, b *Item) bool {
@@ -94,7 +89,7 @@ func (g *readyGroup) Pop() any {
 // head is the group's first live item, nil when it has none; stale entries go.
 func (g *readyGroup) head() *Item {
 	for len(g.entries) > 0 {
-		if e := g.entries[0]; e.live(inReady) {
+		if e := g.entries[0]; e.live(stateReady) {
 			return e.it
 		}
 		heap.Pop(g)
@@ -121,28 +116,30 @@ func requestKey(r resources.Request) string {
 // request is what the current queue's job needs for it. Harvest asks often and the
 // answer only changes with the queue, so it is kept with its key.
 func (s *Scheduler) request(qs *queueState, it *Item) resources.Request {
-	if it.reqQueue != it.queue+1 {
-		it.req, it.reqQueue = qs.q.Resources(it), it.queue+1
+	if it.reqOf != qs {
+		it.req, it.reqOf = qs.q.Resources(it), qs
 		it.reqKey = requestKey(it.req)
 	}
 	return it.req
 }
 
-// move takes it out of whatever place it had (the wait list excepted).
-func (qs *queueState) move(it *Item, to place) {
-	switch it.slot.place {
-	case inReady:
+// move puts it, an item of qs, in state to, keeping qs's counts of its ready and
+// parked items. It takes it out of no list: the wait list is the caller's, and
+// heap and waiter entries go stale.
+func (qs *queueState) move(it *Item, to state) {
+	switch it.state {
+	case stateReady:
 		qs.ready--
-	case parked:
+	case stateParked:
 		qs.parked--
 	}
 	switch to {
-	case inReady:
+	case stateReady:
 		qs.ready++
-	case parked:
+	case stateParked:
 		qs.parked++
 	}
-	it.slot.place = to
+	it.state = to
 	it.slot.gen++
 }
 
@@ -154,14 +151,14 @@ func (s *Scheduler) pushReady(qs *queueState, it *Item) {
 		i = len(qs.groups)
 		qs.groups = append(qs.groups, &readyGroup{key: it.reqKey})
 	}
-	qs.move(it, inReady)
+	qs.move(it, stateReady)
 	it.slot.turn = s.turn
 	heap.Push(qs.groups[i], entry{it, it.slot.gen})
 }
 
 // park keeps it aside until dep's job ends.
 func (s *Scheduler) park(qs *queueState, it, dep *Item) {
-	qs.move(it, parked)
+	qs.move(it, stateParked)
 	if s.waiters == nil {
 		s.waiters = map[*Item][]entry{}
 	}
@@ -177,11 +174,11 @@ func (s *Scheduler) wake(it *Item) {
 	}
 	delete(s.waiters, it)
 	for _, e := range ws {
-		if !e.live(parked) {
+		if !e.live(stateParked) {
 			continue
 		}
 		qs := s.queues[e.it.queue]
-		qs.move(e.it, inWaitList)
+		qs.move(e.it, stateWaiting)
 		qs.requeue(e.it)
 	}
 }
@@ -197,7 +194,7 @@ func (s *Scheduler) place(qs *queueState, it *Item, st Status, reason string) bo
 		s.pushReady(qs, it)
 		return true
 	}
-	if w, ok := qs.q.(Waiter); ok {
+	if w, ok := qs.q.(Waiter); ok && it.plan.open() {
 		if dep := w.WaitsOn(it); dep != nil {
 			s.park(qs, it, dep)
 			return true
@@ -231,8 +228,8 @@ func (s *Scheduler) startReady(qs *queueState, refused *[]resources.Request) {
 		}
 		it := best.entries[0].it
 		if it.slot.turn != s.turn {
-			if st, reason := qs.q.Status(it); st != Ready {
-				qs.move(it, inWaitList)
+			if st, reason := s.status(qs, it); st != Ready {
+				qs.move(it, stateWaiting)
 				if !s.place(qs, it, st, reason) {
 					qs.requeue(it)
 				}
@@ -241,11 +238,7 @@ func (s *Scheduler) startReady(qs *queueState, refused *[]resources.Request) {
 		}
 		if !s.spawn(qs, it, refused) {
 			best.refused = true
-			continue
-		}
-		if it.slot.place == inReady {
-			qs.move(it, inWaitList) // started, or failed to start
-		} // else another builder has it: skipped, failed or parked (claim.go)
+		} // else it runs, failed to start, or another builder has it (claim.go)
 	}
 	for _, g := range qs.groups {
 		g.refused = false
@@ -274,7 +267,7 @@ func (s *Scheduler) waiting(i int) []*Item {
 	qs.sortWait()
 	items := slices.Clone(qs.wait)
 	for _, it := range s.cfg.Items {
-		if it.queue == i && it.slot.place != inWaitList {
+		if it.queue == i && (it.state == stateReady || it.state == stateParked) {
 			items = append(items, it)
 		}
 	}
@@ -282,17 +275,20 @@ func (s *Scheduler) waiting(i int) []*Item {
 	return items
 }
 
-// leave takes it out of the queue it waits in; false when it is not waiting there
-// (it runs).
+// leave takes it out of the queue it waits in, leaving it in no list; false when it
+// is not waiting there (it runs, or its queue is done with it).
 func (qs *queueState) leave(it *Item) bool {
-	if it.slot.place != inWaitList {
-		qs.move(it, inWaitList)
+	switch it.state {
+	case stateReady, stateParked:
+		qs.move(it, stateWaiting)
+		return true
+	case stateWaiting:
+		i := slices.Index(qs.wait, it)
+		if i < 0 {
+			return false
+		}
+		qs.wait = slices.Delete(qs.wait, i, i+1)
 		return true
 	}
-	i := slices.Index(qs.wait, it)
-	if i < 0 {
-		return false
-	}
-	qs.wait = slices.Delete(qs.wait, i, i+1)
-	return true
+	return false
 }

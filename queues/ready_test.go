@@ -61,7 +61,7 @@ func TestReadinessIsIncremental(t *testing.T) {
 func TestFetchAsksSourcesOnce(t *testing.T) {
 	g := newGraph(t, "a", "b", "c", "d")
 	asked := map[string]int{}
-	fetch := FetchQueue{PayloadFunc: noPayload, SourcesCached: func(it *Item) bool {
+	fetch := &FetchQueue{PayloadFunc: noPayload, SourcesCached: func(it *Item) bool {
 		asked[it.Name()]++ // the loop goroutine only
 		return false
 	}}

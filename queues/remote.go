@@ -57,16 +57,10 @@ type PullQueue struct {
 func (PullQueue) Action() Action { return Pull }
 
 func (q PullQueue) Status(it *Item) (Status, string) {
-	if st, reason, ok := deferredStatus(it); ok {
-		return st, reason
-	}
-	if st, reason, ok := spareStatus(it); ok {
-		return st, reason
-	}
 	switch {
 	case it.Cached:
 		return Skip, "cached"
-	case q.Found && !it.Remote && it.spare == nil && !q.leasing(it):
+	case q.Found && !it.Remote && !it.Spare() && !q.leasing(it):
 		// Spare items needed after all were never looked up: they are tried.
 		return Skip, "not on a remote"
 	case q.leasing(it) && uncachedStage(it) != nil:
@@ -78,9 +72,9 @@ func (q PullQueue) Status(it *Item) (Status, string) {
 func (q PullQueue) leasing(it *Item) bool { return q.LeaseFunc != nil && !it.Remote && q.LeaseFunc(it) }
 
 // WaitsOn is, for an item waiting to ask for its lease, the first build dependency
-// not yet cached; nil otherwise (items of a tracked plan, spare items: asked every turn).
+// not yet cached; nil otherwise.
 func (q PullQueue) WaitsOn(it *Item) *Item {
-	if it.later != nil || it.spare != nil || !q.leasing(it) {
+	if !q.leasing(it) {
 		return nil
 	}
 	return uncachedStage(it)
@@ -96,9 +90,6 @@ func (q PullQueue) Done(it *Item, res job.Result) {
 	it.Cached, it.Pulled = true, true
 	if q.DoneFunc != nil {
 		q.DoneFunc(it, res)
-	}
-	if p := it.pulls; p != nil {
-		p.resolve(it, false)
 	}
 }
 
@@ -121,11 +112,6 @@ func (q PullQueue) Recover(it *Item, res job.Result) (string, bool) {
 		w, rok := q.RecoverFunc(it, res)
 		warning, ok = w, ok || rok
 	}
-	if it.pulls != nil {
-		// Recovered, it is built instead; not, it fails: either way the spare items
-		// below it wait for it no longer.
-		it.pulls.resolve(it, ok)
-	}
 	return warning, ok
 }
 
@@ -146,12 +132,6 @@ type PushQueue struct {
 func (PushQueue) Action() Action { return Push }
 
 func (q PushQueue) Status(it *Item) (Status, string) {
-	if st, reason, ok := deferredStatus(it); ok {
-		return st, reason
-	}
-	if st, reason, ok := spareStatus(it); ok {
-		return st, reason
-	}
 	switch {
 	case !it.Cached:
 		return Skip, "not cached"
@@ -189,6 +169,15 @@ type pullPlan struct {
 	needed  map[*Item]bool    // recomputed when a pull falls back
 }
 
+// pullEnded books the end of it's job in the Pull queue for the plan: pulled,
+// fallen back to building (fellBack), or failed. Either way the spare items below
+// it wait for it no longer.
+func (s *Scheduler) pullEnded(qs *queueState, it *Item, fellBack bool) {
+	if p := it.plan.pulls; p != nil && qs.q.Action() == Pull {
+		p.resolve(it, fellBack)
+	}
+}
+
 // resolve books the end of a planned pull (once: a failure retried by the user may
 // end again).
 func (p *pullPlan) resolve(it *Item, fellBack bool) {
@@ -214,12 +203,12 @@ func (p *pullPlan) reach() map[*Item]bool {
 			return
 		}
 		seen[it] = true
-		if it.expand && (!it.Remote || p.fell[it]) {
+		if it.plan.expand && (!it.Remote || p.fell[it]) {
 			for _, d := range p.stages[it] {
 				visit(d)
 			}
 		}
-		for _, d := range it.runDeps {
+		for _, d := range it.plan.runDeps {
 			visit(d)
 		}
 	}
@@ -229,10 +218,10 @@ func (p *pullPlan) reach() map[*Item]bool {
 	return seen
 }
 
-// spareStatus is what every queue says first about a spare item: when it does not
+// spareStatus is the plan's gate for a spare item (itemPlan.gate): when it does not
 // decide (ok false), the queue's own rule applies.
 func spareStatus(it *Item) (st Status, reason string, ok bool) {
-	p := it.spare
+	p := it.plan.spare
 	switch {
 	case p == nil || p.needed[it]:
 		return 0, "", false
@@ -262,7 +251,7 @@ func planWithRemotes(g *element.Graph, targets []*element.Element, opts PlanOpti
 		return nil, err
 	}
 	// Everything that could be needed, as if nothing could be pulled.
-	all, err := walkPlan(g, targets, opts, func(e *element.Element) *Item { return &Item{Element: e, queue: -1} }, nil)
+	all, err := walkPlan(g, targets, opts, func(e *element.Element) *Item { return &Item{Element: e} }, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -273,12 +262,12 @@ func planWithRemotes(g *element.Graph, targets []*element.Element, opts PlanOpti
 	p := &pullPlan{stages: make(map[*Item][]*Item, len(all)), settled: map[*Item]bool{}, fell: map[*Item]bool{}}
 	for _, it := range all {
 		p.stages[it] = it.Stage
-		it.expand = !it.Cached && !it.Failed
+		it.plan.expand = !it.Cached && !it.Failed
 		for _, d := range it.Element.RunDeps {
-			it.runDeps = append(it.runDeps, byElement[d])
+			it.plan.runDeps = append(it.plan.runDeps, byElement[d])
 		}
 		if found[it.Element] {
-			it.Remote, it.pulls = true, p
+			it.Remote, it.plan.pulls = true, p
 			it.Stage = nil
 			p.pending++
 		}
@@ -289,7 +278,7 @@ func planWithRemotes(g *element.Graph, targets []*element.Element, opts PlanOpti
 	p.needed = p.reach()
 	for _, it := range all {
 		if !p.needed[it] {
-			it.spare = p
+			it.plan.spare = p
 		}
 	}
 	setPriorities(all, opts.Estimate)

@@ -138,7 +138,7 @@ type activeJob struct {
 	id      string
 	item    *Item
 	qs      *queueState
-	req     resources.Request
+	tokens  heldTokens // released by finish, or earlier in part (available, slotDone)
 	running Running
 	logPath string
 	started time.Time
@@ -243,6 +243,7 @@ func (s *Scheduler) Run() *Summary {
 			if it.Failed { // a cached failure: counted and reported, never queued
 				s.done++
 				s.cachedFailureQueue().failed++
+				it.state = stateFailed
 				continue
 			}
 			it.queue = 0
@@ -299,12 +300,19 @@ func (s *Scheduler) queueOf(action Action) *queueState {
 	return nil
 }
 
-// add enters it into qs's wait list, highest priority first, first come first among
-// equals.
+// add enters it, in no list of a queue, into qs's wait list, highest priority
+// first, first come first among equals.
 func (s *Scheduler) add(qs *queueState, it *Item) {
 	s.entered++
-	it.slot = slot{gen: it.slot.gen + 1, seq: s.entered}
+	it.state, it.slot = stateWaiting, slot{gen: it.slot.gen + 1, seq: s.entered}
 	qs.requeue(it)
+}
+
+// pass books that qs is done with it (skipped, or its job succeeded): the next
+// promote moves it on.
+func (qs *queueState) pass(it *Item) {
+	qs.move(it, statePassed)
+	qs.done = append(qs.done, it)
 }
 
 // promote moves the done items of each queue into the next one. It reports whether
@@ -323,7 +331,7 @@ func (s *Scheduler) promote() bool {
 				it.queue = i + 1
 				s.add(s.queues[i+1], it)
 			} else {
-				it.queue = -1
+				qs.move(it, stateDone)
 				s.done++
 			}
 		}
@@ -359,7 +367,7 @@ func (s *Scheduler) harvest() bool {
 				qs.requeue(it)
 				continue
 			}
-			if st, reason := qs.q.Status(it); !s.place(qs, it, st, reason) {
+			if st, reason := s.status(qs, it); !s.place(qs, it, st, reason) {
 				qs.requeue(it)
 			}
 		}
@@ -369,6 +377,18 @@ func (s *Scheduler) harvest() bool {
 		skipped = skipped || len(qs.done) > 0
 	}
 	return skipped
+}
+
+// status is what qs says about it, the plan's gate first: every queue after Track
+// sees an item only once the plan lets it through (itemPlan.gate), so a queue's
+// Status says only what the queue itself knows.
+func (s *Scheduler) status(qs *queueState, it *Item) (Status, string) {
+	if qs.q.Action() != Track {
+		if st, reason, ok := it.plan.gate(it); ok {
+			return st, reason
+		}
+	}
+	return qs.q.Status(it)
 }
 
 // skip moves it to done: its queue has nothing to do for it. What was parked on it
@@ -385,7 +405,7 @@ func (s *Scheduler) skipWaited(qs *queueState, it *Item, reason string, waited b
 	} else {
 		qs.skipped++
 	}
-	qs.done = append(qs.done, it)
+	qs.pass(it)
 	s.cfg.Publish(ElementSkipped{Base: Base{time.Now()}, Action: qs.q.Action(), Element: it.Name(), Key: it.Element.Key, Reason: reason, Waited: waited})
 }
 
@@ -400,26 +420,30 @@ func (s *Scheduler) spawn(qs *queueState, it *Item, refused *[]resources.Request
 			return false
 		}
 	}
+	tokens, ok := reserveTokens(s.cfg.Pool, req)
 	gated := false
-	if !s.cfg.Pool.Reserve(req) {
+	if !ok {
 		// Without its gate's token, it may still start and wait at its gate.
-		g, ok := s.gatedRequest(qs, req)
-		if !ok || !s.cfg.Pool.Reserve(g) {
+		if g, ok := s.gatedRequest(qs, req); ok {
+			tokens, gated = reserveTokens(s.cfg.Pool, g)
+		}
+		if !gated {
 			*refused = append(*refused, req)
 			if len(req.Exclusive) > 0 {
 				s.registerInterest(it, req.Exclusive)
 			}
 			return false
 		}
-		req, gated = g, true
 	}
-	if !s.claim(qs, it, req) {
+	if !s.claim(qs, it) {
+		tokens.releaseAll()
 		return true // another builder has it (claim.go)
 	}
 	s.withdrawInterest(it)
+	qs.move(it, stateRunning)
 	it.attempt++
 	action := qs.q.Action()
-	a := &activeJob{id: s.nextJobID(action), item: it, qs: qs, req: req, logPath: s.logPath(it, action), gated: gated}
+	a := &activeJob{id: s.nextJobID(action), item: it, qs: qs, tokens: tokens, logPath: s.logPath(it, action), gated: gated}
 	payload, err := qs.q.Payload(it)
 	if err == nil {
 		if err = s.startJob(a, action, it.Name(), payload); err == nil {
@@ -433,7 +457,7 @@ func (s *Scheduler) spawn(qs *queueState, it *Item, refused *[]resources.Request
 		}
 	}
 	// Could not start: the item fails like a job would.
-	s.cfg.Pool.Release(req)
+	tokens.releaseAll()
 	s.unclaim(it)
 	s.fail(qs, it, fmt.Sprintf("cannot start %s job: %v", action, err), "")
 	return true
@@ -511,11 +535,10 @@ func (s *Scheduler) handle(m any) bool {
 	return true
 }
 
-// finish books a job's outcome: with available, the one place where tokens are
-// released.
+// finish books a job's outcome. Every token the job still holds goes back here.
 func (s *Scheduler) finish(a *activeJob, out job.Outcome) {
 	delete(s.active, a.id)
-	s.cfg.Pool.Release(a.req)
+	a.tokens.releaseAll()
 	s.noteCacheBytes(out.Result)
 	if a.item == nil {
 		s.finishCleanup(a, out)
@@ -555,22 +578,25 @@ func (s *Scheduler) finish(a *activeJob, out job.Outcome) {
 	switch {
 	case terminated:
 		it.Terminated = true
+		qs.move(it, stateStopped)
 		end.Result = ResultTerminated
 		s.jobEnded(end)
 	case out.Result.OK && out.Result.Skipped:
 		warning := ""
 		if r, ok := qs.q.(Recoverer); ok {
-			warning, _ = r.Recover(it, out.Result)
+			warning, ok = r.Recover(it, out.Result)
+			s.pullEnded(qs, it, ok)
 		}
 		qs.skipped++
-		qs.done = append(qs.done, it)
+		qs.pass(it)
 		end.Result = ResultSkipped
 		s.jobEnded(end)
 		s.warn(it, warning)
 	case out.Result.OK:
 		qs.processed++
 		qs.q.Done(it, out.Result)
-		qs.done = append(qs.done, it)
+		s.pullEnded(qs, it, false)
+		qs.pass(it)
 		end.Result = ResultSuccess
 		s.jobEnded(end)
 		if w, ok := qs.q.(Warner); ok {
@@ -620,17 +646,13 @@ func (s *Scheduler) available(a *activeJob, m job.Message) bool {
 	s.ungate(a) // available without passing its gate (a stack): nothing left to open
 	q.Available(it, m.Data)
 	if s.beginTail(a) {
-		var keep, give resources.Request
-		for _, r := range a.req.Shared {
-			if r == resources.Cache {
-				keep.Shared = append(keep.Shared, r)
-			} else {
-				give.Shared = append(give.Shared, r)
+		var give []resources.Resource
+		for _, r := range a.tokens.shared() {
+			if r != resources.Cache {
+				give = append(give, r)
 			}
 		}
-		keep.Exclusive = a.req.Exclusive
-		s.cfg.Pool.Release(give)
-		a.req = keep
+		a.tokens.giveBack(give...)
 	}
 	s.wake(it)
 	now := time.Now()
@@ -688,11 +710,12 @@ func (s *Scheduler) recover(qs *queueState, it *Item, res job.Result, end *JobEn
 		return false
 	}
 	warning, ok := r.Recover(it, res)
+	s.pullEnded(qs, it, ok)
 	if !ok {
 		return false
 	}
 	qs.skipped++
-	qs.done = append(qs.done, it)
+	qs.pass(it)
 	end.Result = ResultSkipped
 	s.jobEnded(*end)
 	s.warn(it, warning)
@@ -711,7 +734,7 @@ func (s *Scheduler) fail(qs *queueState, it *Item, msg, logPath string) {
 	s.leaving(it)
 	qs.failed++
 	it.Failed = true
-	it.queue = -1
+	qs.move(it, stateFailed)
 	s.done++
 	s.failed = append(s.failed, FailedElement{Element: it.Name(), Action: qs.q.Action(), Error: msg, LogPath: logPath})
 	switch s.cfg.OnError {
@@ -897,8 +920,8 @@ func (s *Scheduler) summarize() *Summary {
 }
 
 func (s *Scheduler) whyNotStarted(qs *queueState, it *Item) string {
-	if it.later != nil && it.later.blocked != "" {
-		return it.later.blocked
+	if it.plan.later != nil && it.plan.later.blocked != "" {
+		return it.plan.later.blocked
 	}
 	if dep := failedDependency(it, map[*Item]bool{}); dep != nil {
 		if dep.Terminated {
@@ -912,7 +935,7 @@ func (s *Scheduler) whyNotStarted(qs *queueState, it *Item) string {
 	if s.quitting {
 		return "session quit before it started"
 	}
-	_, reason := qs.q.Status(it)
+	_, reason := s.status(qs, it)
 	msg := fmt.Sprintf("stuck in the %s queue with nothing running: %s (this is a bug in gantry: please report it)", qs.q.Action(), reason)
 	s.cfg.Publish(Notice{Base: Base{time.Now()}, Level: "error", Element: it.Name(), Text: msg})
 	return msg

@@ -499,7 +499,7 @@ func (b *backoffLog) calls() []int {
 }
 
 func fetchQueue(retries int) Queue {
-	return FetchQueue{NetworkRetries: retries, PayloadFunc: noPayload, SourcesCached: func(*Item) bool { return false }}
+	return &FetchQueue{NetworkRetries: retries, PayloadFunc: noPayload, SourcesCached: func(*Item) bool { return false }}
 }
 
 func fetchPool() *resources.Pool {

@@ -42,7 +42,7 @@ func Simulate(items []*Item, sim Simulation) (time.Duration, error) {
 	s := New(Config{
 		Project: "simulation",
 		Queues: []Queue{
-			FetchQueue{SourcesCached: func(*Item) bool { return true }, PayloadFunc: noPayload},
+			&FetchQueue{SourcesCached: func(*Item) bool { return true }, PayloadFunc: noPayload},
 			BuildQueue{PayloadFunc: noPayload, Gated: sim.Gated},
 		},
 		Items: items,

@@ -28,12 +28,6 @@ type BuildQueue struct {
 func (BuildQueue) Action() Action { return Build }
 
 func (BuildQueue) Status(it *Item) (Status, string) {
-	if st, reason, ok := deferredStatus(it); ok {
-		return st, reason
-	}
-	if st, reason, ok := spareStatus(it); ok {
-		return st, reason
-	}
 	if it.Cached {
 		return Skip, "cached"
 	}
@@ -44,14 +38,8 @@ func (BuildQueue) Status(it *Item) (Status, string) {
 }
 
 // WaitsOn is the first staged dependency not yet cached: only its job ending can
-// make it ready. Items of a tracked plan wait for the plan's decision too, and spare
-// items for the pulls above them: those are asked every turn.
-func (BuildQueue) WaitsOn(it *Item) *Item {
-	if it.later != nil || it.spare != nil {
-		return nil
-	}
-	return uncachedStage(it)
-}
+// make it ready.
+func (BuildQueue) WaitsOn(it *Item) *Item { return uncachedStage(it) }
 
 // uncachedStage is the first staged dependency of it not yet cached, or nil.
 func uncachedStage(it *Item) *Item {
@@ -105,46 +93,45 @@ func (BuildQueue) Retries() int { return 0 }
 // FetchQueue downloads the sources of elements that will be built. Whether an
 // element's sources are cached is asked once per session: the answer may cost a git
 // run, and Status is asked often. Sources fetched meanwhile for another element with
-// the same source make its fetch job find them in place.
+// the same source make its fetch job find them in place. Use it as a pointer: it
+// keeps the answers.
 type FetchQueue struct {
 	SourcesCached  func(it *Item) bool
 	PayloadFunc    func(it *Item) (json.RawMessage, error)
 	NetworkRetries int
+
+	sourcesCached map[*Item]bool // SourcesCached's answers, by item
 }
 
-func (FetchQueue) Action() Action { return Fetch }
+func (*FetchQueue) Action() Action { return Fetch }
 
-func (q FetchQueue) Status(it *Item) (Status, string) {
-	if st, reason, ok := deferredStatus(it); ok {
-		return st, reason
-	}
-	if st, reason, ok := spareStatus(it); ok {
-		return st, reason
-	}
+func (q *FetchQueue) Status(it *Item) (Status, string) {
 	if it.Cached {
 		return Skip, "cached"
 	}
-	if it.sourcesCached == notAsked { // asked once: it may run git
-		it.sourcesCached = answerNo
-		if q.SourcesCached(it) {
-			it.sourcesCached = answerYes
+	cached, asked := q.sourcesCached[it]
+	if !asked { // asked once: it may run git
+		if q.sourcesCached == nil {
+			q.sourcesCached = map[*Item]bool{}
 		}
+		cached = q.SourcesCached(it)
+		q.sourcesCached[it] = cached
 	}
-	if it.sourcesCached == answerYes {
+	if cached {
 		return Skip, "sources cached"
 	}
 	return Ready, ""
 }
 
-func (FetchQueue) Resources(*Item) resources.Request {
+func (*FetchQueue) Resources(*Item) resources.Request {
 	return resources.Request{Shared: []resources.Resource{resources.Download}}
 }
 
-func (q FetchQueue) Payload(it *Item) (json.RawMessage, error) { return q.PayloadFunc(it) }
+func (q *FetchQueue) Payload(it *Item) (json.RawMessage, error) { return q.PayloadFunc(it) }
 
-func (FetchQueue) Done(*Item, job.Result) {}
+func (*FetchQueue) Done(*Item, job.Result) {}
 
-func (q FetchQueue) Retries() int { return q.NetworkRetries }
+func (q *FetchQueue) Retries() int { return q.NetworkRetries }
 
 // TrackQueue resolves each source's track (branch, tag, URL) to a ref.
 type TrackQueue struct {

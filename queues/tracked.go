@@ -20,7 +20,7 @@ func PlanTracked(g *element.Graph, targets []*element.Element, opts PlanOptions)
 	elements := g.Select(targets, element.DepsAll)
 	tp := &trackedPlan{g: g, targets: targets, opts: opts, byElement: map[*element.Element]*Item{}}
 	for _, e := range elements {
-		it := &Item{Element: e, queue: -1, later: &deferred{plan: tp}}
+		it := &Item{Element: e, plan: itemPlan{later: &deferred{plan: tp}}}
 		tp.items = append(tp.items, it)
 		tp.byElement[e] = it
 	}
@@ -34,7 +34,7 @@ func PlanTracked(g *element.Graph, targets []*element.Element, opts PlanOptions)
 }
 
 // trackedPlan is the decision PlanTracked defers. Called only from the scheduler
-// goroutine (through the queues' Status).
+// goroutine (through the plan's gate, Scheduler.status).
 type trackedPlan struct {
 	g         *element.Graph
 	targets   []*element.Element
@@ -55,7 +55,13 @@ type deferred struct {
 // tracked reports whether the item is past the Track queue (the first one): moved on,
 // or out of the pipeline for a reason other than failing there.
 func (it *Item) tracked() bool {
-	return it.queue > 0 || (it.queue == -1 && !it.Failed && !it.Terminated)
+	switch it.state {
+	case stateUnqueued:
+		return false
+	case stateDone, stateFailed:
+		return !it.Failed && !it.Terminated
+	}
+	return it.queue > 0
 }
 
 // decide makes the plan once every item is past tracking, and reports whether it is
@@ -67,7 +73,7 @@ func (tp *trackedPlan) decide() bool {
 	}
 	for tp.scan < len(tp.items) {
 		it := tp.items[tp.scan]
-		if !it.tracked() && !(it.queue == -1 && it.Failed) {
+		if !it.tracked() && !(it.state.out() && it.Failed) {
 			return false
 		}
 		tp.scan++
@@ -79,12 +85,12 @@ func (tp *trackedPlan) decide() bool {
 	}
 	itemOf := func(e *element.Element) *Item { return tp.byElement[e] }
 	noKey := func(it *Item, err error) error {
-		it.later.blocked = tp.whyNoKey(it.Element, err)
+		it.plan.later.blocked = tp.whyNoKey(it.Element, err)
 		return nil
 	}
 	order, _ := walkPlan(tp.g, tp.targets, tp.opts, itemOf, noKey) // noKey never fails it
 	for _, it := range order {
-		it.later.needed = true
+		it.plan.later.needed = true
 	}
 	setPriorities(order, tp.opts.Estimate)
 	tp.decided = true
@@ -104,10 +110,10 @@ func (tp *trackedPlan) whyNoKey(e *element.Element, err error) string {
 	return err.Error()
 }
 
-// status is what every queue after Track says first about an item of a tracked plan.
-// When it does not decide (ok false), the queue's own rule applies.
+// deferredStatus is the plan's gate for an item of a tracked plan (itemPlan.gate):
+// when it does not decide (ok false), the queue's own rule applies.
 func deferredStatus(it *Item) (st Status, reason string, ok bool) {
-	d := it.later
+	d := it.plan.later
 	if d == nil {
 		return 0, "", false
 	}

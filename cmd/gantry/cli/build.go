@@ -519,7 +519,7 @@ func (s *session) sources(c *cache.Cache) actions.Sources {
 }
 
 // fetchQueue fetches the sources of elements that are not cached.
-func (s *session) fetchQueue(c *cache.Cache, g *element.Graph) queues.FetchQueue {
+func (s *session) fetchQueue(c *cache.Cache, g *element.Graph) *queues.FetchQueue {
 	return s.sources(c).FetchQueue()
 }
 
