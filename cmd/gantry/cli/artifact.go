@@ -25,22 +25,6 @@ func newArtifactCmd(g *globalOptions) *cobra.Command {
 	return cmd
 }
 
-// loadWithCache loads the project and finds the local cache, not made yet (cache.At:
-// reading it finds nothing where there is none): the command makes it (prepareCache)
-// once the elements it names loaded, so that a project that does not load leaves no
-// cache behind.
-func (o *globalOptions) loadWithCache() (*session, *cache.Cache, error) {
-	s, err := o.load()
-	if err != nil {
-		return nil, nil, err
-	}
-	c, err := s.findCache()
-	if err != nil {
-		return nil, nil, err
-	}
-	return s, c, nil
-}
-
 // artifactOf loads the element named by arg and finds its artifact at its current key.
 func (s *session) artifactOf(c *cache.Cache, name string) (*element.Graph, *element.Element, *cache.Artifact, error) {
 	g, err := s.loadGraph([]string{name})
@@ -85,7 +69,8 @@ element itself); --deps all both. An artifact at another key is checked out alon
 					return usagef("%v", err)
 				}
 			}
-			s, c, err := g.loadWithCache()
+			s := g.session()
+			c, err := s.projectCache()
 			if err != nil {
 				return err
 			}
@@ -164,7 +149,8 @@ func newArtifactLogCmd(g *globalOptions) *cobra.Command {
 		Short: "Print the build log of an element's artifact (failed builds too)",
 		Args:  rangeArgs(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			s, c, err := g.loadWithCache()
+			s := g.session()
+			c, err := s.projectCache()
 			if err != nil {
 				return err
 			}
@@ -204,7 +190,8 @@ least recently used first. Address one with ELEMENT@KEYPREFIX in the other artif
 			if format != "text" && format != "json" {
 				return usagef("--format %q: use text or json", format)
 			}
-			s, c, err := g.loadWithCache() // a query: a cache not made yet lists nothing
+			s := g.session()
+			c, err := s.projectCache() // a query: a cache not made yet lists nothing
 			if err != nil {
 				return err
 			}
@@ -257,7 +244,8 @@ func newArtifactFilesCmd(g *globalOptions) *cobra.Command {
 		Short: "List the files in an element's artifact",
 		Args:  rangeArgs(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			s, c, err := g.loadWithCache()
+			s := g.session()
+			c, err := s.projectCache()
 			if err != nil {
 				return err
 			}
@@ -311,7 +299,8 @@ are removed at once (with every other unreferenced blob), under the exclusive ca
 			if err != nil {
 				return usagef("--deps %q: use none, run, build or all", deps)
 			}
-			s, c, err := g.loadWithCache()
+			s := g.session()
+			c, err := s.projectCache()
 			if err != nil {
 				return err
 			}

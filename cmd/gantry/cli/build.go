@@ -145,7 +145,7 @@ func runBuild(opts *buildOptions, args []string) error {
 	if err != nil {
 		return usagef("%v", err)
 	}
-	p, err := opts.openPipeline(&opts.schedulerFlags, args, readOutcomes|readStats)
+	p, err := opts.session().pipeline(&opts.schedulerFlags, args, readOutcomes|readStats)
 	if err != nil {
 		return err
 	}
@@ -303,91 +303,6 @@ func checkSandbox(kind string, items []*queues.Item) error {
 	return nil
 }
 
-// pipeline is what every scheduler command starts from.
-type pipeline struct {
-	session *session
-	graph   *element.Graph
-	cache   *cache.Cache
-	display ui.Display
-	limits  map[resources.Resource]int
-	onError element.OnError
-	maxJobs int
-	// outcomes is the project's outcome memo, and stats the learnt build durations
-	// (a damaged stats file only loses estimates: empty stats), both read while the
-	// graph loaded when the command asked for them (pipelineReads), nil otherwise.
-	outcomes *cache.OutcomeMemo
-	stats    *cache.Stats
-}
-
-// pipelineReads says what a command reads of the cache while its graph loads.
-type pipelineReads uint8
-
-const (
-	readOutcomes pipelineReads = 1 << iota // the project's outcome memo: pipeline.outcomes
-	readStats                              // the learnt build durations: pipeline.stats
-)
-
-// openPipeline loads the project, the targets named by args, the limits and the cache.
-// What the command reads of the cache (reads: the project's outcome memo, the build
-// durations) is read on another goroutine while the graph loads (the durations of
-// 10,000 elements are 5% of a null build's CPU); an error loading the graph is reported
-// first, and the cache's directories are made only once the graph loaded, so that a
-// project that does not load leaves no cache behind; the parse cache is saved after.
-func (o *globalOptions) openPipeline(f *schedulerFlags, args []string, reads pipelineReads) (*pipeline, error) {
-	if err := checkSandboxFlag(f.sandbox); err != nil {
-		return nil, err
-	}
-	s, err := o.load()
-	if err != nil {
-		return nil, err
-	}
-	s.quotaFlag = f.quota
-	s.project.Hermetic = isHermetic(f.sandbox) // the keys say what the artifacts are
-	display, err := s.display()
-	if err != nil {
-		return nil, err
-	}
-	p := &pipeline{session: s, display: display}
-	if p.limits, p.onError, p.maxJobs, err = s.limits(f); err != nil {
-		return nil, err
-	}
-	if p.onError == "" {
-		// Default quit; at a terminal the TUI asks what to do instead.
-		p.onError = element.OnErrorQuit
-		if _, ok := display.(*ui.TUI); ok {
-			p.onError = element.OnErrorAsk
-		}
-	}
-	root := s.cacheRoot()
-	opened := make(chan error, 1)
-	go func() {
-		var err error
-		if p.cache, err = cache.At(root); err == nil {
-			if reads&readOutcomes != 0 {
-				p.outcomes = p.cache.OpenOutcomeMemo(s.project.Name)
-			}
-			if reads&readStats != 0 {
-				p.stats, _ = p.cache.LoadStats() // never nil
-			}
-		}
-		opened <- err
-	}()
-	var saveLoads func() error
-	p.graph, saveLoads, err = s.loadGraphUnsaved(args)
-	cerr := <-opened
-	if err != nil {
-		return nil, err
-	}
-	if cerr != nil {
-		return nil, openCacheError(root, cerr)
-	}
-	if err := s.prepareCache(p.cache); err != nil {
-		return nil, err
-	}
-	s.warnUnsaved(saveLoads()) // into the cache just made, on a first session
-	return p, nil
-}
-
 // schedulerRun is one scheduler session as the commands set it up.
 type schedulerRun struct {
 	display  ui.Display
@@ -540,36 +455,6 @@ func (s *session) fetchQueue(c *cache.Cache, g *element.Graph) queues.FetchQueue
 		PayloadFunc:    func(it *queues.Item) (json.RawMessage, error) { return s.sourcesPayload(c, it.Element) },
 		NetworkRetries: s.networkRetries(),
 	}
-}
-
-// display picks the progress display for --ui.
-// Precedence: --ui > GANTRY_UI > the user config's [ui] mode > auto.
-func (s *session) display() (ui.Display, error) {
-	o := s.opts
-	mode := o.ui
-	if !o.uiSet {
-		if env := os.Getenv("GANTRY_UI"); env != "" {
-			mode = env
-		} else if s.user.UI.Mode != "" {
-			mode = s.user.UI.Mode
-		}
-	}
-	uo := ui.Options{Verbose: o.verbose}
-	switch mode {
-	case "auto":
-		if s.wantTUI() {
-			return s.tui(uo)
-		}
-		return ui.NewPlain(o.ios.ErrOut, uo), nil
-	case "plain":
-		return ui.NewPlain(o.ios.ErrOut, uo), nil
-	case "json":
-		o.ios.jsonErr = true
-		return ui.NewJSON(o.ios.ErrOut, uo), nil
-	case "tui":
-		return s.tui(uo)
-	}
-	return nil, usagef("--ui %q: use auto, tui, plain or json", mode)
 }
 
 // forwardSignals turns signals into scheduler commands until the returned stop is called;

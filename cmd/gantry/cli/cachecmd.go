@@ -25,42 +25,6 @@ func newCacheCmd(g *globalOptions) *cobra.Command {
 	return cmd
 }
 
-// cacheSession is the user configuration and the cache for commands that need no
-// project, but honour its configuration when there is one. The cache is found, not
-// made (cache.At): a query reads it as it is (one not made yet is empty), a command
-// that changes it or expects its layout makes it first (prepareCache).
-func (g *globalOptions) cacheSession() (*session, *cache.Cache, error) {
-	s, err := g.load()
-	if err != nil {
-		user, uerr := g.userConfig()
-		if uerr != nil {
-			return nil, nil, uerr
-		}
-		s = &session{opts: g, user: user}
-	}
-	c, err := s.findCache()
-	if err != nil {
-		return nil, nil, err
-	}
-	return s, c, nil
-}
-
-// preparedCacheSession is cacheSession with the cache's layout made, and nothing
-// removed: what crashed processes left is gc's to list and count (Prepare would
-// remove some of it before gc looked, even with --dry-run).
-func (g *globalOptions) preparedCacheSession() (*session, *cache.Cache, error) {
-	s, c, err := g.cacheSession()
-	if err == nil {
-		if err = c.MakeLayout(); err != nil {
-			err = openCacheError(s.cacheRoot(), err)
-		}
-	}
-	if err != nil {
-		return nil, nil, err
-	}
-	return s, c, nil
-}
-
 // lockCache takes the cache lock, telling the user on stderr when it has to wait for
 // another gantry process.
 func (g *globalOptions) lockCache(c *cache.Cache, mode cache.LockMode) (*cache.Lock, error) {
@@ -163,7 +127,8 @@ func verifiedCache(g *globalOptions, dir string) (*cache.Cache, error) {
 		}
 		return c, c.Prepare()
 	}
-	s, c, err := g.cacheSession()
+	s := g.session()
+	c, err := s.configuredCache()
 	if err != nil {
 		return nil, err
 	}
@@ -185,7 +150,8 @@ func newCacheUsageCmd(g *globalOptions) *cobra.Command {
 			if format != "text" && format != "json" {
 				return usagef("--format %q: use text or json", format)
 			}
-			s, c, err := g.cacheSession()
+			s := g.session()
+			c, err := s.configuredCache()
 			if err != nil {
 				return err
 			}
@@ -327,7 +293,8 @@ func runGC(g *globalOptions, opts *gcOptions) error {
 	if opts.keepDays < 0 {
 		return usagef("--keep-days %d: want a number of days of at least 1", opts.keepDays)
 	}
-	s, c, err := g.preparedCacheSession()
+	s := g.session()
+	c, err := s.configuredCacheLaidOut()
 	if err != nil {
 		return err
 	}

@@ -28,8 +28,8 @@ the most recent artifact of the same element in the local cache.`,
 			if err := checkSandboxFlag(sandboxKind); err != nil {
 				return err
 			}
-			s, err := g.load()
-			if err != nil {
+			s := g.session()
+			if err := s.loadProject(); err != nil {
 				return err
 			}
 			s.project.Hermetic = isHermetic(sandboxKind)

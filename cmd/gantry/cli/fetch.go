@@ -33,7 +33,7 @@ func runFetchCmd(opts *fetchOptions, args []string) error {
 	if opts.deps == "plan" {
 		reads = readOutcomes // what is cached needs no sources
 	}
-	p, err := opts.openPipeline(&opts.schedulerFlags, args, reads)
+	p, err := opts.session().pipeline(&opts.schedulerFlags, args, reads)
 	if err != nil {
 		return err
 	}

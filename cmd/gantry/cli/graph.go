@@ -26,8 +26,8 @@ Solid edges are build-and-run dependencies (depends), dashed are build-only
 			if err != nil {
 				return usagef("%v", err)
 			}
-			s, err := g.load()
-			if err != nil {
+			s := g.session()
+			if err := s.loadProject(); err != nil {
 				return err
 			}
 			gr, err := s.loadGraph(args)

@@ -62,7 +62,7 @@ func runTransfer(opts *transferOptions, args []string, push bool) error {
 	if err != nil || deps == element.DepsBuild {
 		return usagef("--deps %q: use none, run or all", opts.deps)
 	}
-	p, err := opts.openPipeline(&opts.schedulerFlags, args, 0)
+	p, err := opts.session().pipeline(&opts.schedulerFlags, args, 0)
 	if err != nil {
 		return err
 	}

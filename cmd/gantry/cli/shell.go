@@ -73,7 +73,8 @@ func runShell(ctx context.Context, opts *shellOptions, name string, argv []strin
 	if err := checkSandboxFlag(opts.sandbox); err != nil {
 		return err
 	}
-	s, c, err := opts.loadWithCache()
+	s := opts.session()
+	c, err := s.projectCache()
 	if err != nil {
 		return err
 	}

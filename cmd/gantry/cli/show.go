@@ -56,8 +56,8 @@ func runShow(opts *showOptions, args []string) error {
 	if err != nil {
 		return err
 	}
-	s, err := opts.load()
-	if err != nil {
+	s := opts.session()
+	if err := s.loadProject(); err != nil {
 		return err
 	}
 	g, save, err := s.loadGraphUnsaved(args)

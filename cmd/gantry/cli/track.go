@@ -52,7 +52,7 @@ func runTrack(opts *trackOptions, args []string) error {
 	if err != nil {
 		return usagef("%v", err)
 	}
-	p, err := opts.openPipeline(&opts.schedulerFlags, args, 0)
+	p, err := opts.session().pipeline(&opts.schedulerFlags, args, 0)
 	if err != nil {
 		return err
 	}

@@ -45,8 +45,8 @@ between builds, so make recompiles only what changed. Workspaces are recorded in
 		Short: "List the open workspaces: element and directory",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			s, err := g.load()
-			if err != nil {
+			s := g.session()
+			if err := s.loadProject(); err != nil {
 				return err
 			}
 			ws, err := element.LoadWorkspaces(s.project.Root)
@@ -96,8 +96,8 @@ type workspaceState struct {
 }
 
 func (g *globalOptions) workspaces() (*workspaceState, error) {
-	s, err := g.load()
-	if err != nil {
+	s := g.session()
+	if err := s.loadProject(); err != nil {
 		return nil, err
 	}
 	ws, err := element.LoadWorkspaces(s.project.Root)
