@@ -54,9 +54,11 @@ type buildOptions struct {
 	trace       string // --trace FILE
 	explain     bool   // --explain
 	deps        string
+	args        []string // the targets
 }
 
-func newBuildCmd(g *globalOptions) *cobra.Command {
+// newBuildCmd is `gantry build`; runF, when not nil, runs instead of runBuild (tests).
+func newBuildCmd(g *globalOptions, runF func(*buildOptions) error) *cobra.Command {
 	opts := &buildOptions{globalOptions: g}
 	cmd := &cobra.Command{
 		Use:   "build [ELEMENT...]",
@@ -68,7 +70,13 @@ built again; a failed build is cached too: --retry-failed builds it again.
 Ctrl-C (without a terminal), SIGTERM or SIGHUP terminates running jobs and prints the
 summary (exit 128 + the signal: 130, 143, 129); a second Ctrl-C kills them. Ctrl-Z suspends every
 job and gantry; 'fg' resumes them.`,
-		RunE: func(cmd *cobra.Command, args []string) error { return runBuild(opts, args) },
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.args = args
+			if runF != nil {
+				return runF(opts)
+			}
+			return runBuild(opts)
+		},
 	}
 	opts.schedulerFlags.register(cmd)
 	opts.remoteFlags.register(cmd, "pulled from, not pushed to")
@@ -140,12 +148,12 @@ func (s *session) limits(f *schedulerFlags) (map[resources.Resource]int, element
 	return limits, onErr, maxJobs, nil
 }
 
-func runBuild(opts *buildOptions, args []string) error {
+func runBuild(opts *buildOptions) error {
 	deps, err := element.ParseDeps(opts.deps)
 	if err != nil {
 		return usagef("%v", err)
 	}
-	p, err := opts.session().pipeline(&opts.schedulerFlags, args, readOutcomes|readStats)
+	p, err := opts.session().pipeline(&opts.schedulerFlags, opts.args, readOutcomes|readStats)
 	if err != nil {
 		return err
 	}

@@ -21,7 +21,7 @@ func newCacheCmd(g *globalOptions) *cobra.Command {
 		Use:   "cache",
 		Short: "Maintain the local artifact cache, or serve a shared one",
 	}
-	cmd.AddCommand(newCacheVerifyCmd(g), newCacheUsageCmd(g), newCacheGCCmd(g), newCacheServeCmd(g))
+	cmd.AddCommand(newCacheVerifyCmd(g), newCacheUsageCmd(g), newCacheGCCmd(g, nil), newCacheServeCmd(g))
 	return cmd
 }
 
@@ -257,13 +257,15 @@ func (s *session) quota(flag string, c *cache.Cache) (int64, error) {
 }
 
 type gcOptions struct {
+	*globalOptions
 	quota    string
 	keepDays int
 	dryRun   bool
 }
 
-func newCacheGCCmd(g *globalOptions) *cobra.Command {
-	opts := &gcOptions{}
+// newCacheGCCmd is `gantry cache gc`; runF, when not nil, runs instead of runGC (tests).
+func newCacheGCCmd(g *globalOptions, runF func(*gcOptions) error) *cobra.Command {
+	opts := &gcOptions{globalOptions: g}
 	cmd := &cobra.Command{
 		Use:   "gc [--quota SIZE | --keep-days N] [--dry-run]",
 		Short: "Clean the local cache: least recently used artifacts, unreferenced blobs, leftovers",
@@ -278,7 +280,12 @@ gc takes the cache lock exclusively: it waits until builds of other gantry proce
 finished staging or committing, and they wait for it. --dry-run lists what would go and
 how much it would free, and removes nothing.`,
 		Args: noArgs,
-		RunE: func(cmd *cobra.Command, args []string) error { return runGC(g, opts) },
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if runF != nil {
+				return runF(opts)
+			}
+			return runGC(opts)
+		},
 	}
 	cmd.Flags().StringVar(&opts.quota, "quota", "", "remove least recently used artifacts until the cache takes at most `SIZE` (500M, 10G, 50%)")
 	cmd.Flags().IntVar(&opts.keepDays, "keep-days", 0, "remove artifacts not used for `N` days")
@@ -286,7 +293,8 @@ how much it would free, and removes nothing.`,
 	return cmd
 }
 
-func runGC(g *globalOptions, opts *gcOptions) error {
+func runGC(opts *gcOptions) error {
+	g := opts.globalOptions
 	if opts.quota != "" && opts.keepDays != 0 {
 		return usagef("--quota and --keep-days: give one of them")
 	}
