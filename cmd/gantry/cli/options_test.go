@@ -161,3 +161,27 @@ func TestSessionLoadsNothingUntilAsked(t *testing.T) {
 		t.Error("the user configuration was read for a project that could not be found")
 	}
 }
+
+func TestWorkspaceOpenFlagsBind(t *testing.T) {
+	g := testOptions()
+	var got *workspaceOpenOptions
+	cmd := newWorkspaceOpenCmd(g, func(o *workspaceOpenOptions) error { got = o; return nil })
+	if err := execute(t, cmd, "--directory", "ws/app", "-C", "proj", "app.toml"); err != nil {
+		t.Fatal(err)
+	}
+	// --directory is the workspace's; -C is still the global one, which finds the project.
+	if got.element != "app.toml" || got.into != "ws/app" || g.dir != "proj" {
+		t.Errorf("options = element %q directory %q; -C = %q", got.element, got.into, g.dir)
+	}
+}
+
+func TestArtifactCheckoutArgsBind(t *testing.T) {
+	var got *artifactCheckoutOptions
+	cmd := newArtifactCheckoutCmd(testOptions(), func(o *artifactCheckoutOptions) error { got = o; return nil })
+	if err := execute(t, cmd, "--deps", "build", "-f", "app.toml@1234abcd", "out"); err != nil {
+		t.Fatal(err)
+	}
+	if got.deps != "build" || !got.force || got.artifact != "app.toml@1234abcd" || got.into != "out" {
+		t.Errorf("options = deps %q force %v artifact %q into %q", got.deps, got.force, got.artifact, got.into)
+	}
+}
