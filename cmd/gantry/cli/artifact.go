@@ -25,6 +25,24 @@ func newArtifactCmd(g *globalOptions) *cobra.Command {
 	return cmd
 }
 
+// madeCacheArtifact is the artifact arg names (oneArtifact) and the local cache, made
+// once the artifact was found: a project or an element that does not load, or an
+// artifact not in the cache, leaves no cache behind.
+func (s *session) madeCacheArtifact(arg string) (artifactArg, *cache.Artifact, *cache.Cache, error) {
+	c, err := s.projectCache()
+	if err != nil {
+		return artifactArg{}, nil, nil, err
+	}
+	a, art, err := s.oneArtifact(c, arg)
+	if err == nil {
+		err = s.prepareCache(c)
+	}
+	if err != nil {
+		return artifactArg{}, nil, nil, err
+	}
+	return a, art, c, nil
+}
+
 // artifactOf loads the element named by arg and finds its artifact at its current key.
 func (s *session) artifactOf(c *cache.Cache, name string) (*element.Graph, *element.Element, *cache.Artifact, error) {
 	g, err := s.loadGraph([]string{name})
@@ -92,14 +110,7 @@ func runArtifactCheckout(opts *artifactCheckoutOptions) error {
 		}
 	}
 	s := opts.session()
-	c, err := s.projectCache()
-	if err != nil {
-		return err
-	}
-	arg, a, err := s.oneArtifact(c, opts.artifact)
-	if err == nil {
-		err = s.prepareCache(c)
-	}
+	arg, a, c, err := s.madeCacheArtifact(opts.artifact)
 	if err != nil {
 		return err
 	}
@@ -184,15 +195,7 @@ func newArtifactLogCmd(g *globalOptions, runF func(*artifactLogOptions) error) *
 }
 
 func runArtifactLog(opts *artifactLogOptions) error {
-	s := opts.session()
-	c, err := s.projectCache()
-	if err != nil {
-		return err
-	}
-	_, a, err := s.oneArtifact(c, opts.artifact)
-	if err == nil {
-		err = s.prepareCache(c)
-	}
+	_, a, c, err := opts.session().madeCacheArtifact(opts.artifact)
 	if err != nil {
 		return err
 	}
@@ -311,15 +314,7 @@ func newArtifactFilesCmd(g *globalOptions, runF func(*artifactFilesOptions) erro
 }
 
 func runArtifactFiles(opts *artifactFilesOptions) error {
-	s := opts.session()
-	c, err := s.projectCache()
-	if err != nil {
-		return err
-	}
-	_, a, err := s.oneArtifact(c, opts.artifact)
-	if err == nil {
-		err = s.prepareCache(c)
-	}
+	_, a, c, err := opts.session().madeCacheArtifact(opts.artifact)
 	if err != nil {
 		return err
 	}
