@@ -127,7 +127,7 @@ func (s *session) limits(f *schedulerFlags) (map[resources.Resource]int, element
 	if err != nil {
 		return nil, "", 0, err
 	}
-	var onErr element.OnError // none given: the display decides (openPipeline)
+	var onErr element.OnError // none given: the display decides (session.pipeline)
 	for _, v := range []string{f.onError, os.Getenv("GANTRY_ON_ERROR"), sc.OnError} {
 		if v == "" {
 			continue
