@@ -15,7 +15,8 @@ import (
 // configuration and the lock file, the local cache, the graph of its targets and the
 // progress display. Each is loaded the first time the command asks for it, and kept:
 // one command runs per process, so it has one session (globalOptions.session). Every
-// command reaches the project and the cache only through it.
+// command reaches the project and the local cache through it (cache serve and
+// cache verify --dir work on the store their flag names instead).
 //
 // A command that only reads never makes the cache (findCache finds it as it is); one
 // that writes makes it once what it names loaded (prepareCache), so that a project that
