@@ -20,25 +20,27 @@ func newArtifactCmd(g *globalOptions) *cobra.Command {
 		Use:   "artifact",
 		Short: "Work with built artifacts in the local cache",
 	}
-	cmd.AddCommand(newArtifactCheckoutCmd(g), newArtifactLogCmd(g), newArtifactListCmd(g),
-		newArtifactFilesCmd(g), newArtifactDeleteCmd(g))
+	cmd.AddCommand(newArtifactCheckoutCmd(g, nil), newArtifactLogCmd(g, nil), newArtifactListCmd(g, nil),
+		newArtifactFilesCmd(g, nil), newArtifactDeleteCmd(g, nil))
 	return cmd
 }
 
-// loadWithCache loads the project and finds the local cache, not made yet (cache.At:
-// reading it finds nothing where there is none): the command makes it (prepareCache)
-// once the elements it names loaded, so that a project that does not load leaves no
-// cache behind.
-func (o *globalOptions) loadWithCache() (*session, *cache.Cache, error) {
-	s, err := o.load()
+// madeCacheArtifact is the artifact arg names (oneArtifact) and the local cache, made
+// once the artifact was found: a project or an element that does not load, or an
+// artifact not in the cache, leaves no cache behind.
+func (s *session) madeCacheArtifact(arg string) (artifactArg, *cache.Artifact, *cache.Cache, error) {
+	c, err := s.projectCache()
 	if err != nil {
-		return nil, nil, err
+		return artifactArg{}, nil, nil, err
 	}
-	c, err := s.findCache()
+	a, art, err := s.oneArtifact(c, arg)
+	if err == nil {
+		err = s.prepareCache(c)
+	}
 	if err != nil {
-		return nil, nil, err
+		return artifactArg{}, nil, nil, err
 	}
-	return s, c, nil
+	return a, art, c, nil
 }
 
 // artifactOf loads the element named by arg and finds its artifact at its current key.
@@ -65,9 +67,18 @@ func (s *session) artifactOf(c *cache.Cache, name string) (*element.Graph, *elem
 	return g, e, a, err
 }
 
-func newArtifactCheckoutCmd(g *globalOptions) *cobra.Command {
-	var deps string
-	var force bool
+type artifactCheckoutOptions struct {
+	*globalOptions
+	deps     string
+	force    bool
+	artifact string // ELEMENT[@KEY]
+	into     string // DIR
+}
+
+// newArtifactCheckoutCmd is `gantry artifact checkout`; runF, when not nil, runs
+// instead of runArtifactCheckout (tests).
+func newArtifactCheckoutCmd(g *globalOptions, runF func(*artifactCheckoutOptions) error) *cobra.Command {
+	opts := &artifactCheckoutOptions{globalOptions: g}
 	cmd := &cobra.Command{
 		Use:   "checkout ELEMENT[@KEY] DIR",
 		Short: "Copy an element's artifact (and, with --deps run, its runtime dependencies) into DIR",
@@ -78,69 +89,71 @@ checks out its runtime dependencies; --deps build checks out what it builds on (
 element itself); --deps all both. An artifact at another key is checked out alone.`,
 		Args: rangeArgs(2, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			d := element.DepsNone
-			if deps != "" {
-				var err error
-				if d, err = element.ParseDeps(deps); err != nil {
-					return usagef("%v", err)
-				}
+			opts.artifact, opts.into = args[0], args[1]
+			if runF != nil {
+				return runF(opts)
 			}
-			s, c, err := g.loadWithCache()
-			if err != nil {
-				return err
-			}
-			arg, a, err := s.oneArtifact(c, args[0])
-			if err == nil {
-				err = s.prepareCache(c)
-			}
-			if err != nil {
-				return err
-			}
-			if deps == "" && arg.current != nil {
-				d = element.DepsRun
-			}
-			if d != element.DepsNone && arg.current == nil {
-				return usagef("--deps %s: %s is not the element's current artifact, whose dependencies gantry knows; use --deps none", d, args[0])
-			}
-			dir := args[1]
-			if entries, err := os.ReadDir(dir); err == nil && len(entries) > 0 && !force {
-				return usagef("%s is not empty: pass --force to check out into it anyway", dir)
-			}
-			lock, err := g.lockCache(c, cache.Shared)
-			if err != nil {
-				return err
-			}
-			defer lock.Unlock()
-			arts := []*cache.Artifact{a}
-			if d != element.DepsNone {
-				arts = arts[:0]
-				for _, el := range arg.graph.Select([]*element.Element{arg.current}, d) {
-					da, err := c.Lookup(s.project.Name, el.Name, el.Key)
-					if err != nil {
-						return fmt.Errorf("checking out %s: dependency %s is not cached: run `gantry build --deps %s %s`", arg.ref.Element, el.Name, d, arg.ref.Element)
-					}
-					if !da.Success && el != arg.current {
-						return fmt.Errorf("checking out %s: the cached build of %s failed: see `gantry artifact log %s`", arg.ref.Element, el.Name, el.Name)
-					}
-					arts = append(arts, da)
-				}
-			}
-			for _, da := range arts {
-				if !da.Success {
-					fmt.Fprintf(g.ios.ErrOut, "gantry: %s@%s is a failed build: checking out what its install root held when it failed\n", da.Element, shortKey(da.Key))
-				}
-				// Copies, never hard links: the user's files must not alias the cache.
-				if err := c.Checkout(da.Files, dir, cache.CheckoutOptions{}); err != nil {
-					return checkoutError(c, da, dir, err)
-				}
-				c.Touch(da.Project, da.Element, da.Key)
-			}
-			return nil
+			return runArtifactCheckout(opts)
 		},
 	}
-	cmd.Flags().StringVar(&deps, "deps", "", "also check out dependencies: none, run, build or all (default run for an element's current artifact)")
-	cmd.Flags().BoolVarP(&force, "force", "f", false, "check out into a non-empty directory")
+	cmd.Flags().StringVar(&opts.deps, "deps", "", "also check out dependencies: none, run, build or all (default run for an element's current artifact)")
+	cmd.Flags().BoolVarP(&opts.force, "force", "f", false, "check out into a non-empty directory")
 	return cmd
+}
+
+func runArtifactCheckout(opts *artifactCheckoutOptions) error {
+	d := element.DepsNone
+	if opts.deps != "" {
+		var err error
+		if d, err = element.ParseDeps(opts.deps); err != nil {
+			return usagef("%v", err)
+		}
+	}
+	s := opts.session()
+	arg, a, c, err := s.madeCacheArtifact(opts.artifact)
+	if err != nil {
+		return err
+	}
+	if opts.deps == "" && arg.current != nil {
+		d = element.DepsRun
+	}
+	if d != element.DepsNone && arg.current == nil {
+		return usagef("--deps %s: %s is not the element's current artifact, whose dependencies gantry knows; use --deps none", d, opts.artifact)
+	}
+	dir := opts.into
+	if entries, err := os.ReadDir(dir); err == nil && len(entries) > 0 && !opts.force {
+		return usagef("%s is not empty: pass --force to check out into it anyway", dir)
+	}
+	lock, err := opts.lockCache(c, cache.Shared)
+	if err != nil {
+		return err
+	}
+	defer lock.Unlock()
+	arts := []*cache.Artifact{a}
+	if d != element.DepsNone {
+		arts = arts[:0]
+		for _, el := range arg.graph.Select([]*element.Element{arg.current}, d) {
+			da, err := c.Lookup(s.project.Name, el.Name, el.Key)
+			if err != nil {
+				return fmt.Errorf("checking out %s: dependency %s is not cached: run `gantry build --deps %s %s`", arg.ref.Element, el.Name, d, arg.ref.Element)
+			}
+			if !da.Success && el != arg.current {
+				return fmt.Errorf("checking out %s: the cached build of %s failed: see `gantry artifact log %s`", arg.ref.Element, el.Name, el.Name)
+			}
+			arts = append(arts, da)
+		}
+	}
+	for _, da := range arts {
+		if !da.Success {
+			fmt.Fprintf(opts.ios.ErrOut, "gantry: %s@%s is a failed build: checking out what its install root held when it failed\n", da.Element, shortKey(da.Key))
+		}
+		// Copies, never hard links: the user's files must not alias the cache.
+		if err := c.Checkout(da.Files, dir, cache.CheckoutOptions{}); err != nil {
+			return checkoutError(c, da, dir, err)
+		}
+		c.Touch(da.Project, da.Element, da.Key)
+	}
+	return nil
 }
 
 // checkoutError says why checking out a failed. An artifact found damaged (a
@@ -158,40 +171,56 @@ func checkoutError(c *cache.Cache, a *cache.Artifact, dir string, err error) err
 		a.Element, dir, blob, a.Element, a.Element)
 }
 
-func newArtifactLogCmd(g *globalOptions) *cobra.Command {
+type artifactLogOptions struct {
+	*globalOptions
+	artifact string // ELEMENT[@KEY]
+}
+
+// newArtifactLogCmd is `gantry artifact log`; runF, when not nil, runs instead of
+// runArtifactLog (tests).
+func newArtifactLogCmd(g *globalOptions, runF func(*artifactLogOptions) error) *cobra.Command {
+	opts := &artifactLogOptions{globalOptions: g}
 	return &cobra.Command{
 		Use:   "log ELEMENT[@KEY]",
 		Short: "Print the build log of an element's artifact (failed builds too)",
 		Args:  rangeArgs(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			s, c, err := g.loadWithCache()
-			if err != nil {
-				return err
+			opts.artifact = args[0]
+			if runF != nil {
+				return runF(opts)
 			}
-			_, a, err := s.oneArtifact(c, args[0])
-			if err == nil {
-				err = s.prepareCache(c)
-			}
-			if err != nil {
-				return err
-			}
-			if a.Log.IsZero() {
-				return fmt.Errorf("the artifact of %s has no build log", a.Element)
-			}
-			f, err := c.OpenBlob(a.Log)
-			if err != nil {
-				return fmt.Errorf("reading the build log of %s: %w", a.Element, err)
-			}
-			defer f.Close()
-			_, err = io.Copy(g.ios.Out, f)
-			return err
+			return runArtifactLog(opts)
 		},
 	}
 }
 
-func newArtifactListCmd(g *globalOptions) *cobra.Command {
-	var all, long bool
-	var format string
+func runArtifactLog(opts *artifactLogOptions) error {
+	_, a, c, err := opts.session().madeCacheArtifact(opts.artifact)
+	if err != nil {
+		return err
+	}
+	if a.Log.IsZero() {
+		return fmt.Errorf("the artifact of %s has no build log", a.Element)
+	}
+	f, err := c.OpenBlob(a.Log)
+	if err != nil {
+		return fmt.Errorf("reading the build log of %s: %w", a.Element, err)
+	}
+	defer f.Close()
+	_, err = io.Copy(opts.ios.Out, f)
+	return err
+}
+
+type artifactListOptions struct {
+	*globalOptions
+	all, long bool
+	format    string
+}
+
+// newArtifactListCmd is `gantry artifact list`; runF, when not nil, runs instead of
+// runArtifactList (tests).
+func newArtifactListCmd(g *globalOptions, runF func(*artifactListOptions) error) *cobra.Command {
+	opts := &artifactListOptions{globalOptions: g}
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List the project's artifacts in the local cache: state, key, size, last use",
@@ -201,103 +230,128 @@ was last used (built, pulled, checked out or staged as a dependency). Cleanup re
 least recently used first. Address one with ELEMENT@KEYPREFIX in the other artifact commands.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if format != "text" && format != "json" {
-				return usagef("--format %q: use text or json", format)
+			if runF != nil {
+				return runF(opts)
 			}
-			s, c, err := g.loadWithCache() // a query: a cache not made yet lists nothing
-			if err != nil {
-				return err
-			}
-			project := s.project.Name
-			if all {
-				project = ""
-			}
-			list, err := c.Usages(project)
-			if err != nil {
-				fmt.Fprintf(g.ios.ErrOut, "gantry: warning: %v\n", err)
-			}
-			if format == "json" {
-				enc := json.NewEncoder(g.ios.Out)
-				for _, a := range list {
-					if err := enc.Encode(a); err != nil {
-						return err
-					}
-				}
-				return nil
-			}
-			tw := tabwriter.NewWriter(g.ios.Out, 0, 4, 2, ' ', 0)
-			for _, a := range list {
-				state := "cached"
-				if !a.Success {
-					state = "failed"
-				}
-				name := a.Element
-				if all {
-					name = a.Project + "/" + a.Element
-				}
-				key := shortKey(a.Key)
-				if long {
-					key = a.Key
-				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", state, key, name, byteSize(a.Bytes), a.LastUse.Local().Format(time.DateTime))
-			}
-			return tw.Flush()
+			return runArtifactList(opts)
 		},
 	}
-	cmd.Flags().BoolVar(&all, "all", false, "list the artifacts of every project")
-	cmd.Flags().BoolVarP(&long, "long", "l", false, "show full keys")
-	cmd.Flags().StringVar(&format, "format", "text", "output format: text, or json (one object per artifact)")
+	cmd.Flags().BoolVar(&opts.all, "all", false, "list the artifacts of every project")
+	cmd.Flags().BoolVarP(&opts.long, "long", "l", false, "show full keys")
+	cmd.Flags().StringVar(&opts.format, "format", "text", "output format: text, or json (one object per artifact)")
 	return cmd
 }
 
-func newArtifactFilesCmd(g *globalOptions) *cobra.Command {
-	var long bool
+func runArtifactList(opts *artifactListOptions) error {
+	if opts.format != "text" && opts.format != "json" {
+		return usagef("--format %q: use text or json", opts.format)
+	}
+	s := opts.session()
+	c, err := s.projectCache() // a query: a cache not made yet lists nothing
+	if err != nil {
+		return err
+	}
+	project := s.project.Name
+	if opts.all {
+		project = ""
+	}
+	list, err := c.Usages(project)
+	if err != nil {
+		fmt.Fprintf(opts.ios.ErrOut, "gantry: warning: %v\n", err)
+	}
+	if opts.format == "json" {
+		enc := json.NewEncoder(opts.ios.Out)
+		for _, a := range list {
+			if err := enc.Encode(a); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	tw := tabwriter.NewWriter(opts.ios.Out, 0, 4, 2, ' ', 0)
+	for _, a := range list {
+		state := "cached"
+		if !a.Success {
+			state = "failed"
+		}
+		name := a.Element
+		if opts.all {
+			name = a.Project + "/" + a.Element
+		}
+		key := shortKey(a.Key)
+		if opts.long {
+			key = a.Key
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", state, key, name, byteSize(a.Bytes), a.LastUse.Local().Format(time.DateTime))
+	}
+	return tw.Flush()
+}
+
+type artifactFilesOptions struct {
+	*globalOptions
+	long     bool
+	artifact string // ELEMENT[@KEY]
+}
+
+// newArtifactFilesCmd is `gantry artifact files`; runF, when not nil, runs instead of
+// runArtifactFiles (tests).
+func newArtifactFilesCmd(g *globalOptions, runF func(*artifactFilesOptions) error) *cobra.Command {
+	opts := &artifactFilesOptions{globalOptions: g}
 	cmd := &cobra.Command{
 		Use:   "files ELEMENT[@KEY]",
 		Short: "List the files in an element's artifact",
 		Args:  rangeArgs(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			s, c, err := g.loadWithCache()
-			if err != nil {
-				return err
+			opts.artifact = args[0]
+			if runF != nil {
+				return runF(opts)
 			}
-			_, a, err := s.oneArtifact(c, args[0])
-			if err == nil {
-				err = s.prepareCache(c)
-			}
-			if err != nil {
-				return err
-			}
-			w := g.ios.Out
-			return c.WalkTree(a.Files, func(t cache.TreeEntry) error {
-				if !long {
-					fmt.Fprintln(w, t.Path)
-					return nil
-				}
-				mode := "-rw-r--r--"
-				switch {
-				case t.Type == "dir":
-					mode = "drwxr-xr-x"
-				case t.Type == "symlink":
-					mode = "lrwxrwxrwx"
-				case t.Executable:
-					mode = "-rwxr-xr-x"
-				}
-				extra := ""
-				if t.Target != "" {
-					extra = " -> " + t.Target
-				}
-				fmt.Fprintf(w, "%s %10d %s%s\n", mode, t.Size, t.Path, extra)
-				return nil
-			})
+			return runArtifactFiles(opts)
 		},
 	}
-	cmd.Flags().BoolVarP(&long, "long", "l", false, "show type, mode and size")
+	cmd.Flags().BoolVarP(&opts.long, "long", "l", false, "show type, mode and size")
 	return cmd
 }
 
-func newArtifactDeleteCmd(g *globalOptions) *cobra.Command {
-	var deps string
+func runArtifactFiles(opts *artifactFilesOptions) error {
+	_, a, c, err := opts.session().madeCacheArtifact(opts.artifact)
+	if err != nil {
+		return err
+	}
+	w := opts.ios.Out
+	return c.WalkTree(a.Files, func(t cache.TreeEntry) error {
+		if !opts.long {
+			fmt.Fprintln(w, t.Path)
+			return nil
+		}
+		mode := "-rw-r--r--"
+		switch {
+		case t.Type == "dir":
+			mode = "drwxr-xr-x"
+		case t.Type == "symlink":
+			mode = "lrwxrwxrwx"
+		case t.Executable:
+			mode = "-rwxr-xr-x"
+		}
+		extra := ""
+		if t.Target != "" {
+			extra = " -> " + t.Target
+		}
+		fmt.Fprintf(w, "%s %10d %s%s\n", mode, t.Size, t.Path, extra)
+		return nil
+	})
+}
+
+type artifactDeleteOptions struct {
+	*globalOptions
+	deps string
+	args []string // ELEMENT[@KEY]|GLOB...
+}
+
+// newArtifactDeleteCmd is `gantry artifact delete`; runF, when not nil, runs instead
+// of runArtifactDelete (tests).
+func newArtifactDeleteCmd(g *globalOptions, runF func(*artifactDeleteOptions) error) *cobra.Command {
+	opts := &artifactDeleteOptions{globalOptions: g}
 	cmd := &cobra.Command{
 		Use:   "delete ELEMENT[@KEY]|GLOB...",
 		Short: "Delete artifacts (successful or failed) from the local cache, freeing what only they used",
@@ -307,48 +361,57 @@ named ELEMENT@KEYPREFIX or by a key prefix. The blobs that only the deleted arti
 are removed at once (with every other unreferenced blob), under the exclusive cache lock.`,
 		Args: rangeArgs(1, 1<<20),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			d, err := element.ParseDeps(deps)
-			if err != nil {
-				return usagef("--deps %q: use none, run, build or all", deps)
+			opts.args = args
+			if runF != nil {
+				return runF(opts)
 			}
-			s, c, err := g.loadWithCache()
-			if err != nil {
-				return err
-			}
-			targets, err := s.artifactArgs(c, args, d)
-			if err == nil {
-				err = s.prepareCache(c)
-			}
-			if err != nil {
-				return err
-			}
-			lock, err := g.lockCache(c, cache.Exclusive)
-			if err != nil {
-				return err
-			}
-			defer lock.Unlock()
-			var remove []cache.ArtifactRef
-			for _, t := range targets {
-				if _, err := c.Lookup(t.ref.Project, t.ref.Element, t.ref.Key); errors.Is(err, cache.ErrNotFound) {
-					if len(targets) == 1 {
-						return fmt.Errorf("%s is not in the cache at key %s: nothing to delete", t.ref.Element, shortKey(t.ref.Key))
-					}
-					fmt.Fprintf(g.ios.ErrOut, "%s/%s is not cached\n", t.ref.Element, shortKey(t.ref.Key))
-					continue
-				}
-				remove = append(remove, t.ref)
-			}
-			rep, err := c.Cleanup(cache.CleanupOptions{Remove: remove})
-			if err != nil {
-				return err
-			}
-			for _, a := range rep.Artifacts {
-				fmt.Fprintf(g.ios.ErrOut, "deleted %s/%s\n", a.Element, shortKey(a.Key))
-			}
-			fmt.Fprintf(g.ios.ErrOut, "freed %s (%d blobs)\n", byteSize(rep.Freed), rep.Blobs)
-			return nil
+			return runArtifactDelete(opts)
 		},
 	}
-	cmd.Flags().StringVar(&deps, "deps", "none", "also delete dependencies: none, run, build or all")
+	cmd.Flags().StringVar(&opts.deps, "deps", "none", "also delete dependencies: none, run, build or all")
 	return cmd
+}
+
+func runArtifactDelete(opts *artifactDeleteOptions) error {
+	d, err := element.ParseDeps(opts.deps)
+	if err != nil {
+		return usagef("--deps %q: use none, run, build or all", opts.deps)
+	}
+	s := opts.session()
+	c, err := s.projectCache()
+	if err != nil {
+		return err
+	}
+	targets, err := s.artifactArgs(c, opts.args, d)
+	if err == nil {
+		err = s.prepareCache(c)
+	}
+	if err != nil {
+		return err
+	}
+	lock, err := opts.lockCache(c, cache.Exclusive)
+	if err != nil {
+		return err
+	}
+	defer lock.Unlock()
+	var remove []cache.ArtifactRef
+	for _, t := range targets {
+		if _, err := c.Lookup(t.ref.Project, t.ref.Element, t.ref.Key); errors.Is(err, cache.ErrNotFound) {
+			if len(targets) == 1 {
+				return fmt.Errorf("%s is not in the cache at key %s: nothing to delete", t.ref.Element, shortKey(t.ref.Key))
+			}
+			fmt.Fprintf(opts.ios.ErrOut, "%s/%s is not cached\n", t.ref.Element, shortKey(t.ref.Key))
+			continue
+		}
+		remove = append(remove, t.ref)
+	}
+	rep, err := c.Cleanup(cache.CleanupOptions{Remove: remove})
+	if err != nil {
+		return err
+	}
+	for _, a := range rep.Artifacts {
+		fmt.Fprintf(opts.ios.ErrOut, "deleted %s/%s\n", a.Element, shortKey(a.Key))
+	}
+	fmt.Fprintf(opts.ios.ErrOut, "freed %s (%d blobs)\n", byteSize(rep.Freed), rep.Blobs)
+	return nil
 }

@@ -53,9 +53,11 @@ type buildOptions struct {
 	trace       string // --trace FILE
 	explain     bool   // --explain
 	deps        string
+	args        []string // the targets
 }
 
-func newBuildCmd(g *globalOptions) *cobra.Command {
+// newBuildCmd is `gantry build`; runF, when not nil, runs instead of runBuild (tests).
+func newBuildCmd(g *globalOptions, runF func(*buildOptions) error) *cobra.Command {
 	opts := &buildOptions{globalOptions: g}
 	cmd := &cobra.Command{
 		Use:   "build [ELEMENT...]",
@@ -67,7 +69,13 @@ built again; a failed build is cached too: --retry-failed builds it again.
 Ctrl-C (without a terminal), SIGTERM or SIGHUP terminates running jobs and prints the
 summary (exit 128 + the signal: 130, 143, 129); a second Ctrl-C kills them. Ctrl-Z suspends every
 job and gantry; 'fg' resumes them.`,
-		RunE: func(cmd *cobra.Command, args []string) error { return runBuild(opts, args) },
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.args = args
+			if runF != nil {
+				return runF(opts)
+			}
+			return runBuild(opts)
+		},
 	}
 	opts.schedulerFlags.register(cmd)
 	opts.remoteFlags.register(cmd, "pulled from, not pushed to")
@@ -118,7 +126,7 @@ func (s *session) limits(f *schedulerFlags) (map[resources.Resource]int, element
 	if err != nil {
 		return nil, "", 0, err
 	}
-	var onErr element.OnError // none given: the display decides (openPipeline)
+	var onErr element.OnError // none given: the display decides (session.pipeline)
 	for _, v := range []string{f.onError, os.Getenv("GANTRY_ON_ERROR"), sc.OnError} {
 		if v == "" {
 			continue
@@ -139,12 +147,12 @@ func (s *session) limits(f *schedulerFlags) (map[resources.Resource]int, element
 	return limits, onErr, maxJobs, nil
 }
 
-func runBuild(opts *buildOptions, args []string) error {
+func runBuild(opts *buildOptions) error {
 	deps, err := element.ParseDeps(opts.deps)
 	if err != nil {
 		return usagef("%v", err)
 	}
-	p, err := opts.openPipeline(&opts.schedulerFlags, args, readOutcomes|readStats)
+	p, err := opts.session().pipeline(&opts.schedulerFlags, opts.args, readOutcomes|readStats)
 	if err != nil {
 		return err
 	}
@@ -277,91 +285,6 @@ func checkSandbox(kind string, items []*queues.Item) error {
 		}
 	}
 	return nil
-}
-
-// pipeline is what every scheduler command starts from.
-type pipeline struct {
-	session *session
-	graph   *element.Graph
-	cache   *cache.Cache
-	display ui.Display
-	limits  map[resources.Resource]int
-	onError element.OnError
-	maxJobs int
-	// outcomes is the project's outcome memo, and stats the learnt build durations
-	// (a damaged stats file only loses estimates: empty stats), both read while the
-	// graph loaded when the command asked for them (pipelineReads), nil otherwise.
-	outcomes *cache.OutcomeMemo
-	stats    *cache.Stats
-}
-
-// pipelineReads says what a command reads of the cache while its graph loads.
-type pipelineReads uint8
-
-const (
-	readOutcomes pipelineReads = 1 << iota // the project's outcome memo: pipeline.outcomes
-	readStats                              // the learnt build durations: pipeline.stats
-)
-
-// openPipeline loads the project, the targets named by args, the limits and the cache.
-// What the command reads of the cache (reads: the project's outcome memo, the build
-// durations) is read on another goroutine while the graph loads (the durations of
-// 10,000 elements are 5% of a null build's CPU); an error loading the graph is reported
-// first, and the cache's directories are made only once the graph loaded, so that a
-// project that does not load leaves no cache behind; the parse cache is saved after.
-func (o *globalOptions) openPipeline(f *schedulerFlags, args []string, reads pipelineReads) (*pipeline, error) {
-	if err := checkSandboxFlag(f.sandbox); err != nil {
-		return nil, err
-	}
-	s, err := o.load()
-	if err != nil {
-		return nil, err
-	}
-	s.quotaFlag = f.quota
-	s.project.Hermetic = isHermetic(f.sandbox) // the keys say what the artifacts are
-	display, err := s.display()
-	if err != nil {
-		return nil, err
-	}
-	p := &pipeline{session: s, display: display}
-	if p.limits, p.onError, p.maxJobs, err = s.limits(f); err != nil {
-		return nil, err
-	}
-	if p.onError == "" {
-		// Default quit; at a terminal the TUI asks what to do instead.
-		p.onError = element.OnErrorQuit
-		if _, ok := display.(*ui.TUI); ok {
-			p.onError = element.OnErrorAsk
-		}
-	}
-	root := s.cacheRoot()
-	opened := make(chan error, 1)
-	go func() {
-		var err error
-		if p.cache, err = cache.At(root); err == nil {
-			if reads&readOutcomes != 0 {
-				p.outcomes = p.cache.OpenOutcomeMemo(s.project.Name)
-			}
-			if reads&readStats != 0 {
-				p.stats, _ = p.cache.LoadStats() // never nil
-			}
-		}
-		opened <- err
-	}()
-	var saveLoads func() error
-	p.graph, saveLoads, err = s.loadGraphUnsaved(args)
-	cerr := <-opened
-	if err != nil {
-		return nil, err
-	}
-	if cerr != nil {
-		return nil, openCacheError(root, cerr)
-	}
-	if err := s.prepareCache(p.cache); err != nil {
-		return nil, err
-	}
-	s.warnUnsaved(saveLoads()) // into the cache just made, on a first session
-	return p, nil
 }
 
 // schedulerRun is one scheduler session as the commands set it up.
@@ -521,36 +444,6 @@ func (s *session) sources(c *cache.Cache) actions.Sources {
 // fetchQueue fetches the sources of elements that are not cached.
 func (s *session) fetchQueue(c *cache.Cache, g *element.Graph) *queues.FetchQueue {
 	return s.sources(c).FetchQueue()
-}
-
-// display picks the progress display for --ui.
-// Precedence: --ui > GANTRY_UI > the user config's [ui] mode > auto.
-func (s *session) display() (ui.Display, error) {
-	o := s.opts
-	mode := o.ui
-	if !o.uiSet {
-		if env := os.Getenv("GANTRY_UI"); env != "" {
-			mode = env
-		} else if s.user.UI.Mode != "" {
-			mode = s.user.UI.Mode
-		}
-	}
-	uo := ui.Options{Verbose: o.verbose}
-	switch mode {
-	case "auto":
-		if s.wantTUI() {
-			return s.tui(uo)
-		}
-		return ui.NewPlain(o.ios.ErrOut, uo), nil
-	case "plain":
-		return ui.NewPlain(o.ios.ErrOut, uo), nil
-	case "json":
-		o.ios.jsonErr = true
-		return ui.NewJSON(o.ios.ErrOut, uo), nil
-	case "tui":
-		return s.tui(uo)
-	}
-	return nil, usagef("--ui %q: use auto, tui, plain or json", mode)
 }
 
 // forwardSignals turns signals into scheduler commands until the returned stop is called;

@@ -22,44 +22,8 @@ func newCacheCmd(g *globalOptions) *cobra.Command {
 		Use:   "cache",
 		Short: "Maintain the local artifact cache, or serve a shared one",
 	}
-	cmd.AddCommand(newCacheVerifyCmd(g), newCacheUsageCmd(g), newCacheGCCmd(g), newCacheServeCmd(g))
+	cmd.AddCommand(newCacheVerifyCmd(g, nil), newCacheUsageCmd(g, nil), newCacheGCCmd(g, nil), newCacheServeCmd(g))
 	return cmd
-}
-
-// cacheSession is the user configuration and the cache for commands that need no
-// project, but honour its configuration when there is one. The cache is found, not
-// made (cache.At): a query reads it as it is (one not made yet is empty), a command
-// that changes it or expects its layout makes it first (prepareCache).
-func (g *globalOptions) cacheSession() (*session, *cache.Cache, error) {
-	s, err := g.load()
-	if err != nil {
-		user, uerr := g.userConfig()
-		if uerr != nil {
-			return nil, nil, uerr
-		}
-		s = &session{opts: g, user: user}
-	}
-	c, err := s.findCache()
-	if err != nil {
-		return nil, nil, err
-	}
-	return s, c, nil
-}
-
-// preparedCacheSession is cacheSession with the cache's layout made, and nothing
-// removed: what crashed processes left is gc's to list and count (Prepare would
-// remove some of it before gc looked, even with --dry-run).
-func (g *globalOptions) preparedCacheSession() (*session, *cache.Cache, error) {
-	s, c, err := g.cacheSession()
-	if err == nil {
-		if err = c.MakeLayout(); err != nil {
-			err = openCacheError(s.cacheRoot(), err)
-		}
-	}
-	if err != nil {
-		return nil, nil, err
-	}
-	return s, c, nil
 }
 
 // lockCache takes the cache lock, telling the user on stderr when it has to wait for
@@ -68,9 +32,16 @@ func (g *globalOptions) lockCache(c *cache.Cache, mode cache.LockMode) (*cache.L
 	return c.Lock(context.Background(), mode, func(msg string) { fmt.Fprintf(g.ios.ErrOut, "gantry: %s\n", msg) })
 }
 
-func newCacheVerifyCmd(g *globalOptions) *cobra.Command {
-	var repair bool
-	var dir string
+type cacheVerifyOptions struct {
+	*globalOptions
+	repair bool
+	store  string // --dir
+}
+
+// newCacheVerifyCmd is `gantry cache verify`; runF, when not nil, runs instead of
+// runCacheVerify (tests).
+func newCacheVerifyCmd(g *globalOptions, runF func(*cacheVerifyOptions) error) *cobra.Command {
+	opts := &cacheVerifyOptions{globalOptions: g}
 	cmd := &cobra.Command{
 		Use:   "verify",
 		Short: "Check every artifact in the local cache: records, trees and blob hashes",
@@ -91,63 +62,71 @@ must decode and every blob it names must be present and sound; --repair removes 
 entries that are not. It may run while the server serves the store.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := verifiedCache(g, dir)
-			if c == nil || err != nil {
-				return err
+			if runF != nil {
+				return runF(opts)
 			}
-			if repair {
-				lock, err := g.lockCache(c, cache.Exclusive)
-				if err != nil {
-					return err
-				}
-				defer lock.Unlock()
-			}
-			rep, err := c.Verify()
-			if err != nil {
-				return err
-			}
-			out := g.ios.Out
-			for _, p := range rep.Problems {
-				fmt.Fprintf(out, "problem: %s\n", p)
-			}
-			for _, t := range rep.StrayTemp {
-				fmt.Fprintf(out, "stray temp file (left by a crashed process, harmless): %s\n", t)
-			}
-			var entries string
-			if rep.ACEntries > 0 {
-				entries = fmt.Sprintf("%d action cache entries, ", rep.ACEntries)
-			}
-			fmt.Fprintf(out, "%s: %d refs, %s%d blobs and %d executable twins checked, %d problems\n", c.Root, rep.Refs, entries, rep.Blobs, rep.Twins, len(rep.Problems))
-			if rep.Clean() {
-				return nil
-			}
-			if !repair && dir != "" {
-				return &failedError{msg: "the store has problems: run `gantry cache verify --dir " + dir + " --repair` to drop the damaged entries"}
-			}
-			if !repair {
-				return &failedError{msg: "the cache has problems: run `gantry cache verify --repair` to drop the damaged artifacts, then build again"}
-			}
-			done, err := c.Repair(rep)
-			for _, d := range done {
-				fmt.Fprintf(out, "repaired: %s\n", d)
-			}
-			if err != nil {
-				return err
-			}
-			if after, err := c.Verify(); err != nil {
-				return err
-			} else if !after.Clean() {
-				for _, p := range after.Problems {
-					fmt.Fprintf(out, "not repaired: %s\n", p)
-				}
-				return &failedError{msg: "some problems could not be repaired: see above"}
-			}
-			return nil
+			return runCacheVerify(opts)
 		},
 	}
-	cmd.Flags().BoolVar(&repair, "repair", false, "drop damaged artifacts and remove corrupt blobs")
-	cmd.Flags().StringVar(&dir, "dir", "", "verify the store at `DIR` (what `cache serve --dir` serves) instead of the cache")
+	cmd.Flags().BoolVar(&opts.repair, "repair", false, "drop damaged artifacts and remove corrupt blobs")
+	cmd.Flags().StringVar(&opts.store, "dir", "", "verify the store at `DIR` (what `cache serve --dir` serves) instead of the cache")
 	return cmd
+}
+
+func runCacheVerify(opts *cacheVerifyOptions) error {
+	g, repair, dir := opts.globalOptions, opts.repair, opts.store
+	c, err := verifiedCache(g, dir)
+	if c == nil || err != nil {
+		return err
+	}
+	if repair {
+		lock, err := g.lockCache(c, cache.Exclusive)
+		if err != nil {
+			return err
+		}
+		defer lock.Unlock()
+	}
+	rep, err := c.Verify()
+	if err != nil {
+		return err
+	}
+	out := g.ios.Out
+	for _, p := range rep.Problems {
+		fmt.Fprintf(out, "problem: %s\n", p)
+	}
+	for _, t := range rep.StrayTemp {
+		fmt.Fprintf(out, "stray temp file (left by a crashed process, harmless): %s\n", t)
+	}
+	var entries string
+	if rep.ACEntries > 0 {
+		entries = fmt.Sprintf("%d action cache entries, ", rep.ACEntries)
+	}
+	fmt.Fprintf(out, "%s: %d refs, %s%d blobs and %d executable twins checked, %d problems\n", c.Root, rep.Refs, entries, rep.Blobs, rep.Twins, len(rep.Problems))
+	if rep.Clean() {
+		return nil
+	}
+	if !repair && dir != "" {
+		return &failedError{msg: "the store has problems: run `gantry cache verify --dir " + dir + " --repair` to drop the damaged entries"}
+	}
+	if !repair {
+		return &failedError{msg: "the cache has problems: run `gantry cache verify --repair` to drop the damaged artifacts, then build again"}
+	}
+	done, err := c.Repair(rep)
+	for _, d := range done {
+		fmt.Fprintf(out, "repaired: %s\n", d)
+	}
+	if err != nil {
+		return err
+	}
+	if after, err := c.Verify(); err != nil {
+		return err
+	} else if !after.Clean() {
+		for _, p := range after.Problems {
+			fmt.Fprintf(out, "not repaired: %s\n", p)
+		}
+		return &failedError{msg: "some problems could not be repaired: see above"}
+	}
+	return nil
 }
 
 // verifiedCache is the cache `cache verify` checks, its layout made: the store at
@@ -164,7 +143,8 @@ func verifiedCache(g *globalOptions, dir string) (*cache.Cache, error) {
 		}
 		return c, c.Prepare()
 	}
-	s, c, err := g.cacheSession()
+	s := g.session()
+	c, err := s.configuredCache()
 	if err != nil {
 		return nil, err
 	}
@@ -175,42 +155,57 @@ func verifiedCache(g *globalOptions, dir string) (*cache.Cache, error) {
 	return c, s.prepareCache(c) // its layout, should a directory be gone
 }
 
-func newCacheUsageCmd(g *globalOptions) *cobra.Command {
-	var format string
-	var top int
+type cacheUsageOptions struct {
+	*globalOptions
+	format string
+	top    int
+}
+
+// newCacheUsageCmd is `gantry cache usage`; runF, when not nil, runs instead of
+// runCacheUsage (tests).
+func newCacheUsageCmd(g *globalOptions, runF func(*cacheUsageOptions) error) *cobra.Command {
+	opts := &cacheUsageOptions{globalOptions: g}
 	cmd := &cobra.Command{
 		Use:   "usage",
 		Short: "Show what the local cache holds: size on disk, artifacts, blobs, per project, the largest",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if format != "text" && format != "json" {
-				return usagef("--format %q: use text or json", format)
+			if runF != nil {
+				return runF(opts)
 			}
-			s, c, err := g.cacheSession()
-			if err != nil {
-				return err
-			}
-			quota, err := s.quota("", c)
-			if err != nil {
-				return err
-			}
-			rep, err := c.Report(top)
-			if err != nil {
-				return err
-			}
-			if format == "json" {
-				return writeJSON(g.ios.Out, struct {
-					*cache.UsageReport
-					Quota int64 `json:"quota,omitempty"`
-				}{rep, quota})
-			}
-			writeUsage(g.ios.Out, rep, quota)
-			return nil
+			return runCacheUsage(opts)
 		},
 	}
-	cmd.Flags().StringVar(&format, "format", "text", "output format: text or json")
-	cmd.Flags().IntVar(&top, "top", 10, "how many of the largest artifacts to show")
+	cmd.Flags().StringVar(&opts.format, "format", "text", "output format: text or json")
+	cmd.Flags().IntVar(&opts.top, "top", 10, "how many of the largest artifacts to show")
 	return cmd
+}
+
+func runCacheUsage(opts *cacheUsageOptions) error {
+	if opts.format != "text" && opts.format != "json" {
+		return usagef("--format %q: use text or json", opts.format)
+	}
+	s := opts.session()
+	c, err := s.configuredCache()
+	if err != nil {
+		return err
+	}
+	quota, err := s.quota("", c)
+	if err != nil {
+		return err
+	}
+	rep, err := c.Report(opts.top)
+	if err != nil {
+		return err
+	}
+	if opts.format == "json" {
+		return writeJSON(opts.ios.Out, struct {
+			*cache.UsageReport
+			Quota int64 `json:"quota,omitempty"`
+		}{rep, quota})
+	}
+	writeUsage(opts.ios.Out, rep, quota)
+	return nil
 }
 
 func writeJSON(w io.Writer, v any) error {
@@ -281,13 +276,15 @@ func (s *session) quota(flag string, c *cache.Cache) (int64, error) {
 }
 
 type gcOptions struct {
+	*globalOptions
 	quota    string
 	keepDays int
 	dryRun   bool
 }
 
-func newCacheGCCmd(g *globalOptions) *cobra.Command {
-	opts := &gcOptions{}
+// newCacheGCCmd is `gantry cache gc`; runF, when not nil, runs instead of runGC (tests).
+func newCacheGCCmd(g *globalOptions, runF func(*gcOptions) error) *cobra.Command {
+	opts := &gcOptions{globalOptions: g}
 	cmd := &cobra.Command{
 		Use:   "gc [--quota SIZE | --keep-days N] [--dry-run]",
 		Short: "Clean the local cache: least recently used artifacts, unreferenced blobs, leftovers",
@@ -302,7 +299,12 @@ gc takes the cache lock exclusively: it waits until builds of other gantry proce
 finished staging or committing, and they wait for it. --dry-run lists what would go and
 how much it would free, and removes nothing.`,
 		Args: noArgs,
-		RunE: func(cmd *cobra.Command, args []string) error { return runGC(g, opts) },
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if runF != nil {
+				return runF(opts)
+			}
+			return runGC(opts)
+		},
 	}
 	cmd.Flags().StringVar(&opts.quota, "quota", "", "remove least recently used artifacts until the cache takes at most `SIZE` (500M, 10G, 50%)")
 	cmd.Flags().IntVar(&opts.keepDays, "keep-days", 0, "remove artifacts not used for `N` days")
@@ -310,14 +312,16 @@ how much it would free, and removes nothing.`,
 	return cmd
 }
 
-func runGC(g *globalOptions, opts *gcOptions) error {
+func runGC(opts *gcOptions) error {
+	g := opts.globalOptions
 	if opts.quota != "" && opts.keepDays != 0 {
 		return usagef("--quota and --keep-days: give one of them")
 	}
 	if opts.keepDays < 0 {
 		return usagef("--keep-days %d: want a number of days of at least 1", opts.keepDays)
 	}
-	s, c, err := g.preparedCacheSession()
+	s := g.session()
+	c, err := s.configuredCacheLaidOut()
 	if err != nil {
 		return err
 	}

@@ -17,33 +17,12 @@ type cacheQuery struct {
 	memo *cache.OutcomeMemo // artifacts' outcomes by record; nil: read every record
 }
 
-func (s *session) openCache() (*cache.Cache, error) { return openCacheAt(s.cacheRoot()) }
-
 func openCacheAt(root string) (*cache.Cache, error) {
 	c, err := cache.Open(root)
 	if err != nil {
 		return nil, openCacheError(root, err)
 	}
 	return c, nil
-}
-
-// findCache is the local cache as cache.At finds it, not made: a query reads it as it
-// is (one not made yet is empty); a command that writes to it makes it (prepareCache).
-func (s *session) findCache() (*cache.Cache, error) {
-	c, err := cache.At(s.cacheRoot())
-	if err != nil {
-		return nil, openCacheError(s.cacheRoot(), err)
-	}
-	return c, nil
-}
-
-// prepareCache makes the cache that cache.At found (its directories), once the
-// command's project and elements loaded.
-func (s *session) prepareCache(c *cache.Cache) error {
-	if err := c.Prepare(); err != nil {
-		return openCacheError(s.cacheRoot(), err)
-	}
-	return nil
 }
 
 // openCacheError is the error of opening the cache at root.

@@ -38,8 +38,8 @@ func completeElementArgs(opts *globalOptions, cmd *cobra.Command) {
 // elementNamesWithPrefix lists the project's elements whose names start with prefix;
 // none when no project loads (completion must never print an error).
 func (o *globalOptions) elementNamesWithPrefix(prefix string) []string {
-	s, err := o.load()
-	if err != nil {
+	s := o.session()
+	if err := s.loadProject(); err != nil {
 		return nil
 	}
 	all, err := s.project.ElementNames()
@@ -58,8 +58,8 @@ func (o *globalOptions) elementNamesWithPrefix(prefix string) []string {
 // remoteURLs lists the remotes of the user configuration and project.toml, those
 // without credentials in their URL (completion must not print a password).
 func (o *globalOptions) remoteURLs() []string {
-	s, err := o.load()
-	if err != nil {
+	s := o.session()
+	if err := s.loadProject(); err != nil {
 		return nil
 	}
 	specs, err := s.remotes(&remoteFlags{}, false)

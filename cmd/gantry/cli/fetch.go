@@ -11,9 +11,11 @@ type fetchOptions struct {
 	*globalOptions
 	schedulerFlags
 	deps string
+	args []string // the targets
 }
 
-func newFetchCmd(g *globalOptions) *cobra.Command {
+// newFetchCmd is `gantry fetch`; runF, when not nil, runs instead of runFetch (tests).
+func newFetchCmd(g *globalOptions, runF func(*fetchOptions) error) *cobra.Command {
 	opts := &fetchOptions{globalOptions: g}
 	cmd := &cobra.Command{
 		Use:   "fetch [ELEMENT...]",
@@ -21,19 +23,25 @@ func newFetchCmd(g *globalOptions) *cobra.Command {
 		Long: `Fetch downloads the sources of the elements into the source cache, so that a
 build needs no network. With --deps plan (the default) it fetches what 'gantry build'
 would build: cached elements need no sources.`,
-		RunE: func(cmd *cobra.Command, args []string) error { return runFetchCmd(opts, args) },
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.args = args
+			if runF != nil {
+				return runF(opts)
+			}
+			return runFetch(opts)
+		},
 	}
 	opts.schedulerFlags.register(cmd)
 	cmd.Flags().StringVar(&opts.deps, "deps", "plan", "which elements: plan (what a build needs), none, run, build or all")
 	return cmd
 }
 
-func runFetchCmd(opts *fetchOptions, args []string) error {
+func runFetch(opts *fetchOptions) error {
 	var reads pipelineReads
 	if opts.deps == "plan" {
 		reads = readOutcomes // what is cached needs no sources
 	}
-	p, err := opts.openPipeline(&opts.schedulerFlags, args, reads)
+	p, err := opts.session().pipeline(&opts.schedulerFlags, opts.args, reads)
 	if err != nil {
 		return err
 	}

@@ -10,8 +10,15 @@ import (
 	"github.com/gantry-build/gantry/element"
 )
 
-func newGraphCmd(g *globalOptions) *cobra.Command {
-	var deps string
+type graphOptions struct {
+	*globalOptions
+	deps string
+	args []string // the targets
+}
+
+// newGraphCmd is `gantry graph`; runF, when not nil, runs instead of runGraph (tests).
+func newGraphCmd(g *globalOptions, runF func(*graphOptions) error) *cobra.Command {
+	opts := &graphOptions{globalOptions: g}
 	cmd := &cobra.Command{
 		Use:   "graph [ELEMENT...]",
 		Short: "Print the dependency graph as Graphviz DOT",
@@ -22,26 +29,34 @@ func newGraphCmd(g *globalOptions) *cobra.Command {
 Solid edges are build-and-run dependencies (depends), dashed are build-only
 (build-depends), dotted are runtime-only (runtime-depends).`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			d, err := element.ParseDeps(deps)
-			if err != nil {
-				return usagef("%v", err)
+			opts.args = args
+			if runF != nil {
+				return runF(opts)
 			}
-			s, err := g.load()
-			if err != nil {
-				return err
-			}
-			gr, err := s.loadGraph(args)
-			if err != nil {
-				return err
-			}
-			w := bufio.NewWriter(g.ios.Out)
-			defer w.Flush()
-			writeDOT(w, s.project.Name, gr.Select(gr.Targets, d))
-			return nil
+			return runGraph(opts)
 		},
 	}
-	cmd.Flags().StringVar(&deps, "deps", "all", "which dependencies to include: none, run, build or all")
+	cmd.Flags().StringVar(&opts.deps, "deps", "all", "which dependencies to include: none, run, build or all")
 	return cmd
+}
+
+func runGraph(opts *graphOptions) error {
+	d, err := element.ParseDeps(opts.deps)
+	if err != nil {
+		return usagef("%v", err)
+	}
+	s := opts.session()
+	if err := s.loadProject(); err != nil {
+		return err
+	}
+	gr, err := s.loadGraph(opts.args)
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriter(opts.ios.Out)
+	defer w.Flush()
+	writeDOT(w, s.project.Name, gr.Select(gr.Targets, d))
+	return nil
 }
 
 func writeDOT(w *bufio.Writer, project string, elements []*element.Element) {

@@ -16,22 +16,27 @@ import (
 
 type initOptions struct {
 	*globalOptions
-	name  string
-	force bool
+	name   string
+	force  bool
+	target string // the project's directory
 }
 
-func newInitCmd(g *globalOptions) *cobra.Command {
+// newInitCmd is `gantry init`; runF, when not nil, runs instead of runInit (tests).
+func newInitCmd(g *globalOptions, runF func(*initOptions) error) *cobra.Command {
 	opts := &initOptions{globalOptions: g}
 	cmd := &cobra.Command{
 		Use:   "init [DIR]",
 		Short: "Create a new project with an element that builds",
 		Args:  rangeArgs(0, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			dir := g.startDir()
+			opts.target = g.startDir()
 			if len(args) == 1 {
-				dir = args[0]
+				opts.target = args[0]
 			}
-			return runInit(opts, dir)
+			if runF != nil {
+				return runF(opts)
+			}
+			return runInit(opts)
 		},
 	}
 	cmd.Flags().StringVar(&opts.name, "name", "", "project name (default: the directory's name)")
@@ -41,7 +46,8 @@ func newInitCmd(g *globalOptions) *cobra.Command {
 
 var nameChars = regexp.MustCompile(`[^a-z0-9._-]+`)
 
-func runInit(opts *initOptions, dir string) error {
+func runInit(opts *initOptions) error {
+	dir := opts.target
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return err

@@ -16,9 +16,12 @@ type transferOptions struct {
 	schedulerFlags
 	remoteFlags
 	deps string
+	push bool     // push, not pull
+	args []string // the targets
 }
 
-func newPullCmd(g *globalOptions) *cobra.Command {
+// newPullCmd is `gantry pull`; runF, when not nil, runs instead of runTransfer (tests).
+func newPullCmd(g *globalOptions, runF func(*transferOptions) error) *cobra.Command {
 	opts := &transferOptions{globalOptions: g}
 	cmd := &cobra.Command{
 		Use:   "pull [ELEMENT...]",
@@ -28,14 +31,15 @@ default-targets) that the local cache lacks, trying the remotes in order (the us
 config's [[remote]], then project.toml's, or --remote). Every blob is verified against
 its digest before it is stored. An artifact no remote has is skipped. A remote that
 serves bytes that do not match their digest makes pull exit 1.`,
-		RunE: func(cmd *cobra.Command, args []string) error { return runTransfer(opts, args, false) },
+		RunE: opts.runE(runF),
 	}
 	opts.register(cmd, "pulled from")
 	return cmd
 }
 
-func newPushCmd(g *globalOptions) *cobra.Command {
-	opts := &transferOptions{globalOptions: g}
+// newPushCmd is `gantry push`; runF, when not nil, runs instead of runTransfer (tests).
+func newPushCmd(g *globalOptions, runF func(*transferOptions) error) *cobra.Command {
+	opts := &transferOptions{globalOptions: g, push: true}
 	cmd := &cobra.Command{
 		Use:   "push [ELEMENT...]",
 		Short: "Upload elements' artifacts to remote artifact caches",
@@ -44,10 +48,21 @@ default-targets) to every push remote (push = true in [[remote]], or --remote) t
 lacks them: blobs first, the artifact's entry last. Every blob is hashed as it is
 read: one found damaged in the local cache is never uploaded; its artifact is dropped
 (build it again) and push exits 1.`,
-		RunE: func(cmd *cobra.Command, args []string) error { return runTransfer(opts, args, true) },
+		RunE: opts.runE(runF),
 	}
 	opts.register(cmd, "pushed to")
 	return cmd
+}
+
+// runE is the RunE of pull and push: runTransfer, or runF when not nil.
+func (o *transferOptions) runE(runF func(*transferOptions) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		o.args = args
+		if runF != nil {
+			return runF(o)
+		}
+		return runTransfer(o)
+	}
 }
 
 func (o *transferOptions) register(cmd *cobra.Command, what string) {
@@ -57,12 +72,13 @@ func (o *transferOptions) register(cmd *cobra.Command, what string) {
 }
 
 // runTransfer runs a pull or push session over the selected elements.
-func runTransfer(opts *transferOptions, args []string, push bool) error {
+func runTransfer(opts *transferOptions) error {
+	push := opts.push
 	deps, err := element.ParseDeps(opts.deps)
 	if err != nil || deps == element.DepsBuild {
 		return usagef("--deps %q: use none, run or all", opts.deps)
 	}
-	p, err := opts.openPipeline(&opts.schedulerFlags, args, 0)
+	p, err := opts.session().pipeline(&opts.schedulerFlags, opts.args, 0)
 	if err != nil {
 		return err
 	}

@@ -3,15 +3,11 @@ package cli
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 	"runtime/debug"
 	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-
-	"github.com/gantry-build/gantry/cache"
-	"github.com/gantry-build/gantry/element"
 )
 
 // globalOptions are the flags every command shares.
@@ -23,18 +19,8 @@ type globalOptions struct {
 	ui       string
 	uiSet    bool // --ui was given: it wins over GANTRY_UI and the user config
 	verbose  bool
-}
 
-// session is a loaded project with the user configuration, for commands that need one.
-type session struct {
-	opts    *globalOptions
-	project *element.Project
-	user    *element.UserConfig
-	lock    *element.Lock
-
-	quotaFlag string // --cache-quota of a scheduler command, for the TUI header
-
-	endedBy os.Signal // the signal that ended the last scheduler session, if one did
+	s *session // made by the first command that asks (session)
 }
 
 func newRootCmd(ios *IOStreams) *cobra.Command {
@@ -68,19 +54,19 @@ Run 'gantry init' to start one, 'gantry show' to inspect it.`,
 	f.BoolVarP(&opts.verbose, "verbose", "v", false, "show more detail")
 
 	root.AddCommand(
-		newShowCmd(opts),
-		newExplainCmd(opts),
-		newTrackCmd(opts),
-		newFetchCmd(opts),
-		newBuildCmd(opts),
-		newPullCmd(opts),
-		newPushCmd(opts),
+		newShowCmd(opts, nil),
+		newExplainCmd(opts, nil),
+		newTrackCmd(opts, nil),
+		newFetchCmd(opts, nil),
+		newBuildCmd(opts, nil),
+		newPullCmd(opts, nil),
+		newPushCmd(opts, nil),
 		newArtifactCmd(opts),
-		newShellCmd(opts),
+		newShellCmd(opts, nil),
 		newWorkspaceCmd(opts),
 		newCacheCmd(opts),
-		newGraphCmd(opts),
-		newInitCmd(opts),
+		newGraphCmd(opts, nil),
+		newInitCmd(opts, nil),
 		newVersionCmd(opts),
 	)
 	root.InitDefaultCompletionCmd()
@@ -148,125 +134,6 @@ func (o *globalOptions) startDir() string {
 	}
 	wd, _ := os.Getwd()
 	return wd
-}
-
-// load finds and loads the project, the user configuration and the lock file.
-func (o *globalOptions) load() (*session, error) {
-	if o.dir != "" {
-		if info, err := os.Stat(o.dir); err != nil || !info.IsDir() {
-			return nil, usagef("-C %s: not a directory", o.dir)
-		}
-	}
-	root, err := element.FindProject(o.startDir())
-	if err != nil {
-		return nil, err
-	}
-	project, err := element.LoadProject(root)
-	if err != nil {
-		return nil, err
-	}
-	project.Hermetic = isHermetic(defaultSandbox()) // a --sandbox flag overrides it
-	user, err := o.userConfig()
-	if err != nil {
-		return nil, err
-	}
-	lock, err := element.LoadLock(root)
-	if err != nil {
-		return nil, err
-	}
-	return &session{opts: o, project: project, user: user, lock: lock}, nil
-}
-
-// userConfig loads the user configuration: --config > GANTRY_CONFIG > the default path
-// (which may be absent).
-func (o *globalOptions) userConfig() (*element.UserConfig, error) {
-	cfgPath, explicit := o.config, o.config != ""
-	if !explicit {
-		if env := os.Getenv("GANTRY_CONFIG"); env != "" {
-			cfgPath, explicit = env, true
-		} else {
-			cfgPath = element.DefaultUserConfigPath()
-		}
-	}
-	return element.LoadUserConfig(cfgPath, explicit)
-}
-
-// cacheRoot resolves the cache directory: flag > env > user config > default.
-func (s *session) cacheRoot() string {
-	switch {
-	case s.opts.cacheDir != "":
-		return s.opts.cacheDir
-	case os.Getenv("GANTRY_CACHE_DIR") != "":
-		return os.Getenv("GANTRY_CACHE_DIR")
-	case s.user.Cache.Dir != "":
-		return expandHome(s.user.Cache.Dir)
-	}
-	return element.DefaultCacheDir()
-}
-
-func expandHome(p string) string {
-	if strings.HasPrefix(p, "~/") {
-		home, _ := os.UserHomeDir()
-		return filepath.Join(home, p[2:])
-	}
-	return os.ExpandEnv(p)
-}
-
-// elementArg accepts an element name, or a path to the element file relative to the cwd
-// (tab completion in a shell gives "elements/app.toml").
-func (s *session) elementArg(a string) string {
-	if abs, err := filepath.Abs(a); err == nil {
-		if rel, err := filepath.Rel(s.project.ElementDir(), abs); err == nil && !strings.HasPrefix(rel, "..") {
-			if _, statErr := os.Stat(abs); statErr == nil {
-				return filepath.ToSlash(rel)
-			}
-		}
-	}
-	return a
-}
-
-// loadGraph loads the targets named by args (or the default targets) and saves the
-// parse cache, into a cache already made only (see loadGraphUnsaved).
-func (s *session) loadGraph(args []string) (*element.Graph, error) {
-	g, save, err := s.loadGraphUnsaved(args)
-	if err != nil {
-		return nil, err
-	}
-	s.warnUnsaved(save())
-	return g, nil
-}
-
-// loadGraphUnsaved is loadGraph leaving the parse cache's saving to save, which may run
-// on another goroutine while the caller works with the graph (show prints meanwhile), as
-// long as nothing loads or keys elements until it has returned. Its error is for
-// warnUnsaved. save writes nothing into a cache not made yet (cache.Made): a command
-// that only reads leaves no cache behind, and one that makes the cache saves once it
-// made it.
-func (s *session) loadGraphUnsaved(args []string) (*element.Graph, func() error, error) {
-	targets, err := s.targets(args)
-	if err != nil {
-		return nil, nil, err
-	}
-	root := s.cacheRoot()
-	pc := element.OpenParseCache(cache.LoadsDir(root), s.project.Root)
-	g, err := element.LoadCached(s.project, s.lock, targets, pc)
-	if err != nil {
-		return nil, nil, err
-	}
-	save := func() error {
-		if _, err := cache.Attach(root); err != nil {
-			return nil // not made yet (or not a cache): a read-only command writes nothing
-		}
-		return pc.Save()
-	}
-	return g, save, nil
-}
-
-// warnUnsaved reports a parse cache that could not be saved: only speed is lost.
-func (s *session) warnUnsaved(err error) {
-	if err != nil {
-		s.opts.ios.Message("warning", err.Error()+" (loading is slower next time; nothing else is affected)")
-	}
 }
 
 func newVersionCmd(opts *globalOptions) *cobra.Command {

@@ -21,9 +21,12 @@ type shellOptions struct {
 	*globalOptions
 	build   bool
 	sandbox string
+	element string   // ELEMENT
+	command []string // COMMAND...; none: an interactive shell
 }
 
-func newShellCmd(g *globalOptions) *cobra.Command {
+// newShellCmd is `gantry shell`; runF, when not nil, runs instead of runShell (tests).
+func newShellCmd(g *globalOptions, runF func(*shellOptions) error) *cobra.Command {
 	opts := &shellOptions{globalOptions: g}
 	cmd := &cobra.Command{
 		Use:   "shell ELEMENT [-- COMMAND...]",
@@ -39,7 +42,11 @@ as it was when the build failed. The command's exit code is gantry's.`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runShell(cmd.Context(), opts, args[0], args[1:])
+			opts.element, opts.command = args[0], args[1:]
+			if runF != nil {
+				return runF(opts)
+			}
+			return runShell(cmd.Context(), opts)
 		},
 	}
 	cmd.Flags().BoolVar(&opts.build, "build", false, "open the tree of the element's failed build")
@@ -70,11 +77,13 @@ type exitStatusError struct{ code int }
 
 func (e *exitStatusError) Error() string { return fmt.Sprintf("command exited with status %d", e.code) }
 
-func runShell(ctx context.Context, opts *shellOptions, name string, argv []string) error {
+func runShell(ctx context.Context, opts *shellOptions) error {
+	name, argv := opts.element, opts.command
 	if err := checkSandboxFlag(opts.sandbox); err != nil {
 		return err
 	}
-	s, c, err := opts.loadWithCache()
+	s := opts.session()
+	c, err := s.projectCache()
 	if err != nil {
 		return err
 	}

@@ -15,6 +15,7 @@ type showOptions struct {
 	*globalOptions
 	deps   string
 	format string
+	args   []string // the targets
 }
 
 const defaultShowFormat = "%{state: >12} %{short-key} %{name}"
@@ -22,7 +23,8 @@ const defaultShowFormat = "%{state: >12} %{short-key} %{name}"
 var showPlaceholders = []string{"name", "key", "full-key", "short-key", "state", "kind", "description",
 	"deps", "build-deps", "runtime-deps", "run-deps", "workspace"}
 
-func newShowCmd(g *globalOptions) *cobra.Command {
+// newShowCmd is `gantry show`; runF, when not nil, runs instead of runShow (tests).
+func newShowCmd(g *globalOptions, runF func(*showOptions) error) *cobra.Command {
 	opts := &showOptions{globalOptions: g}
 	cmd := &cobra.Command{
 		Use:   "show [ELEMENT...]",
@@ -39,14 +41,20 @@ Format placeholders: %{name} %{key} (also %{full-key}) %{short-key} %{state} %{k
 workspace elements). A placeholder may carry a fill, alignment and width: %{state: >12}.
 
 --format json prints one JSON object per element instead, for scripts.`,
-		RunE: func(cmd *cobra.Command, args []string) error { return runShow(opts, args) },
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.args = args
+			if runF != nil {
+				return runF(opts)
+			}
+			return runShow(opts)
+		},
 	}
 	cmd.Flags().StringVar(&opts.deps, "deps", "all", "which dependencies to show: none, run, build or all")
 	cmd.Flags().StringVar(&opts.format, "format", defaultShowFormat, "line `FORMAT` (see above), or json")
 	return cmd
 }
 
-func runShow(opts *showOptions, args []string) error {
+func runShow(opts *showOptions) error {
 	deps, err := element.ParseDeps(opts.deps)
 	if err != nil {
 		return usagef("%v", err)
@@ -56,11 +64,11 @@ func runShow(opts *showOptions, args []string) error {
 	if err != nil {
 		return err
 	}
-	s, err := opts.load()
-	if err != nil {
+	s := opts.session()
+	if err := s.loadProject(); err != nil {
 		return err
 	}
-	g, save, err := s.loadGraphUnsaved(args)
+	g, save, err := s.loadGraphUnsaved(opts.args)
 	if err != nil {
 		return err
 	}

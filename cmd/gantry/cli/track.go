@@ -18,9 +18,11 @@ type trackOptions struct {
 	*globalOptions
 	schedulerFlags
 	deps string
+	args []string // the targets
 }
 
-func newTrackCmd(g *globalOptions) *cobra.Command {
+// newTrackCmd is `gantry track`; runF, when not nil, runs instead of runTrack (tests).
+func newTrackCmd(g *globalOptions, runF func(*trackOptions) error) *cobra.Command {
 	opts := &trackOptions{globalOptions: g}
 	cmd := &cobra.Command{
 		Use:   "track [ELEMENT...]",
@@ -29,19 +31,25 @@ func newTrackCmd(g *globalOptions) *cobra.Command {
 sha256 — and records it in gantry.lock at the project root (written atomically, sorted,
 one line per element). Refs written inline in an element are pinned and left alone.
 It prints what changed, old ref → new ref.`,
-		RunE: func(cmd *cobra.Command, args []string) error { return runTrack(opts, args) },
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.args = args
+			if runF != nil {
+				return runF(opts)
+			}
+			return runTrack(opts)
+		},
 	}
 	opts.schedulerFlags.register(cmd)
 	cmd.Flags().StringVar(&opts.deps, "deps", "none", "also track dependencies: none, run, build (what the targets build on, not them) or all")
 	return cmd
 }
 
-func runTrack(opts *trackOptions, args []string) error {
+func runTrack(opts *trackOptions) error {
 	deps, err := element.ParseDeps(opts.deps)
 	if err != nil {
 		return usagef("%v", err)
 	}
-	p, err := opts.openPipeline(&opts.schedulerFlags, args, 0)
+	p, err := opts.session().pipeline(&opts.schedulerFlags, opts.args, 0)
 	if err != nil {
 		return err
 	}

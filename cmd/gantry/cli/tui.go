@@ -33,7 +33,7 @@ func (s *session) tui(uo ui.Options) (*ui.TUI, error) {
 		Shell: s.failedShell}
 	if s.quotaFlag != "" || os.Getenv("GANTRY_CACHE_QUOTA") != "" || s.user.Cache.Quota != "" {
 		// Not made here: the session makes the cache once its project loaded
-		// (openPipeline), before the display measures it.
+		// (session.pipeline), before the display measures it.
 		root := s.cacheRoot()
 		c, err := cache.At(root)
 		if err != nil {

@@ -28,53 +28,115 @@ reverting the edit brings the old key (and artifact) back. The build directory i
 between builds, so make recompiles only what changed. Workspaces are recorded in
 .gantry/workspaces.json beside project.toml.`,
 	}
-	var dir string
-	open := &cobra.Command{
+	cmd.AddCommand(newWorkspaceOpenCmd(g, nil), newWorkspaceListCmd(g, nil), newWorkspaceCloseCmd(g, nil), newWorkspaceResetCmd(g, nil))
+	return cmd
+}
+
+type workspaceOpenOptions struct {
+	*globalOptions
+	element string // ELEMENT
+	into    string // --directory
+}
+
+// newWorkspaceOpenCmd is `gantry workspace open`; runF, when not nil, runs instead of
+// runWorkspaceOpen (tests).
+func newWorkspaceOpenCmd(g *globalOptions, runF func(*workspaceOpenOptions) error) *cobra.Command {
+	opts := &workspaceOpenOptions{globalOptions: g}
+	cmd := &cobra.Command{
 		Use:   "open ELEMENT",
 		Short: "Stage an element's sources into a directory and build it from there",
 		Args:  elementArgs(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runWorkspaceOpen(cmd.Context(), g, args[0], dir)
+			opts.element = args[0]
+			if runF != nil {
+				return runF(opts)
+			}
+			return runWorkspaceOpen(cmd.Context(), opts)
 		},
 	}
-	open.Flags().StringVar(&dir, "directory", "", "where to open it (default: workspaces/ELEMENT beside project.toml, or project.toml's workspace-dir)")
+	cmd.Flags().StringVar(&opts.into, "directory", "", "where to open it (default: workspaces/ELEMENT beside project.toml, or project.toml's workspace-dir)")
 	// --directory here is the workspace's (as in BuildStream), which hides the global
 	// --directory; -C keeps finding the project.
-	open.Flags().StringVarP(&g.dir, "chdir", "C", "", "run as if started in `DIR` (the project is found upward from there)")
-	list := &cobra.Command{
+	cmd.Flags().StringVarP(&g.dir, "chdir", "C", "", "run as if started in `DIR` (the project is found upward from there)")
+	return cmd
+}
+
+type workspaceListOptions struct {
+	*globalOptions
+}
+
+// newWorkspaceListCmd is `gantry workspace list`; runF, when not nil, runs instead of
+// runWorkspaceList (tests).
+func newWorkspaceListCmd(g *globalOptions, runF func(*workspaceListOptions) error) *cobra.Command {
+	opts := &workspaceListOptions{globalOptions: g}
+	return &cobra.Command{
 		Use:   "list",
 		Short: "List the open workspaces: element and directory",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			s, err := g.load()
-			if err != nil {
-				return err
+			if runF != nil {
+				return runF(opts)
 			}
-			ws, err := element.LoadWorkspaces(s.project.Root)
-			if err != nil {
-				return err
-			}
-			if len(ws) == 0 {
-				g.ios.Info("no open workspaces: `gantry workspace open ELEMENT` opens one")
-			}
-			for _, w := range ws {
-				fmt.Fprintf(g.ios.Out, "%s\t%s\n", w.Element, w.Directory)
-			}
-			return nil
+			return runWorkspaceList(opts)
 		},
 	}
-	var removeDir, all bool
-	closeCmd := &cobra.Command{
+}
+
+func runWorkspaceList(opts *workspaceListOptions) error {
+	s := opts.session()
+	if err := s.loadProject(); err != nil {
+		return err
+	}
+	ws, err := element.LoadWorkspaces(s.project.Root)
+	if err != nil {
+		return err
+	}
+	if len(ws) == 0 {
+		opts.ios.Info("no open workspaces: `gantry workspace open ELEMENT` opens one")
+	}
+	for _, w := range ws {
+		fmt.Fprintf(opts.ios.Out, "%s\t%s\n", w.Element, w.Directory)
+	}
+	return nil
+}
+
+type workspaceCloseOptions struct {
+	*globalOptions
+	removeDir, all bool
+	args           []string // ELEMENT...
+}
+
+// newWorkspaceCloseCmd is `gantry workspace close`; runF, when not nil, runs instead of
+// runWorkspaceClose (tests).
+func newWorkspaceCloseCmd(g *globalOptions, runF func(*workspaceCloseOptions) error) *cobra.Command {
+	opts := &workspaceCloseOptions{globalOptions: g}
+	cmd := &cobra.Command{
 		Use:   "close [ELEMENT...]",
 		Short: "Build elements from their sources again (the directory stays unless --remove-dir)",
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runWorkspaceClose(g, args, all, removeDir)
+			opts.args = args
+			if runF != nil {
+				return runF(opts)
+			}
+			return runWorkspaceClose(opts)
 		},
 	}
-	closeCmd.Flags().BoolVar(&removeDir, "remove-dir", false, "remove the workspace directory too")
-	closeCmd.Flags().BoolVar(&all, "all", false, "close every open workspace")
-	var soft bool
-	reset := &cobra.Command{
+	cmd.Flags().BoolVar(&opts.removeDir, "remove-dir", false, "remove the workspace directory too")
+	cmd.Flags().BoolVar(&opts.all, "all", false, "close every open workspace")
+	return cmd
+}
+
+type workspaceResetOptions struct {
+	*globalOptions
+	soft bool
+	args []string // ELEMENT...
+}
+
+// newWorkspaceResetCmd is `gantry workspace reset`; runF, when not nil, runs instead of
+// runWorkspaceReset (tests).
+func newWorkspaceResetCmd(g *globalOptions, runF func(*workspaceResetOptions) error) *cobra.Command {
+	opts := &workspaceResetOptions{globalOptions: g}
+	cmd := &cobra.Command{
 		Use:   "reset ELEMENT...",
 		Short: "Stage the sources into the workspace again, and start the next build afresh",
 		Long: `Reset replaces the workspace directory's content with the element's sources, as
@@ -82,11 +144,14 @@ open staged them, and drops the build directory kept between builds. With --soft
 directory is left as it is: only the next build starts from a clean build directory.`,
 		Args: elementArgs(1, -1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runWorkspaceReset(cmd.Context(), g, args, soft)
+			opts.args = args
+			if runF != nil {
+				return runF(opts)
+			}
+			return runWorkspaceReset(cmd.Context(), opts)
 		},
 	}
-	reset.Flags().BoolVar(&soft, "soft", false, "keep the directory's content; only drop the kept build directory")
-	cmd.AddCommand(open, list, closeCmd, reset)
+	cmd.Flags().BoolVar(&opts.soft, "soft", false, "keep the directory's content; only drop the kept build directory")
 	return cmd
 }
 
@@ -97,8 +162,8 @@ type workspaceState struct {
 }
 
 func (g *globalOptions) workspaces() (*workspaceState, error) {
-	s, err := g.load()
-	if err != nil {
+	s := g.session()
+	if err := s.loadProject(); err != nil {
 		return nil, err
 	}
 	ws, err := element.LoadWorkspaces(s.project.Root)
@@ -129,7 +194,8 @@ func (st *workspaceState) sourcesOf(name string) (*element.Element, error) {
 	return g.Targets[0], nil
 }
 
-func runWorkspaceOpen(ctx context.Context, g *globalOptions, arg, dir string) error {
+func runWorkspaceOpen(ctx context.Context, opts *workspaceOpenOptions) error {
+	g, arg, dir := opts.globalOptions, opts.element, opts.into
 	st, err := g.workspaces()
 	if err != nil {
 		return err
@@ -220,7 +286,8 @@ func dropBuildDir(s *session, name string) error {
 	return nil
 }
 
-func runWorkspaceClose(g *globalOptions, args []string, all, removeDir bool) error {
+func runWorkspaceClose(opts *workspaceCloseOptions) error {
+	g, args, all, removeDir := opts.globalOptions, opts.args, opts.all, opts.removeDir
 	st, err := g.workspaces()
 	if err != nil {
 		return err
@@ -267,7 +334,8 @@ func runWorkspaceClose(g *globalOptions, args []string, all, removeDir bool) err
 	return nil
 }
 
-func runWorkspaceReset(ctx context.Context, g *globalOptions, args []string, soft bool) error {
+func runWorkspaceReset(ctx context.Context, opts *workspaceResetOptions) error {
+	g, args, soft := opts.globalOptions, opts.args, opts.soft
 	st, err := g.workspaces()
 	if err != nil {
 		return err

@@ -1,0 +1,187 @@
+package cli
+
+import (
+	"bytes"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/spf13/cobra"
+)
+
+// Flag binding: each command's constructor takes the function that runs it, so a test
+// gives one that keeps the options and runs nothing (no project, no cache, no build).
+
+// testOptions are global options writing into buffers, with no terminal.
+func testOptions() *globalOptions {
+	return &globalOptions{ios: &IOStreams{In: strings.NewReader(""), Out: &bytes.Buffer{}, ErrOut: &bytes.Buffer{}}}
+}
+
+// execute runs cmd with args; the command's runF must record what it was given.
+func execute(t *testing.T, cmd *cobra.Command, args ...string) error {
+	t.Helper()
+	cmd.SetArgs(args)
+	cmd.SetOut(&bytes.Buffer{})
+	cmd.SetErr(&bytes.Buffer{})
+	cmd.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usagef("%v", err) })
+	return cmd.Execute()
+}
+
+func TestBuildFlagsBind(t *testing.T) {
+	t.Setenv("GANTRY_SANDBOX", "")
+	var got *buildOptions
+	cmd := newBuildCmd(testOptions(), func(o *buildOptions) error { got = o; return nil })
+	err := execute(t, cmd, "--builders", "3", "--fetchers", "7", "--pushers", "2", "--max-jobs", "5",
+		"--on-error", "continue", "--sandbox", "bwrap", "--cache-quota", "10G", "--retry-failed",
+		"--track", "--explain", "--trace", "t.json", "--deps", "all",
+		"--remote", "http://a", "--remote", "http://b", "app.toml", "lib/*.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := schedulerFlags{onError: "continue", builders: 3, fetchers: 7, pushers: 2, maxJobs: 5, sandbox: "bwrap", quota: "10G"}
+	if got.schedulerFlags != want {
+		t.Errorf("scheduler flags = %+v, want %+v", got.schedulerFlags, want)
+	}
+	if !got.retryFailed || !got.track || !got.explain || got.trace != "t.json" || got.deps != "all" {
+		t.Errorf("build flags = retry %v track %v explain %v trace %q deps %q", got.retryFailed, got.track, got.explain, got.trace, got.deps)
+	}
+	if !slices.Equal(got.urls, []string{"http://a", "http://b"}) || got.none {
+		t.Errorf("remote flags = %q none %v", got.urls, got.none)
+	}
+	if !slices.Equal(got.args, []string{"app.toml", "lib/*.toml"}) {
+		t.Errorf("args = %q", got.args)
+	}
+}
+
+func TestBuildFlagDefaults(t *testing.T) {
+	t.Setenv("GANTRY_SANDBOX", "host")
+	var got *buildOptions
+	if err := execute(t, newBuildCmd(testOptions(), func(o *buildOptions) error { got = o; return nil })); err != nil {
+		t.Fatal(err)
+	}
+	// 0 and "" leave the choice to the environment, the user configuration, the default.
+	want := schedulerFlags{sandbox: "host"}
+	if got.schedulerFlags != want || got.deps != "run" || got.retryFailed || got.track || len(got.args) != 0 {
+		t.Errorf("defaults = %+v deps %q, want %+v deps run", got.schedulerFlags, got.deps, want)
+	}
+}
+
+func TestPushAndPullFlagsBind(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		new  func(*globalOptions, func(*transferOptions) error) *cobra.Command
+		push bool
+	}{
+		{"push", newPushCmd, true},
+		{"pull", newPullCmd, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var got *transferOptions
+			cmd := c.new(testOptions(), func(o *transferOptions) error { got = o; return nil })
+			if err := execute(t, cmd, "--remote", "https://cache.example", "--deps", "run", "--pushers", "6", "app.toml"); err != nil {
+				t.Fatal(err)
+			}
+			if got.push != c.push || got.deps != "run" || got.pushers != 6 || !slices.Equal(got.urls, []string{"https://cache.example"}) ||
+				!slices.Equal(got.args, []string{"app.toml"}) {
+				t.Errorf("options = push %v deps %q pushers %d remotes %q args %q", got.push, got.deps, got.pushers, got.urls, got.args)
+			}
+			// Every scheduler command registers the scheduler flags, used or not.
+			for _, f := range []string{"builders", "max-jobs", "sandbox", "fetchers", "on-error", "cache-quota", "no-remote"} {
+				if cmd.Flags().Lookup(f) == nil {
+					t.Errorf("%s has no --%s", c.name, f)
+				}
+			}
+		})
+	}
+}
+
+func TestPushNoRemoteBinds(t *testing.T) {
+	var got *transferOptions
+	if err := execute(t, newPushCmd(testOptions(), func(o *transferOptions) error { got = o; return nil }), "--no-remote"); err != nil {
+		t.Fatal(err)
+	}
+	if !got.none || len(got.urls) != 0 || got.deps != "none" {
+		t.Errorf("options = none %v remotes %q deps %q", got.none, got.urls, got.deps)
+	}
+}
+
+func TestFlagErrorsAreUsageErrors(t *testing.T) {
+	ran := false
+	err := execute(t, newBuildCmd(testOptions(), func(*buildOptions) error { ran = true; return nil }), "--builders", "many")
+	var ue *usageError
+	if ran || !errors.As(err, &ue) {
+		t.Errorf("ran %v, err %v; want a usage error and nothing run", ran, err)
+	}
+}
+
+func TestShellArgsBind(t *testing.T) {
+	var got *shellOptions
+	cmd := newShellCmd(testOptions(), func(o *shellOptions) error { got = o; return nil })
+	if err := execute(t, cmd, "--build", "--sandbox", "host", "app.toml", "--", "make", "-k"); err != nil {
+		t.Fatal(err)
+	}
+	if !got.build || got.sandbox != "host" || got.element != "app.toml" || !slices.Equal(got.command, []string{"make", "-k"}) {
+		t.Errorf("options = build %v sandbox %q element %q command %q", got.build, got.sandbox, got.element, got.command)
+	}
+}
+
+func TestGCFlagsBind(t *testing.T) {
+	var got *gcOptions
+	cmd := newCacheGCCmd(testOptions(), func(o *gcOptions) error { got = o; return nil })
+	if err := execute(t, cmd, "--quota", "50%", "-n"); err != nil {
+		t.Fatal(err)
+	}
+	if got.quota != "50%" || !got.dryRun || got.keepDays != 0 || got.globalOptions == nil {
+		t.Errorf("options = quota %q dry-run %v keep-days %d", got.quota, got.dryRun, got.keepDays)
+	}
+}
+
+// TestSessionLoadsNothingUntilAsked: making the session reads no project, no user
+// configuration and no cache; a command that fails before asking leaves nothing loaded.
+func TestSessionLoadsNothingUntilAsked(t *testing.T) {
+	g := testOptions()
+	g.dir = t.TempDir() + "/missing"
+	s := g.session()
+	if s != g.session() {
+		t.Fatal("a second session: a command has one")
+	}
+	if s.projectLoaded || s.userLoaded || s.found != nil {
+		t.Fatal("the session loaded something before it was asked")
+	}
+	err := s.loadProject()
+	var ue *usageError
+	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "not a directory") {
+		t.Fatalf("loadProject in a missing -C = %v, want the usage error", err)
+	}
+	if again := s.loadProject(); again != err {
+		t.Errorf("loadProject again = %v, want its first error", again)
+	}
+	if s.userLoaded {
+		t.Error("the user configuration was read for a project that could not be found")
+	}
+}
+
+func TestWorkspaceOpenFlagsBind(t *testing.T) {
+	g := testOptions()
+	var got *workspaceOpenOptions
+	cmd := newWorkspaceOpenCmd(g, func(o *workspaceOpenOptions) error { got = o; return nil })
+	if err := execute(t, cmd, "--directory", "ws/app", "-C", "proj", "app.toml"); err != nil {
+		t.Fatal(err)
+	}
+	// --directory is the workspace's; -C is still the global one, which finds the project.
+	if got.element != "app.toml" || got.into != "ws/app" || g.dir != "proj" {
+		t.Errorf("options = element %q directory %q; -C = %q", got.element, got.into, g.dir)
+	}
+}
+
+func TestArtifactCheckoutArgsBind(t *testing.T) {
+	var got *artifactCheckoutOptions
+	cmd := newArtifactCheckoutCmd(testOptions(), func(o *artifactCheckoutOptions) error { got = o; return nil })
+	if err := execute(t, cmd, "--deps", "build", "-f", "app.toml@1234abcd", "out"); err != nil {
+		t.Fatal(err)
+	}
+	if got.deps != "build" || !got.force || got.artifact != "app.toml@1234abcd" || got.into != "out" {
+		t.Errorf("options = deps %q force %v artifact %q into %q", got.deps, got.force, got.artifact, got.into)
+	}
+}
