@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/gantry-build/gantry/internal/proctest"
-	"github.com/gantry-build/gantry/job"
+	"github.com/gantry-build/gantry/internal/proctree"
 )
 
 // TestMain doubles as a helper process standing in for a `gantry job` child:
@@ -328,7 +328,7 @@ func TestBwrapCancelCallerGroup(t *testing.T) {
 	go func() { errc <- Run(ctx, cfg, "sh -c 'sleep 100 & wait' &\necho ready\nsleep 100") }()
 	pid := <-pidc
 	waitReady(t, out, errc)
-	tree := job.Tree(pid)
+	tree := proctree.Tree(pid)
 	if len(tree) < 4 { // bwrap, bwrap (init of the PID namespace), sh, sh -c
 		t.Fatalf("the sandbox has only %d processes", len(tree))
 	}

@@ -20,18 +20,6 @@ func sysProcAttr(newGroup bool) *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setsid: newGroup, Pdeathsig: syscall.SIGKILL}
 }
 
-// waitExitedNoReap blocks until pid has exited but leaves it a zombie, so its
-// pid, and so its process group id, cannot be reused until it is reaped.
-func waitExitedNoReap(pid int) error {
-	for {
-		var info unix.Siginfo
-		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
-		if err != unix.EINTR {
-			return err
-		}
-	}
-}
-
 // keepForeground records the terminal's foreground process group if stdin
 // is the caller's terminal, and returns a function that makes it the
 // foreground group again. An interactive shell with job control takes the

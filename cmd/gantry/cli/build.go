@@ -16,7 +16,7 @@ import (
 
 	"github.com/gantry-build/gantry/cache"
 	"github.com/gantry-build/gantry/element"
-	"github.com/gantry-build/gantry/job"
+	"github.com/gantry-build/gantry/internal/proctree"
 	"github.com/gantry-build/gantry/queues"
 	"github.com/gantry-build/gantry/resources"
 	"github.com/gantry-build/gantry/sandbox"
@@ -460,12 +460,12 @@ func (s *session) runScheduler(r schedulerRun) (*queues.Summary, error) {
 	}
 	// A job killed outright (a second Ctrl-C) cannot kill what it started: gantry
 	// adopts those processes and kills them when the session ends.
-	adopted := job.AdoptOrphans() == nil
+	adopted := proctree.AdoptOrphans() == nil
 	stopSignals := forwardSignals(sched)
 	summary := sched.Run()
 	s.endedBy = stopSignals()
 	if adopted {
-		job.KillDescendants()
+		proctree.KillDescendants()
 	}
 	pub.Close()
 	var traceErr error
