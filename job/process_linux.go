@@ -22,8 +22,8 @@ const parentDeathSignal = syscall.SIGHUP
 // it, with parentDeathSignal, when gantry dies.
 //
 // Pdeathsig fires when the OS thread that started the child exits; Go keeps
-// its threads unless a goroutine locked to one exits, so Start must not be
-// called from a goroutine that calls runtime.LockOSThread.
+// its threads unless a goroutine locked to one exits, so Workers.Start must not
+// be called from a goroutine that calls runtime.LockOSThread.
 func sysProcAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setsid: true, Pdeathsig: parentDeathSignal}
 }

@@ -25,7 +25,7 @@ import (
 // for concurrent use. Close ends the idle workers.
 type Workers struct {
 	opts    Options
-	oneShot bool // every worker runs one job and exits (Start)
+	oneShot bool // every worker runs one job and exits (the tests' startOneShot)
 
 	mu      sync.Mutex
 	idle    []*worker // most recently used last
