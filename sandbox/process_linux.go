@@ -14,7 +14,7 @@ import (
 // terminal).
 //
 // Pdeathsig fires when the OS thread that started the child exits; Go keeps
-// its threads unless a goroutine locked to one exits, so Run and Shell must
+// its threads unless a goroutine locked to one exits, so Runner.Run and Shell must
 // not be called from a goroutine that calls runtime.LockOSThread.
 func sysProcAttr(newGroup bool) *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setsid: newGroup, Pdeathsig: syscall.SIGKILL}

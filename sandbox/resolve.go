@@ -68,23 +68,9 @@ func checkShell(sysroot string) error {
 // maxSymlinks bounds symlink resolution, like the kernel's ELOOP limit.
 const maxSymlinks = 40
 
-// resolveInRoot returns the host path of name (absolute, as seen inside root)
-// with every symlink resolved as if root were /: absolute targets start again
-// at root, and ".." never leaves it.
-func resolveInRoot(root, name string) (string, error) {
-	r, err := os.OpenRoot(root)
-	if err != nil {
-		return "", err
-	}
-	defer r.Close()
-	rel, err := resolveIn(r, name)
-	if err != nil {
-		return "", err
-	}
-	return filepath.Join(root, rel), nil
-}
-
-// resolveIn is resolveInRoot's walk, returning a path relative to root. It reads the
+// resolveIn returns the path of name (absolute, as seen inside root) relative to
+// root, with every symlink resolved as if root were /: absolute targets start again
+// at root, and ".." never leaves it. It reads the
 // tree only through root (os.Root), so even a tree changing underneath cannot lead it
 // outside; os.Root alone would refuse the absolute links every sysroot has (/bin/sh ->
 // /bin/busybox), which here mean "from the sysroot's top", as they do inside bwrap.
