@@ -51,7 +51,7 @@ func (e *Element) encodeConfig(g *Graph) {
 // commands' own goroutine).
 func (g *Graph) resolvedConfig(e *Element) *Resolved {
 	if e.unresolved {
-		r, err := e.Resolve(g.Project, KeyPaths)
+		r, err := e.Resolve(g.Project, KeyPaths())
 		if err != nil {
 			panic(fmt.Sprintf("element: %s resolved when its key memo was made, and now: %v", e.Name, err))
 		}
