@@ -366,7 +366,9 @@ func (g *Graph) changedDep(e *Element, old, cur *Inputs) (*Element, *Change) {
 	return nil, nil
 }
 
-func equalJSON(a, b any) bool {
+// equalJSON compares two resolved configs by their encoding. They hold strings,
+// lists and maps of strings only, which always encode: the errors are nil.
+func equalJSON(a, b *Resolved) bool {
 	x, _ := json.Marshal(a)
 	y, _ := json.Marshal(b)
 	return string(x) == string(y)

@@ -144,6 +144,7 @@ func (g *Graph) KeyInput(e *Element) []byte {
 		}
 		return m
 	}
+	// Strings, numbers, lists and maps of them only: the encoding cannot fail.
 	data, _ := json.MarshalIndent(keyInput{Version: keyVersion, Kind: e.Kind.Name, Sandbox: g.sandboxClass(e), Config: g.resolvedConfig(e),
 		Sources: e.sourceKeys, BuildDeps: deps(e.BuildDeps), RunDeps: deps(e.RunDeps)}, "", "  ")
 	return data

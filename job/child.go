@@ -432,7 +432,7 @@ func (r *Reporter) send(m Message) {
 	if err != nil {
 		// Only Result.Data can fail to encode; say so instead.
 		m.Result = &Result{Error: fmt.Sprintf("encoding job message: %v", err)}
-		b, _ = json.Marshal(m)
+		b, _ = json.Marshal(m) // without Result.Data, a message always encodes
 	}
 	_, r.sendErr = r.msgs.Write(append(b, '\n'))
 }

@@ -283,7 +283,9 @@ func (rs *remoteSet) payload(c *cache.Cache, it *queues.Item, push bool) (json.R
 // built instead.
 func (rs *remoteSet) recoverPull(it *queues.Item, res job.Result) (string, bool) {
 	var pr pullResult
-	json.Unmarshal(res.Data, &pr)
+	// A pull job that failed before it had anything to report (the local cache
+	// failed, the job died) sends no data: pr stays empty, with nothing to book.
+	_ = json.Unmarshal(res.Data, &pr)
 	rs.bookLease(it, pr)
 	rs.noteWrong(it, pr)
 	var warnings []string
@@ -353,7 +355,7 @@ func (rs *remoteSet) pushQueue(c *cache.Cache, all bool) queues.PushQueue {
 		PayloadFunc: func(it *queues.Item) (json.RawMessage, error) { return rs.payload(c, it, true) },
 		WarningFunc: func(it *queues.Item, res job.Result) string {
 			var pr pushResult
-			json.Unmarshal(res.Data, &pr)
+			_ = json.Unmarshal(res.Data, &pr) // no data (a failed push): no warning
 			return pr.Warning
 		},
 		SkipFunc: func(it *queues.Item) string {

@@ -93,7 +93,7 @@ func pullJob(ctx context.Context, spec job.Spec, r *job.Reporter) (job.Result, e
 			return job.Result{}, err // the local cache failed: not the remote's fault
 		}
 	}
-	data, _ := json.Marshal(pr)
+	data, _ := json.Marshal(pr) // plain fields only: it always encodes
 	if failure != nil {
 		return job.Result{Temporary: cache.IsRemoteKind(failure, cache.RemoteUnavailable), Data: data}, failure
 	}
