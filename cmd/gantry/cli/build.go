@@ -17,6 +17,7 @@ import (
 	"github.com/gantry-build/gantry/cache"
 	"github.com/gantry-build/gantry/element"
 	"github.com/gantry-build/gantry/internal/proctree"
+	"github.com/gantry-build/gantry/job"
 	"github.com/gantry-build/gantry/queues"
 	"github.com/gantry-build/gantry/resources"
 	"github.com/gantry-build/gantry/sandbox"
@@ -445,7 +446,7 @@ func (s *session) runScheduler(r schedulerRun) (*queues.Summary, error) {
 		Queues:   r.queues,
 		Items:    r.items,
 		Pool:     resources.NewPool(r.limits),
-		Runner:   queues.NewProcessRunner([]string{exe, jobCommand}, live.jobEnv(), 5*time.Second),
+		Runner:   queues.NewProcessRunner([]string{exe, jobCommand}, live.jobEnv(), job.DefaultGrace),
 		OnError:  r.onError,
 		LogDir:   r.cache.LogsDir(),
 		Publish:  publish,
