@@ -121,7 +121,11 @@ var (
 	probeReason string
 )
 
-// probeBwrap reports whether bwrap can set up a sandbox like Run's here: all
+// probeTimeout bounds the bwrap probe: a bwrap that has not run `sh -c :` by then
+// does not work here.
+const probeTimeout = 10 * time.Second
+
+// probeBwrap reports whether bwrap can set up a sandbox like Runner.Run's here: all
 // namespaces unshared, /dev, /proc and a tmpfs mounted. If not, the reason
 // includes bwrap's own message (no user namespaces, no bwrap, ...).
 func probeBwrap() (bool, string) {
@@ -138,7 +142,7 @@ func runProbe() (bool, string) {
 	if err != nil {
 		return false, err.Error()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
 	defer cancel()
 	args := append([]string{"--ro-bind", "/", "/"}, bwrapIsolationArgs(false)...)
 	args = append(args, "--", sh, "-c", ":")
