@@ -1,8 +1,8 @@
 // Package proctree finds, freezes, signals and waits for the processes a
 // process started: the process hygiene shared by job (a job child kills what
 // its job left behind) and sandbox (a cancelled command's descendants get its
-// signals). It works from /proc on Linux; elsewhere it knows only direct
-// children.
+// signals), and gantry itself (it adopts and kills what a job killed outright
+// left behind). It walks /proc on Linux; elsewhere a tree is its root alone.
 package proctree
 
 import (
