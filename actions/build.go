@@ -465,7 +465,7 @@ func build(ctx context.Context, c *cache.Cache, spec *BuildSpec, r *job.Reporter
 	if err := waitForBuilder(ctx, r); err != nil {
 		return runner, err
 	}
-	for _, step := range element.CommandSteps {
+	for _, step := range element.CommandSteps() {
 		stepStarted := time.Now()
 		for _, cmd := range resolved.Commands[step] {
 			r.Status(strings.TrimSuffix(step, "-commands") + ": " + firstLine(cmd))

@@ -161,7 +161,7 @@ func askLease(ctx context.Context, ps *pullSpec, pr *pullResult, r *job.Reporter
 	case reply.Granted:
 		r.Log(fmt.Sprintf("%s granted the lease of %s (fencing token %d): building it", store.Name(), ps.Element, reply.Token))
 		pr.Lease = &reply
-		data, _ := json.Marshal(pr)
+		data, _ := json.Marshal(pr) // plain fields only: it always encodes
 		return job.Result{OK: true, Skipped: true, Error: fmt.Sprintf("this session builds it (lease of %s)", store.Name()), Data: data}, false
 	}
 	holder := reply.Holder

@@ -96,7 +96,7 @@ func pullJob(ctx context.Context, spec job.Spec, r *job.Reporter) (job.Result, e
 			return job.Result{}, err // the local cache failed: not the remote's fault
 		}
 	}
-	data, _ := json.Marshal(pr)
+	data, _ := json.Marshal(pr) // plain fields only: it always encodes
 	if failure != nil {
 		return job.Result{Temporary: cache.IsRemoteKind(failure, cache.RemoteUnavailable), Data: data}, failure
 	}
@@ -205,7 +205,9 @@ func (rs *Remotes) payload(c *cache.Cache, it *queues.Item, push bool) (json.Raw
 // built instead.
 func (rs *Remotes) recoverPull(it *queues.Item, res job.Result) (string, bool) {
 	var pr pullResult
-	json.Unmarshal(res.Data, &pr)
+	// A pull job that failed before it had anything to report (the local cache
+	// failed, the job died) sends no data: pr stays empty, with nothing to book.
+	_ = json.Unmarshal(res.Data, &pr)
 	rs.bookLease(it, pr)
 	rs.noteWrong(it, pr)
 	var warnings []string

@@ -130,7 +130,7 @@ func (rs *Remotes) PushQueue(c *cache.Cache, all bool) queues.PushQueue {
 		PayloadFunc: func(it *queues.Item) (json.RawMessage, error) { return rs.payload(c, it, true) },
 		WarningFunc: func(it *queues.Item, res job.Result) string {
 			var pr pushResult
-			json.Unmarshal(res.Data, &pr)
+			_ = json.Unmarshal(res.Data, &pr) // no data (a failed push): no warning
 			return pr.Warning
 		},
 		SkipFunc: func(it *queues.Item) string {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gantry-build/gantry/cache"
 	"github.com/gantry-build/gantry/element"
+	"github.com/gantry-build/gantry/internal/backoff"
 	"github.com/gantry-build/gantry/queues"
 )
 
@@ -100,9 +101,9 @@ func (rs *Remotes) Lookup(es []*element.Element) []bool {
 	if len(es) == 0 {
 		return hits
 	}
-	backoff := rs.backoff()
-	if backoff == nil {
-		backoff = func(attempt int) time.Duration { return time.Second << min(attempt-1, 5) }
+	wait := rs.backoff()
+	if wait == nil {
+		wait = func(attempt int) time.Duration { return backoff.Exponential(backoff.Base, attempt) }
 	}
 	var g errgroup.Group
 	g.SetLimit(16)
@@ -121,7 +122,7 @@ func (rs *Remotes) Lookup(es []*element.Element) []bool {
 						return nil
 					case errors.Is(err, cache.ErrNotFound) || cache.IsRemoteKind(err, cache.RemoteCorrupt):
 					case cache.IsRemoteKind(err, cache.RemoteUnavailable) && attempt <= rs.retries:
-						time.Sleep(backoff(attempt))
+						time.Sleep(wait(attempt))
 						continue
 					default:
 						rs.markDown(spec, err)

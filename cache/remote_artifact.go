@@ -346,7 +346,9 @@ func (c *Cache) PullArtifact(ctx context.Context, store RemoteStore, project, el
 	// name another element (or project) with this key: same files, same log. The
 	// local record names this one.
 	var names struct{ Project, Element string }
-	json.Unmarshal(data, &names)
+	// A record that does not decode leaves names empty: decodeRecord, below, decodes
+	// it again and reports it damaged.
+	_ = json.Unmarshal(data, &names)
 	a, err := decodeRecord(data, e.Record, names.Project, names.Element, key)
 	if err == nil {
 		a.Project, a.Element = project, element

@@ -462,10 +462,10 @@ func parseSources(doc *tomlDoc, tables []any) ([]source.Spec, error) {
 			return nil, err
 		}
 		if kind == "" {
-			return nil, &ProjectError{File: doc.display, Line: doc.lineOf(path), Msg: fmt.Sprintf("source %d has no kind", i+1), Hint: "kinds: " + strings.Join(source.Kinds, ", ")}
+			return nil, &ProjectError{File: doc.display, Line: doc.lineOf(path), Msg: fmt.Sprintf("source %d has no kind", i+1), Hint: "kinds: " + strings.Join(source.Kinds(), ", ")}
 		}
 		if !source.IsKnown(kind) {
-			return nil, doc.valueError(path+".kind", "unknown source kind %q%s; kinds: %s", kind, didYouMean(kind, source.Kinds), strings.Join(source.Kinds, ", "))
+			return nil, doc.valueError(path+".kind", "unknown source kind %q%s; kinds: %s", kind, didYouMean(kind, source.Kinds()), strings.Join(source.Kinds(), ", "))
 		}
 		s := source.Spec{Kind: source.Kind(kind)}
 		allowed := source.AllowedKeys(s.Kind)
@@ -557,7 +557,7 @@ func parseConfig(doc *tomlDoc, kind *Kind, v any, defined bool) (Config, error) 
 	switch {
 	case kind.Commands:
 		c.Commands = map[string][]string{}
-		for _, step := range CommandSteps {
+		for _, step := range CommandSteps() {
 			list, set, err := t.strings(step)
 			if err != nil {
 				return c, err
@@ -673,7 +673,7 @@ func leavesRoot(p string) bool {
 // CheckVariables expands every variable of the element, so that an undefined or cyclic
 // variable is reported at load time even when no command uses it.
 func (e *Element) CheckVariables(p *Project) error {
-	return e.checkVariables(e.Variables(p, KeyPaths))
+	return e.checkVariables(e.Variables(p, KeyPaths()))
 }
 
 func (e *Element) checkVariables(vars *Variables) error {

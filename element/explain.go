@@ -52,7 +52,7 @@ func (in *Inputs) HashFiles() {
 // (HashFiles does).
 func (g *Graph) Inputs(e *Element) *Inputs {
 	in := &Inputs{Kind: e.Kind.Name, Sandbox: g.sandboxClass(e), Config: g.resolvedConfig(e), Deps: map[string]string{}}
-	vars := e.Variables(g.Project, KeyPaths)
+	vars := e.Variables(g.Project, KeyPaths())
 	if all, err := vars.All(); err == nil {
 		in.Variables = all
 	}
@@ -366,7 +366,9 @@ func (g *Graph) changedDep(e *Element, old, cur *Inputs) (*Element, *Change) {
 	return nil, nil
 }
 
-func equalJSON(a, b any) bool {
+// equalJSON compares two resolved configs by their encoding. They hold strings,
+// lists and maps of strings only, which always encode: the errors are nil.
+func equalJSON(a, b *Resolved) bool {
 	x, _ := json.Marshal(a)
 	y, _ := json.Marshal(b)
 	return string(x) == string(y)

@@ -51,7 +51,7 @@ func (e *Element) encodeConfig(g *Graph) {
 // commands' own goroutine).
 func (g *Graph) resolvedConfig(e *Element) *Resolved {
 	if e.unresolved {
-		r, err := e.Resolve(g.Project, KeyPaths)
+		r, err := e.Resolve(g.Project, KeyPaths())
 		if err != nil {
 			panic(fmt.Sprintf("element: %s resolved when its key memo was made, and now: %v", e.Name, err))
 		}
@@ -144,6 +144,7 @@ func (g *Graph) KeyInput(e *Element) []byte {
 		}
 		return m
 	}
+	// Strings, numbers, lists and maps of them only: the encoding cannot fail.
 	data, _ := json.MarshalIndent(keyInput{Version: keyVersion, Kind: e.Kind.Name, Sandbox: g.sandboxClass(e), Config: g.resolvedConfig(e),
 		Sources: e.sourceKeys, BuildDeps: deps(e.BuildDeps), RunDeps: deps(e.RunDeps)}, "", "  ")
 	return data

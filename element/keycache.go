@@ -44,7 +44,7 @@ func keyContext(p *Project) string {
 	data, err := json.Marshal(struct {
 		Project *Project
 		Paths   Paths
-	}{&q, KeyPaths})
+	}{&q, KeyPaths()})
 	if err != nil {
 		panic("element: encoding the key context: " + err.Error()) // only plain types inside
 	}

@@ -1,6 +1,9 @@
 package element
 
-import "sort"
+import (
+	"slices"
+	"sort"
+)
 
 // Kind describes an element kind: which [config] keys it takes and its defaults.
 type Kind struct {
@@ -15,8 +18,10 @@ type Kind struct {
 	Variables map[string]string
 }
 
-// CommandSteps are the command lists of a manual-like kind, in the order they run.
-var CommandSteps = []string{"configure-commands", "build-commands", "install-commands"}
+// CommandSteps returns the command lists of a manual-like kind, in the order they run.
+func CommandSteps() []string { return slices.Clone(commandSteps) }
+
+var commandSteps = []string{"configure-commands", "build-commands", "install-commands"}
 
 var makeInstall = []string{`make -j1 DESTDIR="%{install-root}" install`}
 
@@ -24,14 +29,14 @@ var kinds = map[string]*Kind{
 	"import":  {Name: "import", ConfigKeys: []string{"source", "target"}},
 	"stack":   {Name: "stack"},
 	"compose": {Name: "compose", ConfigKeys: []string{"include", "exclude"}},
-	"manual":  {Name: "manual", Commands: true, ConfigKeys: CommandSteps},
-	"make": {Name: "make", Commands: true, ConfigKeys: CommandSteps,
+	"manual":  {Name: "manual", Commands: true, ConfigKeys: commandSteps},
+	"make": {Name: "make", Commands: true, ConfigKeys: commandSteps,
 		Variables: map[string]string{"make-args": "-j%{max-jobs}"},
 		DefaultCommands: map[string][]string{
 			"build-commands":   {"make %{make-args}"},
 			"install-commands": makeInstall,
 		}},
-	"autotools": {Name: "autotools", Commands: true, ConfigKeys: CommandSteps,
+	"autotools": {Name: "autotools", Commands: true, ConfigKeys: commandSteps,
 		Variables: map[string]string{
 			"make-args": "-j%{max-jobs}",
 			"conf-args": "--prefix=%{prefix} --bindir=%{bindir} --libdir=%{libdir} --sysconfdir=%{sysconfdir}",
@@ -41,14 +46,14 @@ var kinds = map[string]*Kind{
 			"build-commands":     {"make %{make-args}"},
 			"install-commands":   makeInstall,
 		}},
-	"cmake": {Name: "cmake", Commands: true, ConfigKeys: CommandSteps,
+	"cmake": {Name: "cmake", Commands: true, ConfigKeys: commandSteps,
 		Variables: map[string]string{"cmake-args": "-DCMAKE_BUILD_TYPE=RelWithDebInfo"},
 		DefaultCommands: map[string][]string{
 			"configure-commands": {`cmake -B _build -S . -DCMAKE_INSTALL_PREFIX:PATH="%{prefix}" %{cmake-args}`},
 			"build-commands":     {"cmake --build _build --parallel %{max-jobs}"},
 			"install-commands":   {`env DESTDIR="%{install-root}" cmake --install _build`},
 		}},
-	"meson": {Name: "meson", Commands: true, ConfigKeys: CommandSteps,
+	"meson": {Name: "meson", Commands: true, ConfigKeys: commandSteps,
 		Variables: map[string]string{"meson-args": "--buildtype=debugoptimized"},
 		DefaultCommands: map[string][]string{
 			"configure-commands": {"meson setup _build --prefix=%{prefix} %{meson-args}"},

@@ -31,8 +31,10 @@ type Paths struct {
 	BuildRoot, InstallRoot, Sysroot, MaxJobs string
 }
 
-// KeyPaths are the canonical paths (those seen inside the bwrap sandbox).
-var KeyPaths = Paths{BuildRoot: "/gantry/build", InstallRoot: "/gantry/install", Sysroot: "/", MaxJobs: "%{max-jobs}"}
+// KeyPaths returns the canonical paths (those seen inside the bwrap sandbox).
+func KeyPaths() Paths {
+	return Paths{BuildRoot: "/gantry/build", InstallRoot: "/gantry/install", Sysroot: "/", MaxJobs: "%{max-jobs}"}
+}
 
 var varNameRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]*$`)
 

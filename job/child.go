@@ -16,6 +16,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/gantry-build/gantry/internal/proctree"
 )
 
 // messageFD is the child's end of the message pipe; controlFD, of the control
@@ -66,7 +68,7 @@ func RunChild(handlers map[string]Handler) int {
 	stopWatching := watchParent(die)
 	defer func() {
 		// Leftovers are killed while gantry's death is still watched for.
-		KillDescendants()
+		proctree.KillDescendants()
 		stopWatching()
 	}()
 	for _, fd := range []int{messageFD, controlFD} {
@@ -430,7 +432,7 @@ func (r *Reporter) send(m Message) {
 	if err != nil {
 		// Only Result.Data can fail to encode; say so instead.
 		m.Result = &Result{Error: fmt.Sprintf("encoding job message: %v", err)}
-		b, _ = json.Marshal(m)
+		b, _ = json.Marshal(m) // without Result.Data, a message always encodes
 	}
 	_, r.sendErr = r.msgs.Write(append(b, '\n'))
 }

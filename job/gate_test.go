@@ -151,7 +151,7 @@ func TestGateOpenBeforeReached(t *testing.T) {
 	opts := testOptions(t)
 	s, marker := startGate(t, gated(func(spec Spec, onMessage func(Message)) (*Job, error) {
 		opts.OnMessage = onMessage
-		return Start(spec, opts)
+		return startOneShot(spec, opts)
 	}))
 	if err := s.job.Open(); err != nil {
 		t.Fatal(err)

@@ -25,10 +25,10 @@ type Options struct {
 	// Grace is how long Terminate waits between SIGTERM and SIGKILL;
 	// 0 means DefaultGrace.
 	Grace time.Duration
-	// OnMessage, if set, receives every message of the job started by Start in
-	// the order the worker sent it, from a goroutine of the worker's own. It
-	// must not block for long: the worker waits while it does. (Workers.Start
-	// takes its own.)
+	// OnMessage, if set, receives every message of a job started in a
+	// one-shot pool (the tests' startOneShot) in the order the worker sent it,
+	// from a goroutine of the worker's own. It must not block for long: the
+	// worker waits while it does. (Workers.Start takes its own.)
 	OnMessage func(Message)
 }
 
@@ -61,15 +61,6 @@ type Job struct {
 	terminated   bool
 	killTimer    *time.Timer // SIGKILL after grace, armed by Terminate
 	opened       bool        // Open opened the gate of this gated job
-}
-
-// Start runs spec in a worker process of its own that exits when the job ends:
-// a Workers that never reuses its worker. It creates the log file's directory
-// and the log file (truncating it), which receives the worker's stdout and
-// stderr; the worker appends the job's log to it.
-func Start(spec Spec, opts Options) (*Job, error) {
-	p := &Workers{opts: opts, oneShot: true}
-	return p.Start(spec, opts.OnMessage)
 }
 
 // Spec returns the job's spec.

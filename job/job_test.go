@@ -261,7 +261,7 @@ func testOptions(t testing.TB) Options {
 	return Options{Command: []string{exe, "job"}, Env: append(os.Environ(), childEnv+"=1")}
 }
 
-// launch starts action with payload through run (Start, or a pool's), its log under
+// launch starts action with payload through run (startOneShot, or a pool's), its log under
 // a directory that does not exist yet and its messages recorded, and kills it when
 // the test ends.
 func launch(t *testing.T, action string, payload any, run func(Spec, func(Message)) (*Job, error)) started {
@@ -283,14 +283,23 @@ func launch(t *testing.T, action string, payload any, run func(Spec, func(Messag
 	return started{j, rec, logPath}
 }
 
-// start runs action in a worker of its own (Start).
+// startOneShot runs spec in a worker process of its own that exits when the job
+// ends: a Workers that never reuses its worker. It creates the log file's
+// directory and the log file (truncating it), which receives the worker's stdout
+// and stderr; the worker appends the job's log to it.
+func startOneShot(spec Spec, opts Options) (*Job, error) {
+	p := &Workers{opts: opts, oneShot: true}
+	return p.Start(spec, opts.OnMessage)
+}
+
+// start runs action in a worker of its own (startOneShot).
 func start(t *testing.T, action string, payload any, grace time.Duration) started {
 	t.Helper()
 	opts := testOptions(t)
 	opts.Grace = grace
 	return launch(t, action, payload, func(spec Spec, onMessage func(Message)) (*Job, error) {
 		opts.OnMessage = onMessage
-		return Start(spec, opts)
+		return startOneShot(spec, opts)
 	})
 }
 
@@ -599,65 +608,6 @@ func TestTerminateKillsAfterGrace(t *testing.T) {
 	eventually(t, fmt.Sprintf("grandchild %d to be gone", pid), func() bool { return !proctest.Alive(pid) })
 }
 
-func TestRegistry(t *testing.T) {
-	var reg Registry
-	var jobs []started
-	var pids []int
-	var tickFiles []string
-	for i := range 2 {
-		ticks := filepath.Join(t.TempDir(), fmt.Sprintf("ticks%d", i))
-		tickFiles = append(tickFiles, ticks)
-		s := start(t, "ticker", tickerPayload{File: ticks}, 0)
-		reg.Add(s.job)
-		reg.Add(s.job)
-		jobs = append(jobs, s)
-		pids = append(pids, grandchildPid(t, s.rec))
-	}
-	if reg.Len() != 2 {
-		t.Fatalf("Len = %d, want 2", reg.Len())
-	}
-	if err := reg.SuspendAll(); err != nil {
-		t.Fatal(err)
-	}
-	var sizes []int64
-	for i, pid := range pids {
-		sizes = append(sizes, waitStopped(t, pid, tickFiles[i]))
-	}
-	if err := reg.ResumeAll(); err != nil {
-		t.Fatal(err)
-	}
-	for i := range pids {
-		waitGrowing(t, tickFiles[i], sizes[i])
-	}
-	if err := reg.KillAll(); err != nil {
-		t.Fatal(err)
-	}
-	for i, s := range jobs {
-		out := waitOutcome(t, s.job)
-		if !out.Terminated || out.ExitCode != -1 || out.Result.OK {
-			t.Errorf("job %d outcome = %+v, want killed", i, out)
-		}
-		eventually(t, fmt.Sprintf("grandchild %d to be gone", pids[i]), func() bool { return !proctest.Alive(pids[i]) })
-		reg.Remove(s.job)
-	}
-	if reg.Len() != 0 {
-		t.Errorf("Len = %d after removing all, want 0", reg.Len())
-	}
-}
-
-func TestRegistryTerminateAll(t *testing.T) {
-	var reg Registry
-	s := start(t, "ticker", tickerPayload{File: filepath.Join(t.TempDir(), "ticks")}, 0)
-	reg.Add(s.job)
-	grandchildPid(t, s.rec)
-	if err := reg.TerminateAll(); err != nil {
-		t.Fatal(err)
-	}
-	if out := waitOutcome(t, s.job); !out.Terminated || out.Result.Error != "terminated" {
-		t.Errorf("outcome = %+v, want terminated", out)
-	}
-}
-
 func TestStartErrors(t *testing.T) {
 	dir := t.TempDir()
 	tests := []struct {
@@ -675,11 +625,11 @@ func TestStartErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			j, err := Start(tt.spec, tt.opts)
+			j, err := startOneShot(tt.spec, tt.opts)
 			if err == nil {
 				j.Kill()
 				j.Wait()
-				t.Fatalf("Start succeeded, want error %q", tt.want)
+				t.Fatalf("startOneShot succeeded, want error %q", tt.want)
 			}
 			if !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("error = %q, want it to contain %q", err, tt.want)
@@ -693,7 +643,7 @@ func TestStartErrors(t *testing.T) {
 // second's death is the job's failure.
 func TestForeignChild(t *testing.T) {
 	logPath := filepath.Join(t.TempDir(), "sh.log")
-	j, err := Start(Spec{ID: "sh", LogPath: logPath}, Options{Command: []string{"sh", "-c", "echo oops >&2; exit 7"}})
+	j, err := startOneShot(Spec{ID: "sh", LogPath: logPath}, Options{Command: []string{"sh", "-c", "echo oops >&2; exit 7"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gantry-build/gantry/internal/proctree"
 )
 
 // parentDeathSignal is what the kernel sends a job child when gantry dies
@@ -20,8 +22,8 @@ const parentDeathSignal = syscall.SIGHUP
 // it, with parentDeathSignal, when gantry dies.
 //
 // Pdeathsig fires when the OS thread that started the child exits; Go keeps
-// its threads unless a goroutine locked to one exits, so Start must not be
-// called from a goroutine that calls runtime.LockOSThread.
+// its threads unless a goroutine locked to one exits, so Workers.Start must not
+// be called from a goroutine that calls runtime.LockOSThread.
 func sysProcAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setsid: true, Pdeathsig: parentDeathSignal}
 }
@@ -38,7 +40,7 @@ func sysProcAttr() *syscall.SysProcAttr {
 // action ends the child, which has started nothing yet.
 func watchParent(cancel context.CancelCauseFunc) (stop func()) {
 	parent := os.Getppid()
-	if err := AdoptOrphans(); err != nil {
+	if err := proctree.AdoptOrphans(); err != nil {
 		fmt.Fprintf(os.Stderr, "gantry job: warning: %v: daemonised build processes may outlive gantry\n", err)
 	}
 	sigs := make(chan os.Signal, 1)
@@ -48,7 +50,7 @@ func watchParent(cancel context.CancelCauseFunc) (stop func()) {
 		if os.Getppid() != parent { // a stray SIGHUP from the build is not gantry's death
 			fmt.Fprintln(os.Stderr, "gantry job: gantry exited; killing every process of this job")
 			cancel(ErrParentDied)
-			KillDescendants()
+			proctree.KillDescendants()
 			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		}
 	}
@@ -69,29 +71,6 @@ func watchParent(cancel context.CancelCauseFunc) (stop func()) {
 		// another session), makes the kernel send the group SIGHUP.
 		signal.Ignore(parentDeathSignal)
 		close(done)
-	}
-}
-
-// AdoptOrphans makes the calling process (gantry, for the length of a session)
-// a child subreaper: the processes of a job killed outright (SIGKILL cannot be
-// caught, so the job cannot kill them itself), which left the job's process
-// group, become its children instead of init's, for KillDescendants to find.
-func AdoptOrphans() error {
-	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
-		return fmt.Errorf("becoming a child subreaper: %w", err)
-	}
-	return nil
-}
-
-// waitExitedNoReap blocks until pid has exited but leaves it a zombie, so its
-// pid, and so its process group id, cannot be reused until it is reaped.
-func waitExitedNoReap(pid int) error {
-	for {
-		var info unix.Siginfo
-		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
-		if err != unix.EINTR {
-			return err
-		}
 	}
 }
 
@@ -117,32 +96,9 @@ func redirectOutput(f *os.File) (restore func()) {
 // its child, so a worker with no children has no descendants left, and one
 // waitid(2) says so without walking the process table.
 func endJobProcesses() {
-	reapChildren()
-	if hasChildren() {
-		KillDescendants()
-		reapChildren()
-	}
-}
-
-// childless reports that the calling process has no child, alive or not.
-func childless() bool { return !hasChildren() }
-
-// hasChildren reports whether the calling process has a child, alive or not.
-func hasChildren() bool {
-	var info unix.Siginfo
-	err := unix.Waitid(unix.P_ALL, 0, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
-	return err != unix.ECHILD
-}
-
-// reapChildren reaps every child that has exited: in a worker, the processes
-// of its last job, killed and adopted (it is a child subreaper), which would
-// otherwise stay zombies for the worker's life.
-func reapChildren() {
-	for {
-		var ws syscall.WaitStatus
-		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
-		if pid <= 0 || err != nil {
-			return
-		}
+	proctree.ReapChildren()
+	if proctree.HasChildren() {
+		proctree.KillDescendants()
+		proctree.ReapChildren()
 	}
 }

@@ -12,7 +12,6 @@
 // over fd 3 as JSON lines (start, status, log, progress and finally result),
 // while writing the full log to Spec.LogPath. During the job the worker's
 // stdout and stderr go to the same log file, so a crash's panic trace is kept.
-// Start runs one job in a worker of its own that exits after it.
 //
 // A job is still a unit of its own. While it runs, its worker's process group
 // holds the worker and that job's processes only, so the parent can suspend

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/gantry-build/gantry/internal/proctree"
 )
 
 // Workers starts jobs in long-lived worker processes, one job at a time per
@@ -23,7 +25,7 @@ import (
 // for concurrent use. Close ends the idle workers.
 type Workers struct {
 	opts    Options
-	oneShot bool // every worker runs one job and exits (Start)
+	oneShot bool // every worker runs one job and exits (the tests' startOneShot)
 
 	mu      sync.Mutex
 	idle    []*worker // most recently used last
@@ -310,7 +312,7 @@ func decodeMessage(line []byte) Message {
 // the worker died before it started the job (see handOver) or else ends the
 // job, and reaps the worker.
 func (w *worker) watch() {
-	pinned := waitExitedNoReap(w.pid) == nil // the zombie still pins the pgid
+	pinned := proctree.WaitExitedNoReap(w.pid) == nil // the zombie still pins the pgid
 	w.mu.Lock()
 	w.exited = true
 	j := w.current

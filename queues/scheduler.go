@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gantry-build/gantry/element"
+	"github.com/gantry-build/gantry/internal/backoff"
 	"github.com/gantry-build/gantry/job"
 	"github.com/gantry-build/gantry/resources"
 )
@@ -46,8 +46,8 @@ type Config struct {
 	LogDir string
 	// Publish receives events; it must not block (use a Publisher).
 	Publish func(Event)
-	// Backoff is the wait before retry number attempt (1-based); nil = exponential
-	// from 1s with jitter, capped at 30s.
+	// Backoff is the wait before retry number attempt (1-based); nil =
+	// backoff.Jittered (exponential from 1s with jitter, capped at 30s).
 	Backoff func(attempt int) time.Duration
 	// OnJobEnd, if set, is called on the scheduler goroutine when a job has ended,
 	// before its JobEnd is published. Side effects of a job's end that change the
@@ -172,18 +172,12 @@ func New(cfg Config) *Scheduler {
 		s.queues = append(s.queues, &queueState{q: q})
 	}
 	if s.cfg.Backoff == nil {
-		s.cfg.Backoff = defaultBackoff
+		s.cfg.Backoff = backoff.Jittered
 	}
 	if s.cfg.Publish == nil {
 		s.cfg.Publish = func(Event) {}
 	}
 	return s
-}
-
-func defaultBackoff(attempt int) time.Duration {
-	d := time.Second << min(attempt-1, 5)
-	d = min(d, 30*time.Second)
-	return time.Duration(float64(d) * (0.5 + rand.Float64()))
 }
 
 // Send delivers a command to the loop. Safe from any goroutine; never blocks the caller

@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/gantry-build/gantry/internal/proctest"
-	"github.com/gantry-build/gantry/job"
+	"github.com/gantry-build/gantry/internal/proctree"
 )
 
 // TestMain doubles as a helper process standing in for a `gantry job` child:
@@ -43,7 +43,7 @@ func runHelper() int {
 		Stderr:     os.Stderr,
 		Group:      CallerGroup,
 	}
-	if err := Run(context.Background(), cfg, os.Getenv("HELPER_COMMAND")); err != nil {
+	if err := runCommand(context.Background(), cfg, os.Getenv("HELPER_COMMAND")); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
@@ -71,14 +71,14 @@ func TestResolveAutoPicksBwrapForBusyboxSysroot(t *testing.T) {
 
 func TestBwrapRunWritesInstallRoot(t *testing.T) {
 	cfg := bwrapConfig(t)
-	buildRoot, installRoot, sysroot := cfg.Paths(Bwrap)
+	buildRoot, installRoot, sysroot := paths(cfg, Bwrap)
 	if buildRoot != "/gantry/build" || installRoot != "/gantry/install" || sysroot != "/" {
 		t.Fatalf("Paths(Bwrap) = %q %q %q", buildRoot, installRoot, sysroot)
 	}
 	writeFile(t, filepath.Join(cfg.BuildDir, "src.txt"), "source\n", 0o644)
 	var log bytes.Buffer
 	cfg.Stdout, cfg.Stderr = &log, &log
-	err := Run(context.Background(), cfg, "mkdir -p "+installRoot+"/share\ncp src.txt "+installRoot+"/share/\npwd > "+installRoot+"/pwd\nhostname > "+installRoot+"/hostname")
+	err := runCommand(context.Background(), cfg, "mkdir -p "+installRoot+"/share\ncp src.txt "+installRoot+"/share/\npwd > "+installRoot+"/pwd\nhostname > "+installRoot+"/hostname")
 	if err != nil {
 		t.Fatalf("%v; log:\n%s", err, log.String())
 	}
@@ -107,7 +107,7 @@ ls / > /gantry/install/root
 cat /proc/net/dev > /gantry/install/netdev`, secret)
 	var log bytes.Buffer
 	cfg.Stdout, cfg.Stderr = &log, &log
-	if err := Run(context.Background(), cfg, cmd); err != nil {
+	if err := runCommand(context.Background(), cfg, cmd); err != nil {
 		t.Fatalf("%v; log:\n%s", err, log.String())
 	}
 	if got, want := strings.Fields(readFile(t, filepath.Join(cfg.InstallDir, "root"))), []string{"bin", "dev", "gantry", "proc", "tmp"}; strings.Join(got, " ") != strings.Join(want, " ") {
@@ -128,7 +128,7 @@ func TestBwrapNetwork(t *testing.T) {
 		t.Skip("the host has no network interface besides lo")
 	}
 	cfg.Network = true
-	if err := Run(context.Background(), cfg, "cat /proc/net/dev > /gantry/install/netdev"); err != nil {
+	if err := runCommand(context.Background(), cfg, "cat /proc/net/dev > /gantry/install/netdev"); err != nil {
 		t.Fatal(err)
 	}
 	if got := interfaces(readFile(t, filepath.Join(cfg.InstallDir, "netdev"))); len(got) < 2 {
@@ -153,7 +153,7 @@ func TestBwrapEnvironment(t *testing.T) {
 	cfg.Env = map[string]string{"FOO": "bar baz", "LD_LIBRARY_PATH": "/opt/lib"}
 	var out bytes.Buffer
 	cfg.Stdout = &out
-	if err := Run(context.Background(), cfg, "env"); err != nil {
+	if err := runCommand(context.Background(), cfg, "env"); err != nil {
 		t.Fatal(err)
 	}
 	got := map[string]string{}
@@ -174,7 +174,7 @@ func TestBwrapEnvironment(t *testing.T) {
 
 func TestBwrapExitError(t *testing.T) {
 	cfg := bwrapConfig(t)
-	err := Run(context.Background(), cfg, "touch first\nfalse\ntouch second")
+	err := runCommand(context.Background(), cfg, "touch first\nfalse\ntouch second")
 	var ee *ExitError
 	if !errors.As(err, &ee) || ee.ExitCode != 1 {
 		t.Fatalf("err = %v, want exit code 1", err)
@@ -182,7 +182,7 @@ func TestBwrapExitError(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(cfg.BuildDir, "second")); err == nil {
 		t.Error("sh -e went on after a failing command")
 	}
-	err = Run(context.Background(), cfg, "exit 7")
+	err = runCommand(context.Background(), cfg, "exit 7")
 	if !errors.As(err, &ee) || ee.ExitCode != 7 {
 		t.Fatalf("err = %v, want exit code 7", err)
 	}
@@ -218,7 +218,7 @@ func TestBwrapSuspendAndCancelNewGroup(t *testing.T) {
 	cfg.onStart = func(pid int) { pidc <- pid }
 	ctx, cancel := context.WithCancelCause(context.Background())
 	errc := make(chan error, 1)
-	go func() { errc <- Run(ctx, cfg, "sleep 100 &\necho ready\nsleep 100") }()
+	go func() { errc <- runCommand(ctx, cfg, "sleep 100 &\necho ready\nsleep 100") }()
 	pgid := <-pidc
 	waitReady(t, out, errc)
 	members := proctest.Group(pgid)
@@ -325,10 +325,10 @@ func TestBwrapCancelCallerGroup(t *testing.T) {
 	cfg.onStart = func(pid int) { pidc <- pid }
 	ctx, cancel := context.WithCancelCause(context.Background())
 	errc := make(chan error, 1)
-	go func() { errc <- Run(ctx, cfg, "sh -c 'sleep 100 & wait' &\necho ready\nsleep 100") }()
+	go func() { errc <- runCommand(ctx, cfg, "sh -c 'sleep 100 & wait' &\necho ready\nsleep 100") }()
 	pid := <-pidc
 	waitReady(t, out, errc)
-	tree := job.Tree(pid)
+	tree := proctree.Tree(pid)
 	if len(tree) < 4 { // bwrap, bwrap (init of the PID namespace), sh, sh -c
 		t.Fatalf("the sandbox has only %d processes", len(tree))
 	}

@@ -26,12 +26,12 @@ func hostConfig(t *testing.T) Config {
 
 func TestHostRunWritesInstallRootFromBuildDir(t *testing.T) {
 	cfg := hostConfig(t)
-	buildRoot, installRoot, sysroot := cfg.Paths(Host)
+	buildRoot, installRoot, sysroot := paths(cfg, Host)
 	if buildRoot != cfg.BuildDir || installRoot != cfg.InstallDir || sysroot != cfg.Sysroot {
 		t.Fatalf("Paths(Host) = %q %q %q, want the host directories", buildRoot, installRoot, sysroot)
 	}
 	writeFile(t, filepath.Join(cfg.BuildDir, "src.txt"), "source\n", 0o644)
-	err := Run(context.Background(), cfg, "mkdir -p "+installRoot+"/share\ncp src.txt "+installRoot+"/share/\npwd > "+installRoot+"/pwd")
+	err := runCommand(context.Background(), cfg, "mkdir -p "+installRoot+"/share\ncp src.txt "+installRoot+"/share/\npwd > "+installRoot+"/pwd")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +52,7 @@ func TestHostEnvironment(t *testing.T) {
 	}
 	var out bytes.Buffer
 	cfg.Stdout = &out
-	err := Run(context.Background(), cfg, `echo "FOO=$FOO"; mytool x; echo "PATH=$PATH"; echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"; echo "PKG_CONFIG_PATH=$PKG_CONFIG_PATH"; echo "CPATH=${CPATH:-unset}"; echo "HOME=${HOME:-unset}"`)
+	err := runCommand(context.Background(), cfg, `echo "FOO=$FOO"; mytool x; echo "PATH=$PATH"; echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"; echo "PKG_CONFIG_PATH=$PKG_CONFIG_PATH"; echo "CPATH=${CPATH:-unset}"; echo "HOME=${HOME:-unset}"`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +113,7 @@ func TestHostEnvSearchPathsThroughLinks(t *testing.T) {
 
 func TestRunExitError(t *testing.T) {
 	cfg := hostConfig(t)
-	err := Run(context.Background(), cfg, "echo before\nexit 3")
+	err := runCommand(context.Background(), cfg, "echo before\nexit 3")
 	var ee *ExitError
 	if !errors.As(err, &ee) {
 		t.Fatalf("err = %v (%T), want *ExitError", err, err)
@@ -128,7 +128,7 @@ func TestRunExitError(t *testing.T) {
 
 func TestRunKilledBySignal(t *testing.T) {
 	cfg := hostConfig(t)
-	err := Run(context.Background(), cfg, "kill -KILL $$")
+	err := runCommand(context.Background(), cfg, "kill -KILL $$")
 	var ee *ExitError
 	if !errors.As(err, &ee) || ee.Signal != syscall.SIGKILL || ee.ExitCode != 128+9 {
 		t.Fatalf("err = %#v, want an ExitError for SIGKILL", err)
@@ -137,7 +137,7 @@ func TestRunKilledBySignal(t *testing.T) {
 
 func TestRunStopsAtFirstFailingCommand(t *testing.T) {
 	cfg := hostConfig(t)
-	err := Run(context.Background(), cfg, "touch first\nfalse\ntouch second")
+	err := runCommand(context.Background(), cfg, "touch first\nfalse\ntouch second")
 	var ee *ExitError
 	if !errors.As(err, &ee) || ee.ExitCode != 1 {
 		t.Fatalf("err = %v, want exit code 1", err)
@@ -155,7 +155,7 @@ func TestRunAlreadyCancelled(t *testing.T) {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	cause := errors.New("dependency lib.toml failed")
 	cancel(cause)
-	if err := Run(ctx, cfg, "touch ran"); err != cause {
+	if err := runCommand(ctx, cfg, "touch ran"); err != cause {
 		t.Errorf("Run = %v, want the cause", err)
 	}
 	if _, err := os.Stat(filepath.Join(cfg.BuildDir, "ran")); err == nil {
@@ -167,7 +167,7 @@ func TestRunRejectsUnresolvedKind(t *testing.T) {
 	for _, k := range []Kind{Auto, "", "chroot"} {
 		cfg := hostConfig(t)
 		cfg.Kind = k
-		if err := Run(context.Background(), cfg, "true"); err == nil {
+		if err := runCommand(context.Background(), cfg, "true"); err == nil {
 			t.Errorf("Run with kind %q succeeded", k)
 		}
 	}
@@ -183,15 +183,16 @@ sleep 100`
 
 func TestRunCancelKillsProcessAndChildren(t *testing.T) {
 	for _, tc := range []struct {
+		name  string
 		group ProcessGroup
 		trap  string
 	}{
-		{NewGroup, ""},
-		{CallerGroup, ""},
-		{NewGroup, "trap '' TERM\n"}, // ignores SIGTERM: SIGKILL after the grace period
-		{CallerGroup, "trap '' TERM\n"},
+		{"new-group", NewGroup, ""},
+		{"caller-group", CallerGroup, ""},
+		{"new-group", NewGroup, "trap '' TERM\n"}, // ignores SIGTERM: SIGKILL after the grace period
+		{"caller-group", CallerGroup, "trap '' TERM\n"},
 	} {
-		name := tc.group.String()
+		name := tc.name
 		if tc.trap != "" {
 			name += "/ignoring-SIGTERM"
 		}
@@ -204,7 +205,7 @@ func TestRunCancelKillsProcessAndChildren(t *testing.T) {
 			cfg.onStart = func(pid int) { pidc <- pid }
 			ctx, cancel := context.WithCancelCause(context.Background())
 			errc := make(chan error, 1)
-			go func() { errc <- Run(ctx, cfg, tc.trap+cancelScript) }()
+			go func() { errc <- runCommand(ctx, cfg, tc.trap+cancelScript) }()
 			waitReady(t, out, errc)
 			var pids []int
 			for _, f := range []string{"child.pid", "grandchild.pid"} {
@@ -243,7 +244,7 @@ func TestRunCancelKillsProcessAndChildren(t *testing.T) {
 
 func TestRunNewGroupKillsLeftovers(t *testing.T) {
 	cfg := hostConfig(t)
-	if err := Run(context.Background(), cfg, "sleep 100 >/dev/null 2>&1 &\necho $! > bg.pid"); err != nil {
+	if err := runCommand(context.Background(), cfg, "sleep 100 >/dev/null 2>&1 &\necho $! > bg.pid"); err != nil {
 		t.Fatal(err)
 	}
 	pid, err := strconv.Atoi(strings.TrimSpace(readFile(t, filepath.Join(cfg.BuildDir, "bg.pid"))))
@@ -256,7 +257,7 @@ func TestRunNewGroupKillsLeftovers(t *testing.T) {
 func TestRunNoControllingTerminalInNewGroup(t *testing.T) {
 	cfg := hostConfig(t)
 	// In a new session there is no controlling terminal to open.
-	err := Run(context.Background(), cfg, "if (: > /dev/tty) 2>/dev/null; then exit 1; fi")
+	err := runCommand(context.Background(), cfg, "if (: > /dev/tty) 2>/dev/null; then exit 1; fi")
 	if err != nil {
 		t.Fatalf("the command could open /dev/tty: %v", err)
 	}
@@ -319,7 +320,7 @@ func TestShellCancel(t *testing.T) {
 func runOutput(cfg Config, command string) (stdout, stderr string, err error) {
 	var out, errOut bytes.Buffer
 	cfg.Stdout, cfg.Stderr = &out, &errOut
-	err = Run(context.Background(), cfg, command)
+	err = runCommand(context.Background(), cfg, command)
 	return out.String(), errOut.String(), err
 }
 
@@ -435,7 +436,7 @@ func BenchmarkRunSimpleCommand(b *testing.B) {
 		} {
 			b.Run(out.name+bc.name, func(b *testing.B) {
 				for b.Loop() {
-					if err := Run(context.Background(), cfg, bc.command); err != nil {
+					if err := runCommand(context.Background(), cfg, bc.command); err != nil {
 						b.Fatal(err)
 					}
 				}

@@ -9,7 +9,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gantry-build/gantry/job"
+	"github.com/gantry-build/gantry/internal/proctree"
 )
 
 // killGrace is how long a cancelled command has between SIGTERM and SIGKILL.
@@ -44,7 +44,7 @@ func execute(ctx context.Context, cmd *exec.Cmd, group ProcessGroup, onStart fun
 	var waitErr error
 	go func() {
 		defer close(done)
-		if waitExitedNoReap(pid) != nil {
+		if proctree.WaitExitedNoReap(pid) != nil {
 			waitErr, reaped = cmd.Wait(), true
 		}
 		close(exited)
@@ -112,9 +112,9 @@ func terminate(pid int, group ProcessGroup, exited <-chan struct{}) {
 		// Freeze the tree before each signal, so that no process forks a
 		// child the signal would miss. Remember every process found: its
 		// parent may exit and orphan it.
-		known := map[job.Proc]bool{}
+		known := map[proctree.Proc]bool{}
 		signal = func(sig syscall.Signal) {
-			job.FreezeTree(pid, known)
+			proctree.FreezeTree(pid, known)
 			for p := range known {
 				p.Signal(sig)
 			}

@@ -14,22 +14,10 @@ import (
 // terminal).
 //
 // Pdeathsig fires when the OS thread that started the child exits; Go keeps
-// its threads unless a goroutine locked to one exits, so Run and Shell must
+// its threads unless a goroutine locked to one exits, so Runner.Run and Shell must
 // not be called from a goroutine that calls runtime.LockOSThread.
 func sysProcAttr(newGroup bool) *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setsid: newGroup, Pdeathsig: syscall.SIGKILL}
-}
-
-// waitExitedNoReap blocks until pid has exited but leaves it a zombie, so its
-// pid, and so its process group id, cannot be reused until it is reaped.
-func waitExitedNoReap(pid int) error {
-	for {
-		var info unix.Siginfo
-		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
-		if err != unix.EINTR {
-			return err
-		}
-	}
 }
 
 // keepForeground records the terminal's foreground process group if stdin

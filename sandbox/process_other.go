@@ -3,7 +3,6 @@
 package sandbox
 
 import (
-	"errors"
 	"io"
 	"syscall"
 )
@@ -13,12 +12,6 @@ import (
 // command outlives a gantry that is killed outright.
 func sysProcAttr(newGroup bool) *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setsid: newGroup}
-}
-
-// waitExitedNoReap is not available: the command is reaped as it exits, and
-// what it left in its process group is not killed.
-func waitExitedNoReap(int) error {
-	return errors.ErrUnsupported
 }
 
 // keepForeground does nothing here.

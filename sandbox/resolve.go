@@ -68,23 +68,9 @@ func checkShell(sysroot string) error {
 // maxSymlinks bounds symlink resolution, like the kernel's ELOOP limit.
 const maxSymlinks = 40
 
-// resolveInRoot returns the host path of name (absolute, as seen inside root)
-// with every symlink resolved as if root were /: absolute targets start again
-// at root, and ".." never leaves it.
-func resolveInRoot(root, name string) (string, error) {
-	r, err := os.OpenRoot(root)
-	if err != nil {
-		return "", err
-	}
-	defer r.Close()
-	rel, err := resolveIn(r, name)
-	if err != nil {
-		return "", err
-	}
-	return filepath.Join(root, rel), nil
-}
-
-// resolveIn is resolveInRoot's walk, returning a path relative to root. It reads the
+// resolveIn returns the path of name (absolute, as seen inside root) relative to
+// root, with every symlink resolved as if root were /: absolute targets start again
+// at root, and ".." never leaves it. It reads the
 // tree only through root (os.Root), so even a tree changing underneath cannot lead it
 // outside; os.Root alone would refuse the absolute links every sysroot has (/bin/sh ->
 // /bin/busybox), which here mean "from the sysroot's top", as they do inside bwrap.
@@ -135,7 +121,11 @@ var (
 	probeReason string
 )
 
-// probeBwrap reports whether bwrap can set up a sandbox like Run's here: all
+// probeTimeout bounds the bwrap probe: a bwrap that has not run `sh -c :` by then
+// does not work here.
+const probeTimeout = 10 * time.Second
+
+// probeBwrap reports whether bwrap can set up a sandbox like Runner.Run's here: all
 // namespaces unshared, /dev, /proc and a tmpfs mounted. If not, the reason
 // includes bwrap's own message (no user namespaces, no bwrap, ...).
 func probeBwrap() (bool, string) {
@@ -152,7 +142,7 @@ func runProbe() (bool, string) {
 	if err != nil {
 		return false, err.Error()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
 	defer cancel()
 	args := append([]string{"--ro-bind", "/", "/"}, bwrapIsolationArgs(false)...)
 	args = append(args, "--", sh, "-c", ":")

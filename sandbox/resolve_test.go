@@ -7,17 +7,6 @@ import (
 	"testing"
 )
 
-func TestParseKind(t *testing.T) {
-	for in, want := range map[string]Kind{"": Auto, "auto": Auto, "host": Host, "bwrap": Bwrap} {
-		if got, err := ParseKind(in); err != nil || got != want {
-			t.Errorf("ParseKind(%q) = %q, %v", in, got, err)
-		}
-	}
-	if _, err := ParseKind("docker"); err == nil {
-		t.Error("ParseKind(docker) succeeded")
-	}
-}
-
 func TestResolveHostAndEmptySysroot(t *testing.T) {
 	empty := t.TempDir()
 	if k, why := Resolve(Host, empty); k != Host || why == "" {

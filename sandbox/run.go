@@ -11,28 +11,7 @@ import (
 	"syscall"
 )
 
-// Run runs `sh -e -c command` in the sandbox described by cfg, with output to
-// cfg.Stdout and cfg.Stderr and /dev/null as stdin. cfg.Kind must be Host or
-// Bwrap (see Resolve). On the host, a command that is one simple command of
-// literal words is exec'd directly, as sh would run it (see simpleCommand).
-//
-// A non-zero exit is an *ExitError. When ctx is cancelled, the command gets
-// SIGTERM (and SIGCONT, in case it is suspended), then SIGKILL after a grace
-// period of 2s, and Run returns context.Cause(ctx). Which processes the
-// signals reach is cfg.Group's business; see ProcessGroup.
-//
-// Run prepares cfg for each command: to run several in one sandbox, Prepare
-// it once and use the Runner's Run.
-func Run(ctx context.Context, cfg Config, command string) error {
-	p, err := Prepare(cfg)
-	if err != nil {
-		return err
-	}
-	defer p.Close()
-	return p.Run(ctx, command)
-}
-
-// finish turns how Run's command ended into Run's error; direct says it ran
+// finish turns how a Runner's command ended into its error; direct says it ran
 // without sh, which finish then stands in for.
 func finish(ctx context.Context, cfg Config, command string, state *os.ProcessState, err error, direct bool) error {
 	if err != nil {
@@ -48,8 +27,8 @@ func finish(ctx context.Context, cfg Config, command string, state *os.ProcessSt
 	return nil
 }
 
-// Shell runs argv (default: an interactive sh) in the same environment Run
-// would use, with stdin and cfg's Stdout and Stderr, for `gantry shell`.
+// Shell runs argv (default: an interactive sh) in the same environment
+// Runner.Run would use, with stdin and cfg's Stdout and Stderr, for `gantry shell`.
 // argv[0] is looked up in the environment's PATH (the sysroot's first on the
 // host; the sandbox's under bwrap). The shell stays in the caller's process
 // group and session, so it can use the caller's terminal. While it runs, the

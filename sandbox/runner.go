@@ -10,7 +10,7 @@ import (
 	"strings"
 )
 
-// Runner runs commands in one sandbox, each as Run would. What depends only on
+// Runner runs commands in one sandbox (see Runner.Run). What depends only on
 // the Config is worked out once, by Prepare: on the host the environment (with
 // the sysroot's existing search directories), the build directory's physical
 // path that sh exports as PWD and the host's sh; under bwrap the command line
@@ -42,7 +42,7 @@ type Runner struct {
 }
 
 // Prepare checks cfg and works out what running commands in it needs; see
-// Runner. Its errors are those Run would return before starting anything.
+// Runner. Its errors are those of a command that could not be started.
 func Prepare(cfg Config) (*Runner, error) {
 	if err := checkKind(cfg.Kind); err != nil {
 		return nil, err
@@ -91,7 +91,15 @@ func (p *Runner) Close() error {
 	return err
 }
 
-// Run runs `sh -e -c command` as the package's Run does, in p's sandbox.
+// Run runs `sh -e -c command` in p's sandbox, with output to the Config's Stdout
+// and Stderr and /dev/null as stdin. On the host, a command that is one simple
+// command of literal words is exec'd directly, as sh would run it (see
+// simpleCommand).
+//
+// A non-zero exit is an *ExitError. When ctx is cancelled, the command gets
+// SIGTERM (and SIGCONT, in case it is suspended), then SIGKILL after killGrace,
+// and Run returns context.Cause(ctx). Which processes the signals reach is the
+// Config's Group's business; see ProcessGroup.
 func (p *Runner) Run(ctx context.Context, command string) error {
 	if p.cfg.Kind == Host && p.directEnv != nil {
 		if argv := simpleCommand(command); argv != nil {

@@ -42,18 +42,6 @@ const (
 // String returns the kind as written in configuration.
 func (k Kind) String() string { return string(k) }
 
-// ParseKind checks a configured sandbox kind; the empty string means Auto.
-func ParseKind(s string) (Kind, error) {
-	switch k := Kind(s); k {
-	case "":
-		return Auto, nil
-	case Auto, Host, Bwrap:
-		return k, nil
-	default:
-		return "", fmt.Errorf("unknown sandbox kind %q (want auto, host or bwrap)", s)
-	}
-}
-
 // Default locations of the build and install directories as seen by commands
 // running under bwrap, used when Config leaves them empty.
 const (
@@ -89,18 +77,6 @@ const (
 	// killed by Run; they stay in the caller's group.
 	CallerGroup
 )
-
-// String names the process group mode.
-func (g ProcessGroup) String() string {
-	switch g {
-	case NewGroup:
-		return "new-group"
-	case CallerGroup:
-		return "caller-group"
-	default:
-		return fmt.Sprintf("ProcessGroup(%d)", int(g))
-	}
-}
 
 // Config describes one staged build root and how to run commands in it.
 type Config struct {
@@ -147,17 +123,6 @@ type Config struct {
 
 // DefaultPath is PATH under bwrap when Env does not set it.
 const DefaultPath = "/usr/bin:/bin:/usr/sbin:/sbin"
-
-// Paths returns the build root, install root and sysroot as the commands see
-// them for the resolved kind k: host paths for Host, paths inside the
-// sandbox for Bwrap. The caller expands %{build-root}, %{install-root} and
-// %{sysroot} with them.
-func (c Config) Paths(k Kind) (buildRoot, installRoot, sysroot string) {
-	if k == Bwrap {
-		return c.sandboxBuildRoot(), c.sandboxInstallRoot(), "/"
-	}
-	return c.BuildDir, c.InstallDir, c.Sysroot
-}
 
 func (c Config) sandboxBuildRoot() string {
 	if c.SandboxBuildRoot == "" {

@@ -64,13 +64,21 @@ func checkCommitRef(s *Spec) error {
 	return nil
 }
 
+// gitCachedTimeout bounds gitCached's local git commands: a mirror that takes longer
+// to answer counts as not holding the commit.
+const gitCachedTimeout = 30 * time.Second
+
+// gitWaitDelay is how long a git command's pipes are waited for after it exited or
+// was killed: git's helpers (ssh, remote helpers) may still hold them.
+const gitWaitDelay = 10 * time.Second
+
 // gitCached reports whether the mirror of s holds its commit, and those of its
 // submodules when they are wanted.
 func gitCached(sourcesDir string, s *Spec) bool {
 	if checkCommitRef(s) != nil {
 		return false
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), gitCachedTimeout)
 	defer cancel()
 	return gitCachedAt(ctx, sourcesDir, s.URL, s.URL, s.Ref, s.Submodules, 0)
 }
@@ -568,7 +576,7 @@ func runGit(ctx context.Context, run gitRun, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, "git", append(full, args...)...)
 	cmd.Env = append(gitEnviron(), "GIT_TERMINAL_PROMPT=0", "LC_ALL=C")
 	cmd.Env = append(cmd.Env, run.env...)
-	cmd.WaitDelay = 10 * time.Second // git's helpers may hold the pipes after a kill
+	cmd.WaitDelay = gitWaitDelay
 	var stdout bytes.Buffer
 	stderr := &tailBuffer{max: 4 << 10}
 	cmd.Stdout = &stdout

@@ -11,6 +11,9 @@ import (
 	"time"
 )
 
+// lockPoll is how often lockFile tries again for a lock another process holds.
+const lockPoll = 50 * time.Millisecond
+
 // lockFile takes an exclusive lock on the file p (created if needed), waiting until it is
 // free or ctx ends. Other gantry processes sharing the source cache take the same lock
 // before changing a git mirror.
@@ -19,7 +22,7 @@ func lockFile(ctx context.Context, p string) (unlock func(), err error) {
 	if err != nil {
 		return nil, err
 	}
-	poll := time.NewTicker(50 * time.Millisecond)
+	poll := time.NewTicker(lockPoll)
 	defer poll.Stop()
 	for {
 		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)

@@ -74,7 +74,18 @@ func redactURL(u string) string {
 	return p.Redacted()
 }
 
+// defaultIdleTimeout ends a download that received nothing for this long, when
+// FetchOptions sets no other.
 const defaultIdleTimeout = 60 * time.Second
+
+// The HTTP client's limits on one connection: to connect (and between TCP
+// keep-alive probes), to complete the TLS handshake, and from the request sent to
+// the response's headers.
+const (
+	dialTimeout           = 30 * time.Second
+	tlsHandshakeTimeout   = 30 * time.Second
+	responseHeaderTimeout = 60 * time.Second
+)
 
 // Limits on one download besides the idle timeout: a server that trickles a byte a minute,
 // or sends without end, would otherwise hold a fetch job (and fill the disk) for ever.
@@ -141,9 +152,9 @@ func (o *FetchOptions) httpClient() *http.Client {
 		return o.HTTPClient
 	}
 	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.DialContext = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
-	t.TLSHandshakeTimeout = 30 * time.Second
-	t.ResponseHeaderTimeout = 60 * time.Second
+	t.DialContext = (&net.Dialer{Timeout: dialTimeout, KeepAlive: dialTimeout}).DialContext
+	t.TLSHandshakeTimeout = tlsHandshakeTimeout
+	t.ResponseHeaderTimeout = responseHeaderTimeout
 	return &http.Client{Transport: t}
 }
 

@@ -25,8 +25,10 @@ const (
 	Patch  Kind = "patch"
 )
 
-// Kinds lists the known kinds, for error messages.
-var Kinds = []string{string(Local), string(Tar), string(Git), string(Remote), string(Patch)}
+// Kinds returns the known kinds, for error messages.
+func Kinds() []string { return slices.Clone(kinds) }
+
+var kinds = []string{string(Local), string(Tar), string(Git), string(Remote), string(Patch)}
 
 // keysByKind lists the keys each kind accepts besides "kind".
 var keysByKind = map[Kind][]string{
@@ -209,7 +211,7 @@ func hashEntry(h io.Writer, p, rel string, info fs.FileInfo) error {
 }
 
 // IsKnown reports whether k is a source kind.
-func IsKnown(k string) bool { return slices.Contains(Kinds, k) }
+func IsKnown(k string) bool { return slices.Contains(kinds, k) }
 
 // Cached reports whether the source is in the source cache under dir (cache/sources), so
 // that a build needs no network for it. Local sources and patches are always at hand.

@@ -52,9 +52,6 @@ type Reader struct {
 // ErrTruncated is the error of a read past the end or of a malformed number.
 var ErrTruncated = errors.New("truncated or damaged")
 
-// NewReader reads data (copied once).
-func NewReader(data []byte) *Reader { return &Reader{b: string(data)} }
-
 // NewStringReader reads s without a copy (a file ReadLoadsFile read, or a part of
 // what another Reader read).
 func NewStringReader(s string) *Reader { return &Reader{b: s} }

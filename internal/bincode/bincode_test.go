@@ -34,19 +34,19 @@ func TestRoundTrip(t *testing.T) {
 			t.Fatalf("read %q %v", l, m)
 		}
 	}
-	r := NewReader(w.B)
+	r := NewStringReader(string(w.B))
 	read(r)
 	if r.Err != nil || r.Len() != 0 {
 		t.Fatalf("reading it all: %v, %d bytes left", r.Err, r.Len())
 	}
 	for i := range len(w.B) {
-		r := NewReader(w.B[:i])
+		r := NewStringReader(string(w.B[:i]))
 		read(r)
 		if r.Err == nil {
 			t.Fatalf("%d of %d bytes read without an error", i, len(w.B))
 		}
 	}
-	if r := NewReader([]byte("\xff\xff\xff\xff\xff\xff\xff\xff\xff\x02")); r.Uint() != 0 || r.Err == nil {
+	if r := NewStringReader("\xff\xff\xff\xff\xff\xff\xff\xff\xff\x02"); r.Uint() != 0 || r.Err == nil {
 		t.Fatal("a uvarint over 64 bits read without an error")
 	}
 }

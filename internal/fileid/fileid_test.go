@@ -64,7 +64,7 @@ func TestAppendRead(t *testing.T) {
 	id := ID{Size: 1, Mtime: -2, Ctime: 3, Ino: 4, Dev: 1 << 63}
 	var w bincode.Writer
 	id.Append(&w)
-	if got := Read(bincode.NewReader(w.B)); got != id {
+	if got := Read(bincode.NewStringReader(string(w.B))); got != id {
 		t.Errorf("Read(Append(%+v)) = %+v", id, got)
 	}
 }

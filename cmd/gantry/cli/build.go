@@ -15,6 +15,7 @@ import (
 	"github.com/gantry-build/gantry/actions"
 	"github.com/gantry-build/gantry/cache"
 	"github.com/gantry-build/gantry/element"
+	"github.com/gantry-build/gantry/internal/proctree"
 	"github.com/gantry-build/gantry/job"
 	"github.com/gantry-build/gantry/queues"
 	"github.com/gantry-build/gantry/resources"
@@ -344,7 +345,7 @@ func (s *session) runScheduler(r schedulerRun) (*queues.Summary, error) {
 		Queues:   r.queues,
 		Items:    r.items,
 		Pool:     resources.NewPool(r.limits),
-		Runner:   queues.NewProcessRunner([]string{exe, jobCommand}, live.JobEnv(), 5*time.Second),
+		Runner:   queues.NewProcessRunner([]string{exe, jobCommand}, live.JobEnv(), job.DefaultGrace),
 		OnError:  r.onError,
 		LogDir:   r.cache.LogsDir(),
 		Publish:  publish,
@@ -359,12 +360,12 @@ func (s *session) runScheduler(r schedulerRun) (*queues.Summary, error) {
 	}
 	// A job killed outright (a second Ctrl-C) cannot kill what it started: gantry
 	// adopts those processes and kills them when the session ends.
-	adopted := job.AdoptOrphans() == nil
+	adopted := proctree.AdoptOrphans() == nil
 	stopSignals := forwardSignals(sched)
 	summary := sched.Run()
 	s.endedBy = stopSignals()
 	if adopted {
-		job.KillDescendants()
+		proctree.KillDescendants()
 	}
 	pub.Close()
 	var traceErr error

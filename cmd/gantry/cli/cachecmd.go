@@ -338,11 +338,7 @@ func runGC(opts *gcOptions) error {
 		}
 		co.Target = int64(float64(q) * cache.LowWater)
 	}
-	if os.Getenv("GANTRY_TEST_GC_PAUSE") != "" {
-		// A test seam: stop after the first artifact removed, until stdin closes, so
-		// that a test can kill gc in the middle of a cleanup.
-		co.AfterRemove = pauseOnce(g)
-	}
+	co.AfterRemove = gcAfterRemove(g) // nil but in a binary built for the tests
 	lock, err := g.lockCache(c, cache.Exclusive)
 	if err != nil {
 		return err
@@ -360,17 +356,6 @@ func runGC(opts *gcOptions) error {
 
 // keptForLiveSessions says what a cleanup kept because running sessions need it.
 func keptForLiveSessions(rep *cache.CleanupReport) string { return actions.KeptForLiveSessions(rep) }
-
-func pauseOnce(g *globalOptions) func() {
-	paused := false
-	return func() {
-		if !paused {
-			paused = true
-			fmt.Fprintln(g.ios.ErrOut, "gantry: paused for a test (GANTRY_TEST_GC_PAUSE)")
-			io.Copy(io.Discard, g.ios.In)
-		}
-	}
-}
 
 // writeCleanup lists what a cleanup removed (or would remove) and what it freed.
 func writeCleanup(w io.Writer, rep *cache.CleanupReport) {

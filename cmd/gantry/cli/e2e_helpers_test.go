@@ -42,8 +42,8 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// gantryBinary builds the gantry binary once per test run (only when an
-// end-to-end test needs it) and returns its path.
+// gantryBinary builds the gantry binary, with the seams of testhooks.go, once per
+// test run (only when an end-to-end test needs it) and returns its path.
 func gantryBinary(t *testing.T) string {
 	t.Helper()
 	if runtime.GOOS != "linux" {
@@ -55,7 +55,8 @@ func gantryBinary(t *testing.T) string {
 			return
 		}
 		bin := filepath.Join(e2eBinDir, "gantry")
-		cmd := exec.Command("go", "build", "-o", bin, "github.com/gantry-build/gantry/cmd/gantry")
+		// With the seams the tests use (testhooks.go).
+		cmd := exec.Command("go", "build", "-tags", "gantrytesthooks", "-o", bin, "github.com/gantry-build/gantry/cmd/gantry")
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			e2eErr = fmt.Errorf("go build ./cmd/gantry: %v\n%s", err, out)

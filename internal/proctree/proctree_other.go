@@ -1,8 +1,9 @@
 //go:build !linux
 
-package job
+package proctree
 
 import (
+	"errors"
 	"os"
 	"syscall"
 )
@@ -22,3 +23,15 @@ func (p Proc) alive() bool { return syscall.Kill(p.Pid, 0) == nil }
 
 // sharesOurMemory cannot be told here: no process counts but the caller.
 func sharesOurMemory(pid int) bool { return pid == os.Getpid() }
+
+// childless is not known here: KillDescendants walks the process table.
+func childless() bool { return false }
+
+// AdoptOrphans is not available here.
+func AdoptOrphans() error { return errors.ErrUnsupported }
+
+// WaitExitedNoReap is not available: a child is reaped as it exits, and what
+// it left in its process group is not killed.
+func WaitExitedNoReap(int) error {
+	return errors.ErrUnsupported
+}

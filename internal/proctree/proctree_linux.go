@@ -1,6 +1,7 @@
-package job
+package proctree
 
 import (
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -112,4 +113,50 @@ func sharesOurMemory(pid int) bool {
 	ours, err1 := os.Readlink("/proc/self/exe")
 	theirs, err2 := os.Readlink("/proc/" + strconv.Itoa(pid) + "/exe")
 	return err1 == nil && err2 == nil && ours == theirs
+}
+
+// AdoptOrphans makes the calling process (gantry, for the length of a session)
+// a child subreaper: the processes of a job killed outright (SIGKILL cannot be
+// caught, so the job cannot kill them itself), which left the job's process
+// group, become its children instead of init's, for KillDescendants to find.
+func AdoptOrphans() error {
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("becoming a child subreaper: %w", err)
+	}
+	return nil
+}
+
+// WaitExitedNoReap blocks until pid has exited but leaves it a zombie, so its
+// pid, and so its process group id, cannot be reused until it is reaped.
+func WaitExitedNoReap(pid int) error {
+	for {
+		var info unix.Siginfo
+		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+		if err != unix.EINTR {
+			return err
+		}
+	}
+}
+
+// childless reports that the calling process has no child, alive or not.
+func childless() bool { return !HasChildren() }
+
+// HasChildren reports whether the calling process has a child, alive or not.
+func HasChildren() bool {
+	var info unix.Siginfo
+	err := unix.Waitid(unix.P_ALL, 0, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
+	return err != unix.ECHILD
+}
+
+// ReapChildren reaps every child that has exited: in a job worker, the
+// processes of its last job, killed and adopted (it is a child subreaper),
+// which would otherwise stay zombies for the worker's life.
+func ReapChildren() {
+	for {
+		var ws syscall.WaitStatus
+		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+		if pid <= 0 || err != nil {
+			return
+		}
+	}
 }

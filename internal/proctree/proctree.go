@@ -1,4 +1,9 @@
-package job
+// Package proctree finds, freezes, signals and waits for the processes a
+// process started: the process hygiene shared by job (a job child kills what
+// its job left behind) and sandbox (a cancelled command's descendants get its
+// signals), and gantry itself (it adopts and kills what a job killed outright
+// left behind). It walks /proc on Linux; elsewhere a tree is its root alone.
+package proctree
 
 import (
 	"os"
@@ -57,7 +62,7 @@ func FreezeTree(root int, known map[Proc]bool) {
 // frozen first so that none forks a child the kill would miss, and waits until
 // none is left alive: a process caught between fork and exec can outlive the
 // first SIGKILL, and one the walk missed shows up in the next. In a child
-// subreaper (see watchParent) that is every process it started that is still
+// subreaper (see AdoptOrphans) that is every process it started that is still
 // alive, whatever session or group they moved to. A process without a child has no
 // descendant (an orphaned one would be its child, or init's): then it walks nothing
 // (a session that started no job, a null build, walked the whole process table).
