@@ -10,22 +10,17 @@ import (
 // 14.6 s and 656 MB), so a file nested deeper is refused before it is decoded.
 const MaxTOMLDepth = 64
 
-// tomlDepth measures how deeply the TOML text nests, without decoding it: the root table
+// scanDepth measures how deeply the TOML text nests, without decoding it: the root table
 // is level 1, and each table or array inside a container is one level below it, whether
 // it is written as a [header], a dotted key, an inline table or an array. It stops at the
-// first level over limit and returns that level and its 1-based line; otherwise it returns
-// the deepest level seen and line 0. One pass, no allocation beyond the stack of open
+// first level over limit (over: its 1-based line, deepest: that level); otherwise over is
+// 0 and deepest the deepest level seen. One pass, no allocation beyond the stack of open
 // brackets: a 10 MB file takes milliseconds.
 //
 // The level is never more than the decoded value's depth, so a valid file nested within
 // the limit is never refused; it may be less, only where a header names an array of
 // tables defined earlier ([[a]] then [[a.b]]), by at most one level per key: at most
 // twice the limit. Invalid TOML is measured as well as it can be; the decoder reports it.
-func tomlDepth(text []byte, limit int) (level, line int) {
-	s := scanDepth(text, limit)
-	return s.deepest, s.over
-}
-
 func scanDepth(text []byte, limit int) *depthScanner {
 	s := &depthScanner{b: text, line: 1, base: 1, limit: limit, deepest: 1}
 	s.run()

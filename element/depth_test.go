@@ -166,3 +166,10 @@ func valueDepth(v reflect.Value) int {
 	}
 	return 1 + deepest
 }
+
+// tomlDepth is scanDepth's answer: the deepest level seen, and the line of the first
+// level over limit (0: none).
+func tomlDepth(text []byte, limit int) (level, line int) {
+	s := scanDepth(text, limit)
+	return s.deepest, s.over
+}

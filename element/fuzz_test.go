@@ -36,7 +36,7 @@ func FuzzLoadElement(f *testing.F) {
 		if err := os.WriteFile(filepath.Join(dir, "elements", "app.toml"), data, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		g, err := Load(p, &Lock{Entries: map[string][]string{}}, []string{"app.toml"})
+		g, err := load(p, &Lock{Entries: map[string][]string{}}, []string{"app.toml"})
 		if err != nil {
 			var pe *ProjectError
 			if !errors.As(err, &pe) {

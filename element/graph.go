@@ -43,14 +43,10 @@ type Graph struct {
 	keyContext string      // keyContext(Project)
 }
 
-// Load reads the targets and everything they depend on, checks the graph for missing
-// elements and cycles, and computes cache keys. Files are parsed in parallel.
-func Load(p *Project, lock *Lock, targets []string) (*Graph, error) {
-	return LoadCached(p, lock, targets, nil)
-}
-
-// LoadCached is Load with a parse cache (nil for none): element files it remembers
-// unchanged are not read again. The caller saves pc afterwards.
+// LoadCached reads the targets and everything they depend on, checks the graph for
+// missing elements and cycles, and computes cache keys. Files are parsed in parallel.
+// With a parse cache (nil for none), element files it remembers unchanged are not
+// read again; the caller saves pc afterwards.
 func LoadCached(p *Project, lock *Lock, targets []string, pc *ParseCache) (*Graph, error) {
 	if len(targets) == 0 {
 		return nil, &ProjectError{Msg: "no elements given and project.toml has no default-targets",

@@ -261,7 +261,7 @@ build-commands = ["a && b > c < d", "é \"q\""]
 			t.Fatal(err)
 		}
 		p.Hermetic = hermetic
-		g, err := Load(p, &Lock{Entries: map[string][]string{}}, []string{"app.toml"})
+		g, err := load(p, &Lock{Entries: map[string][]string{}}, []string{"app.toml"})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -81,7 +81,7 @@ func TestParseCacheResolvesWhenSettingsChange(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, want := Load(p, &Lock{}, []string{"app.toml"})
+	_, want := load(p, &Lock{}, []string{"app.toml"})
 	if want == nil || !strings.Contains(want.Error(), "flags") {
 		t.Fatalf("a load without the cache: %v; want an error naming the variable", want)
 	}

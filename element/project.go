@@ -138,17 +138,6 @@ func LoadProject(root string) (*Project, error) {
 	return p, nil
 }
 
-// readInProject reads the file at rel (relative to the project root) without leaving the
-// project: a symbolic link on the way that leads outside is refused by the kernel (os.Root).
-func (p *Project) readInProject(rel string) ([]byte, error) {
-	r, err := os.OpenRoot(p.Root)
-	if err != nil {
-		return nil, err
-	}
-	defer r.Close()
-	return r.ReadFile(rel)
-}
-
 // ElementDir is the absolute directory holding element files.
 func (p *Project) ElementDir() string { return filepath.Join(p.Root, p.ElementPath) }
 

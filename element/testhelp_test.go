@@ -32,7 +32,7 @@ func loadGraph(t *testing.T, dir string, targets ...string) (*Graph, error) {
 	if err != nil {
 		return nil, err
 	}
-	return Load(p, lock, targets)
+	return load(p, lock, targets)
 }
 
 func mustGraph(t *testing.T, dir string, targets ...string) *Graph {

@@ -46,7 +46,7 @@ func run(dir, cacheDir string, workers int, targets []string) error {
 	if len(targets) == 0 {
 		targets = p.DefaultTargets
 	}
-	g, err := element.Load(p, lock, targets)
+	g, err := element.LoadCached(p, lock, targets, nil)
 	if err != nil {
 		return err
 	}

@@ -231,7 +231,7 @@ func load(dir string) (*element.Graph, error) {
 	if err != nil {
 		return nil, err
 	}
-	return element.Load(p, lock, p.DefaultTargets)
+	return element.LoadCached(p, lock, p.DefaultTargets, nil)
 }
 
 // learnedDurations reads the durations a gantry cache learned.
