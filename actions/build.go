@@ -511,9 +511,10 @@ func CommandEnv(ctx context.Context, sources []source.Spec, sourcesDir, home str
 // sourceDate is SOURCE_DATE_EPOCH for sources: the newest date they give (source.Date),
 // else sandbox.DefaultSourceDate.
 func sourceDate(ctx context.Context, sources []source.Spec, sourcesDir string) time.Time {
-	date := sandbox.DefaultSourceDate
+	def := sandbox.DefaultSourceDate()
+	date := def
 	for i := range sources {
-		if d, ok := source.Date(ctx, &sources[i], sourcesDir); ok && (date == sandbox.DefaultSourceDate || d.After(date)) {
+		if d, ok := source.Date(ctx, &sources[i], sourcesDir); ok && (date.Equal(def) || d.After(date)) {
 			date = d
 		}
 	}

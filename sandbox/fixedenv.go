@@ -7,7 +7,7 @@ import (
 
 // DefaultSourceDate is SOURCE_DATE_EPOCH when no source of the element says when it was
 // last changed: 1980-01-01T00:00:00Z, the earliest time a zip archive can record.
-var DefaultSourceDate = time.Unix(315532800, 0).UTC()
+func DefaultSourceDate() time.Time { return time.Unix(315532800, 0).UTC() }
 
 // SandboxHome is HOME under bwrap: /tmp, a fresh, empty tmpfs in every sandbox.
 const SandboxHome = "/tmp"
