@@ -217,7 +217,7 @@ func runBuild(opts *buildOptions, args []string) error {
 	if err != nil {
 		return err
 	}
-	pipeline = append(pipeline, fetch, build.Queue())
+	pipeline = append(pipeline, fetch, build)
 	if rs.HasPush() {
 		pipeline = append(pipeline, rs.PushQueue(c, false))
 	}
@@ -519,7 +519,7 @@ func (s *session) sources(c *cache.Cache) actions.Sources {
 }
 
 // fetchQueue fetches the sources of elements that are not cached.
-func (s *session) fetchQueue(c *cache.Cache, g *element.Graph) *queues.FetchQueue {
+func (s *session) fetchQueue(c *cache.Cache, g *element.Graph) *actions.FetchQueue {
 	return s.sources(c).FetchQueue()
 }
 
