@@ -3,10 +3,13 @@ package actions
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/gantry-build/gantry/element"
+	"github.com/gantry-build/gantry/queues"
+	"github.com/gantry-build/gantry/resources"
 )
 
 // importDirs makes a build root, an install root and an outside directory that nothing
@@ -91,4 +94,17 @@ func TestImportKeepsLinks(t *testing.T) {
 		}
 	}
 	outsideUntouched(t, outside)
+}
+
+func TestBuildQueueTakesThePoolToken(t *testing.T) {
+	it := &queues.Item{Element: &element.Element{Name: "a.toml", Pool: "lic"}}
+	req := (&Build{}).Resources(it)
+	for _, r := range []resources.Resource{resources.Process, resources.Cache, resources.PoolResource("lic")} {
+		if !slices.Contains(req.Shared, r) {
+			t.Errorf("build request %v lacks %s", req, r)
+		}
+	}
+	if req := (&Build{}).Resources(&queues.Item{Element: &element.Element{Name: "b.toml"}}); len(req.Shared) != 2 {
+		t.Errorf("element without pool asks for %v", req)
+	}
 }
