@@ -95,13 +95,13 @@ func (s Sources) Payload(e *element.Element) (json.RawMessage, error) {
 // meanwhile for another element with the same source make its fetch job find them
 // in place. Its methods run on the scheduler goroutine.
 type FetchQueue struct {
-	sources Sources
-	cached  map[*queues.Item]bool // whether its sources are cached, as first asked
+	sourceJobs
+	cached map[*queues.Item]bool // whether its sources are cached, as first asked
 }
 
 // FetchQueue is the Fetch queue of the project's elements.
 func (s Sources) FetchQueue() *FetchQueue {
-	return &FetchQueue{sources: s, cached: map[*queues.Item]bool{}}
+	return &FetchQueue{sourceJobs: sourceJobs{s}, cached: map[*queues.Item]bool{}}
 }
 
 func (*FetchQueue) Action() queues.Action { return queues.Fetch }
@@ -121,18 +121,22 @@ func (q *FetchQueue) Status(it *queues.Item) (queues.Status, string) {
 	return queues.Ready, ""
 }
 
+func (*FetchQueue) Done(*queues.Item, job.Result) {}
+
+// sourceJobs is what the Fetch and Track queues share: each job downloads, with
+// an element's sources for payload, and network failures are retried.
+type sourceJobs struct{ sources Sources }
+
 // Resources: a download slot.
-func (*FetchQueue) Resources(*queues.Item) resources.Request {
+func (sourceJobs) Resources(*queues.Item) resources.Request {
 	return resources.Request{Shared: []resources.Resource{resources.Download}}
 }
 
-func (q *FetchQueue) Payload(it *queues.Item) (json.RawMessage, error) {
+func (q sourceJobs) Payload(it *queues.Item) (json.RawMessage, error) {
 	return q.sources.Payload(it.Element)
 }
 
-func (*FetchQueue) Done(*queues.Item, job.Result) {}
-
-func (q *FetchQueue) Retries() int { return q.sources.NetworkRetries }
+func (q sourceJobs) Retries() int { return q.sources.NetworkRetries }
 
 // SourcesCached says whether every source of e is in the source cache at sourcesDir;
 // an element with an open workspace needs none.

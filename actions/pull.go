@@ -244,8 +244,7 @@ func (rs *Remotes) recoverPull(it *queues.Item, res job.Result) (string, bool) {
 // PullQueue is the Pull queue of a session: it downloads artifacts from the remotes
 // instead of fetching and building them. Its methods run on the scheduler goroutine.
 type PullQueue struct {
-	rs *Remotes
-	c  *cache.Cache
+	remoteJobs
 	// found limits pulls to the items the plan found on a remote (build): a pull
 	// that did not pull is booked (recoverPull) and the element is built instead,
 	// and an item no remote had asks a push remote for its build-once lease
@@ -257,7 +256,7 @@ type PullQueue struct {
 // PullQueue is the session's Pull queue; found: the plan looked the items up
 // (gantry build), see PullQueue.found.
 func (rs *Remotes) PullQueue(c *cache.Cache, found bool) *PullQueue {
-	return &PullQueue{rs: rs, c: c, found: found}
+	return &PullQueue{remoteJobs: remoteJobs{rs, c}, found: found}
 }
 
 func (*PullQueue) Action() queues.Action { return queues.Pull }
@@ -315,8 +314,6 @@ func (q *PullQueue) Done(it *queues.Item, res job.Result) {
 		}
 	}
 }
-
-func (q *PullQueue) Retries() int { return q.rs.retries }
 
 // Warning makes PullQueue a Warner: a remote served wrong bytes, another had it.
 func (*PullQueue) Warning(it *queues.Item, res job.Result) string {

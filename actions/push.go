@@ -129,8 +129,7 @@ func digestList(ds []cache.Digest) string {
 // PushQueue is the Push queue of a session: it uploads artifacts to the push
 // remotes. Its methods run on the scheduler goroutine.
 type PushQueue struct {
-	rs *Remotes
-	c  *cache.Cache
+	remoteJobs
 	// all pushes every cached item (the push command); otherwise only what this
 	// session built or pulled.
 	all bool
@@ -138,7 +137,7 @@ type PushQueue struct {
 
 // PushQueue is the session's Push queue; all: see PushQueue.all.
 func (rs *Remotes) PushQueue(c *cache.Cache, all bool) *PushQueue {
-	return &PushQueue{rs: rs, c: c, all: all}
+	return &PushQueue{remoteJobs: remoteJobs{rs, c}, all: all}
 }
 
 func (*PushQueue) Action() queues.Action { return queues.Push }
@@ -185,8 +184,6 @@ func (q *PushQueue) Payload(it *queues.Item) (json.RawMessage, error) {
 }
 
 func (*PushQueue) Done(*queues.Item, job.Result) {}
-
-func (q *PushQueue) Retries() int { return q.rs.retries }
 
 // Warning makes PushQueue a Warner: a push remote that served wrong bytes was
 // repaired.

@@ -30,7 +30,7 @@ func (simulatedFetch) Status(it *queues.Item) (queues.Status, string) {
 }
 
 func (simulatedFetch) Resources(it *queues.Item) resources.Request {
-	return (&FetchQueue{}).Resources(it)
+	return sourceJobs{}.Resources(it)
 }
 
 func (simulatedFetch) Payload(*queues.Item) (json.RawMessage, error) { return nil, nil }

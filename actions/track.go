@@ -9,7 +9,6 @@ import (
 	"github.com/gantry-build/gantry/element"
 	"github.com/gantry-build/gantry/job"
 	"github.com/gantry-build/gantry/queues"
-	"github.com/gantry-build/gantry/resources"
 	"github.com/gantry-build/gantry/source"
 )
 
@@ -51,7 +50,7 @@ type RefChange struct {
 // keys can be computed from them) and into the lock. Its methods run on the
 // scheduler goroutine: the lock and the graph are touched by nobody else meanwhile.
 type Tracker struct {
-	sources Sources
+	sourceJobs
 	graph   *element.Graph
 	lock    *element.Lock
 	changes []RefChange
@@ -60,7 +59,7 @@ type Tracker struct {
 
 // Tracker is the Track queue of the elements of g, whose refs are kept in lock.
 func (s Sources) Tracker(g *element.Graph, lock *element.Lock) *Tracker {
-	return &Tracker{sources: s, graph: g, lock: lock}
+	return &Tracker{sourceJobs: sourceJobs{s}, graph: g, lock: lock}
 }
 
 func (*Tracker) Action() queues.Action { return queues.Track }
@@ -73,15 +72,6 @@ func (*Tracker) Status(it *queues.Item) (queues.Status, string) {
 		}
 	}
 	return queues.Skip, "nothing to track"
-}
-
-// Resources: a download slot.
-func (*Tracker) Resources(*queues.Item) resources.Request {
-	return resources.Request{Shared: []resources.Resource{resources.Download}}
-}
-
-func (t *Tracker) Payload(it *queues.Item) (json.RawMessage, error) {
-	return t.sources.Payload(it.Element)
 }
 
 // Done merges the refs the job found (its Result.Data) into the lock and the graph.
@@ -100,8 +90,6 @@ func (t *Tracker) Done(it *queues.Item, res job.Result) {
 		t.err = fmt.Errorf("%s: keying the tracked sources: %w", e.Name, err)
 	}
 }
-
-func (t *Tracker) Retries() int { return t.sources.NetworkRetries }
 
 // mergeRefs is the lock's new refs for e: each source's tracked ref, except for a
 // source pinned in the element or one track resolved to nothing ("" in tracked), which
