@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/gantry-build/gantry/element"
+	"github.com/gantry-build/gantry/job"
 	"github.com/gantry-build/gantry/queues"
 	"github.com/gantry-build/gantry/resources"
 )
@@ -106,5 +107,30 @@ func TestBuildQueueTakesThePoolToken(t *testing.T) {
 	}
 	if req := (&Build{}).Resources(&queues.Item{Element: &element.Element{Name: "b.toml"}}); len(req.Shared) != 2 {
 		t.Errorf("element without pool asks for %v", req)
+	}
+}
+
+// The Build queue builds an element once every staged dependency is cached, parks it
+// on the first that is not, and books a success (or the artifact said available) as
+// cached and built here; its builds wait at their gates for a builder.
+func TestBuildQueueStatus(t *testing.T) {
+	b := &Build{}
+	dep := &queues.Item{Element: &element.Element{Name: "dep.toml"}}
+	it := &queues.Item{Element: &element.Element{Name: "app.toml"}, Stage: []*queues.Item{dep}}
+	if st, why := b.Status(it); st != queues.Wait || b.WaitsOn(it) != dep {
+		t.Errorf("dependency uncached: %v (%s), waits on %v; want wait on dep.toml", st, why, b.WaitsOn(it))
+	}
+	b.Done(dep, job.Result{OK: true})
+	if !dep.Cached || !dep.Built {
+		t.Errorf("after its build dep.toml is cached %v, built %v; want both", dep.Cached, dep.Built)
+	}
+	if st, _ := b.Status(it); st != queues.Ready || b.WaitsOn(it) != nil {
+		t.Errorf("dependency cached: %v, waits on %v; want ready", st, b.WaitsOn(it))
+	}
+	if st, why := b.Status(dep); st != queues.Skip || why != "cached" {
+		t.Errorf("cached element: %v (%s), want skipped as cached", st, why)
+	}
+	if b.GateOn() != resources.Process {
+		t.Errorf("builds gate on %q, want the builders", b.GateOn())
 	}
 }

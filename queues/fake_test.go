@@ -1,18 +1,17 @@
 package queues
 
 import (
-	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/gantry-build/gantry/element"
 	"github.com/gantry-build/gantry/job"
+	"github.com/gantry-build/gantry/queues/queuestest"
 	"github.com/gantry-build/gantry/resources"
 )
 
@@ -578,31 +577,7 @@ func buildPool(process int) *resources.Pool {
 
 // newGraph makes a graph by hand from lines "name: dep dep ..." (dependencies listed
 // before their dependants). Dependencies are build dependencies.
-func newGraph(t testing.TB, lines ...string) *element.Graph {
-	t.Helper()
-	manual, ok := element.LookupKind("manual")
-	if !ok {
-		t.Fatal("no manual kind")
-	}
-	g := &element.Graph{Elements: map[string]*element.Element{}}
-	for _, line := range lines {
-		name, deps, _ := strings.Cut(line, ":")
-		name = strings.TrimSpace(name)
-		e := &element.Element{Name: name, File: "elements/" + name, Kind: manual,
-			Key: fmt.Sprintf("%x", sha256.Sum256([]byte(name)))}
-		for _, d := range strings.Fields(deps) {
-			de := g.Elements[d]
-			if de == nil {
-				t.Fatalf("%s: dependency %s is not defined before it", name, d)
-			}
-			e.Depends = append(e.Depends, d)
-			e.BuildDeps = append(e.BuildDeps, de)
-		}
-		g.Elements[name] = e
-		g.Order = append(g.Order, e)
-	}
-	return g
-}
+var newGraph = queuestest.Graph
 
 // randomGraph makes a random DAG of n elements, each depending on up to fanin earlier
 // ones.

@@ -6,6 +6,7 @@ import (
 
 	"github.com/gantry-build/gantry/element"
 	"github.com/gantry-build/gantry/job"
+	"github.com/gantry-build/gantry/queues/queuestest"
 	"github.com/gantry-build/gantry/resources"
 )
 
@@ -153,13 +154,7 @@ func TestFailedPullReleasesSpareItems(t *testing.T) {
 	g := newGraph(t, "sdk", "app: sdk", "other")
 	items, err := Plan(g, []*element.Element{g.Elements["app"], g.Elements["other"]}, PlanOptions{
 		Artifact: func(*element.Element) element.ArtifactStatus { return element.ArtifactMissing },
-		OnRemote: func(es []*element.Element) []bool {
-			hits := make([]bool, len(es))
-			for i, e := range es {
-				hits[i] = e.Name == "app"
-			}
-			return hits
-		},
+		OnRemote: queuestest.OnRemote("app"),
 	})
 	if err != nil {
 		t.Fatal(err)
