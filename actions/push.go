@@ -189,6 +189,6 @@ func (*PushQueue) Done(*queues.Item, job.Result) {}
 // repaired.
 func (*PushQueue) Warning(it *queues.Item, res job.Result) string {
 	var pr pushResult
-	json.Unmarshal(res.Data, &pr)
+	_ = json.Unmarshal(res.Data, &pr) // no data (a failed push): no warning
 	return pr.Warning
 }
