@@ -1,7 +1,8 @@
 // Package actions holds every job kind gantry runs, one file each (track, fetch, pull,
-// push, build, cleanup, lease): its payload type, what the session's process does to
-// make the payload and book the job's end (the queue values the scheduler runs), and
-// the handler that does the work in the job's child process.
+// push, build, cleanup, lease): its payload type, its queue — the type the scheduler
+// runs (a queues.Queue: Status, Resources, Payload, Done), which makes the payload and
+// books the job's end in the session's process — and the handler that does the work
+// in the job's child process.
 //
 // Imports point down: actions uses queues, element, source, cache, sandbox and job;
 // none of them imports actions.

@@ -22,6 +22,7 @@ import (
 	"github.com/gantry-build/gantry/element"
 	"github.com/gantry-build/gantry/job"
 	"github.com/gantry-build/gantry/queues"
+	"github.com/gantry-build/gantry/resources"
 	"github.com/gantry-build/gantry/sandbox"
 	"github.com/gantry-build/gantry/source"
 )
@@ -116,8 +117,11 @@ func NewBuildSpec(g *element.Graph, e *element.Element, cacheDir, workDir, sandb
 	return spec, nil
 }
 
-// Build is the build jobs of a session: it makes their payloads and books their ends.
-// Its methods run on the scheduler goroutine.
+// Build is the build jobs of a session, and its Build queue (queues.Queue, and an
+// Availer, Gater, Claimer and Waiter): it says when an element can be built, makes
+// the jobs' payloads and books their ends. Its methods run on the scheduler
+// goroutine. Its jobs say when their artifact is in the cache, before they end
+// (Available): its dependants can be built from then on.
 type Build struct {
 	Cache       *cache.Cache
 	Graph       *element.Graph
@@ -126,23 +130,68 @@ type Build struct {
 	RetryFailed bool   // build cached failures again
 	Stats       *cache.Stats
 	staged      StagedDigests // each dependency looked up once per session
+	claims      *buildClaims  // made at the first claim
 }
 
-// Queue is the session's Build queue.
-func (b *Build) Queue() queues.BuildQueue {
-	return queues.BuildQueue{AvailableFunc: b.available, PayloadFunc: b.Payload,
-		// A build stages while the builders are busy, and its commands start the
-		// moment one is free (buildJob waits at its gate for it).
-		Gated: true,
-		// Sessions sharing the cache build each artifact once (build_claims.go).
-		ClaimFunc: (&buildClaims{c: b.Cache, project: b.Graph.Project.Name, retryFailed: b.RetryFailed}).claim,
+func (*Build) Action() queues.Action { return queues.Build }
+
+// Status: an element is built once every staged dependency is cached.
+func (*Build) Status(it *queues.Item) (queues.Status, string) {
+	if it.Cached {
+		return queues.Skip, "cached"
 	}
+	if uncachedStage(it) != nil {
+		return queues.Wait, "waiting for dependencies to build"
+	}
+	return queues.Ready, ""
 }
 
-// available books what a build of it made available (queues.BuildQueue.AvailableFunc).
-func (b *Build) available(it *queues.Item, data json.RawMessage) {
+// WaitsOn is the first staged dependency not yet cached: only its job ending can
+// make it ready.
+func (*Build) WaitsOn(it *queues.Item) *queues.Item { return uncachedStage(it) }
+
+// uncachedStage is the first staged dependency of it not yet cached, or nil.
+func uncachedStage(it *queues.Item) *queues.Item {
+	for _, d := range it.Stage {
+		if !d.Cached {
+			return d
+		}
+	}
+	return nil
+}
+
+// Resources: a builder, the cache, and the element's pool if it names one.
+func (*Build) Resources(it *queues.Item) resources.Request {
+	req := resources.Request{Shared: []resources.Resource{resources.Process, resources.Cache}}
+	if p := it.Element.Pool; p != "" {
+		req.Shared = append(req.Shared, resources.PoolResource(p))
+	}
+	return req
+}
+
+// GateOn makes Build a Gater: a build stages while the builders are busy, and its
+// commands start the moment one is free (buildJob waits at its gate for it).
+func (*Build) GateOn() resources.Resource { return resources.Process }
+
+// Claim makes Build a Claimer: sessions sharing the cache build each artifact once
+// (build_claims.go).
+func (b *Build) Claim(it *queues.Item) queues.Claim {
+	if b.claims == nil {
+		b.claims = &buildClaims{c: b.Cache, project: b.Graph.Project.Name, retryFailed: b.RetryFailed}
+	}
+	return b.claims.claim(it)
+}
+
+func (*Build) Done(it *queues.Item, _ job.Result) { it.Cached, it.Built = true, true }
+
+// Available makes it count as cached for the builds that stage it, and books what
+// its build made available (the artifact's digests) for their payloads.
+func (b *Build) Available(it *queues.Item, data json.RawMessage) {
+	it.Cached, it.Built = true, true
 	b.staged.Built(b.Graph.Project.Name, it.Element.Name, it.Element.Key, data)
 }
+
+func (*Build) Retries() int { return 0 }
 
 // Payload is the BuildSpec of the build of it.
 func (b *Build) Payload(it *queues.Item) (json.RawMessage, error) {

@@ -19,7 +19,7 @@ import (
 // them, and a job killed alone ends its claim through the loop at once. A
 // suspended session keeps its locks: the sessions waiting for them say so.
 
-// buildClaims claims builds for a session of project (queues.BuildQueue.ClaimFunc).
+// buildClaims claims builds for a session of project (Build.Claim).
 type buildClaims struct {
 	c           *cache.Cache
 	project     string

@@ -3,10 +3,14 @@ package actions
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/gantry-build/gantry/element"
+	"github.com/gantry-build/gantry/job"
+	"github.com/gantry-build/gantry/queues"
+	"github.com/gantry-build/gantry/resources"
 )
 
 // importDirs makes a build root, an install root and an outside directory that nothing
@@ -91,4 +95,42 @@ func TestImportKeepsLinks(t *testing.T) {
 		}
 	}
 	outsideUntouched(t, outside)
+}
+
+func TestBuildQueueTakesThePoolToken(t *testing.T) {
+	it := &queues.Item{Element: &element.Element{Name: "a.toml", Pool: "lic"}}
+	req := (&Build{}).Resources(it)
+	for _, r := range []resources.Resource{resources.Process, resources.Cache, resources.PoolResource("lic")} {
+		if !slices.Contains(req.Shared, r) {
+			t.Errorf("build request %v lacks %s", req, r)
+		}
+	}
+	if req := (&Build{}).Resources(&queues.Item{Element: &element.Element{Name: "b.toml"}}); len(req.Shared) != 2 {
+		t.Errorf("element without pool asks for %v", req)
+	}
+}
+
+// The Build queue builds an element once every staged dependency is cached, parks it
+// on the first that is not, and books a success (or the artifact said available) as
+// cached and built here; its builds wait at their gates for a builder.
+func TestBuildQueueStatus(t *testing.T) {
+	b := &Build{}
+	dep := &queues.Item{Element: &element.Element{Name: "dep.toml"}}
+	it := &queues.Item{Element: &element.Element{Name: "app.toml"}, Stage: []*queues.Item{dep}}
+	if st, why := b.Status(it); st != queues.Wait || b.WaitsOn(it) != dep {
+		t.Errorf("dependency uncached: %v (%s), waits on %v; want wait on dep.toml", st, why, b.WaitsOn(it))
+	}
+	b.Done(dep, job.Result{OK: true})
+	if !dep.Cached || !dep.Built {
+		t.Errorf("after its build dep.toml is cached %v, built %v; want both", dep.Cached, dep.Built)
+	}
+	if st, _ := b.Status(it); st != queues.Ready || b.WaitsOn(it) != nil {
+		t.Errorf("dependency cached: %v, waits on %v; want ready", st, b.WaitsOn(it))
+	}
+	if st, why := b.Status(dep); st != queues.Skip || why != "cached" {
+		t.Errorf("cached element: %v (%s), want skipped as cached", st, why)
+	}
+	if b.GateOn() != resources.Process {
+		t.Errorf("builds gate on %q, want the builders", b.GateOn())
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/gantry-build/gantry/element"
 	"github.com/gantry-build/gantry/job"
 	"github.com/gantry-build/gantry/queues"
+	"github.com/gantry-build/gantry/resources"
 	"github.com/gantry-build/gantry/source"
 )
 
@@ -76,7 +77,7 @@ func fetchJob(ctx context.Context, spec job.Spec, r *job.Reporter) (job.Result, 
 	return job.Result{OK: true}, nil
 }
 
-// Sources makes the payloads of a project's fetch and track jobs, and its Fetch queue.
+// Sources makes the payloads of a project's fetch and track jobs, and its Fetch and Track queues.
 type Sources struct {
 	Cache          *cache.Cache
 	Project        *element.Project
@@ -88,14 +89,54 @@ func (s Sources) Payload(e *element.Element) (json.RawMessage, error) {
 	return json.Marshal(sourcesSpec{CacheDir: s.Cache.Root, ProjectRoot: s.Project.Root, SourcesDir: s.Cache.SourcesDir(), Sources: e.Sources})
 }
 
-// FetchQueue fetches the sources of elements that are not cached.
-func (s Sources) FetchQueue() *queues.FetchQueue {
-	return &queues.FetchQueue{
-		SourcesCached:  func(it *queues.Item) bool { return SourcesCached(s.Cache.SourcesDir(), it.Element) },
-		PayloadFunc:    func(it *queues.Item) (json.RawMessage, error) { return s.Payload(it.Element) },
-		NetworkRetries: s.NetworkRetries,
-	}
+// FetchQueue is the Fetch queue of a session: it downloads the sources of elements
+// that will be built. Whether an element's sources are cached is asked once per
+// session: the answer may cost a git run, and Status is asked often. Sources fetched
+// meanwhile for another element with the same source make its fetch job find them
+// in place. Its methods run on the scheduler goroutine.
+type FetchQueue struct {
+	sourceJobs
+	cached map[*queues.Item]bool // whether its sources are cached, as first asked
 }
+
+// FetchQueue is the Fetch queue of the project's elements.
+func (s Sources) FetchQueue() *FetchQueue {
+	return &FetchQueue{sourceJobs: sourceJobs{s}, cached: map[*queues.Item]bool{}}
+}
+
+func (*FetchQueue) Action() queues.Action { return queues.Fetch }
+
+func (q *FetchQueue) Status(it *queues.Item) (queues.Status, string) {
+	if it.Cached {
+		return queues.Skip, "cached"
+	}
+	cached, asked := q.cached[it]
+	if !asked { // asked once: it may run git
+		cached = SourcesCached(q.sources.Cache.SourcesDir(), it.Element)
+		q.cached[it] = cached
+	}
+	if cached {
+		return queues.Skip, "sources cached"
+	}
+	return queues.Ready, ""
+}
+
+func (*FetchQueue) Done(*queues.Item, job.Result) {}
+
+// sourceJobs is what the Fetch and Track queues share: each job downloads, with
+// an element's sources for payload, and network failures are retried.
+type sourceJobs struct{ sources Sources }
+
+// Resources: a download slot.
+func (sourceJobs) Resources(*queues.Item) resources.Request {
+	return resources.Request{Shared: []resources.Resource{resources.Download}}
+}
+
+func (q sourceJobs) Payload(it *queues.Item) (json.RawMessage, error) {
+	return q.sources.Payload(it.Element)
+}
+
+func (q sourceJobs) Retries() int { return q.sources.NetworkRetries }
 
 // SourcesCached says whether every source of e is in the source cache at sourcesDir;
 // an element with an open workspace needs none.

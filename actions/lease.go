@@ -50,7 +50,7 @@ func (rs *Remotes) ProbeLeases() {
 	}
 }
 
-// leasing says whether a pull of it asks for its lease (queues.PullQueue.LeaseFunc):
+// leasing says whether a pull of it asks for its lease (PullQueue.leasing):
 // a lease remote is up and it was not found on a remote at planning.
 func (rs *Remotes) leasing(it *queues.Item) bool {
 	return rs.lease != nil && !rs.down[rs.lease.Display()] && !it.Remote && !it.Cached

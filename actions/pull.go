@@ -10,6 +10,7 @@ import (
 	"github.com/gantry-build/gantry/cache"
 	"github.com/gantry-build/gantry/job"
 	"github.com/gantry-build/gantry/queues"
+	"github.com/gantry-build/gantry/resources"
 	"github.com/gantry-build/gantry/ui"
 )
 
@@ -200,7 +201,7 @@ func (rs *Remotes) payload(c *cache.Cache, it *queues.Item, push bool) (json.Raw
 	return json.Marshal(ps)
 }
 
-// recoverPull books a pull that did not pull (queues.PullQueue.RecoverFunc): the
+// recoverPull books a pull that did not pull (PullQueue.Recover): the
 // remotes it found down are marked so, with one warning each, and the element is
 // built instead.
 func (rs *Remotes) recoverPull(it *queues.Item, res job.Result) (string, bool) {
@@ -242,32 +243,97 @@ func (rs *Remotes) recoverPull(it *queues.Item, res job.Result) (string, bool) {
 	return msg, true
 }
 
-// PullQueue and PushQueue are the session's remote queues.
-func (rs *Remotes) PullQueue(c *cache.Cache, found bool) queues.PullQueue {
-	q := queues.PullQueue{Found: found, NetworkRetries: rs.retries,
-		PayloadFunc: func(it *queues.Item) (json.RawMessage, error) { return rs.payload(c, it, false) },
-		DoneFunc: func(it *queues.Item, res job.Result) {
-			var pr pullResult
-			if json.Unmarshal(res.Data, &pr) == nil {
-				rs.from[it] = pr.From
-				rs.bookLease(it, pr)
-				rs.noteWrong(it, pr)
-				if len(pr.Wrong) > 0 {
-					rs.wrongPulls = append(rs.wrongPulls, it.Name())
-				}
-			}
-		},
-		WarningFunc: func(it *queues.Item, res job.Result) string {
-			var pr pullResult
-			if json.Unmarshal(res.Data, &pr) != nil || pr.Warning == "" {
-				return ""
-			}
-			return pr.Warning + "; pulled from " + pr.From + " instead"
-		}}
-	if found {
-		q.LeaseFunc = rs.leasing
-		// Without it, a pull that fails (a remote served wrong bytes) fails the pull command.
-		q.RecoverFunc = rs.recoverPull
+// PullQueue is the Pull queue of a session: it downloads artifacts from the remotes
+// instead of fetching and building them. Its methods run on the scheduler goroutine.
+type PullQueue struct {
+	remoteJobs
+	// found limits pulls to the items the plan found on a remote (build): a pull
+	// that did not pull is booked (recoverPull) and the element is built instead,
+	// and an item no remote had asks a push remote for its build-once lease
+	// (leasing). Without it every uncached item is tried (the pull command), and a
+	// failed pull fails.
+	found bool
+}
+
+// PullQueue is the session's Pull queue; found: the plan looked the items up
+// (gantry build), see PullQueue.found.
+func (rs *Remotes) PullQueue(c *cache.Cache, found bool) *PullQueue {
+	return &PullQueue{remoteJobs: remoteJobs{rs, c}, found: found}
+}
+
+func (*PullQueue) Action() queues.Action { return queues.Pull }
+
+func (q *PullQueue) Status(it *queues.Item) (queues.Status, string) {
+	switch {
+	case it.Cached:
+		return queues.Skip, "cached"
+	case q.found && !it.Remote && !it.Spare() && !q.leasing(it):
+		// Spare items needed after all were never looked up: they are tried.
+		return queues.Skip, "not on a remote"
+	case q.leasing(it) && uncachedStage(it) != nil:
+		return queues.Wait, "waiting for dependencies before asking for the build-once lease"
 	}
-	return q
+	return queues.Ready, ""
+}
+
+// leasing says whether the job for it, which no remote had, asks a push remote for
+// its build-once lease (gantry's server): the job pulls if the entry is there, skips
+// if this session holds the lease (the element is built), and waits
+// (job.Result.WaitMs) while another session builds it. The lease is asked once its
+// build dependencies are cached: a session holds the lease only of what it can
+// build now, and never of what a failed dependency stops.
+func (q *PullQueue) leasing(it *queues.Item) bool { return q.found && !it.Remote && q.rs.leasing(it) }
+
+// WaitsOn is, for an item waiting to ask for its lease, the first build dependency
+// not yet cached; nil otherwise.
+func (q *PullQueue) WaitsOn(it *queues.Item) *queues.Item {
+	if !q.leasing(it) {
+		return nil
+	}
+	return uncachedStage(it)
+}
+
+// Resources: a download slot and the cache.
+func (*PullQueue) Resources(*queues.Item) resources.Request {
+	return resources.Request{Shared: []resources.Resource{resources.Download, resources.Cache}}
+}
+
+func (q *PullQueue) Payload(it *queues.Item) (json.RawMessage, error) {
+	return q.rs.payload(q.c, it, false)
+}
+
+// Done books a pull: where from, the lease it was granted, the remotes that served
+// wrong bytes.
+func (q *PullQueue) Done(it *queues.Item, res job.Result) {
+	it.Cached, it.Pulled = true, true
+	var pr pullResult
+	if json.Unmarshal(res.Data, &pr) == nil {
+		q.rs.from[it] = pr.From
+		q.rs.bookLease(it, pr)
+		q.rs.noteWrong(it, pr)
+		if len(pr.Wrong) > 0 {
+			q.rs.wrongPulls = append(q.rs.wrongPulls, it.Name())
+		}
+	}
+}
+
+// Warning makes PullQueue a Warner: a remote served wrong bytes, another had it.
+func (*PullQueue) Warning(it *queues.Item, res job.Result) string {
+	var pr pullResult
+	if json.Unmarshal(res.Data, &pr) != nil || pr.Warning == "" {
+		return ""
+	}
+	return pr.Warning + "; pulled from " + pr.From + " instead"
+}
+
+// Recover makes PullQueue a Recoverer: a pull that did not pull is a skip (the
+// remotes lack it) or, when the plan looked it up, a remote's fault booked by
+// recoverPull; the element is then fetched and built, with its build dependencies.
+func (q *PullQueue) Recover(it *queues.Item, res job.Result) (string, bool) {
+	warning, ok := "", res.OK // a skip (the remotes lack it) always recovers
+	if q.found {
+		w, rok := q.rs.recoverPull(it, res)
+		warning, ok = w, ok || rok
+	}
+	return warning, ok
 }

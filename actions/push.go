@@ -11,6 +11,7 @@ import (
 	"github.com/gantry-build/gantry/element"
 	"github.com/gantry-build/gantry/job"
 	"github.com/gantry-build/gantry/queues"
+	"github.com/gantry-build/gantry/resources"
 	"github.com/gantry-build/gantry/ui"
 )
 
@@ -125,28 +126,69 @@ func digestList(ds []cache.Digest) string {
 	return strings.Join(s, ", ")
 }
 
-func (rs *Remotes) PushQueue(c *cache.Cache, all bool) queues.PushQueue {
-	return queues.PushQueue{All: all, NetworkRetries: rs.retries,
-		PayloadFunc: func(it *queues.Item) (json.RawMessage, error) { return rs.payload(c, it, true) },
-		WarningFunc: func(it *queues.Item, res job.Result) string {
-			var pr pushResult
-			_ = json.Unmarshal(res.Data, &pr) // no data (a failed push): no warning
-			return pr.Warning
-		},
-		SkipFunc: func(it *queues.Item) string {
-			up := rs.up(true)
-			if len(up) == 0 {
-				return "every push remote is down for this session"
-			}
-			from := rs.from[it]
-			if from == "" {
-				return ""
-			}
-			for _, r := range up {
-				if r.Display() != from {
-					return ""
-				}
-			}
-			return "pulled from the push remote"
-		}}
+// PushQueue is the Push queue of a session: it uploads artifacts to the push
+// remotes. Its methods run on the scheduler goroutine.
+type PushQueue struct {
+	remoteJobs
+	// all pushes every cached item (the push command); otherwise only what this
+	// session built or pulled.
+	all bool
+}
+
+// PushQueue is the session's Push queue; all: see PushQueue.all.
+func (rs *Remotes) PushQueue(c *cache.Cache, all bool) *PushQueue {
+	return &PushQueue{remoteJobs: remoteJobs{rs, c}, all: all}
+}
+
+func (*PushQueue) Action() queues.Action { return queues.Push }
+
+func (q *PushQueue) Status(it *queues.Item) (queues.Status, string) {
+	switch {
+	case !it.Cached:
+		return queues.Skip, "not cached"
+	case !q.all && !it.Built && !it.Pulled:
+		return queues.Skip, "cached before this session"
+	}
+	if why := q.skip(it); why != "" {
+		return queues.Skip, why
+	}
+	return queues.Ready, ""
+}
+
+// skip is why it is not pushed although it is cached: every push remote is down,
+// or the push remotes are those it was pulled from; "" to push it.
+func (q *PushQueue) skip(it *queues.Item) string {
+	up := q.rs.up(true)
+	if len(up) == 0 {
+		return "every push remote is down for this session"
+	}
+	from := q.rs.from[it]
+	if from == "" {
+		return ""
+	}
+	for _, r := range up {
+		if r.Display() != from {
+			return ""
+		}
+	}
+	return "pulled from the push remote"
+}
+
+// Resources: an upload slot.
+func (*PushQueue) Resources(*queues.Item) resources.Request {
+	return resources.Request{Shared: []resources.Resource{resources.Upload}}
+}
+
+func (q *PushQueue) Payload(it *queues.Item) (json.RawMessage, error) {
+	return q.rs.payload(q.c, it, true)
+}
+
+func (*PushQueue) Done(*queues.Item, job.Result) {}
+
+// Warning makes PushQueue a Warner: a push remote that served wrong bytes was
+// repaired.
+func (*PushQueue) Warning(it *queues.Item, res job.Result) string {
+	var pr pushResult
+	_ = json.Unmarshal(res.Data, &pr) // no data (a failed push): no warning
+	return pr.Warning
 }

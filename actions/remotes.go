@@ -185,3 +185,12 @@ func withIdleTimeout(specs []cache.RemoteSpec, idle time.Duration) []cache.Remot
 	}
 	return out
 }
+
+// remoteJobs is what the Pull and Push queues share: the session's remotes, the
+// local cache their jobs fill or read, and the remotes' network retries.
+type remoteJobs struct {
+	rs *Remotes
+	c  *cache.Cache
+}
+
+func (q remoteJobs) Retries() int { return q.rs.retries }

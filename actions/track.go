@@ -45,10 +45,13 @@ type RefChange struct {
 	New     string
 }
 
-// Tracker is the Track queue of a session with what it found: the new refs go into
-// the graph (so keys can be computed from them) and into the lock.
+// Tracker is the Track queue of a session, with what it found: it resolves each
+// source's track (branch, tag, URL) to a ref, and the new refs go into the graph (so
+// keys can be computed from them) and into the lock. Its methods run on the
+// scheduler goroutine: the lock and the graph are touched by nobody else meanwhile.
 type Tracker struct {
-	queues.TrackQueue
+	sourceJobs
+	graph   *element.Graph
 	lock    *element.Lock
 	changes []RefChange
 	err     error
@@ -56,29 +59,36 @@ type Tracker struct {
 
 // Tracker is the Track queue of the elements of g, whose refs are kept in lock.
 func (s Sources) Tracker(g *element.Graph, lock *element.Lock) *Tracker {
-	t := &Tracker{lock: lock}
-	t.TrackQueue = queues.TrackQueue{
-		PayloadFunc: func(it *queues.Item) (json.RawMessage, error) { return s.Payload(it.Element) },
-		// Runs on the scheduler goroutine: the lock and the graph are touched by
-		// nobody else meanwhile.
-		DoneFunc: func(it *queues.Item, res job.Result) {
-			var refs []string
-			if json.Unmarshal(res.Data, &refs) != nil {
-				return
-			}
-			e := it.Element
-			merged, changes := mergeRefs(e, lock.Refs(e.Name), refs)
-			t.changes = append(t.changes, changes...)
-			if slices.ContainsFunc(merged, func(r string) bool { return r != "" }) {
-				lock.Set(e.Name, merged)
-			}
-			if err := g.SetRefs(e, refs); err != nil && t.err == nil {
-				t.err = fmt.Errorf("%s: keying the tracked sources: %w", e.Name, err)
-			}
-		},
-		NetworkRetries: s.NetworkRetries,
+	return &Tracker{sourceJobs: sourceJobs{s}, graph: g, lock: lock}
+}
+
+func (*Tracker) Action() queues.Action { return queues.Track }
+
+// Status: an element is tracked if one of its sources has a track.
+func (*Tracker) Status(it *queues.Item) (queues.Status, string) {
+	for i := range it.Element.Sources {
+		if it.Element.Sources[i].Trackable() {
+			return queues.Ready, ""
+		}
 	}
-	return t
+	return queues.Skip, "nothing to track"
+}
+
+// Done merges the refs the job found (its Result.Data) into the lock and the graph.
+func (t *Tracker) Done(it *queues.Item, res job.Result) {
+	var refs []string
+	if json.Unmarshal(res.Data, &refs) != nil {
+		return
+	}
+	e := it.Element
+	merged, changes := mergeRefs(e, t.lock.Refs(e.Name), refs)
+	t.changes = append(t.changes, changes...)
+	if slices.ContainsFunc(merged, func(r string) bool { return r != "" }) {
+		t.lock.Set(e.Name, merged)
+	}
+	if err := t.graph.SetRefs(e, refs); err != nil && t.err == nil {
+		t.err = fmt.Errorf("%s: keying the tracked sources: %w", e.Name, err)
+	}
 }
 
 // mergeRefs is the lock's new refs for e: each source's tracked ref, except for a

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/gantry-build/gantry/element"
+	"github.com/gantry-build/gantry/queues"
 	"github.com/gantry-build/gantry/source"
 )
 
@@ -49,5 +50,25 @@ func TestMergeRefs(t *testing.T) {
 				t.Errorf("changed sources = %v, want %v", changed, tc.changed)
 			}
 		})
+	}
+}
+
+// The Track queue tracks an element with a source that has a track and is not pinned.
+func TestTrackerStatus(t *testing.T) {
+	tr := Sources{}.Tracker(nil, nil)
+	for _, tc := range []struct {
+		name    string
+		sources []source.Spec
+		want    queues.Status
+	}{
+		{"git", []source.Spec{{Kind: source.Local}, {Kind: source.Git, URL: "https://example.com/a.git"}}, queues.Ready},
+		{"pinned", []source.Spec{{Kind: source.Git, URL: "https://example.com/a.git", Pinned: true}}, queues.Skip},
+		{"local only", []source.Spec{{Kind: source.Local}}, queues.Skip},
+		{"no sources", nil, queues.Skip},
+	} {
+		it := &queues.Item{Element: &element.Element{Name: "x.toml", Sources: tc.sources}}
+		if st, why := tr.Status(it); st != tc.want {
+			t.Errorf("%s: %v (%s), want %v", tc.name, st, why, tc.want)
+		}
 	}
 }

@@ -31,9 +31,11 @@ func TestAvailableFreesTheBuilderAndStartsDependants(t *testing.T) {
 	g := newGraph(t, "a", "b: a", "c")
 	pool := buildPool(1)
 	var told []string
-	build := BuildQueue{PayloadFunc: noPayload, AvailableFunc: func(it *Item, data json.RawMessage) {
+	build := buildQueue()
+	build.available = func(it *Item, data json.RawMessage) {
+		built(it)
 		told = append(told, it.Name()+" "+string(data))
-	}}
+	}
 	next := &testQueue{action: Push, resources: needs(nil)}
 	h := startSession(t, Config{Queues: []Queue{build, next}, Items: plan(t, g, PlanOptions{}), Pool: pool})
 

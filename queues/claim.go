@@ -6,7 +6,7 @@ import (
 
 // Build-once claims: another builder has it — wait, then reuse. Two sessions may
 // want the same artifact at once. Against gantry's server the Pull queue asks
-// for the artifact's build-once lease (PullQueue.LeaseFunc); on one cache, a
+// for the artifact's build-once lease (actions.PullQueue); on one cache, a
 // Claimer queue claims the item, with its tokens in hand, just before its job
 // would start (the build command: the artifact's build lock in the cache). The
 // claim either

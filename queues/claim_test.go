@@ -96,7 +96,8 @@ func claimSession(t *testing.T) (*session, *fakeClaims, *fakeJob) {
 	t.Helper()
 	claims := newFakeClaims("a")
 	g := newGraph(t, "a", "b", "top: a")
-	q := BuildQueue{PayloadFunc: noPayload, ClaimFunc: claims.claim}
+	q := buildQueue()
+	q.claim = claims.claim
 	h := startSession(t, Config{Queues: []Queue{q}, Items: plan(t, g, PlanOptions{}), Pool: buildPool(1)})
 	claims.events = h.events
 	// a gave its builder back at once: b has it.

@@ -1,18 +1,17 @@
 package queues
 
 import (
-	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/gantry-build/gantry/element"
 	"github.com/gantry-build/gantry/job"
+	"github.com/gantry-build/gantry/queues/queuestest"
 	"github.com/gantry-build/gantry/resources"
 )
 
@@ -415,12 +414,23 @@ func (h *session) succeedAll() *Summary {
 	}
 }
 
-// testQueue is a queue whose behaviour the test chooses.
+// testQueue is a queue whose behaviour the test chooses, after ninja's
+// FakeCommandRunner: the loop's tests need no real job kind (those are in
+// actions). It is every kind of queue the loop knows (Waiter, Gater, Claimer,
+// Availer, Recoverer, Warner); a rule left nil answers as a queue without it
+// would.
 type testQueue struct {
 	action    Action
 	status    func(it *Item) (Status, string) // nil: always Ready
 	resources func(it *Item) resources.Request
 	retries   int
+	done      func(it *Item, res job.Result)                // nil: nothing to record
+	waitsOn   func(it *Item) *Item                          // nil: waits on no item (never parked)
+	gate      resources.Resource                            // "": its jobs start with every token
+	claim     func(it *Item) Claim                          // nil: claimed
+	available func(it *Item, data json.RawMessage)          // nil: nothing to record
+	recover   func(it *Item, res job.Result) (string, bool) // nil: nothing recovers
+	warning   func(it *Item, res job.Result) string         // nil: no warning
 }
 
 func (q *testQueue) Action() Action { return q.action }
@@ -436,18 +446,130 @@ func (q *testQueue) Resources(it *Item) resources.Request { return q.resources(i
 
 func (q *testQueue) Payload(*Item) (json.RawMessage, error) { return nil, nil }
 
-func (q *testQueue) Done(*Item, job.Result) {}
+func (q *testQueue) Done(it *Item, res job.Result) {
+	if q.done != nil {
+		q.done(it, res)
+	}
+}
 
 func (q *testQueue) Retries() int { return q.retries }
+
+func (q *testQueue) WaitsOn(it *Item) *Item {
+	if q.waitsOn == nil {
+		return nil
+	}
+	return q.waitsOn(it)
+}
+
+func (q *testQueue) GateOn() resources.Resource { return q.gate }
+
+func (q *testQueue) Claim(it *Item) Claim {
+	if q.claim == nil {
+		return Claim{Outcome: Claimed}
+	}
+	return q.claim(it)
+}
+
+func (q *testQueue) Available(it *Item, data json.RawMessage) {
+	if q.available != nil {
+		q.available(it, data)
+	}
+}
+
+func (q *testQueue) Recover(it *Item, res job.Result) (string, bool) {
+	if q.recover == nil {
+		return "", false
+	}
+	return q.recover(it, res)
+}
+
+func (q *testQueue) Warning(it *Item, res job.Result) string {
+	if q.warning == nil {
+		return ""
+	}
+	return q.warning(it, res)
+}
 
 // needs returns a Resources func asking for the same request for every item.
 func needs(shared []resources.Resource, exclusive ...resources.Resource) func(*Item) resources.Request {
 	return func(*Item) resources.Request { return resources.Request{Shared: shared, Exclusive: exclusive} }
 }
 
-func noPayload(*Item) (json.RawMessage, error) { return nil, nil }
+// buildQueue is a test queue with the rules of the session's Build queue
+// (actions.Build), ungated and claiming nothing: an element is built once its
+// staged dependencies are cached (parked on the first that is not), with a builder
+// and the cache (and its pool); its job's success, or its artifact said available,
+// makes it cached.
+func buildQueue() *testQueue {
+	return &testQueue{action: Build, status: waitForStage, waitsOn: uncachedStage, done: func(it *Item, _ job.Result) { built(it) },
+		available: func(it *Item, _ json.RawMessage) { built(it) },
+		resources: func(it *Item) resources.Request {
+			req := resources.Request{Shared: []resources.Resource{resources.Process, resources.Cache}}
+			if p := it.Element.Pool; p != "" {
+				req.Shared = append(req.Shared, resources.PoolResource(p))
+			}
+			return req
+		}}
+}
 
-func buildQueue() Queue { return BuildQueue{PayloadFunc: noPayload} }
+// gatedBuildQueue is buildQueue whose builds wait at their gates for a builder, as
+// the session's do.
+func gatedBuildQueue() *testQueue {
+	q := buildQueue()
+	q.gate = resources.Process
+	return q
+}
+
+func built(it *Item) { it.Cached, it.Built = true, true }
+
+// waitForStage is the build's Status: skip what is cached, wait for the staged
+// dependencies.
+func waitForStage(it *Item) (Status, string) {
+	if it.Cached {
+		return Skip, "cached"
+	}
+	if uncachedStage(it) != nil {
+		return Wait, "waiting for dependencies to build"
+	}
+	return Ready, ""
+}
+
+// uncachedStage is the first staged dependency of it not yet cached, or nil.
+func uncachedStage(it *Item) *Item {
+	for _, d := range it.Stage {
+		if !d.Cached {
+			return d
+		}
+	}
+	return nil
+}
+
+// fetchQueue is a test queue with the Fetch queue's rules (actions.FetchQueue) where
+// no sources are cached: every uncached element is fetched, with a download slot.
+func fetchQueue(retries int) *testQueue {
+	return &testQueue{action: Fetch, retries: retries, resources: needs([]resources.Resource{resources.Download}),
+		status: func(it *Item) (Status, string) {
+			if it.Cached {
+				return Skip, "cached"
+			}
+			return Ready, ""
+		}}
+}
+
+// trackQueue is a test queue with the Track queue's rules (actions.Tracker): an
+// element with a trackable source is tracked, with a download slot; done books the
+// refs found.
+func trackQueue(done func(it *Item, res job.Result)) *testQueue {
+	return &testQueue{action: Track, done: done, resources: needs([]resources.Resource{resources.Download}),
+		status: func(it *Item) (Status, string) {
+			for i := range it.Element.Sources {
+				if it.Element.Sources[i].Trackable() {
+					return Ready, ""
+				}
+			}
+			return Skip, "nothing to track"
+		}}
+}
 
 func buildPool(process int) *resources.Pool {
 	return resources.NewPool(map[resources.Resource]int{resources.Process: process, resources.Cache: 0})
@@ -455,31 +577,7 @@ func buildPool(process int) *resources.Pool {
 
 // newGraph makes a graph by hand from lines "name: dep dep ..." (dependencies listed
 // before their dependants). Dependencies are build dependencies.
-func newGraph(t testing.TB, lines ...string) *element.Graph {
-	t.Helper()
-	manual, ok := element.LookupKind("manual")
-	if !ok {
-		t.Fatal("no manual kind")
-	}
-	g := &element.Graph{Elements: map[string]*element.Element{}}
-	for _, line := range lines {
-		name, deps, _ := strings.Cut(line, ":")
-		name = strings.TrimSpace(name)
-		e := &element.Element{Name: name, File: "elements/" + name, Kind: manual,
-			Key: fmt.Sprintf("%x", sha256.Sum256([]byte(name)))}
-		for _, d := range strings.Fields(deps) {
-			de := g.Elements[d]
-			if de == nil {
-				t.Fatalf("%s: dependency %s is not defined before it", name, d)
-			}
-			e.Depends = append(e.Depends, d)
-			e.BuildDeps = append(e.BuildDeps, de)
-		}
-		g.Elements[name] = e
-		g.Order = append(g.Order, e)
-	}
-	return g
-}
+var newGraph = queuestest.Graph
 
 // randomGraph makes a random DAG of n elements, each depending on up to fanin earlier
 // ones.

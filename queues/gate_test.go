@@ -10,8 +10,6 @@ import (
 	"github.com/gantry-build/gantry/resources"
 )
 
-func gatedBuildQueue() Queue { return BuildQueue{PayloadFunc: noPayload, Gated: true} }
-
 // workStarts lists the jobs among events that began their work, in order: those
 // started ungated and those whose gate was opened.
 func workStarts(events []Event) []string {

@@ -7,6 +7,21 @@ import (
 	"github.com/gantry-build/gantry/resources"
 )
 
+// pushQueue is a test queue with the rules of the Push queue (actions.PushQueue):
+// it pushes what this session built or pulled, or, all, every cached element.
+func pushQueue(all bool) *testQueue {
+	return &testQueue{action: Push, resources: needs([]resources.Resource{resources.Upload}),
+		status: func(it *Item) (Status, string) {
+			switch {
+			case !it.Cached:
+				return Skip, "not cached"
+			case !all && !it.Built && !it.Pulled:
+				return Skip, "cached before this session"
+			}
+			return Ready, ""
+		}}
+}
+
 // pushSession runs lib.toml, in state st, through the queues given.
 func pushSession(t *testing.T, st element.ArtifactStatus, qs ...Queue) *session {
 	g := newGraph(t, "lib.toml:")
@@ -23,7 +38,7 @@ func pushSession(t *testing.T, st element.ArtifactStatus, qs ...Queue) *session 
 // uploaded nothing of it) sends the element back to be built; the rebuilt
 // artifact is pushed and the session succeeds, with one warning.
 func TestHealDamagedArtifactFoundByPush(t *testing.T) {
-	h := pushSession(t, element.ArtifactMissing, buildQueue(), PushQueue{PayloadFunc: noPayload})
+	h := pushSession(t, element.ArtifactMissing, buildQueue(), pushQueue(false))
 	h.expect(Build, "lib.toml").Succeed(t)
 	failDamaged(t, h.expect(Push, "lib.toml"), "lib.toml")
 	h.expect(Build, "lib.toml").Succeed(t)
@@ -49,7 +64,7 @@ func TestHealDamagedArtifactFoundByPush(t *testing.T) {
 // Damaged again after its rebuild, the push's failure stands; and a session
 // that builds nothing (the push command) cannot heal: the push fails.
 func TestHealDamagedArtifactFoundByPushOnce(t *testing.T) {
-	h := pushSession(t, element.ArtifactMissing, buildQueue(), PushQueue{PayloadFunc: noPayload})
+	h := pushSession(t, element.ArtifactMissing, buildQueue(), pushQueue(false))
 	h.expect(Build, "lib.toml").Succeed(t)
 	failDamaged(t, h.expect(Push, "lib.toml"), "lib.toml")
 	h.expect(Build, "lib.toml").Succeed(t)
@@ -58,7 +73,7 @@ func TestHealDamagedArtifactFoundByPushOnce(t *testing.T) {
 		t.Errorf("summary = %+v, want lib.toml's push failed", sum)
 	}
 
-	h = pushSession(t, element.ArtifactSuccess, PushQueue{PayloadFunc: noPayload, All: true})
+	h = pushSession(t, element.ArtifactSuccess, pushQueue(true))
 	failDamaged(t, h.expect(Push, "lib.toml"), "lib.toml")
 	if sum := h.wait(); sum.OK() || len(sum.Failed) != 1 || sum.Failed[0].Action != Push {
 		t.Errorf("push command: summary = %+v, want lib.toml's push failed", sum)
@@ -76,7 +91,7 @@ func TestHealPushStaleReportAfterTheRebuild(t *testing.T) {
 		t.Fatal(err)
 	}
 	pool := resources.NewPool(map[resources.Resource]int{resources.Process: 2, resources.Upload: 1, resources.Cache: 0})
-	h := startSession(t, Config{Queues: []Queue{buildQueue(), PushQueue{PayloadFunc: noPayload}}, Items: items, Pool: pool})
+	h := startSession(t, Config{Queues: []Queue{buildQueue(), pushQueue(false)}, Items: items, Pool: pool})
 	h.expect(Build, "lib.toml").Succeed(t)
 	jobs := h.nextN(2) // lib.toml's push, app.toml's build
 	failDamaged(t, jobs["lib.toml"], "lib.toml")

@@ -135,7 +135,7 @@ func TestCachedFailureIsCountedInATrackedPlan(t *testing.T) {
 		}
 		return element.ArtifactSuccess
 	}})
-	track := TrackQueue{PayloadFunc: noPayload, DoneFunc: func(it *Item, _ job.Result) { it.Element.NoRef = false }}
+	track := trackQueue(func(it *Item, _ job.Result) { it.Element.NoRef = false })
 	pool := resources.NewPool(map[resources.Resource]int{resources.Download: 2, resources.Process: 2, resources.Cache: 0})
 	h := startSession(t, Config{Queues: []Queue{track, fetchQueue(0), buildQueue()}, Items: items, Pool: pool})
 	sum := h.succeedAll()

@@ -1,5 +1,7 @@
-// Package queues holds the five queues (Track, Pull, Fetch, Build, Push) and the
-// scheduler loop that moves elements through them.
+// Package queues holds the scheduler loop that moves elements through the queues
+// (Track, Pull, Fetch, Build, Push), the Queue interface they implement, Item,
+// readiness and planning. The queues themselves, one per job kind, are in actions;
+// this package imports neither actions nor the cache.
 //
 // The scheduler is an actor: one goroutine (the one running Scheduler.Run) owns every
 // queue, every Item, the token pool and the table of active jobs. Nothing else touches

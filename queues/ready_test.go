@@ -10,13 +10,13 @@ import (
 
 // countingQueue counts the Status calls of the queue it wraps.
 type countingQueue struct {
-	BuildQueue
+	*testQueue
 	calls atomic.Int64
 }
 
 func (q *countingQueue) Status(it *Item) (Status, string) {
 	q.calls.Add(1)
-	return q.BuildQueue.Status(it)
+	return q.testQueue.Status(it)
 }
 
 // TestReadinessIsIncremental: the loop asks a waiting element's Status when something
@@ -30,7 +30,7 @@ func TestReadinessIsIncremental(t *testing.T) {
 		lines = append(lines, fmt.Sprintf("b%03d: a", i))
 	}
 	g := newGraph(t, lines...)
-	q := &countingQueue{BuildQueue: BuildQueue{PayloadFunc: noPayload}}
+	q := &countingQueue{testQueue: buildQueue()}
 	h := startSession(t, Config{Queues: []Queue{q}, Items: plan(t, g, PlanOptions{}), Pool: buildPool(1)})
 	a := h.expect(Build, "a")
 	h.sync(a)
@@ -54,37 +54,6 @@ func TestReadinessIsIncremental(t *testing.T) {
 		t.Errorf("Status asked %d times for %d elements, want at most %d", total, n+1, 4*(n+1))
 	}
 }
-
-// TestFetchAsksSourcesOnce: whether an element's sources are cached (a git run for
-// git sources) is asked once per element, however many turns it waits for a
-// download token.
-func TestFetchAsksSourcesOnce(t *testing.T) {
-	g := newGraph(t, "a", "b", "c", "d")
-	asked := map[string]int{}
-	fetch := &FetchQueue{PayloadFunc: noPayload, SourcesCached: func(it *Item) bool {
-		asked[it.Name()]++ // the loop goroutine only
-		return false
-	}}
-	pool := resources.NewPool(map[resources.Resource]int{resources.Download: 1, resources.Process: 1, resources.Cache: 0})
-	h := startSession(t, Config{Queues: []Queue{fetch, buildQueue()}, Items: plan(t, g, PlanOptions{}), Pool: pool})
-	h.succeedAll()
-	for name, n := range asked {
-		if n != 1 {
-			t.Errorf("sources of %s asked %d times, want once", name, n)
-		}
-	}
-	if len(asked) != 4 {
-		t.Errorf("asked about %v, want a b c d", asked)
-	}
-}
-
-// waiterQueue is a testQueue that names what a waiting item waits on.
-type waiterQueue struct {
-	*testQueue
-	waitsOn func(it *Item) *Item
-}
-
-func (q waiterQueue) WaitsOn(it *Item) *Item { return q.waitsOn(it) }
 
 // TestSkipWakesParked: an item parked on another is asked again when that one is
 // skipped, not only when a job of it ends (a spare item that turns out not to be
@@ -110,13 +79,13 @@ func TestSkipWakesParked(t *testing.T) {
 			}
 			return Ready, ""
 		}}
-	wq := waiterQueue{q, func(it *Item) *Item {
+	q.waitsOn = func(it *Item) *Item {
 		if it.Name() == "x" {
 			return it.Stage[0]
 		}
 		return nil
-	}}
-	h := startSession(t, Config{Queues: []Queue{wq}, Items: plan(t, g, PlanOptions{}), Pool: buildPool(1)})
+	}
+	h := startSession(t, Config{Queues: []Queue{q}, Items: plan(t, g, PlanOptions{}), Pool: buildPool(1)})
 	h.expect(Build, "z").Succeed(t)
 	h.expect(Build, "x").Succeed(t)
 	if sum := h.wait(); !sum.OK() || len(sum.NotStarted) > 0 {

@@ -1,14 +1,12 @@
 package queues
 
 import (
-	"encoding/json"
-
 	"github.com/gantry-build/gantry/element"
 	"github.com/gantry-build/gantry/job"
-	"github.com/gantry-build/gantry/resources"
 )
 
-// The Pull and Push queues (DESIGN.md §5, §7), and planning with remotes.
+// Planning with remotes (DESIGN.md §5, §7), and what the loop asks of the queues
+// that talk to them (Recoverer, Warner).
 //
 // Planning asks the remotes, level by level from the targets, about the elements the
 // local cache lacks (PlanOptions.OnRemote): an element a remote has is pulled instead of
@@ -30,133 +28,6 @@ type Recoverer interface {
 type Warner interface {
 	Warning(it *Item, res job.Result) string
 }
-
-// PullQueue downloads artifacts from remotes instead of fetching and building them.
-type PullQueue struct {
-	// Found limits pulls to the items the plan found on a remote (build); without it
-	// every uncached item is tried (the pull command).
-	Found       bool
-	PayloadFunc func(it *Item) (json.RawMessage, error)
-	// RecoverFunc decides what a failed pull means (marking a remote down, say); the
-	// element is then fetched and built. Nil: a failed pull fails.
-	RecoverFunc func(it *Item, res job.Result) (warning string, ok bool)
-	// DoneFunc, if set, sees each successful pull's result.
-	DoneFunc func(it *Item, res job.Result)
-	// WarningFunc, if set, gives a successful pull's warning (Warner).
-	WarningFunc func(it *Item, res job.Result) string
-	// LeaseFunc, if set, says whether a job for an item that no remote had asks a push
-	// remote for its build-once lease (gantry's server): the job pulls if the entry is
-	// there, skips if this session holds the lease (the element is built), and waits
-	// (job.Result.WaitMs) while another session builds it. The lease is asked once
-	// its build dependencies are cached: a session holds the lease only of what it can
-	// build now, and never of what a failed dependency stops.
-	LeaseFunc      func(it *Item) bool
-	NetworkRetries int
-}
-
-func (PullQueue) Action() Action { return Pull }
-
-func (q PullQueue) Status(it *Item) (Status, string) {
-	switch {
-	case it.Cached:
-		return Skip, "cached"
-	case q.Found && !it.Remote && !it.Spare() && !q.leasing(it):
-		// Spare items needed after all were never looked up: they are tried.
-		return Skip, "not on a remote"
-	case q.leasing(it) && uncachedStage(it) != nil:
-		return Wait, "waiting for dependencies before asking for the build-once lease"
-	}
-	return Ready, ""
-}
-
-func (q PullQueue) leasing(it *Item) bool { return q.LeaseFunc != nil && !it.Remote && q.LeaseFunc(it) }
-
-// WaitsOn is, for an item waiting to ask for its lease, the first build dependency
-// not yet cached; nil otherwise.
-func (q PullQueue) WaitsOn(it *Item) *Item {
-	if !q.leasing(it) {
-		return nil
-	}
-	return uncachedStage(it)
-}
-
-func (PullQueue) Resources(*Item) resources.Request {
-	return resources.Request{Shared: []resources.Resource{resources.Download, resources.Cache}}
-}
-
-func (q PullQueue) Payload(it *Item) (json.RawMessage, error) { return q.PayloadFunc(it) }
-
-func (q PullQueue) Done(it *Item, res job.Result) {
-	it.Cached, it.Pulled = true, true
-	if q.DoneFunc != nil {
-		q.DoneFunc(it, res)
-	}
-}
-
-func (q PullQueue) Retries() int { return q.NetworkRetries }
-
-func (q PullQueue) Warning(it *Item, res job.Result) string { return warningOf(q.WarningFunc, it, res) }
-
-func warningOf(f func(*Item, job.Result) string, it *Item, res job.Result) string {
-	if f == nil {
-		return ""
-	}
-	return f(it, res)
-}
-
-// Recover books a pull that did not pull: the element is fetched and built instead,
-// with its build dependencies.
-func (q PullQueue) Recover(it *Item, res job.Result) (string, bool) {
-	warning, ok := "", res.OK // a skip (the remotes lack it) always recovers
-	if q.RecoverFunc != nil {
-		w, rok := q.RecoverFunc(it, res)
-		warning, ok = w, ok || rok
-	}
-	return warning, ok
-}
-
-// PushQueue uploads artifacts to push remotes.
-type PushQueue struct {
-	// All pushes every cached item (the push command); otherwise only what this
-	// session built or pulled.
-	All         bool
-	PayloadFunc func(it *Item) (json.RawMessage, error)
-	// SkipFunc, when it returns a reason, skips the item (the push remotes are those
-	// it was pulled from).
-	SkipFunc       func(it *Item) string
-	NetworkRetries int
-	// WarningFunc, if set, gives a successful push's warning (Warner).
-	WarningFunc func(it *Item, res job.Result) string
-}
-
-func (PushQueue) Action() Action { return Push }
-
-func (q PushQueue) Status(it *Item) (Status, string) {
-	switch {
-	case !it.Cached:
-		return Skip, "not cached"
-	case !q.All && !it.Built && !it.Pulled:
-		return Skip, "cached before this session"
-	}
-	if q.SkipFunc != nil {
-		if why := q.SkipFunc(it); why != "" {
-			return Skip, why
-		}
-	}
-	return Ready, ""
-}
-
-func (PushQueue) Resources(*Item) resources.Request {
-	return resources.Request{Shared: []resources.Resource{resources.Upload}}
-}
-
-func (q PushQueue) Payload(it *Item) (json.RawMessage, error) { return q.PayloadFunc(it) }
-
-func (PushQueue) Done(*Item, job.Result) {}
-
-func (q PushQueue) Retries() int { return q.NetworkRetries }
-
-func (q PushQueue) Warning(it *Item, res job.Result) string { return warningOf(q.WarningFunc, it, res) }
 
 // pullPlan tracks the pulls a plan relies on, and the spare items below them.
 // Called only from the scheduler goroutine.

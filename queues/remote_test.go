@@ -6,8 +6,45 @@ import (
 
 	"github.com/gantry-build/gantry/element"
 	"github.com/gantry-build/gantry/job"
+	"github.com/gantry-build/gantry/queues/queuestest"
 	"github.com/gantry-build/gantry/resources"
 )
+
+// pullQueue is a test queue with the rules of a build's Pull queue
+// (actions.PullQueue): it pulls what the plan found on a remote, and spare items
+// once needed; leasing says which other items ask for their build-once lease, once
+// their build dependencies are cached. A skipped pull always recovers (the element
+// is built instead), a failed one when recover says so.
+func pullQueue(recover func(*Item, job.Result) (string, bool), leasing func(*Item) bool) *testQueue {
+	asksLease := func(it *Item) bool { return leasing != nil && !it.Remote && leasing(it) }
+	return &testQueue{action: Pull, resources: needs([]resources.Resource{resources.Download, resources.Cache}),
+		status: func(it *Item) (Status, string) {
+			switch {
+			case it.Cached:
+				return Skip, "cached"
+			case !it.Remote && !it.Spare() && !asksLease(it):
+				return Skip, "not on a remote"
+			case asksLease(it) && uncachedStage(it) != nil:
+				return Wait, "waiting for dependencies before asking for the build-once lease"
+			}
+			return Ready, ""
+		},
+		waitsOn: func(it *Item) *Item {
+			if !asksLease(it) {
+				return nil
+			}
+			return uncachedStage(it)
+		},
+		done: func(it *Item, _ job.Result) { it.Cached, it.Pulled = true, true },
+		recover: func(it *Item, res job.Result) (string, bool) {
+			warning, ok := "", res.OK
+			if recover != nil {
+				w, rok := recover(it, res)
+				warning, ok = w, ok || rok
+			}
+			return warning, ok
+		}}
+}
 
 // remoteSession plans a build of app (build dependencies sdk and tool, which needs
 // sdk) with nothing cached locally and app on a remote, and runs Pull, Fetch, Build.
@@ -31,7 +68,7 @@ func remoteSession(t *testing.T, recover func(*Item, job.Result) (string, bool))
 	if err != nil {
 		t.Fatal(err)
 	}
-	pull := PullQueue{Found: true, PayloadFunc: noPayload, RecoverFunc: recover}
+	pull := pullQueue(recover, nil)
 	pool := resources.NewPool(map[resources.Resource]int{resources.Download: 2, resources.Process: 2, resources.Cache: 0})
 	return startSession(t, Config{Queues: []Queue{pull, fetchQueue(0), buildQueue()}, Items: items, Pool: pool, OnError: element.OnErrorQuit}), asked
 }
@@ -117,18 +154,12 @@ func TestFailedPullReleasesSpareItems(t *testing.T) {
 	g := newGraph(t, "sdk", "app: sdk", "other")
 	items, err := Plan(g, []*element.Element{g.Elements["app"], g.Elements["other"]}, PlanOptions{
 		Artifact: func(*element.Element) element.ArtifactStatus { return element.ArtifactMissing },
-		OnRemote: func(es []*element.Element) []bool {
-			hits := make([]bool, len(es))
-			for i, e := range es {
-				hits[i] = e.Name == "app"
-			}
-			return hits
-		},
+		OnRemote: queuestest.OnRemote("app"),
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	pull := PullQueue{Found: true, PayloadFunc: noPayload, RecoverFunc: func(*Item, job.Result) (string, bool) { return "", false }}
+	pull := pullQueue(func(*Item, job.Result) (string, bool) { return "", false }, nil)
 	pool := resources.NewPool(map[resources.Resource]int{resources.Download: 1, resources.Process: 1, resources.Cache: 0})
 	h := startSession(t, Config{Queues: []Queue{pull, fetchQueue(0), buildQueue()}, Items: items, Pool: pool, OnError: element.OnErrorContinue})
 	h.expect(Pull, "app").Fail(t, "local disk full")
@@ -156,8 +187,7 @@ func TestLeaseAskedOnceDependenciesAreCached(t *testing.T) {
 		t.Fatal(err)
 	}
 	granted := job.Outcome{Result: job.Result{OK: true, Skipped: true}}
-	pull := PullQueue{Found: true, PayloadFunc: noPayload, LeaseFunc: func(*Item) bool { return true },
-		RecoverFunc: func(*Item, job.Result) (string, bool) { return "", true }}
+	pull := pullQueue(func(*Item, job.Result) (string, bool) { return "", true }, func(*Item) bool { return true })
 	pool := resources.NewPool(map[resources.Resource]int{resources.Download: 2, resources.Process: 2, resources.Cache: 0})
 	h := startSession(t, Config{Queues: []Queue{pull, fetchQueue(0), buildQueue()}, Items: items, Pool: pool})
 	h.expect(Pull, "sdk").Finish(t, granted)

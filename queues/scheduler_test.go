@@ -498,10 +498,6 @@ func (b *backoffLog) calls() []int {
 	return slices.Clone(b.attempts)
 }
 
-func fetchQueue(retries int) Queue {
-	return &FetchQueue{NetworkRetries: retries, PayloadFunc: noPayload, SourcesCached: func(*Item) bool { return false }}
-}
-
 func fetchPool() *resources.Pool {
 	return resources.NewPool(map[resources.Resource]int{resources.Download: 1})
 }
@@ -886,7 +882,7 @@ func TestExclusiveNotStarved(t *testing.T) {
 	checkTokensFree(t, pool, resources.Process, resources.Cache)
 }
 
-// doneQueue marks an item cached when its job succeeds, like BuildQueue.
+// doneQueue marks an item cached when its job succeeds, like the Build queue.
 type doneQueue struct{ Queue }
 
 func (q *doneQueue) Done(it *Item, res job.Result) { it.Cached = true; q.Queue.Done(it, res) }

@@ -1,7 +1,6 @@
 package queues
 
 import (
-	"encoding/json"
 	"fmt"
 	"slices"
 	"sync"
@@ -13,20 +12,21 @@ import (
 
 // Simulation says how to run a plan in simulated time (Simulate).
 type Simulation struct {
+	// Queues are the queues the plan goes through: the session's own Fetch and Build
+	// rules (actions.SimulationQueues), with payloads that cost nothing. Only Build
+	// jobs take time.
+	Queues   []Queue
 	Builders int
 	// Duration is how long an item's build job runs (its real cost, not its estimate).
 	Duration func(it *Item) time.Duration
 	// Overhead is added to every build job: the per-job cost of the real runner.
 	Overhead time.Duration
-	// Gated starts builds gated, as gantry build does (see Gater); the order of the
-	// work is the same either way.
-	Gated bool
 }
 
 // Simulate runs the real scheduler loop on items (a plan from Plan, with its
-// priorities) through the Fetch and Build queues, with jobs that take the simulated
-// time sim says and cost nothing else, and returns the makespan in simulated time.
-// The order jobs start in is the loop's own, so a makespan far from the lower bound
+// priorities) through sim's queues, with jobs that take the simulated time sim says
+// and cost nothing else, and returns the makespan in simulated time. The order
+// jobs start in is the loop's own, so a makespan far from the lower bound
 // max(critical path, work / builders) is the policy's doing, never overhead's. Every
 // item must have its sources (it is a measuring tool: nothing is fetched).
 //
@@ -37,15 +37,11 @@ func Simulate(items []*Item, sim Simulation) (time.Duration, error) {
 	for _, it := range items {
 		r.duration[it.Name()] = sim.Duration(it)
 	}
-	noPayload := func(*Item) (json.RawMessage, error) { return nil, nil }
 	ends := make(chan string, len(items)+1)
 	s := New(Config{
 		Project: "simulation",
-		Queues: []Queue{
-			&FetchQueue{SourcesCached: func(*Item) bool { return true }, PayloadFunc: noPayload},
-			BuildQueue{PayloadFunc: noPayload, Gated: sim.Gated},
-		},
-		Items: items,
+		Queues:  sim.Queues,
+		Items:   items,
 		Pool: resources.NewPool(map[resources.Resource]int{
 			resources.Process: sim.Builders, resources.Download: 1, resources.Cache: 0,
 		}),

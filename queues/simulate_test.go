@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gantry-build/gantry/element"
+	"github.com/gantry-build/gantry/resources"
 )
 
 // TestMakespanPolicy pins the build order policy in simulated time (Simulate: the real
@@ -107,13 +108,15 @@ func simulated(t *testing.T, g *element.Graph, dur map[string]time.Duration, kno
 	if known {
 		opts.Estimate = func(e *element.Element) (time.Duration, bool) { return dur[e.Name], true }
 	}
-	sim := Simulation{Builders: 2, Duration: func(it *Item) time.Duration { return dur[it.Name()] }}
+	fetched := &testQueue{action: Fetch, status: skipAll, resources: needs([]resources.Resource{resources.Download})}
+	sim := Simulation{Builders: 2, Duration: func(it *Item) time.Duration { return dur[it.Name()] },
+		Queues: []Queue{fetched, buildQueue()}}
 	span, err := Simulate(plan(t, g, opts), sim)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Builds that wait at their gates do the same work in the same order (Gater).
-	sim.Gated = true
+	sim.Queues = []Queue{fetched, gatedBuildQueue()}
 	gated, err := Simulate(plan(t, g, opts), sim)
 	if err != nil {
 		t.Fatal(err)

@@ -41,10 +41,10 @@ func trackedSession(t *testing.T, g *element.Graph, targets []string, trackable 
 		}
 		return element.ArtifactMissing
 	}})
-	track := TrackQueue{PayloadFunc: noPayload, DoneFunc: func(it *Item, _ job.Result) {
+	track := trackQueue(func(it *Item, _ job.Result) {
 		tracked[it.Name()] = true
 		it.Element.NoRef = false // what Graph.SetRefs does with the refs found
-	}}
+	})
 	pool := resources.NewPool(map[resources.Resource]int{resources.Download: 2, resources.Process: 2, resources.Cache: 0})
 	h := startSession(t, Config{Queues: []Queue{track, fetchQueue(0), buildQueue()}, Items: items, Pool: pool, OnError: onError})
 	return h, tracked

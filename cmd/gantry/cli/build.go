@@ -226,7 +226,7 @@ func runBuild(opts *buildOptions) error {
 	if err != nil {
 		return err
 	}
-	pipeline = append(pipeline, fetch, build.Queue())
+	pipeline = append(pipeline, fetch, build)
 	if rs.HasPush() {
 		pipeline = append(pipeline, rs.PushQueue(c, false))
 	}
@@ -443,7 +443,7 @@ func (s *session) sources(c *cache.Cache) actions.Sources {
 }
 
 // fetchQueue fetches the sources of elements that are not cached.
-func (s *session) fetchQueue(c *cache.Cache, g *element.Graph) *queues.FetchQueue {
+func (s *session) fetchQueue(c *cache.Cache, g *element.Graph) *actions.FetchQueue {
 	return s.sources(c).FetchQueue()
 }
 

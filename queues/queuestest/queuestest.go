@@ -1,0 +1,55 @@
+// Package queuestest makes what the tests of the scheduler and of the queues plan
+// with: graphs written by hand, and remotes that have the elements a test names. It
+// imports element only, never queues, so that queues' own tests can use it as well
+// as those of the queues in actions.
+package queuestest
+
+import (
+	"crypto/sha256"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/gantry-build/gantry/element"
+)
+
+// Graph makes a graph by hand from lines "name: dep dep ..." (dependencies listed
+// before their dependants). Dependencies are build dependencies; each element is a
+// manual one, keyed by its name.
+func Graph(t testing.TB, lines ...string) *element.Graph {
+	t.Helper()
+	manual, ok := element.LookupKind("manual")
+	if !ok {
+		t.Fatal("no manual kind")
+	}
+	g := &element.Graph{Elements: map[string]*element.Element{}}
+	for _, line := range lines {
+		name, deps, _ := strings.Cut(line, ":")
+		name = strings.TrimSpace(name)
+		e := &element.Element{Name: name, File: "elements/" + name, Kind: manual,
+			Key: fmt.Sprintf("%x", sha256.Sum256([]byte(name)))}
+		for _, d := range strings.Fields(deps) {
+			de := g.Elements[d]
+			if de == nil {
+				t.Fatalf("%s: dependency %s is not defined before it", name, d)
+			}
+			e.Depends = append(e.Depends, d)
+			e.BuildDeps = append(e.BuildDeps, de)
+		}
+		g.Elements[name] = e
+		g.Order = append(g.Order, e)
+	}
+	return g
+}
+
+// OnRemote is a PlanOptions.OnRemote whose remotes have the named elements.
+func OnRemote(names ...string) func([]*element.Element) []bool {
+	return func(es []*element.Element) []bool {
+		hits := make([]bool, len(es))
+		for i, e := range es {
+			hits[i] = slices.Contains(names, e.Name)
+		}
+		return hits
+	}
+}
