@@ -3,8 +3,6 @@ package queues
 import (
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -581,26 +579,7 @@ var newGraph = queuestest.Graph
 
 // randomGraph makes a random DAG of n elements, each depending on up to fanin earlier
 // ones.
-func randomGraph(t testing.TB, n, fanin int, seed uint64) *element.Graph {
-	t.Helper()
-	rng := rand.New(rand.NewPCG(seed, 1))
-	lines := make([]string, n)
-	for i := range n {
-		var deps []int
-		if i > 0 {
-			for range rng.IntN(fanin + 1) {
-				deps = append(deps, rng.IntN(i))
-			}
-		}
-		slices.Sort(deps)
-		line := fmt.Sprintf("e%04d.toml:", i)
-		for _, d := range slices.Compact(deps) {
-			line += fmt.Sprintf(" e%04d.toml", d)
-		}
-		lines[i] = line
-	}
-	return newGraph(t, lines...)
-}
+var randomGraph = queuestest.RandomGraph
 
 // plan plans a build of every element of g; the named elements are cached.
 func plan(t testing.TB, g *element.Graph, opts PlanOptions, cached ...string) []*Item {

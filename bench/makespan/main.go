@@ -1,6 +1,6 @@
 // Command makespan runs gantry's scheduling policy on a synthetic graph in simulated
-// time: the real scheduler loop, plan and build queue (queues.Plan, queues.Simulate,
-// actions.SimulationQueues), jobs that last exactly the generated durations plus a
+// time: the real scheduler loop, plan and build queue (queues.Plan, sim.Run,
+// sim.Queues), jobs that last exactly the generated durations plus a
 // chosen per-job overhead. It prints the graph's lower bound and the simulated
 // makespan of a first run (no learned durations), a second run (learned durations
 // equal to the real ones) and, with -cache, a run with the durations a real session
@@ -27,7 +27,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/gantry-build/gantry/actions"
+	"github.com/gantry-build/gantry/bench/sim"
 	"github.com/gantry-build/gantry/bench/synth"
 	"github.com/gantry-build/gantry/cache"
 	"github.com/gantry-build/gantry/element"
@@ -119,7 +119,7 @@ func simulate(cfg synth.Config, builders int, overhead time.Duration, cacheDir s
 			if err != nil {
 				return 0, fmt.Errorf("planning: %w", err)
 			}
-			return queues.Simulate(items, queues.Simulation{Queues: actions.SimulationQueues(false), Builders: builders, Overhead: overhead,
+			return sim.Run(items, sim.Options{Queues: sim.Queues(false), Builders: builders, Overhead: overhead,
 				Duration: func(it *queues.Item) time.Duration { return durations[it.Name()] }})
 		}
 		d, err := span(overhead)

@@ -7,6 +7,7 @@ package queuestest
 import (
 	"crypto/sha256"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -52,4 +53,27 @@ func OnRemote(names ...string) func([]*element.Element) []bool {
 		}
 		return hits
 	}
+}
+
+// RandomGraph makes a random DAG of n elements, each depending on up to fanin earlier
+// ones.
+func RandomGraph(t testing.TB, n, fanin int, seed uint64) *element.Graph {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(seed, 1))
+	lines := make([]string, n)
+	for i := range n {
+		var deps []int
+		if i > 0 {
+			for range rng.IntN(fanin + 1) {
+				deps = append(deps, rng.IntN(i))
+			}
+		}
+		slices.Sort(deps)
+		line := fmt.Sprintf("e%04d.toml:", i)
+		for _, d := range slices.Compact(deps) {
+			line += fmt.Sprintf(" e%04d.toml", d)
+		}
+		lines[i] = line
+	}
+	return Graph(t, lines...)
 }

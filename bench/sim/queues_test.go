@@ -1,4 +1,4 @@
-package actions
+package sim
 
 import (
 	"testing"
@@ -9,11 +9,11 @@ import (
 	"github.com/gantry-build/gantry/queues/queuestest"
 )
 
-// TestSimulationQueuesFollowTheBuildRules: the simulation's queues are the session's
+// TestQueuesFollowTheBuildRules: the simulation's queues are the session's
 // build rules: on two builders, a chain of two 100 ms builds (dependency first) and
 // two 50 ms ones finish at the lower bound, 200 ms, once durations are known, gated
 // or not.
-func TestSimulationQueuesFollowTheBuildRules(t *testing.T) {
+func TestQueuesFollowTheBuildRules(t *testing.T) {
 	g := queuestest.Graph(t, "short1", "short2", "chain0", "chain1: chain0")
 	dur := map[string]time.Duration{"short1": 50 * time.Millisecond, "short2": 50 * time.Millisecond,
 		"chain0": 100 * time.Millisecond, "chain1": 100 * time.Millisecond}
@@ -25,7 +25,7 @@ func TestSimulationQueuesFollowTheBuildRules(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		span, err := queues.Simulate(items, queues.Simulation{Queues: SimulationQueues(gated), Builders: 2,
+		span, err := Run(items, Options{Queues: Queues(gated), Builders: 2,
 			Duration: func(it *queues.Item) time.Duration { return dur[it.Name()] }})
 		if err != nil {
 			t.Fatal(err)

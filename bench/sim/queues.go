@@ -1,23 +1,24 @@
-package actions
+package sim
 
 import (
 	"encoding/json"
 
+	"github.com/gantry-build/gantry/actions"
 	"github.com/gantry-build/gantry/job"
 	"github.com/gantry-build/gantry/queues"
 	"github.com/gantry-build/gantry/resources"
 )
 
-// SimulationQueues are the Fetch and Build queues for queues.Simulate: every
+// Queues are the Fetch and Build queues for Run: every
 // element's sources are cached, and the builds follow Build's own rules — when a
 // build is ready and what it waits on (Status, WaitsOn), the tokens it takes
 // (Resources), what its success makes cached (Done) and, when gated, its wait at
 // the gate for a builder (GateOn) — with no payload, no claim and no cache.
-func SimulationQueues(gated bool) []queues.Queue {
+func Queues(gated bool) []queues.Queue {
 	return []queues.Queue{simulatedFetch{}, &simulatedBuild{gated: gated}}
 }
 
-// simulatedFetch is FetchQueue where every element's sources are cached.
+// simulatedFetch is actions.FetchQueue where every element's sources are cached.
 type simulatedFetch struct{}
 
 func (simulatedFetch) Action() queues.Action { return queues.Fetch }
@@ -30,17 +31,17 @@ func (simulatedFetch) Status(it *queues.Item) (queues.Status, string) {
 }
 
 func (simulatedFetch) Resources(it *queues.Item) resources.Request {
-	return sourceJobs{}.Resources(it)
+	return (&actions.FetchQueue{}).Resources(it)
 }
 
 func (simulatedFetch) Payload(*queues.Item) (json.RawMessage, error) { return nil, nil }
 func (simulatedFetch) Done(*queues.Item, job.Result)                 {}
 func (simulatedFetch) Retries() int                                  { return 0 }
 
-// simulatedBuild is Build without its payload, claims and cache: its rules are
+// simulatedBuild is actions.Build without its payload, claims and cache: its rules are
 // asked of a Build that has none.
 type simulatedBuild struct {
-	rules Build // zero: only its rules answer
+	rules actions.Build // zero: only its rules answer
 	gated bool
 }
 
@@ -53,7 +54,7 @@ func (*simulatedBuild) Payload(*queues.Item) (json.RawMessage, error)    { retur
 func (q *simulatedBuild) Done(it *queues.Item, res job.Result)           { q.rules.Done(it, res) }
 func (q *simulatedBuild) Retries() int                                   { return q.rules.Retries() }
 
-// GateOn: a gated build waits at its gate for a builder as Build's do; the order of
+// GateOn: a gated build waits at its gate for a builder as actions.Build's do; the order of
 // the work is the same either way.
 func (q *simulatedBuild) GateOn() resources.Resource {
 	if !q.gated {

@@ -1,4 +1,7 @@
-package queues
+// Package sim runs the scheduler loop in simulated time: the real loop and the real
+// build rules, jobs that last exactly what they are told. bench/makespan measures the
+// build order with it, and its tests pin the order policy.
+package sim
 
 import (
 	"fmt"
@@ -7,38 +10,39 @@ import (
 	"time"
 
 	"github.com/gantry-build/gantry/job"
+	"github.com/gantry-build/gantry/queues"
 	"github.com/gantry-build/gantry/resources"
 )
 
-// Simulation says how to run a plan in simulated time (Simulate).
-type Simulation struct {
+// Options says how to run a plan in simulated time (Run).
+type Options struct {
 	// Queues are the queues the plan goes through: the session's own Fetch and Build
-	// rules (actions.SimulationQueues), with payloads that cost nothing. Only Build
+	// rules (Queues), with payloads that cost nothing. Only Build
 	// jobs take time.
-	Queues   []Queue
+	Queues   []queues.Queue
 	Builders int
 	// Duration is how long an item's build job runs (its real cost, not its estimate).
-	Duration func(it *Item) time.Duration
+	Duration func(it *queues.Item) time.Duration
 	// Overhead is added to every build job: the per-job cost of the real runner.
 	Overhead time.Duration
 }
 
-// Simulate runs the real scheduler loop on items (a plan from Plan, with its
+// Run runs the real scheduler loop on items (a plan from queues.Plan, with its
 // priorities) through sim's queues, with jobs that take the simulated time sim says
 // and cost nothing else, and returns the makespan in simulated time. The order
 // jobs start in is the loop's own, so a makespan far from the lower bound
 // max(critical path, work / builders) is the policy's doing, never overhead's. Every
 // item must have its sources (it is a measuring tool: nothing is fetched).
 //
-// The loop runs on its own goroutine as in a session; Simulate drives it from the
+// The loop runs on its own goroutine as in a session; Run drives it from the
 // caller's, one job end at a time, earliest simulated end first (ties: first started).
-func Simulate(items []*Item, sim Simulation) (time.Duration, error) {
+func Run(items []*queues.Item, sim Options) (time.Duration, error) {
 	r := &simRunner{duration: map[string]time.Duration{}, overhead: sim.Overhead}
 	for _, it := range items {
 		r.duration[it.Name()] = sim.Duration(it)
 	}
 	ends := make(chan string, len(items)+1)
-	s := New(Config{
+	s := queues.New(queues.Config{
 		Project: "simulation",
 		Queues:  sim.Queues,
 		Items:   items,
@@ -46,17 +50,17 @@ func Simulate(items []*Item, sim Simulation) (time.Duration, error) {
 			resources.Process: sim.Builders, resources.Download: 1, resources.Cache: 0,
 		}),
 		Runner: r,
-		Publish: func(e Event) {
-			if end, ok := e.(JobEnd); ok {
+		Publish: func(e queues.Event) {
+			if end, ok := e.(queues.JobEnd); ok {
 				ends <- end.JobID
 			}
 		},
 	})
-	summary := make(chan *Summary, 1)
+	summary := make(chan *queues.Summary, 1)
 	go func() { summary <- s.Run() }()
 	// A command is handled after the turn that followed every earlier message: once
 	// Do returns, every job that turn could start has started.
-	s.Do(CmdResume)
+	s.Do(queues.CmdResume)
 	for {
 		j := r.next()
 		if j == nil {
@@ -65,7 +69,7 @@ func Simulate(items []*Item, sim Simulation) (time.Duration, error) {
 		j.out <- job.Outcome{Result: job.Result{OK: true}, Elapsed: j.end - j.start}
 		for id := <-ends; id != j.id; id = <-ends {
 		}
-		s.Do(CmdResume)
+		s.Do(queues.CmdResume)
 	}
 	sum := <-summary
 	if len(sum.Failed) > 0 || len(sum.NotStarted) > 0 {
@@ -75,7 +79,7 @@ func Simulate(items []*Item, sim Simulation) (time.Duration, error) {
 }
 
 // simRunner starts jobs in simulated time. Start runs on the loop's goroutine, next
-// on Simulate's.
+// on Run's.
 type simRunner struct {
 	duration map[string]time.Duration
 	overhead time.Duration
@@ -96,12 +100,12 @@ type simJob struct {
 	out        chan job.Outcome
 }
 
-func (r *simRunner) Start(spec job.Spec, _ func(job.Message)) (Running, error) {
+func (r *simRunner) Start(spec job.Spec, _ func(job.Message)) (queues.Running, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.seq++
 	j := &simJob{r: r, id: spec.ID, seq: r.seq, start: r.now, out: make(chan job.Outcome, 1), gated: spec.Gated}
-	if spec.Action == string(Build) {
+	if spec.Action == string(queues.Build) {
 		j.work = r.duration[spec.Element] + r.overhead
 	}
 	if !j.gated {

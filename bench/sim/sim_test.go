@@ -1,4 +1,4 @@
-package queues
+package sim
 
 import (
 	"fmt"
@@ -7,11 +7,12 @@ import (
 	"time"
 
 	"github.com/gantry-build/gantry/element"
-	"github.com/gantry-build/gantry/resources"
+	"github.com/gantry-build/gantry/queues"
+	"github.com/gantry-build/gantry/queues/queuestest"
 )
 
-// TestMakespanPolicy pins the build order policy in simulated time (Simulate: the real
-// loop, jobs lasting exactly their durations, no overhead): on two builders, graphs
+// TestMakespanPolicy pins the build order policy in simulated time (Run: the real
+// loop and build rules, jobs lasting exactly their durations, no overhead): on two builders, graphs
 // where the order ready builds start in decides the makespan finish at their lower
 // bound, max(critical path, work / builders), once durations are known (a second
 // run), and where the plan's shape alone tells (hops), on a first run too.
@@ -67,7 +68,7 @@ func TestMakespanPolicy(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			g := newGraph(t, tc.graph.lines...)
+			g := queuestest.Graph(t, tc.graph.lines...)
 			if lb := lowerBound(g, tc.graph.dur, 2); lb != tc.want {
 				t.Fatalf("lower bound %v, want %v: the test's graph is wrong", lb, tc.want)
 			}
@@ -86,7 +87,7 @@ func TestMakespanRandom(t *testing.T) {
 		seed uint64
 	}{{20, 1}, {30, 2}, {30, 4}} {
 		t.Run(fmt.Sprintf("n=%d seed=%d", tc.n, tc.seed), func(t *testing.T) {
-			g := randomGraph(t, tc.n, 3, tc.seed)
+			g := queuestest.RandomGraph(t, tc.n, 3, tc.seed)
 			rng := rand.New(rand.NewPCG(tc.seed, 2))
 			dur := map[string]time.Duration{}
 			for _, e := range g.Order {
@@ -104,20 +105,19 @@ func TestMakespanRandom(t *testing.T) {
 // lasting dur; known says whether the plan knows dur.
 func simulated(t *testing.T, g *element.Graph, dur map[string]time.Duration, known bool) time.Duration {
 	t.Helper()
-	var opts PlanOptions
+	var opts queues.PlanOptions
 	if known {
 		opts.Estimate = func(e *element.Element) (time.Duration, bool) { return dur[e.Name], true }
 	}
-	fetched := &testQueue{action: Fetch, status: skipAll, resources: needs([]resources.Resource{resources.Download})}
-	sim := Simulation{Builders: 2, Duration: func(it *Item) time.Duration { return dur[it.Name()] },
-		Queues: []Queue{fetched, buildQueue()}}
-	span, err := Simulate(plan(t, g, opts), sim)
+	sim := Options{Builders: 2, Duration: func(it *queues.Item) time.Duration { return dur[it.Name()] },
+		Queues: Queues(false)}
+	span, err := Run(plan(t, g, opts), sim)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Builds that wait at their gates do the same work in the same order (Gater).
-	sim.Queues = []Queue{fetched, gatedBuildQueue()}
-	gated, err := Simulate(plan(t, g, opts), sim)
+	sim.Queues = Queues(true)
+	gated, err := Run(plan(t, g, opts), sim)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,4 +140,15 @@ func lowerBound(g *element.Graph, dur map[string]time.Duration, builders int) ti
 		critical, work = max(critical, finish[e]), work+dur[e.Name]
 	}
 	return max(critical, work/time.Duration(builders))
+}
+
+// plan plans a build of every element of g, nothing cached.
+func plan(t testing.TB, g *element.Graph, opts queues.PlanOptions) []*queues.Item {
+	t.Helper()
+	opts.Artifact = func(*element.Element) element.ArtifactStatus { return element.ArtifactMissing }
+	items, err := queues.Plan(g, g.Order, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return items
 }
