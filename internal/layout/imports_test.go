@@ -30,14 +30,12 @@ type rule struct {
 
 var rules = []rule{
 	{from: []string{"resources", "internal/..."}, only: []string{"internal/..."}},
-	{from: []string{"queues/..."}, never: []string{"ui/...", "cmd/..."}},
-	{from: []string{"queues/..."}, never: []string{"cache/..."}, pending: "queues reaches cache through element"},
-	{from: []string{"queues/..."}, never: []string{"actions/..."}, pending: "actions does not exist yet"},
-	{from: []string{"element/..."}, never: []string{"job/...", "sandbox/..."}, pending: "element still holds the child side of build jobs"},
+	{from: []string{"queues/..."}, never: []string{"ui/...", "cmd/...", "actions/..."}},
+	{from: []string{"element/..."}, never: []string{"job/...", "sandbox/...", "actions/..."}},
+	{from: []string{"source/...", "cache/...", "job/...", "sandbox/..."}, never: []string{"actions/..."}},
 	{from: []string{"cache"}, never: []string{"cache/serve/...", "cache/remote/..."}, pending: "cache/serve and cache/remote do not exist yet"},
 	{from: []string{"job/...", "sandbox/..."}, never: []string{"queues/...", "element/...", "cache/..."}},
-	{from: []string{"ui/..."}, never: []string{"cmd/..."}},
-	{from: []string{"ui/..."}, never: []string{"actions/..."}, pending: "actions does not exist yet"},
+	{from: []string{"ui/..."}, never: []string{"cmd/...", "actions/..."}},
 	{from: []string{"..."}, except: []string{"cmd/..."}, never: []string{"cmd/..."}},
 }
 
