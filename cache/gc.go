@@ -164,7 +164,7 @@ var ErrServerStore = errors.New("this is a `gantry cache serve` store: its actio
 // servesActionCache reports whether the cache holds an action cache (ac/),
 // which only a server's store has.
 func (c *Cache) servesActionCache() bool {
-	info, err := os.Lstat(filepath.Join(c.Root, acDir))
+	info, err := os.Lstat(filepath.Join(c.Root, ACDir))
 	return err == nil && info.IsDir()
 }
 
@@ -325,5 +325,5 @@ func (c *Cache) leftovers() ([]string, error) {
 
 // blobPathOf is the cas/ path of a blob by its hash.
 func (c *Cache) blobPathOf(hash string) string {
-	return filepath.Join(c.Root, casDir, hash[:2], hash)
+	return filepath.Join(c.Root, CASDir, hash[:2], hash)
 }

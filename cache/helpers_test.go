@@ -131,7 +131,7 @@ func diffTrees(want, got map[string]string) string {
 func countBlobs(t testing.TB, c *Cache) int {
 	t.Helper()
 	n := 0
-	err := filepath.WalkDir(filepath.Join(c.Root, casDir), func(p string, d fs.DirEntry, err error) error {
+	err := filepath.WalkDir(filepath.Join(c.Root, CASDir), func(p string, d fs.DirEntry, err error) error {
 		if err == nil && !d.IsDir() {
 			n++
 		}

@@ -50,7 +50,7 @@ func (e *BlobError) Error() string {
 	if e.Missing {
 		return what + " is missing from the cache"
 	}
-	var mm *mismatchError
+	var mm *MismatchError
 	if errors.As(e.Err, &mm) {
 		return fmt.Sprintf("%s is corrupt: its content hashes to %s; removed %s from the cache", what, mm.got, mm.path)
 	}
@@ -93,53 +93,54 @@ var copyBuffers = sync.Pool{New: func() any { return new([256 << 10]byte) }}
 // copyHashed copies src to dst, hashing what it copies, and returns the
 // digest of the copied bytes.
 func copyHashed(dst io.Writer, src io.Reader) (Digest, error) {
-	h := newDigestWriter()
+	h := NewDigestWriter()
 	buf := copyBuffers.Get().(*[256 << 10]byte)
 	defer copyBuffers.Put(buf)
 	if _, err := io.CopyBuffer(io.MultiWriter(dst, h), src, buf[:]); err != nil {
 		return Digest{}, err
 	}
-	return h.digest(), nil
+	return h.Digest(), nil
 }
 
-// digestWriter hashes and counts what is written to it: the digest of content
+// DigestWriter hashes and counts what is written to it: the digest of content
 // met piece by piece (copied, sent, received).
-type digestWriter struct {
+type DigestWriter struct {
 	h hash.Hash
 	n int64
 }
 
-func newDigestWriter() *digestWriter { return &digestWriter{h: sha256.New()} }
+func NewDigestWriter() *DigestWriter { return &DigestWriter{h: sha256.New()} }
 
-func (w *digestWriter) Write(p []byte) (int, error) {
+func (w *DigestWriter) Write(p []byte) (int, error) {
 	w.h.Write(p)
 	w.n += int64(len(p))
 	return len(p), nil
 }
 
 // digest is the digest of everything written so far.
-func (w *digestWriter) digest() Digest {
+func (w *DigestWriter) Digest() Digest {
 	return Digest{Hash: hex.EncodeToString(w.h.Sum(nil)), Size: w.n}
 }
 
-// hashReader returns the digest of everything r yields.
-func hashReader(r io.Reader) (Digest, error) { return copyHashed(io.Discard, r) }
+// DigestOfReader returns the digest of everything r yields.
+func DigestOfReader(r io.Reader) (Digest, error) { return copyHashed(io.Discard, r) }
 
-// mismatchError is content at path that hashes to got instead of want. It
+// MismatchError is content at path that hashes to got instead of want. It
 // wraps ErrCorrupt.
-type mismatchError struct {
+type MismatchError struct {
 	path      string
 	want, got Digest
 }
 
-func (e *mismatchError) Error() string {
+func (e *MismatchError) Error() string {
 	return fmt.Sprintf("%s hashes to %s, not %s", e.path, e.got, e.want)
 }
 
-func (e *mismatchError) Unwrap() error { return ErrCorrupt }
+func (e *MismatchError) Unwrap() error { return ErrCorrupt }
 
-func mismatch(want, got Digest, path string) error {
-	return &mismatchError{path: path, want: want, got: got}
+// Mismatch is the error of content at path that hashes to got, not want.
+func Mismatch(want, got Digest, path string) error {
+	return &MismatchError{path: path, want: want, got: got}
 }
 
 // DropArtifact removes the ref of artifact a, found damaged (a blob it needs is
@@ -245,7 +246,7 @@ func hashedUpload(d Digest, open func() (io.ReadCloser, error)) func() (io.ReadC
 		if err != nil {
 			return nil, &uploadError{Digest: d, Err: err}
 		}
-		return &uploadReader{rc: rc, d: d, h: newDigestWriter()}, nil
+		return &uploadReader{rc: rc, d: d, h: NewDigestWriter()}, nil
 	}
 }
 
@@ -253,7 +254,7 @@ func hashedUpload(d Digest, open func() (io.ReadCloser, error)) func() (io.ReadC
 type uploadReader struct {
 	rc  io.ReadCloser
 	d   Digest
-	h   *digestWriter // what was read
+	h   *DigestWriter // what was read
 	err error         // sticky
 }
 
@@ -295,8 +296,8 @@ func (r *uploadReader) check() error {
 	if n, _ := io.ReadFull(r.rc, one[:]); n > 0 {
 		return fmt.Errorf("%s is longer than its %d bytes: %w", r.name(), r.d.Size, ErrCorrupt)
 	}
-	if got := r.h.digest(); got != r.d {
-		return mismatch(r.d, got, r.name())
+	if got := r.h.Digest(); got != r.d {
+		return Mismatch(r.d, got, r.name())
 	}
 	return nil
 }

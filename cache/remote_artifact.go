@@ -228,10 +228,10 @@ func (c *Cache) RepairArtifact(ctx context.Context, store RemoteStore, a *Artifa
 // readBack reads blob d from store, which was just sent its good bytes, and
 // checks them.
 func (c *Cache) readBack(ctx context.Context, store RemoteStore, d Digest) error {
-	h := newDigestWriter()
+	h := NewDigestWriter()
 	err := corruptIfTooLong(store, d, store.ReadBlob(ctx, d, &limitWriter{w: h, left: d.Size}))
 	if err == nil {
-		if got := h.digest(); got != d {
+		if got := h.Digest(); got != d {
 			err = remoteMismatch(store, d, got)
 		}
 	}

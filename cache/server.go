@@ -118,7 +118,7 @@ func NewServer(opts ServerOptions) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cache serve: %w", err)
 	}
-	if err := os.MkdirAll(filepath.Join(c.Root, acDir), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(c.Root, ACDir), 0o755); err != nil {
 		return nil, fmt.Errorf("cache serve: %w", err)
 	}
 	if _, err := c.PutBlob(nil); err != nil { // see emptyDigest
@@ -138,7 +138,7 @@ func NewServer(opts ServerOptions) (*Server, error) {
 	s.admit = newAdmission(opts.MaxStreams)
 	s.leases = newLeaseTable(opts.LeaseTTL)
 	// Best effort: a leftover costs space, never correctness.
-	if n, err := c.removeDeadUploads(); err != nil {
+	if n, err := c.RemoveDeadBlobImports(); err != nil {
 		s.log.Printf("removing partial uploads of a server that was killed (%d removed): %v", n, err)
 	} else if n > 0 {
 		s.log.Printf("removed %d partial uploads of a server that was killed", n)

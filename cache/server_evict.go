@@ -21,7 +21,7 @@ import (
 // unreferenced blobs are the units evicted; a blob referenced by an entry goes
 // only with the last entry that references it. A blob refreshed after the scan
 // began (an entry written meanwhile touches its blobs) is kept; should one
-// still go, the entry that needs it reads as a miss (readAC), never half-present.
+// still go, the entry that needs it reads as a miss (ReadActionResult), never half-present.
 //
 // A store that is also a local cache may hold executable twins (twin.go): they
 // count towards the quota, a twin goes with its blob, and a twin whose blob is
@@ -131,13 +131,13 @@ func (e *evictor) evict() error {
 			return nil
 		})
 	}
-	if err := walk(filepath.Join(e.c.Root, casDir), func(p string, fi fs.FileInfo) {
+	if err := walk(filepath.Join(e.c.Root, CASDir), func(p string, fi fs.FileInfo) {
 		blobs[filepath.Base(p)] = &evictUnit{path: p, size: fi.Size(), mtime: fi.ModTime()}
 	}); err != nil {
 		return err
 	}
 	var orphanTwins []*evictUnit
-	if err := walk(filepath.Join(e.c.Root, execDir), func(p string, fi fs.FileInfo) {
+	if err := walk(filepath.Join(e.c.Root, ExecDir), func(p string, fi fs.FileInfo) {
 		t := &evictUnit{path: p, size: fi.Size(), mtime: fi.ModTime()}
 		if b := blobs[filepath.Base(p)]; b != nil {
 			b.twin = t
@@ -147,12 +147,12 @@ func (e *evictor) evict() error {
 	}); err != nil {
 		return err
 	}
-	if err := walk(filepath.Join(e.c.Root, acDir), func(p string, fi fs.FileInfo) {
+	if err := walk(filepath.Join(e.c.Root, ACDir), func(p string, fi fs.FileInfo) {
 		u := &evictUnit{path: p, size: fi.Size(), mtime: fi.ModTime(), isAC: true}
 		if data, err := os.ReadFile(p); err == nil {
 			ar := &repb.ActionResult{}
 			if proto.Unmarshal(data, ar) == nil {
-				ds, _ := e.c.actionResultBlobs(ar)
+				ds, _ := e.c.ActionResultBlobs(ar)
 				for _, d := range ds {
 					u.refs = append(u.refs, d.Hash)
 				}

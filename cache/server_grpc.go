@@ -28,9 +28,6 @@ import (
 // serverBatchLimit is the batch size stated in Capabilities and enforced.
 const serverBatchLimit = 4 << 20
 
-// FencingMetadata carries the fencing token of a build-once lease on UpdateActionResult.
-const FencingMetadata = "x-gantry-fencing-token"
-
 type grpcService struct {
 	repb.UnimplementedContentAddressableStorageServer
 	repb.UnimplementedActionCacheServer
@@ -175,7 +172,7 @@ func (g *grpcService) FindMissingBlobs(ctx context.Context, req *repb.FindMissin
 			continue // the empty blob is always present
 		}
 		if g.s.c.HasBlob(d) {
-			touch(g.s.c.BlobPath(d))
+			Touch(g.s.c.BlobPath(d))
 			g.s.metrics.lookup(true)
 		} else {
 			g.s.metrics.lookup(false)
@@ -205,7 +202,7 @@ func (g *grpcService) BatchUpdateBlobs(ctx context.Context, req *repb.BatchUpdat
 		st := status.New(codes.OK, "")
 		if r.Compressor != repb.Compressor_IDENTITY {
 			st = status.New(codes.InvalidArgument, "compressed uploads are not supported")
-		} else if _, err := g.s.c.receiveBlob(DigestFromProto(r.Digest), strings.NewReader(string(r.Data))); err != nil {
+		} else if _, err := g.s.c.ImportBlob(DigestFromProto(r.Digest), strings.NewReader(string(r.Data))); err != nil {
 			st, _ = status.FromError(grpcError(err))
 		} else {
 			g.s.evictor.wrote(int64(len(r.Data)))
@@ -249,7 +246,7 @@ func (g *grpcService) BatchReadBlobs(ctx context.Context, req *repb.BatchReadBlo
 			st, _ = status.FromError(grpcError(err))
 			data = nil
 		} else {
-			touch(g.s.c.BlobPath(d))
+			Touch(g.s.c.BlobPath(d))
 		}
 		sent += int64(len(data))
 		resp.Responses = append(resp.Responses, &repb.BatchReadBlobsResponse_Response{Digest: p, Data: data, Status: st.Proto()})
@@ -337,7 +334,7 @@ func (g *grpcService) Read(req *bspb.ReadRequest, stream bspb.ByteStream_ReadSer
 		return grpcError(err)
 	}
 	defer f.Close()
-	touch(f.Name())
+	Touch(f.Name())
 	if req.ReadOffset < 0 || req.ReadOffset > d.Size {
 		return status.Errorf(codes.OutOfRange, "read offset %d of blob %s", req.ReadOffset, d)
 	}
@@ -383,33 +380,36 @@ func (g *grpcService) Write(stream bspb.ByteStream_WriteServer) error {
 	}
 	if g.s.c.HasBlob(d) {
 		// Already stored: answer at once, as REAPI allows.
-		touch(g.s.c.BlobPath(d))
+		Touch(g.s.c.BlobPath(d))
 		g.s.metrics.request("grpc", "write", client, 0, 0)
 		return stream.SendAndClose(&bspb.WriteResponse{CommittedSize: d.Size})
 	}
-	p, ok, err := g.s.uploads.take(name, func() (*blobUpload, error) { return g.s.c.newBlobUpload(d) })
+	p, ok, err := g.s.uploads.take(name, func() (*BlobImport, error) { return g.s.c.StartBlobImport(d) })
 	if err != nil {
 		return grpcError(err)
 	}
 	if !ok {
 		return status.Errorf(codes.Aborted, "resource %s: another stream is writing it", name)
 	}
-	release, err := g.s.admit.acquire(ctx, client, d.Size-p.u.n)
+	release, err := g.s.admit.acquire(ctx, client, d.Size-p.u.Received())
 	if err != nil {
 		g.s.uploads.park(p)
 		return grpcError(err)
 	}
-	start := p.u.n
-	defer func() { release(p.u.n - start); g.s.metrics.request("grpc", "write", client, p.u.n-start, 0) }()
+	start := p.u.Received()
+	defer func() {
+		release(p.u.Received() - start)
+		g.s.metrics.request("grpc", "write", client, p.u.Received()-start, 0)
+	}()
 	msg := first
 	for {
-		if msg.WriteOffset != p.u.n {
+		if msg.WriteOffset != p.u.Received() {
 			g.s.uploads.park(p)
-			return status.Errorf(codes.InvalidArgument, "resource %s: write at offset %d, but %d bytes are committed", name, msg.WriteOffset, p.u.n)
+			return status.Errorf(codes.InvalidArgument, "resource %s: write at offset %d, but %d bytes are committed", name, msg.WriteOffset, p.u.Received())
 		}
 		if _, err := p.u.Write(msg.Data); err != nil {
 			g.s.uploads.done(name)
-			p.u.abort()
+			p.u.Abort()
 			return grpcError(err)
 		}
 		if msg.FinishWrite {
@@ -422,7 +422,7 @@ func (g *grpcService) Write(stream bspb.ByteStream_WriteServer) error {
 		}
 	}
 	g.s.uploads.done(name)
-	if err := p.u.commit(); err != nil {
+	if err := p.u.Commit(); err != nil {
 		g.s.metrics.rejected.Add(1)
 		return grpcError(err)
 	}

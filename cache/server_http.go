@@ -28,9 +28,6 @@ import (
 // credentials (401 without, 403 when refused); reads too, unless
 // --allow-anonymous-read.
 
-// FencingHeader carries the fencing token of a build-once lease on an AC PUT.
-const FencingHeader = "X-Gantry-Fencing-Token"
-
 func (s *Server) httpHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var certs []*x509.Certificate
@@ -136,7 +133,7 @@ func (s *Server) serveCAS(w http.ResponseWriter, r *http.Request, client, hash s
 			return
 		}
 		s.metrics.lookup(true)
-		touch(p)
+		Touch(p)
 		w.Header().Set("Content-Length", strconv.FormatInt(fi.Size(), 10))
 		w.Header().Set("Content-Type", "application/octet-stream")
 		if r.Method == http.MethodHead {
@@ -173,7 +170,7 @@ func (s *Server) serveCAS(w http.ResponseWriter, r *http.Request, client, hash s
 		if err != nil {
 			return
 		}
-		n, err := s.c.receiveBlob(Digest{Hash: hash, Size: size}, body)
+		n, err := s.c.ImportBlob(Digest{Hash: hash, Size: size}, body)
 		release(n)
 		s.metrics.request("http", "cas_put", client, n, 0)
 		if err != nil {
@@ -249,7 +246,7 @@ func (s *Server) updateAC(key Digest, data []byte, token uint64) (int, error) {
 	if s.leases.fenced(key.Hash, token) {
 		return http.StatusConflict, fmt.Errorf("action cache entry %s: %w", key.Hash, errFenced)
 	}
-	if err := s.c.writeAC(key, data); err != nil {
+	if err := s.c.WriteActionResult(key, data); err != nil {
 		if errors.Is(err, ErrCorrupt) {
 			return http.StatusBadRequest, err
 		}
@@ -284,8 +281,8 @@ func (s *Server) serveStatus(w http.ResponseWriter) {
 			return nil
 		})
 	}
-	count(casDir, &st.Blobs)
-	count(acDir, &st.ACEntries)
+	count(CASDir, &st.Blobs)
+	count(ACDir, &st.ACEntries)
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(st)
 }

@@ -1,7 +1,6 @@
 package cache
 
 import (
-	"bytes"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -43,7 +42,7 @@ const (
 // wraps ErrCorrupt (a *mismatchError) and the last chunk is never sent. It
 // returns the bytes sent.
 func sendBlob(f *os.File, d Digest, off, n int64, chunk int, send func([]byte) error) (int64, error) {
-	h := newDigestWriter()
+	h := NewDigestWriter()
 	readErr := func(err error) error { return fmt.Errorf("reading blob %s: %w", d, err) }
 	if _, err := io.Copy(h, io.NewSectionReader(f, 0, off)); err != nil {
 		return 0, readErr(err)
@@ -76,8 +75,8 @@ func sendBlob(f *os.File, d Digest, off, n int64, chunk int, send func([]byte) e
 	if _, err := io.Copy(h, io.NewSectionReader(f, off+n, d.Size-off-n)); err != nil {
 		return sent, readErr(err)
 	}
-	if got := h.digest(); got != d {
-		return sent, mismatch(d, got, f.Name())
+	if got := h.Digest(); got != d {
+		return sent, Mismatch(d, got, f.Name())
 	}
 	if held != nil {
 		if err := send(held); err != nil {
@@ -103,7 +102,7 @@ func (s *Server) readBatched(d Digest) ([]byte, error) {
 		return nil, fmt.Errorf("reading blob %s: %w", d, err)
 	}
 	if got := DigestOf(data[:n]); got != d {
-		err := mismatch(d, got, f.Name())
+		err := Mismatch(d, got, f.Name())
 		s.quarantine(f, d, err)
 		return nil, err
 	}
@@ -114,7 +113,7 @@ func (s *Server) readBatched(d Digest) ([]byte, error) {
 // does not match its name (as opposed to the client going away, or a read
 // error).
 func servedCorrupt(err error) bool {
-	var mm *mismatchError
+	var mm *MismatchError
 	return errors.As(err, &mm)
 }
 
@@ -192,34 +191,23 @@ func abortHTTP(w http.ResponseWriter) {
 	panic(http.ErrAbortHandler)
 }
 
-// staleACError is an action cache entry that is present but cannot be used: it
-// does not decode, or a blob it needs is missing or damaged. It wraps
-// ErrNotFound: the lookup is a miss.
-type staleACError struct {
-	data []byte // the entry as read
-	err  error
-}
-
-func (e *staleACError) Error() string { return e.err.Error() }
-func (e *staleACError) Unwrap() error { return e.err }
-
 // lookupAC is readAC that also removes an entry it finds stale, so that the
 // store stops keeping (and answering lookups for) entries that will never
 // hit again.
 func (s *Server) lookupAC(key Digest) (*repb.ActionResult, []byte, error) {
-	ar, data, err := s.c.readAC(key)
-	var stale *staleACError
+	ar, data, err := s.c.ReadActionResult(key)
+	var stale *StaleActionResultError
 	if !errors.As(err, &stale) {
 		return ar, data, err
 	}
-	if s.c.dropACFile(s.c.acPath(key), stale.data) {
+	if s.c.DropActionResult(key, stale.Data) {
 		s.log.Printf("%v: removed the entry", err)
 	}
 	if errors.Is(err, ErrCorrupt) {
 		// A damaged tree must go too, or the client, told the store has
 		// it, would never upload it again.
 		old := &repb.ActionResult{}
-		if proto.Unmarshal(stale.data, old) == nil {
+		if proto.Unmarshal(stale.Data, old) == nil {
 			for _, od := range old.OutputDirectories {
 				if od.TreeDigest != nil {
 					s.quarantineIfDamaged(od.TreeDigest.Hash)
@@ -243,18 +231,7 @@ func (s *Server) quarantineIfDamaged(hash string) {
 		return
 	}
 	d := Digest{Hash: hash, Size: fi.Size()}
-	if got, err := hashReader(f); err == nil && got != d {
-		s.quarantine(f, d, mismatch(d, got, f.Name()))
+	if got, err := DigestOfReader(f); err == nil && got != d {
+		s.quarantine(f, d, Mismatch(d, got, f.Name()))
 	}
-}
-
-// dropACFile removes the action cache entry at p if it still holds data. It is a
-// compare-and-delete: an entry a client wrote after data was read stays. It
-// reports whether it removed the entry.
-func (c *Cache) dropACFile(p string, data []byte) bool {
-	dropped, _ := c.dropFileIf(p, func(claimed string) bool {
-		now, err := os.ReadFile(claimed)
-		return err == nil && bytes.Equal(now, data)
-	})
-	return dropped
 }

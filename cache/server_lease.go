@@ -24,16 +24,6 @@ type lease struct {
 	expires time.Time
 }
 
-// LeaseReply is the answer to a lease request (POST /lease/<key>).
-type LeaseReply struct {
-	Granted bool   `json:"granted"`          // the caller holds the lease: build, then push with Token
-	Token   uint64 `json:"token,omitempty"`  // fencing token of the caller's lease
-	Present bool   `json:"present"`          // the entry is there: pull it
-	TTLms   int64  `json:"ttl_ms"`           // how long the lease lasts without renewal
-	WaitMs  int64  `json:"wait_ms"`          // when not granted: ask again after this long
-	Holder  string `json:"holder,omitempty"` // when not granted: the client holding the lease (its name, never a credential)
-}
-
 func newLeaseTable(ttl time.Duration) *leaseTable {
 	return &leaseTable{ttl: ttl, leases: map[string]*lease{}}
 }

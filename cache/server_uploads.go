@@ -1,12 +1,6 @@
 package cache
 
 import (
-	"errors"
-	"fmt"
-	"io/fs"
-	"os"
-	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 )
@@ -20,7 +14,7 @@ type uploadTable struct {
 }
 
 type pendingUpload struct {
-	u    *blobUpload
+	u    *BlobImport
 	busy bool // a Write stream is appending to it
 	last time.Time
 }
@@ -32,7 +26,7 @@ func newUploadTable() *uploadTable { return &uploadTable{m: map[string]*pendingU
 // take claims the upload of name for a Write stream: the one kept from an
 // earlier stream, or a new one from start. ok is false if another stream is
 // writing it.
-func (t *uploadTable) take(name string, start func() (*blobUpload, error)) (p *pendingUpload, ok bool, err error) {
+func (t *uploadTable) take(name string, start func() (*BlobImport, error)) (p *pendingUpload, ok bool, err error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.expire()
@@ -72,7 +66,7 @@ func (t *uploadTable) committed(name string) int64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if p := t.m[name]; p != nil {
-		return p.u.n
+		return p.u.Received()
 	}
 	return -1
 }
@@ -81,7 +75,7 @@ func (t *uploadTable) committed(name string) int64 {
 func (t *uploadTable) expire() {
 	for name, p := range t.m {
 		if !p.busy && time.Since(p.last) > uploadIdle {
-			p.u.abort()
+			p.u.Abort()
 			delete(t.m, name)
 		}
 	}
@@ -93,35 +87,8 @@ func (t *uploadTable) dropAll() {
 	defer t.mu.Unlock()
 	for name, p := range t.m {
 		if !p.busy {
-			p.u.abort()
+			p.u.Abort()
 			delete(t.m, name)
 		}
 	}
-}
-
-// uploadTemp is the tmp/ pattern of a blob being received (newBlobUpload).
-const uploadTemp = "upload"
-
-// removeDeadUploads removes the partial uploads that server processes no longer
-// running left in tmp/ (a server killed mid-upload), whatever their age: no one
-// can resume them, since the table that knew them died with their server, and
-// only a server makes them. It returns how many it removed.
-func (c *Cache) removeDeadUploads() (int, error) {
-	stray, err := c.StrayTemp()
-	if err != nil {
-		return 0, err
-	}
-	n := 0
-	var errs []error
-	for _, p := range stray {
-		if _, rest, _ := strings.Cut(filepath.Base(p), "-"); !strings.HasPrefix(rest, uploadTemp+"-") {
-			continue
-		}
-		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			errs = append(errs, fmt.Errorf("removing a dead server's partial upload: %w", err))
-			continue
-		}
-		n++
-	}
-	return n, errors.Join(errs...)
 }

@@ -72,7 +72,7 @@ func TestTakeTreeMovesFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	removeAll(filepath.Join(c.Root, casDir)) // so that nothing is found present
+	removeAll(filepath.Join(c.Root, CASDir)) // so that nothing is found present
 	dir := installRoot(t, c, takeSpec)
 	lib := filepath.Join(dir, "lib/libx.so")
 	ino := inode(t, lib)
@@ -224,7 +224,7 @@ func TestTakeTreeOtherFilesystem(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	removeAll(filepath.Join(c.Root, casDir))
+	removeAll(filepath.Join(c.Root, CASDir))
 	got, err := c.TakeTree(dir)
 	if err != nil {
 		t.Fatal(err)

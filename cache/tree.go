@@ -420,14 +420,14 @@ func (c *Cache) checkLinked(d Digest, src, p string, opts CheckoutOptions) error
 			got = Digest{Hash: d.Hash, Size: fi.Size()}
 		}
 	} else {
-		got, err = hashReader(f)
+		got, err = DigestOfReader(f)
 	}
 	if err != nil {
 		return fmt.Errorf("checking out %s: %w", p, err)
 	}
 	if got != d {
 		os.Remove(p)
-		return fmt.Errorf("checking out %s: %w", p, mismatch(d, got, src))
+		return fmt.Errorf("checking out %s: %w", p, Mismatch(d, got, src))
 	}
 	return nil
 }
@@ -457,12 +457,12 @@ func (c *Cache) copyBlob(f *repb.FileNode, p string, opts CheckoutOptions) error
 	case opts.unverified:
 		_, err = io.Copy(dst, src) // copy_file_range: a reflink where the filesystem can
 	case cloneFile(dst, src) == nil:
-		got, err = hashReader(src) // the clone shares these bytes
+		got, err = DigestOfReader(src) // the clone shares these bytes
 	default:
 		got, err = copyHashed(dst, src)
 	}
 	if err == nil && got != d {
-		err = mismatch(d, got, src.Name())
+		err = Mismatch(d, got, src.Name())
 	}
 	if err == nil {
 		err = dst.Chmod(mode)
@@ -507,7 +507,7 @@ func hashFile(p string) (Digest, error) {
 		return Digest{}, err
 	}
 	defer f.Close()
-	return hashReader(f)
+	return DigestOfReader(f)
 }
 
 // WalkTree calls fn for every entry of the tree root, depth first, a

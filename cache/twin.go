@@ -25,7 +25,7 @@ import (
 // linked only where nothing can write through the link.
 
 const (
-	execDir  = "exec"
+	ExecDir  = "exec" // the executable twins of blobs
 	twinMode = 0o555
 )
 
@@ -33,7 +33,7 @@ const (
 func (c *Cache) twinPath(d Digest) string { return c.twinPathOf(d.Hash) }
 
 func (c *Cache) twinPathOf(hash string) string {
-	return filepath.Join(c.Root, execDir, hash[:2], hash)
+	return filepath.Join(c.Root, ExecDir, hash[:2], hash)
 }
 
 // linkFile hard-links the file f at p: its blob, or its executable twin (made
@@ -68,12 +68,12 @@ func (c *Cache) makeTwin(d Digest) error {
 	}
 	var got Digest
 	if cloneFile(tmp, src) == nil {
-		got, err = hashReader(src)
+		got, err = DigestOfReader(src)
 	} else {
 		got, err = copyHashed(tmp, src)
 	}
 	if err == nil && got != d {
-		err = mismatch(d, got, src.Name())
+		err = Mismatch(d, got, src.Name())
 	}
 	if err == nil {
 		err = tmp.Chmod(twinMode)
@@ -100,7 +100,7 @@ func (c *Cache) TwinBytes() int64 { return c.twinBytes.Load() }
 // verifyTwins hashes every executable twin against its name, booking damaged
 // ones (and anything else found in exec/) in rep; Repair removes them.
 func (c *Cache) verifyTwins(rep *VerifyReport) error {
-	root := filepath.Join(c.Root, execDir)
+	root := filepath.Join(c.Root, ExecDir)
 	if _, err := os.Stat(root); errors.Is(err, fs.ErrNotExist) {
 		return nil // none made yet
 	}
