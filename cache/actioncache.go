@@ -29,10 +29,6 @@ import (
 // ACDir holds the action cache entries of a store.
 const ACDir = "ac"
 
-// emptyDigest is the empty blob's, which a REAPI server always has: clients
-// never upload it. The server stores it at start and never evicts it.
-var emptyDigest = DigestOf(nil)
-
 // ErrDigestMismatch is wrapped by errors for uploads whose bytes do not match the
 // digest they were sent under.
 var ErrDigestMismatch = errors.New("content does not match its digest")
@@ -138,9 +134,9 @@ func (c *Cache) ImportBlob(want Digest, r io.Reader) (int64, error) {
 	return u.n, u.Commit()
 }
 
-// touch marks path as used now, for the server's LRU eviction (best effort:
+// TouchFile marks path as used now, for the server's LRU eviction (best effort:
 // a blob that vanished meanwhile needs no refresh).
-func Touch(path string) {
+func TouchFile(path string) {
 	now := time.Now()
 	_ = os.Chtimes(path, now, now)
 }
@@ -183,9 +179,9 @@ func (c *Cache) ReadActionResult(key Digest) (*repb.ActionResult, []byte, error)
 			return stale(fmt.Errorf("action cache entry %s: blob %s is missing: %w", key.Hash, d, ErrNotFound))
 		}
 	}
-	Touch(p)
+	TouchFile(p)
 	for _, d := range blobs {
-		Touch(c.BlobPath(d))
+		TouchFile(c.BlobPath(d))
 	}
 	return ar, data, nil
 }
@@ -255,7 +251,7 @@ func (c *Cache) ActionResultBlobs(ar *repb.ActionResult) ([]Digest, error) {
 
 // WriteActionResult stores ar's serialization under key. data must parse as an
 // ActionResult (an error wrapping ErrCorrupt otherwise). The blobs it
-// references are refreshed first, so the evictor keeps them (server_evict.go).
+// references are refreshed first, so the server's evictor keeps them (cache/serve).
 func (c *Cache) WriteActionResult(key Digest, data []byte) error {
 	ar := &repb.ActionResult{}
 	if err := proto.Unmarshal(data, ar); err != nil {
@@ -263,7 +259,7 @@ func (c *Cache) WriteActionResult(key Digest, data []byte) error {
 	}
 	if blobs, err := c.ActionResultBlobs(ar); err == nil {
 		for _, d := range blobs {
-			Touch(c.BlobPath(d))
+			TouchFile(c.BlobPath(d))
 		}
 	}
 	if err := c.writeFileAtomic(c.acPath(key), data, 0o644, dirSynced); err != nil {

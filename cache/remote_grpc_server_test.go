@@ -2,7 +2,10 @@ package cache
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -313,18 +316,24 @@ func requireAuthorization(want string) []grpc.ServerOption {
 	}
 }
 
-// testServerTLS is the server option of p's server certificate, set up as
-// `gantry cache serve` sets up TLS (serverTLS), requiring a client certificate
-// signed by p's CA when mutual is set.
+// testServerTLS is the server option of p's server certificate, requiring a
+// client certificate signed by p's CA when mutual is set (as `gantry cache
+// serve --client-ca` does).
 func testServerTLS(t testing.TB, p *testpki.PKI, mutual bool) grpc.ServerOption {
 	t.Helper()
-	opts := ServerOptions{TLSCert: p.ServerCert, TLSKey: p.ServerKey}
-	if mutual {
-		opts.ClientCA = p.CA
-	}
-	cfg, err := serverTLS(opts)
+	cert, err := tls.LoadX509KeyPair(p.ServerCert, p.ServerKey)
 	if err != nil {
 		t.Fatal(err)
+	}
+	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	if mutual {
+		pem, err := os.ReadFile(p.CA)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.ClientCAs = x509.NewCertPool()
+		cfg.ClientCAs.AppendCertsFromPEM(pem)
+		cfg.ClientAuth = tls.RequireAndVerifyClientCert
 	}
 	return grpc.Creds(credentials.NewTLS(cfg))
 }

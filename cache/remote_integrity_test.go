@@ -5,11 +5,8 @@ import (
 	"context"
 	"errors"
 	"io"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 )
 
 // largeFile is the digest of the largest file of artifact a (streamed in
@@ -165,101 +162,6 @@ func TestRepairArtifactReplacesAPoisonedBlob(t *testing.T) {
 	}
 	if _, err := dst.PullArtifact(ctx, store, a.Project, a.Element, a.Key, nil); err != nil {
 		t.Fatalf("pull after the repair: %v", err)
-	}
-}
-
-// startGantryServer serves a new store over HTTP and gRPC on 127.0.0.1 until the
-// test ends, and returns its directory and a spec of each protocol with a token.
-func startGantryServer(t *testing.T) (dir string, specs map[string]RemoteSpec) {
-	t.Helper()
-	dir = t.TempDir()
-	tokens := filepath.Join(t.TempDir(), "tokens")
-	if err := os.WriteFile(tokens, []byte("s3cret ci\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	tokenFile := filepath.Join(t.TempDir(), "token")
-	if err := os.WriteFile(tokenFile, []byte("s3cret\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	srv, err := NewServer(ServerOptions{Dir: dir, HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", TokenFile: tokens, ShutdownGrace: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Listen(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
-	h, g := srv.Addrs()
-	return dir, map[string]RemoteSpec{
-		"http": {URL: "http://" + h, TokenFile: tokenFile},
-		"grpc": {URL: "grpc://" + g, TokenFile: tokenFile},
-	}
-}
-
-// TestPushToGantryServerNeverUploadsADamagedBlob: against gantry's own server,
-// which checks what it receives, a damaged local blob is still found by the
-// client as it reads it (a *BlobError, the blob removed, the artifact for the
-// caller to drop), not taken for the server's refusal; the server stores
-// neither the blob nor the entry. Over gRPC, a small blob travels in a batch,
-// the large one over ByteStream.
-func TestPushToGantryServerNeverUploadsADamagedBlob(t *testing.T) {
-	for _, proto := range []string{"http", "grpc"} {
-		for _, which := range []string{"small", "large"} {
-			t.Run(proto+"/"+which, func(t *testing.T) {
-				dir, specs := startGantryServer(t)
-				store, err := OpenRemote(specs[proto])
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer store.Close()
-				c := openTestCache(t)
-				src := t.TempDir()
-				writeTree(t, src, map[string]string{
-					"small": "file:a small file\n",
-					"large": "file:" + strings.Repeat("large file ", 600000), // over the 4 MiB batch limit
-				}, nil)
-				root, err := c.StoreTree(src)
-				if err != nil {
-					t.Fatal(err)
-				}
-				a := &Artifact{Project: "demo", Element: "big.toml", Key: strings.Repeat("ef", 32), Success: true, Files: root}
-				if err := c.Commit(a); err != nil {
-					t.Fatal(err)
-				}
-				if a, err = c.Lookup(a.Project, a.Element, a.Key); err != nil {
-					t.Fatal(err)
-				}
-				var bad Digest
-				c.WalkTree(a.Files, func(e TreeEntry) error {
-					if e.Path == which {
-						bad = e.Digest
-					}
-					return nil
-				})
-				corruptFile(t, c.BlobPath(bad))
-				_, pushed, err := c.PushArtifact(context.Background(), store, a, nil)
-				if pushed {
-					t.Fatal("pushed an artifact with a damaged blob")
-				}
-				checkDamagedPush(t, c, bad, err)
-				served, err := Open(dir)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if served.HasBlob(bad) {
-					t.Fatal("the server stored the damaged blob")
-				}
-				if _, err := store.GetEntry(context.Background(), a.Key); !errors.Is(err, ErrNotFound) {
-					t.Fatalf("the server has an entry: %v", err)
-				}
-			})
-		}
 	}
 }
 

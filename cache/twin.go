@@ -19,7 +19,7 @@ import (
 // A twin is derived data, local to this cache: never pushed, pulled or served
 // (remotes deal in blobs), not made durable (a twin a power loss damaged is found
 // by the hash every linked file gets when staged, and made again), and removed by
-// gc, and by a server's eviction (server_evict.go), with its blob. A build job
+// gc, and by a server's eviction (cache/serve), with its blob. A build job
 // counts the twins it made (TwinBytes) in what it added to the cache. Verify hashes twins as it does blobs; Repair removes a damaged
 // one. Like a blob, a twin's content never changes once in place, and it is
 // linked only where nothing can write through the link.

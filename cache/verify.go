@@ -19,7 +19,7 @@ type VerifyReport struct {
 	Blobs int // distinct blobs whose size and hash were checked
 	Twins int // executable twins checked (twin.go)
 	// ACEntries is the action cache entries checked: a server's store has
-	// them (ac/, server_store.go), a local cache none.
+	// them (ac/, actioncache.go), a local cache none.
 	ACEntries int
 
 	// Problems names each ref or blob that is damaged and what is wrong.

@@ -30,6 +30,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/gantry-build/gantry/cache"
+	"github.com/gantry-build/gantry/cache/serve"
 	"github.com/gantry-build/gantry/internal/testpki"
 )
 
@@ -266,7 +267,7 @@ func TestServeHTTPIntegrityAndAuth(t *testing.T) {
 
 	_, metrics := s.request("GET", "/metrics", nil, true)
 	_, status := s.request("GET", "/status", nil, true)
-	var st cache.ServerStatus
+	var st serve.Status
 	if err := json.Unmarshal(status, &st); err != nil || st.Blobs < 2 || st.ACEntries != 1 {
 		t.Errorf("GET /status = %s (%v), want 2 blobs and more, 1 entry", status, err)
 	}
@@ -448,7 +449,7 @@ func TestServeQuota(t *testing.T) {
 	// further scan: wait until the store is back under its quota.
 	var body []byte
 	eventually(t, e2eTimeout, "the server evicts down to its quota", func() bool {
-		var st cache.ServerStatus
+		var st serve.Status
 		_, body = s.request("GET", "/status", nil, true)
 		return json.Unmarshal(body, &st) == nil && st.SizeBytes <= 16*unit && s.metric("gantry_serve_evictions_total") > 0
 	})

@@ -12,10 +12,11 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gantry-build/gantry/cache"
+	"github.com/gantry-build/gantry/cache/serve"
 )
 
 func newCacheServeCmd(g *globalOptions) *cobra.Command {
-	var o cache.ServerOptions
+	var o serve.Options
 	var quota, maxBlob string
 	cmd := &cobra.Command{
 		Use:   "serve --dir DIR [--http ADDR] [--grpc ADDR]",
@@ -44,8 +45,8 @@ exit 0. SIGHUP: reread the token and htpasswd files.`,
 				o.MaxBlobSize = n
 			}
 			o.Log = g.ios.ErrOut
-			srv, err := cache.NewServer(o)
-			if errors.Is(err, cache.ErrServerConfig) {
+			srv, err := serve.New(o)
+			if errors.Is(err, serve.ErrConfig) {
 				return usagef("%v", err)
 			}
 			if err != nil {

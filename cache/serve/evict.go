@@ -1,4 +1,4 @@
-package cache
+package serve
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"time"
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
+	"github.com/gantry-build/gantry/cache"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -27,7 +28,7 @@ import (
 // count towards the quota, a twin goes with its blob, and a twin whose blob is
 // gone is a unit of its own, as cache gc has them.
 type evictor struct {
-	c       *Cache
+	c       *cache.Cache
 	quota   int64
 	metrics *serverMetrics
 	log     *log.Logger
@@ -38,11 +39,15 @@ type evictor struct {
 	scanned atomic.Int64 // scans done, for tests
 }
 
+// emptyDigest is the empty blob's, which a REAPI server always has: clients
+// never upload it. The server stores it at start and never evicts it.
+var emptyDigest = cache.DigestOf(nil)
+
 // evictLowWater is the fraction of the quota a cleanup brings the store down to,
 // so that it does not run again after every write.
 const evictLowWater = 0.9
 
-func newEvictor(c *Cache, quota int64, m *serverMetrics, l *log.Logger) *evictor {
+func newEvictor(c *cache.Cache, quota int64, m *serverMetrics, l *log.Logger) *evictor {
 	return &evictor{c: c, quota: quota, metrics: m, log: l, kick: make(chan struct{}, 1)}
 }
 
@@ -131,13 +136,13 @@ func (e *evictor) evict() error {
 			return nil
 		})
 	}
-	if err := walk(filepath.Join(e.c.Root, CASDir), func(p string, fi fs.FileInfo) {
+	if err := walk(filepath.Join(e.c.Root, cache.CASDir), func(p string, fi fs.FileInfo) {
 		blobs[filepath.Base(p)] = &evictUnit{path: p, size: fi.Size(), mtime: fi.ModTime()}
 	}); err != nil {
 		return err
 	}
 	var orphanTwins []*evictUnit
-	if err := walk(filepath.Join(e.c.Root, ExecDir), func(p string, fi fs.FileInfo) {
+	if err := walk(filepath.Join(e.c.Root, cache.ExecDir), func(p string, fi fs.FileInfo) {
 		t := &evictUnit{path: p, size: fi.Size(), mtime: fi.ModTime()}
 		if b := blobs[filepath.Base(p)]; b != nil {
 			b.twin = t
@@ -147,7 +152,7 @@ func (e *evictor) evict() error {
 	}); err != nil {
 		return err
 	}
-	if err := walk(filepath.Join(e.c.Root, ACDir), func(p string, fi fs.FileInfo) {
+	if err := walk(filepath.Join(e.c.Root, cache.ACDir), func(p string, fi fs.FileInfo) {
 		u := &evictUnit{path: p, size: fi.Size(), mtime: fi.ModTime(), isAC: true}
 		if data, err := os.ReadFile(p); err == nil {
 			ar := &repb.ActionResult{}

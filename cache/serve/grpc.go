@@ -1,4 +1,4 @@
-package cache
+package serve
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 	smpb "github.com/bazelbuild/remote-apis/build/bazel/semver"
+	"github.com/gantry-build/gantry/cache"
 	bspb "google.golang.org/genproto/googleapis/bytestream"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -123,9 +124,9 @@ func (s *Server) newGRPCServer() *grpc.Server {
 // grpcError maps a store error to a status.
 func grpcError(err error) error {
 	switch {
-	case errors.Is(err, ErrNotFound), errors.Is(err, fs.ErrNotExist):
+	case errors.Is(err, cache.ErrNotFound), errors.Is(err, fs.ErrNotExist):
 		return status.Error(codes.NotFound, err.Error())
-	case errors.Is(err, ErrDigestMismatch), errors.Is(err, ErrCorrupt):
+	case errors.Is(err, cache.ErrDigestMismatch), errors.Is(err, cache.ErrCorrupt):
 		return status.Error(codes.InvalidArgument, err.Error())
 	case errors.Is(err, errFenced):
 		return status.Error(codes.FailedPrecondition, err.Error())
@@ -164,7 +165,7 @@ func (g *grpcService) FindMissingBlobs(ctx context.Context, req *repb.FindMissin
 	}
 	resp := &repb.FindMissingBlobsResponse{}
 	for _, p := range req.BlobDigests {
-		d := DigestFromProto(p)
+		d := cache.DigestFromProto(p)
 		if d.Validate() != nil {
 			return nil, status.Errorf(codes.InvalidArgument, "bad digest %s/%d", p.Hash, p.SizeBytes)
 		}
@@ -172,7 +173,7 @@ func (g *grpcService) FindMissingBlobs(ctx context.Context, req *repb.FindMissin
 			continue // the empty blob is always present
 		}
 		if g.s.c.HasBlob(d) {
-			Touch(g.s.c.BlobPath(d))
+			cache.TouchFile(g.s.c.BlobPath(d))
 			g.s.metrics.lookup(true)
 		} else {
 			g.s.metrics.lookup(false)
@@ -202,7 +203,7 @@ func (g *grpcService) BatchUpdateBlobs(ctx context.Context, req *repb.BatchUpdat
 		st := status.New(codes.OK, "")
 		if r.Compressor != repb.Compressor_IDENTITY {
 			st = status.New(codes.InvalidArgument, "compressed uploads are not supported")
-		} else if _, err := g.s.c.ImportBlob(DigestFromProto(r.Digest), strings.NewReader(string(r.Data))); err != nil {
+		} else if _, err := g.s.c.ImportBlob(cache.DigestFromProto(r.Digest), strings.NewReader(string(r.Data))); err != nil {
 			st, _ = status.FromError(grpcError(err))
 		} else {
 			g.s.evictor.wrote(int64(len(r.Data)))
@@ -235,7 +236,7 @@ func (g *grpcService) BatchReadBlobs(ctx context.Context, req *repb.BatchReadBlo
 	defer func() { release(sent) }()
 	resp := &repb.BatchReadBlobsResponse{}
 	for _, p := range req.Digests {
-		d := DigestFromProto(p)
+		d := cache.DigestFromProto(p)
 		data, err := g.s.readBatched(d)
 		g.s.metrics.lookup(err == nil)
 		st := status.New(codes.OK, "")
@@ -246,7 +247,7 @@ func (g *grpcService) BatchReadBlobs(ctx context.Context, req *repb.BatchReadBlo
 			st, _ = status.FromError(grpcError(err))
 			data = nil
 		} else {
-			Touch(g.s.c.BlobPath(d))
+			cache.TouchFile(g.s.c.BlobPath(d))
 		}
 		sent += int64(len(data))
 		resp.Responses = append(resp.Responses, &repb.BatchReadBlobsResponse_Response{Digest: p, Data: data, Status: st.Proto()})
@@ -260,11 +261,11 @@ func (g *grpcService) GetTree(req *repb.GetTreeRequest, stream repb.ContentAddre
 		return err
 	}
 	queue := []*repb.Digest{req.RootDigest}
-	seen := map[Digest]bool{}
+	seen := map[cache.Digest]bool{}
 	resp := &repb.GetTreeResponse{}
 	size := 0
 	for len(queue) > 0 {
-		d := DigestFromProto(queue[0])
+		d := cache.DigestFromProto(queue[0])
 		queue = queue[1:]
 		if seen[d] {
 			continue
@@ -299,26 +300,26 @@ func (g *grpcService) GetTree(req *repb.GetTreeRequest, stream repb.ContentAddre
 
 // parseResource reads the digest out of a ByteStream resource name:
 // "[INSTANCE/]blobs/HASH/SIZE" (reads) or "[INSTANCE/]uploads/UUID/blobs/HASH/SIZE[/…]" (writes).
-func parseResource(name string, write bool) (Digest, error) {
+func parseResource(name string, write bool) (cache.Digest, error) {
 	parts := strings.Split(name, "/")
 	for i := 0; i+2 < len(parts); i++ {
 		if parts[i] == "compressed-blobs" {
-			return Digest{}, status.Errorf(codes.Unimplemented, "resource %s: compressed blobs are not supported", name)
+			return cache.Digest{}, status.Errorf(codes.Unimplemented, "resource %s: compressed blobs are not supported", name)
 		}
 		if parts[i] != "blobs" || (write && (i < 2 || parts[i-2] != "uploads")) {
 			continue
 		}
 		size, err := strconv.ParseInt(parts[i+2], 10, 64)
-		d := Digest{Hash: parts[i+1], Size: size}
+		d := cache.Digest{Hash: parts[i+1], Size: size}
 		if err == nil {
 			err = d.Validate()
 		}
 		if err != nil {
-			return Digest{}, status.Errorf(codes.InvalidArgument, "resource %s: %v", name, err)
+			return cache.Digest{}, status.Errorf(codes.InvalidArgument, "resource %s: %v", name, err)
 		}
 		return d, nil
 	}
-	return Digest{}, status.Errorf(codes.InvalidArgument, "resource %s: not a blob resource name", name)
+	return cache.Digest{}, status.Errorf(codes.InvalidArgument, "resource %s: not a blob resource name", name)
 }
 
 func (g *grpcService) Read(req *bspb.ReadRequest, stream bspb.ByteStream_ReadServer) error {
@@ -334,7 +335,7 @@ func (g *grpcService) Read(req *bspb.ReadRequest, stream bspb.ByteStream_ReadSer
 		return grpcError(err)
 	}
 	defer f.Close()
-	Touch(f.Name())
+	cache.TouchFile(f.Name())
 	if req.ReadOffset < 0 || req.ReadOffset > d.Size {
 		return status.Errorf(codes.OutOfRange, "read offset %d of blob %s", req.ReadOffset, d)
 	}
@@ -380,11 +381,11 @@ func (g *grpcService) Write(stream bspb.ByteStream_WriteServer) error {
 	}
 	if g.s.c.HasBlob(d) {
 		// Already stored: answer at once, as REAPI allows.
-		Touch(g.s.c.BlobPath(d))
+		cache.TouchFile(g.s.c.BlobPath(d))
 		g.s.metrics.request("grpc", "write", client, 0, 0)
 		return stream.SendAndClose(&bspb.WriteResponse{CommittedSize: d.Size})
 	}
-	p, ok, err := g.s.uploads.take(name, func() (*BlobImport, error) { return g.s.c.StartBlobImport(d) })
+	p, ok, err := g.s.uploads.take(name, func() (*cache.BlobImport, error) { return g.s.c.StartBlobImport(d) })
 	if err != nil {
 		return grpcError(err)
 	}
@@ -445,7 +446,7 @@ func (g *grpcService) QueryWriteStatus(ctx context.Context, req *bspb.QueryWrite
 }
 
 func (g *grpcService) GetActionResult(ctx context.Context, req *repb.GetActionResultRequest) (*repb.ActionResult, error) {
-	key := DigestFromProto(req.ActionDigest)
+	key := cache.DigestFromProto(req.ActionDigest)
 	if err := key.Validate(); err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "action digest: %v", err)
 	}
@@ -459,16 +460,16 @@ func (g *grpcService) GetActionResult(ctx context.Context, req *repb.GetActionRe
 }
 
 func (g *grpcService) UpdateActionResult(ctx context.Context, req *repb.UpdateActionResultRequest) (*repb.ActionResult, error) {
-	key := DigestFromProto(req.ActionDigest)
+	key := cache.DigestFromProto(req.ActionDigest)
 	if err := key.Validate(); err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "action digest: %v", err)
 	}
 	var token uint64
 	if md, ok := metadata.FromIncomingContext(ctx); ok {
-		if v := md.Get(FencingMetadata); len(v) > 0 {
+		if v := md.Get(cache.FencingMetadata); len(v) > 0 {
 			t, err := strconv.ParseUint(v[0], 10, 64)
 			if err != nil {
-				return nil, status.Errorf(codes.InvalidArgument, "%s: %v", FencingMetadata, err)
+				return nil, status.Errorf(codes.InvalidArgument, "%s: %v", cache.FencingMetadata, err)
 			}
 			token = t
 		}

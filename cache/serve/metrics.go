@@ -1,4 +1,4 @@
-package cache
+package serve
 
 import (
 	"fmt"
@@ -15,7 +15,7 @@ type serverMetrics struct {
 	hits, misses, evictions, evictedBytes, rejected atomic.Int64
 	authRefused, limited, passwordChecks            atomic.Int64
 
-	quarantined atomic.Int64 // blobs found damaged while being served (server_integrity.go)
+	quarantined atomic.Int64 // blobs found damaged while being served (integrity.go)
 
 	mu      sync.Mutex
 	clients map[string]*clientCounters

@@ -1,4 +1,4 @@
-package cache
+package serve
 
 import (
 	"crypto/tls"
@@ -14,6 +14,7 @@ import (
 	"time"
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
+	"github.com/gantry-build/gantry/cache"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -41,8 +42,8 @@ const (
 // chunk is sent only once the whole blob hashed to d: on a mismatch the error
 // wraps ErrCorrupt (a *mismatchError) and the last chunk is never sent. It
 // returns the bytes sent.
-func sendBlob(f *os.File, d Digest, off, n int64, chunk int, send func([]byte) error) (int64, error) {
-	h := NewDigestWriter()
+func sendBlob(f *os.File, d cache.Digest, off, n int64, chunk int, send func([]byte) error) (int64, error) {
+	h := cache.NewDigestWriter()
 	readErr := func(err error) error { return fmt.Errorf("reading blob %s: %w", d, err) }
 	if _, err := io.Copy(h, io.NewSectionReader(f, 0, off)); err != nil {
 		return 0, readErr(err)
@@ -76,7 +77,7 @@ func sendBlob(f *os.File, d Digest, off, n int64, chunk int, send func([]byte) e
 		return sent, readErr(err)
 	}
 	if got := h.Digest(); got != d {
-		return sent, Mismatch(d, got, f.Name())
+		return sent, cache.Mismatch(d, got, f.Name())
 	}
 	if held != nil {
 		if err := send(held); err != nil {
@@ -90,7 +91,7 @@ func sendBlob(f *os.File, d Digest, off, n int64, chunk int, send func([]byte) e
 // readBatched reads blob d whole (BatchReadBlobs, GetTree: small blobs, whose
 // reply holds them whole anyway) and hashes it; a damaged blob is quarantined,
 // and its error wraps ErrCorrupt (a *mismatchError), as sendBlob's.
-func (s *Server) readBatched(d Digest) ([]byte, error) {
+func (s *Server) readBatched(d cache.Digest) ([]byte, error) {
 	f, err := s.c.OpenBlob(d)
 	if err != nil {
 		return nil, err
@@ -101,8 +102,8 @@ func (s *Server) readBatched(d Digest) ([]byte, error) {
 	if err != nil && err != io.ErrUnexpectedEOF {
 		return nil, fmt.Errorf("reading blob %s: %w", d, err)
 	}
-	if got := DigestOf(data[:n]); got != d {
-		err := Mismatch(d, got, f.Name())
+	if got := cache.DigestOf(data[:n]); got != d {
+		err := cache.Mismatch(d, got, f.Name())
 		s.quarantine(f, d, err)
 		return nil, err
 	}
@@ -113,13 +114,13 @@ func (s *Server) readBatched(d Digest) ([]byte, error) {
 // does not match its name (as opposed to the client going away, or a read
 // error).
 func servedCorrupt(err error) bool {
-	var mm *MismatchError
+	var mm *cache.MismatchError
 	return errors.As(err, &mm)
 }
 
 // corruptStatus is what a client is told of a blob found damaged: which blob,
 // never where the store keeps it.
-func corruptStatus(d Digest) string {
+func corruptStatus(d cache.Digest) string {
 	return fmt.Sprintf("blob %s is damaged on the server (its content does not match its digest): the server quarantined it; upload it again", d)
 }
 
@@ -127,7 +128,7 @@ func corruptStatus(d Digest) string {
 // cas/ into quarantine/, logs it and counts it. Only the file that was read
 // moves: a client that uploaded the right bytes meanwhile replaced it, and
 // that blob stays.
-func (s *Server) quarantine(f *os.File, d Digest, cause error) {
+func (s *Server) quarantine(f *os.File, d cache.Digest, cause error) {
 	p := s.c.BlobPath(d)
 	read, err1 := f.Stat()
 	now, err2 := os.Lstat(p)
@@ -194,16 +195,16 @@ func abortHTTP(w http.ResponseWriter) {
 // lookupAC is readAC that also removes an entry it finds stale, so that the
 // store stops keeping (and answering lookups for) entries that will never
 // hit again.
-func (s *Server) lookupAC(key Digest) (*repb.ActionResult, []byte, error) {
+func (s *Server) lookupAC(key cache.Digest) (*repb.ActionResult, []byte, error) {
 	ar, data, err := s.c.ReadActionResult(key)
-	var stale *StaleActionResultError
+	var stale *cache.StaleActionResultError
 	if !errors.As(err, &stale) {
 		return ar, data, err
 	}
 	if s.c.DropActionResult(key, stale.Data) {
 		s.log.Printf("%v: removed the entry", err)
 	}
-	if errors.Is(err, ErrCorrupt) {
+	if errors.Is(err, cache.ErrCorrupt) {
 		// A damaged tree must go too, or the client, told the store has
 		// it, would never upload it again.
 		old := &repb.ActionResult{}
@@ -221,7 +222,7 @@ func (s *Server) lookupAC(key Digest) (*repb.ActionResult, []byte, error) {
 // quarantineIfDamaged hashes the blob stored under hash and quarantines it if
 // its content does not match its name.
 func (s *Server) quarantineIfDamaged(hash string) {
-	f, err := os.Open(s.c.BlobPath(Digest{Hash: hash}))
+	f, err := os.Open(s.c.BlobPath(cache.Digest{Hash: hash}))
 	if err != nil {
 		return
 	}
@@ -230,8 +231,8 @@ func (s *Server) quarantineIfDamaged(hash string) {
 	if err != nil {
 		return
 	}
-	d := Digest{Hash: hash, Size: fi.Size()}
-	if got, err := DigestOfReader(f); err == nil && got != d {
-		s.quarantine(f, d, Mismatch(d, got, f.Name()))
+	d := cache.Digest{Hash: hash, Size: fi.Size()}
+	if got, err := cache.DigestOfReader(f); err == nil && got != d {
+		s.quarantine(f, d, cache.Mismatch(d, got, f.Name()))
 	}
 }

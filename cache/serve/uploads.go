@@ -1,8 +1,10 @@
-package cache
+package serve
 
 import (
 	"sync"
 	"time"
+
+	"github.com/gantry-build/gantry/cache"
 )
 
 // uploadTable keeps ByteStream writes that broke off, so that a client can
@@ -14,7 +16,7 @@ type uploadTable struct {
 }
 
 type pendingUpload struct {
-	u    *BlobImport
+	u    *cache.BlobImport
 	busy bool // a Write stream is appending to it
 	last time.Time
 }
@@ -26,7 +28,7 @@ func newUploadTable() *uploadTable { return &uploadTable{m: map[string]*pendingU
 // take claims the upload of name for a Write stream: the one kept from an
 // earlier stream, or a new one from start. ok is false if another stream is
 // writing it.
-func (t *uploadTable) take(name string, start func() (*BlobImport, error)) (p *pendingUpload, ok bool, err error) {
+func (t *uploadTable) take(name string, start func() (*cache.BlobImport, error)) (p *pendingUpload, ok bool, err error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.expire()

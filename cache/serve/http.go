@@ -1,4 +1,4 @@
-package cache
+package serve
 
 import (
 	"crypto/x509"
@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gantry-build/gantry/cache"
 )
 
 // The HTTP cache protocol as bazel-remote answers it:
@@ -66,7 +68,7 @@ func (s *Server) httpHandler() http.Handler {
 			return
 		}
 		kind, hash := parts[len(parts)-2], parts[len(parts)-1]
-		if err := (Digest{Hash: hash}).Validate(); err != nil {
+		if err := (cache.Digest{Hash: hash}).Validate(); err != nil {
 			http.Error(w, fmt.Sprintf("bad digest in %s: %v", r.URL.Path, err), http.StatusBadRequest)
 			return
 		}
@@ -91,7 +93,7 @@ func (s *Server) httpFail(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.As(err, &tooBig):
 		s.metrics.rejected.Add(1)
 		http.Error(w, fmt.Sprintf("blob is over the server's limit of %d bytes", tooBig.Limit), http.StatusRequestEntityTooLarge)
-	case errors.Is(err, ErrDigestMismatch) || errors.Is(err, ErrCorrupt):
+	case errors.Is(err, cache.ErrDigestMismatch) || errors.Is(err, cache.ErrCorrupt):
 		s.metrics.rejected.Add(1)
 		s.httpError(w, r, http.StatusBadRequest, err)
 	default:
@@ -112,7 +114,7 @@ func (s *Server) httpError(w http.ResponseWriter, r *http.Request, code int, err
 func (s *Server) serveCAS(w http.ResponseWriter, r *http.Request, client, hash string) {
 	switch r.Method {
 	case http.MethodGet, http.MethodHead:
-		p := s.c.BlobPath(Digest{Hash: hash})
+		p := s.c.BlobPath(cache.Digest{Hash: hash})
 		f, err := os.Open(p)
 		if err != nil {
 			s.metrics.lookup(false)
@@ -133,7 +135,7 @@ func (s *Server) serveCAS(w http.ResponseWriter, r *http.Request, client, hash s
 			return
 		}
 		s.metrics.lookup(true)
-		Touch(p)
+		cache.TouchFile(p)
 		w.Header().Set("Content-Length", strconv.FormatInt(fi.Size(), 10))
 		w.Header().Set("Content-Type", "application/octet-stream")
 		if r.Method == http.MethodHead {
@@ -144,7 +146,7 @@ func (s *Server) serveCAS(w http.ResponseWriter, r *http.Request, client, hash s
 		if err != nil {
 			return
 		}
-		d := Digest{Hash: hash, Size: fi.Size()}
+		d := cache.Digest{Hash: hash, Size: fi.Size()}
 		n, err := sendBlob(f, d, 0, d.Size, 256<<10, s.stallWriter(w))
 		if stalled(err) {
 			s.log.Printf("GET %s: the client read nothing for %v: connection closed after %d of %d bytes", r.URL.Path, s.opts.IdleTimeout, n, d.Size)
@@ -170,7 +172,7 @@ func (s *Server) serveCAS(w http.ResponseWriter, r *http.Request, client, hash s
 		if err != nil {
 			return
 		}
-		n, err := s.c.ImportBlob(Digest{Hash: hash, Size: size}, body)
+		n, err := s.c.ImportBlob(cache.Digest{Hash: hash, Size: size}, body)
 		release(n)
 		s.metrics.request("http", "cas_put", client, n, 0)
 		if err != nil {
@@ -185,12 +187,12 @@ func (s *Server) serveCAS(w http.ResponseWriter, r *http.Request, client, hash s
 }
 
 func (s *Server) serveAC(w http.ResponseWriter, r *http.Request, client, hash string) {
-	key := Digest{Hash: hash}
+	key := cache.Digest{Hash: hash}
 	switch r.Method {
 	case http.MethodGet, http.MethodHead:
 		_, data, err := s.lookupAC(key)
 		s.metrics.lookup(err == nil)
-		if errors.Is(err, ErrNotFound) {
+		if errors.Is(err, cache.ErrNotFound) {
 			s.metrics.request("http", "ac_get", client, 0, 0)
 			http.NotFound(w, r)
 			return
@@ -207,10 +209,10 @@ func (s *Server) serveAC(w http.ResponseWriter, r *http.Request, client, hash st
 		s.metrics.request("http", "ac_get", client, 0, int64(len(data)))
 	case http.MethodPut:
 		var token uint64
-		if h := r.Header.Get(FencingHeader); h != "" {
+		if h := r.Header.Get(cache.FencingHeader); h != "" {
 			var err error
 			if token, err = strconv.ParseUint(h, 10, 64); err != nil {
-				http.Error(w, "bad "+FencingHeader+": "+err.Error(), http.StatusBadRequest)
+				http.Error(w, "bad "+cache.FencingHeader+": "+err.Error(), http.StatusBadRequest)
 				return
 			}
 		}
@@ -242,12 +244,12 @@ var errFenced = errors.New("fencing token is older than the current lease's: ano
 
 // updateAC stores an AC entry, after the fencing check; the status is the HTTP
 // answer to an error.
-func (s *Server) updateAC(key Digest, data []byte, token uint64) (int, error) {
+func (s *Server) updateAC(key cache.Digest, data []byte, token uint64) (int, error) {
 	if s.leases.fenced(key.Hash, token) {
 		return http.StatusConflict, fmt.Errorf("action cache entry %s: %w", key.Hash, errFenced)
 	}
 	if err := s.c.WriteActionResult(key, data); err != nil {
-		if errors.Is(err, ErrCorrupt) {
+		if errors.Is(err, cache.ErrCorrupt) {
 			return http.StatusBadRequest, err
 		}
 		return http.StatusInternalServerError, err
@@ -259,8 +261,8 @@ func (s *Server) updateAC(key Digest, data []byte, token uint64) (int, error) {
 	return 0, nil
 }
 
-// ServerStatus is GET /status.
-type ServerStatus struct {
+// Status is GET /status.
+type Status struct {
 	SizeBytes  int64   `json:"size_bytes"`
 	QuotaBytes int64   `json:"quota_bytes"`
 	Blobs      int     `json:"blobs"`
@@ -269,7 +271,7 @@ type ServerStatus struct {
 }
 
 func (s *Server) serveStatus(w http.ResponseWriter) {
-	st := ServerStatus{QuotaBytes: s.opts.Quota, UptimeSec: time.Since(s.started).Seconds()}
+	st := Status{QuotaBytes: s.opts.Quota, UptimeSec: time.Since(s.started).Seconds()}
 	count := func(dir string, n *int) {
 		_ = fs.WalkDir(os.DirFS(s.c.Root), dir, func(p string, d fs.DirEntry, err error) error {
 			if err == nil && d.Type().IsRegular() {
@@ -281,8 +283,8 @@ func (s *Server) serveStatus(w http.ResponseWriter) {
 			return nil
 		})
 	}
-	count(CASDir, &st.Blobs)
-	count(ACDir, &st.ACEntries)
+	count(cache.CASDir, &st.Blobs)
+	count(cache.ACDir, &st.ACEntries)
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(st)
 }
@@ -300,9 +302,9 @@ func (s *Server) serveLease(w http.ResponseWriter, r *http.Request, client, hash
 	}
 	switch r.Method {
 	case http.MethodPost:
-		var reply LeaseReply
-		if _, _, err := s.lookupAC(Digest{Hash: hash}); err == nil {
-			reply = LeaseReply{Present: true, TTLms: s.opts.LeaseTTL.Milliseconds()}
+		var reply cache.LeaseReply
+		if _, _, err := s.lookupAC(cache.Digest{Hash: hash}); err == nil {
+			reply = cache.LeaseReply{Present: true, TTLms: s.opts.LeaseTTL.Milliseconds()}
 		} else {
 			reply = s.leases.acquire(hash, client, token, time.Now())
 		}

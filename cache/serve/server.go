@@ -1,4 +1,8 @@
-package cache
+// Package serve is `gantry cache serve`: the HTTP cache protocol and REAPI v2
+// (CAS, ActionCache, ByteStream, Capabilities) over a store (package cache),
+// with authentication, admission, eviction to a quota, build-once leases and
+// metrics. The wire names it shares with the clients are package remote's.
+package serve
 
 import (
 	"context"
@@ -15,11 +19,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gantry-build/gantry/cache"
 	"google.golang.org/grpc"
 )
 
-// ServerOptions configure `gantry cache serve`.
-type ServerOptions struct {
+// Options configure `gantry cache serve`.
+type Options struct {
 	Dir      string // the store: an ordinary cache directory, plus ac/
 	HTTPAddr string // "" = no HTTP listener
 	GRPCAddr string // "" = no gRPC listener
@@ -52,8 +57,8 @@ type ServerOptions struct {
 
 // Server serves one store over the HTTP cache protocol and REAPI v2.
 type Server struct {
-	opts    ServerOptions
-	c       *Cache
+	opts    Options
+	c       *cache.Cache
 	auth    *serverAuth
 	metrics *serverMetrics
 	admit   *admission
@@ -69,13 +74,13 @@ type Server struct {
 	lis     []net.Listener
 }
 
-// ErrServerConfig is wrapped by NewServer's errors for a configuration it
+// ErrConfig is wrapped by New's errors for a configuration it
 // refuses (the command reports them as bad usage); other errors are faults.
-var ErrServerConfig = errors.New("bad configuration")
+var ErrConfig = errors.New("bad configuration")
 
-// NewServer opens the store and checks the configuration.
-func NewServer(opts ServerOptions) (*Server, error) {
-	config := func(err error) error { return fmt.Errorf("cache serve: %w (%w)", err, ErrServerConfig) }
+// New opens the store and checks the configuration.
+func New(opts Options) (*Server, error) {
+	config := func(err error) error { return fmt.Errorf("cache serve: %w (%w)", err, ErrConfig) }
 	if opts.Dir == "" {
 		return nil, config(errors.New("no store directory: give --dir DIR"))
 	}
@@ -114,11 +119,11 @@ func NewServer(opts ServerOptions) (*Server, error) {
 	if err != nil {
 		return nil, config(err)
 	}
-	c, err := Open(opts.Dir)
+	c, err := cache.Open(opts.Dir)
 	if err != nil {
 		return nil, fmt.Errorf("cache serve: %w", err)
 	}
-	if err := os.MkdirAll(filepath.Join(c.Root, ACDir), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(c.Root, cache.ACDir), 0o755); err != nil {
 		return nil, fmt.Errorf("cache serve: %w", err)
 	}
 	if _, err := c.PutBlob(nil); err != nil { // see emptyDigest
@@ -147,7 +152,7 @@ func NewServer(opts ServerOptions) (*Server, error) {
 	return s, nil
 }
 
-func serverTLS(opts ServerOptions) (*tls.Config, error) {
+func serverTLS(opts Options) (*tls.Config, error) {
 	if opts.TLSCert == "" && opts.TLSKey == "" {
 		if opts.ClientCA != "" {
 			return nil, errors.New("--client-ca needs --tls-cert and --tls-key")
