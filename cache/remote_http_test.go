@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gantry-build/gantry/internal/testhttp"
+	"github.com/gantry-build/gantry/internal/testtree"
 )
 
 // memRemote is a small HTTP cache server (bazel-remote's protocol) on 127.0.0.1,
@@ -69,7 +70,7 @@ func (m *memRemote) storeIdle(t *testing.T, userinfo string, idle time.Duration)
 func builtArtifact(t *testing.T, c *Cache) *Artifact {
 	t.Helper()
 	src := t.TempDir()
-	writeTree(t, src, map[string]string{
+	testtree.Write(t, src, map[string]string{
 		"usr/bin/app":          "exec:#!/bin/sh\necho hi\n",
 		"usr/share/doc/README": "file:" + strings.Repeat("gantry ", 50000),
 		"usr/lib/libx.so":      "symlink:libx.so.1",
@@ -142,7 +143,7 @@ func TestHTTPRemotePushPullRoundTrip(t *testing.T) {
 	if err := dst.Checkout(got.Files, out, CheckoutOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if diff := diffTrees(readTree(t, want), readTree(t, out)); diff != "" {
+	if diff := testtree.Diff(testtree.Read(t, want), testtree.Read(t, out)); diff != "" {
 		t.Fatal(diff)
 	}
 	if rep, err := dst.Verify(); err != nil || !rep.Clean() {

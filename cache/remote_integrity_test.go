@@ -7,6 +7,8 @@ import (
 	"io"
 	"strings"
 	"testing"
+
+	"github.com/gantry-build/gantry/internal/testtree"
 )
 
 // largeFile is the digest of the largest file of artifact a (streamed in
@@ -49,7 +51,7 @@ func TestPushNeverUploadsADamagedBlobHTTP(t *testing.T) {
 	c := openTestCache(t)
 	a := builtArtifact(t, c)
 	bad := largeFile(t, c, a)
-	corruptFile(t, c.BlobPath(bad))
+	testtree.CorruptFile(t, c.BlobPath(bad))
 	_, pushed, err := c.PushArtifact(context.Background(), remote.store(t, ""), a, nil)
 	if pushed {
 		t.Fatal("pushed an artifact with a damaged blob")
@@ -75,7 +77,7 @@ func TestPushNeverUploadsADamagedBlobGRPC(t *testing.T) {
 			c := openTestCache(t)
 			a := builtArtifact(t, c)
 			bad := largeFile(t, c, a)
-			corruptFile(t, c.BlobPath(bad))
+			testtree.CorruptFile(t, c.BlobPath(bad))
 			_, pushed, err := c.PushArtifact(context.Background(), store, a, nil)
 			if pushed {
 				t.Fatal("pushed an artifact with a damaged blob")

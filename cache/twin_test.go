@@ -5,6 +5,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/gantry-build/gantry/internal/testtree"
 )
 
 // twinSpec is a sysroot's worth of files: an executable and a plain file.
@@ -15,7 +17,7 @@ var twinSpec = map[string]string{"bin/tool": "exec:#!/bin/sh\necho tool\n", "lib
 func commitTwinArtifact(t *testing.T, c *Cache) (*Artifact, Digest) {
 	t.Helper()
 	dir := t.TempDir()
-	writeTree(t, dir, twinSpec, nil)
+	testtree.Write(t, dir, twinSpec, nil)
 	files, err := c.StoreTree(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -51,7 +53,7 @@ func TestHardlinkCheckoutLinksExecutables(t *testing.T) {
 		if err := c.Checkout(a.Files, dest, CheckoutOptions{Hardlink: true}); err != nil {
 			t.Fatal(err)
 		}
-		if diff := diffTrees(withDirs(twinSpec), readTree(t, dest)); diff != "" {
+		if diff := testtree.Diff(testtree.WithDirs(twinSpec), testtree.Read(t, dest)); diff != "" {
 			t.Fatalf("linked checkout differs:\n%s", diff)
 		}
 	}
@@ -88,7 +90,7 @@ func TestDamagedTwin(t *testing.T) {
 		t.Fatal(err)
 	}
 	twin := c.twinPath(exe)
-	corruptFile(t, twin)
+	testtree.CorruptFile(t, twin)
 	os.Chmod(twin, twinMode)
 
 	rep, err := c.Verify()
@@ -111,13 +113,13 @@ func TestDamagedTwin(t *testing.T) {
 	if err := c.Checkout(a.Files, t.TempDir(), CheckoutOptions{Hardlink: true}); err != nil {
 		t.Fatal(err)
 	}
-	corruptFile(t, twin) // now damaged where only staging sees it
+	testtree.CorruptFile(t, twin) // now damaged where only staging sees it
 	os.Chmod(twin, twinMode)
 	dest := t.TempDir()
 	if err := c.Checkout(a.Files, dest, CheckoutOptions{Hardlink: true}); err != nil {
 		t.Fatalf("linked checkout with a damaged twin: %v", err)
 	}
-	if diff := diffTrees(withDirs(twinSpec), readTree(t, dest)); diff != "" {
+	if diff := testtree.Diff(testtree.WithDirs(twinSpec), testtree.Read(t, dest)); diff != "" {
 		t.Errorf("linked checkout with a damaged twin differs:\n%s", diff)
 	}
 	if _, err := os.Stat(twin); !errors.Is(err, os.ErrNotExist) {
