@@ -61,6 +61,11 @@ func (c *Cache) StartBlobImport(want Digest) (*BlobImport, error) {
 	return &BlobImport{c: c, want: want, f: f, h: sha256.New()}, nil
 }
 
+// Sum is the digest of the bytes written so far.
+func (u *BlobImport) Sum() Digest {
+	return Digest{Hash: hex.EncodeToString(u.h.Sum(nil)), Size: u.n}
+}
+
 // Received is how many bytes were written so far.
 func (u *BlobImport) Received() int64 { return u.n }
 
@@ -87,7 +92,7 @@ func (u *BlobImport) Abort() {
 // commit checks the digest and moves the blob into cas/; on any error the
 // upload is dropped and nothing is stored.
 func (u *BlobImport) Commit() error {
-	got := Digest{Hash: hex.EncodeToString(u.h.Sum(nil)), Size: u.n}
+	got := u.Sum()
 	if u.want.Size < 0 {
 		u.want.Size = u.n
 	}

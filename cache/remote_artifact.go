@@ -3,8 +3,6 @@ package cache
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -99,7 +97,7 @@ func (c *Cache) collectBlobs(a *Artifact) (*artifactBlobs, error) {
 		addBlob(d)
 		dir, err := c.ReadDirectory(d)
 		if err != nil {
-			return nil, fmt.Errorf("reading the files of %s: %w", a.Name(), c.blobError(d, "", err))
+			return nil, fmt.Errorf("reading the files of %s: %w", a.Name(), c.BlobReadFailed(d, err))
 		}
 		if tree.Root == nil {
 			tree.Root = dir
@@ -277,7 +275,7 @@ func (c *Cache) uploadFailure(a *Artifact, d Digest, err error) error {
 	if !errors.As(err, &ue) || ue.Digest != d || !(errors.Is(ue.Err, ErrCorrupt) || errors.Is(ue.Err, fs.ErrNotExist)) {
 		return err
 	}
-	return fmt.Errorf("pushing %s: %w", a.Name(), c.blobError(d, "", ue.Err))
+	return fmt.Errorf("pushing %s: %w", a.Name(), c.BlobReadFailed(d, ue.Err))
 }
 
 // PullArtifact downloads the artifact of project/element/key from store into the
@@ -303,7 +301,7 @@ func (c *Cache) PullArtifact(ctx context.Context, store RemoteStore, project, el
 			return m.transfer(), &RemoteError{Remote: store.Name(), Op: "decoding tree " + e.Tree.String(), Kind: RemoteCorrupt, Err: err}
 		}
 		for _, dir := range append([]*repb.Directory{tree.Root}, tree.Children...) {
-			if dir == nil || validateDirectory(dir) != nil {
+			if dir == nil || ValidateDirectory(dir) != nil {
 				continue // fetched one by one below, where a bad one is reported
 			}
 			if _, err := c.PutDirectory(dir); err != nil {
@@ -347,7 +345,7 @@ func (c *Cache) PullArtifact(ctx context.Context, store RemoteStore, project, el
 	// local record names this one.
 	var names struct{ Project, Element string }
 	json.Unmarshal(data, &names)
-	a, err := decodeRecord(data, e.Record, names.Project, names.Element, key)
+	a, err := DecodeRecord(data, e.Record, names.Project, names.Element, key)
 	if err == nil {
 		a.Project, a.Element = project, element
 	}
@@ -383,7 +381,7 @@ func (c *Cache) pullDirectories(ctx context.Context, store RemoteStore, root Dig
 						return err
 					}
 					dir := &repb.Directory{}
-					if err := proto.Unmarshal(data, dir); err != nil || validateDirectory(dir) != nil {
+					if err := proto.Unmarshal(data, dir); err != nil || ValidateDirectory(dir) != nil {
 						return &RemoteError{Remote: store.Name(), Op: "reading directory " + d.String(), Kind: RemoteCorrupt, Err: errors.New("not a valid Directory")}
 					}
 					if _, err := c.PutBlob(data); err != nil {
@@ -429,36 +427,24 @@ func (c *Cache) fetchSmall(ctx context.Context, store RemoteStore, d Digest, m *
 	return buf.Bytes(), nil
 }
 
-// pullBlob downloads blob d into the local CAS through a temporary file, hashing as
-// it writes; the blob is renamed into place only if it matches its digest.
+// pullBlob downloads blob d into the local CAS, hashing as it writes; the blob
+// enters the CAS only if it matches its digest.
 func (c *Cache) pullBlob(ctx context.Context, store RemoteStore, d Digest, m *meter) error {
-	tmp, err := c.tempFile("pull")
+	u, err := c.StartBlobImport(d)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		tmp.Close()
-		os.Remove(tmp.Name()) // a no-op once renamed
-	}()
-	h := sha256.New()
-	cw := &countWriter{w: io.MultiWriter(tmp, h), m: m}
+	cw := &countWriter{w: u, m: m}
 	if err := store.ReadBlob(ctx, d, &limitWriter{w: cw, left: d.Size}); err != nil {
+		u.Abort()
 		return corruptIfTooLong(store, d, err)
 	}
-	if got := (Digest{Hash: hex.EncodeToString(h.Sum(nil)), Size: cw.n}); got != d {
+	if got := u.Sum(); got != d {
+		u.Abort()
 		return remoteMismatch(store, d, got)
 	}
-	if err := tmp.Sync(); err != nil {
-		return fmt.Errorf("storing blob %s: %w", d, err)
-	}
-	if err := tmp.Chmod(blobMode); err != nil {
-		return fmt.Errorf("storing blob %s: %w", d, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("storing blob %s: %w", d, err)
-	}
-	if err := renameInto(tmp.Name(), c.BlobPath(d)); err != nil {
-		return fmt.Errorf("storing blob %s: %w", d, err)
+	if err := u.Commit(); err != nil {
+		return err
 	}
 	m.blobs.Add(1)
 	return nil
@@ -504,12 +490,10 @@ func (l *limitWriter) Write(p []byte) (int, error) {
 type countWriter struct {
 	w io.Writer
 	m *meter
-	n int64
 }
 
 func (c *countWriter) Write(p []byte) (int, error) {
 	n, err := c.w.Write(p)
-	c.n += int64(n)
 	c.m.add(int64(n))
 	return n, err
 }

@@ -113,7 +113,7 @@ func (s *grpcStore) getReference(ctx context.Context, op, key string) (*RemoteEn
 // updateReference uploads the Directory of e and points the reference of key
 // at it.
 func (s *grpcStore) updateReference(ctx context.Context, op, key string, e *RemoteEntry) error {
-	data, err := marshalDirectory(referenceDirectory(e))
+	data, err := MarshalDirectory(referenceDirectory(e))
 	if err != nil {
 		return fmt.Errorf("%s on remote %s: encoding the entry: %w", op, s.name, err)
 	}

@@ -205,8 +205,8 @@ func exerciseStore(t *testing.T, s RemoteStore) *RemoteEntry {
 	}
 	file := put([]byte("hello\n"))
 	root := &repb.Directory{Files: []*repb.FileNode{{Name: "hello.txt", Digest: file.Proto()}}}
-	rootData, _ := marshalDirectory(root)
-	treeData, _ := marshalDirectory(root) // stands in for a Tree blob: the store does not read it
+	rootData, _ := MarshalDirectory(root)
+	treeData, _ := MarshalDirectory(root) // stands in for a Tree blob: the store does not read it
 	want := &RemoteEntry{Files: put(rootData), Tree: put(append([]byte("tree:"), treeData...)), Record: put([]byte(`{"version":1}`)), Log: put([]byte("build log\n"))}
 	if _, err := s.GetEntry(ctx, "k1"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("GetEntry before UpdateEntry = %v, want ErrNotFound", err)

@@ -183,7 +183,7 @@ func TestHTTPRemoteCorruptBlobIsNeverStored(t *testing.T) {
 	if _, err := dst.Lookup(a.Project, a.Element, a.Key); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("a ref was written for an incomplete pull: %v", err)
 	}
-	if leftovers, _ := os.ReadDir(dst.tmpPath()); len(leftovers) != 0 {
+	if leftovers, _ := os.ReadDir(filepath.Join(dst.Root, "tmp")); len(leftovers) != 0 {
 		t.Fatalf("temporary files left: %v", leftovers)
 	}
 }

@@ -62,14 +62,16 @@ type CheckoutOptions struct {
 // ioParallelism bounds the goroutines copying files in and out of the cache.
 func ioParallelism() int { return max(4, runtime.GOMAXPROCS(0)) }
 
-func marshalDirectory(d *repb.Directory) ([]byte, error) {
+// MarshalDirectory is the deterministic serialization of d, the bytes its
+// digest is taken of.
+func MarshalDirectory(d *repb.Directory) ([]byte, error) {
 	return proto.MarshalOptions{Deterministic: true}.Marshal(d)
 }
 
 // PutDirectory stores one Directory message, which must already be valid
 // (sorted, children stored first).
 func (c *Cache) PutDirectory(dir *repb.Directory) (Digest, error) {
-	data, err := marshalDirectory(dir)
+	data, err := MarshalDirectory(dir)
 	if err != nil {
 		return Digest{}, fmt.Errorf("encoding directory: %w", err)
 	}
@@ -96,7 +98,7 @@ func (c *Cache) ReadDirectory(d Digest) (*repb.Directory, error) {
 	if err := proto.Unmarshal(data, dir); err != nil {
 		return nil, fmt.Errorf("decoding directory %s: %v: %w", d, err, ErrCorrupt)
 	}
-	if err := validateDirectory(dir); err != nil {
+	if err := ValidateDirectory(dir); err != nil {
 		return nil, fmt.Errorf("directory %s: %v: %w", d, err, ErrCorrupt)
 	}
 	c.dirs.put(d, dir)
@@ -141,9 +143,9 @@ func validName(name string) bool {
 		!strings.ContainsAny(name, "/\x00") && utf8.ValidString(name)
 }
 
-// validateDirectory checks what REAPI requires and what checking out safely
+// ValidateDirectory checks what REAPI requires and what checking out safely
 // needs: valid, unique names, each list sorted, valid digests.
-func validateDirectory(dir *repb.Directory) error {
+func ValidateDirectory(dir *repb.Directory) error {
 	seen := make(map[string]bool, len(dir.Files)+len(dir.Directories)+len(dir.Symlinks))
 	check := func(i int, name, prev string) error {
 		if !validName(name) {
