@@ -113,7 +113,11 @@ type DigestWriter struct {
 	n int64
 }
 
+// NewDigestWriter starts an empty digest.
 func NewDigestWriter() *DigestWriter { return &DigestWriter{h: sha256.New()} }
+
+// Size is how many bytes were written.
+func (w *DigestWriter) Size() int64 { return w.n }
 
 func (w *DigestWriter) Write(p []byte) (int, error) {
 	w.h.Write(p)

@@ -12,6 +12,7 @@ import (
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 	smpb "github.com/bazelbuild/remote-apis/build/bazel/semver"
 	"github.com/gantry-build/gantry/cache"
+	"github.com/gantry-build/gantry/cache/remote"
 	bspb "google.golang.org/genproto/googleapis/bytestream"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -466,10 +467,10 @@ func (g *grpcService) UpdateActionResult(ctx context.Context, req *repb.UpdateAc
 	}
 	var token uint64
 	if md, ok := metadata.FromIncomingContext(ctx); ok {
-		if v := md.Get(cache.FencingMetadata); len(v) > 0 {
+		if v := md.Get(remote.FencingMetadata); len(v) > 0 {
 			t, err := strconv.ParseUint(v[0], 10, 64)
 			if err != nil {
-				return nil, status.Errorf(codes.InvalidArgument, "%s: %v", cache.FencingMetadata, err)
+				return nil, status.Errorf(codes.InvalidArgument, "%s: %v", remote.FencingMetadata, err)
 			}
 			token = t
 		}

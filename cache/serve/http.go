@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gantry-build/gantry/cache"
+	"github.com/gantry-build/gantry/cache/remote"
 )
 
 // The HTTP cache protocol as bazel-remote answers it:
@@ -209,10 +210,10 @@ func (s *Server) serveAC(w http.ResponseWriter, r *http.Request, client, hash st
 		s.metrics.request("http", "ac_get", client, 0, int64(len(data)))
 	case http.MethodPut:
 		var token uint64
-		if h := r.Header.Get(cache.FencingHeader); h != "" {
+		if h := r.Header.Get(remote.FencingHeader); h != "" {
 			var err error
 			if token, err = strconv.ParseUint(h, 10, 64); err != nil {
-				http.Error(w, "bad "+cache.FencingHeader+": "+err.Error(), http.StatusBadRequest)
+				http.Error(w, "bad "+remote.FencingHeader+": "+err.Error(), http.StatusBadRequest)
 				return
 			}
 		}
@@ -302,9 +303,9 @@ func (s *Server) serveLease(w http.ResponseWriter, r *http.Request, client, hash
 	}
 	switch r.Method {
 	case http.MethodPost:
-		var reply cache.LeaseReply
+		var reply remote.LeaseReply
 		if _, _, err := s.lookupAC(cache.Digest{Hash: hash}); err == nil {
-			reply = cache.LeaseReply{Present: true, TTLms: s.opts.LeaseTTL.Milliseconds()}
+			reply = remote.LeaseReply{Present: true, TTLms: s.opts.LeaseTTL.Milliseconds()}
 		} else {
 			reply = s.leases.acquire(hash, client, token, time.Now())
 		}

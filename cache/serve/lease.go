@@ -4,7 +4,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gantry-build/gantry/cache"
+	"github.com/gantry-build/gantry/cache/remote"
 )
 
 // leaseTable grants build-once leases (docs/serve.md, "Build-once leases"): a lease on
@@ -32,21 +32,21 @@ func newLeaseTable(ttl time.Duration) *leaseTable {
 
 // acquire grants the lease on key to holder if it is free or expired, or
 // renews it when holder presents the token it holds.
-func (t *leaseTable) acquire(key, holder string, token uint64, now time.Time) cache.LeaseReply {
+func (t *leaseTable) acquire(key, holder string, token uint64, now time.Time) remote.LeaseReply {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	l := t.leases[key]
 	switch {
 	case l != nil && now.Before(l.expires) && !(l.holder == holder && l.token == token):
 		wait := min(l.expires.Sub(now), time.Second)
-		return cache.LeaseReply{TTLms: t.ttl.Milliseconds(), WaitMs: max(wait.Milliseconds(), 50), Holder: l.holder}
+		return remote.LeaseReply{TTLms: t.ttl.Milliseconds(), WaitMs: max(wait.Milliseconds(), 50), Holder: l.holder}
 	case l != nil && now.Before(l.expires): // renewal
 		l.expires = now.Add(t.ttl)
-		return cache.LeaseReply{Granted: true, Token: l.token, TTLms: t.ttl.Milliseconds()}
+		return remote.LeaseReply{Granted: true, Token: l.token, TTLms: t.ttl.Milliseconds()}
 	}
 	t.next++
 	t.leases[key] = &lease{holder: holder, token: t.next, expires: now.Add(t.ttl)}
-	return cache.LeaseReply{Granted: true, Token: t.next, TTLms: t.ttl.Milliseconds()}
+	return remote.LeaseReply{Granted: true, Token: t.next, TTLms: t.ttl.Milliseconds()}
 }
 
 // release ends holder's lease on key, once its entry is stored or its build failed.

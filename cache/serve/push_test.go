@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gantry-build/gantry/cache"
+	"github.com/gantry-build/gantry/cache/remote"
 )
 
 // damage flips the first byte of the blob at path, keeping its size.
@@ -30,7 +31,7 @@ func damage(t *testing.T, path string) {
 
 // startGantryServer serves a new store over HTTP and gRPC on 127.0.0.1 until the
 // test ends, and returns its directory and a spec of each protocol with a token.
-func startGantryServer(t *testing.T) (dir string, specs map[string]cache.RemoteSpec) {
+func startGantryServer(t *testing.T) (dir string, specs map[string]remote.Spec) {
 	t.Helper()
 	dir = t.TempDir()
 	tokens := filepath.Join(t.TempDir(), "tokens")
@@ -56,7 +57,7 @@ func startGantryServer(t *testing.T) (dir string, specs map[string]cache.RemoteS
 		<-done
 	})
 	h, g := srv.Addrs()
-	return dir, map[string]cache.RemoteSpec{
+	return dir, map[string]remote.Spec{
 		"http": {URL: "http://" + h, TokenFile: tokenFile},
 		"grpc": {URL: "grpc://" + g, TokenFile: tokenFile},
 	}
@@ -73,7 +74,7 @@ func TestPushToGantryServerNeverUploadsADamagedBlob(t *testing.T) {
 		for _, which := range []string{"small", "large"} {
 			t.Run(proto+"/"+which, func(t *testing.T) {
 				dir, specs := startGantryServer(t)
-				store, err := cache.OpenRemote(specs[proto])
+				store, err := remote.Open(specs[proto])
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -110,7 +111,7 @@ func TestPushToGantryServerNeverUploadsADamagedBlob(t *testing.T) {
 					return nil
 				})
 				damage(t, c.BlobPath(bad))
-				_, pushed, err := c.PushArtifact(context.Background(), store, a, nil)
+				_, pushed, err := remote.PushArtifact(context.Background(), c, store, a, nil)
 				if pushed {
 					t.Fatal("pushed an artifact with a damaged blob")
 				}
@@ -118,7 +119,7 @@ func TestPushToGantryServerNeverUploadsADamagedBlob(t *testing.T) {
 				if !errors.As(err, &be) || be.Digest != bad || be.Missing || !errors.Is(err, cache.ErrCorrupt) {
 					t.Fatalf("push of an artifact with a damaged blob: got %v, want a *BlobError for %s", err, bad)
 				}
-				var re *cache.RemoteError
+				var re *remote.Error
 				if errors.As(err, &re) {
 					t.Fatalf("the local damage was reported as the remote's: %v", err)
 				}

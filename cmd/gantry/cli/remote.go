@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/gantry-build/gantry/cache"
+	"github.com/gantry-build/gantry/cache/remote"
 	"github.com/gantry-build/gantry/element"
 	"github.com/gantry-build/gantry/job"
 	"github.com/gantry-build/gantry/queues"
@@ -31,23 +32,23 @@ func (f *remoteFlags) register(cmd *cobra.Command, what string) {
 
 // remotes resolves the session's remotes: --no-remote, else --remote (pushed to only
 // by the push command), else the user config's [[remote]] then project.toml's.
-func (s *session) remotes(f *remoteFlags, push bool) ([]cache.RemoteSpec, error) {
+func (s *session) remotes(f *remoteFlags, push bool) ([]remote.Spec, error) {
 	switch {
 	case f.none && len(f.urls) > 0:
 		return nil, usagef("--remote and --no-remote cannot be used together")
 	case f.none:
 		return nil, nil
 	case len(f.urls) > 0:
-		var specs []cache.RemoteSpec
+		var specs []remote.Spec
 		for _, u := range f.urls {
 			if err := element.CheckRemoteURL(u); err != nil {
 				return nil, usagef("--remote: %v", err)
 			}
-			specs = append(specs, cache.RemoteSpec{URL: u, Push: push})
+			specs = append(specs, remote.Spec{URL: u, Push: push})
 		}
 		return specs, nil
 	}
-	return append(append([]cache.RemoteSpec{}, s.user.Remotes...), s.project.Remotes...), nil
+	return append(append([]remote.Spec{}, s.user.Remotes...), s.project.Remotes...), nil
 }
 
 // remoteSet is a session's remotes and which of them are down. The plan's lookups use
@@ -55,15 +56,15 @@ func (s *session) remotes(f *remoteFlags, push bool) ([]cache.RemoteSpec, error)
 // scheduler goroutine.
 type remoteSet struct {
 	s       *session
-	specs   []cache.RemoteSpec
+	specs   []remote.Spec
 	down    map[string]bool // by spec.Display()
 	warn    func(string)    // a warning before the session starts
 	mu      sync.Mutex      // guards down and stores during the plan's parallel lookups
-	stores  map[string]cache.RemoteStore
+	stores  map[string]remote.Store
 	retries int
 	from    map[*queues.Item]string // the remote each item was pulled from
 	// lease is the push remote that grants build-once leases (probeLeases); nil: none.
-	lease    *cache.RemoteSpec
+	lease    *remote.Spec
 	leases   map[string]*heldLease // the leases this session holds, by cache key
 	waits    map[string]int        // how often each key's pull waited for another session's lease
 	renewing sync.WaitGroup        // their renew goroutines
@@ -76,13 +77,13 @@ type remoteSet struct {
 	wrongPulls []string
 }
 
-func (s *session) remoteSet(specs []cache.RemoteSpec, warn func(string)) (*remoteSet, error) {
+func (s *session) remoteSet(specs []remote.Spec, warn func(string)) (*remoteSet, error) {
 	idle, err := netIdleTimeout()
 	if err != nil {
 		return nil, err
 	}
 	specs = withIdleTimeout(specs, idle)
-	return &remoteSet{s: s, specs: specs, down: map[string]bool{}, warn: warn, stores: map[string]cache.RemoteStore{}, retries: s.networkRetries(),
+	return &remoteSet{s: s, specs: specs, down: map[string]bool{}, warn: warn, stores: map[string]remote.Store{}, retries: s.networkRetries(),
 		from: map[*queues.Item]string{}, leases: map[string]*heldLease{}, waits: map[string]int{}, wrong: map[string]map[string][]cache.Digest{}}, nil
 }
 
@@ -96,8 +97,8 @@ func (rs *remoteSet) hasPush() bool {
 }
 
 // up lists the remotes not marked down, push remotes only with push.
-func (rs *remoteSet) up(push bool) []cache.RemoteSpec {
-	var out []cache.RemoteSpec
+func (rs *remoteSet) up(push bool) []remote.Spec {
+	var out []remote.Spec
 	for _, r := range rs.specs {
 		if !rs.down[r.Display()] && (r.Push || !push) {
 			out = append(out, r)
@@ -143,8 +144,8 @@ func (rs *remoteSet) lookup(es []*element.Element) []bool {
 					case err == nil:
 						hits[i] = true
 						return nil
-					case errors.Is(err, cache.ErrNotFound) || cache.IsRemoteKind(err, cache.RemoteCorrupt):
-					case cache.IsRemoteKind(err, cache.RemoteUnavailable) && attempt <= rs.retries:
+					case errors.Is(err, cache.ErrNotFound) || remote.IsKind(err, remote.Corrupt):
+					case remote.IsKind(err, remote.Unavailable) && attempt <= rs.retries:
 						time.Sleep(backoff(attempt))
 						continue
 					default:
@@ -161,7 +162,7 @@ func (rs *remoteSet) lookup(es []*element.Element) []bool {
 }
 
 // store opens spec's store once; nil when it is down or cannot be opened.
-func (rs *remoteSet) store(spec cache.RemoteSpec) cache.RemoteStore {
+func (rs *remoteSet) store(spec remote.Spec) remote.Store {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	name := spec.Display()
@@ -171,7 +172,7 @@ func (rs *remoteSet) store(spec cache.RemoteSpec) cache.RemoteStore {
 	if st := rs.stores[name]; st != nil {
 		return st
 	}
-	st, err := cache.OpenRemote(spec)
+	st, err := remote.Open(spec)
 	if err != nil {
 		rs.down[name] = true
 		rs.warn(fmt.Sprintf("%v: not used in this session", err))
@@ -182,7 +183,7 @@ func (rs *remoteSet) store(spec cache.RemoteSpec) cache.RemoteStore {
 }
 
 // markDown marks a remote down once, with a warning (before the session) saying why.
-func (rs *remoteSet) markDown(spec cache.RemoteSpec, err error) {
+func (rs *remoteSet) markDown(spec remote.Spec, err error) {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	if rs.down[spec.Display()] {
@@ -199,16 +200,16 @@ func downWarning(why string) string {
 // pullSpec is the payload of pull and push jobs. It carries the remotes' settings
 // (token-file paths, never tokens); it travels to the job on a pipe, never on disk.
 type pullSpec struct {
-	CacheDir string             `json:"cache-dir"`
-	Project  string             `json:"project"`
-	Element  string             `json:"element"`
-	Key      string             `json:"key"`
-	Remotes  []cache.RemoteSpec `json:"remotes"`
+	CacheDir string        `json:"cache-dir"`
+	Project  string        `json:"project"`
+	Element  string        `json:"element"`
+	Key      string        `json:"key"`
+	Remotes  []remote.Spec `json:"remotes"`
 	// Lease: a pull asks this remote for the build-once lease first; a push carries
 	// Fence, the token of the lease the session holds, to it.
-	Lease *cache.RemoteSpec `json:"lease,omitempty"`
-	Fence uint64            `json:"fence,omitempty"`
-	Waits int               `json:"waits,omitempty"` // how often the pull waited already (askLease)
+	Lease *remote.Spec `json:"lease,omitempty"`
+	Fence uint64       `json:"fence,omitempty"`
+	Waits int          `json:"waits,omitempty"` // how often the pull waited already (askLease)
 	// Repair: a push sends the artifact again in full to these remotes (by
 	// Display), which served wrong bytes for it: the blobs named, or its entry.
 	Repair map[string][]cache.Digest `json:"repair,omitempty"`
@@ -222,7 +223,7 @@ type pullResult struct {
 	Warning string       `json:"warning,omitempty"` // a remote sent bad bytes
 	Wrong   []wrongBytes `json:"wrong,omitempty"`   // which remotes, about which blobs
 	// Lease: this session holds the element's build-once lease and builds it.
-	Lease *cache.LeaseReply `json:"lease,omitempty"`
+	Lease *remote.LeaseReply `json:"lease,omitempty"`
 	// NoLeases: the lease remote does not grant leases after all.
 	NoLeases bool `json:"no-leases,omitempty"`
 }
@@ -238,7 +239,7 @@ type wrongBytes struct {
 // (pr.Wrong), for its push to repair. Scheduler goroutine only.
 func (rs *remoteSet) noteWrong(it *queues.Item, pr pullResult) {
 	for _, w := range pr.Wrong {
-		if !slices.ContainsFunc(rs.specs, func(r cache.RemoteSpec) bool { return r.Push && r.Display() == w.Remote }) {
+		if !slices.ContainsFunc(rs.specs, func(r remote.Spec) bool { return r.Push && r.Display() == w.Remote }) {
 			continue
 		}
 		key := it.Element.Key
@@ -376,7 +377,7 @@ func (rs *remoteSet) pushQueue(c *cache.Cache, all bool) queues.PushQueue {
 
 // withIdleTimeout returns specs with the idle timeout of GANTRY_NET_IDLE_TIMEOUT (idle;
 // 0 keeps the default). The pull and push jobs get it in their specs.
-func withIdleTimeout(specs []cache.RemoteSpec, idle time.Duration) []cache.RemoteSpec {
+func withIdleTimeout(specs []remote.Spec, idle time.Duration) []remote.Spec {
 	if idle <= 0 {
 		return specs
 	}

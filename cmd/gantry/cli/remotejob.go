@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/gantry-build/gantry/cache"
+	"github.com/gantry-build/gantry/cache/remote"
 	"github.com/gantry-build/gantry/element"
 	"github.com/gantry-build/gantry/job"
 	"github.com/gantry-build/gantry/ui"
@@ -57,14 +58,14 @@ func pullJob(ctx context.Context, spec job.Spec, r *job.Reporter) (job.Result, e
 	}
 	var failure, corrupt error
 	for _, rs := range ps.Remotes {
-		store, err := cache.OpenRemote(rs)
+		store, err := remote.Open(rs)
 		if err != nil {
 			pr.Down, pr.Reasons = append(pr.Down, rs.Display()), append(pr.Reasons, err.Error())
 			failure = err
 			continue
 		}
 		r.Status("pulling from " + store.Name())
-		t, err := c.PullArtifact(ctx, store, ps.Project, ps.Element, ps.Key, r.Progress)
+		t, err := remote.PullArtifact(ctx, c, store, ps.Project, ps.Element, ps.Key, r.Progress)
 		store.Close()
 		switch {
 		case err == nil:
@@ -76,17 +77,17 @@ func pullJob(ctx context.Context, spec job.Spec, r *job.Reporter) (job.Result, e
 			return job.Result{}, err
 		case errors.Is(err, cache.ErrNotFound):
 			r.Log(fmt.Sprintf("%s does not have %s", store.Name(), ps.Element))
-		case cache.IsRemoteKind(err, cache.RemoteCorrupt):
+		case remote.IsKind(err, remote.Corrupt):
 			w := fmt.Sprintf("%v: the artifact was not pulled from it", err)
 			pr.Warning = joinWarnings(pr.Warning, w)
 			r.Log("warning: " + w)
 			wrong := wrongBytes{Remote: store.Name()}
-			if _, d, ok := cache.WrongBytes(err); ok {
+			if _, d, ok := remote.WrongBytes(err); ok {
 				wrong.Blob = d
 			}
 			pr.Wrong = append(pr.Wrong, wrong)
 			corrupt = err
-		case cache.IsRemoteKind(err, cache.RemoteUnavailable) || cache.IsRemoteKind(err, cache.RemoteAuth):
+		case remote.IsKind(err, remote.Unavailable) || remote.IsKind(err, remote.Auth):
 			pr.Down, pr.Reasons = append(pr.Down, store.Name()), append(pr.Reasons, err.Error())
 			failure = err
 		default:
@@ -95,7 +96,7 @@ func pullJob(ctx context.Context, spec job.Spec, r *job.Reporter) (job.Result, e
 	}
 	data, _ := json.Marshal(pr)
 	if failure != nil {
-		return job.Result{Temporary: cache.IsRemoteKind(failure, cache.RemoteUnavailable), Data: data}, failure
+		return job.Result{Temporary: remote.IsKind(failure, remote.Unavailable), Data: data}, failure
 	}
 	if corrupt != nil {
 		return job.Result{Data: data}, corrupt
@@ -158,30 +159,30 @@ func pushArtifact(ctx context.Context, ps *pullSpec, c *cache.Cache, a *cache.Ar
 	pushed := false
 	var pr pushResult
 	for _, rs := range ps.Remotes {
-		store, err := cache.OpenRemote(rs)
+		store, err := remote.Open(rs)
 		if err != nil {
 			return job.Result{}, err
 		}
 		r.Status("pushing to " + store.Name())
 		pctx := ctx
 		if ps.Lease != nil && ps.Lease.Display() == rs.Display() {
-			pctx = cache.WithFencingToken(ctx, ps.Fence)
+			pctx = remote.WithFencingToken(ctx, ps.Fence)
 		}
-		var t cache.Transfer
+		var t remote.Transfer
 		did := false
 		if wrong, ok := ps.Repair[rs.Display()]; ok {
-			var rep cache.Repair
-			t, rep, err = c.RepairArtifact(pctx, store, a, wrong, r.Progress)
+			var rep remote.Repair
+			t, rep, err = remote.RepairArtifact(pctx, c, store, a, wrong, r.Progress)
 			if err == nil {
 				did = true
 				pr.Warning = joinWarnings(pr.Warning, repairWarning(store.Name(), ps.Element, rep))
 			}
 		} else {
-			t, did, err = c.PushArtifact(pctx, store, a, r.Progress)
+			t, did, err = remote.PushArtifact(pctx, c, store, a, r.Progress)
 		}
 		store.Close()
 		if err != nil {
-			return job.Result{Temporary: cache.IsRemoteKind(err, cache.RemoteUnavailable)}, err
+			return job.Result{Temporary: remote.IsKind(err, remote.Unavailable)}, err
 		}
 		if did {
 			pushed = true
@@ -197,9 +198,9 @@ func pushArtifact(ctx context.Context, ps *pullSpec, c *cache.Cache, a *cache.Ar
 	return job.Result{OK: true, Data: data}, err
 }
 
-// repairWarning says what a repair of remote did for element.
-func repairWarning(remote, element string, rep cache.Repair) string {
-	w := fmt.Sprintf("remote %s served wrong bytes for %s", remote, element)
+// repairWarning says what a repair of remote name did for element.
+func repairWarning(name, element string, rep remote.Repair) string {
+	w := fmt.Sprintf("remote %s served wrong bytes for %s", name, element)
 	if len(rep.Replaced) > 0 {
 		w += fmt.Sprintf(" (blob %s)", digestList(rep.Replaced))
 	}

@@ -1,4 +1,4 @@
-package cache
+package remote
 
 // The names clients and `gantry cache serve` agree on beyond REAPI: the
 // build-once lease (docs/serve.md, "Build-once leases") and its fencing token.

@@ -1,4 +1,4 @@
-package cache
+package remote
 
 import (
 	"bufio"
@@ -20,14 +20,15 @@ import (
 	"time"
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
+	"github.com/gantry-build/gantry/cache"
 	"github.com/gantry-build/gantry/internal/testpki"
 	"golang.org/x/sync/errgroup"
 )
 
 // openGRPC opens the grpc store of spec, closed when the test ends.
-func openGRPC(t testing.TB, spec RemoteSpec) *grpcStore {
+func openGRPC(t testing.TB, spec Spec) *grpcStore {
 	t.Helper()
-	s, err := OpenRemote(spec)
+	s, err := Open(spec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,15 +97,15 @@ func startBST(t testing.TB, push bool) string {
 
 // testBlobs returns blobs of many sizes: the empty blob, many small ones (for
 // batches), and the given large ones (for ByteStream).
-func testBlobs(small int, large ...int) map[Digest][]byte {
+func testBlobs(small int, large ...int) map[cache.Digest][]byte {
 	rng := rand.New(rand.NewPCG(1, 2))
-	blobs := map[Digest][]byte{}
+	blobs := map[cache.Digest][]byte{}
 	add := func(n int) {
 		data := make([]byte, n)
 		for i := range data {
 			data[i] = byte(rng.Uint32())
 		}
-		blobs[DigestOf(data)] = data
+		blobs[cache.DigestOf(data)] = data
 	}
 	add(0)
 	for i := range small {
@@ -117,7 +118,7 @@ func testBlobs(small int, large ...int) map[Digest][]byte {
 }
 
 // putBlobs uploads blobs with 16 concurrent writers.
-func putBlobs(ctx context.Context, s RemoteStore, blobs map[Digest][]byte) error {
+func putBlobs(ctx context.Context, s Store, blobs map[cache.Digest][]byte) error {
 	var g errgroup.Group
 	g.SetLimit(16)
 	for d, data := range blobs {
@@ -129,7 +130,7 @@ func putBlobs(ctx context.Context, s RemoteStore, blobs map[Digest][]byte) error
 }
 
 // checkBlobs reads blobs back with 16 concurrent readers and compares them.
-func checkBlobs(ctx context.Context, s RemoteStore, blobs map[Digest][]byte) error {
+func checkBlobs(ctx context.Context, s Store, blobs map[cache.Digest][]byte) error {
 	var g errgroup.Group
 	g.SetLimit(16)
 	for d, data := range blobs {
@@ -147,7 +148,7 @@ func checkBlobs(ctx context.Context, s RemoteStore, blobs map[Digest][]byte) err
 	return g.Wait()
 }
 
-func digestSet(ds []Digest) []string {
+func digestSet(ds []cache.Digest) []string {
 	var ss []string
 	for _, d := range ds {
 		ss = append(ss, d.String())
@@ -159,11 +160,11 @@ func digestSet(ds []Digest) []string {
 // exerciseStore is the round trip every grpc server must pass: blobs of all
 // sizes up and back, FindMissing before and after, misses, and an artifact
 // entry written, read, overwritten. It returns the entry read back.
-func exerciseStore(t *testing.T, s RemoteStore) *RemoteEntry {
+func exerciseStore(t *testing.T, s Store) *Entry {
 	t.Helper()
 	ctx := context.Background()
 	blobs := testBlobs(300, 3<<20, 5<<20) // above bst's 1 MiB batch limit and above 4 MiB
-	var ds []Digest
+	var ds []cache.Digest
 	for d := range blobs {
 		ds = append(ds, d)
 	}
@@ -177,38 +178,38 @@ func exerciseStore(t *testing.T, s RemoteStore) *RemoteEntry {
 	if err := putBlobs(ctx, s, blobs); err != nil {
 		t.Fatal(err)
 	}
-	absent := DigestOf([]byte("never uploaded"))
-	absentLarge := Digest{Hash: absent.Hash, Size: 8 << 20}
+	absent := cache.DigestOf([]byte("never uploaded"))
+	absentLarge := cache.Digest{Hash: absent.Hash, Size: 8 << 20}
 	missing, err = s.FindMissing(ctx, append(ds, absent))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(missing, []Digest{absent}) {
+	if !slices.Equal(missing, []cache.Digest{absent}) {
 		t.Fatalf("FindMissing after the upload = %v, want only %s", missing, absent)
 	}
 	if err := checkBlobs(ctx, s, blobs); err != nil {
 		t.Fatal(err)
 	}
-	for _, d := range []Digest{absent, absentLarge} {
-		if err := s.ReadBlob(ctx, d, io.Discard); !errors.Is(err, ErrNotFound) {
+	for _, d := range []cache.Digest{absent, absentLarge} {
+		if err := s.ReadBlob(ctx, d, io.Discard); !errors.Is(err, cache.ErrNotFound) {
 			t.Errorf("ReadBlob of absent blob %s = %v, want ErrNotFound", d, err)
 		}
 	}
 
 	// An artifact: a files tree with one file, a record, a log.
-	put := func(data []byte) Digest {
-		d := DigestOf(data)
-		if err := putBlobs(ctx, s, map[Digest][]byte{d: data}); err != nil {
+	put := func(data []byte) cache.Digest {
+		d := cache.DigestOf(data)
+		if err := putBlobs(ctx, s, map[cache.Digest][]byte{d: data}); err != nil {
 			t.Fatal(err)
 		}
 		return d
 	}
 	file := put([]byte("hello\n"))
 	root := &repb.Directory{Files: []*repb.FileNode{{Name: "hello.txt", Digest: file.Proto()}}}
-	rootData, _ := MarshalDirectory(root)
-	treeData, _ := MarshalDirectory(root) // stands in for a Tree blob: the store does not read it
-	want := &RemoteEntry{Files: put(rootData), Tree: put(append([]byte("tree:"), treeData...)), Record: put([]byte(`{"version":1}`)), Log: put([]byte("build log\n"))}
-	if _, err := s.GetEntry(ctx, "k1"); !errors.Is(err, ErrNotFound) {
+	rootData, _ := cache.MarshalDirectory(root)
+	treeData, _ := cache.MarshalDirectory(root) // stands in for a Tree blob: the store does not read it
+	want := &Entry{Files: put(rootData), Tree: put(append([]byte("tree:"), treeData...)), Record: put([]byte(`{"version":1}`)), Log: put([]byte("build log\n"))}
+	if _, err := s.GetEntry(ctx, "k1"); !errors.Is(err, cache.ErrNotFound) {
 		t.Fatalf("GetEntry before UpdateEntry = %v, want ErrNotFound", err)
 	}
 	if err := s.UpdateEntry(ctx, "k1", want); err != nil {
@@ -221,15 +222,15 @@ func exerciseStore(t *testing.T, s RemoteStore) *RemoteEntry {
 	if got.Files != want.Files || got.Record != want.Record || got.Log != want.Log {
 		t.Fatalf("GetEntry = %+v, want %+v", got, want)
 	}
-	if _, err := s.GetEntry(ctx, "k2"); !errors.Is(err, ErrNotFound) {
+	if _, err := s.GetEntry(ctx, "k2"); !errors.Is(err, cache.ErrNotFound) {
 		t.Errorf("GetEntry of another key = %v, want ErrNotFound", err)
 	}
 	again := *want
-	again.Log = Digest{}
+	again.Log = cache.Digest{}
 	if err := s.UpdateEntry(ctx, "k1", &again); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := s.GetEntry(ctx, "k1"); err != nil || got.Log != (Digest{}) || got.Files != want.Files {
+	if got, err := s.GetEntry(ctx, "k1"); err != nil || got.Log != (cache.Digest{}) || got.Files != want.Files {
 		t.Errorf("GetEntry after an update without log = %+v, %v", got, err)
 	}
 	return got
@@ -237,7 +238,7 @@ func exerciseStore(t *testing.T, s RemoteStore) *RemoteEntry {
 
 func TestGRPCBuildStreamServer(t *testing.T) {
 	t.Parallel()
-	s := openGRPC(t, RemoteSpec{URL: startBST(t, true), Push: true})
+	s := openGRPC(t, Spec{URL: startBST(t, true), Push: true})
 	got := exerciseStore(t, s)
 	if s.info.api != apiReferences || s.info.batchLimit != 1<<20 {
 		t.Errorf("bst-artifact-server detected as %v with batch limit %d, want references and 1 MiB", s.info.api, s.info.batchLimit)
@@ -249,9 +250,9 @@ func TestGRPCBuildStreamServer(t *testing.T) {
 
 func TestGRPCBuildStreamServerReadOnly(t *testing.T) {
 	t.Parallel()
-	s := openGRPC(t, RemoteSpec{URL: startBST(t, false)})
-	err := s.UpdateEntry(context.Background(), "k", &RemoteEntry{Files: DigestOf(nil), Record: DigestOf(nil)})
-	if !IsRemoteKind(err, RemoteRefused) || !strings.Contains(err.Error(), "--enable-push") {
+	s := openGRPC(t, Spec{URL: startBST(t, false)})
+	err := s.UpdateEntry(context.Background(), "k", &Entry{Files: cache.DigestOf(nil), Record: cache.DigestOf(nil)})
+	if !IsKind(err, Refused) || !strings.Contains(err.Error(), "--enable-push") {
 		t.Errorf("UpdateEntry on a read-only bst-artifact-server = %v, want refused, naming --enable-push", err)
 	}
 }
@@ -259,7 +260,7 @@ func TestGRPCBuildStreamServerReadOnly(t *testing.T) {
 func TestGRPCActionCacheServer(t *testing.T) {
 	t.Parallel()
 	srv := newTestREAPI()
-	s := openGRPC(t, RemoteSpec{URL: "grpc://" + srv.start(t), Instance: "main"})
+	s := openGRPC(t, Spec{URL: "grpc://" + srv.start(t), Instance: "main"})
 	got := exerciseStore(t, s)
 	if s.info.api != apiActionCache {
 		t.Errorf("REAPI server detected as %v", s.info.api)
@@ -268,8 +269,8 @@ func TestGRPCActionCacheServer(t *testing.T) {
 		t.Error("an entry from an action cache lost its Tree")
 	}
 	srv.locked(func() {
-		if ar := srv.ac[RemoteKey("k1").Hash]; ar == nil || len(ar.OutputFiles) != 1 {
-			t.Errorf("the action cache holds %v under RemoteKey(k1)", ar)
+		if ar := srv.ac[Key("k1").Hash]; ar == nil || len(ar.OutputFiles) != 1 {
+			t.Errorf("the action cache holds %v under Key(k1)", ar)
 		}
 		if srv.earlyWrites != 0 {
 			t.Errorf("%d writes ended early on an empty server", srv.earlyWrites)
@@ -293,10 +294,10 @@ func TestGRPCActionCacheServer(t *testing.T) {
 func TestGRPCBatchPacksQueuedReads(t *testing.T) {
 	t.Parallel()
 	srv := newTestREAPI()
-	s := openGRPC(t, RemoteSpec{URL: "grpc://" + srv.start(t)})
+	s := openGRPC(t, Spec{URL: "grpc://" + srv.start(t)})
 	ctx := context.Background()
 	blobs := testBlobs(batchLanes + 17)
-	delete(blobs, DigestOf(nil))
+	delete(blobs, cache.DigestOf(nil))
 	if err := putBlobs(ctx, s, blobs); err != nil {
 		t.Fatal(err)
 	}
@@ -340,7 +341,7 @@ func TestGRPCBatchTakeRespectsLimit(t *testing.T) {
 	sizes = append(sizes, limit-b.base-batchBlobOverhead) // fits only alone
 	sizes = append(sizes, 1)
 	for _, n := range sizes {
-		b.queue = append(b.queue, &batchOp{d: Digest{Size: n}})
+		b.queue = append(b.queue, &batchOp{d: cache.Digest{Size: n}})
 	}
 	var got []int
 	for len(b.queue) > 0 {
@@ -357,7 +358,7 @@ func TestGRPCBatchTakeRespectsLimit(t *testing.T) {
 	if want := []int{6, 6, 6, 2, 1, 1}; !slices.Equal(got, want) {
 		t.Errorf("batch sizes = %v, want %v", got, want)
 	}
-	if !b.fits(Digest{Size: limit - b.base - batchBlobOverhead}) || b.fits(Digest{Size: limit - b.base - batchBlobOverhead + 1}) {
+	if !b.fits(cache.Digest{Size: limit - b.base - batchBlobOverhead}) || b.fits(cache.Digest{Size: limit - b.base - batchBlobOverhead + 1}) {
 		t.Error("fits disagrees with the overhead take counts")
 	}
 }
@@ -365,10 +366,10 @@ func TestGRPCBatchTakeRespectsLimit(t *testing.T) {
 func TestGRPCFindMissingInChunks(t *testing.T) {
 	t.Parallel()
 	srv := newTestREAPI()
-	s := openGRPC(t, RemoteSpec{URL: "grpc://" + srv.start(t)})
-	var ds []Digest
+	s := openGRPC(t, Spec{URL: "grpc://" + srv.start(t)})
+	var ds []cache.Digest
 	for i := range 2*findMissingChunk + 5 {
-		ds = append(ds, DigestOf([]byte(strconv.Itoa(i))))
+		ds = append(ds, cache.DigestOf([]byte(strconv.Itoa(i))))
 	}
 	missing, err := s.FindMissing(context.Background(), ds)
 	if err != nil {
@@ -388,9 +389,9 @@ func TestGRPCReadOnlyActionCache(t *testing.T) {
 	t.Parallel()
 	srv := newTestREAPI()
 	srv.updateEnabled = false
-	s := openGRPC(t, RemoteSpec{URL: "grpc://" + srv.start(t)})
-	err := s.UpdateEntry(context.Background(), "k", &RemoteEntry{Files: DigestOf(nil), Tree: DigestOf(nil), Record: DigestOf(nil)})
-	if !IsRemoteKind(err, RemoteRefused) {
+	s := openGRPC(t, Spec{URL: "grpc://" + srv.start(t)})
+	err := s.UpdateEntry(context.Background(), "k", &Entry{Files: cache.DigestOf(nil), Tree: cache.DigestOf(nil), Record: cache.DigestOf(nil)})
+	if !IsKind(err, Refused) {
 		t.Errorf("UpdateEntry on a server without action cache updates = %v, want refused", err)
 	}
 }
@@ -399,9 +400,9 @@ func TestGRPCNoArtifactIndex(t *testing.T) {
 	t.Parallel()
 	srv := newTestREAPI()
 	srv.noActionCache = true
-	s := openGRPC(t, RemoteSpec{URL: "grpc://" + srv.start(t)})
+	s := openGRPC(t, Spec{URL: "grpc://" + srv.start(t)})
 	_, err := s.GetEntry(context.Background(), "k")
-	if !IsRemoteKind(err, RemoteRefused) || !strings.Contains(err.Error(), "neither") {
+	if !IsKind(err, Refused) || !strings.Contains(err.Error(), "neither") {
 		t.Errorf("GetEntry on a CAS-only server = %v, want refused: neither an action cache nor reference storage", err)
 	}
 }
@@ -414,12 +415,12 @@ func TestGRPCUnreachable(t *testing.T) {
 	}
 	addr := lis.Addr().String()
 	lis.Close()
-	s := openGRPC(t, RemoteSpec{URL: "grpc://" + addr})
+	s := openGRPC(t, Spec{URL: "grpc://" + addr})
 	ctx := context.Background()
-	if _, err := s.FindMissing(ctx, []Digest{DigestOf(nil)}); !IsRemoteKind(err, RemoteUnavailable) {
+	if _, err := s.FindMissing(ctx, []cache.Digest{cache.DigestOf(nil)}); !IsKind(err, Unavailable) {
 		t.Errorf("FindMissing on a closed port = %v, want unavailable", err)
 	}
-	if err := s.ReadBlob(ctx, DigestOf([]byte("x")), io.Discard); !IsRemoteKind(err, RemoteUnavailable) || !strings.Contains(err.Error(), addr) {
+	if err := s.ReadBlob(ctx, cache.DigestOf([]byte("x")), io.Discard); !IsKind(err, Unavailable) || !strings.Contains(err.Error(), addr) {
 		t.Errorf("ReadBlob on a closed port = %v, want unavailable, naming %s", err, addr)
 	}
 }
@@ -438,26 +439,26 @@ func TestGRPCCredentials(t *testing.T) {
 	basic := newTestREAPI().start(t, requireAuthorization("Basic dXNlcjpwYXNzLXdvcmQ=")...) // user:pass-word
 	for _, tc := range []struct {
 		name string
-		spec RemoteSpec
+		spec Spec
 		ok   bool
 	}{
-		{"no token", RemoteSpec{URL: bearer}, false},
-		{"wrong token", RemoteSpec{URL: bearer, TokenFile: tokenFile("wrong-token")}, false},
-		{"token", RemoteSpec{URL: bearer, TokenFile: tokenFile("s3cret-token")}, true},
-		{"no password", RemoteSpec{URL: "grpc://" + basic}, false},
-		{"wrong password", RemoteSpec{URL: "grpc://user:bad-word@" + basic}, false},
-		{"password", RemoteSpec{URL: "grpc://user:pass-word@" + basic}, true},
+		{"no token", Spec{URL: bearer}, false},
+		{"wrong token", Spec{URL: bearer, TokenFile: tokenFile("wrong-token")}, false},
+		{"token", Spec{URL: bearer, TokenFile: tokenFile("s3cret-token")}, true},
+		{"no password", Spec{URL: "grpc://" + basic}, false},
+		{"wrong password", Spec{URL: "grpc://user:bad-word@" + basic}, false},
+		{"password", Spec{URL: "grpc://user:pass-word@" + basic}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := openGRPC(t, tc.spec)
-			_, err := s.FindMissing(context.Background(), []Digest{DigestOf([]byte("x"))})
+			_, err := s.FindMissing(context.Background(), []cache.Digest{cache.DigestOf([]byte("x"))})
 			if tc.ok {
 				if err != nil {
 					t.Fatal(err)
 				}
 				return
 			}
-			if !IsRemoteKind(err, RemoteAuth) {
+			if !IsKind(err, Auth) {
 				t.Fatalf("FindMissing = %v, want credentials refused", err)
 			}
 			for _, secret := range []string{"wrong-token", "bad-word"} {
@@ -472,7 +473,7 @@ func TestGRPCCredentials(t *testing.T) {
 func TestGRPCServerSendsWrongBytes(t *testing.T) {
 	t.Parallel()
 	srv := newTestREAPI()
-	s := openGRPC(t, RemoteSpec{URL: "grpc://" + srv.start(t)})
+	s := openGRPC(t, Spec{URL: "grpc://" + srv.start(t)})
 	ctx := context.Background()
 	blobs := testBlobs(1, 2<<20) // one batched, one streamed
 	if err := putBlobs(ctx, s, blobs); err != nil {
@@ -481,11 +482,11 @@ func TestGRPCServerSendsWrongBytes(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		tamper func([]byte) []byte
-		kind   RemoteErrorKind // -1: no error, the bytes differ
+		kind   ErrorKind // -1: no error, the bytes differ
 	}{
 		{"flipped", func(b []byte) []byte { c := slices.Clone(b); c[len(c)-1] ^= 1; return c }, -1},
-		{"truncated", func(b []byte) []byte { return b[:len(b)-1] }, RemoteCorrupt},
-		{"extended", func(b []byte) []byte { return append(slices.Clone(b), 0) }, RemoteCorrupt},
+		{"truncated", func(b []byte) []byte { return b[:len(b)-1] }, Corrupt},
+		{"extended", func(b []byte) []byte { return append(slices.Clone(b), 0) }, Corrupt},
 	} {
 		srv.locked(func() { srv.tamper = tc.tamper })
 		for d, data := range blobs {
@@ -500,7 +501,7 @@ func TestGRPCServerSendsWrongBytes(t *testing.T) {
 				}
 				continue
 			}
-			if !IsRemoteKind(err, tc.kind) {
+			if !IsKind(err, tc.kind) {
 				t.Errorf("%s blob of %d bytes: ReadBlob = %v, want %v", tc.name, d.Size, err, tc.kind)
 			}
 		}
@@ -510,10 +511,10 @@ func TestGRPCServerSendsWrongBytes(t *testing.T) {
 func TestGRPCResumesBrokenReads(t *testing.T) {
 	t.Parallel()
 	srv := newTestREAPI()
-	s := openGRPC(t, RemoteSpec{URL: "grpc://" + srv.start(t)})
+	s := openGRPC(t, Spec{URL: "grpc://" + srv.start(t)})
 	ctx := context.Background()
 	blobs := testBlobs(0, 2<<20)
-	delete(blobs, DigestOf(nil))
+	delete(blobs, cache.DigestOf(nil))
 	if err := putBlobs(ctx, s, blobs); err != nil {
 		t.Fatal(err)
 	}
@@ -527,7 +528,7 @@ func TestGRPCResumesBrokenReads(t *testing.T) {
 		}
 		srv.breakReads = streamResumes + 1
 	})
-	if err := checkBlobs(ctx, s, blobs); !IsRemoteKind(err, RemoteUnavailable) {
+	if err := checkBlobs(ctx, s, blobs); !IsKind(err, Unavailable) {
 		t.Errorf("a read broken once more than it is resumed = %v, want unavailable", err)
 	}
 }
@@ -535,7 +536,7 @@ func TestGRPCResumesBrokenReads(t *testing.T) {
 func TestGRPCStall(t *testing.T) {
 	t.Parallel()
 	srv := newTestREAPI()
-	s := openGRPC(t, RemoteSpec{URL: "grpc://" + srv.start(t)})
+	s := openGRPC(t, Spec{URL: "grpc://" + srv.start(t)})
 	s.idle = 300 * time.Millisecond
 	ctx := context.Background()
 	blobs := testBlobs(0, 2<<20)
@@ -549,16 +550,16 @@ func TestGRPCStall(t *testing.T) {
 		}
 		err := s.ReadBlob(ctx, d, io.Discard)
 		var stall *stallError
-		if !IsRemoteKind(err, RemoteUnavailable) || !errors.As(err, &stall) {
+		if !IsKind(err, Unavailable) || !errors.As(err, &stall) {
 			t.Errorf("ReadBlob from a server that stops sending = %v, want unavailable: stalled", err)
 		}
 	}
-	if _, err := s.FindMissing(ctx, []Digest{DigestOf(nil)}); !IsRemoteKind(err, RemoteUnavailable) {
+	if _, err := s.FindMissing(ctx, []cache.Digest{cache.DigestOf(nil)}); !IsKind(err, Unavailable) {
 		t.Errorf("FindMissing on a server that never answers = %v, want unavailable", err)
 	}
 	for d, data := range testBlobs(0, 8<<20) { // more than the flow-control windows hold
 		err := s.WriteBlob(ctx, d, func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil })
-		if d.Size > 0 && !IsRemoteKind(err, RemoteUnavailable) {
+		if d.Size > 0 && !IsKind(err, Unavailable) {
 			t.Errorf("WriteBlob to a server that reads nothing = %v, want unavailable", err)
 		}
 	}
@@ -576,7 +577,7 @@ func TestGRPCStall(t *testing.T) {
 	s.idle = time.Hour
 	cctx, cancel := context.WithCancelCause(ctx)
 	go func() { <-time.After(50 * time.Millisecond); cancel(errors.New("interrupted by user")) }()
-	if _, err := s.FindMissing(cctx, []Digest{DigestOf(nil)}); err == nil || !strings.Contains(err.Error(), "interrupted by user") {
+	if _, err := s.FindMissing(cctx, []cache.Digest{cache.DigestOf(nil)}); err == nil || !strings.Contains(err.Error(), "interrupted by user") {
 		t.Errorf("FindMissing canceled by its caller = %v, want the cause", err)
 	}
 }
@@ -588,24 +589,24 @@ func TestGRPCTLS(t *testing.T) {
 	mtlsURL := "grpcs://" + newTestREAPI().start(t, testServerTLS(t, pki, true))
 	for _, tc := range []struct {
 		name string
-		spec RemoteSpec
-		kind RemoteErrorKind // -1: works
+		spec Spec
+		kind ErrorKind // -1: works
 	}{
-		{"server-ca", RemoteSpec{URL: tlsURL, ServerCA: pki.CA}, -1},
-		{"system roots", RemoteSpec{URL: tlsURL}, RemoteRefused},
-		{"mutual", RemoteSpec{URL: mtlsURL, ServerCA: pki.CA, ClientCert: pki.ClientCert, ClientKey: pki.ClientKey}, -1},
-		{"mutual without client-cert", RemoteSpec{URL: mtlsURL, ServerCA: pki.CA}, RemoteAuth},
+		{"server-ca", Spec{URL: tlsURL, ServerCA: pki.CA}, -1},
+		{"system roots", Spec{URL: tlsURL}, Refused},
+		{"mutual", Spec{URL: mtlsURL, ServerCA: pki.CA, ClientCert: pki.ClientCert, ClientKey: pki.ClientKey}, -1},
+		{"mutual without client-cert", Spec{URL: mtlsURL, ServerCA: pki.CA}, Auth},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := openGRPC(t, tc.spec)
-			_, err := s.FindMissing(context.Background(), []Digest{DigestOf([]byte("x"))})
+			_, err := s.FindMissing(context.Background(), []cache.Digest{cache.DigestOf([]byte("x"))})
 			if tc.kind == -1 {
 				if err != nil {
 					t.Fatal(err)
 				}
 				return
 			}
-			if !IsRemoteKind(err, tc.kind) {
+			if !IsKind(err, tc.kind) {
 				t.Errorf("FindMissing = %v, want %v", err, tc.kind)
 			}
 		})
@@ -617,17 +618,17 @@ func TestGRPCOpenRefusesBadSettings(t *testing.T) {
 	tok := filepath.Join(t.TempDir(), "token")
 	os.WriteFile(tok, []byte("t"), 0o600)
 	for _, tc := range []struct {
-		spec RemoteSpec
+		spec Spec
 		want string
 	}{
-		{RemoteSpec{URL: "grpc://cache.example"}, "no port"},
-		{RemoteSpec{URL: "grpc://cache.example:9092/main"}, "instance"},
-		{RemoteSpec{URL: "grpc://cache.example:9092", ServerCA: "ca.pem"}, "grpcs://"},
-		{RemoteSpec{URL: "grpcs://u:secret@cache.example:9092", TokenFile: tok}, "keep one"},
+		{Spec{URL: "grpc://cache.example"}, "no port"},
+		{Spec{URL: "grpc://cache.example:9092/main"}, "instance"},
+		{Spec{URL: "grpc://cache.example:9092", ServerCA: "ca.pem"}, "grpcs://"},
+		{Spec{URL: "grpcs://u:secret@cache.example:9092", TokenFile: tok}, "keep one"},
 	} {
-		_, err := OpenRemote(tc.spec)
+		_, err := Open(tc.spec)
 		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "secret") {
-			t.Errorf("OpenRemote(%s) = %v, want an error about %q without the password", tc.spec.Display(), err, tc.want)
+			t.Errorf("Open(%s) = %v, want an error about %q without the password", tc.spec.Display(), err, tc.want)
 		}
 	}
 }

@@ -1,10 +1,12 @@
-package cache
+package remote
 
 import (
 	"bytes"
 	"context"
 	"io"
 	"testing"
+
+	"github.com/gantry-build/gantry/cache"
 )
 
 // Throughput of the grpc store on loopback, against bst-artifact-server
@@ -12,22 +14,22 @@ import (
 // ByteStream (MB/s) and small blobs in batches (blobs/s, 16 concurrent
 // callers as the transfer layer makes). bench/grpc.sh runs them.
 
-func benchServers(b *testing.B, run func(b *testing.B, s RemoteStore)) {
-	b.Run("bst-artifact-server", func(b *testing.B) { run(b, openGRPC(b, RemoteSpec{URL: startBST(b, true)})) })
+func benchServers(b *testing.B, run func(b *testing.B, s Store)) {
+	b.Run("bst-artifact-server", func(b *testing.B) { run(b, openGRPC(b, Spec{URL: startBST(b, true)})) })
 	b.Run("go-reapi", func(b *testing.B) {
-		run(b, openGRPC(b, RemoteSpec{URL: "grpc://" + newTestREAPI().start(b)}))
+		run(b, openGRPC(b, Spec{URL: "grpc://" + newTestREAPI().start(b)}))
 	})
 }
 
 func BenchmarkGRPCByteStream(b *testing.B) {
 	const size = 64 << 20
 	blobs := testBlobs(0, size)
-	delete(blobs, DigestOf(nil))
-	var d Digest
+	delete(blobs, cache.DigestOf(nil))
+	var d cache.Digest
 	for d = range blobs {
 	}
 	open := func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(blobs[d])), nil }
-	benchServers(b, func(b *testing.B, s RemoteStore) {
+	benchServers(b, func(b *testing.B, s Store) {
 		ctx := context.Background()
 		b.Run("write", func(b *testing.B) {
 			b.SetBytes(size)
@@ -50,7 +52,7 @@ func BenchmarkGRPCByteStream(b *testing.B) {
 
 func BenchmarkGRPCBatch(b *testing.B) {
 	blobs := testBlobs(2000) // 1 B to 20 KB, about 10 KB on average
-	benchServers(b, func(b *testing.B, s RemoteStore) {
+	benchServers(b, func(b *testing.B, s Store) {
 		ctx := context.Background()
 		b.Run("write", func(b *testing.B) {
 			for b.Loop() {

@@ -1,4 +1,4 @@
-package cache
+package remote
 
 import (
 	"bytes"
@@ -15,6 +15,7 @@ import (
 	"time"
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
+	"github.com/gantry-build/gantry/cache"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/protobuf/proto"
 )
@@ -65,29 +66,29 @@ func (m *meter) transfer() Transfer {
 
 // artifactBlobs is everything an artifact is made of, as a remote keeps it.
 type artifactBlobs struct {
-	entry RemoteEntry
-	all   []Digest          // every blob, each once
-	tree  []byte            // the REAPI Tree blob (not stored locally)
-	mem   map[Digest][]byte // blobs served from memory rather than the CAS
+	entry Entry
+	all   []cache.Digest          // every blob, each once
+	tree  []byte                  // the REAPI Tree blob (not stored locally)
+	mem   map[cache.Digest][]byte // blobs served from memory rather than the CAS
 }
 
 // collectBlobs lists the blobs of a's files tree, its record and log, and builds the
 // Tree blob of the files from the local Directory blobs.
-func (c *Cache) collectBlobs(a *Artifact) (*artifactBlobs, error) {
-	record, err := c.recordDigest(a.Project, a.Element, a.Key)
+func collectBlobs(c *cache.Cache, a *cache.Artifact) (*artifactBlobs, error) {
+	record, err := recordDigest(c, a.Project, a.Element, a.Key)
 	if err != nil {
 		return nil, err
 	}
-	ab := &artifactBlobs{entry: RemoteEntry{Files: a.Files, Record: record, Log: a.Log}, mem: map[Digest][]byte{}}
-	seen := map[Digest]bool{}
-	addBlob := func(d Digest) {
+	ab := &artifactBlobs{entry: Entry{Files: a.Files, Record: record, Log: a.Log}, mem: map[cache.Digest][]byte{}}
+	seen := map[cache.Digest]bool{}
+	addBlob := func(d cache.Digest) {
 		if !seen[d] {
 			seen[d] = true
 			ab.all = append(ab.all, d)
 		}
 	}
 	tree := &repb.Tree{}
-	queue := []Digest{a.Files}
+	queue := []cache.Digest{a.Files}
 	for len(queue) > 0 {
 		d := queue[0]
 		queue = queue[1:]
@@ -105,17 +106,17 @@ func (c *Cache) collectBlobs(a *Artifact) (*artifactBlobs, error) {
 			tree.Children = append(tree.Children, dir)
 		}
 		for _, f := range dir.Files {
-			addBlob(DigestFromProto(f.Digest))
+			addBlob(cache.DigestFromProto(f.Digest))
 		}
 		for _, sub := range dir.Directories {
-			queue = append(queue, DigestFromProto(sub.Digest))
+			queue = append(queue, cache.DigestFromProto(sub.Digest))
 		}
 	}
 	ab.tree, err = proto.MarshalOptions{Deterministic: true}.Marshal(tree)
 	if err != nil {
 		return nil, fmt.Errorf("encoding the tree of %s: %w", a.Name(), err)
 	}
-	ab.entry.Tree = DigestOf(ab.tree)
+	ab.entry.Tree = cache.DigestOf(ab.tree)
 	ab.mem[ab.entry.Tree] = ab.tree
 	addBlob(ab.entry.Tree)
 	addBlob(record)
@@ -126,18 +127,18 @@ func (c *Cache) collectBlobs(a *Artifact) (*artifactBlobs, error) {
 }
 
 // recordDigest reads which record blob the ref of an artifact points at.
-func (c *Cache) recordDigest(project, element, key string) (Digest, error) {
+func recordDigest(c *cache.Cache, project, element, key string) (cache.Digest, error) {
 	refPath, err := c.RefPath(project, element, key)
 	if err != nil {
-		return Digest{}, err
+		return cache.Digest{}, err
 	}
 	data, err := os.ReadFile(refPath)
 	if err != nil {
-		return Digest{}, fmt.Errorf("reading the ref of %s/%s/%s: %w", project, element, key, err)
+		return cache.Digest{}, fmt.Errorf("reading the ref of %s/%s/%s: %w", project, element, key, err)
 	}
-	d, err := ParseDigest(string(bytes.TrimSpace(data)))
+	d, err := cache.ParseDigest(string(bytes.TrimSpace(data)))
 	if err != nil {
-		return Digest{}, &CorruptRefError{Ref: refPath, Err: err}
+		return cache.Digest{}, &cache.CorruptRefError{Ref: refPath, Err: err}
 	}
 	return d, nil
 }
@@ -148,16 +149,16 @@ func (c *Cache) recordDigest(project, element, key string) (Digest, error) {
 // for the upload: a blob of a that is missing or damaged locally stops the push
 // before the remote stores it or the entry, with a *BlobError (a damaged blob is
 // removed from the cache; the caller drops a, see DropArtifact).
-func (c *Cache) PushArtifact(ctx context.Context, store RemoteStore, a *Artifact, progress Progress) (t Transfer, pushed bool, err error) {
+func PushArtifact(ctx context.Context, c *cache.Cache, store Store, a *cache.Artifact, progress Progress) (t Transfer, pushed bool, err error) {
 	if !a.Success {
 		return t, false, fmt.Errorf("pushing %s: only successful artifacts are pushed", a.Name())
 	}
 	if _, err := store.GetEntry(ctx, a.Key); err == nil {
 		return t, false, nil
-	} else if !errors.Is(err, ErrNotFound) && !IsRemoteKind(err, RemoteCorrupt) {
+	} else if !errors.Is(err, cache.ErrNotFound) && !IsKind(err, Corrupt) {
 		return t, false, err
 	}
-	ab, err := c.collectBlobs(a)
+	ab, err := collectBlobs(c, a)
 	if err != nil {
 		return t, false, fmt.Errorf("pushing %s: %w", a.Name(), err)
 	}
@@ -166,7 +167,7 @@ func (c *Cache) PushArtifact(ctx context.Context, store RemoteStore, a *Artifact
 		return t, false, err
 	}
 	m := &meter{progress: progress}
-	if err := c.uploadBlobs(ctx, store, a, ab, missing, m); err != nil {
+	if err := uploadBlobs(ctx, c, store, a, ab, missing, m); err != nil {
 		return m.transfer(), false, err
 	}
 	// The entry last: a remote never names a blob it does not have.
@@ -180,8 +181,8 @@ func (c *Cache) PushArtifact(ctx context.Context, store RemoteStore, a *Artifact
 // Repair says what RepairArtifact did about the blobs a remote served wrong
 // bytes for.
 type Repair struct {
-	Replaced      []Digest // uploaded again, and now served right
-	NotInArtifact []Digest // not blobs of the artifact pushed (its build is not reproducible): the entry no longer names them
+	Replaced      []cache.Digest // uploaded again, and now served right
+	NotInArtifact []cache.Digest // not blobs of the artifact pushed (its build is not reproducible): the entry no longer names them
 }
 
 // RepairArtifact pushes the successful artifact a to store, which served wrong
@@ -191,19 +192,19 @@ type Repair struct {
 // replaces what it held on a PUT (nginx's WebDAV, gantry's server); a REAPI
 // server may keep the first copy of a blob it has and skip the write, so each
 // poisoned blob of a is read back and checked before the entry is written: one
-// still wrong gives a RemoteCorrupt error naming it, and the entry is left as it
+// still wrong gives a Corrupt error naming it, and the entry is left as it
 // was. Local blobs are checked as for PushArtifact.
-func (c *Cache) RepairArtifact(ctx context.Context, store RemoteStore, a *Artifact, poisoned []Digest, progress Progress) (Transfer, Repair, error) {
+func RepairArtifact(ctx context.Context, c *cache.Cache, store Store, a *cache.Artifact, poisoned []cache.Digest, progress Progress) (Transfer, Repair, error) {
 	var rep Repair
 	if !a.Success {
 		return Transfer{}, rep, fmt.Errorf("pushing %s: only successful artifacts are pushed", a.Name())
 	}
-	ab, err := c.collectBlobs(a)
+	ab, err := collectBlobs(c, a)
 	if err != nil {
 		return Transfer{}, rep, fmt.Errorf("pushing %s: %w", a.Name(), err)
 	}
 	m := &meter{progress: progress}
-	if err := c.uploadBlobs(ctx, store, a, ab, ab.all, m); err != nil {
+	if err := uploadBlobs(ctx, c, store, a, ab, ab.all, m); err != nil {
 		return m.transfer(), rep, err
 	}
 	for _, d := range poisoned {
@@ -211,7 +212,7 @@ func (c *Cache) RepairArtifact(ctx context.Context, store RemoteStore, a *Artifa
 			rep.NotInArtifact = append(rep.NotInArtifact, d)
 			continue
 		}
-		if err := c.readBack(ctx, store, d); err != nil {
+		if err := readBack(ctx, store, d); err != nil {
 			return m.transfer(), rep, err
 		}
 		rep.Replaced = append(rep.Replaced, d)
@@ -225,16 +226,16 @@ func (c *Cache) RepairArtifact(ctx context.Context, store RemoteStore, a *Artifa
 
 // readBack reads blob d from store, which was just sent its good bytes, and
 // checks them.
-func (c *Cache) readBack(ctx context.Context, store RemoteStore, d Digest) error {
-	h := NewDigestWriter()
+func readBack(ctx context.Context, store Store, d cache.Digest) error {
+	h := cache.NewDigestWriter()
 	err := corruptIfTooLong(store, d, store.ReadBlob(ctx, d, &limitWriter{w: h, left: d.Size}))
 	if err == nil {
 		if got := h.Digest(); got != d {
 			err = remoteMismatch(store, d, got)
 		}
 	}
-	if IsRemoteKind(err, RemoteCorrupt) {
-		return &RemoteError{Remote: store.Name(), Op: "replacing blob " + d.String(), Kind: RemoteCorrupt, Blob: d,
+	if IsKind(err, Corrupt) {
+		return &Error{Remote: store.Name(), Op: "replacing blob " + d.String(), Kind: Corrupt, Blob: d,
 			Err: fmt.Errorf("the good bytes were uploaded again, but it still serves wrong ones (%w): the server kept its copy, or damages what it serves; remove the blob from the server's store (gantry cache verify --repair --dir on a gantry server)", err)}
 	}
 	return err
@@ -242,7 +243,7 @@ func (c *Cache) readBack(ctx context.Context, store RemoteStore, d Digest) error
 
 // uploadBlobs uploads the blobs ds of artifact a (ab), hashing each as it is
 // read. A local blob found missing or damaged gives a *BlobError.
-func (c *Cache) uploadBlobs(ctx context.Context, store RemoteStore, a *Artifact, ab *artifactBlobs, ds []Digest, m *meter) error {
+func uploadBlobs(ctx context.Context, c *cache.Cache, store Store, a *cache.Artifact, ab *artifactBlobs, ds []cache.Digest, m *meter) error {
 	for _, d := range ds {
 		m.total.Add(d.Size)
 	}
@@ -258,7 +259,7 @@ func (c *Cache) uploadBlobs(ctx context.Context, store RemoteStore, a *Artifact,
 				return c.OpenBlob(d)
 			}
 			if err := store.WriteBlob(gctx, d, open); err != nil {
-				return c.uploadFailure(a, d, err)
+				return uploadFailure(c, a, d, err)
 			}
 			m.blobs.Add(1)
 			m.add(d.Size)
@@ -270,9 +271,9 @@ func (c *Cache) uploadBlobs(ctx context.Context, store RemoteStore, a *Artifact,
 
 // uploadFailure is the error of uploading blob d of a: a *BlobError, the damaged
 // blob removed, when the local content is missing or not d; err otherwise.
-func (c *Cache) uploadFailure(a *Artifact, d Digest, err error) error {
+func uploadFailure(c *cache.Cache, a *cache.Artifact, d cache.Digest, err error) error {
 	var ue *uploadError
-	if !errors.As(err, &ue) || ue.Digest != d || !(errors.Is(ue.Err, ErrCorrupt) || errors.Is(ue.Err, fs.ErrNotExist)) {
+	if !errors.As(err, &ue) || ue.Digest != d || !(errors.Is(ue.Err, cache.ErrCorrupt) || errors.Is(ue.Err, fs.ErrNotExist)) {
 		return err
 	}
 	return fmt.Errorf("pushing %s: %w", a.Name(), c.BlobReadFailed(d, ue.Err))
@@ -281,9 +282,9 @@ func (c *Cache) uploadFailure(a *Artifact, d Digest, err error) error {
 // PullArtifact downloads the artifact of project/element/key from store into the
 // local cache: every blob it lacks, each verified against its digest before it is
 // stored, and the ref last. A remote without the artifact gives an error wrapping
-// ErrNotFound; bytes that do not match their digest give a RemoteCorrupt error and
+// ErrNotFound; bytes that do not match their digest give a Corrupt error and
 // are never stored.
-func (c *Cache) PullArtifact(ctx context.Context, store RemoteStore, project, element, key string, progress Progress) (Transfer, error) {
+func PullArtifact(ctx context.Context, c *cache.Cache, store Store, project, element, key string, progress Progress) (Transfer, error) {
 	m := &meter{progress: progress}
 	e, err := store.GetEntry(ctx, key)
 	if err != nil {
@@ -292,16 +293,16 @@ func (c *Cache) PullArtifact(ctx context.Context, store RemoteStore, project, el
 	// The Directories: from the Tree blob when the remote keeps one, then any the
 	// tree did not give (ReferenceStorage keeps no Tree) one by one.
 	if !e.Tree.IsZero() && !c.HasBlob(e.Files) {
-		data, err := c.fetchSmall(ctx, store, e.Tree, m)
+		data, err := fetchSmall(ctx, store, e.Tree, m)
 		if err != nil {
 			return m.transfer(), err
 		}
 		var tree repb.Tree
 		if err := proto.Unmarshal(data, &tree); err != nil {
-			return m.transfer(), &RemoteError{Remote: store.Name(), Op: "decoding tree " + e.Tree.String(), Kind: RemoteCorrupt, Err: err}
+			return m.transfer(), &Error{Remote: store.Name(), Op: "decoding tree " + e.Tree.String(), Kind: Corrupt, Err: err}
 		}
 		for _, dir := range append([]*repb.Directory{tree.Root}, tree.Children...) {
-			if dir == nil || ValidateDirectory(dir) != nil {
+			if dir == nil || cache.ValidateDirectory(dir) != nil {
 				continue // fetched one by one below, where a bad one is reported
 			}
 			if _, err := c.PutDirectory(dir); err != nil {
@@ -309,17 +310,17 @@ func (c *Cache) PullArtifact(ctx context.Context, store RemoteStore, project, el
 			}
 		}
 	}
-	files, err := c.pullDirectories(ctx, store, e.Files, m)
+	files, err := pullDirectories(ctx, c, store, e.Files, m)
 	if err != nil {
 		return m.transfer(), err
 	}
-	needed := []Digest{e.Record}
+	needed := []cache.Digest{e.Record}
 	if !e.Log.IsZero() {
 		needed = append(needed, e.Log)
 	}
 	needed = append(needed, files...)
-	var missing []Digest
-	seen := map[Digest]bool{}
+	var missing []cache.Digest
+	seen := map[cache.Digest]bool{}
 	for _, d := range needed {
 		if !seen[d] && !c.HasBlob(d) {
 			seen[d] = true
@@ -331,7 +332,7 @@ func (c *Cache) PullArtifact(ctx context.Context, store RemoteStore, project, el
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(remoteParallelism)
 	for _, d := range missing {
-		g.Go(func() error { return c.pullBlob(gctx, store, d, m) })
+		g.Go(func() error { return pullBlob(gctx, c, store, d, m) })
 	}
 	if err := g.Wait(); err != nil {
 		return m.transfer(), err
@@ -345,15 +346,15 @@ func (c *Cache) PullArtifact(ctx context.Context, store RemoteStore, project, el
 	// local record names this one.
 	var names struct{ Project, Element string }
 	json.Unmarshal(data, &names)
-	a, err := DecodeRecord(data, e.Record, names.Project, names.Element, key)
+	a, err := cache.DecodeRecord(data, e.Record, names.Project, names.Element, key)
 	if err == nil {
 		a.Project, a.Element = project, element
 	}
 	if err != nil {
-		return m.transfer(), &RemoteError{Remote: store.Name(), Op: "reading the record of " + project + "/" + element + "/" + key, Kind: RemoteCorrupt, Err: err}
+		return m.transfer(), &Error{Remote: store.Name(), Op: "reading the record of " + project + "/" + element + "/" + key, Kind: Corrupt, Err: err}
 	}
 	if !a.Success || a.Files != e.Files || a.Log != e.Log {
-		return m.transfer(), &RemoteError{Remote: store.Name(), Op: "reading the record of " + a.Name(), Kind: RemoteCorrupt,
+		return m.transfer(), &Error{Remote: store.Name(), Op: "reading the record of " + a.Name(), Kind: Corrupt,
 			Err: errors.New("the record does not match the entry, or records a failed build")}
 	}
 	if err := c.Commit(a); err != nil {
@@ -365,10 +366,10 @@ func (c *Cache) PullArtifact(ctx context.Context, store RemoteStore, project, el
 
 // pullDirectories makes every Directory of the tree at root present locally, level
 // by level, and returns the digests of the tree's file blobs.
-func (c *Cache) pullDirectories(ctx context.Context, store RemoteStore, root Digest, m *meter) ([]Digest, error) {
-	var files []Digest
-	seen := map[Digest]bool{root: true}
-	level := []Digest{root}
+func pullDirectories(ctx context.Context, c *cache.Cache, store Store, root cache.Digest, m *meter) ([]cache.Digest, error) {
+	var files []cache.Digest
+	seen := map[cache.Digest]bool{root: true}
+	level := []cache.Digest{root}
 	for len(level) > 0 {
 		dirs := make([]*repb.Directory, len(level))
 		g, gctx := errgroup.WithContext(ctx)
@@ -376,13 +377,13 @@ func (c *Cache) pullDirectories(ctx context.Context, store RemoteStore, root Dig
 		for i, d := range level {
 			g.Go(func() error {
 				if !c.HasBlob(d) {
-					data, err := c.fetchSmall(gctx, store, d, m)
+					data, err := fetchSmall(gctx, store, d, m)
 					if err != nil {
 						return err
 					}
 					dir := &repb.Directory{}
-					if err := proto.Unmarshal(data, dir); err != nil || ValidateDirectory(dir) != nil {
-						return &RemoteError{Remote: store.Name(), Op: "reading directory " + d.String(), Kind: RemoteCorrupt, Err: errors.New("not a valid Directory")}
+					if err := proto.Unmarshal(data, dir); err != nil || cache.ValidateDirectory(dir) != nil {
+						return &Error{Remote: store.Name(), Op: "reading directory " + d.String(), Kind: Corrupt, Err: errors.New("not a valid Directory")}
 					}
 					if _, err := c.PutBlob(data); err != nil {
 						return err
@@ -399,10 +400,10 @@ func (c *Cache) pullDirectories(ctx context.Context, store RemoteStore, root Dig
 		level = level[:0:0]
 		for _, dir := range dirs {
 			for _, f := range dir.Files {
-				files = append(files, DigestFromProto(f.Digest))
+				files = append(files, cache.DigestFromProto(f.Digest))
 			}
 			for _, sub := range dir.Directories {
-				if d := DigestFromProto(sub.Digest); !seen[d] {
+				if d := cache.DigestFromProto(sub.Digest); !seen[d] {
 					seen[d] = true
 					level = append(level, d)
 				}
@@ -414,12 +415,12 @@ func (c *Cache) pullDirectories(ctx context.Context, store RemoteStore, root Dig
 
 // fetchSmall reads a blob small enough for memory (a Directory, a Tree, a record)
 // and verifies it.
-func (c *Cache) fetchSmall(ctx context.Context, store RemoteStore, d Digest, m *meter) ([]byte, error) {
+func fetchSmall(ctx context.Context, store Store, d cache.Digest, m *meter) ([]byte, error) {
 	var buf bytes.Buffer
 	if err := store.ReadBlob(ctx, d, &limitWriter{w: &buf, left: d.Size}); err != nil {
 		return nil, corruptIfTooLong(store, d, err)
 	}
-	if got := DigestOf(buf.Bytes()); got != d {
+	if got := cache.DigestOf(buf.Bytes()); got != d {
 		return nil, remoteMismatch(store, d, got)
 	}
 	m.blobs.Add(1)
@@ -429,7 +430,7 @@ func (c *Cache) fetchSmall(ctx context.Context, store RemoteStore, d Digest, m *
 
 // pullBlob downloads blob d into the local CAS, hashing as it writes; the blob
 // enters the CAS only if it matches its digest.
-func (c *Cache) pullBlob(ctx context.Context, store RemoteStore, d Digest, m *meter) error {
+func pullBlob(ctx context.Context, c *cache.Cache, store Store, d cache.Digest, m *meter) error {
 	u, err := c.StartBlobImport(d)
 	if err != nil {
 		return err
@@ -450,8 +451,8 @@ func (c *Cache) pullBlob(ctx context.Context, store RemoteStore, d Digest, m *me
 	return nil
 }
 
-func remoteMismatch(store RemoteStore, d, got Digest) error {
-	return &RemoteError{Remote: store.Name(), Op: "reading blob " + d.String(), Kind: RemoteCorrupt, Blob: d,
+func remoteMismatch(store Store, d, got cache.Digest) error {
+	return &Error{Remote: store.Name(), Op: "reading blob " + d.String(), Kind: Corrupt, Blob: d,
 		Err: fmt.Errorf("received bytes hash to %s: not stored", got)}
 }
 
@@ -461,12 +462,12 @@ var errTooLong = errors.New("more bytes than the digest's size")
 // corruptIfTooLong is the error of reading blob d from store: a download that
 // sent too many bytes, or any the protocol found wrong (a short stream, gRPC's
 // DATA_LOSS), names d as a blob the remote served wrong bytes for.
-func corruptIfTooLong(store RemoteStore, d Digest, err error) error {
+func corruptIfTooLong(store Store, d cache.Digest, err error) error {
 	if errors.Is(err, errTooLong) {
-		return &RemoteError{Remote: store.Name(), Op: "reading blob " + d.String(), Kind: RemoteCorrupt, Blob: d, Err: errTooLong}
+		return &Error{Remote: store.Name(), Op: "reading blob " + d.String(), Kind: Corrupt, Blob: d, Err: errTooLong}
 	}
-	var re *RemoteError
-	if errors.As(err, &re) && re.Kind == RemoteCorrupt && re.Blob.IsZero() {
+	var re *Error
+	if errors.As(err, &re) && re.Kind == Corrupt && re.Blob.IsZero() {
 		re.Blob = d
 	}
 	return err

@@ -1,4 +1,4 @@
-package cache
+package remote
 
 import (
 	"context"
@@ -17,7 +17,7 @@ import (
 // ErrNoLeases: the remote does not offer build-once leases (it is not gantry's server).
 var ErrNoLeases = errors.New("the remote offers no build-once leases (it is not gantry cache serve)")
 
-// Leaser is a RemoteStore that can ask for build-once leases.
+// Leaser is a Store that can ask for build-once leases.
 type Leaser interface {
 	// Lease asks for the lease on the artifact of a full cache key, or renews the
 	// lease of fencing token token (0: a new ask). A server without leases gives an
@@ -45,11 +45,11 @@ func fencingToken(ctx context.Context) uint64 {
 	return t
 }
 
-// leaseURL is /lease/<RemoteKey hash>: leases live at the server's root, whatever
+// leaseURL is /lease/<Key hash>: leases live at the server's root, whatever
 // instance prefix the remote's URL has.
 func (s *httpStore) leaseURL(key string, token uint64) string {
 	u := *s.base
-	u.Path = "/lease/" + RemoteKey(key).Hash
+	u.Path = "/lease/" + Key(key).Hash
 	if token != 0 {
 		u.RawQuery = "token=" + strconv.FormatUint(token, 10)
 	}

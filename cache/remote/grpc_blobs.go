@@ -1,4 +1,4 @@
-package cache
+package remote
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
+	"github.com/gantry-build/gantry/cache"
 	bspb "google.golang.org/genproto/googleapis/bytestream"
 	"google.golang.org/grpc/status"
 )
@@ -38,8 +39,8 @@ const (
 )
 
 // FindMissing asks FindMissingBlobs about ds, in chunks.
-func (s *grpcStore) FindMissing(ctx context.Context, ds []Digest) ([]Digest, error) {
-	var missing []Digest
+func (s *grpcStore) FindMissing(ctx context.Context, ds []cache.Digest) ([]cache.Digest, error) {
+	var missing []cache.Digest
 	for start := 0; start < len(ds); start += findMissingChunk {
 		part := ds[start:min(len(ds), start+findMissingChunk)]
 		req := &repb.FindMissingBlobsRequest{InstanceName: s.instance, BlobDigests: digestProtos(part)}
@@ -52,13 +53,13 @@ func (s *grpcStore) FindMissing(ctx context.Context, ds []Digest) ([]Digest, err
 			return nil, err
 		}
 		for _, p := range resp.MissingBlobDigests {
-			missing = append(missing, DigestFromProto(p))
+			missing = append(missing, cache.DigestFromProto(p))
 		}
 	}
 	return missing, nil
 }
 
-func digestProtos(ds []Digest) []*repb.Digest {
+func digestProtos(ds []cache.Digest) []*repb.Digest {
 	ps := make([]*repb.Digest, len(ds))
 	for i, d := range ds {
 		ps[i] = d.Proto()
@@ -68,7 +69,7 @@ func digestProtos(ds []Digest) []*repb.Digest {
 
 // ReadBlob reads blob d into w: in a batch when it fits, else over ByteStream.
 // It returns the bytes as received; a length other than d.Size is an error.
-func (s *grpcStore) ReadBlob(ctx context.Context, d Digest, w io.Writer) error {
+func (s *grpcStore) ReadBlob(ctx context.Context, d cache.Digest, w io.Writer) error {
 	if d.Size == 0 {
 		return nil // the empty blob: nothing to ask
 	}
@@ -91,7 +92,7 @@ func (s *grpcStore) ReadBlob(ctx context.Context, d Digest, w io.Writer) error {
 }
 
 // WriteBlob uploads blob d: in a batch when it fits, else over ByteStream.
-func (s *grpcStore) WriteBlob(ctx context.Context, d Digest, open func() (io.ReadCloser, error)) error {
+func (s *grpcStore) WriteBlob(ctx context.Context, d cache.Digest, open func() (io.ReadCloser, error)) error {
 	info, err := s.server(ctx)
 	if err != nil {
 		return err
@@ -139,12 +140,12 @@ func (s *grpcStore) resource(parts ...string) string {
 
 // readStream reads blob d over ByteStream.Read. A stream that breaks after
 // delivering bytes is resumed where it stopped, up to streamResumes times.
-func (s *grpcStore) readStream(ctx context.Context, op string, d Digest, w io.Writer) error {
+func (s *grpcStore) readStream(ctx context.Context, op string, d cache.Digest, w io.Writer) error {
 	var n int64 // bytes written to w
 	for resumes := 0; ; resumes++ {
 		before := n
 		err := s.readStreamFrom(ctx, op, d, w, &n)
-		if err == nil || n == before || resumes == streamResumes || ctx.Err() != nil || !IsRemoteKind(err, RemoteUnavailable) {
+		if err == nil || n == before || resumes == streamResumes || ctx.Err() != nil || !IsKind(err, Unavailable) {
 			return err
 		}
 	}
@@ -152,7 +153,7 @@ func (s *grpcStore) readStream(ctx context.Context, op string, d Digest, w io.Wr
 
 // readStreamFrom reads blob d from offset *n on in one ByteStream.Read, each
 // message under the idle deadline, advancing *n by what it writes to w.
-func (s *grpcStore) readStreamFrom(ctx context.Context, op string, d Digest, w io.Writer, n *int64) error {
+func (s *grpcStore) readStreamFrom(ctx context.Context, op string, d cache.Digest, w io.Writer, n *int64) error {
 	ctx, kick, stop := s.watch(ctx)
 	defer stop()
 	req := &bspb.ReadRequest{ResourceName: s.resource("blobs", d.Hash, strconv.FormatInt(d.Size, 10)), ReadOffset: *n}
@@ -170,7 +171,7 @@ func (s *grpcStore) readStreamFrom(ctx context.Context, op string, d Digest, w i
 		}
 		kick()
 		if *n+int64(len(resp.Data)) > d.Size {
-			return &RemoteError{Remote: s.name, Op: op, Kind: RemoteCorrupt, Err: fmt.Errorf("the server sent more than the blob's %d bytes", d.Size)}
+			return &Error{Remote: s.name, Op: op, Kind: Corrupt, Err: fmt.Errorf("the server sent more than the blob's %d bytes", d.Size)}
 		}
 		if _, err := w.Write(resp.Data); err != nil {
 			return fmt.Errorf("%s from remote %s: %w", op, s.name, err)
@@ -178,7 +179,7 @@ func (s *grpcStore) readStreamFrom(ctx context.Context, op string, d Digest, w i
 		*n += int64(len(resp.Data))
 	}
 	if *n != d.Size {
-		return &RemoteError{Remote: s.name, Op: op, Kind: RemoteCorrupt, Err: fmt.Errorf("the stream ended after %d of the blob's %d bytes", *n, d.Size)}
+		return &Error{Remote: s.name, Op: op, Kind: Corrupt, Err: fmt.Errorf("the stream ended after %d of the blob's %d bytes", *n, d.Size)}
 	}
 	return nil
 }
@@ -187,7 +188,7 @@ func (s *grpcStore) readStreamFrom(ctx context.Context, op string, d Digest, w i
 // each under the idle deadline. A server that already has the blob may end the
 // stream early. An upload that fails or is canceled before its last message
 // is never committed: no blob of it reaches the server's CAS.
-func (s *grpcStore) writeStream(ctx context.Context, op string, d Digest, open func() (io.ReadCloser, error)) error {
+func (s *grpcStore) writeStream(ctx context.Context, op string, d cache.Digest, open func() (io.ReadCloser, error)) error {
 	r, err := open()
 	if err != nil {
 		return fmt.Errorf("%s to remote %s: %w", op, s.name, err)
@@ -225,7 +226,7 @@ func (s *grpcStore) writeStream(ctx context.Context, op string, d Digest, open f
 		return s.fail(ctx, op, err)
 	}
 	if resp.CommittedSize != d.Size {
-		return &RemoteError{Remote: s.name, Op: op, Kind: RemoteRefused, Err: fmt.Errorf("the server committed %d of the blob's %d bytes", resp.CommittedSize, d.Size)}
+		return &Error{Remote: s.name, Op: op, Kind: Refused, Err: fmt.Errorf("the server committed %d of the blob's %d bytes", resp.CommittedSize, d.Size)}
 	}
 	return nil
 }
@@ -253,7 +254,7 @@ func (s *grpcStore) sendReads(ops []*batchOp) {
 		return err
 	})
 	for _, r := range resp.GetResponses() {
-		d := DigestFromProto(r.Digest)
+		d := cache.DigestFromProto(r.Digest)
 		group, ok := want[d]
 		if !ok {
 			continue
@@ -261,7 +262,7 @@ func (s *grpcStore) sendReads(ops []*batchOp) {
 		delete(want, d)
 		rerr := s.fail(s.ctx, "reading blob "+d.String(), status.FromProto(r.Status).Err())
 		if rerr == nil && int64(len(r.Data)) != d.Size {
-			rerr = &RemoteError{Remote: s.name, Op: "reading blob " + d.String(), Kind: RemoteCorrupt,
+			rerr = &Error{Remote: s.name, Op: "reading blob " + d.String(), Kind: Corrupt,
 				Err: fmt.Errorf("the server sent %d bytes for a blob of %d", len(r.Data), d.Size)}
 		}
 		for _, op := range group {
@@ -284,7 +285,7 @@ func (s *grpcStore) sendWrites(ops []*batchOp) {
 		return err
 	})
 	for _, r := range resp.GetResponses() {
-		d := DigestFromProto(r.Digest)
+		d := cache.DigestFromProto(r.Digest)
 		group, ok := want[d]
 		if !ok {
 			continue
@@ -300,11 +301,11 @@ func (s *grpcStore) sendWrites(ops []*batchOp) {
 
 // finishUnanswered gives the ops a batch answer did not mention the call's
 // error, or, when the call succeeded, an error saying so.
-func finishUnanswered(s *grpcStore, want map[Digest][]*batchOp, callErr error) {
+func finishUnanswered(s *grpcStore, want map[cache.Digest][]*batchOp, callErr error) {
 	for d, group := range want {
 		err := callErr
 		if err == nil {
-			err = &RemoteError{Remote: s.name, Op: "transferring blob " + d.String(), Kind: RemoteCorrupt,
+			err = &Error{Remote: s.name, Op: "transferring blob " + d.String(), Kind: Corrupt,
 				Err: errors.New("the server's batch answer does not mention it")}
 		}
 		for _, op := range group {
@@ -313,8 +314,8 @@ func finishUnanswered(s *grpcStore, want map[Digest][]*batchOp, callErr error) {
 	}
 }
 
-func opsByDigest(ops []*batchOp) map[Digest][]*batchOp {
-	m := make(map[Digest][]*batchOp, len(ops))
+func opsByDigest(ops []*batchOp) map[cache.Digest][]*batchOp {
+	m := make(map[cache.Digest][]*batchOp, len(ops))
 	for _, op := range ops {
 		m[op.d] = append(m[op.d], op)
 	}
@@ -323,7 +324,7 @@ func opsByDigest(ops []*batchOp) map[Digest][]*batchOp {
 
 // batchOp is one blob read or write waiting for, or carried by, a batch call.
 type batchOp struct {
-	d    Digest
+	d    cache.Digest
 	data []byte // a write's content; a read's result
 	err  error
 	done chan struct{} // closed when data and err are set
@@ -347,7 +348,7 @@ func newBatcher(limit int64, instanceLen int, send func([]*batchOp)) *batcher {
 }
 
 // fits reports whether blob d may travel in a batch.
-func (b *batcher) fits(d Digest) bool { return b.base+d.Size+batchBlobOverhead <= b.limit }
+func (b *batcher) fits(d cache.Digest) bool { return b.base+d.Size+batchBlobOverhead <= b.limit }
 
 // do submits op and waits for its batch call, or for ctx.
 func (b *batcher) do(ctx context.Context, op *batchOp) error {

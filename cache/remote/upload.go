@@ -1,8 +1,10 @@
-package cache
+package remote
 
 import (
 	"fmt"
 	"io"
+
+	"github.com/gantry-build/gantry/cache"
 )
 
 // uploadError is a failure reading the local content of an upload: the
@@ -10,7 +12,7 @@ import (
 // be read. The remote is not at fault, and the upload was abandoned before the
 // remote could store anything.
 type uploadError struct {
-	Digest Digest
+	Digest cache.Digest
 	Err    error
 }
 
@@ -26,36 +28,36 @@ func (e *uploadError) Unwrap() error { return e.Err }
 // the remote has all of it (an HTTP body short of its Content-Length, a
 // ByteStream without its final message, a batch never sent) and never stores
 // it. Its errors are *uploadError. The hashing costs no second read.
-func hashedUpload(d Digest, open func() (io.ReadCloser, error)) func() (io.ReadCloser, error) {
+func hashedUpload(d cache.Digest, open func() (io.ReadCloser, error)) func() (io.ReadCloser, error) {
 	return func() (io.ReadCloser, error) {
 		rc, err := open()
 		if err != nil {
 			return nil, &uploadError{Digest: d, Err: err}
 		}
-		return &uploadReader{rc: rc, d: d, h: NewDigestWriter()}, nil
+		return &uploadReader{rc: rc, d: d, h: cache.NewDigestWriter()}, nil
 	}
 }
 
 // uploadReader is a reader of hashedUpload.
 type uploadReader struct {
 	rc  io.ReadCloser
-	d   Digest
-	h   *DigestWriter // what was read
-	err error         // sticky
+	d   cache.Digest
+	h   *cache.DigestWriter // what was read
+	err error               // sticky
 }
 
 func (r *uploadReader) Read(p []byte) (int, error) {
 	if r.err != nil {
 		return 0, r.err
 	}
-	if r.h.n == r.d.Size && r.h.n > 0 {
+	if r.h.Size() == r.d.Size && r.h.Size() > 0 {
 		return 0, io.EOF // checked when the last bytes were read
 	}
-	p = p[:min(int64(len(p)), r.d.Size-r.h.n)]
+	p = p[:min(int64(len(p)), r.d.Size-r.h.Size())]
 	n, err := r.rc.Read(p)
 	r.h.Write(p[:n])
 	switch {
-	case r.h.n == r.d.Size:
+	case r.h.Size() == r.d.Size:
 		// The last bytes: handed over only once the content is known to be d.
 		if err := r.check(); err != nil {
 			r.err = &uploadError{Digest: r.d, Err: err}
@@ -66,7 +68,7 @@ func (r *uploadReader) Read(p []byte) (int, error) {
 		}
 		return n, nil
 	case err == io.EOF:
-		r.err = &uploadError{Digest: r.d, Err: fmt.Errorf("%s ends after %d of its %d bytes: %w", r.name(), r.h.n, r.d.Size, ErrCorrupt)}
+		r.err = &uploadError{Digest: r.d, Err: fmt.Errorf("%s ends after %d of its %d bytes: %w", r.name(), r.h.Size(), r.d.Size, cache.ErrCorrupt)}
 	case err != nil:
 		r.err = &uploadError{Digest: r.d, Err: err}
 	default:
@@ -80,10 +82,10 @@ func (r *uploadReader) Read(p []byte) (int, error) {
 func (r *uploadReader) check() error {
 	var one [1]byte
 	if n, _ := io.ReadFull(r.rc, one[:]); n > 0 {
-		return fmt.Errorf("%s is longer than its %d bytes: %w", r.name(), r.d.Size, ErrCorrupt)
+		return fmt.Errorf("%s is longer than its %d bytes: %w", r.name(), r.d.Size, cache.ErrCorrupt)
 	}
 	if got := r.h.Digest(); got != r.d {
-		return Mismatch(r.d, got, r.name())
+		return cache.Mismatch(r.d, got, r.name())
 	}
 	return nil
 }

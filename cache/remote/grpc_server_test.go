@@ -1,4 +1,4 @@
-package cache
+package remote
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"time"
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
+	"github.com/gantry-build/gantry/cache"
 	"github.com/gantry-build/gantry/internal/testpki"
 	bspb "google.golang.org/genproto/googleapis/bytestream"
 	"google.golang.org/grpc"
@@ -56,7 +57,7 @@ type testREAPI struct {
 	readArrived chan struct{}
 
 	mu          sync.Mutex
-	blobs       map[Digest][]byte
+	blobs       map[cache.Digest][]byte
 	ac          map[string]*repb.ActionResult
 	batchReads  []int   // blobs per BatchReadBlobs call, in order
 	readOffsets []int64 // read_offset of each ByteStream.Read, in order
@@ -65,7 +66,7 @@ type testREAPI struct {
 }
 
 func newTestREAPI() *testREAPI {
-	return &testREAPI{batchLimit: 1 << 20, updateEnabled: true, blobs: map[Digest][]byte{}, ac: map[string]*repb.ActionResult{}}
+	return &testREAPI{batchLimit: 1 << 20, updateEnabled: true, blobs: map[cache.Digest][]byte{}, ac: map[string]*repb.ActionResult{}}
 }
 
 // start serves srv on 127.0.0.1 until the test ends and returns its address.
@@ -95,7 +96,7 @@ func (srv *testREAPI) locked(f func()) {
 	f()
 }
 
-func (srv *testREAPI) blob(d Digest) ([]byte, bool) {
+func (srv *testREAPI) blob(d cache.Digest) ([]byte, bool) {
 	srv.mu.Lock()
 	defer srv.mu.Unlock()
 	data, ok := srv.blobs[d]
@@ -105,10 +106,10 @@ func (srv *testREAPI) blob(d Digest) ([]byte, bool) {
 	return data, ok
 }
 
-func (srv *testREAPI) put(d Digest, data []byte) error {
+func (srv *testREAPI) put(d cache.Digest, data []byte) error {
 	var trusting bool
 	srv.locked(func() { trusting = srv.trusting })
-	if !trusting && DigestOf(data) != d {
+	if !trusting && cache.DigestOf(data) != d {
 		return status.Errorf(codes.InvalidArgument, "data does not match digest %s", d)
 	}
 	srv.mu.Lock()
@@ -136,7 +137,7 @@ func (srv *testREAPI) FindMissingBlobs(ctx context.Context, req *repb.FindMissin
 	}
 	resp := &repb.FindMissingBlobsResponse{}
 	for _, p := range req.BlobDigests {
-		if _, ok := srv.blob(DigestFromProto(p)); !ok {
+		if _, ok := srv.blob(cache.DigestFromProto(p)); !ok {
 			resp.MissingBlobDigests = append(resp.MissingBlobDigests, p)
 		}
 	}
@@ -157,7 +158,7 @@ func (srv *testREAPI) BatchReadBlobs(ctx context.Context, req *repb.BatchReadBlo
 	for _, p := range req.Digests {
 		total += p.SizeBytes
 		r := &repb.BatchReadBlobsResponse_Response{Digest: p, Status: status.New(codes.OK, "").Proto()}
-		if data, ok := srv.blob(DigestFromProto(p)); ok {
+		if data, ok := srv.blob(cache.DigestFromProto(p)); ok {
 			r.Data = data
 		} else {
 			r.Status = status.New(codes.NotFound, "no such blob").Proto()
@@ -176,7 +177,7 @@ func (srv *testREAPI) BatchUpdateBlobs(ctx context.Context, req *repb.BatchUpdat
 	for _, r := range req.Requests {
 		total += int64(len(r.Data))
 		st := status.New(codes.OK, "")
-		if err := srv.put(DigestFromProto(r.Digest), r.Data); err != nil {
+		if err := srv.put(cache.DigestFromProto(r.Digest), r.Data); err != nil {
 			st = status.Convert(err)
 		}
 		resp.Responses = append(resp.Responses, &repb.BatchUpdateBlobsResponse_Response{Digest: r.Digest, Status: st.Proto()})
@@ -188,16 +189,16 @@ func (srv *testREAPI) BatchUpdateBlobs(ctx context.Context, req *repb.BatchUpdat
 }
 
 // resourceDigest parses the digest at the end of a ByteStream resource name.
-func resourceDigest(name string) (Digest, error) {
+func resourceDigest(name string) (cache.Digest, error) {
 	parts := strings.Split(name, "/")
 	if len(parts) < 3 || parts[len(parts)-3] != "blobs" {
-		return Digest{}, status.Errorf(codes.InvalidArgument, "bad resource name %q", name)
+		return cache.Digest{}, status.Errorf(codes.InvalidArgument, "bad resource name %q", name)
 	}
 	size, err := strconv.ParseInt(parts[len(parts)-1], 10, 64)
 	if err != nil {
-		return Digest{}, status.Errorf(codes.InvalidArgument, "bad resource name %q", name)
+		return cache.Digest{}, status.Errorf(codes.InvalidArgument, "bad resource name %q", name)
 	}
-	return Digest{Hash: parts[len(parts)-2], Size: size}, nil
+	return cache.Digest{Hash: parts[len(parts)-2], Size: size}, nil
 }
 
 func (srv *testREAPI) Read(req *bspb.ReadRequest, stream bspb.ByteStream_ReadServer) error {
@@ -240,7 +241,7 @@ func (srv *testREAPI) Write(stream bspb.ByteStream_WriteServer) error {
 		<-stream.Context().Done()
 		return stream.Context().Err()
 	}
-	var d Digest
+	var d cache.Digest
 	var data []byte
 	for {
 		req, err := stream.Recv()

@@ -1,4 +1,4 @@
-package cache
+package remote
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gantry-build/gantry/cache"
 	"github.com/gantry-build/gantry/internal/testhttp"
 	"github.com/gantry-build/gantry/internal/testtree"
 )
@@ -48,16 +49,16 @@ func (m *memRemote) setFault(f func(w http.ResponseWriter, r *http.Request) bool
 	m.mu.Unlock()
 }
 
-func (m *memRemote) store(t *testing.T, userinfo string) RemoteStore {
+func (m *memRemote) store(t *testing.T, userinfo string) Store {
 	t.Helper()
 	return m.storeIdle(t, userinfo, 0)
 }
 
 // storeIdle is store with an idle timeout (0: the default).
-func (m *memRemote) storeIdle(t *testing.T, userinfo string, idle time.Duration) RemoteStore {
+func (m *memRemote) storeIdle(t *testing.T, userinfo string, idle time.Duration) Store {
 	t.Helper()
 	u := strings.Replace(m.srv.URL, "http://", "http://"+userinfo, 1) + "/prefix/"
-	s, err := OpenRemote(RemoteSpec{URL: u, IdleTimeout: idle})
+	s, err := Open(Spec{URL: u, IdleTimeout: idle})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +68,7 @@ func (m *memRemote) storeIdle(t *testing.T, userinfo string, idle time.Duration)
 
 // builtArtifact commits a successful artifact of a few files (one large enough to be
 // streamed in several reads) and returns it.
-func builtArtifact(t *testing.T, c *Cache) *Artifact {
+func builtArtifact(t *testing.T, c *cache.Cache) *cache.Artifact {
 	t.Helper()
 	src := t.TempDir()
 	testtree.Write(t, src, map[string]string{
@@ -85,7 +86,7 @@ func builtArtifact(t *testing.T, c *Cache) *Artifact {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &Artifact{Project: "demo", Element: "base/app.toml", Key: strings.Repeat("ab", 32), Success: true, Files: root, Log: log,
+	a := &cache.Artifact{Project: "demo", Element: "base/app.toml", Key: strings.Repeat("ab", 32), Success: true, Files: root, Log: log,
 		Dependencies: map[string]string{"lib.toml": strings.Repeat("cd", 32)}}
 	if err := c.Commit(a); err != nil {
 		t.Fatal(err)
@@ -112,21 +113,21 @@ func TestHTTPRemotePushPullRoundTrip(t *testing.T) {
 	store := remote.store(t, "user:s3cret@")
 	ctx := context.Background()
 
-	if _, err := dst.PullArtifact(ctx, store, a.Project, a.Element, a.Key, nil); !errors.Is(err, ErrNotFound) {
+	if _, err := PullArtifact(ctx, dst, store, a.Project, a.Element, a.Key, nil); !errors.Is(err, cache.ErrNotFound) {
 		t.Fatalf("pull before push: got %v, want a miss", err)
 	}
 	var last [2]int64
-	tr, pushed, err := src.PushArtifact(ctx, store, a, func(done, total int64) { last = [2]int64{done, total} })
+	tr, pushed, err := PushArtifact(ctx, src, store, a, func(done, total int64) { last = [2]int64{done, total} })
 	if err != nil || !pushed {
 		t.Fatalf("push: pushed %v, %v", pushed, err)
 	}
 	if tr.Blobs == 0 || last[0] != last[1] || last[1] != tr.Bytes {
 		t.Fatalf("push transfer %+v, last progress %v", tr, last)
 	}
-	if _, pushed, err := src.PushArtifact(ctx, store, a, nil); err != nil || pushed {
+	if _, pushed, err := PushArtifact(ctx, src, store, a, nil); err != nil || pushed {
 		t.Fatalf("second push: pushed %v, %v; want nothing to do", pushed, err)
 	}
-	if _, err := dst.PullArtifact(ctx, store, a.Project, a.Element, a.Key, nil); err != nil {
+	if _, err := PullArtifact(ctx, dst, store, a.Project, a.Element, a.Key, nil); err != nil {
 		t.Fatalf("pull: %v", err)
 	}
 	got, err := dst.Lookup(a.Project, a.Element, a.Key)
@@ -137,10 +138,10 @@ func TestHTTPRemotePushPullRoundTrip(t *testing.T) {
 		t.Fatalf("pulled artifact %+v differs from %+v", got, a)
 	}
 	want, out := filepath.Join(t.TempDir(), "want"), filepath.Join(t.TempDir(), "out")
-	if err := src.Checkout(a.Files, want, CheckoutOptions{}); err != nil {
+	if err := src.Checkout(a.Files, want, cache.CheckoutOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := dst.Checkout(got.Files, out, CheckoutOptions{}); err != nil {
+	if err := dst.Checkout(got.Files, out, cache.CheckoutOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if diff := testtree.Diff(testtree.Read(t, want), testtree.Read(t, out)); diff != "" {
@@ -161,26 +162,26 @@ func TestHTTPRemoteCorruptBlobIsNeverStored(t *testing.T) {
 	src, dst := openTestCache(t), openTestCache(t)
 	a := builtArtifact(t, src)
 	store := remote.store(t, "")
-	if _, _, err := src.PushArtifact(context.Background(), store, a, nil); err != nil {
+	if _, _, err := PushArtifact(context.Background(), src, store, a, nil); err != nil {
 		t.Fatal(err)
 	}
 	// The remote now serves wrong bytes (of the right length) for the large file.
-	var bad Digest
-	src.WalkTree(a.Files, func(e TreeEntry) error {
-		if e.Type == TypeFile && e.Size > 1000 {
+	var bad cache.Digest
+	src.WalkTree(a.Files, func(e cache.TreeEntry) error {
+		if e.Type == cache.TypeFile && e.Size > 1000 {
 			bad = e.Digest
 		}
 		return nil
 	})
 	remote.Put("cas/"+bad.Hash, []byte(strings.Repeat("X", int(bad.Size))))
-	_, err := dst.PullArtifact(context.Background(), store, a.Project, a.Element, a.Key, nil)
-	if !IsRemoteKind(err, RemoteCorrupt) || !strings.Contains(err.Error(), bad.Hash) || !strings.Contains(err.Error(), remote.srv.URL) {
+	_, err := PullArtifact(context.Background(), dst, store, a.Project, a.Element, a.Key, nil)
+	if !IsKind(err, Corrupt) || !strings.Contains(err.Error(), bad.Hash) || !strings.Contains(err.Error(), remote.srv.URL) {
 		t.Fatalf("pull of a corrupt blob: got %v, want a corrupt error naming the remote and blob %s", err, bad)
 	}
 	if dst.HasBlob(bad) {
 		t.Fatal("the corrupt blob entered the local CAS")
 	}
-	if _, err := dst.Lookup(a.Project, a.Element, a.Key); !errors.Is(err, ErrNotFound) {
+	if _, err := dst.Lookup(a.Project, a.Element, a.Key); !errors.Is(err, cache.ErrNotFound) {
 		t.Fatalf("a ref was written for an incomplete pull: %v", err)
 	}
 	if leftovers, _ := os.ReadDir(filepath.Join(dst.Root, "tmp")); len(leftovers) != 0 {
@@ -195,12 +196,12 @@ func TestHTTPRemoteErrorKinds(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		fault func(w http.ResponseWriter, r *http.Request) bool
-		kind  RemoteErrorKind
+		kind  ErrorKind
 		text  string
 	}{
-		{"401", func(w http.ResponseWriter, r *http.Request) bool { w.WriteHeader(401); return true }, RemoteAuth, "token-file"},
-		{"503", func(w http.ResponseWriter, r *http.Request) bool { w.WriteHeader(503); return true }, RemoteUnavailable, "503"},
-		{"400", func(w http.ResponseWriter, r *http.Request) bool { w.WriteHeader(400); return true }, RemoteRefused, "400"},
+		{"401", func(w http.ResponseWriter, r *http.Request) bool { w.WriteHeader(401); return true }, Auth, "token-file"},
+		{"503", func(w http.ResponseWriter, r *http.Request) bool { w.WriteHeader(503); return true }, Unavailable, "503"},
+		{"400", func(w http.ResponseWriter, r *http.Request) bool { w.WriteHeader(400); return true }, Refused, "400"},
 		{"stall", func(w http.ResponseWriter, r *http.Request) bool {
 			w.Header().Set("Content-Length", "100")
 			w.WriteHeader(200)
@@ -210,25 +211,25 @@ func TestHTTPRemoteErrorKinds(t *testing.T) {
 			case <-r.Context().Done():
 			}
 			return true
-		}, RemoteUnavailable, "no data received"},
+		}, Unavailable, "no data received"},
 		{"truncated", func(w http.ResponseWriter, r *http.Request) bool {
 			w.Header().Set("Content-Length", "100")
 			w.WriteHeader(200)
 			w.Write([]byte("short"))
 			return true
-		}, RemoteUnavailable, "connection closed"},
+		}, Unavailable, "connection closed"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			remote.setFault(tc.fault)
 			_, err := store.GetEntry(context.Background(), "k")
-			if !IsRemoteKind(err, tc.kind) || !strings.Contains(err.Error(), tc.text) {
+			if !IsKind(err, tc.kind) || !strings.Contains(err.Error(), tc.text) {
 				t.Fatalf("got %v, want a %s error mentioning %q", err, tc.kind, tc.text)
 			}
 		})
 	}
 	close(release)
 	remote.srv.Close()
-	if _, err := store.GetEntry(context.Background(), "k"); !IsRemoteKind(err, RemoteUnavailable) {
+	if _, err := store.GetEntry(context.Background(), "k"); !IsKind(err, Unavailable) {
 		t.Fatalf("server gone: got %v, want unavailable", err)
 	}
 }
@@ -241,10 +242,10 @@ func TestPullArtifactOfAnotherElementWithTheSameKey(t *testing.T) {
 	src, dst := openTestCache(t), openTestCache(t)
 	a := builtArtifact(t, src)
 	store := remote.store(t, "")
-	if _, _, err := src.PushArtifact(context.Background(), store, a, nil); err != nil {
+	if _, _, err := PushArtifact(context.Background(), src, store, a, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := dst.PullArtifact(context.Background(), store, a.Project, "twin.toml", a.Key, nil); err != nil {
+	if _, err := PullArtifact(context.Background(), dst, store, a.Project, "twin.toml", a.Key, nil); err != nil {
 		t.Fatalf("pull of a twin: %v", err)
 	}
 	got, err := dst.Lookup(a.Project, "twin.toml", a.Key)
@@ -274,23 +275,23 @@ func TestHTTPSRemoteWithServerCAAndToken(t *testing.T) {
 	if err := os.WriteFile(tok, []byte("t0ken\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	store, err := OpenRemote(RemoteSpec{URL: srv.URL, ServerCA: ca, TokenFile: tok})
+	store, err := Open(Spec{URL: srv.URL, ServerCA: ca, TokenFile: tok})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer store.Close()
-	if _, err := store.GetEntry(context.Background(), "k"); !errors.Is(err, ErrNotFound) {
+	if _, err := store.GetEntry(context.Background(), "k"); !errors.Is(err, cache.ErrNotFound) {
 		t.Fatalf("with server-ca: got %v, want a miss", err)
 	}
 	if len(auth) != 1 || auth[0] != "Bearer t0ken" {
 		t.Fatalf("authorization headers %q, want the bearer token", auth)
 	}
-	plain, err := OpenRemote(RemoteSpec{URL: srv.URL})
+	plain, err := Open(Spec{URL: srv.URL})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer plain.Close()
-	if _, err := plain.GetEntry(context.Background(), "k"); !IsRemoteKind(err, RemoteRefused) {
+	if _, err := plain.GetEntry(context.Background(), "k"); !IsKind(err, Refused) {
 		t.Fatalf("without server-ca: got %v, want the certificate refused", err)
 	}
 }

@@ -1,4 +1,4 @@
-package cache
+package remote
 
 import (
 	"bytes"
@@ -16,6 +16,7 @@ import (
 	"time"
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
+	"github.com/gantry-build/gantry/cache"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/protobuf/proto"
 )
@@ -32,11 +33,11 @@ type httpStore struct {
 	user   *url.Userinfo
 	token  string
 	client *http.Client
-	idle   time.Duration // see RemoteSpec.IdleTimeout
+	idle   time.Duration // see Spec.IdleTimeout
 }
 
-// newHTTPStore returns the RemoteStore of an http(s):// remote.
-func newHTTPStore(spec RemoteSpec, u *url.URL) (RemoteStore, error) {
+// newHTTPStore returns the Store of an http(s):// remote.
+func newHTTPStore(spec Spec, u *url.URL) (Store, error) {
 	tlsCfg, err := remoteTLS(spec)
 	if err != nil {
 		return nil, err
@@ -154,27 +155,27 @@ func (x *exchange) fail(status int, err error) error {
 		return fmt.Errorf("remote %s: %s: %w", x.s.name, x.op, context.Cause(x.parent))
 	}
 	if context.Cause(x.ctx) == errStalled {
-		return &RemoteError{Remote: x.s.name, Op: x.op, Kind: RemoteUnavailable, Err: fmt.Errorf("no data received for %s", x.s.idle)}
+		return &Error{Remote: x.s.name, Op: x.op, Kind: Unavailable, Err: fmt.Errorf("no data received for %s", x.s.idle)}
 	}
 	var ue *url.Error
 	if errors.As(err, &ue) {
 		err = ue.Err // the URL is in the message already, without its userinfo
 	}
-	kind := RemoteUnavailable
+	kind := Unavailable
 	switch {
 	case status == http.StatusUnauthorized || status == http.StatusForbidden:
-		kind = RemoteAuth
+		kind = Auth
 	case status >= 500 || status == http.StatusRequestTimeout || status == http.StatusTooManyRequests:
-		kind = RemoteUnavailable
+		kind = Unavailable
 	case status >= 400:
-		kind = RemoteRefused
+		kind = Refused
 	case status == 0 && isTLSError(err):
-		kind = RemoteRefused
+		kind = Refused
 	}
 	if status != 0 {
 		err = fmt.Errorf("HTTP %s", http.StatusText(status)+fmt.Sprintf(" (%d)", status))
 	}
-	return &RemoteError{Remote: x.s.name, Op: x.op, Kind: kind, Err: err}
+	return &Error{Remote: x.s.name, Op: x.op, Kind: kind, Err: err}
 }
 
 // isTLSError reports a certificate the client refuses: retrying will not help.
@@ -214,7 +215,7 @@ func (s *httpStore) get(ctx context.Context, op, kind, hash string, w io.Writer)
 	switch resp.StatusCode {
 	case http.StatusOK:
 	case http.StatusNotFound, http.StatusNoContent:
-		return fmt.Errorf("remote %s: %s: %w", s.name, op, ErrNotFound)
+		return fmt.Errorf("remote %s: %s: %w", s.name, op, cache.ErrNotFound)
 	default:
 		return x.fail(resp.StatusCode, nil)
 	}
@@ -264,7 +265,7 @@ func (s *httpStore) put(ctx context.Context, op, kind, hash string, open func() 
 	return x.fail(resp.StatusCode, nil)
 }
 
-func (s *httpStore) FindMissing(ctx context.Context, ds []Digest) ([]Digest, error) {
+func (s *httpStore) FindMissing(ctx context.Context, ds []cache.Digest) ([]cache.Digest, error) {
 	missing := make([]bool, len(ds))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(remoteParallelism)
@@ -292,7 +293,7 @@ func (s *httpStore) FindMissing(ctx context.Context, ds []Digest) ([]Digest, err
 	if err := g.Wait(); err != nil {
 		return nil, err
 	}
-	var out []Digest
+	var out []cache.Digest
 	for i, d := range ds {
 		if missing[i] {
 			out = append(out, d)
@@ -301,36 +302,36 @@ func (s *httpStore) FindMissing(ctx context.Context, ds []Digest) ([]Digest, err
 	return out, nil
 }
 
-func (s *httpStore) ReadBlob(ctx context.Context, d Digest, w io.Writer) error {
+func (s *httpStore) ReadBlob(ctx context.Context, d cache.Digest, w io.Writer) error {
 	return s.get(ctx, "reading blob "+d.String(), "cas", d.Hash, localWriter{w})
 }
 
-func (s *httpStore) WriteBlob(ctx context.Context, d Digest, open func() (io.ReadCloser, error)) error {
+func (s *httpStore) WriteBlob(ctx context.Context, d cache.Digest, open func() (io.ReadCloser, error)) error {
 	return s.put(ctx, "writing blob "+d.String(), "cas", d.Hash, hashedUpload(d, open), d.Size)
 }
 
-func (s *httpStore) GetEntry(ctx context.Context, key string) (*RemoteEntry, error) {
+func (s *httpStore) GetEntry(ctx context.Context, key string) (*Entry, error) {
 	op := "reading the artifact entry of key " + key
 	var buf bytes.Buffer
-	if err := s.get(ctx, op, "ac", RemoteKey(key).Hash, localWriter{&buf}); err != nil {
+	if err := s.get(ctx, op, "ac", Key(key).Hash, localWriter{&buf}); err != nil {
 		return nil, err
 	}
 	var ar repb.ActionResult
 	if err := proto.Unmarshal(buf.Bytes(), &ar); err != nil {
-		return nil, &RemoteError{Remote: s.name, Op: op, Kind: RemoteCorrupt, Err: fmt.Errorf("decoding the ActionResult: %w", err)}
+		return nil, &Error{Remote: s.name, Op: op, Kind: Corrupt, Err: fmt.Errorf("decoding the ActionResult: %w", err)}
 	}
 	e, err := actionResultEntry(&ar)
 	if err != nil {
-		return nil, &RemoteError{Remote: s.name, Op: op, Kind: RemoteCorrupt, Err: err}
+		return nil, &Error{Remote: s.name, Op: op, Kind: Corrupt, Err: err}
 	}
 	return e, nil
 }
 
-func (s *httpStore) UpdateEntry(ctx context.Context, key string, e *RemoteEntry) error {
+func (s *httpStore) UpdateEntry(ctx context.Context, key string, e *Entry) error {
 	data, err := proto.Marshal(entryActionResult(e))
 	if err != nil {
 		return fmt.Errorf("encoding the artifact entry of key %s: %w", key, err)
 	}
 	open := func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil }
-	return s.put(ctx, "writing the artifact entry of key "+key, "ac", RemoteKey(key).Hash, open, int64(len(data)))
+	return s.put(ctx, "writing the artifact entry of key "+key, "ac", Key(key).Hash, open, int64(len(data)))
 }

@@ -1,4 +1,4 @@
-package cache
+package remote
 
 import (
 	"context"
@@ -15,6 +15,8 @@ import (
 	"time"
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
+	"github.com/gantry-build/gantry/cache"
+	"github.com/gantry-build/gantry/cache/internal/bstpb"
 	bspb "google.golang.org/genproto/googleapis/bytestream"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -23,14 +25,12 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-
-	"github.com/gantry-build/gantry/cache/internal/bstpb"
 )
 
 // A grpc(s):// remote (DESIGN.md §7): REAPI v2's CAS, ByteStream and
 // ActionCache; or, on a server without an ActionCache, BuildStream 1.x's
 // ReferenceStorage (bst-artifact-server), where an artifact is a reference to
-// a Directory (remote_grpc_refs.go). Blob transfers are in remote_grpc_blobs.go.
+// a Directory (grpc_refs.go). Blob transfers are in grpc_blobs.go.
 
 const (
 	// grpcDefaultBatch is the batch limit when the server states none; it is
@@ -56,12 +56,12 @@ func (a entryAPI) String() string {
 	return "unknown"
 }
 
-// grpcStore is the RemoteStore of a grpc(s):// remote. It is safe for
+// grpcStore is the Store of a grpc(s):// remote. It is safe for
 // concurrent use.
 type grpcStore struct {
 	name     string // URL without userinfo
 	instance string
-	idle     time.Duration // bounds each unary call and the wait for each stream message (RemoteSpec.IdleTimeout): a stalled server fails the call instead of hanging the job
+	idle     time.Duration // bounds each unary call and the wait for each stream message (Spec.IdleTimeout): a stalled server fails the call instead of hanging the job
 
 	conn *grpc.ClientConn
 	caps repb.CapabilitiesClient
@@ -93,9 +93,9 @@ type grpcInfo struct {
 	writes     *batcher // small-blob writes, packed into BatchUpdateBlobs
 }
 
-// newGRPCStore returns the RemoteStore of a grpc(s):// remote. It does not
+// newGRPCStore returns the Store of a grpc(s):// remote. It does not
 // connect: the first call does.
-func newGRPCStore(spec RemoteSpec, u *url.URL) (RemoteStore, error) {
+func newGRPCStore(spec Spec, u *url.URL) (Store, error) {
 	name := spec.Display()
 	s := &grpcStore{name: name, instance: spec.Instance, idle: spec.idleTimeout()}
 	if u.Port() == "" {
@@ -135,7 +135,7 @@ func newGRPCStore(spec RemoteSpec, u *url.URL) (RemoteStore, error) {
 // transport returns the connection security of the remote: TLS for grpcs://
 // (with its server-ca and client certificate, else the system's roots),
 // plaintext for grpc://.
-func (s *grpcStore) transport(spec RemoteSpec, u *url.URL) (credentials.TransportCredentials, error) {
+func (s *grpcStore) transport(spec Spec, u *url.URL) (credentials.TransportCredentials, error) {
 	if u.Scheme != "grpcs" {
 		if spec.ServerCA != "" || spec.ClientCert != "" || spec.ClientKey != "" {
 			return nil, fmt.Errorf("remote %s: server-ca, client-cert and client-key need TLS: use grpcs://", s.name)
@@ -160,7 +160,7 @@ func (s *grpcStore) transport(spec RemoteSpec, u *url.URL) (credentials.Transpor
 
 // grpcAuthorization is the authorization header every call carries: a bearer
 // token from token-file, or basic auth from the URL's userinfo ("" for none).
-func grpcAuthorization(spec RemoteSpec, u *url.URL) (grpcAuth, error) {
+func grpcAuthorization(spec Spec, u *url.URL) (grpcAuth, error) {
 	token, err := remoteToken(spec)
 	if err != nil {
 		return "", err
@@ -230,7 +230,7 @@ func (s *grpcStore) askServer(ctx context.Context) (*grpcInfo, error) {
 			info.batchLimit = l
 		}
 		if fns := cc.GetDigestFunctions(); len(fns) > 0 && !slices.Contains(fns, repb.DigestFunction_SHA256) {
-			return nil, &RemoteError{Remote: s.name, Op: "asking its capabilities", Kind: RemoteRefused,
+			return nil, &Error{Remote: s.name, Op: "asking its capabilities", Kind: Refused,
 				Err: fmt.Errorf("the server does not offer SHA-256 digests (it offers %v)", fns)}
 		}
 		info.canUpdate = cc.GetActionCacheUpdateCapabilities().GetUpdateEnabled()
@@ -238,12 +238,12 @@ func (s *grpcStore) askServer(ctx context.Context) (*grpcInfo, error) {
 		return nil, err
 	}
 
-	probe := &repb.GetActionResultRequest{InstanceName: s.instance, ActionDigest: RemoteKey("").Proto()}
+	probe := &repb.GetActionResultRequest{InstanceName: s.instance, ActionDigest: Key("").Proto()}
 	err = s.call(ctx, "looking for an action cache", func(ctx context.Context) error {
 		_, err := s.ac.GetActionResult(ctx, probe)
 		return err
 	})
-	if err == nil || errors.Is(err, ErrNotFound) {
+	if err == nil || errors.Is(err, cache.ErrNotFound) {
 		info.api = apiActionCache
 		return info, nil
 	}
@@ -256,7 +256,7 @@ func (s *grpcStore) askServer(ctx context.Context) (*grpcInfo, error) {
 		return err
 	})
 	if status.Code(err) == codes.Unimplemented {
-		return nil, &RemoteError{Remote: s.name, Op: "looking for an artifact index", Kind: RemoteRefused,
+		return nil, &Error{Remote: s.name, Op: "looking for an artifact index", Kind: Refused,
 			Err: errors.New("the server offers neither a REAPI action cache nor BuildStream's reference storage: is it an artifact cache?")}
 	}
 	if err != nil {
@@ -269,7 +269,7 @@ func (s *grpcStore) askServer(ctx context.Context) (*grpcInfo, error) {
 
 // GetEntry reads the artifact entry of key from the action cache or the
 // reference storage.
-func (s *grpcStore) GetEntry(ctx context.Context, key string) (*RemoteEntry, error) {
+func (s *grpcStore) GetEntry(ctx context.Context, key string) (*Entry, error) {
 	info, err := s.server(ctx)
 	if err != nil {
 		return nil, err
@@ -280,7 +280,7 @@ func (s *grpcStore) GetEntry(ctx context.Context, key string) (*RemoteEntry, err
 	}
 	var ar *repb.ActionResult
 	err = s.call(ctx, op, func(ctx context.Context) (err error) {
-		ar, err = s.ac.GetActionResult(ctx, &repb.GetActionResultRequest{InstanceName: s.instance, ActionDigest: RemoteKey(key).Proto()})
+		ar, err = s.ac.GetActionResult(ctx, &repb.GetActionResultRequest{InstanceName: s.instance, ActionDigest: Key(key).Proto()})
 		return err
 	})
 	if err != nil {
@@ -288,26 +288,26 @@ func (s *grpcStore) GetEntry(ctx context.Context, key string) (*RemoteEntry, err
 	}
 	e, err := actionResultEntry(ar)
 	if err != nil {
-		return nil, &RemoteError{Remote: s.name, Op: op, Kind: RemoteCorrupt, Err: err}
+		return nil, &Error{Remote: s.name, Op: op, Kind: Corrupt, Err: err}
 	}
 	return e, nil
 }
 
 // UpdateEntry writes the artifact entry of key.
-func (s *grpcStore) UpdateEntry(ctx context.Context, key string, e *RemoteEntry) error {
+func (s *grpcStore) UpdateEntry(ctx context.Context, key string, e *Entry) error {
 	info, err := s.server(ctx)
 	if err != nil {
 		return err
 	}
 	op := "updating the artifact entry of key " + key
 	if !info.canUpdate {
-		return &RemoteError{Remote: s.name, Op: op, Kind: RemoteRefused,
+		return &Error{Remote: s.name, Op: op, Kind: Refused,
 			Err: fmt.Errorf("the server's %s does not accept updates (is it read-only? bst-artifact-server needs --enable-push)", info.api)}
 	}
 	if info.api == apiReferences {
 		return s.updateReference(ctx, op, key, e)
 	}
-	req := &repb.UpdateActionResultRequest{InstanceName: s.instance, ActionDigest: RemoteKey(key).Proto(), ActionResult: entryActionResult(e)}
+	req := &repb.UpdateActionResultRequest{InstanceName: s.instance, ActionDigest: Key(key).Proto(), ActionResult: entryActionResult(e)}
 	if t := fencingToken(ctx); t != 0 {
 		ctx = metadata.AppendToOutgoingContext(ctx, FencingMetadata, strconv.FormatUint(t, 10))
 	}
@@ -340,53 +340,53 @@ func (s *grpcStore) watch(ctx context.Context) (_ context.Context, kick, stop fu
 	return ctx, func() { t.Reset(s.idle) }, func() { t.Stop(); cancel(nil) }
 }
 
-// fail describes the failure err of a call made under ctx: a *RemoteError
+// fail describes the failure err of a call made under ctx: a *Error
 // classified by its gRPC code, or, for NOT_FOUND, an error wrapping
 // ErrNotFound. A call canceled by ctx (a stall, or the caller giving up) is
-// RemoteUnavailable with the cancellation's cause.
+// Unavailable with the cancellation's cause.
 func (s *grpcStore) fail(ctx context.Context, op string, err error) error {
 	if err == nil {
 		return nil
 	}
 	if ctx.Err() != nil {
-		return &RemoteError{Remote: s.name, Op: op, Kind: RemoteUnavailable, Err: context.Cause(ctx)}
+		return &Error{Remote: s.name, Op: op, Kind: Unavailable, Err: context.Cause(ctx)}
 	}
 	st, ok := status.FromError(err)
 	if !ok {
-		return &RemoteError{Remote: s.name, Op: op, Kind: RemoteUnavailable, Err: err}
+		return &Error{Remote: s.name, Op: op, Kind: Unavailable, Err: err}
 	}
 	err = statusError{st}
-	kind := RemoteRefused
+	kind := Refused
 	switch st.Code() {
 	case codes.NotFound:
-		return fmt.Errorf("remote %s: %s: %w (%w)", s.name, op, ErrNotFound, err)
+		return fmt.Errorf("remote %s: %s: %w (%w)", s.name, op, cache.ErrNotFound, err)
 	case codes.Unauthenticated, codes.PermissionDenied:
-		kind = RemoteAuth
+		kind = Auth
 	case codes.Unavailable, codes.DeadlineExceeded, codes.ResourceExhausted, codes.Aborted,
 		codes.Internal, codes.Unknown, codes.Canceled:
-		kind = RemoteUnavailable
+		kind = Unavailable
 		if k, ok := tlsFailure(st.Message()); ok {
 			kind = k
 		} else if s.certAsked.Load() {
-			kind = RemoteAuth
+			kind = Auth
 			err = fmt.Errorf("%w (the server asked for a client certificate and none is set)", err)
 		}
 	case codes.DataLoss:
-		kind = RemoteCorrupt
+		kind = Corrupt
 	}
-	return &RemoteError{Remote: s.name, Op: op, Kind: kind, Err: err}
+	return &Error{Remote: s.name, Op: op, Kind: kind, Err: err}
 }
 
 // tlsFailure classifies a connection failure that retrying cannot mend: the
-// server's certificate is not trusted (RemoteRefused), or the server refused
-// ours (RemoteAuth).
-func tlsFailure(msg string) (RemoteErrorKind, bool) {
+// server's certificate is not trusted (Refused), or the server refused
+// ours (Auth).
+func tlsFailure(msg string) (ErrorKind, bool) {
 	switch {
 	case strings.Contains(msg, "x509:"):
-		return RemoteRefused, true
+		return Refused, true
 	case strings.Contains(msg, "tls: certificate required"), strings.Contains(msg, "tls: bad certificate"),
 		strings.Contains(msg, "tls: unknown certificate authority"):
-		return RemoteAuth, true
+		return Auth, true
 	}
 	return 0, false
 }

@@ -1,4 +1,15 @@
-package cache
+// Package remote is gantry's remote artifact caches (DESIGN.md §7), the
+// clients of package cache's store. A remote is reached through a Store, one
+// implementation per protocol:
+//   - http(s)://  the HTTP cache protocol of Bazel and bazel-remote (http.go)
+//   - grpc(s)://  REAPI v2, and BuildStream 1.x's ReferenceStorage where the server
+//     has no ActionCache (grpc.go)
+//
+// The artifact-level logic (which blobs an artifact needs, verification, the
+// order of writes) is protocol-independent (PullArtifact, PushArtifact,
+// RepairArtifact in artifact.go), built on Store. Every name on the wire that
+// gantry's clients and `gantry cache serve` share is here (wire.go).
+package remote
 
 import (
 	"context"
@@ -13,21 +24,13 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/gantry-build/gantry/cache"
 )
 
-// Remote artifact caches (DESIGN.md §7). A remote is reached through a
-// RemoteStore, one implementation per protocol:
-//   - http(s)://  the HTTP cache protocol of Bazel and bazel-remote (remote_http.go)
-//   - grpc(s)://  REAPI v2, and BuildStream 1.x's ReferenceStorage where the server
-//     has no ActionCache (remote_grpc.go)
-//
-// The artifact-level logic (which blobs an artifact needs, verification, the
-// order of writes) is protocol-independent and lives on Cache (PullArtifact,
-// PushArtifact), built on RemoteStore.
-
-// RemoteSpec is one configured remote, from [[remote]] in the user config or
+// Spec is one configured remote, from [[remote]] in the user config or
 // project.toml, or from --remote.
-type RemoteSpec struct {
+type Spec struct {
 	URL        string `toml:"url" json:"url"`                 // may carry basic-auth userinfo: never print it, use Display
 	Push       bool   `toml:"push" json:"push"`               // push-enabled
 	Instance   string `toml:"instance" json:"instance"`       // REAPI instance name
@@ -45,7 +48,7 @@ type RemoteSpec struct {
 // defaultRemoteIdle is the idle timeout of exchanges with remotes.
 const defaultRemoteIdle = time.Minute
 
-func (r RemoteSpec) idleTimeout() time.Duration {
+func (r Spec) idleTimeout() time.Duration {
 	if r.IdleTimeout > 0 {
 		return r.IdleTimeout
 	}
@@ -53,7 +56,7 @@ func (r RemoteSpec) idleTimeout() time.Duration {
 }
 
 // Display returns the URL without userinfo, safe for messages, logs and events.
-func (r RemoteSpec) Display() string { return RedactURL(r.URL) }
+func (r Spec) Display() string { return RedactURL(r.URL) }
 
 // RedactURL removes the userinfo (basic-auth credentials) from a URL.
 func RedactURL(raw string) string {
@@ -68,128 +71,128 @@ func RedactURL(raw string) string {
 	return u.String()
 }
 
-// RemoteKey is the action-cache key under which the artifact of a full cache
+// Key is the action-cache key under which the artifact of a full cache
 // key is stored on a remote: sha256("gantry-artifact-v1:" + key), as a digest
 // whose size is the length of that string (REAPI requires a size; HTTP caches
 // use the hash only).
-func RemoteKey(key string) Digest {
+func Key(key string) cache.Digest {
 	s := "gantry-artifact-v1:" + key
 	sum := sha256.Sum256([]byte(s))
-	return Digest{Hash: hex.EncodeToString(sum[:]), Size: int64(len(s))}
+	return cache.Digest{Hash: hex.EncodeToString(sum[:]), Size: int64(len(s))}
 }
 
-// RemoteEntry is what a remote holds for one artifact besides blobs: the
+// Entry is what a remote holds for one artifact besides blobs: the
 // digests that reach every blob of it.
-type RemoteEntry struct {
-	Files  Digest // root Directory of the artifact's files tree
-	Tree   Digest // REAPI Tree blob of the files tree (action caches need it; zero where unused)
-	Record Digest // the artifact record (JSON, as stored locally)
-	Log    Digest // the build log; zero when there is none
+type Entry struct {
+	Files  cache.Digest // root Directory of the artifact's files tree
+	Tree   cache.Digest // REAPI Tree blob of the files tree (action caches need it; zero where unused)
+	Record cache.Digest // the artifact record (JSON, as stored locally)
+	Log    cache.Digest // the build log; zero when there is none
 }
 
-// RemoteStore is the protocol side of one remote: a CAS and an artifact index.
+// Store is the protocol side of one remote: a CAS and an artifact index.
 // Implementations are safe for concurrent use. Every method's error for a
-// failed exchange is a *RemoteError.
-type RemoteStore interface {
+// failed exchange is a *Error.
+type Store interface {
 	// Name is the remote's URL without userinfo, for messages.
 	Name() string
 	// FindMissing returns those of ds that the remote does not hold.
-	FindMissing(ctx context.Context, ds []Digest) ([]Digest, error)
+	FindMissing(ctx context.Context, ds []cache.Digest) ([]cache.Digest, error)
 	// ReadBlob writes the content of blob d to w. A blob the remote lacks gives an
 	// error wrapping ErrNotFound. The caller verifies what it receives.
-	ReadBlob(ctx context.Context, d Digest, w io.Writer) error
+	ReadBlob(ctx context.Context, d cache.Digest, w io.Writer) error
 	// WriteBlob uploads blob d; open returns its content and may be called again to
 	// retry.
-	WriteBlob(ctx context.Context, d Digest, open func() (io.ReadCloser, error)) error
+	WriteBlob(ctx context.Context, d cache.Digest, open func() (io.ReadCloser, error)) error
 	// GetEntry reads the artifact entry of a full cache key. A miss gives an error
 	// wrapping ErrNotFound.
-	GetEntry(ctx context.Context, key string) (*RemoteEntry, error)
+	GetEntry(ctx context.Context, key string) (*Entry, error)
 	// UpdateEntry writes the artifact entry of a full cache key. Every blob the
 	// entry reaches must already be on the remote.
-	UpdateEntry(ctx context.Context, key string, e *RemoteEntry) error
+	UpdateEntry(ctx context.Context, key string, e *Entry) error
 	// Close releases connections.
 	Close() error
 }
 
-// RemoteErrorKind classifies a failed exchange with a remote.
-type RemoteErrorKind int
+// ErrorKind classifies a failed exchange with a remote.
+type ErrorKind int
 
 const (
-	// RemoteUnavailable: the remote could not be reached or failed on its side
+	// Unavailable: the remote could not be reached or failed on its side
 	// (connection refused or reset, timeout, stall, HTTP 5xx, gRPC UNAVAILABLE…).
 	// Temporary: retried with backoff, then the remote is marked down for the session.
-	RemoteUnavailable RemoteErrorKind = iota
-	// RemoteAuth: credentials were refused or are missing (HTTP 401/403,
+	Unavailable ErrorKind = iota
+	// Auth: credentials were refused or are missing (HTTP 401/403,
 	// UNAUTHENTICATED/PERMISSION_DENIED).
-	RemoteAuth
-	// RemoteRefused: the remote understood and refused the request (another 4xx,
+	Auth
+	// Refused: the remote understood and refused the request (another 4xx,
 	// INVALID_ARGUMENT…). Not retried.
-	RemoteRefused
-	// RemoteCorrupt: the remote sent bytes that do not match their digest, or an
+	Refused
+	// Corrupt: the remote sent bytes that do not match their digest, or an
 	// entry that cannot be decoded. Treated as a miss, with a warning.
-	RemoteCorrupt
+	Corrupt
 )
 
-func (k RemoteErrorKind) String() string {
+func (k ErrorKind) String() string {
 	switch k {
-	case RemoteUnavailable:
+	case Unavailable:
 		return "unavailable"
-	case RemoteAuth:
+	case Auth:
 		return "credentials refused"
-	case RemoteRefused:
+	case Refused:
 		return "refused"
-	case RemoteCorrupt:
+	case Corrupt:
 		return "corrupt"
 	}
 	return "unknown"
 }
 
-// RemoteError is a failed exchange with a remote. Its message names the remote
-// (without userinfo), what was being done and, for RemoteAuth, which setting to
+// Error is a failed exchange with a remote. Its message names the remote
+// (without userinfo), what was being done and, for Auth, which setting to
 // check.
-type RemoteError struct {
+type Error struct {
 	Remote string // URL without userinfo
 	Op     string // what was being done: "reading blob 1a2b…/12", "updating the entry of app.toml"
-	Kind   RemoteErrorKind
+	Kind   ErrorKind
 	Err    error
-	// Blob is, for RemoteCorrupt, the blob whose bytes did not match its digest;
+	// Blob is, for Corrupt, the blob whose bytes did not match its digest;
 	// zero when what was wrong is an entry (see WrongBytes).
-	Blob Digest
+	Blob cache.Digest
 }
 
-func (e *RemoteError) Error() string {
+func (e *Error) Error() string {
 	msg := fmt.Sprintf("remote %s: %s: %v", e.Remote, e.Op, e.Err)
-	if e.Kind == RemoteAuth {
+	if e.Kind == Auth {
 		msg += " (credentials refused: check the remote's token-file, client-cert/client-key or the user:password in its url)"
 	}
 	return msg
 }
 
-func (e *RemoteError) Unwrap() error { return e.Err }
+func (e *Error) Unwrap() error { return e.Err }
 
 // Temporary reports whether retrying may help.
-func (e *RemoteError) Temporary() bool { return e.Kind == RemoteUnavailable }
+func (e *Error) Temporary() bool { return e.Kind == Unavailable }
 
 // WrongBytes reports the remote and blob of err when it says a remote served
 // bytes that do not match their digest.
-func WrongBytes(err error) (remote string, blob Digest, ok bool) {
-	var re *RemoteError
-	if errors.As(err, &re) && re.Kind == RemoteCorrupt && !re.Blob.IsZero() {
+func WrongBytes(err error) (remote string, blob cache.Digest, ok bool) {
+	var re *Error
+	if errors.As(err, &re) && re.Kind == Corrupt && !re.Blob.IsZero() {
 		return re.Remote, re.Blob, true
 	}
-	return "", Digest{}, false
+	return "", cache.Digest{}, false
 }
 
-// IsRemoteKind reports whether err is a *RemoteError of kind k.
-func IsRemoteKind(err error, k RemoteErrorKind) bool {
-	var re *RemoteError
+// IsKind reports whether err is a *Error of kind k.
+func IsKind(err error, k ErrorKind) bool {
+	var re *Error
 	return errors.As(err, &re) && re.Kind == k
 }
 
-// OpenRemote connects to the remote of spec, choosing the protocol by the URL's
+// Open connects to the remote of spec, choosing the protocol by the URL's
 // scheme. It does not contact the remote yet (gRPC's Capabilities are asked on
 // first use).
-func OpenRemote(spec RemoteSpec) (RemoteStore, error) {
+func Open(spec Spec) (Store, error) {
 	u, err := url.Parse(spec.URL)
 	if err != nil {
 		return nil, fmt.Errorf("remote %s: invalid url: %w", RedactURL(spec.URL), err)
@@ -205,7 +208,7 @@ func OpenRemote(spec RemoteSpec) (RemoteStore, error) {
 
 // remoteTLS returns the TLS configuration of spec: its server CA and client
 // certificate, if set (nil when neither is).
-func remoteTLS(spec RemoteSpec) (*tls.Config, error) {
+func remoteTLS(spec Spec) (*tls.Config, error) {
 	if spec.ServerCA == "" && spec.ClientCert == "" && spec.ClientKey == "" {
 		return nil, nil
 	}
@@ -235,7 +238,7 @@ func remoteTLS(spec RemoteSpec) (*tls.Config, error) {
 }
 
 // remoteToken reads the bearer token of spec's token-file ("" when none is set).
-func remoteToken(spec RemoteSpec) (string, error) {
+func remoteToken(spec Spec) (string, error) {
 	if spec.TokenFile == "" {
 		return "", nil
 	}

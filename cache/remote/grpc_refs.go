@@ -1,4 +1,4 @@
-package cache
+package remote
 
 import (
 	"bytes"
@@ -7,14 +7,14 @@ import (
 	"io"
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
-	"google.golang.org/protobuf/proto"
-
+	"github.com/gantry-build/gantry/cache"
 	"github.com/gantry-build/gantry/cache/internal/bstpb"
+	"google.golang.org/protobuf/proto"
 )
 
 // How an artifact is kept by BuildStream 1.x's ReferenceStorage
 // (bst-artifact-server), which has no ActionCache: the reference
-// "gantry/<RemoteKey(key) hash>" names a Directory holding
+// "gantry/<Key(key) hash>" names a Directory holding
 //   - the directory "files", the root of the files tree,
 //   - the file "gantry-artifact.json", the artifact record,
 //   - the file "log", the build log, when there is one.
@@ -29,10 +29,10 @@ const (
 )
 
 // referenceName is the reference under which the artifact of key is kept.
-func referenceName(key string) string { return refPrefix + RemoteKey(key).Hash }
+func referenceName(key string) string { return refPrefix + Key(key).Hash }
 
 // referenceDirectory encodes e as the Directory a reference names.
-func referenceDirectory(e *RemoteEntry) *repb.Directory {
+func referenceDirectory(e *Entry) *repb.Directory {
 	dir := &repb.Directory{
 		Directories: []*repb.DirectoryNode{{Name: acFilesPath, Digest: e.Files.Proto()}},
 		Files:       []*repb.FileNode{{Name: acRecordPath, Digest: e.Record.Proto()}}, // sorted: "gantry-artifact.json" < "log"
@@ -45,8 +45,8 @@ func referenceDirectory(e *RemoteEntry) *repb.Directory {
 
 // directoryEntry decodes a Directory written by referenceDirectory. Tree
 // stays zero: the reader walks the Directories from Files.
-func directoryEntry(dir *repb.Directory) (*RemoteEntry, error) {
-	var e RemoteEntry
+func directoryEntry(dir *repb.Directory) (*Entry, error) {
+	var e Entry
 	var err error
 	for _, n := range dir.Directories {
 		if n.Name == acFilesPath {
@@ -73,7 +73,7 @@ func directoryEntry(dir *repb.Directory) (*RemoteEntry, error) {
 }
 
 // getReference resolves the reference of key and decodes its Directory.
-func (s *grpcStore) getReference(ctx context.Context, op, key string) (*RemoteEntry, error) {
+func (s *grpcStore) getReference(ctx context.Context, op, key string) (*Entry, error) {
 	var resp *bstpb.GetReferenceResponse
 	err := s.call(ctx, op, func(ctx context.Context) (err error) {
 		resp, err = s.refs.GetReference(ctx, &bstpb.GetReferenceRequest{InstanceName: s.instance, Key: referenceName(key)})
@@ -82,8 +82,8 @@ func (s *grpcStore) getReference(ctx context.Context, op, key string) (*RemoteEn
 	if err != nil {
 		return nil, err
 	}
-	corrupt := func(err error) (*RemoteEntry, error) {
-		return nil, &RemoteError{Remote: s.name, Op: op, Kind: RemoteCorrupt, Err: err}
+	corrupt := func(err error) (*Entry, error) {
+		return nil, &Error{Remote: s.name, Op: op, Kind: Corrupt, Err: err}
 	}
 	d, err := digestFromProto(resp.Digest)
 	if err != nil {
@@ -96,7 +96,7 @@ func (s *grpcStore) getReference(ctx context.Context, op, key string) (*RemoteEn
 	if err := s.ReadBlob(ctx, d, &buf); err != nil {
 		return nil, err
 	}
-	if got := DigestOf(buf.Bytes()); got != d {
+	if got := cache.DigestOf(buf.Bytes()); got != d {
 		return corrupt(fmt.Errorf("directory %s: received bytes with digest %s", d, got))
 	}
 	dir := &repb.Directory{}
@@ -112,12 +112,12 @@ func (s *grpcStore) getReference(ctx context.Context, op, key string) (*RemoteEn
 
 // updateReference uploads the Directory of e and points the reference of key
 // at it.
-func (s *grpcStore) updateReference(ctx context.Context, op, key string, e *RemoteEntry) error {
-	data, err := MarshalDirectory(referenceDirectory(e))
+func (s *grpcStore) updateReference(ctx context.Context, op, key string, e *Entry) error {
+	data, err := cache.MarshalDirectory(referenceDirectory(e))
 	if err != nil {
 		return fmt.Errorf("%s on remote %s: encoding the entry: %w", op, s.name, err)
 	}
-	d := DigestOf(data)
+	d := cache.DigestOf(data)
 	if err := s.WriteBlob(ctx, d, func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil }); err != nil {
 		return err
 	}

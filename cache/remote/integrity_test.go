@@ -1,4 +1,4 @@
-package cache
+package remote
 
 import (
 	"bytes"
@@ -8,16 +8,17 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gantry-build/gantry/cache"
 	"github.com/gantry-build/gantry/internal/testtree"
 )
 
 // largeFile is the digest of the largest file of artifact a (streamed in
 // several reads on upload).
-func largeFile(t *testing.T, c *Cache, a *Artifact) Digest {
+func largeFile(t *testing.T, c *cache.Cache, a *cache.Artifact) cache.Digest {
 	t.Helper()
-	var big Digest
-	c.WalkTree(a.Files, func(e TreeEntry) error {
-		if e.Type == TypeFile && e.Size > big.Size {
+	var big cache.Digest
+	c.WalkTree(a.Files, func(e cache.TreeEntry) error {
+		if e.Type == cache.TypeFile && e.Size > big.Size {
 			big = e.Digest
 		}
 		return nil
@@ -31,13 +32,13 @@ func largeFile(t *testing.T, c *Cache, a *Artifact) Digest {
 // checkDamagedPush checks that err, from pushing a after its blob bad was
 // damaged in the CAS with the same size, says so and that the cache lost the
 // blob.
-func checkDamagedPush(t *testing.T, c *Cache, bad Digest, err error) {
+func checkDamagedPush(t *testing.T, c *cache.Cache, bad cache.Digest, err error) {
 	t.Helper()
-	var be *BlobError
-	if !errors.As(err, &be) || be.Digest != bad || be.Missing || !errors.Is(err, ErrCorrupt) {
+	var be *cache.BlobError
+	if !errors.As(err, &be) || be.Digest != bad || be.Missing || !errors.Is(err, cache.ErrCorrupt) {
 		t.Fatalf("push of an artifact with a damaged blob: got %v, want a *BlobError for %s", err, bad)
 	}
-	var re *RemoteError
+	var re *Error
 	if errors.As(err, &re) {
 		t.Fatalf("the local damage was reported as the remote's: %v", err)
 	}
@@ -52,7 +53,7 @@ func TestPushNeverUploadsADamagedBlobHTTP(t *testing.T) {
 	a := builtArtifact(t, c)
 	bad := largeFile(t, c, a)
 	testtree.CorruptFile(t, c.BlobPath(bad))
-	_, pushed, err := c.PushArtifact(context.Background(), remote.store(t, ""), a, nil)
+	_, pushed, err := PushArtifact(context.Background(), c, remote.store(t, ""), a, nil)
 	if pushed {
 		t.Fatal("pushed an artifact with a damaged blob")
 	}
@@ -73,12 +74,12 @@ func TestPushNeverUploadsADamagedBlobGRPC(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := newTestREAPI()
 			srv.trusting, srv.batchLimit = true, tc.limit
-			store := openGRPC(t, RemoteSpec{URL: "grpc://" + srv.start(t)})
+			store := openGRPC(t, Spec{URL: "grpc://" + srv.start(t)})
 			c := openTestCache(t)
 			a := builtArtifact(t, c)
 			bad := largeFile(t, c, a)
 			testtree.CorruptFile(t, c.BlobPath(bad))
-			_, pushed, err := c.PushArtifact(context.Background(), store, a, nil)
+			_, pushed, err := PushArtifact(context.Background(), c, store, a, nil)
 			if pushed {
 				t.Fatal("pushed an artifact with a damaged blob")
 			}
@@ -100,7 +101,7 @@ func TestPushNeverUploadsADamagedBlobGRPC(t *testing.T) {
 func TestUploadStopsBeforeTheLastBytes(t *testing.T) {
 	srv := newTestREAPI()
 	srv.trusting, srv.batchLimit = true, 64<<10
-	g := openGRPC(t, RemoteSpec{URL: "grpc://" + srv.start(t)})
+	g := openGRPC(t, Spec{URL: "grpc://" + srv.start(t)})
 	remote := newMemRemote(t)
 	h := remote.store(t, "")
 	ctx := context.Background()
@@ -117,10 +118,10 @@ func TestUploadStopsBeforeTheLastBytes(t *testing.T) {
 			{"long", append(bytes.Clone(data), 0)},
 		} {
 			open := func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(tc.content)), nil }
-			for name, s := range map[string]RemoteStore{"grpc": g, "http": h} {
+			for name, s := range map[string]Store{"grpc": g, "http": h} {
 				err := s.WriteBlob(ctx, d, open)
 				var ue *uploadError
-				if !errors.As(err, &ue) || !errors.Is(err, ErrCorrupt) || IsRemoteKind(err, RemoteUnavailable) {
+				if !errors.As(err, &ue) || !errors.Is(err, cache.ErrCorrupt) || IsKind(err, Unavailable) {
 					t.Errorf("%s: %s blob of %d bytes: WriteBlob = %v, want an *uploadError wrapping ErrCorrupt", name, tc.name, d.Size, err)
 				}
 			}
@@ -135,7 +136,7 @@ func TestUploadStopsBeforeTheLastBytes(t *testing.T) {
 }
 
 // poison makes remote serve wrong bytes of the right length for blob d.
-func poison(remote *memRemote, d Digest) {
+func poison(remote *memRemote, d cache.Digest) {
 	remote.Put("cas/"+d.Hash, bytes.Repeat([]byte("X"), int(d.Size)))
 }
 
@@ -145,24 +146,24 @@ func TestRepairArtifactReplacesAPoisonedBlob(t *testing.T) {
 	a := builtArtifact(t, src)
 	store := remote.store(t, "")
 	ctx := context.Background()
-	if _, _, err := src.PushArtifact(ctx, store, a, nil); err != nil {
+	if _, _, err := PushArtifact(ctx, src, store, a, nil); err != nil {
 		t.Fatal(err)
 	}
 	bad := largeFile(t, src, a)
 	poison(remote, bad)
-	_, err := dst.PullArtifact(ctx, store, a.Project, a.Element, a.Key, nil)
+	_, err := PullArtifact(ctx, dst, store, a.Project, a.Element, a.Key, nil)
 	if name, d, ok := WrongBytes(err); !ok || d != bad || name != store.Name() {
 		t.Fatalf("pull of a poisoned blob: WrongBytes(%v) = %q, %v, %v; want %s", err, name, d, ok, bad)
 	}
 	// A push sees the entry and pushes nothing; a repair replaces the blob.
-	if _, pushed, err := src.PushArtifact(ctx, store, a, nil); err != nil || pushed {
+	if _, pushed, err := PushArtifact(ctx, src, store, a, nil); err != nil || pushed {
 		t.Fatalf("push: pushed %v, %v", pushed, err)
 	}
-	_, rep, err := src.RepairArtifact(ctx, store, a, []Digest{bad, DigestOf([]byte("not in it"))}, nil)
+	_, rep, err := RepairArtifact(ctx, src, store, a, []cache.Digest{bad, cache.DigestOf([]byte("not in it"))}, nil)
 	if err != nil || len(rep.Replaced) != 1 || rep.Replaced[0] != bad || len(rep.NotInArtifact) != 1 {
 		t.Fatalf("repair: %+v, %v", rep, err)
 	}
-	if _, err := dst.PullArtifact(ctx, store, a.Project, a.Element, a.Key, nil); err != nil {
+	if _, err := PullArtifact(ctx, dst, store, a.Project, a.Element, a.Key, nil); err != nil {
 		t.Fatalf("pull after the repair: %v", err)
 	}
 }
@@ -180,19 +181,19 @@ func TestRepairArtifactOverGRPC(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := newTestREAPI()
 			srv.batchLimit = tc.limit
-			store := openGRPC(t, RemoteSpec{URL: "grpc://" + srv.start(t)})
+			store := openGRPC(t, Spec{URL: "grpc://" + srv.start(t)})
 			src, dst := openTestCache(t), openTestCache(t)
 			a := builtArtifact(t, src)
 			ctx := context.Background()
-			if _, _, err := src.PushArtifact(ctx, store, a, nil); err != nil {
+			if _, _, err := PushArtifact(ctx, src, store, a, nil); err != nil {
 				t.Fatal(err)
 			}
 			bad := largeFile(t, src, a)
 			srv.locked(func() { srv.blobs[bad] = bytes.Repeat([]byte("X"), int(bad.Size)) })
-			if _, err := dst.PullArtifact(ctx, store, a.Project, a.Element, a.Key, nil); !IsRemoteKind(err, RemoteCorrupt) {
+			if _, err := PullArtifact(ctx, dst, store, a.Project, a.Element, a.Key, nil); !IsKind(err, Corrupt) {
 				t.Fatalf("pull of a poisoned blob: %v", err)
 			}
-			_, rep, err := src.RepairArtifact(ctx, store, a, []Digest{bad}, nil)
+			_, rep, err := RepairArtifact(ctx, src, store, a, []cache.Digest{bad}, nil)
 			if !tc.repaired {
 				if name, d, ok := WrongBytes(err); !ok || d != bad || name != store.Name() || !strings.Contains(err.Error(), "still serves wrong") {
 					t.Fatalf("repair against a server that keeps the first copy: %v", err)
@@ -202,7 +203,7 @@ func TestRepairArtifactOverGRPC(t *testing.T) {
 			if err != nil || len(rep.Replaced) != 1 {
 				t.Fatalf("repair: %+v, %v", rep, err)
 			}
-			if _, err := dst.PullArtifact(ctx, store, a.Project, a.Element, a.Key, nil); err != nil {
+			if _, err := PullArtifact(ctx, dst, store, a.Project, a.Element, a.Key, nil); err != nil {
 				t.Fatalf("pull after the repair: %v", err)
 			}
 		})

@@ -1,13 +1,14 @@
-package cache
+package remote
 
 import (
 	"fmt"
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
+	"github.com/gantry-build/gantry/cache"
 )
 
 // How an artifact is kept in a REAPI ActionCache (or bazel-remote's /ac/): an
-// ActionResult under RemoteKey(key) whose
+// ActionResult under Key(key) whose
 //   - output directory "files" is the files tree (a Tree blob, and its root),
 //   - output file "gantry-artifact.json" is the artifact record,
 //   - stdout is the build log.
@@ -17,14 +18,14 @@ const (
 )
 
 // entryActionResult encodes e as an ActionResult.
-func entryActionResult(e *RemoteEntry) *repb.ActionResult {
+func entryActionResult(e *Entry) *repb.ActionResult {
 	ar := &repb.ActionResult{
 		OutputDirectories: []*repb.OutputDirectory{{
 			Path:                acFilesPath,
-			TreeDigest:          e.Tree.optionalProto(),
-			RootDirectoryDigest: e.Files.optionalProto(),
+			TreeDigest:          optionalProto(e.Tree),
+			RootDirectoryDigest: optionalProto(e.Files),
 		}},
-		OutputFiles: []*repb.OutputFile{{Path: acRecordPath, Digest: e.Record.optionalProto()}},
+		OutputFiles: []*repb.OutputFile{{Path: acRecordPath, Digest: optionalProto(e.Record)}},
 	}
 	if !e.Log.IsZero() {
 		ar.StdoutDigest = e.Log.Proto()
@@ -34,8 +35,8 @@ func entryActionResult(e *RemoteEntry) *repb.ActionResult {
 
 // actionResultEntry decodes an ActionResult written by entryActionResult. Any
 // other shape is an error (the caller reports it as a corrupt entry).
-func actionResultEntry(ar *repb.ActionResult) (*RemoteEntry, error) {
-	var e RemoteEntry
+func actionResultEntry(ar *repb.ActionResult) (*Entry, error) {
+	var e Entry
 	var err error
 	for _, d := range ar.OutputDirectories {
 		if d.Path != acFilesPath {
@@ -69,7 +70,7 @@ func actionResultEntry(ar *repb.ActionResult) (*RemoteEntry, error) {
 }
 
 // optionalProto is Proto, but nil for the zero Digest.
-func (d Digest) optionalProto() *repb.Digest {
+func optionalProto(d cache.Digest) *repb.Digest {
 	if d.IsZero() {
 		return nil
 	}
@@ -77,13 +78,13 @@ func (d Digest) optionalProto() *repb.Digest {
 }
 
 // digestFromProto converts and validates a REAPI Digest that must be there.
-func digestFromProto(p *repb.Digest) (Digest, error) {
+func digestFromProto(p *repb.Digest) (cache.Digest, error) {
 	if p == nil {
-		return Digest{}, fmt.Errorf("missing digest")
+		return cache.Digest{}, fmt.Errorf("missing digest")
 	}
-	d := DigestFromProto(p)
+	d := cache.DigestFromProto(p)
 	if err := d.Validate(); err != nil {
-		return Digest{}, err
+		return cache.Digest{}, err
 	}
 	return d, nil
 }
