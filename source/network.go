@@ -14,7 +14,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/gantry-build/gantry/cache"
+	"github.com/gantry-build/gantry/internal/units"
 )
 
 // NetworkError is a failed download or git remote operation. Temporary ones (connection
@@ -113,7 +113,7 @@ func sizeFromEnv(name string, def int64) (int64, error) {
 	if v == "" {
 		return def, nil
 	}
-	n, ok := cache.ParseSize(v)
+	n, ok := units.ParseSize(v)
 	if !ok {
 		return 0, fmt.Errorf("%s=%q: want a size like 500M, 10G or 2T", name, v)
 	}
@@ -359,13 +359,8 @@ func unwrapURLError(err error) error {
 }
 
 func sizeString(n int64) string {
-	switch {
-	case n <= 0:
+	if n <= 0 {
 		return "size unknown"
-	case n < 1<<10:
-		return fmt.Sprintf("%d bytes", n)
-	case n < 1<<20:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
 	}
-	return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	return units.Bytes(n)
 }

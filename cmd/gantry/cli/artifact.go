@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/gantry-build/gantry/internal/units"
 	"github.com/spf13/cobra"
 
 	"github.com/gantry-build/gantry/cache"
@@ -239,7 +240,7 @@ least recently used first. Address one with ELEMENT@KEYPREFIX in the other artif
 				if long {
 					key = a.Key
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", state, key, name, byteSize(a.Bytes), a.LastUse.Local().Format(time.DateTime))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", state, key, name, units.Bytes(a.Bytes), a.LastUse.Local().Format(time.DateTime))
 			}
 			return tw.Flush()
 		},
@@ -345,7 +346,7 @@ are removed at once (with every other unreferenced blob), under the exclusive ca
 			for _, a := range rep.Artifacts {
 				fmt.Fprintf(g.ios.ErrOut, "deleted %s/%s\n", a.Element, shortKey(a.Key))
 			}
-			fmt.Fprintf(g.ios.ErrOut, "freed %s (%d blobs)\n", byteSize(rep.Freed), rep.Blobs)
+			fmt.Fprintf(g.ios.ErrOut, "freed %s (%d blobs)\n", units.Bytes(rep.Freed), rep.Blobs)
 			return nil
 		},
 	}

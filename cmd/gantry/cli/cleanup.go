@@ -7,6 +7,7 @@ import (
 
 	"github.com/gantry-build/gantry/cache"
 	"github.com/gantry-build/gantry/element"
+	"github.com/gantry-build/gantry/internal/units"
 	"github.com/gantry-build/gantry/job"
 	"github.com/gantry-build/gantry/queues"
 )
@@ -61,7 +62,7 @@ func cleanupJob(ctx context.Context, spec job.Spec, r *job.Reporter) (job.Result
 		return job.Result{}, err
 	}
 	defer lock.Unlock()
-	r.Status(fmt.Sprintf("removing least recently used artifacts down to %s", byteSize(sp.Target)))
+	r.Status(fmt.Sprintf("removing least recently used artifacts down to %s", units.Bytes(sp.Target)))
 	keep := make(map[cache.ArtifactRef]bool, len(sp.Keep))
 	for _, k := range sp.Keep {
 		keep[cache.ArtifactRef{Project: sp.Project, Element: k.Element, Key: k.Key}] = true
@@ -71,10 +72,10 @@ func cleanupJob(ctx context.Context, spec job.Spec, r *job.Reporter) (job.Result
 		return job.Result{}, err
 	}
 	for _, a := range rep.Artifacts {
-		r.Log(fmt.Sprintf("removed %s (%s)", a.ArtifactRef, byteSize(a.Bytes)))
+		r.Log(fmt.Sprintf("removed %s (%s)", a.ArtifactRef, units.Bytes(a.Bytes)))
 	}
 	r.Log(fmt.Sprintf("removed %d artifacts and %d blobs, freed %s: %s → %s", len(rep.Artifacts), rep.Blobs,
-		byteSize(rep.Freed), byteSize(rep.Before), byteSize(rep.After)))
+		units.Bytes(rep.Freed), units.Bytes(rep.Before), units.Bytes(rep.After)))
 	if rep.Live > 0 {
 		r.Log(keptForLiveSessions(rep))
 	}

@@ -10,8 +10,8 @@ import (
 	"github.com/gantry-build/gantry/cache"
 	"github.com/gantry-build/gantry/cache/remote"
 	"github.com/gantry-build/gantry/element"
+	"github.com/gantry-build/gantry/internal/units"
 	"github.com/gantry-build/gantry/job"
-	"github.com/gantry-build/gantry/ui"
 )
 
 // openPullSpec reads a pull or push job's spec, opens the cache, takes its lock shared
@@ -69,7 +69,7 @@ func pullJob(ctx context.Context, spec job.Spec, r *job.Reporter) (job.Result, e
 		store.Close()
 		switch {
 		case err == nil:
-			r.Log(fmt.Sprintf("pulled %s from %s: %d blobs, %s", ps.Element, store.Name(), t.Blobs, ui.ByteSize(t.Bytes)))
+			r.Log(fmt.Sprintf("pulled %s from %s: %d blobs, %s", ps.Element, store.Name(), t.Blobs, units.Bytes(t.Bytes)))
 			pr.From = store.Name()
 			data, err := json.Marshal(pr)
 			return job.Result{OK: true, Data: data}, err
@@ -186,7 +186,7 @@ func pushArtifact(ctx context.Context, ps *pullSpec, c *cache.Cache, a *cache.Ar
 		}
 		if did {
 			pushed = true
-			r.Log(fmt.Sprintf("pushed %s to %s: %d blobs, %s", ps.Element, store.Name(), t.Blobs, ui.ByteSize(t.Bytes)))
+			r.Log(fmt.Sprintf("pushed %s to %s: %d blobs, %s", ps.Element, store.Name(), t.Blobs, units.Bytes(t.Bytes)))
 		} else {
 			r.Log(fmt.Sprintf("%s already has %s", store.Name(), ps.Element))
 		}

@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gantry-build/gantry/internal/units"
 	"github.com/spf13/cobra"
 
 	"github.com/gantry-build/gantry/cache"
@@ -38,7 +39,7 @@ exit 0. SIGHUP: reread the token and htpasswd files.`,
 				}
 			}
 			if maxBlob != "" {
-				n, ok := cache.ParseSize(maxBlob)
+				n, ok := units.ParseSize(maxBlob)
 				if !ok {
 					return usagef("--max-blob-size %q: not a size (500M, 10G)", maxBlob)
 				}
