@@ -7,13 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
 	"time"
 
+	"github.com/gantry-build/gantry/internal/netx"
 	"github.com/gantry-build/gantry/internal/units"
 )
 
@@ -140,8 +140,7 @@ func (o *FetchOptions) httpClient() *http.Client {
 	if o.HTTPClient != nil {
 		return o.HTTPClient
 	}
-	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.DialContext = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	t := netx.Transport()
 	t.TLSHandshakeTimeout = 30 * time.Second
 	t.ResponseHeaderTimeout = 60 * time.Second
 	return &http.Client{Transport: t}
@@ -193,12 +192,12 @@ func downloadHTTP(parent context.Context, rawURL string, w io.Writer, o *FetchOp
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithCancelCause(parent)
-	defer cancel(nil)
 	// The watchdog: every byte that arrives pushes it back; it covers waiting for the
 	// response headers too.
-	watchdog := time.AfterFunc(idle, func() { cancel(errIdle) })
+	ctx, watchdog := netx.WithWatchdog(parent, idle, errIdle)
 	defer watchdog.Stop()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	overall := time.AfterFunc(deadline, func() { cancel(errDeadline) })
 	defer overall.Stop()
 
@@ -241,7 +240,7 @@ func downloadHTTP(parent context.Context, rawURL string, w io.Writer, o *FetchOp
 		return &NetworkError{URL: rawURL, Op: "downloading", Err: &LimitError{Limit: limit}}
 	}
 	o.logf("downloading %s (%s)", redactURL(rawURL), sizeString(total))
-	pw := &progressWriter{w: w, total: total, limit: limit, progress: o.Progress, onData: func() { watchdog.Reset(idle) }}
+	pw := &progressWriter{w: w, total: total, limit: limit, progress: o.Progress, onData: watchdog.Kick}
 	if _, err := io.Copy(pw, resp.Body); err != nil {
 		var big *LimitError
 		if errors.As(err, &big) {

@@ -17,6 +17,7 @@ import (
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 	"github.com/gantry-build/gantry/cache"
 	"github.com/gantry-build/gantry/cache/internal/bstpb"
+	"github.com/gantry-build/gantry/internal/netx"
 	bspb "google.golang.org/genproto/googleapis/bytestream"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -335,9 +336,8 @@ func (e *stallError) Error() string {
 // watch returns a context that is canceled when kick is not called for s.idle,
 // with a stallError as its cause; stop releases it.
 func (s *grpcStore) watch(ctx context.Context) (_ context.Context, kick, stop func()) {
-	ctx, cancel := context.WithCancelCause(ctx)
-	t := time.AfterFunc(s.idle, func() { cancel(&stallError{s.idle}) })
-	return ctx, func() { t.Reset(s.idle) }, func() { t.Stop(); cancel(nil) }
+	ctx, w := netx.WithWatchdog(ctx, s.idle, &stallError{s.idle})
+	return ctx, w.Kick, w.Stop
 }
 
 // fail describes the failure err of a call made under ctx: a *Error

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -17,6 +16,7 @@ import (
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 	"github.com/gantry-build/gantry/cache"
+	"github.com/gantry-build/gantry/internal/netx"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/protobuf/proto"
 )
@@ -51,8 +51,7 @@ func newHTTPStore(spec Spec, u *url.URL) (Store, error) {
 	base.RawQuery, base.Fragment = "", ""
 	base.Path = strings.TrimSuffix(base.Path, "/")
 	base.RawPath = ""
-	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.DialContext = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	t := netx.Transport()
 	t.MaxIdleConnsPerHost = remoteParallelism
 	t.ResponseHeaderTimeout = spec.idleTimeout()
 	t.DisableCompression = true // blobs are verified as stored
@@ -82,20 +81,16 @@ type exchange struct {
 	op       string
 	parent   context.Context
 	ctx      context.Context
-	cancel   context.CancelCauseFunc
-	watchdog *time.Timer
+	watchdog *netx.Watchdog
 }
 
 func (s *httpStore) start(parent context.Context, op string) *exchange {
-	ctx, cancel := context.WithCancelCause(parent)
-	x := &exchange{s: s, op: op, parent: parent, ctx: ctx, cancel: cancel}
-	x.watchdog = time.AfterFunc(s.idle, func() { cancel(errStalled) })
-	return x
+	ctx, watchdog := netx.WithWatchdog(parent, s.idle, errStalled)
+	return &exchange{s: s, op: op, parent: parent, ctx: ctx, watchdog: watchdog}
 }
 
 func (x *exchange) end() {
 	x.watchdog.Stop()
-	x.cancel(nil)
 }
 
 // do sends a request. body may be nil; size is its length.
@@ -144,7 +139,7 @@ func (x *exchange) do(method, rawURL string, body func() (io.ReadCloser, error),
 		}
 		return nil, x.fail(0, err)
 	}
-	x.watchdog.Reset(x.s.idle)
+	x.watchdog.Kick()
 	return resp, nil
 }
 
@@ -197,7 +192,7 @@ func (w *watchReader) Read(p []byte) (int, error) {
 	n, err := w.r.Read(p)
 	if n > 0 {
 		w.n += int64(n)
-		w.x.watchdog.Reset(w.x.s.idle)
+		w.x.watchdog.Kick()
 	}
 	return n, err
 }
