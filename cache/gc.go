@@ -177,17 +177,11 @@ func (c *Cache) removeBlobs(inv *inventory, sweep []int32) []error {
 	g.SetLimit(ioParallelism())
 	for _, b := range sweep {
 		hash := hex.EncodeToString(inv.blobs[b].id[:])
-		paths := []string{c.blobPathOf(hash)}
-		if inv.blobs[b].twin {
-			paths = append(paths, c.twinPathOf(hash))
-		}
 		g.Go(func() error {
-			for _, p := range paths {
-				if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
-					mu.Lock()
-					errs = append(errs, fmt.Errorf("removing blob %s: %w", p, err))
-					mu.Unlock()
-				}
+			if _, _, err := c.RemoveBlob(hash); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
 			}
 			return nil
 		})

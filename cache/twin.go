@@ -36,6 +36,25 @@ func (c *Cache) twinPathOf(hash string) string {
 	return filepath.Join(c.Root, ExecDir, hash[:2], hash)
 }
 
+// RemoveBlob removes blob hash and its executable twin: the twins rule of
+// every collector of a store (cache gc and its quota, a server's eviction) is
+// that a twin goes with its blob, and that a twin whose blob is gone goes
+// alone. It reports which of the two it removed; one already gone is no error.
+func (c *Cache) RemoveBlob(hash string) (blob, twin bool, err error) {
+	var errs []error
+	removed := [2]bool{}
+	for i, p := range []string{c.blobPathOf(hash), c.twinPathOf(hash)} {
+		err := os.Remove(p)
+		switch {
+		case err == nil:
+			removed[i] = true
+		case !errors.Is(err, fs.ErrNotExist):
+			errs = append(errs, fmt.Errorf("removing blob %s: %w", p, err))
+		}
+	}
+	return removed[0], removed[1], errors.Join(errs...)
+}
+
 // linkFile hard-links the file f at p: its blob, or its executable twin (made
 // first if there is none yet). It returns the path linked to.
 func (c *Cache) linkFile(d Digest, executable bool, p string) (string, error) {

@@ -107,6 +107,7 @@ type evictUnit struct {
 	mtime time.Time
 	refs  []string // blobs an AC entry references
 	isAC  bool
+	blob  bool       // a blob of cas/, removed with its twin (cache.RemoveBlob)
 	twin  *evictUnit // a blob's executable twin, removed with it
 }
 
@@ -137,7 +138,7 @@ func (e *evictor) evict() error {
 		})
 	}
 	if err := walk(filepath.Join(e.c.Root, cache.CASDir), func(p string, fi fs.FileInfo) {
-		blobs[filepath.Base(p)] = &evictUnit{path: p, size: fi.Size(), mtime: fi.ModTime()}
+		blobs[filepath.Base(p)] = &evictUnit{path: p, size: fi.Size(), mtime: fi.ModTime(), blob: true}
 	}); err != nil {
 		return err
 	}
@@ -192,12 +193,18 @@ func (e *evictor) evict() error {
 				return
 			}
 		}
-		if os.Remove(u.path) != nil {
-			return
-		}
 		freed := u.size
-		if u.twin != nil && os.Remove(u.twin.path) == nil {
-			freed += u.twin.size
+		if u.blob {
+			// The store's twins rule: its executable twin goes with it.
+			blob, twin, _ := e.c.RemoveBlob(filepath.Base(u.path))
+			if !blob {
+				return
+			}
+			if twin && u.twin != nil {
+				freed += u.twin.size
+			}
+		} else if os.Remove(u.path) != nil {
+			return
 		}
 		total -= freed
 		e.metrics.evictions.Add(1)
