@@ -7,10 +7,13 @@ import (
 	"log"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
+	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 	"github.com/gantry-build/gantry/cache"
+	"google.golang.org/protobuf/proto"
 )
 
 // twinPath is where the store keeps the executable twin of blob d (ExecDir).
@@ -88,5 +91,99 @@ func TestServeEvictionTakesTwins(t *testing.T) {
 	}
 	if rep, err := c.Verify(); err != nil || !rep.Clean() {
 		t.Errorf("Verify = %+v, %v; want clean", rep, err)
+	}
+}
+
+// TestEvictorTable: what one eviction pass removes, least recently used first,
+// down to 90% of the quota: blobs no entry references, and an action cache
+// entry with the blobs only it referenced; a referenced blob only with its last
+// entry, the empty blob never.
+func TestEvictorTable(t *testing.T) {
+	const unit = 64 << 10
+	type blob struct {
+		name string
+		age  time.Duration
+		ref  bool // referenced by the one action cache entry
+	}
+	for _, tc := range []struct {
+		name     string
+		quota    float64 // in units
+		blobs    []blob
+		entryAge time.Duration // 0: no entry
+		empty    bool          // the empty blob is stored, older than all
+		removed  []string      // blobs removed ("entry": the entry)
+	}{
+		{"under the quota nothing goes", 4,
+			[]blob{{"a", 3 * time.Hour, false}, {"b", 2 * time.Hour, false}, {"c", time.Hour, false}}, 0, false, nil},
+		{"oldest first, down to 90%", 2.5,
+			[]blob{{"old", 3 * time.Hour, false}, {"mid", 2 * time.Hour, false}, {"new", time.Hour, false}}, 0, false, []string{"old"}},
+		{"a referenced blob stays while its entry does", 2.5,
+			[]blob{{"ref", 4 * time.Hour, true}, {"free", 2 * time.Hour, false}, {"new", time.Hour, false}}, time.Hour, false, []string{"free"}},
+		{"an evicted entry takes its blobs", 1.5,
+			[]blob{{"ref", time.Hour, true}, {"n1", time.Hour, false}, {"n2", time.Hour / 2, false}}, 5 * time.Hour, false, []string{"entry", "ref", "n1"}},
+		{"the empty blob is never evicted", 0.5,
+			[]blob{{"a", time.Hour, false}}, 0, true, []string{"a"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := cache.Open(filepath.Join(t.TempDir(), "cache"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			age := func(p string, d time.Duration) {
+				t.Helper()
+				then := time.Now().Add(-d)
+				if err := os.Chtimes(p, then, then); err != nil {
+					t.Fatal(err)
+				}
+			}
+			paths := map[string]string{}
+			ar := &repb.ActionResult{}
+			for _, b := range tc.blobs {
+				data := make([]byte, unit)
+				rand.Read(data)
+				d, err := c.PutBlob(data)
+				if err != nil {
+					t.Fatal(err)
+				}
+				paths[b.name] = c.BlobPath(d)
+				if b.ref {
+					ar.OutputFiles = append(ar.OutputFiles, &repb.OutputFile{Path: b.name, Digest: d.Proto()})
+				}
+			}
+			if tc.entryAge > 0 {
+				data, err := proto.Marshal(ar)
+				if err != nil {
+					t.Fatal(err)
+				}
+				key := cache.DigestOf([]byte(tc.name))
+				if err := c.WriteActionResult(key, data); err != nil {
+					t.Fatal(err)
+				}
+				paths["entry"] = filepath.Join(c.Root, cache.ACDir, key.Hash[:2], key.Hash)
+				age(paths["entry"], tc.entryAge)
+			}
+			for _, b := range tc.blobs { // after the entry's write refreshed its blobs
+				age(paths[b.name], b.age)
+			}
+			if tc.empty {
+				d, err := c.PutBlob(nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				paths["empty"] = c.BlobPath(d)
+				age(paths["empty"], 10*time.Hour)
+			}
+			e := newEvictor(c, int64(tc.quota*unit), newServerMetrics(), log.New(io.Discard, "", 0))
+			if err := e.evict(); err != nil {
+				t.Fatal(err)
+			}
+			for name, p := range paths {
+				_, err := os.Stat(p)
+				gone := errors.Is(err, os.ErrNotExist)
+				if want := slices.Contains(tc.removed, name); gone != want {
+					t.Errorf("%s: removed %v, want %v", name, gone, want)
+				}
+			}
+		})
 	}
 }
