@@ -7,6 +7,7 @@ import (
 
 	"github.com/gantry-build/gantry/cache"
 	"github.com/gantry-build/gantry/element"
+	"github.com/gantry-build/gantry/internal/units"
 	"github.com/gantry-build/gantry/job"
 	"github.com/gantry-build/gantry/queues"
 )
@@ -57,7 +58,7 @@ func cleanupJob(ctx context.Context, spec job.Spec, r *job.Reporter) (job.Result
 		return job.Result{}, err
 	}
 	defer lock.Unlock()
-	r.Status(fmt.Sprintf("removing least recently used artifacts down to %s", ByteSize(sp.Target)))
+	r.Status(fmt.Sprintf("removing least recently used artifacts down to %s", units.Bytes(sp.Target)))
 	keep := make(map[cache.ArtifactRef]bool, len(sp.Keep))
 	for _, k := range sp.Keep {
 		keep[cache.ArtifactRef{Project: sp.Project, Element: k.Element, Key: k.Key}] = true
@@ -67,10 +68,10 @@ func cleanupJob(ctx context.Context, spec job.Spec, r *job.Reporter) (job.Result
 		return job.Result{}, err
 	}
 	for _, a := range rep.Artifacts {
-		r.Log(fmt.Sprintf("removed %s (%s)", a.ArtifactRef, ByteSize(a.Bytes)))
+		r.Log(fmt.Sprintf("removed %s (%s)", a.ArtifactRef, units.Bytes(a.Bytes)))
 	}
 	r.Log(fmt.Sprintf("removed %d artifacts and %d blobs, freed %s: %s → %s", len(rep.Artifacts), rep.Blobs,
-		ByteSize(rep.Freed), ByteSize(rep.Before), ByteSize(rep.After)))
+		units.Bytes(rep.Freed), units.Bytes(rep.Before), units.Bytes(rep.After)))
 	if rep.Live > 0 {
 		r.Log(KeptForLiveSessions(rep))
 	}
@@ -79,21 +80,7 @@ func cleanupJob(ctx context.Context, spec job.Spec, r *job.Reporter) (job.Result
 	return job.Result{OK: true, Data: data}, err
 }
 
-// ByteSize shows a size in bytes with a binary unit: "512B", "1.5K", "3.2G".
-func ByteSize(n int64) string {
-	const units = "KMGTPE"
-	if n < 1024 {
-		return fmt.Sprintf("%dB", n)
-	}
-	v, i := float64(n)/1024, 0
-	for v >= 1024 && i < len(units)-1 {
-		v /= 1024
-		i++
-	}
-	return fmt.Sprintf("%.1f%c", v, units[i])
-}
-
 // KeptForLiveSessions says what a cleanup kept because running sessions need it.
 func KeptForLiveSessions(rep *cache.CleanupReport) string {
-	return fmt.Sprintf("kept %d artifacts (%s) that running gantry sessions need", rep.Live, ByteSize(rep.LiveBytes))
+	return fmt.Sprintf("kept %d artifacts (%s) that running gantry sessions need", rep.Live, units.Bytes(rep.LiveBytes))
 }

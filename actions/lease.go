@@ -8,7 +8,7 @@ import (
 	"net/url"
 	"time"
 
-	"github.com/gantry-build/gantry/cache"
+	"github.com/gantry-build/gantry/cache/remote"
 	"github.com/gantry-build/gantry/job"
 	"github.com/gantry-build/gantry/queues"
 )
@@ -36,7 +36,7 @@ func (rs *Remotes) ProbeLeases() {
 		if u, err := url.Parse(spec.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") {
 			continue
 		}
-		leaser, ok := rs.store(spec).(cache.Leaser)
+		leaser, ok := rs.store(spec).(remote.Leaser)
 		if !ok {
 			continue
 		}
@@ -65,7 +65,7 @@ func (rs *Remotes) bookLease(it *queues.Item, pr pullResult) {
 	if pr.Lease == nil || rs.lease == nil {
 		return
 	}
-	leaser, ok := rs.store(*rs.lease).(cache.Leaser)
+	leaser, ok := rs.store(*rs.lease).(remote.Leaser)
 	if !ok {
 		return
 	}
@@ -111,7 +111,7 @@ type heldLease struct {
 // renew renews the lease every period until stop, then gives it up. A renewal the
 // server refuses (the lease expired and was taken over) ends the renewals: the
 // push's fencing token is then refused, and the successor's entry is kept.
-func (l *heldLease) renew(leaser cache.Leaser, every time.Duration) {
+func (l *heldLease) renew(leaser remote.Leaser, every time.Duration) {
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { <-l.stop; cancel() }() // cuts a renewal in flight
 	t := time.NewTicker(max(every, 10*time.Millisecond))
@@ -136,19 +136,19 @@ func (l *heldLease) renew(leaser cache.Leaser, every time.Duration) {
 // job goes on to pull. Otherwise res is the job's result: skipped with the lease
 // granted (the element is built here), or waiting for another session's build.
 func askLease(ctx context.Context, ps *pullSpec, pr *pullResult, r *job.Reporter) (res job.Result, pull bool) {
-	store, err := cache.OpenRemote(*ps.Lease)
+	store, err := remote.Open(*ps.Lease)
 	if err != nil {
 		return res, true
 	}
 	defer store.Close()
-	leaser, ok := store.(cache.Leaser)
+	leaser, ok := store.(remote.Leaser)
 	if !ok {
 		return res, true
 	}
 	r.Status("asking " + store.Name() + " for the lease of " + ps.Element)
 	reply, err := leaser.Lease(ctx, ps.Key, 0)
 	switch {
-	case errors.Is(err, cache.ErrNoLeases):
+	case errors.Is(err, remote.ErrNoLeases):
 		pr.NoLeases = true
 		r.Log(err.Error())
 		return res, true

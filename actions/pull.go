@@ -8,10 +8,11 @@ import (
 	"slices"
 
 	"github.com/gantry-build/gantry/cache"
+	"github.com/gantry-build/gantry/cache/remote"
+	"github.com/gantry-build/gantry/internal/units"
 	"github.com/gantry-build/gantry/job"
 	"github.com/gantry-build/gantry/queues"
 	"github.com/gantry-build/gantry/resources"
-	"github.com/gantry-build/gantry/ui"
 )
 
 // openPullSpec reads a pull or push job's spec, opens the cache, takes its lock shared
@@ -61,18 +62,18 @@ func pullJob(ctx context.Context, spec job.Spec, r *job.Reporter) (job.Result, e
 	}
 	var failure, corrupt error
 	for _, rs := range ps.Remotes {
-		store, err := cache.OpenRemote(rs)
+		store, err := remote.Open(rs)
 		if err != nil {
 			pr.Down, pr.Reasons = append(pr.Down, rs.Display()), append(pr.Reasons, err.Error())
 			failure = err
 			continue
 		}
 		r.Status("pulling from " + store.Name())
-		t, err := c.PullArtifact(ctx, store, ps.Project, ps.Element, ps.Key, r.Progress)
+		t, err := remote.PullArtifact(ctx, c, store, ps.Project, ps.Element, ps.Key, r.Progress)
 		store.Close()
 		switch {
 		case err == nil:
-			r.Log(fmt.Sprintf("pulled %s from %s: %d blobs, %s", ps.Element, store.Name(), t.Blobs, ui.ByteSize(t.Bytes)))
+			r.Log(fmt.Sprintf("pulled %s from %s: %d blobs, %s", ps.Element, store.Name(), t.Blobs, units.Bytes(t.Bytes)))
 			pr.From = store.Name()
 			data, err := json.Marshal(pr)
 			return job.Result{OK: true, Data: data}, err
@@ -80,17 +81,17 @@ func pullJob(ctx context.Context, spec job.Spec, r *job.Reporter) (job.Result, e
 			return job.Result{}, err
 		case errors.Is(err, cache.ErrNotFound):
 			r.Log(fmt.Sprintf("%s does not have %s", store.Name(), ps.Element))
-		case cache.IsRemoteKind(err, cache.RemoteCorrupt):
+		case remote.IsKind(err, remote.Corrupt):
 			w := fmt.Sprintf("%v: the artifact was not pulled from it", err)
 			pr.Warning = joinWarnings(pr.Warning, w)
 			r.Log("warning: " + w)
 			wrong := wrongBytes{Remote: store.Name()}
-			if _, d, ok := cache.WrongBytes(err); ok {
+			if _, d, ok := remote.WrongBytes(err); ok {
 				wrong.Blob = d
 			}
 			pr.Wrong = append(pr.Wrong, wrong)
 			corrupt = err
-		case cache.IsRemoteKind(err, cache.RemoteUnavailable) || cache.IsRemoteKind(err, cache.RemoteAuth):
+		case remote.IsKind(err, remote.Unavailable) || remote.IsKind(err, remote.Auth):
 			pr.Down, pr.Reasons = append(pr.Down, store.Name()), append(pr.Reasons, err.Error())
 			failure = err
 		default:
@@ -99,7 +100,7 @@ func pullJob(ctx context.Context, spec job.Spec, r *job.Reporter) (job.Result, e
 	}
 	data, _ := json.Marshal(pr) // plain fields only: it always encodes
 	if failure != nil {
-		return job.Result{Temporary: cache.IsRemoteKind(failure, cache.RemoteUnavailable), Data: data}, failure
+		return job.Result{Temporary: remote.IsKind(failure, remote.Unavailable), Data: data}, failure
 	}
 	if corrupt != nil {
 		return job.Result{Data: data}, corrupt
@@ -122,16 +123,16 @@ func joinWarnings(a, b string) string {
 // pullSpec is the payload of pull and push jobs. It carries the remotes' settings
 // (token-file paths, never tokens); it travels to the job on a pipe, never on disk.
 type pullSpec struct {
-	CacheDir string             `json:"cache-dir"`
-	Project  string             `json:"project"`
-	Element  string             `json:"element"`
-	Key      string             `json:"key"`
-	Remotes  []cache.RemoteSpec `json:"remotes"`
+	CacheDir string        `json:"cache-dir"`
+	Project  string        `json:"project"`
+	Element  string        `json:"element"`
+	Key      string        `json:"key"`
+	Remotes  []remote.Spec `json:"remotes"`
 	// Lease: a pull asks this remote for the build-once lease first; a push carries
 	// Fence, the token of the lease the session holds, to it.
-	Lease *cache.RemoteSpec `json:"lease,omitempty"`
-	Fence uint64            `json:"fence,omitempty"`
-	Waits int               `json:"waits,omitempty"` // how often the pull waited already (askLease)
+	Lease *remote.Spec `json:"lease,omitempty"`
+	Fence uint64       `json:"fence,omitempty"`
+	Waits int          `json:"waits,omitempty"` // how often the pull waited already (askLease)
 	// Repair: a push sends the artifact again in full to these remotes (by
 	// Display), which served wrong bytes for it: the blobs named, or its entry.
 	Repair map[string][]cache.Digest `json:"repair,omitempty"`
@@ -145,7 +146,7 @@ type pullResult struct {
 	Warning string       `json:"warning,omitempty"` // a remote sent bad bytes
 	Wrong   []wrongBytes `json:"wrong,omitempty"`   // which remotes, about which blobs
 	// Lease: this session holds the element's build-once lease and builds it.
-	Lease *cache.LeaseReply `json:"lease,omitempty"`
+	Lease *remote.LeaseReply `json:"lease,omitempty"`
 	// NoLeases: the lease remote does not grant leases after all.
 	NoLeases bool `json:"no-leases,omitempty"`
 }
@@ -161,7 +162,7 @@ type wrongBytes struct {
 // (pr.Wrong), for its push to repair. Scheduler goroutine only.
 func (rs *Remotes) noteWrong(it *queues.Item, pr pullResult) {
 	for _, w := range pr.Wrong {
-		if !slices.ContainsFunc(rs.specs, func(r cache.RemoteSpec) bool { return r.Push && r.Display() == w.Remote }) {
+		if !slices.ContainsFunc(rs.specs, func(r remote.Spec) bool { return r.Push && r.Display() == w.Remote }) {
 			continue
 		}
 		key := it.Element.Key

@@ -8,11 +8,12 @@ import (
 	"strings"
 
 	"github.com/gantry-build/gantry/cache"
+	"github.com/gantry-build/gantry/cache/remote"
 	"github.com/gantry-build/gantry/element"
+	"github.com/gantry-build/gantry/internal/units"
 	"github.com/gantry-build/gantry/job"
 	"github.com/gantry-build/gantry/queues"
 	"github.com/gantry-build/gantry/resources"
-	"github.com/gantry-build/gantry/ui"
 )
 
 // pushJob uploads an element's artifact to every push remote that lacks it, and to
@@ -66,34 +67,34 @@ func pushArtifact(ctx context.Context, ps *pullSpec, c *cache.Cache, a *cache.Ar
 	pushed := false
 	var pr pushResult
 	for _, rs := range ps.Remotes {
-		store, err := cache.OpenRemote(rs)
+		store, err := remote.Open(rs)
 		if err != nil {
 			return job.Result{}, err
 		}
 		r.Status("pushing to " + store.Name())
 		pctx := ctx
 		if ps.Lease != nil && ps.Lease.Display() == rs.Display() {
-			pctx = cache.WithFencingToken(ctx, ps.Fence)
+			pctx = remote.WithFencingToken(ctx, ps.Fence)
 		}
-		var t cache.Transfer
+		var t remote.Transfer
 		did := false
 		if wrong, ok := ps.Repair[rs.Display()]; ok {
-			var rep cache.Repair
-			t, rep, err = c.RepairArtifact(pctx, store, a, wrong, r.Progress)
+			var rep remote.Repair
+			t, rep, err = remote.RepairArtifact(pctx, c, store, a, wrong, r.Progress)
 			if err == nil {
 				did = true
 				pr.Warning = joinWarnings(pr.Warning, repairWarning(store.Name(), ps.Element, rep))
 			}
 		} else {
-			t, did, err = c.PushArtifact(pctx, store, a, r.Progress)
+			t, did, err = remote.PushArtifact(pctx, c, store, a, r.Progress)
 		}
 		store.Close()
 		if err != nil {
-			return job.Result{Temporary: cache.IsRemoteKind(err, cache.RemoteUnavailable)}, err
+			return job.Result{Temporary: remote.IsKind(err, remote.Unavailable)}, err
 		}
 		if did {
 			pushed = true
-			r.Log(fmt.Sprintf("pushed %s to %s: %d blobs, %s", ps.Element, store.Name(), t.Blobs, ui.ByteSize(t.Bytes)))
+			r.Log(fmt.Sprintf("pushed %s to %s: %d blobs, %s", ps.Element, store.Name(), t.Blobs, units.Bytes(t.Bytes)))
 		} else {
 			r.Log(fmt.Sprintf("%s already has %s", store.Name(), ps.Element))
 		}
@@ -105,9 +106,9 @@ func pushArtifact(ctx context.Context, ps *pullSpec, c *cache.Cache, a *cache.Ar
 	return job.Result{OK: true, Data: data}, err
 }
 
-// repairWarning says what a repair of remote did for element.
-func repairWarning(remote, element string, rep cache.Repair) string {
-	w := fmt.Sprintf("remote %s served wrong bytes for %s", remote, element)
+// repairWarning says what a repair of remote name did for element.
+func repairWarning(name, element string, rep remote.Repair) string {
+	w := fmt.Sprintf("remote %s served wrong bytes for %s", name, element)
 	if len(rep.Replaced) > 0 {
 		w += fmt.Sprintf(" (blob %s)", digestList(rep.Replaced))
 	}

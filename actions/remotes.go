@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/gantry-build/gantry/cache"
+	"github.com/gantry-build/gantry/cache/remote"
 	"github.com/gantry-build/gantry/element"
 	"github.com/gantry-build/gantry/internal/backoff"
 	"github.com/gantry-build/gantry/queues"
@@ -21,16 +22,16 @@ import (
 // scheduler goroutine.
 type Remotes struct {
 	project string
-	specs   []cache.RemoteSpec
+	specs   []remote.Spec
 	down    map[string]bool // by spec.Display()
 	warn    func(string)    // a warning before the session starts
 	mu      sync.Mutex      // guards down and stores during the plan's parallel lookups
-	stores  map[string]cache.RemoteStore
+	stores  map[string]remote.Store
 	retries int
 	backoff func() func(attempt int) time.Duration // asked at each lookup for its retries' waits; a nil answer: from 1s, doubling
 	from    map[*queues.Item]string                // the remote each item was pulled from
 	// lease is the push remote that grants build-once leases (ProbeLeases); nil: none.
-	lease    *cache.RemoteSpec
+	lease    *remote.Spec
 	leases   map[string]*heldLease // the leases this session holds, by cache key
 	waits    map[string]int        // how often each key's pull waited for another session's lease
 	renewing sync.WaitGroup        // their renew goroutines
@@ -46,13 +47,13 @@ type Remotes struct {
 // NewRemotes is the remotes of a session of project: specs in order, network jobs
 // retried retries times, each lookup asking backoff for the waits between its tries,
 // warn told of a remote found down before the session starts.
-func NewRemotes(project string, specs []cache.RemoteSpec, retries int, backoff func() func(attempt int) time.Duration, warn func(string)) (*Remotes, error) {
+func NewRemotes(project string, specs []remote.Spec, retries int, backoff func() func(attempt int) time.Duration, warn func(string)) (*Remotes, error) {
 	idle, err := NetIdleTimeout()
 	if err != nil {
 		return nil, err
 	}
 	specs = withIdleTimeout(specs, idle)
-	return &Remotes{project: project, specs: specs, down: map[string]bool{}, warn: warn, stores: map[string]cache.RemoteStore{}, retries: retries, backoff: backoff,
+	return &Remotes{project: project, specs: specs, down: map[string]bool{}, warn: warn, stores: map[string]remote.Store{}, retries: retries, backoff: backoff,
 		from: map[*queues.Item]string{}, leases: map[string]*heldLease{}, waits: map[string]int{}, wrong: map[string]map[string][]cache.Digest{}}, nil
 }
 
@@ -67,8 +68,8 @@ func (rs *Remotes) HasPush() bool {
 }
 
 // up lists the remotes not marked down, push remotes only with push.
-func (rs *Remotes) up(push bool) []cache.RemoteSpec {
-	var out []cache.RemoteSpec
+func (rs *Remotes) up(push bool) []remote.Spec {
+	var out []remote.Spec
 	for _, r := range rs.specs {
 		if !rs.down[r.Display()] && (r.Push || !push) {
 			out = append(out, r)
@@ -120,8 +121,8 @@ func (rs *Remotes) Lookup(es []*element.Element) []bool {
 					case err == nil:
 						hits[i] = true
 						return nil
-					case errors.Is(err, cache.ErrNotFound) || cache.IsRemoteKind(err, cache.RemoteCorrupt):
-					case cache.IsRemoteKind(err, cache.RemoteUnavailable) && attempt <= rs.retries:
+					case errors.Is(err, cache.ErrNotFound) || remote.IsKind(err, remote.Corrupt):
+					case remote.IsKind(err, remote.Unavailable) && attempt <= rs.retries:
 						time.Sleep(wait(attempt))
 						continue
 					default:
@@ -138,7 +139,7 @@ func (rs *Remotes) Lookup(es []*element.Element) []bool {
 }
 
 // store opens spec's store once; nil when it is down or cannot be opened.
-func (rs *Remotes) store(spec cache.RemoteSpec) cache.RemoteStore {
+func (rs *Remotes) store(spec remote.Spec) remote.Store {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	name := spec.Display()
@@ -148,7 +149,7 @@ func (rs *Remotes) store(spec cache.RemoteSpec) cache.RemoteStore {
 	if st := rs.stores[name]; st != nil {
 		return st
 	}
-	st, err := cache.OpenRemote(spec)
+	st, err := remote.Open(spec)
 	if err != nil {
 		rs.down[name] = true
 		rs.warn(fmt.Sprintf("%v: not used in this session", err))
@@ -159,7 +160,7 @@ func (rs *Remotes) store(spec cache.RemoteSpec) cache.RemoteStore {
 }
 
 // markDown marks a remote down once, with a warning (before the session) saying why.
-func (rs *Remotes) markDown(spec cache.RemoteSpec, err error) {
+func (rs *Remotes) markDown(spec remote.Spec, err error) {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	if rs.down[spec.Display()] {
@@ -175,7 +176,7 @@ func downWarning(why string) string {
 
 // withIdleTimeout returns specs with the idle timeout of GANTRY_NET_IDLE_TIMEOUT (idle;
 // 0 keeps the default). The pull and push jobs get it in their specs.
-func withIdleTimeout(specs []cache.RemoteSpec, idle time.Duration) []cache.RemoteSpec {
+func withIdleTimeout(specs []remote.Spec, idle time.Duration) []remote.Spec {
 	if idle <= 0 {
 		return specs
 	}

@@ -7,13 +7,14 @@ import (
 	"time"
 
 	"github.com/gantry-build/gantry/cache"
+	"github.com/gantry-build/gantry/cache/remote"
 	"github.com/gantry-build/gantry/element"
 	"github.com/gantry-build/gantry/job"
 	"github.com/gantry-build/gantry/queues"
 	"github.com/gantry-build/gantry/queues/queuestest"
 )
 
-func testRemotes(t *testing.T, specs ...cache.RemoteSpec) *Remotes {
+func testRemotes(t *testing.T, specs ...remote.Spec) *Remotes {
 	t.Helper()
 	rs, err := NewRemotes("p", specs, 2, func() func(int) time.Duration { return nil }, func(w string) { t.Errorf("warning before the session: %s", w) })
 	if err != nil {
@@ -34,7 +35,7 @@ func pullData(t *testing.T, pr pullResult) json.RawMessage {
 // A pull that found a remote down marks it down once, with one warning, and the element
 // is built instead; the next pull and push leave it out.
 func TestRecoverPullMarksARemoteDownOnce(t *testing.T) {
-	pull, push := cache.RemoteSpec{URL: "http://pull.example"}, cache.RemoteSpec{URL: "http://push.example", Push: true}
+	pull, push := remote.Spec{URL: "http://pull.example"}, remote.Spec{URL: "http://push.example", Push: true}
 	rs := testRemotes(t, pull, push)
 	it := &queues.Item{Element: &element.Element{Name: "x.toml", Key: "k1"}}
 	res := job.Result{Temporary: true, Data: pullData(t, pullResult{Down: []string{pull.Display()}, Reasons: []string{"connection refused"}})}
@@ -56,7 +57,7 @@ func TestRecoverPullMarksARemoteDownOnce(t *testing.T) {
 // A push remote that served wrong bytes for an artifact gets it again in full: the push's
 // payload names the remote and the blob for repair; a pull-only remote is not repaired.
 func TestWrongBytesRepairedByThePush(t *testing.T) {
-	pull, push := cache.RemoteSpec{URL: "http://pull.example"}, cache.RemoteSpec{URL: "http://push.example", Push: true}
+	pull, push := remote.Spec{URL: "http://pull.example"}, remote.Spec{URL: "http://push.example", Push: true}
 	rs := testRemotes(t, pull, push)
 	c, err := cache.Open(t.TempDir())
 	if err != nil {
@@ -109,7 +110,7 @@ func TestPullQueueStatus(t *testing.T) {
 		byName[it.Name()] = it
 	}
 	sdk, app, tool := byName["sdk"], byName["app"], byName["tool"]
-	lease := cache.RemoteSpec{URL: "http://lease.example", Push: true}
+	lease := remote.Spec{URL: "http://lease.example", Push: true}
 	rs := testRemotes(t, lease)
 	build, command := rs.PullQueue(nil, true), rs.PullQueue(nil, false)
 	check := func(q *PullQueue, it *queues.Item, want queues.Status, wantReason string) {
@@ -144,7 +145,7 @@ func TestPullQueueStatus(t *testing.T) {
 // A pull that skips (the remotes lack it) always recovers; a failure recovers only in
 // a build, and only when a remote was at fault.
 func TestPullQueueRecover(t *testing.T) {
-	pull := cache.RemoteSpec{URL: "http://pull.example"}
+	pull := remote.Spec{URL: "http://pull.example"}
 	rs := testRemotes(t, pull)
 	it := &queues.Item{Element: &element.Element{Name: "x.toml", Key: "k1"}}
 	down := job.Result{Temporary: true, Data: pullData(t, pullResult{Down: []string{pull.Display()}})}
@@ -163,7 +164,7 @@ func TestPullQueueRecover(t *testing.T) {
 // cached element), except what it pulled from the push remote itself, and nothing
 // once every push remote is down.
 func TestPushQueueStatus(t *testing.T) {
-	push := cache.RemoteSpec{URL: "http://push.example", Push: true}
+	push := remote.Spec{URL: "http://push.example", Push: true}
 	rs := testRemotes(t, push)
 	item := func(cached, built, pulled bool) *queues.Item {
 		return &queues.Item{Element: &element.Element{Name: "x.toml", Key: "k1"}, Cached: cached, Built: built, Pulled: pulled}

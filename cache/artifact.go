@@ -314,7 +314,7 @@ func (c *Cache) readRecord(ref []byte, project, element, key string) (*Artifact,
 	if err != nil {
 		return nil, err
 	}
-	return decodeRecord(data, rd, project, element, key)
+	return DecodeRecord(data, rd, project, element, key)
 }
 
 // recordBlob reads the record blob a ref's content names.
@@ -327,8 +327,8 @@ func (c *Cache) recordBlob(ref []byte) (Digest, []byte, error) {
 	return rd, data, err
 }
 
-// decodeRecord decodes the record blob rd of the artifact project/element/key.
-func decodeRecord(data []byte, rd Digest, project, element, key string) (*Artifact, error) {
+// DecodeRecord decodes the record blob rd of the artifact project/element/key.
+func DecodeRecord(data []byte, rd Digest, project, element, key string) (*Artifact, error) {
 	var r record
 	if err := json.Unmarshal(data, &r); err != nil {
 		return nil, fmt.Errorf("decoding artifact record %s: %w", rd, err)

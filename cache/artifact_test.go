@@ -8,13 +8,15 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gantry-build/gantry/internal/testtree"
 )
 
 // commitSample stores a small tree and log and commits an artifact for them.
 func commitSample(t testing.TB, c *Cache, project, element, key string) *Artifact {
 	t.Helper()
 	src := t.TempDir()
-	writeTree(t, src, map[string]string{
+	testtree.Write(t, src, map[string]string{
 		"usr/bin/" + key: "exec:binary of " + element,
 		"usr/share/doc":  "file:docs",
 	}, nil)
@@ -188,7 +190,7 @@ func TestLookupCorruptRef(t *testing.T) {
 		"corrupt record": func(t *testing.T, c *Cache, ref string) {
 			data, _ := os.ReadFile(ref)
 			d, _ := ParseDigest(string(data))
-			corruptFile(t, c.BlobPath(d))
+			testtree.CorruptFile(t, c.BlobPath(d))
 		},
 		"record of another artifact": func(t *testing.T, c *Cache, ref string) {
 			other, _ := c.RefPath("demo", "other.toml", "k")

@@ -135,7 +135,7 @@ func BenchmarkPutFilePresent(b *testing.B) {
 				for b.Loop() {
 					if mode == "absent" {
 						b.StopTimer()
-						if err := removeAll(filepath.Join(c.Root, casDir)); err != nil {
+						if err := removeAll(filepath.Join(c.Root, CASDir)); err != nil {
 							b.Fatal(err)
 						}
 						b.StartTimer()

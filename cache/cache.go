@@ -54,7 +54,7 @@ import (
 )
 
 const (
-	casDir     = "cas"
+	CASDir     = "cas" // the blobs, by digest
 	refsDir    = "refs"
 	sourcesDir = "sources"
 	logsDir    = "logs"
@@ -132,7 +132,7 @@ func (c *Cache) Prepare() error {
 // nothing: `cache gc` lists, counts and removes what crashed processes left
 // itself (CleanupOptions.Leftovers), or with --dry-run removes nothing.
 func (c *Cache) MakeLayout() error {
-	for _, d := range []string{casDir, refsDir, sourcesDir, logsDir, tmpDir} {
+	for _, d := range []string{CASDir, refsDir, sourcesDir, logsDir, tmpDir} {
 		if err := os.MkdirAll(filepath.Join(c.Root, d), 0o755); err != nil {
 			return fmt.Errorf("opening cache %s: %w", c.Root, err)
 		}

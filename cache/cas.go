@@ -35,7 +35,7 @@ func (c *Cache) BlobPath(d Digest) string {
 	if d.Validate() != nil {
 		return ""
 	}
-	return filepath.Join(c.Root, casDir, d.Hash[:2], d.Hash)
+	return filepath.Join(c.Root, CASDir, d.Hash[:2], d.Hash)
 }
 
 // HasBlob reports whether the blob d is present with the right size.
@@ -98,7 +98,7 @@ func (c *Cache) putFile(path string) (Digest, fs.FileMode, error) {
 	}
 	// Hash first: rebuilds mostly produce files the cache already has, and
 	// reading is much cheaper than writing a copy.
-	if d, err := hashReader(src); err != nil {
+	if d, err := DigestOfReader(src); err != nil {
 		return Digest{}, 0, fmt.Errorf("storing file %s: %w", path, err)
 	} else if c.checkBlob(d) == nil {
 		return d, fi.Mode(), nil
@@ -189,12 +189,12 @@ func (c *Cache) checkBlob(d Digest) error {
 		return err
 	}
 	defer f.Close()
-	got, err := hashReader(f)
+	got, err := DigestOfReader(f)
 	if err != nil {
 		return fmt.Errorf("reading blob %s: %w", d, err)
 	}
 	if got != d {
-		return fmt.Errorf("blob %s: %w", d, mismatch(d, got, f.Name()))
+		return fmt.Errorf("blob %s: %w", d, Mismatch(d, got, f.Name()))
 	}
 	return nil
 }

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/gantry-build/gantry/internal/testtree"
 )
 
 func TestBlobRoundTrip(t *testing.T) {
@@ -108,7 +110,7 @@ func TestReadBlobDetectsCorruption(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	corruptFile(t, c.BlobPath(d))
+	testtree.CorruptFile(t, c.BlobPath(d))
 	if _, err := c.ReadBlob(d); !errors.Is(err, ErrCorrupt) {
 		t.Errorf("ReadBlob of flipped blob: %v, want ErrCorrupt", err)
 	}

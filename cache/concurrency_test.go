@@ -6,6 +6,8 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+
+	"github.com/gantry-build/gantry/internal/testtree"
 )
 
 // Several writers (standing in for several gantry processes) storing the
@@ -13,7 +15,7 @@ import (
 func TestConcurrentWriters(t *testing.T) {
 	root := filepath.Join(t.TempDir(), "cache")
 	src := t.TempDir()
-	writeTree(t, src, sampleTree, nil)
+	testtree.Write(t, src, sampleTree, nil)
 	var wg sync.WaitGroup
 	errs := make(chan error, 64)
 	for range 8 {
@@ -76,7 +78,7 @@ func TestCheckoutHardlinkAcrossFilesystems(t *testing.T) {
 		t.Skip("/dev/shm is on the same filesystem as the test cache")
 	}
 	src := t.TempDir()
-	writeTree(t, src, sampleTree, nil)
+	testtree.Write(t, src, sampleTree, nil)
 	root, err := c.StoreTree(src)
 	if err != nil {
 		t.Fatal(err)
@@ -84,7 +86,7 @@ func TestCheckoutHardlinkAcrossFilesystems(t *testing.T) {
 	if err := c.Checkout(root, other, CheckoutOptions{Hardlink: true}); err != nil {
 		t.Fatal(err)
 	}
-	if d := diffTrees(withDirs(sampleTree), readTree(t, other)); d != "" {
+	if d := testtree.Diff(testtree.WithDirs(sampleTree), testtree.Read(t, other)); d != "" {
 		t.Errorf("checkout differs:\n%s", d)
 	}
 }

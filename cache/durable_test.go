@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gantry-build/gantry/internal/testtree"
 )
 
 // TestRefNeverOutlivesItsBlobs simulates a power loss after every step of several
@@ -42,7 +44,7 @@ func TestRefNeverOutlivesItsBlobs(t *testing.T) {
 			}
 			store = c.TakeTree
 		}
-		writeTree(t, dir, spec, nil)
+		testtree.Write(t, dir, spec, nil)
 		files, err := store(dir)
 		if err != nil {
 			t.Fatal(err)

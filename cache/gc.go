@@ -164,7 +164,7 @@ var ErrServerStore = errors.New("this is a `gantry cache serve` store: its actio
 // servesActionCache reports whether the cache holds an action cache (ac/),
 // which only a server's store has.
 func (c *Cache) servesActionCache() bool {
-	info, err := os.Lstat(filepath.Join(c.Root, acDir))
+	info, err := os.Lstat(filepath.Join(c.Root, ACDir))
 	return err == nil && info.IsDir()
 }
 
@@ -177,17 +177,11 @@ func (c *Cache) removeBlobs(inv *inventory, sweep []int32) []error {
 	g.SetLimit(ioParallelism())
 	for _, b := range sweep {
 		hash := hex.EncodeToString(inv.blobs[b].id[:])
-		paths := []string{c.blobPathOf(hash)}
-		if inv.blobs[b].twin {
-			paths = append(paths, c.twinPathOf(hash))
-		}
 		g.Go(func() error {
-			for _, p := range paths {
-				if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
-					mu.Lock()
-					errs = append(errs, fmt.Errorf("removing blob %s: %w", p, err))
-					mu.Unlock()
-				}
+			if _, _, err := c.RemoveBlob(hash); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
 			}
 			return nil
 		})
@@ -325,5 +319,5 @@ func (c *Cache) leftovers() ([]string, error) {
 
 // blobPathOf is the cas/ path of a blob by its hash.
 func (c *Cache) blobPathOf(hash string) string {
-	return filepath.Join(c.Root, casDir, hash[:2], hash)
+	return filepath.Join(c.Root, CASDir, hash[:2], hash)
 }

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gantry-build/gantry/internal/testtree"
 )
 
 // commitSized commits a successful artifact of element holding one file of n bytes
@@ -16,7 +18,7 @@ import (
 func commitSized(t *testing.T, c *Cache, element string, n int, used time.Time) ArtifactRef {
 	t.Helper()
 	dir := t.TempDir()
-	writeTree(t, dir, map[string]string{
+	testtree.Write(t, dir, map[string]string{
 		"own":    "file:" + strings.Repeat(element, n/len(element)+1)[:n],
 		"shared": "file:the same in every artifact",
 	}, nil)
@@ -183,7 +185,7 @@ func TestRepair(t *testing.T) {
 	}
 	for _, f := range dir.Files {
 		if f.Name == "own" {
-			corruptFile(t, c.BlobPath(DigestFromProto(f.Digest)))
+			testtree.CorruptFile(t, c.BlobPath(DigestFromProto(f.Digest)))
 		}
 	}
 	rep, err := c.Verify()

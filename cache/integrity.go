@@ -50,7 +50,7 @@ func (e *BlobError) Error() string {
 	if e.Missing {
 		return what + " is missing from the cache"
 	}
-	var mm *mismatchError
+	var mm *MismatchError
 	if errors.As(e.Err, &mm) {
 		return fmt.Sprintf("%s is corrupt: its content hashes to %s; removed %s from the cache", what, mm.got, mm.path)
 	}
@@ -58,6 +58,10 @@ func (e *BlobError) Error() string {
 }
 
 func (e *BlobError) Unwrap() error { return e.Err }
+
+// BlobReadFailed is the error of reading blob d that failed with err: a
+// *BlobError, the blob removed, when it is missing or damaged; err otherwise.
+func (c *Cache) BlobReadFailed(d Digest, err error) error { return c.blobError(d, "", err) }
 
 // blobError turns an error from reading blob d into a *BlobError when it says
 // the blob is missing or damaged, removing a damaged blob. Other errors (a
@@ -93,53 +97,58 @@ var copyBuffers = sync.Pool{New: func() any { return new([256 << 10]byte) }}
 // copyHashed copies src to dst, hashing what it copies, and returns the
 // digest of the copied bytes.
 func copyHashed(dst io.Writer, src io.Reader) (Digest, error) {
-	h := newDigestWriter()
+	h := NewDigestWriter()
 	buf := copyBuffers.Get().(*[256 << 10]byte)
 	defer copyBuffers.Put(buf)
 	if _, err := io.CopyBuffer(io.MultiWriter(dst, h), src, buf[:]); err != nil {
 		return Digest{}, err
 	}
-	return h.digest(), nil
+	return h.Digest(), nil
 }
 
-// digestWriter hashes and counts what is written to it: the digest of content
+// DigestWriter hashes and counts what is written to it: the digest of content
 // met piece by piece (copied, sent, received).
-type digestWriter struct {
+type DigestWriter struct {
 	h hash.Hash
 	n int64
 }
 
-func newDigestWriter() *digestWriter { return &digestWriter{h: sha256.New()} }
+// NewDigestWriter starts an empty digest.
+func NewDigestWriter() *DigestWriter { return &DigestWriter{h: sha256.New()} }
 
-func (w *digestWriter) Write(p []byte) (int, error) {
+// Size is how many bytes were written.
+func (w *DigestWriter) Size() int64 { return w.n }
+
+func (w *DigestWriter) Write(p []byte) (int, error) {
 	w.h.Write(p)
 	w.n += int64(len(p))
 	return len(p), nil
 }
 
 // digest is the digest of everything written so far.
-func (w *digestWriter) digest() Digest {
+func (w *DigestWriter) Digest() Digest {
 	return Digest{Hash: hex.EncodeToString(w.h.Sum(nil)), Size: w.n}
 }
 
-// hashReader returns the digest of everything r yields.
-func hashReader(r io.Reader) (Digest, error) { return copyHashed(io.Discard, r) }
+// DigestOfReader returns the digest of everything r yields.
+func DigestOfReader(r io.Reader) (Digest, error) { return copyHashed(io.Discard, r) }
 
-// mismatchError is content at path that hashes to got instead of want. It
+// MismatchError is content at path that hashes to got instead of want. It
 // wraps ErrCorrupt.
-type mismatchError struct {
+type MismatchError struct {
 	path      string
 	want, got Digest
 }
 
-func (e *mismatchError) Error() string {
+func (e *MismatchError) Error() string {
 	return fmt.Sprintf("%s hashes to %s, not %s", e.path, e.got, e.want)
 }
 
-func (e *mismatchError) Unwrap() error { return ErrCorrupt }
+func (e *MismatchError) Unwrap() error { return ErrCorrupt }
 
-func mismatch(want, got Digest, path string) error {
-	return &mismatchError{path: path, want: want, got: got}
+// Mismatch is the error of content at path that hashes to got, not want.
+func Mismatch(want, got Digest, path string) error {
+	return &MismatchError{path: path, want: want, got: got}
 }
 
 // DropArtifact removes the ref of artifact a, found damaged (a blob it needs is
@@ -217,96 +226,3 @@ func (c *Cache) namesArtifact(refPath string, a *Artifact) bool {
 	}
 	return rec.Files == a.Files
 }
-
-// uploadError is a failure reading the local content of an upload: the
-// content is not what its digest says (it wraps ErrCorrupt then) or could not
-// be read. The remote is not at fault, and the upload was abandoned before the
-// remote could store anything.
-type uploadError struct {
-	Digest Digest
-	Err    error
-}
-
-func (e *uploadError) Error() string {
-	return fmt.Sprintf("reading the local content of blob %s: %v", e.Digest, e.Err)
-}
-
-func (e *uploadError) Unwrap() error { return e.Err }
-
-// hashedUpload wraps open, the content of blob d, for an upload: every reader
-// it opens hashes what it yields and holds the last bytes back until they
-// complete the digest, so that an upload of content that is not d fails before
-// the remote has all of it (an HTTP body short of its Content-Length, a
-// ByteStream without its final message, a batch never sent) and never stores
-// it. Its errors are *uploadError. The hashing costs no second read.
-func hashedUpload(d Digest, open func() (io.ReadCloser, error)) func() (io.ReadCloser, error) {
-	return func() (io.ReadCloser, error) {
-		rc, err := open()
-		if err != nil {
-			return nil, &uploadError{Digest: d, Err: err}
-		}
-		return &uploadReader{rc: rc, d: d, h: newDigestWriter()}, nil
-	}
-}
-
-// uploadReader is a reader of hashedUpload.
-type uploadReader struct {
-	rc  io.ReadCloser
-	d   Digest
-	h   *digestWriter // what was read
-	err error         // sticky
-}
-
-func (r *uploadReader) Read(p []byte) (int, error) {
-	if r.err != nil {
-		return 0, r.err
-	}
-	if r.h.n == r.d.Size && r.h.n > 0 {
-		return 0, io.EOF // checked when the last bytes were read
-	}
-	p = p[:min(int64(len(p)), r.d.Size-r.h.n)]
-	n, err := r.rc.Read(p)
-	r.h.Write(p[:n])
-	switch {
-	case r.h.n == r.d.Size:
-		// The last bytes: handed over only once the content is known to be d.
-		if err := r.check(); err != nil {
-			r.err = &uploadError{Digest: r.d, Err: err}
-			return 0, r.err
-		}
-		if n == 0 {
-			return 0, io.EOF // the empty blob
-		}
-		return n, nil
-	case err == io.EOF:
-		r.err = &uploadError{Digest: r.d, Err: fmt.Errorf("%s ends after %d of its %d bytes: %w", r.name(), r.h.n, r.d.Size, ErrCorrupt)}
-	case err != nil:
-		r.err = &uploadError{Digest: r.d, Err: err}
-	default:
-		return n, nil
-	}
-	return 0, r.err
-}
-
-// check tells whether the content read, all d.Size bytes of it, is d and ends
-// there.
-func (r *uploadReader) check() error {
-	var one [1]byte
-	if n, _ := io.ReadFull(r.rc, one[:]); n > 0 {
-		return fmt.Errorf("%s is longer than its %d bytes: %w", r.name(), r.d.Size, ErrCorrupt)
-	}
-	if got := r.h.digest(); got != r.d {
-		return mismatch(r.d, got, r.name())
-	}
-	return nil
-}
-
-// name is the local file being uploaded, for messages.
-func (r *uploadReader) name() string {
-	if f, ok := r.rc.(interface{ Name() string }); ok {
-		return f.Name()
-	}
-	return "the content of blob " + r.d.String()
-}
-
-func (r *uploadReader) Close() error { return r.rc.Close() }

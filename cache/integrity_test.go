@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/gantry-build/gantry/internal/testtree"
 )
 
 // A blob of the right size but the wrong content, or no blob at all, is
@@ -21,7 +23,7 @@ func TestCheckoutDetectsDamagedBlob(t *testing.T) {
 				c := openTestCache(t)
 				a := commitSample(t, c, "demo", "app.toml", "k")
 				if damage == "corrupt" {
-					corruptFile(t, c.BlobPath(docs)) // same size, other bytes
+					testtree.CorruptFile(t, c.BlobPath(docs)) // same size, other bytes
 				} else if err := os.Remove(c.BlobPath(docs)); err != nil {
 					t.Fatal(err)
 				}
@@ -63,7 +65,7 @@ func TestCheckoutDetectsDamagedDirectory(t *testing.T) {
 		}
 		return nil
 	})
-	corruptFile(t, c.BlobPath(share))
+	testtree.CorruptFile(t, c.BlobPath(share))
 	err := c.Checkout(a.Files, t.TempDir(), CheckoutOptions{})
 	var be *BlobError
 	if !errors.As(err, &be) || be.Digest != share || be.Path != "usr/share" || !errors.Is(err, ErrCorrupt) {
@@ -95,7 +97,7 @@ func TestStoringAgainReplacesCorruptBlob(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			corruptFile(t, c.BlobPath(d))
+			testtree.CorruptFile(t, c.BlobPath(d))
 			if _, err := put(c, content); err != nil {
 				t.Fatal(err)
 			}

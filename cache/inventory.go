@@ -260,8 +260,8 @@ func diskSize(info fs.FileInfo) int64 {
 // made yet (At) takes none.
 func (c *Cache) measureDisk(inv *inventory) error {
 	seen := map[uint64]bool{}
-	casRoot := filepath.Join(c.Root, casDir) + string(filepath.Separator)
-	execRoot := filepath.Join(c.Root, execDir) + string(filepath.Separator)
+	casRoot := filepath.Join(c.Root, CASDir) + string(filepath.Separator)
+	execRoot := filepath.Join(c.Root, ExecDir) + string(filepath.Separator)
 	// Entries of these directories may be leftovers (Cleanup's leftovers):
 	// what is counted below one is booked to it. cas/ and exec/ are walked
 	// before them (lexical order), so a blob linked from one is the blob's.

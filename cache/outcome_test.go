@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gantry-build/gantry/internal/fileid"
+	"github.com/gantry-build/gantry/internal/testtree"
 )
 
 // The outcome memo answers for a ref only while the ref names the record it saw: a ref
@@ -75,7 +76,7 @@ func TestOutcomeMemoSkipsTheRecord(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	corruptFile(t, c.BlobPath(rd))
+	testtree.CorruptFile(t, c.BlobPath(rd))
 	if found, success, err := c.OutcomeMemoized(c.OpenOutcomeMemo("demo"), "demo", "app.toml", "k"); !found || !success || err != nil {
 		t.Errorf("OutcomeMemoized after the record was damaged = %v, %v, %v; want the memo's answer", found, success, err)
 	}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/gantry-build/gantry/internal/units"
 	"golang.org/x/sys/unix"
 )
 
@@ -30,7 +31,7 @@ func ParseQuota(s, dir string) (int64, error) {
 		}
 		return int64(float64(st.Blocks) * float64(st.Bsize) * p / 100), nil
 	}
-	n, ok := ParseSize(s)
+	n, ok := units.ParseSize(s)
 	if !ok {
 		return 0, bad
 	}
@@ -48,23 +49,6 @@ func existingDir(dir string) string {
 		}
 		dir = parent
 	}
-}
-
-// ParseSize reads a number of bytes with an optional K, M, G or T suffix (powers of
-// 1024, "10G", "1.5T"); ok is false for anything else, zero and negatives included.
-func ParseSize(s string) (n int64, ok bool) {
-	mult := int64(1)
-	if n := len(s); n > 0 {
-		if i := strings.IndexByte("KMGT", s[n-1]&^0x20); i >= 0 {
-			mult = 1 << (10 * (i + 1))
-			s = s[:n-1]
-		}
-	}
-	v, err := strconv.ParseFloat(s, 64)
-	if err != nil || v <= 0 {
-		return 0, false
-	}
-	return int64(v * float64(mult)), true
 }
 
 // Usage is the space the cache takes on disk: blobs, refs, sources and logs (a file

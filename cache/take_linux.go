@@ -98,7 +98,7 @@ func (c *Cache) replaceBlob(fd int, d Digest, dst string) error {
 	}
 	got, err := copyHashed(tmp, &fdReader{fd: fd})
 	if err == nil && got != d {
-		err = mismatch(d, got, dst)
+		err = Mismatch(d, got, dst)
 	}
 	if err == nil {
 		err = tmp.Chmod(blobMode)

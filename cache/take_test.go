@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/gantry-build/gantry/internal/testtree"
 	"golang.org/x/sys/unix"
 )
 
@@ -29,7 +30,7 @@ func installRoot(t *testing.T, c *Cache, spec map[string]string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	writeTree(t, dir, spec, nil)
+	testtree.Write(t, dir, spec, nil)
 	return dir
 }
 
@@ -72,7 +73,7 @@ func TestTakeTreeMovesFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	removeAll(filepath.Join(c.Root, casDir)) // so that nothing is found present
+	removeAll(filepath.Join(c.Root, CASDir)) // so that nothing is found present
 	dir := installRoot(t, c, takeSpec)
 	lib := filepath.Join(dir, "lib/libx.so")
 	ino := inode(t, lib)
@@ -97,7 +98,7 @@ func TestTakeTreeMovesFiles(t *testing.T) {
 	if err := c.Checkout(got, out, CheckoutOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if diff := diffTrees(withDirs(takeSpec), readTree(t, out)); diff != "" {
+	if diff := testtree.Diff(testtree.WithDirs(takeSpec), testtree.Read(t, out)); diff != "" {
 		t.Errorf("checkout of the taken tree differs:\n%s", diff)
 	}
 	if rep, err := c.Verify(); err != nil || !rep.Clean() {
@@ -166,7 +167,7 @@ func TestTakeTreeLaterWritesCannotReachBlobs(t *testing.T) {
 	if err := c.Checkout(root, out, CheckoutOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if diff := diffTrees(withDirs(spec), readTree(t, out)); diff != "" {
+	if diff := testtree.Diff(testtree.WithDirs(spec), testtree.Read(t, out)); diff != "" {
 		t.Errorf("checkout differs:\n%s", diff)
 	}
 }
@@ -219,12 +220,12 @@ func TestTakeTreeOtherFilesystem(t *testing.T) {
 		t.Skip(err)
 	}
 	defer os.RemoveAll(dir)
-	writeTree(t, dir, takeSpec, nil)
+	testtree.Write(t, dir, takeSpec, nil)
 	want, err := c.StoreTree(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	removeAll(filepath.Join(c.Root, casDir))
+	removeAll(filepath.Join(c.Root, CASDir))
 	got, err := c.TakeTree(dir)
 	if err != nil {
 		t.Fatal(err)

@@ -62,14 +62,16 @@ type CheckoutOptions struct {
 // ioParallelism bounds the goroutines copying files in and out of the cache.
 func ioParallelism() int { return max(4, runtime.GOMAXPROCS(0)) }
 
-func marshalDirectory(d *repb.Directory) ([]byte, error) {
+// MarshalDirectory is the deterministic serialization of d, the bytes its
+// digest is taken of.
+func MarshalDirectory(d *repb.Directory) ([]byte, error) {
 	return proto.MarshalOptions{Deterministic: true}.Marshal(d)
 }
 
 // PutDirectory stores one Directory message, which must already be valid
 // (sorted, children stored first).
 func (c *Cache) PutDirectory(dir *repb.Directory) (Digest, error) {
-	data, err := marshalDirectory(dir)
+	data, err := MarshalDirectory(dir)
 	if err != nil {
 		return Digest{}, fmt.Errorf("encoding directory: %w", err)
 	}
@@ -96,7 +98,7 @@ func (c *Cache) ReadDirectory(d Digest) (*repb.Directory, error) {
 	if err := proto.Unmarshal(data, dir); err != nil {
 		return nil, fmt.Errorf("decoding directory %s: %v: %w", d, err, ErrCorrupt)
 	}
-	if err := validateDirectory(dir); err != nil {
+	if err := ValidateDirectory(dir); err != nil {
 		return nil, fmt.Errorf("directory %s: %v: %w", d, err, ErrCorrupt)
 	}
 	c.dirs.put(d, dir)
@@ -141,9 +143,9 @@ func validName(name string) bool {
 		!strings.ContainsAny(name, "/\x00") && utf8.ValidString(name)
 }
 
-// validateDirectory checks what REAPI requires and what checking out safely
+// ValidateDirectory checks what REAPI requires and what checking out safely
 // needs: valid, unique names, each list sorted, valid digests.
-func validateDirectory(dir *repb.Directory) error {
+func ValidateDirectory(dir *repb.Directory) error {
 	seen := make(map[string]bool, len(dir.Files)+len(dir.Directories)+len(dir.Symlinks))
 	check := func(i int, name, prev string) error {
 		if !validName(name) {
@@ -420,14 +422,14 @@ func (c *Cache) checkLinked(d Digest, src, p string, opts CheckoutOptions) error
 			got = Digest{Hash: d.Hash, Size: fi.Size()}
 		}
 	} else {
-		got, err = hashReader(f)
+		got, err = DigestOfReader(f)
 	}
 	if err != nil {
 		return fmt.Errorf("checking out %s: %w", p, err)
 	}
 	if got != d {
 		os.Remove(p)
-		return fmt.Errorf("checking out %s: %w", p, mismatch(d, got, src))
+		return fmt.Errorf("checking out %s: %w", p, Mismatch(d, got, src))
 	}
 	return nil
 }
@@ -457,12 +459,12 @@ func (c *Cache) copyBlob(f *repb.FileNode, p string, opts CheckoutOptions) error
 	case opts.unverified:
 		_, err = io.Copy(dst, src) // copy_file_range: a reflink where the filesystem can
 	case cloneFile(dst, src) == nil:
-		got, err = hashReader(src) // the clone shares these bytes
+		got, err = DigestOfReader(src) // the clone shares these bytes
 	default:
 		got, err = copyHashed(dst, src)
 	}
 	if err == nil && got != d {
-		err = mismatch(d, got, src.Name())
+		err = Mismatch(d, got, src.Name())
 	}
 	if err == nil {
 		err = dst.Chmod(mode)
@@ -507,7 +509,7 @@ func hashFile(p string) (Digest, error) {
 		return Digest{}, err
 	}
 	defer f.Close()
-	return hashReader(f)
+	return DigestOfReader(f)
 }
 
 // WalkTree calls fn for every entry of the tree root, depth first, a

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
+	"github.com/gantry-build/gantry/internal/testtree"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -39,7 +40,7 @@ func TestStoreTreeCheckoutRoundTrip(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			c := openTestCache(t)
 			src := t.TempDir()
-			writeTree(t, src, sampleTree, nil)
+			testtree.Write(t, src, sampleTree, nil)
 			root, err := c.StoreTree(src)
 			if err != nil {
 				t.Fatal(err)
@@ -48,8 +49,8 @@ func TestStoreTreeCheckoutRoundTrip(t *testing.T) {
 			if err := c.Checkout(root, dest, CheckoutOptions{Hardlink: hardlink}); err != nil {
 				t.Fatal(err)
 			}
-			want := withDirs(sampleTree)
-			if d := diffTrees(want, readTree(t, dest)); d != "" {
+			want := testtree.WithDirs(sampleTree)
+			if d := testtree.Diff(want, testtree.Read(t, dest)); d != "" {
 				t.Errorf("checkout differs:\n%s", d)
 			}
 			// Non-executable files are linked to the CAS exactly when asked;
@@ -88,9 +89,9 @@ func TestStoreTreeDigestStable(t *testing.T) {
 	}
 	slices.Sort(paths)
 	a, b := t.TempDir(), t.TempDir()
-	writeTree(t, a, sampleTree, paths)
+	testtree.Write(t, a, sampleTree, paths)
 	slices.Reverse(paths)
-	writeTree(t, b, sampleTree, paths)
+	testtree.Write(t, b, sampleTree, paths)
 	// Mode bits other than executable and mtimes do not count.
 	if err := os.Chmod(filepath.Join(b, "README"), 0o600); err != nil {
 		t.Fatal(err)
@@ -121,7 +122,7 @@ func TestStoreTreeDigestStable(t *testing.T) {
 func TestStoredDirectoriesAreCanonical(t *testing.T) {
 	c := openTestCache(t)
 	src := t.TempDir()
-	writeTree(t, src, sampleTree, nil)
+	testtree.Write(t, src, sampleTree, nil)
 	root, err := c.StoreTree(src)
 	if err != nil {
 		t.Fatal(err)
@@ -163,7 +164,7 @@ func TestStoredDirectoriesAreCanonical(t *testing.T) {
 func TestWalkTreeOrder(t *testing.T) {
 	c := openTestCache(t)
 	src := t.TempDir()
-	writeTree(t, src, sampleTree, nil)
+	testtree.Write(t, src, sampleTree, nil)
 	root, err := c.StoreTree(src)
 	if err != nil {
 		t.Fatal(err)
@@ -224,9 +225,9 @@ func TestWalkTreeOrder(t *testing.T) {
 func TestCheckoutMerge(t *testing.T) {
 	c := openTestCache(t)
 	srcA, srcB, srcC := t.TempDir(), t.TempDir(), t.TempDir()
-	writeTree(t, srcA, map[string]string{"usr/bin/a": "exec:a", "usr/lib/shared": "file:same", "link": "symlink:usr"}, nil)
-	writeTree(t, srcB, map[string]string{"usr/bin/b": "exec:b", "usr/lib/shared": "file:same", "link": "symlink:usr"}, nil)
-	writeTree(t, srcC, map[string]string{"usr/lib/shared": "file:other"}, nil)
+	testtree.Write(t, srcA, map[string]string{"usr/bin/a": "exec:a", "usr/lib/shared": "file:same", "link": "symlink:usr"}, nil)
+	testtree.Write(t, srcB, map[string]string{"usr/bin/b": "exec:b", "usr/lib/shared": "file:same", "link": "symlink:usr"}, nil)
+	testtree.Write(t, srcC, map[string]string{"usr/lib/shared": "file:other"}, nil)
 	var roots []Digest
 	for _, src := range []string{srcA, srcB, srcC} {
 		d, err := c.StoreTree(src)
@@ -251,7 +252,7 @@ func TestCheckoutMerge(t *testing.T) {
 			"usr": "dir", "usr/bin": "dir", "usr/lib": "dir", "link": "symlink:usr",
 			"usr/bin/a": "exec:a", "usr/bin/b": "exec:b", "usr/lib/shared": "file:same",
 		}
-		if d := diffTrees(want, readTree(t, dest)); d != "" {
+		if d := testtree.Diff(want, testtree.Read(t, dest)); d != "" {
 			t.Errorf("hardlink=%v: merged tree differs:\n%s", hardlink, d)
 		}
 		err := c.Checkout(roots[2], dest, opts)
@@ -264,7 +265,7 @@ func TestCheckoutMerge(t *testing.T) {
 func TestCheckoutConflicts(t *testing.T) {
 	c := openTestCache(t)
 	src := t.TempDir()
-	writeTree(t, src, map[string]string{"etc/conf": "file:x", "bin": "symlink:usr/bin", "tool": "exec:t"}, nil)
+	testtree.Write(t, src, map[string]string{"etc/conf": "file:x", "bin": "symlink:usr/bin", "tool": "exec:t"}, nil)
 	root, err := c.StoreTree(src)
 	if err != nil {
 		t.Fatal(err)
@@ -297,7 +298,7 @@ func TestCheckoutConflicts(t *testing.T) {
 func TestCheckoutMissingBlob(t *testing.T) {
 	c := openTestCache(t)
 	src := t.TempDir()
-	writeTree(t, src, map[string]string{"lost": "file:lost content"}, nil)
+	testtree.Write(t, src, map[string]string{"lost": "file:lost content"}, nil)
 	root, err := c.StoreTree(src)
 	if err != nil {
 		t.Fatal(err)
@@ -330,7 +331,7 @@ func TestStoreTreeRejectsSpecialFiles(t *testing.T) {
 func TestStoreTreeCopiesFiles(t *testing.T) {
 	c := openTestCache(t)
 	src := t.TempDir()
-	writeTree(t, src, map[string]string{"f": "file:original"}, nil)
+	testtree.Write(t, src, map[string]string{"f": "file:original"}, nil)
 	if _, err := c.StoreTree(src); err != nil {
 		t.Fatal(err)
 	}
@@ -350,7 +351,7 @@ func TestStoreTreeCopiesFiles(t *testing.T) {
 func TestRememberDirectories(t *testing.T) {
 	c := openTestCache(t)
 	src := t.TempDir()
-	writeTree(t, src, map[string]string{"sub/f": "file:content"}, nil)
+	testtree.Write(t, src, map[string]string{"sub/f": "file:content"}, nil)
 	root, err := c.StoreTree(src)
 	if err != nil {
 		t.Fatal(err)

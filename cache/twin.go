@@ -19,13 +19,13 @@ import (
 // A twin is derived data, local to this cache: never pushed, pulled or served
 // (remotes deal in blobs), not made durable (a twin a power loss damaged is found
 // by the hash every linked file gets when staged, and made again), and removed by
-// gc, and by a server's eviction (server_evict.go), with its blob. A build job
+// gc, and by a server's eviction (cache/serve), with its blob. A build job
 // counts the twins it made (TwinBytes) in what it added to the cache. Verify hashes twins as it does blobs; Repair removes a damaged
 // one. Like a blob, a twin's content never changes once in place, and it is
 // linked only where nothing can write through the link.
 
 const (
-	execDir  = "exec"
+	ExecDir  = "exec" // the executable twins of blobs
 	twinMode = 0o555
 )
 
@@ -33,7 +33,26 @@ const (
 func (c *Cache) twinPath(d Digest) string { return c.twinPathOf(d.Hash) }
 
 func (c *Cache) twinPathOf(hash string) string {
-	return filepath.Join(c.Root, execDir, hash[:2], hash)
+	return filepath.Join(c.Root, ExecDir, hash[:2], hash)
+}
+
+// RemoveBlob removes blob hash and its executable twin: the twins rule of
+// every collector of a store (cache gc and its quota, a server's eviction) is
+// that a twin goes with its blob, and that a twin whose blob is gone goes
+// alone. It reports which of the two it removed; one already gone is no error.
+func (c *Cache) RemoveBlob(hash string) (blob, twin bool, err error) {
+	var errs []error
+	removed := [2]bool{}
+	for i, p := range []string{c.blobPathOf(hash), c.twinPathOf(hash)} {
+		err := os.Remove(p)
+		switch {
+		case err == nil:
+			removed[i] = true
+		case !errors.Is(err, fs.ErrNotExist):
+			errs = append(errs, fmt.Errorf("removing blob %s: %w", p, err))
+		}
+	}
+	return removed[0], removed[1], errors.Join(errs...)
 }
 
 // linkFile hard-links the file f at p: its blob, or its executable twin (made
@@ -68,12 +87,12 @@ func (c *Cache) makeTwin(d Digest) error {
 	}
 	var got Digest
 	if cloneFile(tmp, src) == nil {
-		got, err = hashReader(src)
+		got, err = DigestOfReader(src)
 	} else {
 		got, err = copyHashed(tmp, src)
 	}
 	if err == nil && got != d {
-		err = mismatch(d, got, src.Name())
+		err = Mismatch(d, got, src.Name())
 	}
 	if err == nil {
 		err = tmp.Chmod(twinMode)
@@ -100,7 +119,7 @@ func (c *Cache) TwinBytes() int64 { return c.twinBytes.Load() }
 // verifyTwins hashes every executable twin against its name, booking damaged
 // ones (and anything else found in exec/) in rep; Repair removes them.
 func (c *Cache) verifyTwins(rep *VerifyReport) error {
-	root := filepath.Join(c.Root, execDir)
+	root := filepath.Join(c.Root, ExecDir)
 	if _, err := os.Stat(root); errors.Is(err, fs.ErrNotExist) {
 		return nil // none made yet
 	}

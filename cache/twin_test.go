@@ -1,14 +1,12 @@
 package cache
 
 import (
-	"crypto/rand"
 	"errors"
-	"io"
-	"log"
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
+
+	"github.com/gantry-build/gantry/internal/testtree"
 )
 
 // twinSpec is a sysroot's worth of files: an executable and a plain file.
@@ -19,7 +17,7 @@ var twinSpec = map[string]string{"bin/tool": "exec:#!/bin/sh\necho tool\n", "lib
 func commitTwinArtifact(t *testing.T, c *Cache) (*Artifact, Digest) {
 	t.Helper()
 	dir := t.TempDir()
-	writeTree(t, dir, twinSpec, nil)
+	testtree.Write(t, dir, twinSpec, nil)
 	files, err := c.StoreTree(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -55,7 +53,7 @@ func TestHardlinkCheckoutLinksExecutables(t *testing.T) {
 		if err := c.Checkout(a.Files, dest, CheckoutOptions{Hardlink: true}); err != nil {
 			t.Fatal(err)
 		}
-		if diff := diffTrees(withDirs(twinSpec), readTree(t, dest)); diff != "" {
+		if diff := testtree.Diff(testtree.WithDirs(twinSpec), testtree.Read(t, dest)); diff != "" {
 			t.Fatalf("linked checkout differs:\n%s", diff)
 		}
 	}
@@ -92,7 +90,7 @@ func TestDamagedTwin(t *testing.T) {
 		t.Fatal(err)
 	}
 	twin := c.twinPath(exe)
-	corruptFile(t, twin)
+	testtree.CorruptFile(t, twin)
 	os.Chmod(twin, twinMode)
 
 	rep, err := c.Verify()
@@ -115,13 +113,13 @@ func TestDamagedTwin(t *testing.T) {
 	if err := c.Checkout(a.Files, t.TempDir(), CheckoutOptions{Hardlink: true}); err != nil {
 		t.Fatal(err)
 	}
-	corruptFile(t, twin) // now damaged where only staging sees it
+	testtree.CorruptFile(t, twin) // now damaged where only staging sees it
 	os.Chmod(twin, twinMode)
 	dest := t.TempDir()
 	if err := c.Checkout(a.Files, dest, CheckoutOptions{Hardlink: true}); err != nil {
 		t.Fatalf("linked checkout with a damaged twin: %v", err)
 	}
-	if diff := diffTrees(withDirs(twinSpec), readTree(t, dest)); diff != "" {
+	if diff := testtree.Diff(testtree.WithDirs(twinSpec), testtree.Read(t, dest)); diff != "" {
 		t.Errorf("linked checkout with a damaged twin differs:\n%s", diff)
 	}
 	if _, err := os.Stat(twin); !errors.Is(err, os.ErrNotExist) {
@@ -176,67 +174,6 @@ func TestCleanupRemovesTwins(t *testing.T) {
 		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("gc of the artifact left %s: %v", p, err)
 		}
-	}
-	if rep, err := c.Verify(); err != nil || !rep.Clean() {
-		t.Errorf("Verify = %+v, %v; want clean", rep, err)
-	}
-}
-
-// TestServeEvictionTakesTwins: `cache serve` on a store that is also a local
-// cache counts executable twins towards its quota, evicts a twin with its blob
-// and a twin whose blob is gone, and keeps the twins of the blobs it keeps.
-func TestServeEvictionTakesTwins(t *testing.T) {
-	const unit = 64 << 10
-	c := openTestCache(t)
-	put := func(age time.Duration, twin bool) Digest {
-		t.Helper()
-		data := make([]byte, unit)
-		rand.Read(data)
-		d, err := c.PutBlob(data)
-		if err != nil {
-			t.Fatal(err)
-		}
-		then := time.Now().Add(-age)
-		paths := []string{c.BlobPath(d)}
-		if twin {
-			if err := c.makeTwin(d); err != nil {
-				t.Fatal(err)
-			}
-			paths = append(paths, c.twinPath(d))
-		}
-		for _, p := range paths {
-			if err := os.Chtimes(p, then, then); err != nil {
-				t.Fatal(err)
-			}
-		}
-		return d
-	}
-	orphan := put(4*time.Hour, true)
-	os.Remove(c.BlobPath(orphan))
-	oldest, old := put(3*time.Hour, true), put(2*time.Hour, true)
-	kept := []Digest{old, put(time.Hour, false), put(time.Hour, false)}
-
-	// Four blobs and three twins: over a quota of five blobs only if twins count.
-	m := newServerMetrics()
-	e := newEvictor(c, 5*unit, m, log.New(io.Discard, "", 0))
-	if err := e.evict(); err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range []string{c.twinPath(orphan), c.BlobPath(oldest), c.twinPath(oldest)} {
-		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
-			t.Errorf("eviction kept %s: %v", p, err)
-		}
-	}
-	for _, p := range []string{c.BlobPath(kept[0]), c.twinPath(kept[0]), c.BlobPath(kept[1]), c.BlobPath(kept[2])} {
-		if _, err := os.Stat(p); err != nil {
-			t.Errorf("eviction removed %s, which it did not need to: %v", p, err)
-		}
-	}
-	if got, want := e.size.Load(), int64(4*unit); got != want {
-		t.Errorf("the store's size after eviction = %d, want %d (three blobs and a twin)", got, want)
-	}
-	if got, want := m.evictedBytes.Load(), int64(3*unit); got != want {
-		t.Errorf("evicted %d bytes, want %d (a blob and two twins)", got, want)
 	}
 	if rep, err := c.Verify(); err != nil || !rep.Clean() {
 		t.Errorf("Verify = %+v, %v; want clean", rep, err)

@@ -19,7 +19,7 @@ type VerifyReport struct {
 	Blobs int // distinct blobs whose size and hash were checked
 	Twins int // executable twins checked (twin.go)
 	// ACEntries is the action cache entries checked: a server's store has
-	// them (ac/, server_store.go), a local cache none.
+	// them (ac/, actioncache.go), a local cache none.
 	ACEntries int
 
 	// Problems names each ref or blob that is damaged and what is wrong.
@@ -175,7 +175,7 @@ func (c *Cache) verifyUnreferenced(checked map[Digest]error, check func(Digest) 
 	for d := range checked {
 		reached[d.Hash] = true
 	}
-	return walkShards(filepath.Join(c.Root, casDir), "in the CAS", rep, func(p string, d Digest, _ fs.FileInfo, inPlace bool) {
+	return walkShards(filepath.Join(c.Root, CASDir), "in the CAS", rep, func(p string, d Digest, _ fs.FileInfo, inPlace bool) {
 		if !inPlace {
 			rep.Problems = append(rep.Problems, fmt.Sprintf("%s: unexpected file in the CAS", p))
 			return
@@ -226,11 +226,11 @@ func walkShards(root, where string, rep *VerifyReport, fn func(p string, d Diges
 
 // verifyAC checks the action cache entries of a server's store (ac/, absent
 // from a local cache): each is where its name says, decodes as an
-// ActionResult, and every blob it needs (what readAC requires present, the
+// ActionResult, and every blob it needs (what ReadActionResult requires present, the
 // files of its trees included) exists with the right size and hash. A broken
 // entry is booked for Repair, which removes it: it could only ever be a miss.
 func (c *Cache) verifyAC(check func(Digest) error, rep *VerifyReport) error {
-	root := filepath.Join(c.Root, acDir)
+	root := filepath.Join(c.Root, ACDir)
 	if _, err := os.Stat(root); errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
@@ -265,7 +265,7 @@ func (c *Cache) verifyACEntry(data []byte, check func(Digest) error) error {
 	if err := proto.Unmarshal(data, ar); err != nil {
 		return fmt.Errorf("not an ActionResult: %v: %w", err, ErrCorrupt)
 	}
-	blobs, err := c.actionResultBlobs(ar)
+	blobs, err := c.ActionResultBlobs(ar)
 	if err != nil {
 		// A tree missing or damaged: hash it, so that a damaged one is booked.
 		for _, od := range ar.OutputDirectories {

@@ -37,7 +37,7 @@ func TestVerifyChecksActionCacheEntries(t *testing.T) {
 	lost := DigestOf([]byte("lost"))
 	stale, rewritten := DigestOf([]byte("stale key")), DigestOf([]byte("rewritten key"))
 	for _, key := range []Digest{stale, rewritten} {
-		if err := c.writeAC(key, entry(kept, lost)); err != nil {
+		if err := c.WriteActionResult(key, entry(kept, lost)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -52,7 +52,7 @@ func TestVerifyChecksActionCacheEntries(t *testing.T) {
 		}
 	}
 	fresh := entry(kept)
-	if err := c.writeAC(rewritten, fresh); err != nil { // a server's client writes it again
+	if err := c.WriteActionResult(rewritten, fresh); err != nil { // a server's client writes it again
 		t.Fatal(err)
 	}
 	if _, err := c.Repair(rep); err != nil {

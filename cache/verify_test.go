@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gantry-build/gantry/internal/testtree"
 )
 
 func TestVerifyClean(t *testing.T) {
@@ -104,7 +106,7 @@ func TestVerifyDetectsDamage(t *testing.T) {
 	}{
 		"flipped byte in a file blob": {
 			damage: func(t *testing.T, c *Cache) {
-				corruptFile(t, c.BlobPath(DigestOf([]byte("docs"))))
+				testtree.CorruptFile(t, c.BlobPath(DigestOf([]byte("docs"))))
 			},
 			problem: "usr/share/doc",
 		},
@@ -130,7 +132,7 @@ func TestVerifyDetectsDamage(t *testing.T) {
 		},
 		"flipped byte in the log": {
 			damage: func(t *testing.T, c *Cache) {
-				corruptFile(t, c.BlobPath(DigestOf([]byte("building app.toml\n"))))
+				testtree.CorruptFile(t, c.BlobPath(DigestOf([]byte("building app.toml\n"))))
 			},
 			problem: "log",
 		},
@@ -169,7 +171,7 @@ func TestVerifyChecksUnreferencedBlobs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	corruptFile(t, c.BlobPath(d))
+	testtree.CorruptFile(t, c.BlobPath(d))
 	rep, err := c.Verify()
 	if err != nil {
 		t.Fatal(err)

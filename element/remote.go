@@ -5,11 +5,11 @@ import (
 	"net/url"
 	"path/filepath"
 
-	"github.com/gantry-build/gantry/cache"
+	"github.com/gantry-build/gantry/cache/remote"
 )
 
 // Remote is one [[remote]] artifact cache (DESIGN.md §7).
-type Remote = cache.RemoteSpec
+type Remote = remote.Spec
 
 // remoteKeys are the keys of a [[remote]] table, in project.toml and the user config.
 var remoteKeys = []string{"url", "push", "instance", "server-ca", "client-cert", "client-key", "token-file"}
@@ -45,15 +45,15 @@ func checkRemotes(doc *tomlDoc, remotes []Remote, dir string) error {
 func CheckRemoteURL(raw string) error {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return fmt.Errorf("%s is not a valid url", cache.RedactURL(raw))
+		return fmt.Errorf("%s is not a valid url", remote.RedactURL(raw))
 	}
 	switch u.Scheme {
 	case "http", "https", "grpc", "grpcs":
 	default:
-		return fmt.Errorf("remote %s: unsupported scheme %q: use http://, https://, grpc:// or grpcs://", cache.RedactURL(raw), u.Scheme)
+		return fmt.Errorf("remote %s: unsupported scheme %q: use http://, https://, grpc:// or grpcs://", remote.RedactURL(raw), u.Scheme)
 	}
 	if u.Host == "" {
-		return fmt.Errorf("remote %s has no host", cache.RedactURL(raw))
+		return fmt.Errorf("remote %s has no host", remote.RedactURL(raw))
 	}
 	return nil
 }

@@ -7,14 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
 	"time"
 
-	"github.com/gantry-build/gantry/cache"
+	"github.com/gantry-build/gantry/internal/netx"
+	"github.com/gantry-build/gantry/internal/units"
 )
 
 // NetworkError is a failed download or git remote operation. Temporary ones (connection
@@ -78,11 +78,9 @@ func redactURL(u string) string {
 // FetchOptions sets no other.
 const defaultIdleTimeout = 60 * time.Second
 
-// The HTTP client's limits on one connection: to connect (and between TCP
-// keep-alive probes), to complete the TLS handshake, and from the request sent to
-// the response's headers.
+// The HTTP client's limits on one connection beyond netx.Transport's dial settings: to
+// complete the TLS handshake, and from the request sent to the response's headers.
 const (
-	dialTimeout           = 30 * time.Second
 	tlsHandshakeTimeout   = 30 * time.Second
 	responseHeaderTimeout = 60 * time.Second
 )
@@ -124,7 +122,7 @@ func sizeFromEnv(name string, def int64) (int64, error) {
 	if v == "" {
 		return def, nil
 	}
-	n, ok := cache.ParseSize(v)
+	n, ok := units.ParseSize(v)
 	if !ok {
 		return 0, fmt.Errorf("%s=%q: want a size like 500M, 10G or 2T", name, v)
 	}
@@ -151,8 +149,7 @@ func (o *FetchOptions) httpClient() *http.Client {
 	if o.HTTPClient != nil {
 		return o.HTTPClient
 	}
-	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.DialContext = (&net.Dialer{Timeout: dialTimeout, KeepAlive: dialTimeout}).DialContext
+	t := netx.Transport()
 	t.TLSHandshakeTimeout = tlsHandshakeTimeout
 	t.ResponseHeaderTimeout = responseHeaderTimeout
 	return &http.Client{Transport: t}
@@ -204,12 +201,12 @@ func downloadHTTP(parent context.Context, rawURL string, w io.Writer, o *FetchOp
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithCancelCause(parent)
-	defer cancel(nil)
 	// The watchdog: every byte that arrives pushes it back; it covers waiting for the
 	// response headers too.
-	watchdog := time.AfterFunc(idle, func() { cancel(errIdle) })
+	ctx, watchdog := netx.WithWatchdog(parent, idle, errIdle)
 	defer watchdog.Stop()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	overall := time.AfterFunc(deadline, func() { cancel(errDeadline) })
 	defer overall.Stop()
 
@@ -252,7 +249,7 @@ func downloadHTTP(parent context.Context, rawURL string, w io.Writer, o *FetchOp
 		return &NetworkError{URL: rawURL, Op: "downloading", Err: &LimitError{Limit: limit}}
 	}
 	o.logf("downloading %s (%s)", redactURL(rawURL), sizeString(total))
-	pw := &progressWriter{w: w, total: total, limit: limit, progress: o.Progress, onData: func() { watchdog.Reset(idle) }}
+	pw := &progressWriter{w: w, total: total, limit: limit, progress: o.Progress, onData: watchdog.Kick}
 	if _, err := io.Copy(pw, resp.Body); err != nil {
 		var big *LimitError
 		if errors.As(err, &big) {
@@ -370,13 +367,8 @@ func unwrapURLError(err error) error {
 }
 
 func sizeString(n int64) string {
-	switch {
-	case n <= 0:
+	if n <= 0 {
 		return "size unknown"
-	case n < 1<<10:
-		return fmt.Sprintf("%d bytes", n)
-	case n < 1<<20:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
 	}
-	return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	return units.Bytes(n)
 }

@@ -117,7 +117,7 @@ func stageTar(ctx context.Context, s *Spec, o StageOptions, dest *os.Root) error
 	return extractTar(ctx, open, dest, s.BaseDir, limit)
 }
 
-// unpackLimit is o.MaxUnpacked, else $GANTRY_MAX_UNPACKED_SIZE (cache.ParseSize: "500M",
+// unpackLimit is o.MaxUnpacked, else $GANTRY_MAX_UNPACKED_SIZE (units.ParseSize: "500M",
 // "10G"), else DefaultMaxUnpacked.
 func (o StageOptions) unpackLimit() (int64, error) {
 	if o.MaxUnpacked > 0 {

@@ -3,16 +3,17 @@ package ui
 import (
 	"fmt"
 
+	"github.com/gantry-build/gantry/internal/units"
 	"github.com/gantry-build/gantry/queues"
 )
 
 // cleanupText says what a cache cleanup did: "freed 1.2 MiB (5 artifacts) in 0.3s,
 // cache 3.4 MiB of 4.0 MiB".
 func cleanupText(e queues.CacheCleanup) string {
-	text := fmt.Sprintf("freed %s (%d artifacts) in %s, cache %s of %s", byteSize(e.Freed), e.Artifacts,
-		formatDuration(e.Duration), byteSize(e.After), byteSize(e.Quota))
+	text := fmt.Sprintf("freed %s (%d artifacts) in %s, cache %s of %s", units.Bytes(e.Freed), e.Artifacts,
+		formatDuration(e.Duration), units.Bytes(e.After), units.Bytes(e.Quota))
 	if e.Live > 0 {
-		text += fmt.Sprintf("; kept %d artifacts (%s) other running sessions need", e.Live, byteSize(e.LiveBytes))
+		text += fmt.Sprintf("; kept %d artifacts (%s) other running sessions need", e.Live, units.Bytes(e.LiveBytes))
 	}
 	return text
 }

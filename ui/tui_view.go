@@ -9,6 +9,7 @@ import (
 	"github.com/charmbracelet/bubbles/progress"
 	"github.com/charmbracelet/lipgloss"
 	"github.com/charmbracelet/x/ansi"
+	"github.com/gantry-build/gantry/internal/units"
 	"github.com/muesli/termenv"
 
 	"github.com/gantry-build/gantry/queues"
@@ -106,7 +107,7 @@ func (m tuiModel) header(width int) []string {
 		first += "  " + eta
 	}
 	if m.quota > 0 && m.used >= 0 {
-		cache := fmt.Sprintf("cache %s / %s", byteSize(m.used), byteSize(m.quota))
+		cache := fmt.Sprintf("cache %s / %s", units.Bytes(m.used), units.Bytes(m.quota))
 		if m.used > m.quota {
 			cache = m.sty.failed.Render(cache)
 		}
@@ -200,9 +201,9 @@ func (m tuiModel) jobDetail(j runningJob, width int) string {
 			pct := min(float64(j.done)/float64(j.total), 1)
 			bar := m.sty.bar
 			bar.Width = max(10, min(30, width/5))
-			parts = append(parts, fmt.Sprintf("%s %3.0f%% %s/%s", bar.ViewAs(pct), pct*100, byteSize(j.done), byteSize(j.total)))
+			parts = append(parts, fmt.Sprintf("%s %3.0f%% %s/%s", bar.ViewAs(pct), pct*100, units.Bytes(j.done), units.Bytes(j.total)))
 		} else {
-			parts = append(parts, byteSize(j.done))
+			parts = append(parts, units.Bytes(j.done))
 		}
 	}
 	if j.last != "" {
@@ -266,19 +267,4 @@ func (m tuiModel) heldKeys() string {
 		keys += " · s shell"
 	}
 	return keys
-}
-
-// byteSize formats a count of bytes: 512 B, 12.3 MiB.
-func byteSize(n int64) string {
-	if n < 1024 {
-		return fmt.Sprintf("%d B", n)
-	}
-	v, unit := float64(n)/1024, "KiB"
-	for _, u := range []string{"MiB", "GiB", "TiB"} {
-		if v < 1024 {
-			break
-		}
-		v, unit = v/1024, u
-	}
-	return fmt.Sprintf("%.1f %s", v, unit)
 }

@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/gantry-build/gantry/cache"
+	"github.com/gantry-build/gantry/cache/remote"
 )
 
 func main() {
@@ -77,10 +78,10 @@ func run(url, op, blobsFile string, size, clients int, dur time.Duration, tokenF
 		token = strings.TrimSpace(string(b))
 	}
 	isHTTP := strings.HasPrefix(url, "http")
-	var store cache.RemoteStore
+	var store remote.Store
 	if !isHTTP {
 		var err error
-		if store, err = cache.OpenRemote(cache.RemoteSpec{URL: url, TokenFile: tokenFile, Push: true}); err != nil {
+		if store, err = remote.Open(remote.Spec{URL: url, TokenFile: tokenFile, Push: true}); err != nil {
 			return err
 		}
 		defer store.Close()
@@ -158,12 +159,12 @@ func run(url, op, blobsFile string, size, clients int, dur time.Duration, tokenF
 	if bgWrite > 0 {
 		bg = fmt.Sprintf(", background writer %.1f MB/s", float64(bgBytes.Load())/bgEl/1e6)
 	}
-	fmt.Printf("%s %s: %d clients, %d requests in %.1fs: %.0f req/s, %.1f MB/s, p50 %v p99 %v max %v%s bytes=%d\n", op, cache.RedactURL(url), clients, reqs.Load(), el,
+	fmt.Printf("%s %s: %d clients, %d requests in %.1fs: %.0f req/s, %.1f MB/s, p50 %v p99 %v max %v%s bytes=%d\n", op, remote.RedactURL(url), clients, reqs.Load(), el,
 		float64(reqs.Load())/el, float64(bytesMoved.Load())/el/1e6, pct(0.5), pct(0.99), pct(1), bg, bytesMoved.Load())
 	return firstErr
 }
 
-func read(client *http.Client, store cache.RemoteStore, url, token string, d cache.Digest) (int64, error) {
+func read(client *http.Client, store remote.Store, url, token string, d cache.Digest) (int64, error) {
 	if store != nil {
 		cw := &countWriter{}
 		err := store.ReadBlob(context.Background(), d, cw)
@@ -185,7 +186,7 @@ func read(client *http.Client, store cache.RemoteStore, url, token string, d cac
 	return n, err
 }
 
-func write(client *http.Client, store cache.RemoteStore, url, token string, data []byte) (int64, error) {
+func write(client *http.Client, store remote.Store, url, token string, data []byte) (int64, error) {
 	d := cache.DigestOf(data)
 	if store != nil {
 		err := store.WriteBlob(context.Background(), d, func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil })

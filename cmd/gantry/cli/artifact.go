@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/gantry-build/gantry/internal/units"
 	"github.com/spf13/cobra"
 
 	"github.com/gantry-build/gantry/cache"
@@ -282,7 +283,7 @@ func runArtifactList(opts *artifactListOptions) error {
 		if opts.long {
 			key = a.Key
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", state, key, name, byteSize(a.Bytes), a.LastUse.Local().Format(time.DateTime))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", state, key, name, units.Bytes(a.Bytes), a.LastUse.Local().Format(time.DateTime))
 	}
 	return tw.Flush()
 }
@@ -412,6 +413,6 @@ func runArtifactDelete(opts *artifactDeleteOptions) error {
 	for _, a := range rep.Artifacts {
 		fmt.Fprintf(opts.ios.ErrOut, "deleted %s/%s\n", a.Element, shortKey(a.Key))
 	}
-	fmt.Fprintf(opts.ios.ErrOut, "freed %s (%d blobs)\n", byteSize(rep.Freed), rep.Blobs)
+	fmt.Fprintf(opts.ios.ErrOut, "freed %s (%d blobs)\n", units.Bytes(rep.Freed), rep.Blobs)
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/gantry-build/gantry/internal/units"
 	"github.com/spf13/cobra"
 
 	"github.com/gantry-build/gantry/actions"
@@ -216,29 +217,29 @@ func writeJSON(w io.Writer, v any) error {
 
 func writeUsage(w io.Writer, rep *cache.UsageReport, quota int64) {
 	fmt.Fprintf(w, "cache %s\n", rep.Root)
-	fmt.Fprintf(w, "  on disk      %s", byteSize(rep.Total))
+	fmt.Fprintf(w, "  on disk      %s", units.Bytes(rep.Total))
 	if quota > 0 {
-		fmt.Fprintf(w, " of a %s quota (%.0f%% full)", byteSize(quota), 100*float64(rep.Total)/float64(quota))
+		fmt.Fprintf(w, " of a %s quota (%.0f%% full)", units.Bytes(quota), 100*float64(rep.Total)/float64(quota))
 	}
-	fmt.Fprintf(w, "\n  blobs        %d (%s)\n", rep.Blobs, byteSize(rep.CAS))
+	fmt.Fprintf(w, "\n  blobs        %d (%s)\n", rep.Blobs, units.Bytes(rep.CAS))
 	if rep.Twins > 0 {
-		fmt.Fprintf(w, "  executables  %d twins of blobs, for hard-linked staging (%s)\n", rep.Twins, byteSize(rep.TwinBytes))
+		fmt.Fprintf(w, "  executables  %d twins of blobs, for hard-linked staging (%s)\n", rep.Twins, units.Bytes(rep.TwinBytes))
 	}
 	fmt.Fprintf(w, "  artifacts    %d (%d failed)\n", rep.Artifacts, rep.Failed)
 	if rep.Unreferenced > 0 {
-		fmt.Fprintf(w, "  unreferenced %d blobs (%s): `gantry cache gc` removes them\n", rep.Unreferenced, byteSize(rep.UnreferencedBytes))
+		fmt.Fprintf(w, "  unreferenced %d blobs (%s): `gantry cache gc` removes them\n", rep.Unreferenced, units.Bytes(rep.UnreferencedBytes))
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	if len(rep.Projects) > 0 {
 		fmt.Fprintln(tw, "\nproject\tartifacts\tsize")
 		for _, p := range rep.Projects {
-			fmt.Fprintf(tw, "%s\t%d\t%s\n", p.Project, p.Artifacts, byteSize(p.Bytes))
+			fmt.Fprintf(tw, "%s\t%d\t%s\n", p.Project, p.Artifacts, units.Bytes(p.Bytes))
 		}
 	}
 	if len(rep.Largest) > 0 {
 		fmt.Fprintln(tw, "\nlargest artifacts\tkey\tsize\tlast use")
 		for _, a := range rep.Largest {
-			fmt.Fprintf(tw, "%s/%s\t%s\t%s\t%s\n", a.Project, a.Element, shortKey(a.Key), byteSize(a.Bytes), a.LastUse.Local().Format(time.DateTime))
+			fmt.Fprintf(tw, "%s/%s\t%s\t%s\t%s\n", a.Project, a.Element, shortKey(a.Key), units.Bytes(a.Bytes), a.LastUse.Local().Format(time.DateTime))
 		}
 	}
 	tw.Flush()
@@ -248,9 +249,6 @@ func writeUsage(w io.Writer, rep *cache.UsageReport, quota int64) {
 }
 
 func shortKey(k string) string { return k[:min(8, len(k))] }
-
-// byteSize shows a size in bytes with a binary unit (actions.ByteSize).
-func byteSize(n int64) string { return actions.ByteSize(n) }
 
 // quota resolves the cache quota in bytes: --cache-quota > GANTRY_CACHE_QUOTA > the user
 // configuration's [cache] quota; 0 when none is set.
@@ -365,13 +363,13 @@ func writeCleanup(w io.Writer, rep *cache.CleanupReport) {
 	}
 	for _, a := range rep.Artifacts {
 		fmt.Fprintf(w, "%s artifact %s/%s %s (%s, last used %s)\n", verb, a.Project, a.Element, shortKey(a.Key),
-			byteSize(a.Bytes), a.LastUse.Local().Format(time.DateTime))
+			units.Bytes(a.Bytes), a.LastUse.Local().Format(time.DateTime))
 	}
 	for _, p := range rep.Leftovers {
 		fmt.Fprintf(w, "%s leftover %s\n", verb, p)
 	}
 	fmt.Fprintf(w, "%s %d artifacts, %d blobs, %d leftovers: %s freed, %s → %s\n", verb, len(rep.Artifacts), rep.Blobs,
-		len(rep.Leftovers), byteSize(rep.Freed), byteSize(rep.Before), byteSize(rep.After))
+		len(rep.Leftovers), units.Bytes(rep.Freed), units.Bytes(rep.Before), units.Bytes(rep.After))
 	if rep.Live > 0 {
 		fmt.Fprintln(w, keptForLiveSessions(rep))
 	}

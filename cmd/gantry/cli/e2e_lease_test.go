@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/gantry-build/gantry/cache"
+	"github.com/gantry-build/gantry/cache/remote"
 )
 
 // leaseProjects writes the same project n times (each with its own empty cache), its
@@ -180,16 +181,16 @@ func TestE2ELeaseClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	open := func(url string) cache.RemoteStore {
+	open := func(url string) remote.Store {
 		t.Helper()
-		st, err := cache.OpenRemote(cache.RemoteSpec{URL: url, Push: true, TokenFile: tokenFile})
+		st, err := remote.Open(remote.Spec{URL: url, Push: true, TokenFile: tokenFile})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { st.Close() })
 		return st
 	}
-	leaser := open("http://" + s.http).(cache.Leaser)
+	leaser := open("http://" + s.http).(remote.Leaser)
 	key := "lease-client-test-key"
 	first, err := leaser.Lease(ctx, key, 0)
 	if err != nil || !first.Granted || first.Token == 0 {
@@ -210,10 +211,10 @@ func TestE2ELeaseClient(t *testing.T) {
 	}
 	_, h := randomBlob(t, 10)
 	d := cache.Digest{Hash: h, Size: 10}
-	entry := &cache.RemoteEntry{Files: d, Tree: d, Record: d}
+	entry := &remote.Entry{Files: d, Tree: d, Record: d}
 	for _, url := range []string{"http://" + s.http, "grpc://" + s.grpc} {
-		err := open(url).UpdateEntry(cache.WithFencingToken(ctx, first.Token), key, entry)
-		if !cache.IsRemoteKind(err, cache.RemoteRefused) {
+		err := open(url).UpdateEntry(remote.WithFencingToken(ctx, first.Token), key, entry)
+		if !remote.IsKind(err, remote.Refused) {
 			t.Errorf("%s: an entry pushed with the superseded token: %v, want refused", url, err)
 		}
 	}
@@ -224,7 +225,7 @@ func TestE2ELeaseClient(t *testing.T) {
 	plain := &http.Server{Handler: http.NotFoundHandler()}
 	go plain.Serve(ln)
 	t.Cleanup(func() { plain.Close() })
-	if _, err := open("http://"+ln.Addr().String()).(cache.Leaser).Lease(ctx, key, 0); !errors.Is(err, cache.ErrNoLeases) {
+	if _, err := open("http://"+ln.Addr().String()).(remote.Leaser).Lease(ctx, key, 0); !errors.Is(err, remote.ErrNoLeases) {
 		t.Errorf("Lease against a server without leases: %v, want ErrNoLeases", err)
 	}
 }

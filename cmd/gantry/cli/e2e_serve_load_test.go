@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/gantry-build/gantry/cache"
+	"github.com/gantry-build/gantry/cache/remote"
 )
 
 // TestServeSIGTERMDuringUploads: SIGTERM while 8 clients (gantry's HTTP and gRPC
@@ -94,7 +95,7 @@ func TestServeLoad(t *testing.T) {
 	os.WriteFile(tokenFile, []byte(s.token+"\n"), 0o600)
 	const clients = 8
 	keys := make([][]string, clients)
-	entries := make([][]*cache.RemoteEntry, clients)
+	entries := make([][]*remote.Entry, clients)
 	var wg sync.WaitGroup
 	errs := make(chan error, clients)
 	start := time.Now()
@@ -111,7 +112,7 @@ func TestServeLoad(t *testing.T) {
 			for i := range n {
 				record := []byte(fmt.Sprintf("record %d/%d %d", c, i, time.Now().UnixNano()))
 				root, tree := treeBlobs(t, record)
-				e := &cache.RemoteEntry{Files: cache.DigestOf(root), Tree: cache.DigestOf(tree), Record: cache.DigestOf(record)}
+				e := &remote.Entry{Files: cache.DigestOf(root), Tree: cache.DigestOf(tree), Record: cache.DigestOf(record)}
 				for _, b := range [][]byte{record, root, tree} {
 					if err := st.WriteBlob(context.Background(), cache.DigestOf(b), func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }); err != nil {
 						errs <- fmt.Errorf("client %d: %w", c, err)
@@ -166,10 +167,10 @@ func TestServeLoad(t *testing.T) {
 
 // serveLoadStore is gantry's remote store for load client c: even clients
 // speak HTTP, odd ones gRPC.
-func serveLoadStore(s *serveProc, c int, tokenFile string) (cache.RemoteStore, error) {
+func serveLoadStore(s *serveProc, c int, tokenFile string) (remote.Store, error) {
 	url := "grpc://" + s.grpc
 	if c%2 == 0 {
 		url = "http://" + s.http
 	}
-	return cache.OpenRemote(cache.RemoteSpec{URL: url, TokenFile: tokenFile, Push: true})
+	return remote.Open(remote.Spec{URL: url, TokenFile: tokenFile, Push: true})
 }

@@ -30,6 +30,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/gantry-build/gantry/cache"
+	"github.com/gantry-build/gantry/cache/remote"
+	"github.com/gantry-build/gantry/cache/serve"
 	"github.com/gantry-build/gantry/internal/testpki"
 )
 
@@ -266,7 +268,7 @@ func TestServeHTTPIntegrityAndAuth(t *testing.T) {
 
 	_, metrics := s.request("GET", "/metrics", nil, true)
 	_, status := s.request("GET", "/status", nil, true)
-	var st cache.ServerStatus
+	var st serve.Status
 	if err := json.Unmarshal(status, &st); err != nil || st.Blobs < 2 || st.ACEntries != 1 {
 		t.Errorf("GET /status = %s (%v), want 2 blobs and more, 1 entry", status, err)
 	}
@@ -296,15 +298,15 @@ func TestServeGantryClient(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		srv  *serveProc
-		spec cache.RemoteSpec
+		spec remote.Spec
 	}{
-		{"grpc-token", plain, cache.RemoteSpec{URL: "grpc://" + plain.grpc, TokenFile: tokenFile, Push: true}},
-		{"grpc-tls", tlsSrv, cache.RemoteSpec{URL: "grpcs://" + tlsSrv.grpc, TokenFile: tokenFile, ServerCA: pki.CA, Push: true}},
-		{"grpc-mtls", mtls, cache.RemoteSpec{URL: "grpcs://" + mtls.grpc, ServerCA: pki.CA, ClientCert: pki.ClientCert, ClientKey: pki.ClientKey, Push: true}},
-		{"http-token", plain, cache.RemoteSpec{URL: "http://" + plain.http + "/team-a", TokenFile: tokenFile, Push: true}},
-		{"http-basic", plain, cache.RemoteSpec{URL: "http://ci-user:" + serveTestPassword + "@" + plain.http, Push: true}},
-		{"https-tls", tlsSrv, cache.RemoteSpec{URL: "https://" + tlsSrv.http, TokenFile: tokenFile, ServerCA: pki.CA, Push: true}},
-		{"https-mtls", mtls, cache.RemoteSpec{URL: "https://" + mtls.http, ServerCA: pki.CA, ClientCert: pki.ClientCert, ClientKey: pki.ClientKey, Push: true}},
+		{"grpc-token", plain, remote.Spec{URL: "grpc://" + plain.grpc, TokenFile: tokenFile, Push: true}},
+		{"grpc-tls", tlsSrv, remote.Spec{URL: "grpcs://" + tlsSrv.grpc, TokenFile: tokenFile, ServerCA: pki.CA, Push: true}},
+		{"grpc-mtls", mtls, remote.Spec{URL: "grpcs://" + mtls.grpc, ServerCA: pki.CA, ClientCert: pki.ClientCert, ClientKey: pki.ClientKey, Push: true}},
+		{"http-token", plain, remote.Spec{URL: "http://" + plain.http + "/team-a", TokenFile: tokenFile, Push: true}},
+		{"http-basic", plain, remote.Spec{URL: "http://ci-user:" + serveTestPassword + "@" + plain.http, Push: true}},
+		{"https-tls", tlsSrv, remote.Spec{URL: "https://" + tlsSrv.http, TokenFile: tokenFile, ServerCA: pki.CA, Push: true}},
+		{"https-mtls", mtls, remote.Spec{URL: "https://" + mtls.http, ServerCA: pki.CA, ClientCert: pki.ClientCert, ClientKey: pki.ClientKey, Push: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			roundTrip(t, tc.spec)
@@ -316,21 +318,21 @@ func TestServeGantryClient(t *testing.T) {
 	blob, _ := randomBlob(t, 100)
 	d := cache.DigestOf(blob)
 	for _, url := range []string{"grpc://" + plain.grpc, "http://" + plain.http, "http://ci-user:wrong@" + plain.http} {
-		anon, err := cache.OpenRemote(cache.RemoteSpec{URL: url, Push: true})
+		anon, err := remote.Open(remote.Spec{URL: url, Push: true})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer anon.Close()
 		err = anon.WriteBlob(context.Background(), d, func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(blob)), nil })
-		if !cache.IsRemoteKind(err, cache.RemoteAuth) {
-			t.Errorf("write to %s without valid credentials: %v, want an auth error", cache.RedactURL(url), err)
+		if !remote.IsKind(err, remote.Auth) {
+			t.Errorf("write to %s without valid credentials: %v, want an auth error", remote.RedactURL(url), err)
 		}
 	}
 	if plain.cmd.ProcessState != nil {
 		t.Fatal("server died")
 	}
 	// A client certificate the CA did not sign: mutual TLS refuses it.
-	noCert, _ := cache.OpenRemote(cache.RemoteSpec{URL: "grpcs://" + mtls.grpc, ServerCA: pki.CA})
+	noCert, _ := remote.Open(remote.Spec{URL: "grpcs://" + mtls.grpc, ServerCA: pki.CA})
 	defer noCert.Close()
 	if _, err := noCert.FindMissing(context.Background(), []cache.Digest{d}); err == nil {
 		t.Error("mutual TLS server answered a client without a certificate")
@@ -339,10 +341,10 @@ func TestServeGantryClient(t *testing.T) {
 
 // roundTrip stores an artifact's blobs and entry through spec's remote, then
 // reads them back through a second connection.
-func roundTrip(t *testing.T, spec cache.RemoteSpec) {
+func roundTrip(t *testing.T, spec remote.Spec) {
 	t.Helper()
 	ctx := context.Background()
-	r, err := cache.OpenRemote(spec)
+	r, err := remote.Open(spec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -365,11 +367,11 @@ func roundTrip(t *testing.T, spec cache.RemoteSpec) {
 		}
 	}
 	key := fmt.Sprintf("%x", sha256.Sum256(big))
-	entry := &cache.RemoteEntry{Files: ds[0], Tree: ds[1], Record: ds[2], Log: ds[3]}
+	entry := &remote.Entry{Files: ds[0], Tree: ds[1], Record: ds[2], Log: ds[3]}
 	if err := r.UpdateEntry(ctx, key, entry); err != nil {
 		t.Fatalf("UpdateEntry: %v", err)
 	}
-	r2, err := cache.OpenRemote(spec)
+	r2, err := remote.Open(spec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -448,7 +450,7 @@ func TestServeQuota(t *testing.T) {
 	// further scan: wait until the store is back under its quota.
 	var body []byte
 	eventually(t, e2eTimeout, "the server evicts down to its quota", func() bool {
-		var st cache.ServerStatus
+		var st serve.Status
 		_, body = s.request("GET", "/status", nil, true)
 		return json.Unmarshal(body, &st) == nil && st.SizeBytes <= 16*unit && s.metric("gantry_serve_evictions_total") > 0
 	})
@@ -470,10 +472,10 @@ func TestServeQuota(t *testing.T) {
 func TestServeLeaseFencing(t *testing.T) {
 	s := startServe(t, "--lease-ttl", "300ms")
 	_, key := randomBlob(t, 10)
-	lease := func(token uint64) cache.LeaseReply {
+	lease := func(token uint64) remote.LeaseReply {
 		t.Helper()
 		code, body := s.request("POST", fmt.Sprintf("/lease/%s?token=%d", key, token), nil, true)
-		var r cache.LeaseReply
+		var r remote.LeaseReply
 		if code != http.StatusOK || json.Unmarshal(body, &r) != nil {
 			t.Fatalf("POST /lease: status %d: %s", code, body)
 		}
@@ -489,7 +491,7 @@ func TestServeLeaseFencing(t *testing.T) {
 	if r := lease(first.Token); !r.Granted || r.Token != first.Token {
 		t.Fatalf("renewal by the holder: %+v", r)
 	}
-	var second cache.LeaseReply
+	var second remote.LeaseReply
 	eventually(t, e2eTimeout, "the lease expires and a waiter takes it", func() bool {
 		second = lease(0)
 		return second.Granted
@@ -500,13 +502,13 @@ func TestServeLeaseFencing(t *testing.T) {
 	blob, hash := randomBlob(t, 100)
 	s.request("PUT", "/cas/"+hash, blob, true)
 	ar, _ := proto.Marshal(&repb.ActionResult{OutputFiles: []*repb.OutputFile{{Path: "a", Digest: &repb.Digest{Hash: hash, SizeBytes: 100}}}})
-	if code, body := s.request("PUT", "/ac/"+key, ar, true, cache.FencingHeader, strconv.FormatUint(first.Token, 10)); code != http.StatusConflict {
+	if code, body := s.request("PUT", "/ac/"+key, ar, true, remote.FencingHeader, strconv.FormatUint(first.Token, 10)); code != http.StatusConflict {
 		t.Errorf("AC update with the expired holder's token: status %d (%s), want 409", code, body)
 	}
 	if code, _ := s.request("GET", "/ac/"+key, nil, true); code != http.StatusNotFound {
 		t.Errorf("the fenced update was stored (status %d)", code)
 	}
-	if code, body := s.request("PUT", "/ac/"+key, ar, true, cache.FencingHeader, strconv.FormatUint(second.Token, 10)); code != http.StatusOK {
+	if code, body := s.request("PUT", "/ac/"+key, ar, true, remote.FencingHeader, strconv.FormatUint(second.Token, 10)); code != http.StatusOK {
 		t.Errorf("AC update with the current token: status %d (%s)", code, body)
 	}
 	if r := lease(0); !r.Present || r.Granted {

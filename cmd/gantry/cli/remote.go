@@ -4,7 +4,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gantry-build/gantry/actions"
-	"github.com/gantry-build/gantry/cache"
+	"github.com/gantry-build/gantry/cache/remote"
 	"github.com/gantry-build/gantry/element"
 )
 
@@ -21,26 +21,26 @@ func (f *remoteFlags) register(cmd *cobra.Command, what string) {
 
 // remotes resolves the session's remotes: --no-remote, else --remote (pushed to only
 // by the push command), else the user config's [[remote]] then project.toml's.
-func (s *session) remotes(f *remoteFlags, push bool) ([]cache.RemoteSpec, error) {
+func (s *session) remotes(f *remoteFlags, push bool) ([]remote.Spec, error) {
 	switch {
 	case f.none && len(f.urls) > 0:
 		return nil, usagef("--remote and --no-remote cannot be used together")
 	case f.none:
 		return nil, nil
 	case len(f.urls) > 0:
-		var specs []cache.RemoteSpec
+		var specs []remote.Spec
 		for _, u := range f.urls {
 			if err := element.CheckRemoteURL(u); err != nil {
 				return nil, usagef("--remote: %v", err)
 			}
-			specs = append(specs, cache.RemoteSpec{URL: u, Push: push})
+			specs = append(specs, remote.Spec{URL: u, Push: push})
 		}
 		return specs, nil
 	}
-	return append(append([]cache.RemoteSpec{}, s.user.Remotes...), s.project.Remotes...), nil
+	return append(append([]remote.Spec{}, s.user.Remotes...), s.project.Remotes...), nil
 }
 
 // remoteSet is the session's remotes, found down as they are used.
-func (s *session) remoteSet(specs []cache.RemoteSpec, warn func(string)) (*actions.Remotes, error) {
+func (s *session) remoteSet(specs []remote.Spec, warn func(string)) (*actions.Remotes, error) {
 	return actions.NewRemotes(s.project.Name, specs, s.networkRetries(), s.retryBackoff, warn)
 }

@@ -9,13 +9,15 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gantry-build/gantry/internal/units"
 	"github.com/spf13/cobra"
 
 	"github.com/gantry-build/gantry/cache"
+	"github.com/gantry-build/gantry/cache/serve"
 )
 
 func newCacheServeCmd(g *globalOptions) *cobra.Command {
-	var o cache.ServerOptions
+	var o serve.Options
 	var quota, maxBlob string
 	cmd := &cobra.Command{
 		Use:   "serve --dir DIR [--http ADDR] [--grpc ADDR]",
@@ -37,15 +39,15 @@ exit 0. SIGHUP: reread the token and htpasswd files.`,
 				}
 			}
 			if maxBlob != "" {
-				n, ok := cache.ParseSize(maxBlob)
+				n, ok := units.ParseSize(maxBlob)
 				if !ok {
 					return usagef("--max-blob-size %q: not a size (500M, 10G)", maxBlob)
 				}
 				o.MaxBlobSize = n
 			}
 			o.Log = g.ios.ErrOut
-			srv, err := cache.NewServer(o)
-			if errors.Is(err, cache.ErrServerConfig) {
+			srv, err := serve.New(o)
+			if errors.Is(err, serve.ErrConfig) {
 				return usagef("%v", err)
 			}
 			if err != nil {

@@ -1,0 +1,101 @@
+package remote
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+)
+
+// The client side of build-once leases (docs/serve.md, "Build-once leases"). Only gantry's
+// own server offers them, over HTTP: a Leaser is an HTTP store; against any other
+// server the asker gets ErrNoLeases and simply builds.
+
+// ErrNoLeases: the remote does not offer build-once leases (it is not gantry's server).
+var ErrNoLeases = errors.New("the remote offers no build-once leases (it is not gantry cache serve)")
+
+// Leaser is a Store that can ask for build-once leases.
+type Leaser interface {
+	// Lease asks for the lease on the artifact of a full cache key, or renews the
+	// lease of fencing token token (0: a new ask). A server without leases gives an
+	// error wrapping ErrNoLeases.
+	Lease(ctx context.Context, key string, token uint64) (LeaseReply, error)
+	// ReleaseLease gives the lease of token up (the build failed or stopped).
+	ReleaseLease(ctx context.Context, key string, token uint64) error
+}
+
+type fencingKey struct{}
+
+// WithFencingToken returns ctx carrying a lease's fencing token: a store's
+// UpdateEntry under it sends the token with the entry (X-Gantry-Fencing-Token,
+// x-gantry-fencing-token metadata), and the server refuses the entry if a newer
+// lease was granted since.
+func WithFencingToken(ctx context.Context, token uint64) context.Context {
+	if token == 0 {
+		return ctx
+	}
+	return context.WithValue(ctx, fencingKey{}, token)
+}
+
+func fencingToken(ctx context.Context) uint64 {
+	t, _ := ctx.Value(fencingKey{}).(uint64)
+	return t
+}
+
+// leaseURL is /lease/<Key hash>: leases live at the server's root, whatever
+// instance prefix the remote's URL has.
+func (s *httpStore) leaseURL(key string, token uint64) string {
+	u := *s.base
+	u.Path = "/lease/" + Key(key).Hash
+	if token != 0 {
+		u.RawQuery = "token=" + strconv.FormatUint(token, 10)
+	}
+	return u.String()
+}
+
+// Lease: POST /lease/<key>[?token=N].
+func (s *httpStore) Lease(ctx context.Context, key string, token uint64) (LeaseReply, error) {
+	op := "asking for the build-once lease of key " + key
+	var reply LeaseReply
+	status, body, err := s.leaseRequest(ctx, op, http.MethodPost, s.leaseURL(key, token))
+	if err != nil {
+		return reply, err
+	}
+	if err := json.Unmarshal(body, &reply); err != nil || reply.TTLms <= 0 {
+		// A 200 that is not a lease reply: a server that answers any POST.
+		return reply, fmt.Errorf("remote %s: %s: answered HTTP %d without a lease reply: %w", s.name, op, status, ErrNoLeases)
+	}
+	return reply, nil
+}
+
+// ReleaseLease: DELETE /lease/<key>?token=N.
+func (s *httpStore) ReleaseLease(ctx context.Context, key string, token uint64) error {
+	_, _, err := s.leaseRequest(ctx, "giving up the build-once lease of key "+key, http.MethodDelete, s.leaseURL(key, token))
+	return err
+}
+
+// leaseRequest sends a body-less lease request and reads the answer. The statuses
+// of a server that has no /lease/ (404, 405, 400, 501) give ErrNoLeases.
+func (s *httpStore) leaseRequest(ctx context.Context, op, method, rawURL string) (int, []byte, error) {
+	x := s.start(ctx, op)
+	defer x.end()
+	resp, err := x.do(method, rawURL, nil, 0)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(&watchReader{r: resp.Body, x: x}, 64<<10))
+	switch {
+	case resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusMethodNotAllowed ||
+		resp.StatusCode == http.StatusBadRequest || resp.StatusCode == http.StatusNotImplemented:
+		return 0, nil, fmt.Errorf("remote %s: %s: HTTP %d: %w", s.name, op, resp.StatusCode, ErrNoLeases)
+	case resp.StatusCode != http.StatusOK:
+		return 0, nil, x.fail(resp.StatusCode, nil)
+	case err != nil:
+		return 0, nil, x.fail(0, err)
+	}
+	return resp.StatusCode, body, nil
+}

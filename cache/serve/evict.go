@@ -1,0 +1,226 @@
+package serve
+
+import (
+	"context"
+	"io/fs"
+	"log"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync/atomic"
+	"time"
+
+	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
+	"github.com/gantry-build/gantry/cache"
+	"google.golang.org/protobuf/proto"
+)
+
+// evictor keeps the server's store under its quota, in the background: reads
+// never wait for it (a blob removed while it is being sent stays readable
+// through the open file). Least recently used first, where use is the file's
+// mtime (written, or refreshed by a hit): an ActionCache entry and the
+// unreferenced blobs are the units evicted; a blob referenced by an entry goes
+// only with the last entry that references it. A blob refreshed after the scan
+// began (an entry written meanwhile touches its blobs) is kept; should one
+// still go, the entry that needs it reads as a miss (ReadActionResult), never half-present.
+//
+// A store that is also a local cache may hold executable twins (twin.go): they
+// count towards the quota, a twin goes with its blob, and a twin whose blob is
+// gone is a unit of its own, as cache gc has them.
+type evictor struct {
+	c       *cache.Cache
+	quota   int64
+	metrics *serverMetrics
+	log     *log.Logger
+
+	size    atomic.Int64 // store size at the last scan, plus bytes written since
+	written atomic.Int64 // every byte ever stored: writes during a scan are not lost
+	kick    chan struct{}
+	scanned atomic.Int64 // scans done, for tests
+}
+
+// emptyDigest is the empty blob's, which a REAPI server always has: clients
+// never upload it. The server stores it at start and never evicts it.
+var emptyDigest = cache.DigestOf(nil)
+
+// evictLowWater is the fraction of the quota a cleanup brings the store down to,
+// so that it does not run again after every write.
+const evictLowWater = 0.9
+
+func newEvictor(c *cache.Cache, quota int64, m *serverMetrics, l *log.Logger) *evictor {
+	return &evictor{c: c, quota: quota, metrics: m, log: l, kick: make(chan struct{}, 1)}
+}
+
+// wrote tells the evictor that n bytes were stored.
+func (e *evictor) wrote(n int64) {
+	if e.quota <= 0 {
+		return
+	}
+	e.written.Add(n)
+	if e.size.Add(n) > e.quota {
+		e.wake()
+	}
+}
+
+// wake asks for a scan without waiting.
+func (e *evictor) wake() {
+	select {
+	case e.kick <- struct{}{}:
+	default:
+	}
+}
+
+// settle records the store's size after a scan that counted total: what was
+// written while it ran is added (a file written during the walk may be counted
+// twice, which can only cause an early scan), and a store still over the quota
+// gets another scan.
+func (e *evictor) settle(total, writtenAtStart int64) {
+	size := total + e.written.Load() - writtenAtStart
+	e.size.Store(size)
+	if size > e.quota {
+		e.wake()
+	}
+}
+
+func (e *evictor) run(ctx context.Context) {
+	if e.quota <= 0 {
+		return
+	}
+	tick := time.NewTicker(time.Minute)
+	defer tick.Stop()
+	for {
+		if err := e.evict(); err != nil {
+			e.log.Printf("keeping the quota: %v", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-e.kick:
+		case <-tick.C:
+		}
+	}
+}
+
+type evictUnit struct {
+	path  string
+	size  int64
+	mtime time.Time
+	refs  []string // blobs an AC entry references
+	isAC  bool
+	blob  bool       // a blob of cas/, removed with its twin (cache.RemoveBlob)
+	twin  *evictUnit // a blob's executable twin, removed with it
+}
+
+// evict scans the store and removes least recently used units until it is
+// under evictLowWater of the quota.
+func (e *evictor) evict() error {
+	scanStart := time.Now()
+	writtenAtStart := e.written.Load()
+	e.scanned.Add(1)
+	blobs := map[string]*evictUnit{}
+	var acs []*evictUnit
+	var total int64
+	walk := func(dir string, f func(path string, fi fs.FileInfo)) error {
+		return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				if os.IsNotExist(err) {
+					return nil
+				}
+				return err
+			}
+			if d.Type().IsRegular() {
+				if fi, err := d.Info(); err == nil {
+					total += fi.Size()
+					f(p, fi)
+				}
+			}
+			return nil
+		})
+	}
+	if err := walk(filepath.Join(e.c.Root, cache.CASDir), func(p string, fi fs.FileInfo) {
+		blobs[filepath.Base(p)] = &evictUnit{path: p, size: fi.Size(), mtime: fi.ModTime(), blob: true}
+	}); err != nil {
+		return err
+	}
+	var orphanTwins []*evictUnit
+	if err := walk(filepath.Join(e.c.Root, cache.ExecDir), func(p string, fi fs.FileInfo) {
+		t := &evictUnit{path: p, size: fi.Size(), mtime: fi.ModTime()}
+		if b := blobs[filepath.Base(p)]; b != nil {
+			b.twin = t
+		} else {
+			orphanTwins = append(orphanTwins, t)
+		}
+	}); err != nil {
+		return err
+	}
+	if err := walk(filepath.Join(e.c.Root, cache.ACDir), func(p string, fi fs.FileInfo) {
+		u := &evictUnit{path: p, size: fi.Size(), mtime: fi.ModTime(), isAC: true}
+		if data, err := os.ReadFile(p); err == nil {
+			ar := &repb.ActionResult{}
+			if proto.Unmarshal(data, ar) == nil {
+				ds, _ := e.c.ActionResultBlobs(ar)
+				for _, d := range ds {
+					u.refs = append(u.refs, d.Hash)
+				}
+			}
+		}
+		acs = append(acs, u)
+	}); err != nil {
+		return err
+	}
+	if total <= e.quota {
+		e.settle(total, writtenAtStart)
+		return nil
+	}
+	refcount := map[string]int{}
+	for _, a := range acs {
+		for _, h := range a.refs {
+			refcount[h]++
+		}
+	}
+	units := append(append([]*evictUnit(nil), acs...), orphanTwins...)
+	for h, b := range blobs {
+		if refcount[h] == 0 && h != emptyDigest.Hash {
+			units = append(units, b)
+		}
+	}
+	sort.Slice(units, func(i, j int) bool { return units[i].mtime.Before(units[j].mtime) })
+	target := int64(float64(e.quota) * evictLowWater)
+	remove := func(u *evictUnit) {
+		if !u.isAC {
+			// Refreshed since the scan: in use again, keep it.
+			if fi, err := os.Stat(u.path); err != nil || !fi.ModTime().Before(scanStart) {
+				return
+			}
+		}
+		freed := u.size
+		if u.blob {
+			// The store's twins rule: its executable twin goes with it.
+			blob, twin, _ := e.c.RemoveBlob(filepath.Base(u.path))
+			if !blob {
+				return
+			}
+			if twin && u.twin != nil {
+				freed += u.twin.size
+			}
+		} else if os.Remove(u.path) != nil {
+			return
+		}
+		total -= freed
+		e.metrics.evictions.Add(1)
+		e.metrics.evictedBytes.Add(freed)
+	}
+	for _, u := range units {
+		if total <= target {
+			break
+		}
+		remove(u)
+		for _, h := range u.refs {
+			if refcount[h]--; refcount[h] == 0 && blobs[h] != nil {
+				remove(blobs[h])
+			}
+		}
+	}
+	e.settle(total, writtenAtStart)
+	return nil
+}

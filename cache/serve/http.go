@@ -1,0 +1,321 @@
+package serve
+
+import (
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gantry-build/gantry/cache"
+	"github.com/gantry-build/gantry/cache/remote"
+)
+
+// The HTTP cache protocol as bazel-remote answers it:
+//
+//	GET|HEAD [/PREFIX]/cas/<sha256>   200 with the blob, 404 when missing
+//	PUT      [/PREFIX]/cas/<sha256>   stored when the body hashes to <sha256>: 200; else 400
+//	GET|HEAD [/PREFIX]/ac/<sha256>    200 with a serialized ActionResult, 404 when missing
+//	                                  or when a blob it references is missing
+//	PUT      [/PREFIX]/ac/<sha256>    body must parse as an ActionResult (400 otherwise);
+//	                                  X-Gantry-Fencing-Token is checked against leases (409)
+//
+// and gantry's own endpoints: GET /status (JSON), GET /metrics (Prometheus
+// text), POST and DELETE /lease/<sha256> (build-once leases, JSON). Writes need
+// credentials (401 without, 403 when refused); reads too, unless
+// --allow-anonymous-read.
+
+func (s *Server) httpHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var certs []*x509.Certificate
+		if r.TLS != nil {
+			certs = r.TLS.PeerCertificates
+		}
+		id := s.auth.identify(r.Header.Get("Authorization"), r.RemoteAddr, certs)
+		write := r.Method != http.MethodGet && r.Method != http.MethodHead
+		if d := s.authorize(id, write); d != nil {
+			switch d.http {
+			case http.StatusUnauthorized:
+				w.Header().Set("WWW-Authenticate", `Bearer realm="gantry"`)
+			case http.StatusTooManyRequests:
+				w.Header().Set("Retry-After", strconv.Itoa(int(max(1, s.opts.AuthRetryInterval.Round(time.Second)/time.Second))))
+			}
+			http.Error(w, d.msg, d.http)
+			return
+		}
+		client := id.name
+		if r.Body != nil && s.opts.IdleTimeout > 0 {
+			r.Body = stallReader{r.Body, http.NewResponseController(w), s.opts.IdleTimeout}
+		}
+		path := strings.Trim(r.URL.Path, "/")
+		switch path {
+		case "status":
+			s.serveStatus(w)
+			return
+		case "metrics":
+			w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+			s.metrics.write(w)
+			return
+		}
+		parts := strings.Split(path, "/")
+		if len(parts) < 2 {
+			http.Error(w, "not found: paths are [/PREFIX]/cas/<sha256> and [/PREFIX]/ac/<sha256>", http.StatusNotFound)
+			return
+		}
+		kind, hash := parts[len(parts)-2], parts[len(parts)-1]
+		if err := (cache.Digest{Hash: hash}).Validate(); err != nil {
+			http.Error(w, fmt.Sprintf("bad digest in %s: %v", r.URL.Path, err), http.StatusBadRequest)
+			return
+		}
+		switch {
+		case kind == "lease" && len(parts) == 2:
+			s.serveLease(w, r, client, hash)
+		case kind == "cas":
+			s.serveCAS(w, r, client, hash)
+		case kind == "ac":
+			s.serveAC(w, r, client, hash)
+		default:
+			http.Error(w, "not found: paths are [/PREFIX]/cas/<sha256> and [/PREFIX]/ac/<sha256>", http.StatusNotFound)
+		}
+	})
+}
+
+// httpFail answers an error: a body over --max-blob-size is 413, integrity and
+// format problems are the client's (400), anything else the server's (500).
+func (s *Server) httpFail(w http.ResponseWriter, r *http.Request, err error) {
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooBig):
+		s.metrics.rejected.Add(1)
+		http.Error(w, fmt.Sprintf("blob is over the server's limit of %d bytes", tooBig.Limit), http.StatusRequestEntityTooLarge)
+	case errors.Is(err, cache.ErrDigestMismatch) || errors.Is(err, cache.ErrCorrupt):
+		s.metrics.rejected.Add(1)
+		s.httpError(w, r, http.StatusBadRequest, err)
+	default:
+		s.httpError(w, r, http.StatusInternalServerError, err)
+	}
+}
+
+// httpError answers err, an error of the store, with code: the one place such
+// an answer is written. A server fault (500) is logged in full; no answer
+// names the store's path (redact).
+func (s *Server) httpError(w http.ResponseWriter, r *http.Request, code int, err error) {
+	if code == http.StatusInternalServerError {
+		s.log.Printf("%s %s: %v", r.Method, r.URL.Path, err)
+	}
+	http.Error(w, s.redact(err.Error()), code)
+}
+
+func (s *Server) serveCAS(w http.ResponseWriter, r *http.Request, client, hash string) {
+	switch r.Method {
+	case http.MethodGet, http.MethodHead:
+		p := s.c.BlobPath(cache.Digest{Hash: hash})
+		f, err := os.Open(p)
+		if err != nil {
+			s.metrics.lookup(false)
+			s.metrics.request("http", "cas_get", client, 0, 0)
+			http.NotFound(w, r)
+			return
+		}
+		defer f.Close()
+		fi, err := f.Stat()
+		if err != nil {
+			s.httpFail(w, r, err)
+			return
+		}
+		if !fi.Mode().IsRegular() { // damage (a directory in the blob's place): a miss, which an upload replaces
+			s.metrics.lookup(false)
+			s.metrics.request("http", "cas_get", client, 0, 0)
+			http.NotFound(w, r)
+			return
+		}
+		s.metrics.lookup(true)
+		cache.TouchFile(p)
+		w.Header().Set("Content-Length", strconv.FormatInt(fi.Size(), 10))
+		w.Header().Set("Content-Type", "application/octet-stream")
+		if r.Method == http.MethodHead {
+			s.metrics.request("http", "cas_head", client, 0, 0)
+			return
+		}
+		release, err := s.admit.acquire(r.Context(), client, fi.Size())
+		if err != nil {
+			return
+		}
+		d := cache.Digest{Hash: hash, Size: fi.Size()}
+		n, err := sendBlob(f, d, 0, d.Size, 256<<10, s.stallWriter(w))
+		if stalled(err) {
+			s.log.Printf("GET %s: the client read nothing for %v: connection closed after %d of %d bytes", r.URL.Path, s.opts.IdleTimeout, n, d.Size)
+		}
+		release(n)
+		s.metrics.request("http", "cas_get", client, 0, n)
+		if servedCorrupt(err) {
+			s.quarantine(f, d, err)
+			abortHTTP(w)
+		}
+	case http.MethodPut:
+		size := r.ContentLength
+		if s.opts.MaxBlobSize > 0 && size > s.opts.MaxBlobSize {
+			s.metrics.rejected.Add(1)
+			http.Error(w, fmt.Sprintf("blob of %d bytes is over the server's limit of %d", size, s.opts.MaxBlobSize), http.StatusRequestEntityTooLarge)
+			return
+		}
+		body := io.Reader(r.Body)
+		if s.opts.MaxBlobSize > 0 {
+			body = http.MaxBytesReader(w, r.Body, s.opts.MaxBlobSize)
+		}
+		release, err := s.admit.acquire(r.Context(), client, size)
+		if err != nil {
+			return
+		}
+		n, err := s.c.ImportBlob(cache.Digest{Hash: hash, Size: size}, body)
+		release(n)
+		s.metrics.request("http", "cas_put", client, n, 0)
+		if err != nil {
+			s.httpFail(w, r, err)
+			return
+		}
+		s.evictor.wrote(n)
+		w.WriteHeader(http.StatusOK)
+	default:
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+	}
+}
+
+func (s *Server) serveAC(w http.ResponseWriter, r *http.Request, client, hash string) {
+	key := cache.Digest{Hash: hash}
+	switch r.Method {
+	case http.MethodGet, http.MethodHead:
+		_, data, err := s.lookupAC(key)
+		s.metrics.lookup(err == nil)
+		if errors.Is(err, cache.ErrNotFound) {
+			s.metrics.request("http", "ac_get", client, 0, 0)
+			http.NotFound(w, r)
+			return
+		}
+		if err != nil {
+			s.httpFail(w, r, err)
+			return
+		}
+		w.Header().Set("Content-Length", strconv.Itoa(len(data)))
+		w.Header().Set("Content-Type", "application/octet-stream")
+		if r.Method == http.MethodGet {
+			w.Write(data)
+		}
+		s.metrics.request("http", "ac_get", client, 0, int64(len(data)))
+	case http.MethodPut:
+		var token uint64
+		if h := r.Header.Get(remote.FencingHeader); h != "" {
+			var err error
+			if token, err = strconv.ParseUint(h, 10, 64); err != nil {
+				http.Error(w, "bad "+remote.FencingHeader+": "+err.Error(), http.StatusBadRequest)
+				return
+			}
+		}
+		data, err := io.ReadAll(io.LimitReader(r.Body, maxACSize+1))
+		if err != nil {
+			s.httpFail(w, r, err)
+			return
+		}
+		if len(data) > maxACSize {
+			http.Error(w, "action cache entry over 4 MiB", http.StatusRequestEntityTooLarge)
+			return
+		}
+		s.metrics.request("http", "ac_put", client, int64(len(data)), 0)
+		if status, err := s.updateAC(key, data, token); err != nil {
+			s.metrics.rejected.Add(1)
+			s.httpError(w, r, status, err)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	default:
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+	}
+}
+
+const maxACSize = 4 << 20
+
+// errFenced refuses an AC update whose fencing token is older than the lease's.
+var errFenced = errors.New("fencing token is older than the current lease's: another client holds the lease now")
+
+// updateAC stores an AC entry, after the fencing check; the status is the HTTP
+// answer to an error.
+func (s *Server) updateAC(key cache.Digest, data []byte, token uint64) (int, error) {
+	if s.leases.fenced(key.Hash, token) {
+		return http.StatusConflict, fmt.Errorf("action cache entry %s: %w", key.Hash, errFenced)
+	}
+	if err := s.c.WriteActionResult(key, data); err != nil {
+		if errors.Is(err, cache.ErrCorrupt) {
+			return http.StatusBadRequest, err
+		}
+		return http.StatusInternalServerError, err
+	}
+	if token != 0 {
+		s.leases.release(key.Hash, token)
+	}
+	s.evictor.wrote(int64(len(data)))
+	return 0, nil
+}
+
+// Status is GET /status.
+type Status struct {
+	SizeBytes  int64   `json:"size_bytes"`
+	QuotaBytes int64   `json:"quota_bytes"`
+	Blobs      int     `json:"blobs"`
+	ACEntries  int     `json:"ac_entries"`
+	UptimeSec  float64 `json:"uptime_seconds"`
+}
+
+func (s *Server) serveStatus(w http.ResponseWriter) {
+	st := Status{QuotaBytes: s.opts.Quota, UptimeSec: time.Since(s.started).Seconds()}
+	count := func(dir string, n *int) {
+		_ = fs.WalkDir(os.DirFS(s.c.Root), dir, func(p string, d fs.DirEntry, err error) error {
+			if err == nil && d.Type().IsRegular() {
+				*n++
+				if fi, err := d.Info(); err == nil {
+					st.SizeBytes += fi.Size()
+				}
+			}
+			return nil
+		})
+	}
+	count(cache.CASDir, &st.Blobs)
+	count(cache.ACDir, &st.ACEntries)
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(st)
+}
+
+// serveLease: POST /lease/<key>[?token=N] asks for (or renews) the lease on key;
+// DELETE /lease/<key>?token=N gives it up.
+func (s *Server) serveLease(w http.ResponseWriter, r *http.Request, client, hash string) {
+	var token uint64
+	if t := r.URL.Query().Get("token"); t != "" {
+		var err error
+		if token, err = strconv.ParseUint(t, 10, 64); err != nil {
+			http.Error(w, "bad token: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+	}
+	switch r.Method {
+	case http.MethodPost:
+		var reply remote.LeaseReply
+		if _, _, err := s.lookupAC(cache.Digest{Hash: hash}); err == nil {
+			reply = remote.LeaseReply{Present: true, TTLms: s.opts.LeaseTTL.Milliseconds()}
+		} else {
+			reply = s.leases.acquire(hash, client, token, time.Now())
+		}
+		s.metrics.request("http", "lease", client, 0, 0)
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(reply)
+	case http.MethodDelete:
+		s.leases.release(hash, token)
+		w.WriteHeader(http.StatusOK)
+	default:
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+	}
+}

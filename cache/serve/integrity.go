@@ -1,0 +1,238 @@
+package serve
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
+	"github.com/gantry-build/gantry/cache"
+	"google.golang.org/protobuf/proto"
+)
+
+// What the server serves is what was stored. Every blob is hashed while it is
+// sent (HTTP GET, ByteStream Read), and the last chunk is held back until the
+// hash is known, or before it goes into a reply (BatchReadBlobs, GetTree): a
+// client never receives a complete, cleanly ended response with wrong bytes. A blob found damaged is moved to
+// quarantine/ (so that it is no longer served and a client's upload of the
+// right bytes stores it again), logged and counted; the response is broken
+// off (HTTP: the connection is reset; gRPC: DATA_LOSS). An action cache entry
+// that names a blob the store no longer has is removed when it is looked up.
+
+// quarantineDir holds blobs found damaged while being served, for whoever
+// keeps the server to look at; quarantineKeep and quarantineBytes bound it
+// (the newest is always kept).
+const (
+	quarantineDir   = "quarantine"
+	quarantineKeep  = 16
+	quarantineBytes = 1 << 30
+)
+
+// sendBlob sends bytes [off, off+n) of blob d, open as f (its size already
+// checked against d), through send in chunks of at most chunk bytes, hashing
+// the whole blob while it reads, the bytes outside the range too. The last
+// chunk is sent only once the whole blob hashed to d: on a mismatch the error
+// wraps ErrCorrupt (a *mismatchError) and the last chunk is never sent. It
+// returns the bytes sent.
+func sendBlob(f *os.File, d cache.Digest, off, n int64, chunk int, send func([]byte) error) (int64, error) {
+	h := cache.NewDigestWriter()
+	readErr := func(err error) error { return fmt.Errorf("reading blob %s: %w", d, err) }
+	if _, err := io.Copy(h, io.NewSectionReader(f, 0, off)); err != nil {
+		return 0, readErr(err)
+	}
+	r := io.NewSectionReader(f, off, n)
+	size := int(max(min(int64(chunk), n), 1))
+	next, spare := make([]byte, size), make([]byte, size)
+	var held []byte // read and hashed, not sent yet
+	var sent int64
+	for {
+		k, err := io.ReadFull(r, next)
+		if k > 0 {
+			h.Write(next[:k])
+			if held != nil {
+				if err := send(held); err != nil {
+					return sent, err
+				}
+				sent += int64(len(held))
+			}
+			held = next[:k]
+			next, spare = spare, next
+		}
+		if err == io.EOF || err == io.ErrUnexpectedEOF {
+			break
+		}
+		if err != nil {
+			return sent, readErr(err)
+		}
+	}
+	if _, err := io.Copy(h, io.NewSectionReader(f, off+n, d.Size-off-n)); err != nil {
+		return sent, readErr(err)
+	}
+	if got := h.Digest(); got != d {
+		return sent, cache.Mismatch(d, got, f.Name())
+	}
+	if held != nil {
+		if err := send(held); err != nil {
+			return sent, err
+		}
+		sent += int64(len(held))
+	}
+	return sent, nil
+}
+
+// readBatched reads blob d whole (BatchReadBlobs, GetTree: small blobs, whose
+// reply holds them whole anyway) and hashes it; a damaged blob is quarantined,
+// and its error wraps ErrCorrupt (a *mismatchError), as sendBlob's.
+func (s *Server) readBatched(d cache.Digest) ([]byte, error) {
+	f, err := s.c.OpenBlob(d)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data := make([]byte, d.Size)
+	n, err := io.ReadFull(f, data)
+	if err != nil && err != io.ErrUnexpectedEOF {
+		return nil, fmt.Errorf("reading blob %s: %w", d, err)
+	}
+	if got := cache.DigestOf(data[:n]); got != d {
+		err := cache.Mismatch(d, got, f.Name())
+		s.quarantine(f, d, err)
+		return nil, err
+	}
+	return data, nil
+}
+
+// servedCorrupt reports whether err, from sendBlob, says the blob's content
+// does not match its name (as opposed to the client going away, or a read
+// error).
+func servedCorrupt(err error) bool {
+	var mm *cache.MismatchError
+	return errors.As(err, &mm)
+}
+
+// corruptStatus is what a client is told of a blob found damaged: which blob,
+// never where the store keeps it.
+func corruptStatus(d cache.Digest) string {
+	return fmt.Sprintf("blob %s is damaged on the server (its content does not match its digest): the server quarantined it; upload it again", d)
+}
+
+// quarantine moves blob d, found damaged while being read through f, out of
+// cas/ into quarantine/, logs it and counts it. Only the file that was read
+// moves: a client that uploaded the right bytes meanwhile replaced it, and
+// that blob stays.
+func (s *Server) quarantine(f *os.File, d cache.Digest, cause error) {
+	p := s.c.BlobPath(d)
+	read, err1 := f.Stat()
+	now, err2 := os.Lstat(p)
+	if err1 != nil || err2 != nil || !os.SameFile(read, now) {
+		s.log.Printf("blob %s was found damaged (%v); it has been replaced or removed meanwhile", d, cause)
+		return
+	}
+	dir := filepath.Join(s.c.Root, quarantineDir)
+	dst := filepath.Join(dir, fmt.Sprintf("%020d-%s", time.Now().UnixNano(), d.Hash))
+	err := os.MkdirAll(dir, 0o755)
+	if err == nil {
+		err = os.Rename(p, dst)
+	}
+	if err != nil {
+		// It must not be served again, kept or not.
+		if rerr := os.Remove(p); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+			s.log.Printf("blob %s is damaged (%v), and could be neither quarantined (%v) nor removed: %v; run `gantry cache verify --dir %s --repair`", d, cause, err, rerr, s.c.Root)
+			return
+		}
+		s.log.Printf("blob %s is damaged (%v): removed it (quarantining it failed: %v)", d, cause, err)
+	} else {
+		s.log.Printf("blob %s is damaged (%v): moved it to %s; an upload of the right bytes stores it again", d, cause, dst)
+	}
+	s.metrics.quarantined.Add(1)
+	pruneQuarantine(dir, quarantineKeep, quarantineBytes)
+}
+
+// pruneQuarantine removes the oldest quarantined blobs beyond keep files or
+// maxBytes bytes, keeping the newest whatever its size.
+func pruneQuarantine(dir string, keep int, maxBytes int64) {
+	entries, err := os.ReadDir(dir) // sorted by name: oldest first
+	if err != nil {
+		return
+	}
+	slices.Reverse(entries)
+	var total int64
+	for i, e := range entries {
+		if fi, err := e.Info(); err == nil {
+			total += fi.Size()
+		}
+		if i > 0 && (i >= keep || total > maxBytes) {
+			_ = os.Remove(filepath.Join(dir, e.Name()))
+		}
+	}
+}
+
+// abortHTTP breaks off a response whose body is already partly sent: the
+// connection is reset (no clean end, not even TLS's close_notify), so that no
+// client takes what it received for the whole body. Where the connection
+// cannot be taken (HTTP/2), the stream is reset instead.
+func abortHTTP(w http.ResponseWriter) {
+	if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+		if tc, ok := conn.(*tls.Conn); ok {
+			conn = tc.NetConn()
+		}
+		if tc, ok := conn.(*net.TCPConn); ok {
+			_ = tc.SetLinger(0) // close sends RST
+		}
+		conn.Close()
+	}
+	panic(http.ErrAbortHandler)
+}
+
+// lookupAC is readAC that also removes an entry it finds stale, so that the
+// store stops keeping (and answering lookups for) entries that will never
+// hit again.
+func (s *Server) lookupAC(key cache.Digest) (*repb.ActionResult, []byte, error) {
+	ar, data, err := s.c.ReadActionResult(key)
+	var stale *cache.StaleActionResultError
+	if !errors.As(err, &stale) {
+		return ar, data, err
+	}
+	if s.c.DropActionResult(key, stale.Data) {
+		s.log.Printf("%v: removed the entry", err)
+	}
+	if errors.Is(err, cache.ErrCorrupt) {
+		// A damaged tree must go too, or the client, told the store has
+		// it, would never upload it again.
+		old := &repb.ActionResult{}
+		if proto.Unmarshal(stale.Data, old) == nil {
+			for _, od := range old.OutputDirectories {
+				if od.TreeDigest != nil {
+					s.quarantineIfDamaged(od.TreeDigest.Hash)
+				}
+			}
+		}
+	}
+	return ar, data, err
+}
+
+// quarantineIfDamaged hashes the blob stored under hash and quarantines it if
+// its content does not match its name.
+func (s *Server) quarantineIfDamaged(hash string) {
+	f, err := os.Open(s.c.BlobPath(cache.Digest{Hash: hash}))
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return
+	}
+	d := cache.Digest{Hash: hash, Size: fi.Size()}
+	if got, err := cache.DigestOfReader(f); err == nil && got != d {
+		s.quarantine(f, d, cache.Mismatch(d, got, f.Name()))
+	}
+}
