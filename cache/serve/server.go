@@ -42,7 +42,7 @@ type Options struct {
 
 	Quota         int64 // bytes; 0 = no quota
 	MaxBlobSize   int64 // largest upload accepted; 0 = no limit
-	MaxStreams    int   // concurrent transfers per client; 0 = 16
+	MaxStreams    int   // concurrent transfers per client; 0 = DefaultMaxStreams
 	LeaseTTL      time.Duration
 	ShutdownGrace time.Duration // how long SIGTERM waits for requests in flight
 
@@ -54,6 +54,16 @@ type Options struct {
 
 	Log io.Writer // request errors and lifecycle; never a credential
 }
+
+// The defaults of Options' zero fields (the command's flags show the same).
+const (
+	DefaultMaxStreams        = 16               // concurrent transfers per client
+	DefaultLeaseTTL          = 30 * time.Second // a build-once lease without renewal
+	DefaultShutdownGrace     = 30 * time.Second // requests in flight at SIGTERM
+	DefaultAuthRetryInterval = time.Second      // one password check per client and user, past the burst
+	DefaultIdleTimeout       = time.Minute      // an idle connection, a stalled request body
+	DefaultHeaderTimeout     = 10 * time.Second // request headers or gRPC handshake of a new connection
+)
 
 // Server serves one store over the HTTP cache protocol and REAPI v2.
 type Server struct {
@@ -88,25 +98,25 @@ func New(opts Options) (*Server, error) {
 		return nil, config(errors.New("nothing to serve: give --http ADDR, --grpc ADDR or both"))
 	}
 	if opts.MaxStreams <= 0 {
-		opts.MaxStreams = 16
+		opts.MaxStreams = DefaultMaxStreams
 	}
 	if opts.LeaseTTL <= 0 {
-		opts.LeaseTTL = 30 * time.Second
+		opts.LeaseTTL = DefaultLeaseTTL
 	}
 	if opts.ShutdownGrace <= 0 {
-		opts.ShutdownGrace = 30 * time.Second
+		opts.ShutdownGrace = DefaultShutdownGrace
 	}
 	if opts.Log == nil {
 		opts.Log = io.Discard
 	}
 	if opts.AuthRetryInterval <= 0 {
-		opts.AuthRetryInterval = time.Second
+		opts.AuthRetryInterval = DefaultAuthRetryInterval
 	}
 	if opts.IdleTimeout <= 0 {
-		opts.IdleTimeout = time.Minute
+		opts.IdleTimeout = DefaultIdleTimeout
 	}
 	if opts.HeaderTimeout <= 0 {
-		opts.HeaderTimeout = 10 * time.Second
+		opts.HeaderTimeout = DefaultHeaderTimeout
 	}
 	auth, err := newServerAuth(opts.TokenFile, opts.HtpasswdFile, opts.HtpasswdReadFile, opts.AuthRetryInterval)
 	if err != nil {
