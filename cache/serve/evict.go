@@ -47,6 +47,11 @@ var emptyDigest = cache.DigestOf(nil)
 // so that it does not run again after every write.
 const evictLowWater = 0.9
 
+// evictInterval is how often the evictor scans without being woken: a store
+// that grew behind the server's back (another process writing to it) is
+// brought back under its quota within it.
+const evictInterval = time.Minute
+
 func newEvictor(c *cache.Cache, quota int64, m *serverMetrics, l *log.Logger) *evictor {
 	return &evictor{c: c, quota: quota, metrics: m, log: l, kick: make(chan struct{}, 1)}
 }
@@ -86,7 +91,7 @@ func (e *evictor) run(ctx context.Context) {
 	if e.quota <= 0 {
 		return
 	}
-	tick := time.NewTicker(time.Minute)
+	tick := time.NewTicker(evictInterval)
 	defer tick.Stop()
 	for {
 		if err := e.evict(); err != nil {

@@ -30,6 +30,17 @@ import (
 // serverBatchLimit is the batch size stated in Capabilities and enforced.
 const serverBatchLimit = 4 << 20
 
+// The server's keep-alive: a connection silent for keepalivePing is pinged, and
+// dropped if the ping is not answered within keepaliveAck. gantry's client pings
+// every 30 s while a call is open (remote's keepalive), Bazel's every
+// --grpc_keepalive_time; a client pinging more often than keepaliveMinClientPing
+// is abuse (GOAWAY).
+const (
+	keepalivePing          = time.Minute
+	keepaliveAck           = 20 * time.Second
+	keepaliveMinClientPing = 10 * time.Second
+)
+
 type grpcService struct {
 	repb.UnimplementedContentAddressableStorageServer
 	repb.UnimplementedActionCacheServer
@@ -105,10 +116,8 @@ func (s *Server) newGRPCServer() *grpc.Server {
 			return s.grpcRedact(info.FullMethod, h(srv, wrappedStream{ss, ctx}))
 		}),
 		grpc.ConnectionTimeout(s.opts.HeaderTimeout),
-		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: s.opts.IdleTimeout, Time: time.Minute, Timeout: 20 * time.Second}),
-		// gantry's client pings every 30 s while a call is open; Bazel's every
-		// --grpc_keepalive_time. Anything more often is abuse (GOAWAY).
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: s.opts.IdleTimeout, Time: keepalivePing, Timeout: keepaliveAck}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveMinClientPing, PermitWithoutStream: true}),
 	}
 	if s.tlsConf != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(s.tlsConf)))
