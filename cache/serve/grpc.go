@@ -183,7 +183,7 @@ func (g *grpcService) FindMissingBlobs(ctx context.Context, req *repb.FindMissin
 			continue // the empty blob is always present
 		}
 		if g.s.c.HasBlob(d) {
-			cache.TouchFile(g.s.c.BlobPath(d))
+			g.s.c.TouchBlob(d)
 			g.s.metrics.lookup(true)
 		} else {
 			g.s.metrics.lookup(false)
@@ -257,7 +257,7 @@ func (g *grpcService) BatchReadBlobs(ctx context.Context, req *repb.BatchReadBlo
 			st, _ = status.FromError(grpcError(err))
 			data = nil
 		} else {
-			cache.TouchFile(g.s.c.BlobPath(d))
+			g.s.c.TouchBlob(d)
 		}
 		sent += int64(len(data))
 		resp.Responses = append(resp.Responses, &repb.BatchReadBlobsResponse_Response{Digest: p, Data: data, Status: st.Proto()})
@@ -345,7 +345,7 @@ func (g *grpcService) Read(req *bspb.ReadRequest, stream bspb.ByteStream_ReadSer
 		return grpcError(err)
 	}
 	defer f.Close()
-	cache.TouchFile(f.Name())
+	g.s.c.TouchBlob(d)
 	if req.ReadOffset < 0 || req.ReadOffset > d.Size {
 		return status.Errorf(codes.OutOfRange, "read offset %d of blob %s", req.ReadOffset, d)
 	}
@@ -391,7 +391,7 @@ func (g *grpcService) Write(stream bspb.ByteStream_WriteServer) error {
 	}
 	if g.s.c.HasBlob(d) {
 		// Already stored: answer at once, as REAPI allows.
-		cache.TouchFile(g.s.c.BlobPath(d))
+		g.s.c.TouchBlob(d)
 		g.s.metrics.request("grpc", "write", client, 0, 0)
 		return stream.SendAndClose(&bspb.WriteResponse{CommittedSize: d.Size})
 	}

@@ -136,7 +136,7 @@ func (s *Server) serveCAS(w http.ResponseWriter, r *http.Request, client, hash s
 			return
 		}
 		s.metrics.lookup(true)
-		cache.TouchFile(p)
+		s.c.TouchBlob(cache.Digest{Hash: hash})
 		w.Header().Set("Content-Length", strconv.FormatInt(fi.Size(), 10))
 		w.Header().Set("Content-Type", "application/octet-stream")
 		if r.Method == http.MethodHead {
