@@ -194,7 +194,7 @@ func (c *Cache) ReadActionResult(key Digest) (*repb.ActionResult, []byte, error)
 	return ar, data, nil
 }
 
-// actionResultBlobs lists every blob ar references: output files, stdout and
+// ActionResultBlobs lists every blob ar references: output files, stdout and
 // stderr, output directories' trees and the files and directories within them
 // (the Tree blobs must be present to be read; a missing one is ErrNotFound).
 func (c *Cache) ActionResultBlobs(ar *repb.ActionResult) ([]Digest, error) {

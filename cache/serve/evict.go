@@ -24,7 +24,7 @@ import (
 // began (an entry written meanwhile touches its blobs) is kept; should one
 // still go, the entry that needs it reads as a miss (ReadActionResult), never half-present.
 //
-// A store that is also a local cache may hold executable twins (twin.go): they
+// A store that is also a local cache may hold executable twins (cache's twin.go): they
 // count towards the quota, a twin goes with its blob, and a twin whose blob is
 // gone is a unit of its own, as cache gc has them.
 type evictor struct {

@@ -1,7 +1,7 @@
 // Package serve is `gantry cache serve`: the HTTP cache protocol and REAPI v2
 // (CAS, ActionCache, ByteStream, Capabilities) over a store (package cache),
 // with authentication, admission, eviction to a quota, build-once leases and
-// metrics. The wire names it shares with the clients are package remote's (wire.go).
+// metrics. The wire names it shares with the clients are package remote's (cache/remote/wire.go).
 package serve
 
 import (
