@@ -33,8 +33,11 @@ type Transfer struct {
 	Bytes int64 // bytes transferred
 }
 
+// progressInterval is how often a transfer reports its progress, at most.
+const progressInterval = 100 * time.Millisecond
+
 // meter counts transferred bytes from several goroutines and reports them at most
-// every 100ms, and once at the end.
+// every progressInterval, and once at the end.
 type meter struct {
 	done, total atomic.Int64
 	blobs       atomic.Int64
@@ -54,7 +57,7 @@ func (m *meter) report(force bool) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if now := time.Now(); force || now.Sub(m.last) >= 100*time.Millisecond {
+	if now := time.Now(); force || now.Sub(m.last) >= progressInterval {
 		m.last = now
 		m.progress(m.done.Load(), m.total.Load())
 	}

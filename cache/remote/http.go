@@ -72,6 +72,10 @@ func (s *httpStore) url(kind, hash string) string {
 	return s.base.String() + "/" + kind + "/" + hash
 }
 
+// replyLimit is the most read of a reply that is not a blob (a PUT's answer,
+// a lease reply): enough for any server's, not a stranger's endless body.
+const replyLimit = 64 << 10
+
 // errStalled cancels an exchange that received nothing for the idle timeout.
 var errStalled = errors.New("stalled")
 
@@ -252,7 +256,7 @@ func (s *httpStore) put(ctx context.Context, op, kind, hash string, open func() 
 		return err
 	}
 	defer resp.Body.Close()
-	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	io.Copy(io.Discard, io.LimitReader(resp.Body, replyLimit))
 	switch resp.StatusCode {
 	case http.StatusOK, http.StatusCreated, http.StatusAccepted, http.StatusNoContent:
 		return nil

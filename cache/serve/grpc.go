@@ -332,6 +332,9 @@ func parseResource(name string, write bool) (cache.Digest, error) {
 	return cache.Digest{}, status.Errorf(codes.InvalidArgument, "resource %s: not a blob resource name", name)
 }
 
+// readChunk is the most data one ByteStream ReadResponse carries.
+const readChunk = 1 << 20
+
 func (g *grpcService) Read(req *bspb.ReadRequest, stream bspb.ByteStream_ReadServer) error {
 	d, err := parseResource(req.ResourceName, false)
 	if err != nil {
@@ -359,7 +362,7 @@ func (g *grpcService) Read(req *bspb.ReadRequest, stream bspb.ByteStream_ReadSer
 	}
 	var sent int64
 	defer func() { release(sent); g.s.metrics.request("grpc", "read", client, 0, sent) }()
-	sent, err = sendBlob(f, d, req.ReadOffset, n, 1<<20, func(b []byte) error { return stream.Send(&bspb.ReadResponse{Data: b}) })
+	sent, err = sendBlob(f, d, req.ReadOffset, n, readChunk, func(b []byte) error { return stream.Send(&bspb.ReadResponse{Data: b}) })
 	if servedCorrupt(err) {
 		g.s.quarantine(f, d, err)
 		return status.Error(codes.DataLoss, corruptStatus(d))
