@@ -150,7 +150,7 @@ func (s *grpcStore) transport(spec Spec, u *url.URL) (credentials.TransportCrede
 		}
 		return insecure.NewCredentials(), nil
 	}
-	cfg, err := remoteTLS(spec)
+	cfg, err := tlsConfig(spec)
 	if err != nil {
 		return nil, err
 	}
@@ -169,7 +169,7 @@ func (s *grpcStore) transport(spec Spec, u *url.URL) (credentials.TransportCrede
 // grpcAuthorization is the authorization header every call carries: a bearer
 // token from token-file, or basic auth from the URL's userinfo ("" for none).
 func grpcAuthorization(spec Spec, u *url.URL) (grpcAuth, error) {
-	token, err := remoteToken(spec)
+	token, err := readToken(spec)
 	if err != nil {
 		return "", err
 	}

@@ -21,8 +21,8 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// remoteParallelism bounds the requests one transfer has in flight at once.
-const remoteParallelism = 16
+// parallelism bounds the requests one transfer has in flight at once.
+const parallelism = 16
 
 // httpStore speaks the HTTP cache protocol of Bazel and bazel-remote (DESIGN.md §7):
 // PREFIX/cas/<sha256> holds blobs, PREFIX/ac/<sha256> holds serialized ActionResults.
@@ -38,11 +38,11 @@ type httpStore struct {
 
 // newHTTPStore returns the Store of an http(s):// remote.
 func newHTTPStore(spec Spec, u *url.URL) (Store, error) {
-	tlsCfg, err := remoteTLS(spec)
+	tlsCfg, err := tlsConfig(spec)
 	if err != nil {
 		return nil, err
 	}
-	token, err := remoteToken(spec)
+	token, err := readToken(spec)
 	if err != nil {
 		return nil, err
 	}
@@ -52,7 +52,7 @@ func newHTTPStore(spec Spec, u *url.URL) (Store, error) {
 	base.Path = strings.TrimSuffix(base.Path, "/")
 	base.RawPath = ""
 	t := netx.Transport()
-	t.MaxIdleConnsPerHost = remoteParallelism
+	t.MaxIdleConnsPerHost = parallelism
 	t.ResponseHeaderTimeout = spec.idleTimeout()
 	t.DisableCompression = true // blobs are verified as stored
 	if tlsCfg != nil {
@@ -267,7 +267,7 @@ func (s *httpStore) put(ctx context.Context, op, kind, hash string, open func() 
 func (s *httpStore) FindMissing(ctx context.Context, ds []cache.Digest) ([]cache.Digest, error) {
 	missing := make([]bool, len(ds))
 	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(remoteParallelism)
+	g.SetLimit(parallelism)
 	for i, d := range ds {
 		g.Go(func() error {
 			x := s.start(gctx, "looking for blob "+d.String())
