@@ -30,7 +30,7 @@ import (
 type evictor struct {
 	c       *cache.Cache
 	quota   int64
-	metrics *serverMetrics
+	metrics *counters
 	log     *log.Logger
 
 	size    atomic.Int64 // store size at the last scan, plus bytes written since
@@ -52,7 +52,7 @@ const evictLowWater = 0.9
 // brought back under its quota within it.
 const evictInterval = time.Minute
 
-func newEvictor(c *cache.Cache, quota int64, m *serverMetrics, l *log.Logger) *evictor {
+func newEvictor(c *cache.Cache, quota int64, m *counters, l *log.Logger) *evictor {
 	return &evictor{c: c, quota: quota, metrics: m, log: l, kick: make(chan struct{}, 1)}
 }
 

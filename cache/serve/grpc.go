@@ -27,8 +27,8 @@ import (
 // REAPI v2 on the server's store: Capabilities, ContentAddressableStorage,
 // ByteStream (with resumable writes) and ActionCache.
 
-// serverBatchLimit is the batch size stated in Capabilities and enforced.
-const serverBatchLimit = 4 << 20
+// batchLimit is the batch size stated in Capabilities and enforced.
+const batchLimit = 4 << 20
 
 // The server's keep-alive: a connection silent for keepalivePing is pinged, and
 // dropped if the ping is not answered within keepaliveAck. gantry's client pings
@@ -98,7 +98,7 @@ func (w wrappedStream) Context() context.Context { return w.ctx }
 
 func (s *Server) newGRPCServer() *grpc.Server {
 	opts := []grpc.ServerOption{
-		grpc.MaxRecvMsgSize(serverBatchLimit + 1<<20),
+		grpc.MaxRecvMsgSize(batchLimit + 1<<20),
 		grpc.MaxConcurrentStreams(uint32(4 * s.opts.MaxStreams)),
 		grpc.UnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 			ctx, err := s.grpcAuthorize(ctx, info.FullMethod)
@@ -159,7 +159,7 @@ func (g *grpcService) GetCapabilities(ctx context.Context, _ *repb.GetCapabiliti
 		CacheCapabilities: &repb.CacheCapabilities{
 			DigestFunctions:                 []repb.DigestFunction_Value{repb.DigestFunction_SHA256},
 			ActionCacheUpdateCapabilities:   &repb.ActionCacheUpdateCapabilities{UpdateEnabled: true},
-			MaxBatchTotalSizeBytes:          serverBatchLimit,
+			MaxBatchTotalSizeBytes:          batchLimit,
 			SymlinkAbsolutePathStrategy:     repb.SymlinkAbsolutePathStrategy_ALLOWED,
 			SupportedCompressors:            nil,
 			SupportedBatchUpdateCompressors: nil,
@@ -232,10 +232,10 @@ func (g *grpcService) BatchReadBlobs(ctx context.Context, req *repb.BatchReadBlo
 	for _, p := range req.Digests {
 		// A negative size is refused for its blob below; neither it nor a
 		// huge one may take the sum under the limit.
-		want += min(max(p.SizeBytes, 0), serverBatchLimit+1)
+		want += min(max(p.SizeBytes, 0), batchLimit+1)
 	}
-	if want > serverBatchLimit {
-		return nil, status.Errorf(codes.InvalidArgument, "batch of %d bytes is over the limit of %d: use ByteStream", want, serverBatchLimit)
+	if want > batchLimit {
+		return nil, status.Errorf(codes.InvalidArgument, "batch of %d bytes is over the limit of %d: use ByteStream", want, batchLimit)
 	}
 	client := grpcClient(ctx)
 	release, err := g.s.admit.acquire(ctx, client, want)
@@ -295,7 +295,7 @@ func (g *grpcService) GetTree(req *repb.GetTreeRequest, stream repb.ContentAddre
 		for _, sub := range dir.Directories {
 			queue = append(queue, sub.Digest)
 		}
-		if size+len(data) > serverBatchLimit && len(resp.Directories) > 0 {
+		if size+len(data) > batchLimit && len(resp.Directories) > 0 {
 			if err := stream.Send(resp); err != nil {
 				return err
 			}

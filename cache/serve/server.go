@@ -69,8 +69,8 @@ const (
 type Server struct {
 	opts    Options
 	c       *cache.Cache
-	auth    *serverAuth
-	metrics *serverMetrics
+	auth    *authenticator
+	metrics *counters
 	admit   *admission
 	leases  *leaseTable
 	uploads *uploadTable
@@ -118,14 +118,14 @@ func New(opts Options) (*Server, error) {
 	if opts.HeaderTimeout <= 0 {
 		opts.HeaderTimeout = DefaultHeaderTimeout
 	}
-	auth, err := newServerAuth(opts.TokenFile, opts.HtpasswdFile, opts.HtpasswdReadFile, opts.AuthRetryInterval)
+	auth, err := newAuthenticator(opts.TokenFile, opts.HtpasswdFile, opts.HtpasswdReadFile, opts.AuthRetryInterval)
 	if err != nil {
 		return nil, config(err)
 	}
 	if !auth.configured() && opts.ClientCA == "" {
 		return nil, config(errors.New("writes need credentials: give --token-file, --htpasswd or --client-ca"))
 	}
-	tlsConf, err := serverTLS(opts)
+	tlsConf, err := tlsConfig(opts)
 	if err != nil {
 		return nil, config(err)
 	}
@@ -143,7 +143,7 @@ func New(opts Options) (*Server, error) {
 		opts:    opts,
 		c:       c,
 		auth:    auth,
-		metrics: newServerMetrics(),
+		metrics: newCounters(),
 		uploads: newUploadTable(),
 		log:     log.New(opts.Log, "gantry cache serve: ", log.LstdFlags),
 		started: time.Now(),
@@ -162,7 +162,7 @@ func New(opts Options) (*Server, error) {
 	return s, nil
 }
 
-func serverTLS(opts Options) (*tls.Config, error) {
+func tlsConfig(opts Options) (*tls.Config, error) {
 	if opts.TLSCert == "" && opts.TLSKey == "" {
 		if opts.ClientCA != "" {
 			return nil, errors.New("--client-ca needs --tls-cert and --tls-key")
