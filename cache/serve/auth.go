@@ -80,9 +80,9 @@ const (
 	passwordTTL = time.Minute
 	// maxGoodPasswords bounds the passwords remembered.
 	maxGoodPasswords = 4096
-	// passwordBurst is how many password checks a client address or a user name
+	// PasswordBurst is how many password checks a client address or a user name
 	// may run at once before it is held to one per --auth-retry-interval.
-	passwordBurst = 5
+	PasswordBurst = 5
 	// maxLimiterKeys bounds the limiter's memory: a stranger can vary its address and
 	// the user names it tries.
 	maxLimiterKeys = 10000
@@ -107,7 +107,7 @@ type identity struct {
 func newAuthenticator(tokenFile, htpasswdFile, htpasswdReadFile string, retry time.Duration) (*authenticator, error) {
 	a := &authenticator{tokenFile: tokenFile, htpasswdFile: htpasswdFile, htpasswdReadFile: htpasswdReadFile,
 		compare: bcrypt.CompareHashAndPassword, checks: func() {},
-		limiter:  newKeyedLimiter(retry, passwordBurst, maxLimiterKeys),
+		limiter:  newKeyedLimiter(retry, PasswordBurst, maxLimiterKeys),
 		inflight: map[[32]byte]*passwordCheck{}}
 	if _, err := rand.Read(a.secret[:]); err != nil {
 		return nil, fmt.Errorf("reading credentials: %w", err)

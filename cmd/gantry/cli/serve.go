@@ -86,7 +86,7 @@ exit 0. SIGHUP: reread the token and htpasswd files.`,
 	fl.StringVar(&o.TokenFile, "token-file", "", "bearer tokens, one per line: TOKEN [CLIENT-NAME [read|write]] (default write; SIGHUP rereads it)")
 	fl.StringVar(&o.HtpasswdFile, "htpasswd", "", "htpasswd `FILE` with bcrypt entries, for basic auth")
 	fl.StringVar(&o.HtpasswdReadFile, "htpasswd-read", "", "htpasswd `FILE` of users who may only read")
-	fl.DurationVar(&o.AuthRetryInterval, "auth-retry-interval", serve.DefaultAuthRetryInterval, "past a burst of 5 password checks, one per `INTERVAL` per client address and per user (429 meanwhile)")
+	fl.DurationVar(&o.AuthRetryInterval, "auth-retry-interval", serve.DefaultAuthRetryInterval, fmt.Sprintf("past a burst of %d password checks, one per `INTERVAL` per client address and per user (429 meanwhile)", serve.PasswordBurst))
 	fl.BoolVar(&o.AllowAnonymousRead, "allow-anonymous-read", false, "let clients without credentials read")
 	fl.StringVar(&o.TLSCert, "tls-cert", "", "serve TLS with this certificate (PEM)")
 	fl.StringVar(&o.TLSKey, "tls-key", "", "the key of --tls-cert (PEM)")
