@@ -139,9 +139,12 @@ func (c *Cache) ImportBlob(want Digest, r io.Reader) (int64, error) {
 	return u.n, u.Commit()
 }
 
-// TouchFile marks path as used now, for the server's LRU eviction (best effort:
-// a blob that vanished meanwhile needs no refresh).
-func TouchFile(path string) {
+// TouchBlob marks blob d as used now, for the server's LRU eviction (best
+// effort: a blob that vanished meanwhile needs no refresh).
+func (c *Cache) TouchBlob(d Digest) { touchFile(c.BlobPath(d)) }
+
+// touchFile marks path as used now (best effort, as TouchBlob).
+func touchFile(path string) {
 	now := time.Now()
 	_ = os.Chtimes(path, now, now)
 }
@@ -184,14 +187,14 @@ func (c *Cache) ReadActionResult(key Digest) (*repb.ActionResult, []byte, error)
 			return stale(fmt.Errorf("action cache entry %s: blob %s is missing: %w", key.Hash, d, ErrNotFound))
 		}
 	}
-	TouchFile(p)
+	touchFile(p)
 	for _, d := range blobs {
-		TouchFile(c.BlobPath(d))
+		c.TouchBlob(d)
 	}
 	return ar, data, nil
 }
 
-// actionResultBlobs lists every blob ar references: output files, stdout and
+// ActionResultBlobs lists every blob ar references: output files, stdout and
 // stderr, output directories' trees and the files and directories within them
 // (the Tree blobs must be present to be read; a missing one is ErrNotFound).
 func (c *Cache) ActionResultBlobs(ar *repb.ActionResult) ([]Digest, error) {
@@ -264,7 +267,7 @@ func (c *Cache) WriteActionResult(key Digest, data []byte) error {
 	}
 	if blobs, err := c.ActionResultBlobs(ar); err == nil {
 		for _, d := range blobs {
-			TouchFile(c.BlobPath(d))
+			c.TouchBlob(d)
 		}
 	}
 	if err := c.writeFileAtomic(c.acPath(key), data, 0o644, dirSynced); err != nil {

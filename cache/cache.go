@@ -123,7 +123,7 @@ func (c *Cache) Prepare() error {
 		return err
 	}
 	// Best effort: a cache with some old garbage in tmp/ is still usable.
-	_, _ = c.CleanTemp(staleTempAge)
+	_, _ = c.cleanTemp(staleTempAge)
 	_ = c.sweepSessions(true, nil)
 	return nil
 }
@@ -390,11 +390,11 @@ func (c *Cache) strayTemps() (stray []string, proven []bool, err error) {
 	return stray, proven, nil
 }
 
-// CleanTemp removes stray entries of tmp/ (see StrayTemp) and returns their
+// cleanTemp removes stray entries of tmp/ (see StrayTemp) and returns their
 // paths: at once those of a session proven dead, the others once last
 // modified at least minAge ago. Entries of live sessions and processes are
 // never removed, whatever their age: a build may be suspended for hours.
-func (c *Cache) CleanTemp(minAge time.Duration) ([]string, error) {
+func (c *Cache) cleanTemp(minAge time.Duration) ([]string, error) {
 	stray, proven, err := c.strayTemps()
 	if err != nil {
 		return nil, err

@@ -87,7 +87,7 @@ func (c *Cache) Cleanup(opts CleanupOptions) (*CleanupReport, error) {
 	rep := &CleanupReport{Before: inv.total, DryRun: opts.DryRun, Problems: errorStrings(inv.problems)}
 	// Read under the exclusive lock: a session that publishes later stages
 	// nothing until the cleanup is over, and heals what it finds gone.
-	live, err := c.LiveNeeds(!opts.DryRun)
+	live, err := c.liveNeeds(!opts.DryRun)
 	if err != nil {
 		return nil, fmt.Errorf("cleaning the cache %s: %w", c.Root, err)
 	}

@@ -152,9 +152,9 @@ func (c *Cache) sessionLive(id string, remove bool) bool {
 	return false
 }
 
-// LiveNeeds returns the artifacts live sessions on the cache need; with
+// liveNeeds returns the artifacts live sessions on the cache need; with
 // remove, it removes the files of dead sessions.
-func (c *Cache) LiveNeeds(remove bool) (map[ArtifactRef]bool, error) {
+func (c *Cache) liveNeeds(remove bool) (map[ArtifactRef]bool, error) {
 	needs := map[ArtifactRef]bool{}
 	err := c.sweepSessions(remove, func(p string) error { return readNeeds(p, needs) })
 	return needs, err

@@ -33,8 +33,11 @@ type Transfer struct {
 	Bytes int64 // bytes transferred
 }
 
+// progressInterval is how often a transfer reports its progress, at most.
+const progressInterval = 100 * time.Millisecond
+
 // meter counts transferred bytes from several goroutines and reports them at most
-// every 100ms, and once at the end.
+// every progressInterval, and once at the end.
 type meter struct {
 	done, total atomic.Int64
 	blobs       atomic.Int64
@@ -54,7 +57,7 @@ func (m *meter) report(force bool) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if now := time.Now(); force || now.Sub(m.last) >= 100*time.Millisecond {
+	if now := time.Now(); force || now.Sub(m.last) >= progressInterval {
 		m.last = now
 		m.progress(m.done.Load(), m.total.Load())
 	}
@@ -231,7 +234,7 @@ func readBack(ctx context.Context, store Store, d cache.Digest) error {
 	err := corruptIfTooLong(store, d, store.ReadBlob(ctx, d, &limitWriter{w: h, left: d.Size}))
 	if err == nil {
 		if got := h.Digest(); got != d {
-			err = remoteMismatch(store, d, got)
+			err = mismatchFrom(store, d, got)
 		}
 	}
 	if IsKind(err, Corrupt) {
@@ -249,7 +252,7 @@ func uploadBlobs(ctx context.Context, c *cache.Cache, store Store, a *cache.Arti
 	}
 	m.report(true)
 	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(remoteParallelism)
+	g.SetLimit(parallelism)
 	for _, d := range ds {
 		g.Go(func() error {
 			open := func() (io.ReadCloser, error) {
@@ -330,7 +333,7 @@ func PullArtifact(ctx context.Context, c *cache.Cache, store Store, project, ele
 	}
 	m.report(true)
 	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(remoteParallelism)
+	g.SetLimit(parallelism)
 	for _, d := range missing {
 		g.Go(func() error { return pullBlob(gctx, c, store, d, m) })
 	}
@@ -375,7 +378,7 @@ func pullDirectories(ctx context.Context, c *cache.Cache, store Store, root cach
 	for len(level) > 0 {
 		dirs := make([]*repb.Directory, len(level))
 		g, gctx := errgroup.WithContext(ctx)
-		g.SetLimit(remoteParallelism)
+		g.SetLimit(parallelism)
 		for i, d := range level {
 			g.Go(func() error {
 				if !c.HasBlob(d) {
@@ -423,7 +426,7 @@ func fetchSmall(ctx context.Context, store Store, d cache.Digest, m *meter) ([]b
 		return nil, corruptIfTooLong(store, d, err)
 	}
 	if got := cache.DigestOf(buf.Bytes()); got != d {
-		return nil, remoteMismatch(store, d, got)
+		return nil, mismatchFrom(store, d, got)
 	}
 	m.blobs.Add(1)
 	m.add(d.Size)
@@ -444,7 +447,7 @@ func pullBlob(ctx context.Context, c *cache.Cache, store Store, d cache.Digest, 
 	}
 	if got := u.Sum(); got != d {
 		u.Abort()
-		return remoteMismatch(store, d, got)
+		return mismatchFrom(store, d, got)
 	}
 	if err := u.Commit(); err != nil {
 		return err
@@ -453,7 +456,8 @@ func pullBlob(ctx context.Context, c *cache.Cache, store Store, d cache.Digest, 
 	return nil
 }
 
-func remoteMismatch(store Store, d, got cache.Digest) error {
+// mismatchFrom is the error of blob d received from store hashing to got.
+func mismatchFrom(store Store, d, got cache.Digest) error {
 	return &Error{Remote: store.Name(), Op: "reading blob " + d.String(), Kind: Corrupt, Blob: d,
 		Err: fmt.Errorf("received bytes hash to %s: not stored", got)}
 }

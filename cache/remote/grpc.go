@@ -94,6 +94,15 @@ type grpcInfo struct {
 	writes     *batcher // small-blob writes, packed into BatchUpdateBlobs
 }
 
+// The client's keep-alive: a call that hears nothing for keepalivePing pings the
+// server, and a peer that does not answer within keepaliveAck is gone: the
+// connection drops and the next call dials again. Servers refuse pings more
+// often than they allow (cache serve: every 10 s).
+const (
+	keepalivePing = 30 * time.Second
+	keepaliveAck  = 20 * time.Second
+)
+
 // newGRPCStore returns the Store of a grpc(s):// remote. It does not
 // connect: the first call does.
 func newGRPCStore(spec Spec, u *url.URL) (Store, error) {
@@ -115,9 +124,7 @@ func newGRPCStore(spec Spec, u *url.URL) (Store, error) {
 	}
 	opts := []grpc.DialOption{
 		grpc.WithTransportCredentials(creds), grpc.WithUserAgent("gantry"),
-		// A call that hears nothing for 30 s pings the server: a peer that is gone
-		// drops the connection, and the next call dials again.
-		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 20 * time.Second}),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: keepalivePing, Timeout: keepaliveAck}),
 	}
 	if auth != "" {
 		opts = append(opts, grpc.WithPerRPCCredentials(auth))
@@ -143,7 +150,7 @@ func (s *grpcStore) transport(spec Spec, u *url.URL) (credentials.TransportCrede
 		}
 		return insecure.NewCredentials(), nil
 	}
-	cfg, err := remoteTLS(spec)
+	cfg, err := tlsConfig(spec)
 	if err != nil {
 		return nil, err
 	}
@@ -162,7 +169,7 @@ func (s *grpcStore) transport(spec Spec, u *url.URL) (credentials.TransportCrede
 // grpcAuthorization is the authorization header every call carries: a bearer
 // token from token-file, or basic auth from the URL's userinfo ("" for none).
 func grpcAuthorization(spec Spec, u *url.URL) (grpcAuth, error) {
-	token, err := remoteToken(spec)
+	token, err := readToken(spec)
 	if err != nil {
 		return "", err
 	}

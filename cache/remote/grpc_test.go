@@ -576,7 +576,9 @@ func TestGRPCStall(t *testing.T) {
 	// The caller's context is honoured too, and named as the cause.
 	s.idle = time.Hour
 	cctx, cancel := context.WithCancelCause(ctx)
-	go func() { <-time.After(50 * time.Millisecond); cancel(errors.New("interrupted by user")) }()
+	stalled := make(chan struct{}, 1)
+	srv.locked(func() { srv.findStalled = stalled })
+	go func() { <-stalled; cancel(errors.New("interrupted by user")) }()
 	if _, err := s.FindMissing(cctx, []cache.Digest{cache.DigestOf(nil)}); err == nil || !strings.Contains(err.Error(), "interrupted by user") {
 		t.Errorf("FindMissing canceled by its caller = %v, want the cause", err)
 	}

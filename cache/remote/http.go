@@ -21,8 +21,8 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// remoteParallelism bounds the requests one transfer has in flight at once.
-const remoteParallelism = 16
+// parallelism bounds the requests one transfer has in flight at once.
+const parallelism = 16
 
 // httpStore speaks the HTTP cache protocol of Bazel and bazel-remote (DESIGN.md §7):
 // PREFIX/cas/<sha256> holds blobs, PREFIX/ac/<sha256> holds serialized ActionResults.
@@ -38,11 +38,11 @@ type httpStore struct {
 
 // newHTTPStore returns the Store of an http(s):// remote.
 func newHTTPStore(spec Spec, u *url.URL) (Store, error) {
-	tlsCfg, err := remoteTLS(spec)
+	tlsCfg, err := tlsConfig(spec)
 	if err != nil {
 		return nil, err
 	}
-	token, err := remoteToken(spec)
+	token, err := readToken(spec)
 	if err != nil {
 		return nil, err
 	}
@@ -52,7 +52,7 @@ func newHTTPStore(spec Spec, u *url.URL) (Store, error) {
 	base.Path = strings.TrimSuffix(base.Path, "/")
 	base.RawPath = ""
 	t := netx.Transport()
-	t.MaxIdleConnsPerHost = remoteParallelism
+	t.MaxIdleConnsPerHost = parallelism
 	t.ResponseHeaderTimeout = spec.idleTimeout()
 	t.DisableCompression = true // blobs are verified as stored
 	if tlsCfg != nil {
@@ -71,6 +71,10 @@ func (s *httpStore) Close() error {
 func (s *httpStore) url(kind, hash string) string {
 	return s.base.String() + "/" + kind + "/" + hash
 }
+
+// replyLimit is the most read of a reply that is not a blob (a PUT's answer,
+// a lease reply): enough for any server's, not a stranger's endless body.
+const replyLimit = 64 << 10
 
 // errStalled cancels an exchange that received nothing for the idle timeout.
 var errStalled = errors.New("stalled")
@@ -252,7 +256,7 @@ func (s *httpStore) put(ctx context.Context, op, kind, hash string, open func() 
 		return err
 	}
 	defer resp.Body.Close()
-	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	io.Copy(io.Discard, io.LimitReader(resp.Body, replyLimit))
 	switch resp.StatusCode {
 	case http.StatusOK, http.StatusCreated, http.StatusAccepted, http.StatusNoContent:
 		return nil
@@ -263,7 +267,7 @@ func (s *httpStore) put(ctx context.Context, op, kind, hash string, open func() 
 func (s *httpStore) FindMissing(ctx context.Context, ds []cache.Digest) ([]cache.Digest, error) {
 	missing := make([]bool, len(ds))
 	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(remoteParallelism)
+	g.SetLimit(parallelism)
 	for i, d := range ds {
 		g.Go(func() error {
 			x := s.start(gctx, "looking for blob "+d.String())

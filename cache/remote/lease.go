@@ -87,7 +87,7 @@ func (s *httpStore) leaseRequest(ctx context.Context, op, method, rawURL string)
 		return 0, nil, err
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(&watchReader{r: resp.Body, x: x}, 64<<10))
+	body, err := io.ReadAll(io.LimitReader(&watchReader{r: resp.Body, x: x}, replyLimit))
 	switch {
 	case resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusMethodNotAllowed ||
 		resp.StatusCode == http.StatusBadRequest || resp.StatusCode == http.StatusNotImplemented:

@@ -41,18 +41,18 @@ type Spec struct {
 
 	// IdleTimeout is how long an exchange may receive nothing (response headers,
 	// body bytes, a stream message) before it fails as unavailable (a stall); 0 means
-	// defaultRemoteIdle. Not a file setting: gantry sets it from GANTRY_NET_IDLE_TIMEOUT.
+	// defaultIdle. Not a file setting: gantry sets it from GANTRY_NET_IDLE_TIMEOUT.
 	IdleTimeout time.Duration `toml:"-" json:"idle-timeout,omitempty"`
 }
 
-// defaultRemoteIdle is the idle timeout of exchanges with remotes.
-const defaultRemoteIdle = time.Minute
+// defaultIdle is the idle timeout of exchanges with remotes.
+const defaultIdle = time.Minute
 
 func (r Spec) idleTimeout() time.Duration {
 	if r.IdleTimeout > 0 {
 		return r.IdleTimeout
 	}
-	return defaultRemoteIdle
+	return defaultIdle
 }
 
 // Display returns the URL without userinfo, safe for messages, logs and events.
@@ -206,9 +206,9 @@ func Open(spec Spec) (Store, error) {
 	return nil, fmt.Errorf("remote %s: unsupported scheme %q: use http://, https://, grpc:// or grpcs://", spec.Display(), u.Scheme)
 }
 
-// remoteTLS returns the TLS configuration of spec: its server CA and client
+// tlsConfig returns the TLS configuration of spec: its server CA and client
 // certificate, if set (nil when neither is).
-func remoteTLS(spec Spec) (*tls.Config, error) {
+func tlsConfig(spec Spec) (*tls.Config, error) {
 	if spec.ServerCA == "" && spec.ClientCert == "" && spec.ClientKey == "" {
 		return nil, nil
 	}
@@ -237,8 +237,8 @@ func remoteTLS(spec Spec) (*tls.Config, error) {
 	return cfg, nil
 }
 
-// remoteToken reads the bearer token of spec's token-file ("" when none is set).
-func remoteToken(spec Spec) (string, error) {
+// readToken reads the bearer token of spec's token-file ("" when none is set).
+func readToken(spec Spec) (string, error) {
 	if spec.TokenFile == "" {
 		return "", nil
 	}

@@ -19,7 +19,7 @@ import (
 	"google.golang.org/grpc/codes"
 )
 
-// serverAuth decides who a request comes from and what it may do. Credentials:
+// authenticator decides who a request comes from and what it may do. Credentials:
 // bearer tokens from a token file ("TOKEN [NAME [read|write]]" per line, #
 // comments), basic auth checked against htpasswd files of bcrypt entries (the
 // users of --htpasswd-read may only read), or a client certificate verified
@@ -33,7 +33,7 @@ import (
 // limited per client address and per user name (limiter: past the limit the
 // request is refused before any bcrypt), concurrent checks of one credential
 // share one bcrypt, and a password that passed is remembered for passwordTTL.
-type serverAuth struct {
+type authenticator struct {
 	tokenFile, htpasswdFile, htpasswdReadFile string
 
 	// compare is bcrypt.CompareHashAndPassword (a seam for tests that count bcrypt runs).
@@ -80,9 +80,9 @@ const (
 	passwordTTL = time.Minute
 	// maxGoodPasswords bounds the passwords remembered.
 	maxGoodPasswords = 4096
-	// passwordBurst is how many password checks a client address or a user name
+	// PasswordBurst is how many password checks a client address or a user name
 	// may run at once before it is held to one per --auth-retry-interval.
-	passwordBurst = 5
+	PasswordBurst = 5
 	// maxLimiterKeys bounds the limiter's memory: a stranger can vary its address and
 	// the user names it tries.
 	maxLimiterKeys = 10000
@@ -104,10 +104,10 @@ type identity struct {
 	result authResult
 }
 
-func newServerAuth(tokenFile, htpasswdFile, htpasswdReadFile string, retry time.Duration) (*serverAuth, error) {
-	a := &serverAuth{tokenFile: tokenFile, htpasswdFile: htpasswdFile, htpasswdReadFile: htpasswdReadFile,
+func newAuthenticator(tokenFile, htpasswdFile, htpasswdReadFile string, retry time.Duration) (*authenticator, error) {
+	a := &authenticator{tokenFile: tokenFile, htpasswdFile: htpasswdFile, htpasswdReadFile: htpasswdReadFile,
 		compare: bcrypt.CompareHashAndPassword, checks: func() {},
-		limiter:  newKeyedLimiter(retry, passwordBurst, maxLimiterKeys),
+		limiter:  newKeyedLimiter(retry, PasswordBurst, maxLimiterKeys),
 		inflight: map[[32]byte]*passwordCheck{}}
 	if _, err := rand.Read(a.secret[:]); err != nil {
 		return nil, fmt.Errorf("reading credentials: %w", err)
@@ -119,13 +119,13 @@ func newServerAuth(tokenFile, htpasswdFile, htpasswdReadFile string, retry time.
 }
 
 // configured reports whether any password-like credential is accepted.
-func (a *serverAuth) configured() bool {
+func (a *authenticator) configured() bool {
 	return a.tokenFile != "" || a.htpasswdFile != "" || a.htpasswdReadFile != ""
 }
 
 // reload reads the token and htpasswd files again (SIGHUP). On error the
 // previous credentials stay in force.
-func (a *serverAuth) reload() error {
+func (a *authenticator) reload() error {
 	tokens := map[[32]byte]clientCredential{}
 	if a.tokenFile != "" {
 		n := 0
@@ -226,7 +226,7 @@ func readLines(path string, f func(line string, lineNo int) error) error {
 // verified client certificate. addr is the client's network address, which
 // password checks are limited by. A header that is present but wrong never
 // falls back to the certificate.
-func (a *serverAuth) identify(authorization, addr string, certs []*x509.Certificate) identity {
+func (a *authenticator) identify(authorization, addr string, certs []*x509.Certificate) identity {
 	if authorization != "" {
 		return a.checkHeader(authorization, addr)
 	}
@@ -238,7 +238,7 @@ func (a *serverAuth) identify(authorization, addr string, certs []*x509.Certific
 
 var refusedIdentity = identity{clientCredential{name: "anonymous"}, authRefused}
 
-func (a *serverAuth) checkHeader(h, addr string) identity {
+func (a *authenticator) checkHeader(h, addr string) identity {
 	scheme, cred, _ := strings.Cut(h, " ")
 	cred = strings.TrimSpace(cred)
 	switch strings.ToLower(scheme) {
@@ -268,7 +268,7 @@ func (a *serverAuth) checkHeader(h, addr string) identity {
 // checkPassword checks user's password: remembered, or checked by the bcrypt run in
 // progress for the same credential, or by a bcrypt run of its own if the limiter lets
 // this client and user run one.
-func (a *serverAuth) checkPassword(user, pw, addr string) identity {
+func (a *authenticator) checkPassword(user, pw, addr string) identity {
 	mac := hmac.New(sha256.New, a.secret[:])
 	mac.Write([]byte(user + ":" + pw))
 	var key [32]byte
@@ -327,7 +327,7 @@ func (a *serverAuth) checkPassword(user, pw, addr string) identity {
 
 // remember keeps a password that passed for passwordTTL, within maxGoodPasswords.
 // Called with a.mu held.
-func (a *serverAuth) remember(key [32]byte, c clientCredential) {
+func (a *authenticator) remember(key [32]byte, c clientCredential) {
 	now := time.Now()
 	if len(a.good) >= maxGoodPasswords {
 		for k, g := range a.good {

@@ -33,7 +33,7 @@ func TestTokenFile(t *testing.T) {
 			if err := os.WriteFile(p, []byte(tc.file), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			a, err := newServerAuth(p, "", "", time.Second)
+			a, err := newAuthenticator(p, "", "", time.Second)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("reading %q: %v, want an error with %q", tc.file, err, tc.wantErr)
@@ -76,7 +76,7 @@ func TestAuthorize(t *testing.T) {
 		{"limited", identity{clientCredential{name: "anonymous"}, authLimited}, false, false, http.StatusTooManyRequests, "too many password checks"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := &Server{opts: Options{AllowAnonymousRead: tc.anonRead, AuthRetryInterval: time.Second}, metrics: newServerMetrics()}
+			s := &Server{opts: Options{AllowAnonymousRead: tc.anonRead, AuthRetryInterval: time.Second}, metrics: newCounters()}
 			d := s.authorize(tc.id, tc.write)
 			switch {
 			case tc.want == 0 && d != nil:

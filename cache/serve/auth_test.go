@@ -13,9 +13,9 @@ import (
 	"golang.org/x/crypto/bcrypt"
 )
 
-// testAuth is a serverAuth over an htpasswd file of user:password pairs (bcrypt
+// testAuth is an authenticator over an htpasswd file of user:password pairs (bcrypt
 // of cost), whose bcrypt runs go through compare.
-func testAuth(t *testing.T, cost int, compare func(hash, pw []byte) error, pairs ...string) *serverAuth {
+func testAuth(t *testing.T, cost int, compare func(hash, pw []byte) error, pairs ...string) *authenticator {
 	t.Helper()
 	var content string
 	for i := 0; i+1 < len(pairs); i += 2 {
@@ -29,7 +29,7 @@ func testAuth(t *testing.T, cost int, compare func(hash, pw []byte) error, pairs
 	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	a, err := newServerAuth("", p, "", time.Millisecond)
+	a, err := newAuthenticator("", p, "", time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}

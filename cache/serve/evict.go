@@ -24,13 +24,13 @@ import (
 // began (an entry written meanwhile touches its blobs) is kept; should one
 // still go, the entry that needs it reads as a miss (ReadActionResult), never half-present.
 //
-// A store that is also a local cache may hold executable twins (twin.go): they
+// A store that is also a local cache may hold executable twins (cache's twin.go): they
 // count towards the quota, a twin goes with its blob, and a twin whose blob is
 // gone is a unit of its own, as cache gc has them.
 type evictor struct {
 	c       *cache.Cache
 	quota   int64
-	metrics *serverMetrics
+	metrics *counters
 	log     *log.Logger
 
 	size    atomic.Int64 // store size at the last scan, plus bytes written since
@@ -47,7 +47,12 @@ var emptyDigest = cache.DigestOf(nil)
 // so that it does not run again after every write.
 const evictLowWater = 0.9
 
-func newEvictor(c *cache.Cache, quota int64, m *serverMetrics, l *log.Logger) *evictor {
+// evictInterval is how often the evictor scans without being woken: a store
+// that grew behind the server's back (another process writing to it) is
+// brought back under its quota within it.
+const evictInterval = time.Minute
+
+func newEvictor(c *cache.Cache, quota int64, m *counters, l *log.Logger) *evictor {
 	return &evictor{c: c, quota: quota, metrics: m, log: l, kick: make(chan struct{}, 1)}
 }
 
@@ -86,7 +91,7 @@ func (e *evictor) run(ctx context.Context) {
 	if e.quota <= 0 {
 		return
 	}
-	tick := time.NewTicker(time.Minute)
+	tick := time.NewTicker(evictInterval)
 	defer tick.Stop()
 	for {
 		if err := e.evict(); err != nil {

@@ -68,7 +68,7 @@ func TestServeEvictionTakesTwins(t *testing.T) {
 	kept := []cache.Digest{old, put(time.Hour, false), put(time.Hour, false)}
 
 	// Four blobs and three twins: over a quota of five blobs only if twins count.
-	m := newServerMetrics()
+	m := newCounters()
 	e := newEvictor(c, 5*unit, m, log.New(io.Discard, "", 0))
 	if err := e.evict(); err != nil {
 		t.Fatal(err)
@@ -173,7 +173,7 @@ func TestEvictorTable(t *testing.T) {
 				paths["empty"] = c.BlobPath(d)
 				age(paths["empty"], 10*time.Hour)
 			}
-			e := newEvictor(c, int64(tc.quota*unit), newServerMetrics(), log.New(io.Discard, "", 0))
+			e := newEvictor(c, int64(tc.quota*unit), newCounters(), log.New(io.Discard, "", 0))
 			if err := e.evict(); err != nil {
 				t.Fatal(err)
 			}

@@ -27,8 +27,19 @@ import (
 // REAPI v2 on the server's store: Capabilities, ContentAddressableStorage,
 // ByteStream (with resumable writes) and ActionCache.
 
-// serverBatchLimit is the batch size stated in Capabilities and enforced.
-const serverBatchLimit = 4 << 20
+// batchLimit is the batch size stated in Capabilities and enforced.
+const batchLimit = 4 << 20
+
+// The server's keep-alive: a connection silent for keepalivePing is pinged, and
+// dropped if the ping is not answered within keepaliveAck. gantry's client pings
+// every 30 s while a call is open (remote's keepalive), Bazel's every
+// --grpc_keepalive_time; a client pinging more often than keepaliveMinClientPing
+// is abuse (GOAWAY).
+const (
+	keepalivePing          = time.Minute
+	keepaliveAck           = 20 * time.Second
+	keepaliveMinClientPing = 10 * time.Second
+)
 
 type grpcService struct {
 	repb.UnimplementedContentAddressableStorageServer
@@ -87,7 +98,7 @@ func (w wrappedStream) Context() context.Context { return w.ctx }
 
 func (s *Server) newGRPCServer() *grpc.Server {
 	opts := []grpc.ServerOption{
-		grpc.MaxRecvMsgSize(serverBatchLimit + 1<<20),
+		grpc.MaxRecvMsgSize(batchLimit + 1<<20),
 		grpc.MaxConcurrentStreams(uint32(4 * s.opts.MaxStreams)),
 		grpc.UnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 			ctx, err := s.grpcAuthorize(ctx, info.FullMethod)
@@ -105,10 +116,8 @@ func (s *Server) newGRPCServer() *grpc.Server {
 			return s.grpcRedact(info.FullMethod, h(srv, wrappedStream{ss, ctx}))
 		}),
 		grpc.ConnectionTimeout(s.opts.HeaderTimeout),
-		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: s.opts.IdleTimeout, Time: time.Minute, Timeout: 20 * time.Second}),
-		// gantry's client pings every 30 s while a call is open; Bazel's every
-		// --grpc_keepalive_time. Anything more often is abuse (GOAWAY).
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: s.opts.IdleTimeout, Time: keepalivePing, Timeout: keepaliveAck}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveMinClientPing, PermitWithoutStream: true}),
 	}
 	if s.tlsConf != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(s.tlsConf)))
@@ -150,7 +159,7 @@ func (g *grpcService) GetCapabilities(ctx context.Context, _ *repb.GetCapabiliti
 		CacheCapabilities: &repb.CacheCapabilities{
 			DigestFunctions:                 []repb.DigestFunction_Value{repb.DigestFunction_SHA256},
 			ActionCacheUpdateCapabilities:   &repb.ActionCacheUpdateCapabilities{UpdateEnabled: true},
-			MaxBatchTotalSizeBytes:          serverBatchLimit,
+			MaxBatchTotalSizeBytes:          batchLimit,
 			SymlinkAbsolutePathStrategy:     repb.SymlinkAbsolutePathStrategy_ALLOWED,
 			SupportedCompressors:            nil,
 			SupportedBatchUpdateCompressors: nil,
@@ -174,7 +183,7 @@ func (g *grpcService) FindMissingBlobs(ctx context.Context, req *repb.FindMissin
 			continue // the empty blob is always present
 		}
 		if g.s.c.HasBlob(d) {
-			cache.TouchFile(g.s.c.BlobPath(d))
+			g.s.c.TouchBlob(d)
 			g.s.metrics.lookup(true)
 		} else {
 			g.s.metrics.lookup(false)
@@ -223,10 +232,10 @@ func (g *grpcService) BatchReadBlobs(ctx context.Context, req *repb.BatchReadBlo
 	for _, p := range req.Digests {
 		// A negative size is refused for its blob below; neither it nor a
 		// huge one may take the sum under the limit.
-		want += min(max(p.SizeBytes, 0), serverBatchLimit+1)
+		want += min(max(p.SizeBytes, 0), batchLimit+1)
 	}
-	if want > serverBatchLimit {
-		return nil, status.Errorf(codes.InvalidArgument, "batch of %d bytes is over the limit of %d: use ByteStream", want, serverBatchLimit)
+	if want > batchLimit {
+		return nil, status.Errorf(codes.InvalidArgument, "batch of %d bytes is over the limit of %d: use ByteStream", want, batchLimit)
 	}
 	client := grpcClient(ctx)
 	release, err := g.s.admit.acquire(ctx, client, want)
@@ -248,7 +257,7 @@ func (g *grpcService) BatchReadBlobs(ctx context.Context, req *repb.BatchReadBlo
 			st, _ = status.FromError(grpcError(err))
 			data = nil
 		} else {
-			cache.TouchFile(g.s.c.BlobPath(d))
+			g.s.c.TouchBlob(d)
 		}
 		sent += int64(len(data))
 		resp.Responses = append(resp.Responses, &repb.BatchReadBlobsResponse_Response{Digest: p, Data: data, Status: st.Proto()})
@@ -286,7 +295,7 @@ func (g *grpcService) GetTree(req *repb.GetTreeRequest, stream repb.ContentAddre
 		for _, sub := range dir.Directories {
 			queue = append(queue, sub.Digest)
 		}
-		if size+len(data) > serverBatchLimit && len(resp.Directories) > 0 {
+		if size+len(data) > batchLimit && len(resp.Directories) > 0 {
 			if err := stream.Send(resp); err != nil {
 				return err
 			}
@@ -323,6 +332,9 @@ func parseResource(name string, write bool) (cache.Digest, error) {
 	return cache.Digest{}, status.Errorf(codes.InvalidArgument, "resource %s: not a blob resource name", name)
 }
 
+// readChunk is the most data one ByteStream ReadResponse carries.
+const readChunk = 1 << 20
+
 func (g *grpcService) Read(req *bspb.ReadRequest, stream bspb.ByteStream_ReadServer) error {
 	d, err := parseResource(req.ResourceName, false)
 	if err != nil {
@@ -336,7 +348,7 @@ func (g *grpcService) Read(req *bspb.ReadRequest, stream bspb.ByteStream_ReadSer
 		return grpcError(err)
 	}
 	defer f.Close()
-	cache.TouchFile(f.Name())
+	g.s.c.TouchBlob(d)
 	if req.ReadOffset < 0 || req.ReadOffset > d.Size {
 		return status.Errorf(codes.OutOfRange, "read offset %d of blob %s", req.ReadOffset, d)
 	}
@@ -350,7 +362,7 @@ func (g *grpcService) Read(req *bspb.ReadRequest, stream bspb.ByteStream_ReadSer
 	}
 	var sent int64
 	defer func() { release(sent); g.s.metrics.request("grpc", "read", client, 0, sent) }()
-	sent, err = sendBlob(f, d, req.ReadOffset, n, 1<<20, func(b []byte) error { return stream.Send(&bspb.ReadResponse{Data: b}) })
+	sent, err = sendBlob(f, d, req.ReadOffset, n, readChunk, func(b []byte) error { return stream.Send(&bspb.ReadResponse{Data: b}) })
 	if servedCorrupt(err) {
 		g.s.quarantine(f, d, err)
 		return status.Error(codes.DataLoss, corruptStatus(d))
@@ -382,7 +394,7 @@ func (g *grpcService) Write(stream bspb.ByteStream_WriteServer) error {
 	}
 	if g.s.c.HasBlob(d) {
 		// Already stored: answer at once, as REAPI allows.
-		cache.TouchFile(g.s.c.BlobPath(d))
+		g.s.c.TouchBlob(d)
 		g.s.metrics.request("grpc", "write", client, 0, 0)
 		return stream.SendAndClose(&bspb.WriteResponse{CommittedSize: d.Size})
 	}

@@ -112,6 +112,10 @@ func (s *Server) httpError(w http.ResponseWriter, r *http.Request, code int, err
 	http.Error(w, s.redact(err.Error()), code)
 }
 
+// httpChunk is how much of a blob a GET writes at a time: each write must go
+// out within the idle timeout (stallWriter).
+const httpChunk = 256 << 10
+
 func (s *Server) serveCAS(w http.ResponseWriter, r *http.Request, client, hash string) {
 	switch r.Method {
 	case http.MethodGet, http.MethodHead:
@@ -136,7 +140,7 @@ func (s *Server) serveCAS(w http.ResponseWriter, r *http.Request, client, hash s
 			return
 		}
 		s.metrics.lookup(true)
-		cache.TouchFile(p)
+		s.c.TouchBlob(cache.Digest{Hash: hash})
 		w.Header().Set("Content-Length", strconv.FormatInt(fi.Size(), 10))
 		w.Header().Set("Content-Type", "application/octet-stream")
 		if r.Method == http.MethodHead {
@@ -148,7 +152,7 @@ func (s *Server) serveCAS(w http.ResponseWriter, r *http.Request, client, hash s
 			return
 		}
 		d := cache.Digest{Hash: hash, Size: fi.Size()}
-		n, err := sendBlob(f, d, 0, d.Size, 256<<10, s.stallWriter(w))
+		n, err := sendBlob(f, d, 0, d.Size, httpChunk, s.stallWriter(w))
 		if stalled(err) {
 			s.log.Printf("GET %s: the client read nothing for %v: connection closed after %d of %d bytes", r.URL.Path, s.opts.IdleTimeout, n, d.Size)
 		}

@@ -40,7 +40,7 @@ const (
 // checked against d), through send in chunks of at most chunk bytes, hashing
 // the whole blob while it reads, the bytes outside the range too. The last
 // chunk is sent only once the whole blob hashed to d: on a mismatch the error
-// wraps ErrCorrupt (a *mismatchError) and the last chunk is never sent. It
+// wraps ErrCorrupt (a *cache.MismatchError) and the last chunk is never sent. It
 // returns the bytes sent.
 func sendBlob(f *os.File, d cache.Digest, off, n int64, chunk int, send func([]byte) error) (int64, error) {
 	h := cache.NewDigestWriter()
@@ -90,7 +90,7 @@ func sendBlob(f *os.File, d cache.Digest, off, n int64, chunk int, send func([]b
 
 // readBatched reads blob d whole (BatchReadBlobs, GetTree: small blobs, whose
 // reply holds them whole anyway) and hashes it; a damaged blob is quarantined,
-// and its error wraps ErrCorrupt (a *mismatchError), as sendBlob's.
+// and its error wraps ErrCorrupt (a *cache.MismatchError), as sendBlob's.
 func (s *Server) readBatched(d cache.Digest) ([]byte, error) {
 	f, err := s.c.OpenBlob(d)
 	if err != nil {
@@ -192,9 +192,9 @@ func abortHTTP(w http.ResponseWriter) {
 	panic(http.ErrAbortHandler)
 }
 
-// lookupAC is readAC that also removes an entry it finds stale, so that the
-// store stops keeping (and answering lookups for) entries that will never
-// hit again.
+// lookupAC is Cache.ReadActionResult that also removes an entry it finds
+// stale, so that the store stops keeping (and answering lookups for) entries
+// that will never hit again.
 func (s *Server) lookupAC(key cache.Digest) (*repb.ActionResult, []byte, error) {
 	ar, data, err := s.c.ReadActionResult(key)
 	var stale *cache.StaleActionResultError

@@ -8,10 +8,10 @@ import (
 	"sync/atomic"
 )
 
-// serverMetrics are the counters of GET /metrics (Prometheus text format).
+// counters are what GET /metrics reports (Prometheus text format).
 // Clients are labelled by name (token name, user, certificate subject), never
 // by credential.
-type serverMetrics struct {
+type counters struct {
 	hits, misses, evictions, evictedBytes, rejected atomic.Int64
 	authRefused, limited, passwordChecks            atomic.Int64
 
@@ -24,12 +24,12 @@ type serverMetrics struct {
 
 type clientCounters struct{ requests, bytesIn, bytesOut int64 }
 
-func newServerMetrics() *serverMetrics {
-	return &serverMetrics{clients: map[string]*clientCounters{}, ops: map[[2]string]int64{}}
+func newCounters() *counters {
+	return &counters{clients: map[string]*clientCounters{}, ops: map[[2]string]int64{}}
 }
 
 // request counts one request of client, and the bytes it moved.
-func (m *serverMetrics) request(protocol, op, client string, in, out int64) {
+func (m *counters) request(protocol, op, client string, in, out int64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	cc := m.clients[client]
@@ -44,7 +44,7 @@ func (m *serverMetrics) request(protocol, op, client string, in, out int64) {
 }
 
 // lookup counts a hit or a miss.
-func (m *serverMetrics) lookup(hit bool) {
+func (m *counters) lookup(hit bool) {
 	if hit {
 		m.hits.Add(1)
 	} else {
@@ -52,7 +52,7 @@ func (m *serverMetrics) lookup(hit bool) {
 	}
 }
 
-func (m *serverMetrics) write(w io.Writer) {
+func (m *counters) write(w io.Writer) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var in, out int64

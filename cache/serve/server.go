@@ -1,7 +1,7 @@
 // Package serve is `gantry cache serve`: the HTTP cache protocol and REAPI v2
 // (CAS, ActionCache, ByteStream, Capabilities) over a store (package cache),
 // with authentication, admission, eviction to a quota, build-once leases and
-// metrics. The wire names it shares with the clients are package remote's (wire.go).
+// metrics. The wire names it shares with the clients are package remote's (cache/remote/wire.go).
 package serve
 
 import (
@@ -42,7 +42,7 @@ type Options struct {
 
 	Quota         int64 // bytes; 0 = no quota
 	MaxBlobSize   int64 // largest upload accepted; 0 = no limit
-	MaxStreams    int   // concurrent transfers per client; 0 = 16
+	MaxStreams    int   // concurrent transfers per client; 0 = DefaultMaxStreams
 	LeaseTTL      time.Duration
 	ShutdownGrace time.Duration // how long SIGTERM waits for requests in flight
 
@@ -55,12 +55,22 @@ type Options struct {
 	Log io.Writer // request errors and lifecycle; never a credential
 }
 
+// The defaults of Options' zero fields (the command's flags show the same).
+const (
+	DefaultMaxStreams        = 16               // concurrent transfers per client
+	DefaultLeaseTTL          = 30 * time.Second // a build-once lease without renewal
+	DefaultShutdownGrace     = 30 * time.Second // requests in flight at SIGTERM
+	DefaultAuthRetryInterval = time.Second      // one password check per client and user, past the burst
+	DefaultIdleTimeout       = time.Minute      // an idle connection, a stalled request body
+	DefaultHeaderTimeout     = 10 * time.Second // request headers or gRPC handshake of a new connection
+)
+
 // Server serves one store over the HTTP cache protocol and REAPI v2.
 type Server struct {
 	opts    Options
 	c       *cache.Cache
-	auth    *serverAuth
-	metrics *serverMetrics
+	auth    *authenticator
+	metrics *counters
 	admit   *admission
 	leases  *leaseTable
 	uploads *uploadTable
@@ -88,34 +98,34 @@ func New(opts Options) (*Server, error) {
 		return nil, config(errors.New("nothing to serve: give --http ADDR, --grpc ADDR or both"))
 	}
 	if opts.MaxStreams <= 0 {
-		opts.MaxStreams = 16
+		opts.MaxStreams = DefaultMaxStreams
 	}
 	if opts.LeaseTTL <= 0 {
-		opts.LeaseTTL = 30 * time.Second
+		opts.LeaseTTL = DefaultLeaseTTL
 	}
 	if opts.ShutdownGrace <= 0 {
-		opts.ShutdownGrace = 30 * time.Second
+		opts.ShutdownGrace = DefaultShutdownGrace
 	}
 	if opts.Log == nil {
 		opts.Log = io.Discard
 	}
 	if opts.AuthRetryInterval <= 0 {
-		opts.AuthRetryInterval = time.Second
+		opts.AuthRetryInterval = DefaultAuthRetryInterval
 	}
 	if opts.IdleTimeout <= 0 {
-		opts.IdleTimeout = time.Minute
+		opts.IdleTimeout = DefaultIdleTimeout
 	}
 	if opts.HeaderTimeout <= 0 {
-		opts.HeaderTimeout = 10 * time.Second
+		opts.HeaderTimeout = DefaultHeaderTimeout
 	}
-	auth, err := newServerAuth(opts.TokenFile, opts.HtpasswdFile, opts.HtpasswdReadFile, opts.AuthRetryInterval)
+	auth, err := newAuthenticator(opts.TokenFile, opts.HtpasswdFile, opts.HtpasswdReadFile, opts.AuthRetryInterval)
 	if err != nil {
 		return nil, config(err)
 	}
 	if !auth.configured() && opts.ClientCA == "" {
 		return nil, config(errors.New("writes need credentials: give --token-file, --htpasswd or --client-ca"))
 	}
-	tlsConf, err := serverTLS(opts)
+	tlsConf, err := tlsConfig(opts)
 	if err != nil {
 		return nil, config(err)
 	}
@@ -133,7 +143,7 @@ func New(opts Options) (*Server, error) {
 		opts:    opts,
 		c:       c,
 		auth:    auth,
-		metrics: newServerMetrics(),
+		metrics: newCounters(),
 		uploads: newUploadTable(),
 		log:     log.New(opts.Log, "gantry cache serve: ", log.LstdFlags),
 		started: time.Now(),
@@ -152,7 +162,7 @@ func New(opts Options) (*Server, error) {
 	return s, nil
 }
 
-func serverTLS(opts Options) (*tls.Config, error) {
+func tlsConfig(opts Options) (*tls.Config, error) {
 	if opts.TLSCert == "" && opts.TLSKey == "" {
 		if opts.ClientCA != "" {
 			return nil, errors.New("--client-ca needs --tls-cert and --tls-key")

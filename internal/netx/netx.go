@@ -13,7 +13,7 @@ import (
 const DialTimeout = 30 * time.Second
 
 // Transport is a new transport with gantry's dial settings (a connection made
-// within 30 s, TCP keep-alives every 30 s) over Go's defaults; callers add
+// within DialTimeout, TCP keep-alives as often) over Go's defaults; callers add
 // their own timeouts and TLS.
 func Transport() *http.Transport {
 	t := http.DefaultTransport.(*http.Transport).Clone()

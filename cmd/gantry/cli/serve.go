@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 
 	"github.com/gantry-build/gantry/internal/units"
 	"github.com/spf13/cobra"
@@ -87,17 +86,17 @@ exit 0. SIGHUP: reread the token and htpasswd files.`,
 	fl.StringVar(&o.TokenFile, "token-file", "", "bearer tokens, one per line: TOKEN [CLIENT-NAME [read|write]] (default write; SIGHUP rereads it)")
 	fl.StringVar(&o.HtpasswdFile, "htpasswd", "", "htpasswd `FILE` with bcrypt entries, for basic auth")
 	fl.StringVar(&o.HtpasswdReadFile, "htpasswd-read", "", "htpasswd `FILE` of users who may only read")
-	fl.DurationVar(&o.AuthRetryInterval, "auth-retry-interval", time.Second, "past a burst of 5 password checks, one per `INTERVAL` per client address and per user (429 meanwhile)")
+	fl.DurationVar(&o.AuthRetryInterval, "auth-retry-interval", serve.DefaultAuthRetryInterval, fmt.Sprintf("past a burst of %d password checks, one per `INTERVAL` per client address and per user (429 meanwhile)", serve.PasswordBurst))
 	fl.BoolVar(&o.AllowAnonymousRead, "allow-anonymous-read", false, "let clients without credentials read")
 	fl.StringVar(&o.TLSCert, "tls-cert", "", "serve TLS with this certificate (PEM)")
 	fl.StringVar(&o.TLSKey, "tls-key", "", "the key of --tls-cert (PEM)")
 	fl.StringVar(&o.ClientCA, "client-ca", "", "require client certificates signed by this CA (PEM): mutual TLS")
 	fl.StringVar(&quota, "quota", "", "keep the store under `SIZE` (500M, 10G, 50%): least recently used entries are evicted")
 	fl.StringVar(&maxBlob, "max-blob-size", "", "refuse uploads over `SIZE`")
-	fl.IntVar(&o.MaxStreams, "max-streams", 16, "concurrent transfers per client")
-	fl.DurationVar(&o.LeaseTTL, "lease-ttl", 30*time.Second, "how long a build-once lease lasts without renewal")
-	fl.DurationVar(&o.ShutdownGrace, "shutdown-grace", 30*time.Second, "how long SIGTERM waits for requests in flight")
-	fl.DurationVar(&o.IdleTimeout, "idle-timeout", time.Minute, "close connections idle, and request bodies stalled, this long")
-	fl.DurationVar(&o.HeaderTimeout, "header-timeout", 10*time.Second, "close new connections that have not sent their request headers (or gRPC handshake) within this")
+	fl.IntVar(&o.MaxStreams, "max-streams", serve.DefaultMaxStreams, "concurrent transfers per client")
+	fl.DurationVar(&o.LeaseTTL, "lease-ttl", serve.DefaultLeaseTTL, "how long a build-once lease lasts without renewal")
+	fl.DurationVar(&o.ShutdownGrace, "shutdown-grace", serve.DefaultShutdownGrace, "how long SIGTERM waits for requests in flight")
+	fl.DurationVar(&o.IdleTimeout, "idle-timeout", serve.DefaultIdleTimeout, "close connections idle, and request bodies stalled, this long")
+	fl.DurationVar(&o.HeaderTimeout, "header-timeout", serve.DefaultHeaderTimeout, "close new connections that have not sent their request headers (or gRPC handshake) within this")
 	return cmd
 }

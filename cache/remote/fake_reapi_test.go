@@ -46,6 +46,9 @@ type testREAPI struct {
 	// ByteStream.Write read nothing, and FindMissingBlobs answer nothing, until
 	// the call is canceled.
 	stall bool
+	// findStalled, when set, receives one value per FindMissingBlobs call
+	// that stalls, once it has begun to wait.
+	findStalled chan struct{}
 	// pace, when set, is the pause between the messages of ByteStream.Read.
 	pace time.Duration
 	// breakReads is how many ByteStream.Read calls fail with UNAVAILABLE
@@ -129,9 +132,12 @@ func (srv *testREAPI) GetCapabilities(context.Context, *repb.GetCapabilitiesRequ
 func (srv *testREAPI) FindMissingBlobs(ctx context.Context, req *repb.FindMissingBlobsRequest) (*repb.FindMissingBlobsResponse, error) {
 	srv.mu.Lock()
 	srv.findCalls = append(srv.findCalls, len(req.BlobDigests))
-	stall := srv.stall
+	stall, stalled := srv.stall, srv.findStalled
 	srv.mu.Unlock()
 	if stall {
+		if stalled != nil {
+			stalled <- struct{}{}
+		}
 		<-ctx.Done()
 		return nil, ctx.Err()
 	}
