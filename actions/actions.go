@@ -16,12 +16,11 @@ import (
 // Handlers are the child sides of the job kinds, by action, for job.RunChild.
 func Handlers() map[string]job.Handler {
 	return map[string]job.Handler{
-		"build": buildJob,
-		"fetch": fetchJob,
-		"track": trackJob,
-		"pull":  pullJob,
-		"push":  pushJob,
-
+		string(queues.Build):   buildJob,
+		string(queues.Fetch):   fetchJob,
+		string(queues.Track):   trackJob,
+		string(queues.Pull):    pullJob,
+		string(queues.Push):    pushJob,
 		string(queues.Cleanup): cleanupJob,
 	}
 }
