@@ -17,19 +17,6 @@ type cacheQuery struct {
 	memo *cache.OutcomeMemo // artifacts' outcomes by record; nil: read every record
 }
 
-func openCacheAt(root string) (*cache.Cache, error) {
-	c, err := cache.Open(root)
-	if err != nil {
-		return nil, openCacheError(root, err)
-	}
-	return c, nil
-}
-
-// openCacheError is the error of opening the cache at root.
-func openCacheError(root string, err error) error {
-	return actions.OpenCacheError(root, err)
-}
-
 func (q cacheQuery) Artifact(project, name, key string) element.ArtifactStatus {
 	found, success, err := q.c.OutcomeMemoized(q.memo, project, name, key)
 	switch {
