@@ -194,7 +194,7 @@ func runBuild(opts *buildOptions) error {
 	if opts.track {
 		// One session: Track first; keys, and what needs building, follow from the
 		// refs it finds.
-		track = s.trackQueue(c, g)
+		track = s.sources(c).Tracker(g, s.lock)
 		pipeline = append(pipeline, track)
 		items = queues.PlanTracked(g, selected, planOpts)
 	} else if items, err = queues.Plan(g, selected, planOpts); err != nil {
@@ -220,7 +220,7 @@ func runBuild(opts *buildOptions) error {
 			opts.ios.Info("explain: " + x.Text)
 		}
 	}
-	fetch := s.fetchQueue(c, g)
+	fetch := s.sources(c).FetchQueue()
 	build := &actions.Build{Cache: c, Graph: g, Sandbox: opts.sandbox, MaxJobs: maxJobs, RetryFailed: opts.retryFailed, Stats: stats}
 	cleanup, err := s.cleanupConfig(opts.quota, c, g)
 	if err != nil {
@@ -440,11 +440,6 @@ func (s *session) cleanupConfig(flag string, c *cache.Cache, g *element.Graph) (
 // sources makes the payloads of the session's fetch and track jobs.
 func (s *session) sources(c *cache.Cache) actions.Sources {
 	return actions.Sources{Cache: c, Project: s.project, NetworkRetries: s.networkRetries()}
-}
-
-// fetchQueue fetches the sources of elements that are not cached.
-func (s *session) fetchQueue(c *cache.Cache, g *element.Graph) *actions.FetchQueue {
-	return s.sources(c).FetchQueue()
 }
 
 // forwardSignals turns signals into scheduler commands until the returned stop is called;

@@ -68,7 +68,7 @@ func runFetch(opts *fetchOptions) error {
 		}
 	}
 	summary, err := s.runScheduler(schedulerRun{display: display, cache: c, limits: limits, onError: onErr,
-		queues: []queues.Queue{s.fetchQueue(c, g)}, items: items})
+		queues: []queues.Queue{s.sources(c).FetchQueue()}, items: items})
 	if err != nil {
 		return err
 	}
