@@ -176,7 +176,7 @@ func runBuild(opts *buildOptions) error {
 		return err
 	}
 	var warnings []string
-	rs, err := s.remoteSet(specs, func(w string) { warnings = append(warnings, w) })
+	rs, err := s.newRemotes(specs, func(w string) { warnings = append(warnings, w) })
 	if err != nil {
 		return err
 	}

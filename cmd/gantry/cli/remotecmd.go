@@ -87,7 +87,7 @@ func runTransfer(opts *transferOptions) error {
 	if err != nil {
 		return err
 	}
-	rs, err := s.remoteSet(specs, nil)
+	rs, err := s.newRemotes(specs, nil)
 	if err != nil {
 		return err
 	}
