@@ -38,8 +38,8 @@ func (f *schedulerFlags) register(cmd *cobra.Command) {
 	fl := cmd.Flags()
 	fl.StringVar(&f.onError, "on-error", "", "what to do when a job fails: continue, quit or terminate (default quit)")
 	fl.IntVar(&f.builders, "builders", 0, "build jobs at once (default 4, or the number of CPUs if fewer)")
-	fl.IntVar(&f.fetchers, "fetchers", 0, "fetch jobs at once (default 10)")
-	fl.IntVar(&f.pushers, "pushers", 0, "push jobs at once (default 4)")
+	fl.IntVar(&f.fetchers, "fetchers", 0, fmt.Sprintf("fetch jobs at once (default %d)", defaultFetchers))
+	fl.IntVar(&f.pushers, "pushers", 0, fmt.Sprintf("push jobs at once (default %d)", defaultPushers))
 	fl.IntVar(&f.maxJobs, "max-jobs", 0, "parallelism inside one build, %{max-jobs} (default: the CPUs shared among the builders, so that builders × max-jobs ≈ CPUs)")
 	fl.StringVar(&f.sandbox, "sandbox", defaultSandbox(), "build sandbox: auto, host or bwrap (default $GANTRY_SANDBOX, else auto)")
 	fl.StringVar(&f.quota, "cache-quota", "", "keep the local cache under `SIZE` (500M, 10G, 50%): least recently used artifacts are cleaned up")
@@ -88,6 +88,14 @@ job and gantry; 'fg' resumes them.`,
 	return cmd
 }
 
+// The scheduler settings when neither a flag, the environment nor the user
+// configuration sets them (the builders' and max-jobs' depend on the CPUs: element).
+const (
+	defaultFetchers       = 10 // fetch jobs at once
+	defaultPushers        = 4  // push jobs at once
+	defaultNetworkRetries = 2  // retries of a network job that failed
+)
+
 // limits resolves the scheduler settings: flag > environment > user config > default.
 func (s *session) limits(f *schedulerFlags) (map[resources.Resource]int, element.OnError, int, error) {
 	pick := func(flag int, env string, cfg, def int) (int, error) {
@@ -115,11 +123,11 @@ func (s *session) limits(f *schedulerFlags) (map[resources.Resource]int, element
 	if err != nil {
 		return nil, "", 0, err
 	}
-	fetchers, err := pick(f.fetchers, "FETCHERS", sc.Fetchers, 10)
+	fetchers, err := pick(f.fetchers, "FETCHERS", sc.Fetchers, defaultFetchers)
 	if err != nil {
 		return nil, "", 0, err
 	}
-	pushers, err := pick(f.pushers, "PUSHERS", sc.Pushers, 4)
+	pushers, err := pick(f.pushers, "PUSHERS", sc.Pushers, defaultPushers)
 	if err != nil {
 		return nil, "", 0, err
 	}
@@ -424,7 +432,7 @@ func (s *session) networkRetries() int {
 	if s.user.Scheduler.NetworkRetries != nil {
 		return *s.user.Scheduler.NetworkRetries
 	}
-	return 2
+	return defaultNetworkRetries
 }
 
 // cleanupConfig turns on quota keeping for a build session of the targets, when a quota
