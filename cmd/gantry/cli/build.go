@@ -224,7 +224,7 @@ func runBuild(opts *buildOptions) error {
 				todo = append(todo, it.Element)
 			}
 		}
-		for _, x := range explainAll(g, c, todo) {
+		for _, x := range actions.Explain(g, c, todo) {
 			opts.ios.Info("explain: " + x.Text)
 		}
 	}
