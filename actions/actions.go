@@ -4,8 +4,8 @@
 // books the job's end in the session's process — and the handler that does the work
 // in the job's child process. Beside them are the session's parts the queues share
 // (remotes.go: the remotes and which are down; live.go: the session's entry in its
-// cache) and what the commands ask of the cache about a graph (explain.go: why an
-// element needs building).
+// cache) and what the commands ask of the cache about a graph (cachequery.go: the
+// elements' states; explain.go: why an element needs building).
 //
 // Imports point down: actions uses queues, element, source, cache, sandbox and job;
 // none of them imports actions.

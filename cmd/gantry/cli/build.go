@@ -167,7 +167,7 @@ func runBuild(opts *buildOptions) error {
 	}
 	s, g, c, display, limits, onErr, maxJobs := p.session, p.graph, p.cache, p.display, p.limits, p.onError, p.maxJobs
 	stats := p.stats
-	q, err := cacheQuery{c: c, memo: p.outcomes}.withArtifacts(g.Project.Name, g.Order)
+	q, err := actions.CacheQuery{Cache: c, Memo: p.outcomes}.WithArtifacts(g.Project.Name, g.Order)
 	if err != nil {
 		opts.ios.Message("warning", err.Error()+" (planning is slower next time; nothing else is affected)")
 	}

@@ -1,4 +1,4 @@
-package cli
+package actions
 
 import (
 	"runtime"
@@ -6,19 +6,19 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/gantry-build/gantry/actions"
 	"github.com/gantry-build/gantry/cache"
 	"github.com/gantry-build/gantry/element"
 )
 
-// cacheQuery answers element states from the local cache.
-type cacheQuery struct {
-	c    *cache.Cache
-	memo *cache.OutcomeMemo // artifacts' outcomes by record; nil: read every record
+// CacheQuery answers element states from the local cache (element.CacheQuery): the
+// plan's and show's questions.
+type CacheQuery struct {
+	Cache *cache.Cache
+	Memo  *cache.OutcomeMemo // artifacts' outcomes by record; nil: read every record
 }
 
-func (q cacheQuery) Artifact(project, name, key string) element.ArtifactStatus {
-	found, success, err := q.c.OutcomeMemoized(q.memo, project, name, key)
+func (q CacheQuery) Artifact(project, name, key string) element.ArtifactStatus {
+	found, success, err := q.Cache.OutcomeMemoized(q.Memo, project, name, key)
 	switch {
 	case err != nil || !found: // absent, or a damaged ref (`cache verify` reports it): not cached
 		return element.ArtifactMissing
@@ -28,10 +28,10 @@ func (q cacheQuery) Artifact(project, name, key string) element.ArtifactStatus {
 	return element.ArtifactFailure
 }
 
-// knownArtifacts is a cacheQuery that asked about many artifacts at once
-// (withArtifacts); it asks the cache again only about others. Read-only once made.
-type knownArtifacts struct {
-	cacheQuery
+// KnownArtifacts is a CacheQuery that asked about many artifacts at once
+// (WithArtifacts); it asks the cache again only about others. Read-only once made.
+type KnownArtifacts struct {
+	CacheQuery
 	known map[string]knownArtifact // by element name
 }
 
@@ -40,19 +40,19 @@ type knownArtifact struct {
 	status element.ArtifactStatus
 }
 
-// withArtifacts asks the cache about the artifacts of elements (those with a key) all
+// WithArtifacts asks the cache about the artifacts of elements (those with a key) all
 // at once, on every CPU, through the project's outcome memo (q's, or opened now): a null
 // build asks about every element of the graph, and each answer is a ref's stat (or a
 // read of the ref, and of the record when the memo does not know it). The error is the
 // memo's, which cannot be saved: a warning.
-func (q cacheQuery) withArtifacts(project string, elements []*element.Element) (knownArtifacts, error) {
-	if q.memo == nil {
-		q.memo = q.c.OpenOutcomeMemo(project)
+func (q CacheQuery) WithArtifacts(project string, elements []*element.Element) (KnownArtifacts, error) {
+	if q.Memo == nil {
+		q.Memo = q.Cache.OpenOutcomeMemo(project)
 	}
 	keyed := slices.DeleteFunc(slices.Clone(elements), func(e *element.Element) bool { return e.Key == "" })
 	statuses := make([]element.ArtifactStatus, len(keyed)) // ArtifactMissing
 	asking := len(keyed)
-	if !q.c.HasRefs(project) {
+	if !q.Cache.HasRefs(project) {
 		asking = 0 // a new cache: every artifact is missing
 	}
 	var next atomic.Int64
@@ -65,20 +65,20 @@ func (q cacheQuery) withArtifacts(project string, elements []*element.Element) (
 		})
 	}
 	wg.Wait()
-	k := knownArtifacts{cacheQuery: q, known: make(map[string]knownArtifact, len(keyed))}
+	k := KnownArtifacts{CacheQuery: q, known: make(map[string]knownArtifact, len(keyed))}
 	for i, e := range keyed {
 		k.known[e.Name] = knownArtifact{key: e.Key, status: statuses[i]}
 	}
-	return k, q.memo.Save()
+	return k, q.Memo.Save()
 }
 
-func (k knownArtifacts) Artifact(project, name, key string) element.ArtifactStatus {
+func (k KnownArtifacts) Artifact(project, name, key string) element.ArtifactStatus {
 	if a, ok := k.known[name]; ok && a.key == key {
 		return a.status
 	}
-	return k.cacheQuery.Artifact(project, name, key)
+	return k.CacheQuery.Artifact(project, name, key)
 }
 
-func (q cacheQuery) SourcesCached(p *element.Project, e *element.Element) bool {
-	return actions.SourcesCached(q.c.SourcesDir(), e)
+func (q CacheQuery) SourcesCached(p *element.Project, e *element.Element) bool {
+	return SourcesCached(q.Cache.SourcesDir(), e)
 }
