@@ -5,7 +5,8 @@
 // in the job's child process. Beside them are the session's parts the queues share
 // (remotes.go: the remotes and which are down; live.go: the session's entry in its
 // cache) and what the commands ask of the cache about a graph (cachequery.go: the
-// elements' states; explain.go: why an element needs building).
+// elements' states; explain.go: why an element needs building), and the staging of a
+// workspace's sources (workspace.go).
 //
 // Imports point down: actions uses queues, element, source, cache, sandbox and job;
 // none of them imports actions.
