@@ -28,3 +28,21 @@ func Handlers() map[string]job.Handler {
 		string(queues.Cleanup): cleanupJob,
 	}
 }
+
+// BuildQueues are the queues of a build session, in their order: track first when the
+// session tracks (nil: it does not), the Pull queue when it has remotes (pulling what
+// the plan found on one), fetch, build, and the Push queue when a remote is pushed to.
+func BuildQueues(track *Tracker, rs *Remotes, fetch *FetchQueue, build *Build) []queues.Queue {
+	var qs []queues.Queue
+	if track != nil {
+		qs = append(qs, track)
+	}
+	if len(rs.specs) > 0 {
+		qs = append(qs, rs.PullQueue(build.Cache, true))
+	}
+	qs = append(qs, fetch, build)
+	if rs.HasPush() {
+		qs = append(qs, rs.PushQueue(build.Cache, false))
+	}
+	return qs
+}

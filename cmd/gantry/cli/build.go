@@ -196,14 +196,12 @@ func runBuild(opts *buildOptions) error {
 	// What a built artifact needs at run time is always built with it: --deps none
 	// plans like run.
 	selected := g.Select(g.Targets, deps)
-	var pipeline []queues.Queue
 	var items []*queues.Item
 	var track *actions.Tracker
 	if opts.track {
 		// One session: Track first; keys, and what needs building, follow from the
 		// refs it finds.
 		track = s.sources(c).Tracker(g, s.lock)
-		pipeline = append(pipeline, track)
 		items = queues.PlanTracked(g, selected, planOpts)
 	} else if items, err = queues.Plan(g, selected, planOpts); err != nil {
 		return missingRefsError(g, selected, err)
@@ -211,11 +209,8 @@ func runBuild(opts *buildOptions) error {
 	if err := checkSandbox(opts.sandbox, items); err != nil {
 		return err
 	}
-	if len(specs) > 0 {
-		if rs.HasPush() && slices.ContainsFunc(items, func(it *queues.Item) bool { return !it.Cached && !it.Remote }) {
-			rs.ProbeLeases() // something is to be built: another session may be building it
-		}
-		pipeline = append(pipeline, rs.PullQueue(c, true))
+	if rs.HasPush() && slices.ContainsFunc(items, func(it *queues.Item) bool { return !it.Cached && !it.Remote }) {
+		rs.ProbeLeases() // something is to be built: another session may be building it
 	}
 	if opts.explain {
 		var todo []*element.Element
@@ -228,19 +223,14 @@ func runBuild(opts *buildOptions) error {
 			opts.ios.Info("explain: " + x.Text)
 		}
 	}
-	fetch := s.sources(c).FetchQueue()
 	build := &actions.Build{Cache: c, Graph: g, Sandbox: opts.sandbox, MaxJobs: maxJobs, RetryFailed: opts.retryFailed, Stats: stats}
 	cleanup, err := s.cleanupConfig(opts.quota, c, g)
 	if err != nil {
 		return err
 	}
-	pipeline = append(pipeline, fetch, build)
-	if rs.HasPush() {
-		pipeline = append(pipeline, rs.PushQueue(c, false))
-	}
 	summary, err := s.runScheduler(schedulerRun{
 		display: display, cache: c, limits: limits, onError: onErr, cleanup: cleanup,
-		queues: pipeline, items: items, notices: warnings,
+		queues: actions.BuildQueues(track, rs, s.sources(c).FetchQueue(), build), items: items, notices: warnings,
 		onJobEnd: func(end queues.JobEnd) error { rs.LeaseJobEnded(end); return build.JobEnded(end) },
 		trace:    opts.trace,
 	})
