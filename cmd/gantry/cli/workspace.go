@@ -343,13 +343,5 @@ func runWorkspaceReset(ctx context.Context, opts *workspaceResetOptions) error {
 	return nil
 }
 
-// elementArgs accepts between lo and hi (-1: any number) element arguments; otherwise
-// it is bad usage, naming the command's usage line.
-func elementArgs(lo, hi int) cobra.PositionalArgs {
-	return func(cmd *cobra.Command, args []string) error {
-		if len(args) < lo || (hi >= 0 && len(args) > hi) {
-			return usagef("%s: name the element (usage: %s)", cmd.CommandPath(), cmd.UseLine())
-		}
-		return nil
-	}
-}
+// elementArgs accepts between lo and hi (-1: any number) element arguments.
+func elementArgs(lo, hi int) cobra.PositionalArgs { return argCount(lo, hi, "name the element") }
