@@ -27,9 +27,9 @@ import (
 	"github.com/gantry-build/gantry/source"
 )
 
-// BuildSpec is the payload of a build job: everything the child process needs to build
+// buildSpec is the payload of a build job: everything the child process needs to build
 // one element, so that it never loads the project again.
-type BuildSpec struct {
+type buildSpec struct {
 	CacheDir    string            `json:"cache-dir"`
 	Project     string            `json:"project"`
 	ProjectRoot string            `json:"project-root"`
@@ -37,7 +37,7 @@ type BuildSpec struct {
 	Key         string            `json:"key"`
 	Kind        string            `json:"kind"`
 	Sandbox     string            `json:"sandbox"` // auto, host, bwrap
-	Stage       []StagedArtifact  `json:"stage"`   // dependencies first
+	Stage       []stagedArtifact  `json:"stage"`   // dependencies first
 	Sources     []source.Spec     `json:"sources"`
 	Host        *element.Resolved `json:"host"`  // config expanded with host paths
 	Bwrap       *element.Resolved `json:"bwrap"` // config expanded with sandbox paths
@@ -46,30 +46,30 @@ type BuildSpec struct {
 	Inputs      *element.Inputs   `json:"inputs,omitempty"` // what the key was computed from, recorded with the artifact
 	// Workspace: the element builds from its open workspace, in a build directory kept
 	// between builds; nil for a build from the sources.
-	Workspace *WorkspaceBuild `json:"workspace,omitempty"`
+	Workspace *workspaceBuild `json:"workspace,omitempty"`
 }
 
-// WorkspaceBuild says where a workspace element builds.
-type WorkspaceBuild struct {
+// workspaceBuild says where a workspace element builds.
+type workspaceBuild struct {
 	Dir      string `json:"dir"`       // the workspace
 	BuildDir string `json:"build-dir"` // kept between builds: make finds its objects there
 	Manifest string `json:"manifest"`  // what the last sync copied (element.SyncWorkspace)
 }
 
 // buildDir is where the element builds: a fresh directory, or its workspace's.
-func (spec *BuildSpec) buildDir() string {
+func (spec *buildSpec) buildDir() string {
 	if spec.Workspace != nil {
 		return spec.Workspace.BuildDir
 	}
 	return filepath.Join(spec.WorkDir, "build")
 }
 
-// StagedArtifact is one dependency artifact to check out into the sysroot.
-type StagedArtifact struct {
+// stagedArtifact is one dependency artifact to check out into the sysroot.
+type stagedArtifact struct {
 	Element string `json:"element"`
 	Key     string `json:"key"`
 	// Record and Files are the digests of the artifact's record and files tree,
-	// as the planning process found them (StagedDigests); zero when it did not.
+	// as the planning process found them (stagedDigests); zero when it did not.
 	Record cache.Digest `json:"record,omitzero"`
 	Files  cache.Digest `json:"files,omitzero"`
 	// Pending: Files is what this session's build of it made available (Built),
@@ -84,14 +84,14 @@ const (
 	SandboxInstallRoot = "/gantry/install"
 )
 
-// NewBuildSpec prepares the build of e. workDir is a fresh name, or an empty
+// newBuildSpec prepares the build of e. workDir is a fresh name, or an empty
 // directory, for this build's directory (under the cache's tmp/, so that results can
 // be renamed into the cache); the job makes it (takeWorkDir) and removes it.
-func NewBuildSpec(g *element.Graph, e *element.Element, cacheDir, workDir, sandboxKind string, maxJobs int) (*BuildSpec, error) {
-	spec := &BuildSpec{CacheDir: cacheDir, Project: g.Project.Name, ProjectRoot: g.Project.Root, Element: e.Name,
+func newBuildSpec(g *element.Graph, e *element.Element, cacheDir, workDir, sandboxKind string, maxJobs int) (*buildSpec, error) {
+	spec := &buildSpec{CacheDir: cacheDir, Project: g.Project.Name, ProjectRoot: g.Project.Root, Element: e.Name,
 		Key: e.Key, Kind: e.Kind.Name, Sandbox: sandboxKind, Sources: e.Sources, WorkDir: workDir, DepKeys: map[string]string{}}
 	for _, d := range g.StageDeps(e) {
-		spec.Stage = append(spec.Stage, StagedArtifact{Element: d.Name, Key: d.Key})
+		spec.Stage = append(spec.Stage, stagedArtifact{Element: d.Name, Key: d.Key})
 	}
 	for _, d := range append(append([]*element.Element{}, e.BuildDeps...), e.RunDeps...) {
 		spec.DepKeys[d.Name] = d.Key
@@ -101,7 +101,7 @@ func NewBuildSpec(g *element.Graph, e *element.Element, cacheDir, workDir, sandb
 	buildRoot := filepath.Join(workDir, "build")
 	if e.Workspace != "" {
 		base := element.WorkspaceBuildDir(cacheDir, g.Project.Name, e.Name)
-		spec.Workspace = &WorkspaceBuild{Dir: e.Workspace, BuildDir: filepath.Join(base, "build"), Manifest: filepath.Join(base, "synced.json")}
+		spec.Workspace = &workspaceBuild{Dir: e.Workspace, BuildDir: filepath.Join(base, "build"), Manifest: filepath.Join(base, "synced.json")}
 		spec.Sources, buildRoot = nil, spec.Workspace.BuildDir
 	}
 	host := element.Paths{BuildRoot: buildRoot, InstallRoot: filepath.Join(workDir, "install"),
@@ -129,7 +129,7 @@ type Build struct {
 	MaxJobs     int    // the builds' %{max-jobs}
 	RetryFailed bool   // build cached failures again
 	Stats       *cache.Stats
-	staged      StagedDigests // each dependency looked up once per session
+	staged      stagedDigests // each dependency looked up once per session
 	claims      *buildClaims  // made at the first claim
 }
 
@@ -193,15 +193,15 @@ func (b *Build) Available(it *queues.Item, data json.RawMessage) {
 
 func (*Build) Retries() int { return 0 }
 
-// Payload is the BuildSpec of the build of it.
+// Payload is the buildSpec of the build of it.
 func (b *Build) Payload(it *queues.Item) (json.RawMessage, error) {
 	// Named, not made: the job makes it, or renames its worker's last one
 	// into place (takeWorkDir).
 	work := b.Cache.TempName("build")
-	spec, err := NewBuildSpec(b.Graph, it.Element, b.Cache.Root, work, b.Sandbox, b.MaxJobs)
+	spec, err := newBuildSpec(b.Graph, it.Element, b.Cache.Root, work, b.Sandbox, b.MaxJobs)
 	if err == nil {
 		b.staged.Fill(b.Cache, spec)
-		err = spec.CheckStagedShell(b.Cache)
+		err = spec.checkStagedShell(b.Cache)
 	}
 	if err != nil {
 		return nil, err
@@ -294,7 +294,7 @@ func resolveHost(p *element.Project, e *element.Element, host element.Paths) (*e
 // the install root and commit the artifact (failed builds too). The artifact's ref is
 // written last, so a build killed at any point leaves nothing half-visible.
 func buildJob(ctx context.Context, js job.Spec, r *job.Reporter) (res job.Result, err error) {
-	var spec BuildSpec
+	var spec buildSpec
 	if err := json.Unmarshal(js.Payload, &spec); err != nil {
 		return job.Result{}, fmt.Errorf("reading build spec: %w", err)
 	}
@@ -413,7 +413,7 @@ func (e *infraError) Unwrap() error { return e.err }
 // the Runner they ran in (nil for kinds that run none), still open: the caller
 // closes it once the job's processes are gone, before storing the log, so that
 // what a leftover process wrote reaches the log, and not on the builder's time.
-func build(ctx context.Context, c *cache.Cache, spec *BuildSpec, r *job.Reporter, out io.Writer) (*sandbox.Runner, error) {
+func build(ctx context.Context, c *cache.Cache, spec *buildSpec, r *job.Reporter, out io.Writer) (*sandbox.Runner, error) {
 	r.Log("element: " + spec.Element + ", key: " + spec.Key + ", project: " + spec.Project)
 	sysroot := filepath.Join(spec.WorkDir, "sysroot")
 	buildDir := spec.buildDir()
@@ -533,7 +533,7 @@ func build(ctx context.Context, c *cache.Cache, spec *BuildSpec, r *job.Reporter
 
 // buildEnv is the build commands' environment (CommandEnv), with HOME on the host an
 // empty directory of the work directory.
-func buildEnv(ctx context.Context, c *cache.Cache, spec *BuildSpec, kind sandbox.Kind, own map[string]string) (map[string]string, error) {
+func buildEnv(ctx context.Context, c *cache.Cache, spec *buildSpec, kind sandbox.Kind, own map[string]string) (map[string]string, error) {
 	home := sandbox.SandboxHome
 	if kind != sandbox.Bwrap {
 		// Kept emptied between a worker's jobs with the work directory's other
@@ -599,7 +599,7 @@ func logBuildHeader(r *job.Reporter, kind sandbox.Kind, reason string, env map[s
 // when a dependency has a top-level bin (without one there is no /bin/sh, so
 // auto picks the host), and the build stages again with copies if it picks
 // the host after all.
-func stageLinks(c *cache.Cache, spec *BuildSpec, deps []*cache.Artifact) bool {
+func stageLinks(c *cache.Cache, spec *buildSpec, deps []*cache.Artifact) bool {
 	switch spec.Kind {
 	case "stack", "import", "compose":
 		return true
@@ -632,7 +632,7 @@ func hasBin(c *cache.Cache, a *cache.Artifact) bool {
 // it (deps[i]) and the sysroot is staged again. It is called under the cache
 // lock, so no cleanup sweeps a replacement's blobs meanwhile: each dependency
 // is replaced at most once.
-func stageDependencies(c *cache.Cache, spec *BuildSpec, deps []*cache.Artifact, sysroot string, links bool, r *job.Reporter) error {
+func stageDependencies(c *cache.Cache, spec *buildSpec, deps []*cache.Artifact, sysroot string, links bool, r *job.Reporter) error {
 	if len(deps) > 0 {
 		r.Status(fmt.Sprintf("staging %d dependencies", len(deps)))
 	}
@@ -673,7 +673,7 @@ func replacement(c *cache.Cache, a *cache.Artifact) *cache.Artifact {
 }
 
 // restage replaces a sysroot staged with hard links by one staged with copies.
-func restage(c *cache.Cache, spec *BuildSpec, deps []*cache.Artifact, sysroot string, r *job.Reporter) error {
+func restage(c *cache.Cache, spec *buildSpec, deps []*cache.Artifact, sysroot string, r *job.Reporter) error {
 	r.Log("staging the dependencies again as copies: host commands can write to the sysroot")
 	if err := emptySysroot(sysroot); err != nil {
 		return err
@@ -738,7 +738,7 @@ func firstLine(s string) string {
 // importFiles moves the staged sources (config.source, default the whole build root)
 // into the artifact under config.target. Both are resolved inside their roots by the
 // kernel (os.Root): a link staged by a source cannot lead the import out of them.
-func importFiles(spec *BuildSpec, buildDir, installDir string) error {
+func importFiles(spec *buildSpec, buildDir, installDir string) error {
 	src, target := spec.Bwrap.Source, spec.Bwrap.Target
 	build, err := os.OpenRoot(buildDir)
 	if err != nil {
@@ -760,7 +760,7 @@ func importFiles(spec *BuildSpec, buildDir, installDir string) error {
 // compose copies the staged dependencies, filtered by include and exclude globs, into
 // the artifact. Globs match paths relative to the root; "dir/**" matches below dir.
 // Writes go through an os.Root of the install root; links are copied, never followed.
-func compose(spec *BuildSpec, sysroot, installDir string) error {
+func compose(spec *buildSpec, sysroot, installDir string) error {
 	inc, exc := spec.Host.Include, spec.Host.Exclude
 	out, err := os.OpenRoot(installDir)
 	if err != nil {

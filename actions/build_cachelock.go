@@ -27,7 +27,7 @@ func underLock(ctx context.Context, c *cache.Cache, r *job.Reporter, f func() er
 
 // touchStaged records the use of every staged dependency: cleanup removes the least
 // recently used artifacts first.
-func touchStaged(c *cache.Cache, spec *BuildSpec) {
+func touchStaged(c *cache.Cache, spec *buildSpec) {
 	for _, s := range spec.Stage {
 		c.Touch(spec.Project, s.Element, s.Key)
 	}

@@ -102,13 +102,13 @@ func (f *faultWatcher) fault() string {
 	return f.seen
 }
 
-// CheckStagedShell is called by the parent before it starts a build job: under
+// checkStagedShell is called by the parent before it starts a build job: under
 // --sandbox bwrap, commands run as /bin/sh of the staged sysroot, so a build whose
 // staged dependencies provide no /bin/sh cannot run at all. It says so, naming the
 // fix, before the job starts; nothing is cached. It reads only the top directories of
 // the staged artifacts (bin/, and usr/bin/ when bin is a symlink to it, as in merged-/usr
 // sysroots) and, when in doubt, lets the job check the staged sysroot itself.
-func (spec *BuildSpec) CheckStagedShell(c *cache.Cache) error {
+func (spec *buildSpec) checkStagedShell(c *cache.Cache) error {
 	switch {
 	case spec.Sandbox != string(sandbox.Bwrap), spec.Kind == "stack", spec.Kind == "import", spec.Kind == "compose":
 		return nil

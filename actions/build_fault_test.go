@@ -17,9 +17,9 @@ import (
 )
 
 // stageArtifact commits an artifact of element holding files (path → content; a
-// content starting with "->" is a symlink to the rest) and returns what a BuildSpec
+// content starting with "->" is a symlink to the rest) and returns what a buildSpec
 // stages for it.
-func stageArtifact(t *testing.T, c *cache.Cache, element string, files map[string]string) StagedArtifact {
+func stageArtifact(t *testing.T, c *cache.Cache, element string, files map[string]string) stagedArtifact {
 	t.Helper()
 	src := t.TempDir()
 	for p, content := range files {
@@ -47,7 +47,7 @@ func stageArtifact(t *testing.T, c *cache.Cache, element string, files map[strin
 		Started: now, Finished: now}); err != nil {
 		t.Fatal(err)
 	}
-	return StagedArtifact{Element: element, Key: key}
+	return stagedArtifact{Element: element, Key: key}
 }
 
 func TestCheckStagedShell(t *testing.T) {
@@ -62,22 +62,22 @@ func TestCheckStagedShell(t *testing.T) {
 		name    string
 		sandbox string
 		kind    string
-		stage   []StagedArtifact
+		stage   []stagedArtifact
 		ok      bool
 	}{
-		{"busybox", "bwrap", "manual", []StagedArtifact{noShell, busybox}, true},
-		{"merged /usr", "bwrap", "manual", []StagedArtifact{mergedUsr}, true},
-		{"no shell", "bwrap", "manual", []StagedArtifact{noShell}, false},
+		{"busybox", "bwrap", "manual", []stagedArtifact{noShell, busybox}, true},
+		{"merged /usr", "bwrap", "manual", []stagedArtifact{mergedUsr}, true},
+		{"no shell", "bwrap", "manual", []stagedArtifact{noShell}, false},
 		{"nothing staged", "bwrap", "manual", nil, false},
 		{"host sandbox", "host", "manual", nil, true},
 		{"auto falls back to the host", "auto", "manual", nil, true},
 		{"import runs no command", "bwrap", "import", nil, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			spec := &BuildSpec{Project: "p", Element: "app.toml", Kind: tc.kind, Sandbox: tc.sandbox, Stage: tc.stage}
-			err := spec.CheckStagedShell(c)
+			spec := &buildSpec{Project: "p", Element: "app.toml", Kind: tc.kind, Sandbox: tc.sandbox, Stage: tc.stage}
+			err := spec.checkStagedShell(c)
 			if tc.ok != (err == nil) {
-				t.Fatalf("CheckStagedShell = %v, want ok %v", err, tc.ok)
+				t.Fatalf("checkStagedShell = %v, want ok %v", err, tc.ok)
 			}
 			if err == nil {
 				return

@@ -9,7 +9,7 @@ import (
 )
 
 // Staging from digests. The process that plans a build looks each
-// dependency's artifact up once per session (StagedDigests) and passes its record
+// dependency's artifact up once per session (stagedDigests) and passes its record
 // and files digests in the build spec; the job then checks with one small read of
 // the ref that it is still that artifact (cache.RefersTo), instead of reading,
 // hashing and decoding every dependency's record again in every job that stages
@@ -20,7 +20,7 @@ import (
 // (job.Reporter.Available): the digest of its artifact's files, stored in the
 // CAS. The job then stores the log and the record and makes them all durable
 // before it writes the ref; the builds that stage the artifact need only the
-// files, so they start without waiting for that (StagedDigests.Built). A crash
+// files, so they start without waiting for that (stagedDigests.Built). A crash
 // before the ref is written leaves blobs no ref names, never a ref naming a blob
 // that is not durable; and a build that staged the files commits its own
 // artifact after a flush of the whole filesystem, which covers them too.
@@ -28,10 +28,10 @@ type Built struct {
 	Files cache.Digest `json:"files"`
 }
 
-// StagedDigests remembers the digests of the dependency artifacts a session has
+// stagedDigests remembers the digests of the dependency artifacts a session has
 // looked up for staging. Its methods are called only on the scheduler goroutine.
-type StagedDigests struct {
-	known map[stagedName]StagedArtifact
+type stagedDigests struct {
+	known map[stagedName]stagedArtifact
 }
 
 type stagedName struct{ project, element, key string }
@@ -39,23 +39,23 @@ type stagedName struct{ project, element, key string }
 // Built records what the build of element at key, in project, made available
 // (data: a Built), for the builds that stage it. Data it cannot read is ignored:
 // they look the artifact up themselves, once its ref is written.
-func (m *StagedDigests) Built(project, element, key string, data []byte) {
+func (m *stagedDigests) Built(project, element, key string, data []byte) {
 	var b Built
 	if err := json.Unmarshal(data, &b); err != nil || b.Files.IsZero() {
 		return
 	}
 	if m.known == nil {
-		m.known = map[stagedName]StagedArtifact{}
+		m.known = map[stagedName]stagedArtifact{}
 	}
-	m.known[stagedName{project, element, key}] = StagedArtifact{Element: element, Key: key, Files: b.Files, Pending: true}
+	m.known[stagedName{project, element, key}] = stagedArtifact{Element: element, Key: key, Files: b.Files, Pending: true}
 }
 
 // Fill sets the digests of every artifact spec stages, looking up those not
 // seen before. An artifact that cannot be looked up, or records a failure, is
 // left without digests: the job looks it up itself and reports what is wrong.
-func (m *StagedDigests) Fill(c *cache.Cache, spec *BuildSpec) {
+func (m *stagedDigests) Fill(c *cache.Cache, spec *buildSpec) {
 	if m.known == nil {
-		m.known = map[stagedName]StagedArtifact{}
+		m.known = map[stagedName]stagedArtifact{}
 	}
 	for i := range spec.Stage {
 		s := &spec.Stage[i]
@@ -66,7 +66,7 @@ func (m *StagedDigests) Fill(c *cache.Cache, spec *BuildSpec) {
 			if err != nil || !a.Success {
 				continue
 			}
-			known = StagedArtifact{Element: s.Element, Key: s.Key, Record: a.Record, Files: a.Files}
+			known = stagedArtifact{Element: s.Element, Key: s.Key, Record: a.Record, Files: a.Files}
 			m.known[name] = known
 		}
 		*s = known
@@ -76,7 +76,7 @@ func (m *StagedDigests) Fill(c *cache.Cache, spec *BuildSpec) {
 // lookupDependencies finds the artifacts of spec.Stage, in order: from the
 // digests in the spec where the ref still names that record, or where this
 // session built it (Pending: the files it made), else from the cache.
-func lookupDependencies(c *cache.Cache, spec *BuildSpec) ([]*cache.Artifact, error) {
+func lookupDependencies(c *cache.Cache, spec *buildSpec) ([]*cache.Artifact, error) {
 	deps := make([]*cache.Artifact, 0, len(spec.Stage))
 	for _, s := range spec.Stage {
 		if s.Pending && !s.Files.IsZero() {

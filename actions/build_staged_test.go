@@ -43,8 +43,8 @@ func TestStagingFromDigests(t *testing.T) {
 	}
 	base := commitDep(t, c, "base.toml", "k1", "base")
 	lib := commitDep(t, c, "lib.toml", "k2", "lib")
-	spec := &BuildSpec{Project: "p", Element: "app.toml", Stage: []StagedArtifact{{Element: "base.toml", Key: "k1"}, {Element: "lib.toml", Key: "k2"}}}
-	var staged StagedDigests
+	spec := &buildSpec{Project: "p", Element: "app.toml", Stage: []stagedArtifact{{Element: "base.toml", Key: "k1"}, {Element: "lib.toml", Key: "k2"}}}
+	var staged stagedDigests
 	staged.Fill(c, spec)
 	for i, want := range []*cache.Artifact{base, lib} {
 		if s := spec.Stage[i]; s.Record != want.Record || s.Files != want.Files {
@@ -58,7 +58,7 @@ func TestStagingFromDigests(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	again := &BuildSpec{Project: "p", Element: "other.toml", Stage: []StagedArtifact{{Element: "base.toml", Key: "k1"}}}
+	again := &buildSpec{Project: "p", Element: "other.toml", Stage: []stagedArtifact{{Element: "base.toml", Key: "k1"}}}
 	staged.Fill(c, again)
 	if again.Stage[0].Files != base.Files {
 		t.Errorf("a second spec staging base got %+v, want its files %s from the first lookup", again.Stage[0], base.Files)
@@ -109,7 +109,7 @@ func BenchmarkLookupDependencies(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	spec := &BuildSpec{Project: "p", Element: "app.toml"}
+	spec := &buildSpec{Project: "p", Element: "app.toml"}
 	for i := range 50 {
 		name := fmt.Sprintf("dep%02d.toml", i)
 		a := &cache.Artifact{Project: "p", Element: name, Key: "k", Success: true, Files: files,
@@ -117,13 +117,13 @@ func BenchmarkLookupDependencies(b *testing.B) {
 		if err := c.Commit(a); err != nil {
 			b.Fatal(err)
 		}
-		spec.Stage = append(spec.Stage, StagedArtifact{Element: name, Key: "k"})
+		spec.Stage = append(spec.Stage, stagedArtifact{Element: name, Key: "k"})
 	}
 	withDigests := *spec
 	withDigests.Stage = slices.Clone(spec.Stage)
-	var staged StagedDigests
+	var staged stagedDigests
 	staged.Fill(c, &withDigests)
-	for _, s := range []*BuildSpec{spec, &withDigests} {
+	for _, s := range []*buildSpec{spec, &withDigests} {
 		name := map[bool]string{true: "lookup", false: "digests"}[s == spec]
 		b.Run(name, func(b *testing.B) {
 			for b.Loop() {
@@ -144,15 +144,15 @@ func BenchmarkStageNoOpDependencies(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	spec := &BuildSpec{Project: "p", Element: "app.toml", Kind: "manual", Sandbox: "auto"}
+	spec := &buildSpec{Project: "p", Element: "app.toml", Kind: "manual", Sandbox: "auto"}
 	for i := range 40 {
 		name := fmt.Sprintf("dep%02d.toml", i)
 		if err := c.Commit(&cache.Artifact{Project: "p", Element: name, Key: "k", Success: true}); err != nil {
 			b.Fatal(err)
 		}
-		spec.Stage = append(spec.Stage, StagedArtifact{Element: name, Key: "k"})
+		spec.Stage = append(spec.Stage, stagedArtifact{Element: name, Key: "k"})
 	}
-	var staged StagedDigests
+	var staged stagedDigests
 	staged.Fill(c, spec)
 	for _, remember := range []bool{false, true} {
 		b.Run(map[bool]string{false: "read each time", true: "remember"}[remember], func(b *testing.B) {
@@ -201,10 +201,10 @@ func TestStagingWhatABuildMadeAvailable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var staged StagedDigests
+	var staged stagedDigests
 	staged.Built("p", "lib.toml", "k2", data)
 	staged.Built("p", "bad.toml", "k3", []byte(`{"files": 3}`))
-	spec := &BuildSpec{Project: "p", Element: "app.toml", Stage: []StagedArtifact{{Element: "lib.toml", Key: "k2"}}}
+	spec := &buildSpec{Project: "p", Element: "app.toml", Stage: []stagedArtifact{{Element: "lib.toml", Key: "k2"}}}
 	staged.Fill(c, spec)
 	if s := spec.Stage[0]; !s.Pending || s.Files != files {
 		t.Fatalf("Fill gave %+v, want lib's files %s, pending", s, files)
@@ -220,7 +220,7 @@ func TestStagingWhatABuildMadeAvailable(t *testing.T) {
 		t.Errorf("checking lib's files out: %v", err)
 	}
 
-	bad := &BuildSpec{Project: "p", Element: "app.toml", Stage: []StagedArtifact{{Element: "bad.toml", Key: "k3"}}}
+	bad := &buildSpec{Project: "p", Element: "app.toml", Stage: []stagedArtifact{{Element: "bad.toml", Key: "k3"}}}
 	staged.Fill(c, bad)
 	if s := bad.Stage[0]; s.Pending || !s.Files.IsZero() {
 		t.Errorf("Fill after unreadable Built data gave %+v, want nothing known", s)
@@ -240,8 +240,8 @@ func TestStagingAVanishedDependencyHeals(t *testing.T) {
 		t.Fatal(err)
 	}
 	lib := commitDep(t, c, "lib.toml", "k2", "lib")
-	spec := &BuildSpec{Project: "p", Element: "app.toml", Stage: []StagedArtifact{{Element: "lib.toml", Key: "k2"}}}
-	var staged StagedDigests
+	spec := &buildSpec{Project: "p", Element: "app.toml", Stage: []stagedArtifact{{Element: "lib.toml", Key: "k2"}}}
+	var staged stagedDigests
 	staged.Fill(c, spec)
 	if _, err := c.Cleanup(cache.CleanupOptions{Remove: []cache.ArtifactRef{{Project: "p", Element: "lib.toml", Key: lib.Key}}}); err != nil {
 		t.Fatal(err)

@@ -63,7 +63,7 @@ func TestImportConfinedAtStaging(t *testing.T) {
 			}
 			os.WriteFile(filepath.Join(build, "f"), []byte("f"), 0o644)
 			r := &element.Resolved{Source: tt.source, Target: tt.target}
-			spec := &BuildSpec{Host: r, Bwrap: r}
+			spec := &buildSpec{Host: r, Bwrap: r}
 			err := importFiles(spec, build, install)
 			if err == nil {
 				t.Fatal("the import succeeded")
@@ -86,7 +86,7 @@ func TestImportKeepsLinks(t *testing.T) {
 	os.Symlink(outside, filepath.Join(build, "abs"))
 	os.Symlink("/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2", filepath.Join(build, "ld.so"))
 	r := &element.Resolved{Source: ".", Target: "/usr"}
-	if err := importFiles(&BuildSpec{Host: r, Bwrap: r}, build, install); err != nil {
+	if err := importFiles(&buildSpec{Host: r, Bwrap: r}, build, install); err != nil {
 		t.Fatal(err)
 	}
 	for link, want := range map[string]string{"abs": outside, "ld.so": "/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2"} {

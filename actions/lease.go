@@ -28,6 +28,17 @@ import (
 // leaseProbeKey is asked about by ProbeLeases: no artifact has it.
 const leaseProbeKey = "gantry-lease-probe"
 
+const (
+	// leaseProbeTimeout bounds ProbeLeases' question to one remote; a remote that
+	// does not answer in time is not used for leases.
+	leaseProbeTimeout = 30 * time.Second
+	// leaseReleaseTimeout bounds giving a lease up when its renewals stop; a lease
+	// not given up expires on the server after its TTL.
+	leaseReleaseTimeout = 5 * time.Second
+	// minRenewEvery is the shortest renewal period, whatever TTL the server grants.
+	minRenewEvery = 10 * time.Millisecond
+)
+
 // ProbeLeases finds the first push remote (HTTP: leases are not offered over gRPC)
 // that grants leases, by giving up a lease nobody holds: gantry's server answers it,
 // others answer 404 or 405. Called before the session, when something is to be built.
@@ -40,7 +51,7 @@ func (rs *Remotes) ProbeLeases() {
 		if !ok {
 			continue
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), leaseProbeTimeout)
 		err := leaser.ReleaseLease(ctx, leaseProbeKey, 0)
 		cancel()
 		if err == nil {
@@ -114,12 +125,12 @@ type heldLease struct {
 func (l *heldLease) renew(leaser remote.Leaser, every time.Duration) {
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { <-l.stop; cancel() }() // cuts a renewal in flight
-	t := time.NewTicker(max(every, 10*time.Millisecond))
+	t := time.NewTicker(max(every, minRenewEvery))
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
+			rctx, rcancel := context.WithTimeout(context.Background(), leaseReleaseTimeout)
 			leaser.ReleaseLease(rctx, l.key, l.token)
 			rcancel()
 			return
@@ -174,12 +185,15 @@ func askLease(ctx context.Context, ps *pullSpec, pr *pullResult, r *job.Reporter
 }
 
 // leaseWait is how long a pull waits before asking again: the server's wait, doubled
-// with each wait before (up to 8×), at most maxLeaseWait unless the server asks for
-// more. A long build elsewhere then costs a job every few seconds, not every second.
+// with each wait before (up to 8×), at least minLeaseWait, at most maxLeaseWait unless
+// the server asks for more. A long build elsewhere then costs a job every few seconds, not every second.
 func leaseWait(serverMs int64, waits int) int64 {
-	ms := max(serverMs, 50)
+	ms := max(serverMs, minLeaseWait.Milliseconds())
 	return max(ms, min(ms<<min(waits, 3), maxLeaseWait.Milliseconds()))
 }
 
-// maxLeaseWait bounds the backoff of leaseWait.
-const maxLeaseWait = 5 * time.Second
+// minLeaseWait and maxLeaseWait bound the backoff of leaseWait.
+const (
+	minLeaseWait = 50 * time.Millisecond
+	maxLeaseWait = 5 * time.Second
+)

@@ -18,7 +18,7 @@ import (
 
 // pushJob uploads an element's artifact to every push remote that lacks it, and to
 // every push remote the session found serving wrong bytes for it (pullSpec.Repair),
-// which gets it again in full (cache.RepairArtifact), with a warning. A blob of the
+// which gets it again in full (remote.RepairArtifact), with a warning. A blob of the
 // artifact found missing or damaged while it is read for the upload drops the
 // artifact (compare-and-delete) and fails the job with an element.DamagedDependency
 // naming the element itself: a build session builds it again and pushes that

@@ -360,7 +360,7 @@ func newArtifactDeleteCmd(g *globalOptions, runF func(*artifactDeleteOptions) er
 element names; quote them), with --deps their dependencies too, or any cached artifact
 named ELEMENT@KEYPREFIX or by a key prefix. The blobs that only the deleted artifacts used
 are removed at once (with every other unreferenced blob), under the exclusive cache lock.`,
-		Args: rangeArgs(1, 1<<20),
+		Args: rangeArgs(1, -1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.args = args
 			if runF != nil {

@@ -65,7 +65,7 @@ func (s *session) artifactArgs(c *cache.Cache, args []string, deps element.Deps)
 			out = append(out, artifactArg{ref: ref})
 			continue
 		}
-		if isGlob(a) {
+		if element.IsGlob(a) {
 			matched, err := s.matchElements(a)
 			if err != nil {
 				return nil, err

@@ -38,8 +38,8 @@ func (f *schedulerFlags) register(cmd *cobra.Command) {
 	fl := cmd.Flags()
 	fl.StringVar(&f.onError, "on-error", "", "what to do when a job fails: continue, quit or terminate (default quit)")
 	fl.IntVar(&f.builders, "builders", 0, "build jobs at once (default 4, or the number of CPUs if fewer)")
-	fl.IntVar(&f.fetchers, "fetchers", 0, "fetch jobs at once (default 10)")
-	fl.IntVar(&f.pushers, "pushers", 0, "push jobs at once (default 4)")
+	fl.IntVar(&f.fetchers, "fetchers", 0, fmt.Sprintf("fetch jobs at once (default %d)", defaultFetchers))
+	fl.IntVar(&f.pushers, "pushers", 0, fmt.Sprintf("push jobs at once (default %d)", defaultPushers))
 	fl.IntVar(&f.maxJobs, "max-jobs", 0, "parallelism inside one build, %{max-jobs} (default: the CPUs shared among the builders, so that builders × max-jobs ≈ CPUs)")
 	fl.StringVar(&f.sandbox, "sandbox", defaultSandbox(), "build sandbox: auto, host or bwrap (default $GANTRY_SANDBOX, else auto)")
 	fl.StringVar(&f.quota, "cache-quota", "", "keep the local cache under `SIZE` (500M, 10G, 50%): least recently used artifacts are cleaned up")
@@ -88,6 +88,14 @@ job and gantry; 'fg' resumes them.`,
 	return cmd
 }
 
+// The scheduler settings when neither a flag, the environment nor the user
+// configuration sets them (the builders' and max-jobs' depend on the CPUs: element).
+const (
+	defaultFetchers       = 10 // fetch jobs at once
+	defaultPushers        = 4  // push jobs at once
+	defaultNetworkRetries = 2  // retries of a network job that failed
+)
+
 // limits resolves the scheduler settings: flag > environment > user config > default.
 func (s *session) limits(f *schedulerFlags) (map[resources.Resource]int, element.OnError, int, error) {
 	pick := func(flag int, env string, cfg, def int) (int, error) {
@@ -115,11 +123,11 @@ func (s *session) limits(f *schedulerFlags) (map[resources.Resource]int, element
 	if err != nil {
 		return nil, "", 0, err
 	}
-	fetchers, err := pick(f.fetchers, "FETCHERS", sc.Fetchers, 10)
+	fetchers, err := pick(f.fetchers, "FETCHERS", sc.Fetchers, defaultFetchers)
 	if err != nil {
 		return nil, "", 0, err
 	}
-	pushers, err := pick(f.pushers, "PUSHERS", sc.Pushers, 4)
+	pushers, err := pick(f.pushers, "PUSHERS", sc.Pushers, defaultPushers)
 	if err != nil {
 		return nil, "", 0, err
 	}
@@ -159,7 +167,7 @@ func runBuild(opts *buildOptions) error {
 	}
 	s, g, c, display, limits, onErr, maxJobs := p.session, p.graph, p.cache, p.display, p.limits, p.onError, p.maxJobs
 	stats := p.stats
-	q, err := cacheQuery{c: c, memo: p.outcomes}.withArtifacts(g.Project.Name, g.Order)
+	q, err := actions.CacheQuery{Cache: c, Memo: p.outcomes}.WithArtifacts(g.Project.Name, g.Order)
 	if err != nil {
 		opts.ios.Message("warning", err.Error()+" (planning is slower next time; nothing else is affected)")
 	}
@@ -176,7 +184,7 @@ func runBuild(opts *buildOptions) error {
 		return err
 	}
 	var warnings []string
-	rs, err := s.remoteSet(specs, func(w string) { warnings = append(warnings, w) })
+	rs, err := s.newRemotes(specs, func(w string) { warnings = append(warnings, w) })
 	if err != nil {
 		return err
 	}
@@ -188,14 +196,12 @@ func runBuild(opts *buildOptions) error {
 	// What a built artifact needs at run time is always built with it: --deps none
 	// plans like run.
 	selected := g.Select(g.Targets, deps)
-	var pipeline []queues.Queue
 	var items []*queues.Item
 	var track *actions.Tracker
 	if opts.track {
 		// One session: Track first; keys, and what needs building, follow from the
 		// refs it finds.
-		track = s.trackQueue(c, g)
-		pipeline = append(pipeline, track)
+		track = s.sources(c).Tracker(g, s.lock)
 		items = queues.PlanTracked(g, selected, planOpts)
 	} else if items, err = queues.Plan(g, selected, planOpts); err != nil {
 		return missingRefsError(g, selected, err)
@@ -203,11 +209,8 @@ func runBuild(opts *buildOptions) error {
 	if err := checkSandbox(opts.sandbox, items); err != nil {
 		return err
 	}
-	if len(specs) > 0 {
-		if rs.HasPush() && slices.ContainsFunc(items, func(it *queues.Item) bool { return !it.Cached && !it.Remote }) {
-			rs.ProbeLeases() // something is to be built: another session may be building it
-		}
-		pipeline = append(pipeline, rs.PullQueue(c, true))
+	if rs.HasPush() && slices.ContainsFunc(items, func(it *queues.Item) bool { return !it.Cached && !it.Remote }) {
+		rs.ProbeLeases() // something is to be built: another session may be building it
 	}
 	if opts.explain {
 		var todo []*element.Element
@@ -216,23 +219,18 @@ func runBuild(opts *buildOptions) error {
 				todo = append(todo, it.Element)
 			}
 		}
-		for _, x := range explainAll(g, c, todo) {
+		for _, x := range actions.Explain(g, c, todo) {
 			opts.ios.Info("explain: " + x.Text)
 		}
 	}
-	fetch := s.fetchQueue(c, g)
 	build := &actions.Build{Cache: c, Graph: g, Sandbox: opts.sandbox, MaxJobs: maxJobs, RetryFailed: opts.retryFailed, Stats: stats}
 	cleanup, err := s.cleanupConfig(opts.quota, c, g)
 	if err != nil {
 		return err
 	}
-	pipeline = append(pipeline, fetch, build)
-	if rs.HasPush() {
-		pipeline = append(pipeline, rs.PushQueue(c, false))
-	}
 	summary, err := s.runScheduler(schedulerRun{
 		display: display, cache: c, limits: limits, onError: onErr, cleanup: cleanup,
-		queues: pipeline, items: items, notices: warnings,
+		queues: actions.BuildQueues(track, rs, s.sources(c).FetchQueue(), build), items: items, notices: warnings,
 		onJobEnd: func(end queues.JobEnd) error { rs.LeaseJobEnded(end); return build.JobEnded(end) },
 		trace:    opts.trace,
 	})
@@ -424,7 +422,7 @@ func (s *session) networkRetries() int {
 	if s.user.Scheduler.NetworkRetries != nil {
 		return *s.user.Scheduler.NetworkRetries
 	}
-	return 2
+	return defaultNetworkRetries
 }
 
 // cleanupConfig turns on quota keeping for a build session of the targets, when a quota
@@ -440,11 +438,6 @@ func (s *session) cleanupConfig(flag string, c *cache.Cache, g *element.Graph) (
 // sources makes the payloads of the session's fetch and track jobs.
 func (s *session) sources(c *cache.Cache) actions.Sources {
 	return actions.Sources{Cache: c, Project: s.project, NetworkRetries: s.networkRetries()}
-}
-
-// fetchQueue fetches the sources of elements that are not cached.
-func (s *session) fetchQueue(c *cache.Cache, g *element.Graph) *actions.FetchQueue {
-	return s.sources(c).FetchQueue()
 }
 
 // forwardSignals turns signals into scheduler commands until the returned stop is called;

@@ -352,9 +352,6 @@ func runGC(opts *gcOptions) error {
 	return err
 }
 
-// keptForLiveSessions says what a cleanup kept because running sessions need it.
-func keptForLiveSessions(rep *cache.CleanupReport) string { return actions.KeptForLiveSessions(rep) }
-
 // writeCleanup lists what a cleanup removed (or would remove) and what it freed.
 func writeCleanup(w io.Writer, rep *cache.CleanupReport) {
 	verb := "removed"
@@ -371,7 +368,7 @@ func writeCleanup(w io.Writer, rep *cache.CleanupReport) {
 	fmt.Fprintf(w, "%s %d artifacts, %d blobs, %d leftovers: %s freed, %s → %s\n", verb, len(rep.Artifacts), rep.Blobs,
 		len(rep.Leftovers), units.Bytes(rep.Freed), units.Bytes(rep.Before), units.Bytes(rep.After))
 	if rep.Live > 0 {
-		fmt.Fprintln(w, keptForLiveSessions(rep))
+		fmt.Fprintln(w, actions.KeptForLiveSessions(rep))
 	}
 	for _, p := range rep.Problems {
 		fmt.Fprintf(w, "problem: %s (unreferenced blobs are kept until `gantry cache verify --repair` fixes it)\n", p)

@@ -6,7 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/gantry-build/gantry/cache"
+	"github.com/gantry-build/gantry/actions"
 	"github.com/gantry-build/gantry/element"
 )
 
@@ -62,7 +62,7 @@ func runExplain(opts *explainOptions) error {
 	if err != nil {
 		return err
 	}
-	xs := explainAll(gr, c, gr.Select(gr.Targets, element.DepsAll))
+	xs := actions.Explain(gr, c, gr.Select(gr.Targets, element.DepsAll))
 	if opts.format == "json" {
 		if xs == nil {
 			xs = []element.Explanation{}
@@ -75,74 +75,4 @@ func runExplain(opts *explainOptions) error {
 		fmt.Fprintln(opts.ios.Out, x.Text)
 	}
 	return nil
-}
-
-// explainAll explains, in dependency order, each of elements that is not cached at its
-// current key.
-func explainAll(g *element.Graph, c *cache.Cache, elements []*element.Element) []element.Explanation {
-	h := &artifactHistory{c: c, project: g.Project.Name}
-	var out []element.Explanation
-	for _, e := range elements {
-		x := element.Explanation{Element: e.Name, Key: e.Key}
-		if e.Key == "" {
-			x.Reason, x.Text = "no-ref", e.Name+": a source (here or below) has no ref: run 'gantry track'"
-			out = append(out, x)
-			continue
-		}
-		a, err := c.Lookup(g.Project.Name, e.Name, e.Key)
-		switch {
-		case err == nil && a.Success:
-			continue
-		case err == nil:
-			x.Reason, x.Text = "failed", e.Name+": its build at this key failed and is cached: 'gantry build --retry-failed' builds it again"
-		default:
-			x = g.Explain(e, h)
-		}
-		out = append(out, x)
-	}
-	return out
-}
-
-// artifactHistory answers explain's questions from the local cache.
-type artifactHistory struct {
-	c       *cache.Cache
-	project string
-	latest  map[string]*cache.Artifact // element -> its most recent artifact that recorded its inputs
-}
-
-func (h *artifactHistory) Latest(name string) (string, *element.Inputs, bool) {
-	if h.latest == nil {
-		h.latest = map[string]*cache.Artifact{}
-		arts, _ := h.c.List(h.project) // unreadable refs: `cache verify` reports them
-		for _, a := range arts {
-			if a.Inputs == nil {
-				continue
-			}
-			if b := h.latest[a.Element]; b == nil || a.Finished.After(b.Finished) {
-				h.latest[a.Element] = a
-			}
-		}
-	}
-	a := h.latest[name]
-	if a == nil {
-		return "", nil, false
-	}
-	in, ok := decodeInputs(a)
-	return a.Key, in, ok
-}
-
-func (h *artifactHistory) At(name, key string) (*element.Inputs, bool) {
-	a, err := h.c.Lookup(h.project, name, key)
-	if err != nil {
-		return nil, false
-	}
-	return decodeInputs(a)
-}
-
-func decodeInputs(a *cache.Artifact) (*element.Inputs, bool) {
-	var in element.Inputs
-	if a.Inputs == nil || json.Unmarshal(a.Inputs, &in) != nil {
-		return nil, false
-	}
-	return &in, true
 }

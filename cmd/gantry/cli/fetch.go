@@ -3,6 +3,7 @@ package cli
 import (
 	"github.com/spf13/cobra"
 
+	"github.com/gantry-build/gantry/actions"
 	"github.com/gantry-build/gantry/element"
 	"github.com/gantry-build/gantry/queues"
 )
@@ -46,7 +47,7 @@ func runFetch(opts *fetchOptions) error {
 		return err
 	}
 	s, g, c, display, limits, onErr := p.session, p.graph, p.cache, p.display, p.limits, p.onError
-	q := cacheQuery{c: c, memo: p.outcomes}
+	q := actions.CacheQuery{Cache: c, Memo: p.outcomes}
 	var items []*queues.Item
 	if opts.deps == "plan" {
 		items, err = queues.Plan(g, g.Targets, queues.PlanOptions{
@@ -68,7 +69,7 @@ func runFetch(opts *fetchOptions) error {
 		}
 	}
 	summary, err := s.runScheduler(schedulerRun{display: display, cache: c, limits: limits, onError: onErr,
-		queues: []queues.Queue{s.fetchQueue(c, g)}, items: items})
+		queues: []queues.Queue{s.sources(c).FetchQueue()}, items: items})
 	if err != nil {
 		return err
 	}

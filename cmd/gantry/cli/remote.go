@@ -40,7 +40,8 @@ func (s *session) remotes(f *remoteFlags, push bool) ([]remote.Spec, error) {
 	return append(append([]remote.Spec{}, s.user.Remotes...), s.project.Remotes...), nil
 }
 
-// remoteSet is the session's remotes, found down as they are used.
-func (s *session) remoteSet(specs []remote.Spec, warn func(string)) (*actions.Remotes, error) {
+// newRemotes is the session's remotes of specs (actions.Remotes), with the session's
+// network retries and backoff; warn is told of a remote found down before it starts.
+func (s *session) newRemotes(specs []remote.Spec, warn func(string)) (*actions.Remotes, error) {
 	return actions.NewRemotes(s.project.Name, specs, s.networkRetries(), s.retryBackoff, warn)
 }

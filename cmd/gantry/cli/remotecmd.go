@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gantry-build/gantry/actions"
 	"github.com/gantry-build/gantry/element"
 	"github.com/gantry-build/gantry/queues"
 )
@@ -87,7 +88,7 @@ func runTransfer(opts *transferOptions) error {
 	if err != nil {
 		return err
 	}
-	rs, err := s.remoteSet(specs, nil)
+	rs, err := s.newRemotes(specs, nil)
 	if err != nil {
 		return err
 	}
@@ -98,7 +99,7 @@ func runTransfer(opts *transferOptions) error {
 	case push && !rs.HasPush():
 		return usagef("no push remote: set push = true on a [[remote]], or pass --remote URL")
 	}
-	q := cacheQuery{c: c}
+	q := actions.CacheQuery{Cache: c}
 	var items []*queues.Item
 	for _, e := range g.Select(g.Targets, deps) {
 		if err := queues.MissingRef(e); err != nil {

@@ -169,10 +169,16 @@ func noArgs(cmd *cobra.Command, args []string) error {
 	return nil
 }
 
-func rangeArgs(lo, hi int) cobra.PositionalArgs {
+// rangeArgs accepts between lo and hi (-1: any number) arguments; otherwise it is bad
+// usage, naming the command's usage line.
+func rangeArgs(lo, hi int) cobra.PositionalArgs { return argCount(lo, hi, "wrong number of arguments") }
+
+// argCount accepts between lo and hi (-1: any number) arguments; otherwise it is bad
+// usage: the command, what is wrong, and its usage line.
+func argCount(lo, hi int, wrong string) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
-		if len(args) < lo || len(args) > hi {
-			return usagef("%s: wrong number of arguments (usage: %s)", cmd.CommandPath(), cmd.UseLine())
+		if len(args) < lo || (hi >= 0 && len(args) > hi) {
+			return usagef("%s: %s (usage: %s)", cmd.CommandPath(), wrong, cmd.UseLine())
 		}
 		return nil
 	}

@@ -1,67 +1,20 @@
 package cli
 
-import (
-	"regexp"
-	"strings"
-)
+import "github.com/gantry-build/gantry/element"
 
 // Element selection: what the element arguments of a command name.
 //
 // An argument is an element name, a path to an element file, or a glob over the
-// project's element names with BuildStream's meaning: '*' and '?' stay inside one
-// directory, '**' crosses directories ('**' alone is every element, 'base/*.toml'
-// the elements directly in base/). With no argument a command works on the
-// project's default-targets, or on every element when there are none (as
+// project's element names (element.GlobRegexp). With no argument a command works on
+// the project's default-targets, or on every element when there are none (as
 // BuildStream does without defaults: targets).
-
-// isGlob says whether an element argument is a pattern.
-func isGlob(a string) bool { return strings.ContainsAny(a, "*?[") }
-
-// globRegexp compiles an element glob: '**' matches any text, '*' any text
-// without '/', '?' one character but '/', '[...]' a character class.
-func globRegexp(pattern string) (*regexp.Regexp, error) {
-	var b strings.Builder
-	b.WriteString("^")
-	for i := 0; i < len(pattern); i++ {
-		switch c := pattern[i]; c {
-		case '*':
-			if i+1 < len(pattern) && pattern[i+1] == '*' {
-				b.WriteString(".*")
-				i++
-			} else {
-				b.WriteString("[^/]*")
-			}
-		case '?':
-			b.WriteString("[^/]")
-		case '[':
-			end := strings.IndexByte(pattern[i:], ']')
-			if end < 0 {
-				return nil, usagef("element glob %q: '[' without ']'", pattern)
-			}
-			class := pattern[i+1 : i+end]
-			if strings.HasPrefix(class, "!") {
-				class = "^" + class[1:]
-			}
-			b.WriteString("[" + strings.ReplaceAll(class, `\`, `\\`) + "]")
-			i += end
-		default:
-			b.WriteString(regexp.QuoteMeta(string(c)))
-		}
-	}
-	b.WriteString("$")
-	re, err := regexp.Compile(b.String())
-	if err != nil {
-		return nil, usagef("element glob %q: %v", pattern, err)
-	}
-	return re, nil
-}
 
 // matchElements returns the project's elements a glob names, sorted; none is a
 // usage error naming the pattern.
 func (s *session) matchElements(pattern string) ([]string, error) {
-	re, err := globRegexp(pattern)
+	re, err := element.GlobRegexp(pattern)
 	if err != nil {
-		return nil, err
+		return nil, usagef("%v", err)
 	}
 	all, err := s.project.ElementNames()
 	if err != nil {
@@ -104,7 +57,7 @@ func (s *session) targets(args []string) ([]string, error) {
 		}
 	}
 	for _, a := range args {
-		if !isGlob(a) {
+		if !element.IsGlob(a) {
 			add(s.elementArg(a))
 			continue
 		}

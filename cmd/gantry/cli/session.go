@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/gantry-build/gantry/actions"
 	"github.com/gantry-build/gantry/cache"
 	"github.com/gantry-build/gantry/element"
 	"github.com/gantry-build/gantry/resources"
@@ -133,7 +134,7 @@ func (s *session) findCache() (*cache.Cache, error) {
 	if s.found == nil {
 		c, err := cache.At(s.cacheRoot())
 		if err != nil {
-			return nil, openCacheError(s.cacheRoot(), err)
+			return nil, actions.OpenCacheError(s.cacheRoot(), err)
 		}
 		s.found = c
 	}
@@ -142,13 +143,19 @@ func (s *session) findCache() (*cache.Cache, error) {
 
 // openCache is the local cache, made (cache.Open) for a command that writes to it
 // before anything else loads.
-func (s *session) openCache() (*cache.Cache, error) { return openCacheAt(s.cacheRoot()) }
+func (s *session) openCache() (*cache.Cache, error) {
+	c, err := cache.Open(s.cacheRoot())
+	if err != nil {
+		return nil, actions.OpenCacheError(s.cacheRoot(), err)
+	}
+	return c, nil
+}
 
 // prepareCache makes the cache that cache.At found (its directories), once the
 // command's project and elements loaded.
 func (s *session) prepareCache(c *cache.Cache) error {
 	if err := c.Prepare(); err != nil {
-		return openCacheError(s.cacheRoot(), err)
+		return actions.OpenCacheError(s.cacheRoot(), err)
 	}
 	return nil
 }
@@ -184,7 +191,7 @@ func (s *session) configuredCacheLaidOut() (*cache.Cache, error) {
 	c, err := s.configuredCache()
 	if err == nil {
 		if err = c.MakeLayout(); err != nil {
-			err = openCacheError(s.cacheRoot(), err)
+			err = actions.OpenCacheError(s.cacheRoot(), err)
 		}
 	}
 	if err != nil {
@@ -326,7 +333,7 @@ func (s *session) pipeline(f *schedulerFlags, args []string, reads pipelineReads
 		return nil, err
 	}
 	if cerr != nil {
-		return nil, openCacheError(root, cerr)
+		return nil, actions.OpenCacheError(root, cerr)
 	}
 	if err := s.prepareCache(p.cache); err != nil {
 		return nil, err

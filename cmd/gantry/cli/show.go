@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gantry-build/gantry/actions"
 	"github.com/gantry-build/gantry/element"
 )
 
@@ -84,7 +85,7 @@ func runShow(opts *showOptions) error {
 		if err != nil {
 			return err
 		}
-		q, err := cacheQuery{c: c}.withArtifacts(g.Project.Name, elements)
+		q, err := actions.CacheQuery{Cache: c}.WithArtifacts(g.Project.Name, elements)
 		if err != nil {
 			opts.ios.Message("warning", err.Error()+" (show is slower next time; nothing else is affected)")
 		}

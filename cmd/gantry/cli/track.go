@@ -83,7 +83,7 @@ func (s *session) trackSession(display ui.Display, c *cache.Cache, g *element.Gr
 	for i, e := range elements {
 		items[i] = &queues.Item{Element: e}
 	}
-	track := s.trackQueue(c, g)
+	track := s.sources(c).Tracker(g, s.lock)
 	summary, err := s.runScheduler(schedulerRun{display: display, cache: c, limits: limits, onError: onErr,
 		queues: []queues.Queue{track}, items: items})
 	if err != nil {
@@ -91,11 +91,6 @@ func (s *session) trackSession(display ui.Display, c *cache.Cache, g *element.Gr
 	}
 	changes, err := track.Finish()
 	return summary, changes, err
-}
-
-// trackQueue is the session's Track queue over the elements of g.
-func (s *session) trackQueue(c *cache.Cache, g *element.Graph) *actions.Tracker {
-	return s.sources(c).Tracker(g, s.lock)
 }
 
 func shortRef(r string) string {

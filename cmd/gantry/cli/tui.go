@@ -5,7 +5,6 @@ import (
 	"os"
 	"os/exec"
 
-	"github.com/gantry-build/gantry/cache"
 	"github.com/gantry-build/gantry/ui"
 )
 
@@ -34,10 +33,9 @@ func (s *session) tui(uo ui.Options) (*ui.TUI, error) {
 	if s.quotaFlag != "" || os.Getenv("GANTRY_CACHE_QUOTA") != "" || s.user.Cache.Quota != "" {
 		// Not made here: the session makes the cache once its project loaded
 		// (session.pipeline), before the display measures it.
-		root := s.cacheRoot()
-		c, err := cache.At(root)
+		c, err := s.findCache()
 		if err != nil {
-			return nil, openCacheError(root, err)
+			return nil, err
 		}
 		if opts.CacheQuota, err = s.quota(s.quotaFlag, c); err != nil {
 			return nil, err

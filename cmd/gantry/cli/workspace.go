@@ -12,9 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gantry-build/gantry/actions"
-	"github.com/gantry-build/gantry/cache"
 	"github.com/gantry-build/gantry/element"
-	"github.com/gantry-build/gantry/source"
 )
 
 func newWorkspaceCmd(g *globalOptions) *cobra.Command {
@@ -225,7 +223,7 @@ func runWorkspaceOpen(ctx context.Context, opts *workspaceOpenOptions) error {
 	if err != nil {
 		return err
 	}
-	if err := stageWorkspace(ctx, st.s, c, e, dir); err != nil {
+	if err := actions.StageWorkspace(ctx, c, st.s.project.Root, e, dir, st.s.opts.ios.ErrOut); err != nil {
 		return err
 	}
 	st.ws = append(st.ws, element.Workspace{Element: name, Directory: dir})
@@ -233,48 +231,6 @@ func runWorkspaceOpen(ctx context.Context, opts *workspaceOpenOptions) error {
 		return err
 	}
 	g.ios.Info(fmt.Sprintf("opened a workspace for %s in %s: %s now builds from it", name, dir, name))
-	return nil
-}
-
-// stageWorkspace fetches e's sources if need be and stages them, patches applied, into
-// dir: in a directory beside it, renamed into place once complete, so that a failure
-// leaves nothing half-staged.
-func stageWorkspace(ctx context.Context, s *session, c *cache.Cache, e *element.Element, dir string) error {
-	if e.NoRef {
-		return fmt.Errorf("opening a workspace for %s: a source has no ref: run `gantry track %s` first", e.Name, e.Name)
-	}
-	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
-		return fmt.Errorf("opening a workspace for %s: %w", e.Name, err)
-	}
-	tmp, err := os.MkdirTemp(filepath.Dir(dir), "."+filepath.Base(dir)+".tmp-")
-	if err != nil {
-		return fmt.Errorf("opening a workspace for %s: %w", e.Name, err)
-	}
-	defer os.RemoveAll(tmp)
-	idle, err := actions.NetIdleTimeout()
-	if err != nil {
-		return err
-	}
-	fo := source.FetchOptions{SourcesDir: c.SourcesDir(), ProjectRoot: s.project.Root, Log: s.opts.ios.ErrOut, IdleTimeout: idle}
-	for i := range e.Sources {
-		src := &e.Sources[i]
-		if err := source.Fetch(ctx, src, fo); err != nil {
-			return fmt.Errorf("opening a workspace for %s: source %d: %w", e.Name, i+1, err)
-		}
-		so := source.StageOptions{ProjectRoot: s.project.Root, SourcesDir: c.SourcesDir(), BuildRoot: tmp, Log: s.opts.ios.ErrOut}
-		if err := source.Stage(ctx, src, so); err != nil {
-			return fmt.Errorf("opening a workspace for %s: source %d: %w", e.Name, i+1, err)
-		}
-	}
-	if err := os.Chmod(tmp, 0o755); err != nil {
-		return err
-	}
-	if err := os.Remove(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("opening a workspace for %s: %w", e.Name, err)
-	}
-	if err := os.Rename(tmp, dir); err != nil {
-		return fmt.Errorf("opening a workspace for %s in %s: %w", e.Name, dir, err)
-	}
 	return nil
 }
 
@@ -373,7 +329,7 @@ func runWorkspaceReset(ctx context.Context, opts *workspaceResetOptions) error {
 			os.Remove(aside)
 			return fmt.Errorf("resetting the workspace of %s: %w", name, err)
 		}
-		if err := stageWorkspace(ctx, st.s, c, e, dir); err != nil {
+		if err := actions.StageWorkspace(ctx, c, st.s.project.Root, e, dir, st.s.opts.ios.ErrOut); err != nil {
 			if rerr := os.Rename(old, dir); rerr != nil {
 				err = errors.Join(err, fmt.Errorf("the edited workspace is in %s", old))
 			}
@@ -387,13 +343,5 @@ func runWorkspaceReset(ctx context.Context, opts *workspaceResetOptions) error {
 	return nil
 }
 
-// elementArgs accepts between lo and hi (-1: any number) element arguments; otherwise
-// it is bad usage, naming the command's usage line.
-func elementArgs(lo, hi int) cobra.PositionalArgs {
-	return func(cmd *cobra.Command, args []string) error {
-		if len(args) < lo || (hi >= 0 && len(args) > hi) {
-			return usagef("%s: name the element (usage: %s)", cmd.CommandPath(), cmd.UseLine())
-		}
-		return nil
-	}
-}
+// elementArgs accepts between lo and hi (-1: any number) element arguments.
+func elementArgs(lo, hi int) cobra.PositionalArgs { return argCount(lo, hi, "name the element") }

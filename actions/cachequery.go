@@ -1,0 +1,84 @@
+package actions
+
+import (
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/gantry-build/gantry/cache"
+	"github.com/gantry-build/gantry/element"
+)
+
+// CacheQuery answers element states from the local cache (element.CacheQuery): the
+// plan's and show's questions.
+type CacheQuery struct {
+	Cache *cache.Cache
+	Memo  *cache.OutcomeMemo // artifacts' outcomes by record; nil: read every record
+}
+
+func (q CacheQuery) Artifact(project, name, key string) element.ArtifactStatus {
+	found, success, err := q.Cache.OutcomeMemoized(q.Memo, project, name, key)
+	switch {
+	case err != nil || !found: // absent, or a damaged ref (`cache verify` reports it): not cached
+		return element.ArtifactMissing
+	case success:
+		return element.ArtifactSuccess
+	}
+	return element.ArtifactFailure
+}
+
+// KnownArtifacts is a CacheQuery that asked about many artifacts at once
+// (WithArtifacts); it asks the cache again only about others. Read-only once made.
+type KnownArtifacts struct {
+	CacheQuery
+	known map[string]knownArtifact // by element name
+}
+
+type knownArtifact struct {
+	key    string
+	status element.ArtifactStatus
+}
+
+// WithArtifacts asks the cache about the artifacts of elements (those with a key) all
+// at once, on every CPU, through the project's outcome memo (q's, or opened now): a null
+// build asks about every element of the graph, and each answer is a ref's stat (or a
+// read of the ref, and of the record when the memo does not know it). The error is the
+// memo's, which cannot be saved: a warning.
+func (q CacheQuery) WithArtifacts(project string, elements []*element.Element) (KnownArtifacts, error) {
+	if q.Memo == nil {
+		q.Memo = q.Cache.OpenOutcomeMemo(project)
+	}
+	keyed := slices.DeleteFunc(slices.Clone(elements), func(e *element.Element) bool { return e.Key == "" })
+	statuses := make([]element.ArtifactStatus, len(keyed)) // ArtifactMissing
+	asking := len(keyed)
+	if !q.Cache.HasRefs(project) {
+		asking = 0 // a new cache: every artifact is missing
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(2*runtime.GOMAXPROCS(0), asking) {
+		wg.Go(func() {
+			for i := int(next.Add(1)) - 1; i < len(keyed); i = int(next.Add(1)) - 1 {
+				statuses[i] = q.Artifact(project, keyed[i].Name, keyed[i].Key)
+			}
+		})
+	}
+	wg.Wait()
+	k := KnownArtifacts{CacheQuery: q, known: make(map[string]knownArtifact, len(keyed))}
+	for i, e := range keyed {
+		k.known[e.Name] = knownArtifact{key: e.Key, status: statuses[i]}
+	}
+	return k, q.Memo.Save()
+}
+
+func (k KnownArtifacts) Artifact(project, name, key string) element.ArtifactStatus {
+	if a, ok := k.known[name]; ok && a.key == key {
+		return a.status
+	}
+	return k.CacheQuery.Artifact(project, name, key)
+}
+
+func (q CacheQuery) SourcesCached(p *element.Project, e *element.Element) bool {
+	return SourcesCached(q.Cache.SourcesDir(), e)
+}
