@@ -91,7 +91,7 @@ func (s *Scheduler) itemToHeal(it *Item, damaged element.DamagedDependency, star
 			continue
 		}
 		switch {
-		case d.healed() && !d.Cached && !d.Failed && !d.Terminated:
+		case d.healed() && !d.Cached && !d.Failed && !d.stopped():
 			return d, false
 		case d.healed() && d.Cached && started.Before(d.healedAt):
 			return d, false // it staged what the heal replaced: try again as it is

@@ -58,8 +58,6 @@ type Item struct {
 	Cached bool
 	// Failed: a job for it failed in this session, or a failed build is cached.
 	Failed bool
-	// Terminated: its job was stopped by a terminate.
-	Terminated bool
 	// Retried: its job failed in this session and the user asked to run it again
 	// (CmdRetry): the failure it cached is not a result to reuse (see Claimer).
 	Retried bool
@@ -126,6 +124,9 @@ func (p *itemPlan) open() bool { return p.later == nil && p.spare == nil }
 
 // Name is the element's name.
 func (it *Item) Name() string { return it.Element.Name }
+
+// stopped reports whether its job was stopped by a terminate: it goes no further.
+func (it *Item) stopped() bool { return it.state == stateStopped }
 
 // Spare reports whether the plan kept it only in case a pull falls back to
 // building (see planWithRemotes): no remote was asked about it. A queue sees a
