@@ -287,9 +287,9 @@ func launch(t *testing.T, action string, payload any, run func(Spec, func(Messag
 // ends: a Workers that never reuses its worker. It creates the log file's
 // directory and the log file (truncating it), which receives the worker's stdout
 // and stderr; the worker appends the job's log to it.
-func startOneShot(spec Spec, opts Options) (*Job, error) {
+func startOneShot(spec Spec, opts Options, onMessage func(Message)) (*Job, error) {
 	p := &Workers{opts: opts, oneShot: true}
-	return p.Start(spec, opts.OnMessage)
+	return p.Start(spec, onMessage)
 }
 
 // start runs action in a worker of its own (startOneShot).
@@ -298,8 +298,7 @@ func start(t *testing.T, action string, payload any, grace time.Duration) starte
 	opts := testOptions(t)
 	opts.Grace = grace
 	return launch(t, action, payload, func(spec Spec, onMessage func(Message)) (*Job, error) {
-		opts.OnMessage = onMessage
-		return startOneShot(spec, opts)
+		return startOneShot(spec, opts, onMessage)
 	})
 }
 
@@ -625,7 +624,7 @@ func TestStartErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			j, err := startOneShot(tt.spec, tt.opts)
+			j, err := startOneShot(tt.spec, tt.opts, nil)
 			if err == nil {
 				j.Kill()
 				j.Wait()
@@ -643,7 +642,7 @@ func TestStartErrors(t *testing.T) {
 // second's death is the job's failure.
 func TestForeignChild(t *testing.T) {
 	logPath := filepath.Join(t.TempDir(), "sh.log")
-	j, err := startOneShot(Spec{ID: "sh", LogPath: logPath}, Options{Command: []string{"sh", "-c", "echo oops >&2; exit 7"}})
+	j, err := startOneShot(Spec{ID: "sh", LogPath: logPath}, Options{Command: []string{"sh", "-c", "echo oops >&2; exit 7"}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
