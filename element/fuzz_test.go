@@ -45,7 +45,7 @@ func FuzzLoadElement(f *testing.F) {
 			return
 		}
 		e := g.Elements["app.toml"]
-		for _, paths := range []Paths{KeyPaths(), {BuildRoot: "/b", InstallRoot: "/i", Sysroot: "/s", MaxJobs: "2"}} {
+		for _, paths := range []Paths{keyPaths(), {BuildRoot: "/b", InstallRoot: "/i", Sysroot: "/s", MaxJobs: "2"}} {
 			r, err := e.Resolve(p, paths)
 			if err != nil {
 				t.Fatalf("resolves at load but not with other paths: %v", err)

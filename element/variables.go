@@ -26,13 +26,14 @@ var defaultVariables = map[string]string{
 }
 
 // Paths are the values of the path and machine variables for one expansion. Cache keys
-// use KeyPaths, so that where a build runs (host temp dirs, -j) never changes a key.
+// use keyPaths, so that where a build runs (host temp dirs, -j) never changes a key.
 type Paths struct {
 	BuildRoot, InstallRoot, Sysroot, MaxJobs string
 }
 
-// KeyPaths returns the canonical paths (those seen inside the bwrap sandbox).
-func KeyPaths() Paths {
+// keyPaths returns the canonical paths (those seen inside the bwrap sandbox:
+// actions.SandboxBuildRoot and SandboxInstallRoot, which element cannot import).
+func keyPaths() Paths {
 	return Paths{BuildRoot: "/gantry/build", InstallRoot: "/gantry/install", Sysroot: "/", MaxJobs: "%{max-jobs}"}
 }
 
