@@ -107,10 +107,10 @@ type itemPlan struct {
 	expand       bool    // the plan would build it: its build dependencies are needed
 }
 
-// gate is what the plan says about it before its queue does: an item of a tracked
-// plan waits for the plan's decision, a spare item for the pulls it may be needed
-// for. When the gate does not decide (ok false), the queue's own rule applies.
-func (p *itemPlan) gate(it *Item) (st Status, reason string, ok bool) {
+// planGate is what the plan says about it before its queue does: an item of a
+// tracked plan waits for the plan's decision, a spare item for the pulls it may be
+// needed for. When the gate does not decide (ok false), the queue's own rule applies.
+func (it *Item) planGate() (st Status, reason string, ok bool) {
 	if st, reason, ok := deferredStatus(it); ok {
 		return st, reason, true
 	}

@@ -374,11 +374,11 @@ func (s *Scheduler) harvest() bool {
 }
 
 // status is what qs says about it, the plan's gate first: every queue after Track
-// sees an item only once the plan lets it through (itemPlan.gate), so a queue's
+// sees an item only once the plan lets it through (Item.planGate), so a queue's
 // Status says only what the queue itself knows.
 func (s *Scheduler) status(qs *queueState, it *Item) (Status, string) {
 	if qs.q.Action() != Track {
-		if st, reason, ok := it.plan.gate(it); ok {
+		if st, reason, ok := it.planGate(); ok {
 			return st, reason
 		}
 	}
