@@ -59,7 +59,7 @@ func (it *Item) tracked() bool {
 	case stateUnqueued:
 		return false
 	case stateDone, stateFailed:
-		return !it.Failed && !it.stopped()
+		return !it.Failed
 	}
 	return it.queue > 0
 }
