@@ -221,18 +221,6 @@ func (r *recorder) waitStatus(t *testing.T, prefix string) string {
 	}
 }
 
-// eventually polls cond until it holds, failing the test after 10s.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func waitOutcome(t *testing.T, j *Job) Outcome {
 	t.Helper()
 	select {
@@ -332,13 +320,13 @@ func procState(pid int) string {
 // file has stopped growing, and returns the file's size.
 func waitStopped(t *testing.T, pid int, ticks string) int64 {
 	t.Helper()
-	eventually(t, fmt.Sprintf("grandchild %d to be stopped", pid), func() bool {
+	proctest.Eventually(t, fmt.Sprintf("grandchild %d to be stopped", pid), func() bool {
 		p, ok := proctest.Read(pid)
 		return ok && p.Stopped()
 	})
 	// Settle: a write in flight when SIGSTOP arrived may still land.
 	size := fileSize(ticks)
-	eventually(t, "the tick file to stop growing", func() bool {
+	proctest.Eventually(t, "the tick file to stop growing", func() bool {
 		time.Sleep(50 * time.Millisecond)
 		n := fileSize(ticks)
 		stable := n == size
@@ -351,7 +339,7 @@ func waitStopped(t *testing.T, pid int, ticks string) int64 {
 // waitGrowing waits until the tick file is larger than size.
 func waitGrowing(t *testing.T, ticks string, size int64) {
 	t.Helper()
-	eventually(t, fmt.Sprintf("%s to grow past %d bytes", ticks, size), func() bool { return fileSize(ticks) > size })
+	proctest.Eventually(t, fmt.Sprintf("%s to grow past %d bytes", ticks, size), func() bool { return fileSize(ticks) > size })
 }
 
 func grandchildPid(t *testing.T, rec *recorder) int {
@@ -559,7 +547,7 @@ func TestTerminateReachesWholeGroup(t *testing.T) {
 	if log := readFile(t, s.log); !strings.Contains(log, "grandchild: signal: terminated") {
 		t.Errorf("log does not show the grandchild killed by SIGTERM:\n%s", log)
 	}
-	eventually(t, fmt.Sprintf("grandchild %d to be gone", pid), func() bool { return !proctest.Alive(pid) })
+	proctest.Eventually(t, fmt.Sprintf("grandchild %d to be gone", pid), func() bool { return !proctest.Alive(pid) })
 	for _, err := range []error{s.job.Suspend(), s.job.Resume(), s.job.Terminate(), s.job.Kill()} {
 		if err != nil {
 			t.Errorf("signalling an exited job: %v", err)
@@ -583,7 +571,7 @@ func TestTerminateSuspended(t *testing.T) {
 	if !out.Terminated || out.Result.Error != "terminated" || out.ExitCode != 1 {
 		t.Errorf("outcome = %+v, want the child's own terminated result", out)
 	}
-	eventually(t, fmt.Sprintf("grandchild %d to be gone", pid), func() bool { return !proctest.Alive(pid) })
+	proctest.Eventually(t, fmt.Sprintf("grandchild %d to be gone", pid), func() bool { return !proctest.Alive(pid) })
 }
 
 func TestTerminateKillsAfterGrace(t *testing.T) {
@@ -604,7 +592,7 @@ func TestTerminateKillsAfterGrace(t *testing.T) {
 	if !out.Terminated || out.ExitCode != -1 || out.Result.Error != want {
 		t.Errorf("outcome = %+v, want terminated, exit -1, error %q", out, want)
 	}
-	eventually(t, fmt.Sprintf("grandchild %d to be gone", pid), func() bool { return !proctest.Alive(pid) })
+	proctest.Eventually(t, fmt.Sprintf("grandchild %d to be gone", pid), func() bool { return !proctest.Alive(pid) })
 }
 
 func TestStartErrors(t *testing.T) {
