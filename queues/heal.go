@@ -125,7 +125,7 @@ func (s *Scheduler) itemToHeal(it *Item, damaged DamagedDependency, started time
 	if e == nil {
 		return nil, false
 	}
-	d := &Item{Element: e, Cached: true, state: stateDone, Priority: it.Priority + DefaultEstimate}
+	d := &Item{Element: e, Cached: true, state: stateDone, Priority: it.Priority + defaultEstimate}
 	s.cfg.Items = append(s.cfg.Items, d)
 	s.done++ // out of the pipeline, as a cached item would be by now; requeue takes it back
 	return d, true
