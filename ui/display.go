@@ -90,8 +90,8 @@ func logExcerpt(logPath string, n int) string {
 // shorter one is noise, not a wait for tokens worth reading.
 const minShownWait = 10 * time.Millisecond
 
-// WriteSummary prints the end-of-session summary.
-func WriteSummary(w io.Writer, s *queues.Summary) {
+// writeSummary prints the end-of-session summary (plain and TUI displays).
+func writeSummary(w io.Writer, s *queues.Summary) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "\nSession summary: %s, %s\n", s.Project, formatDuration(s.Elapsed))
 	for _, q := range s.Queues {
