@@ -238,11 +238,11 @@ func parseElement(data []byte, display string) (*parsedFile, *tomlDoc, error) {
 		return nil, nil, err
 	}
 	if f.Kind == "" {
-		return nil, nil, &ProjectError{File: display, Msg: "missing required key \"kind\"", Hint: "kinds: " + strings.Join(KindNames(), ", ")}
+		return nil, nil, &ProjectError{File: display, Msg: "missing required key \"kind\"", Hint: "kinds: " + strings.Join(kindNames(), ", ")}
 	}
 	kind, ok := LookupKind(f.Kind)
 	if !ok {
-		return nil, nil, doc.valueError("kind", "unknown kind %q%s; kinds: %s", f.Kind, didYouMean(f.Kind, KindNames()), strings.Join(KindNames(), ", "))
+		return nil, nil, doc.valueError("kind", "unknown kind %q%s; kinds: %s", f.Kind, didYouMean(f.Kind, kindNames()), strings.Join(kindNames(), ", "))
 	}
 	pf := &parsedFile{Kind: f.Kind, Description: f.Description, Pool: f.Pool,
 		Variables: f.Variables, Environment: f.Environment}

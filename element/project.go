@@ -124,7 +124,7 @@ func LoadProject(root string) (*Project, error) {
 		return nil, err
 	}
 	if p.WorkspaceDir == "" {
-		p.WorkspaceDir = DefaultWorkspaceDir
+		p.WorkspaceDir = defaultWorkspaceDir
 	}
 	ws, err := LoadWorkspaces(root)
 	if err != nil {
