@@ -695,7 +695,7 @@ func emptySysroot(sysroot string) error {
 // DamagedDependencyError is the build error for a DamagedDependency. It is not
 // the element's failure and is never cached as one.
 type DamagedDependencyError struct {
-	element.DamagedDependency
+	queues.DamagedDependency
 	Err error
 }
 
@@ -715,7 +715,7 @@ func damagedDependency(c *cache.Cache, a *cache.Artifact, blob *cache.BlobError)
 	if _, err := c.DropArtifact(a); err != nil {
 		return &infraError{fmt.Errorf("staging dependency %s: %v; dropping its artifact: %w", a.Element, blob, err)}
 	}
-	return &DamagedDependencyError{DamagedDependency: element.DamagedDependency{Element: a.Element, Key: a.Key,
+	return &DamagedDependencyError{DamagedDependency: queues.DamagedDependency{Element: a.Element, Key: a.Key,
 		Blob: blob.Digest.String(), Problem: blob.Error(), Removals: c.Removals()}, Err: blob}
 }
 
@@ -723,7 +723,7 @@ func damagedDependency(c *cache.Cache, a *cache.Artifact, blob *cache.BlobError)
 // the cache since the session planned with it: a cleanup in another process
 // removed it, a race the session heals.
 func vanishedDependency(c *cache.Cache, name, key string, err error) error {
-	return &DamagedDependencyError{DamagedDependency: element.DamagedDependency{Element: name, Key: key,
+	return &DamagedDependencyError{DamagedDependency: queues.DamagedDependency{Element: name, Key: key,
 		Problem: "its artifact is gone from the cache", Removals: c.Removals()},
 		Err: fmt.Errorf("its artifact %s is gone from the cache (a cache cleanup in another process?): %w", key[:min(len(key), 8)], err)}
 }

@@ -9,7 +9,6 @@ import (
 
 	"github.com/gantry-build/gantry/cache"
 	"github.com/gantry-build/gantry/cache/remote"
-	"github.com/gantry-build/gantry/element"
 	"github.com/gantry-build/gantry/internal/units"
 	"github.com/gantry-build/gantry/job"
 	"github.com/gantry-build/gantry/queues"
@@ -20,7 +19,7 @@ import (
 // every push remote the session found serving wrong bytes for it (pullSpec.Repair),
 // which gets it again in full (remote.RepairArtifact), with a warning. A blob of the
 // artifact found missing or damaged while it is read for the upload drops the
-// artifact (compare-and-delete) and fails the job with an element.DamagedDependency
+// artifact (compare-and-delete) and fails the job with an queues.DamagedDependency
 // naming the element itself: a build session builds it again and pushes that
 // (queues' heal), the push command fails.
 func pushJob(ctx context.Context, spec job.Spec, r *job.Reporter) (job.Result, error) {
@@ -48,7 +47,7 @@ func pushJob(ctx context.Context, spec job.Spec, r *job.Reporter) (job.Result, e
 			return pushArtifact(ctx, ps, c, b, r)
 		}
 	}
-	data, jerr := json.Marshal(element.DamagedDependency{Element: ps.Element, Key: ps.Key, Blob: damaged.Digest.String(), Problem: damaged.Error(),
+	data, jerr := json.Marshal(queues.DamagedDependency{Element: ps.Element, Key: ps.Key, Blob: damaged.Digest.String(), Problem: damaged.Error(),
 		Removals: c.Removals()})
 	if jerr != nil {
 		return job.Result{}, errors.Join(err, jerr)

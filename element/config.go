@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 
 	"github.com/gantry-build/gantry/cache"
+	"github.com/gantry-build/gantry/cache/remote"
 )
 
 // OnError is the scheduler's policy when a job fails.
@@ -50,7 +51,7 @@ type UserConfig struct {
 	Path      string          `toml:"-"`
 	Scheduler SchedulerConfig `toml:"scheduler"`
 	Cache     CacheConfig     `toml:"cache"`
-	Remotes   []Remote        `toml:"remote"`
+	Remotes   []remote.Spec   `toml:"remote"`
 	UI        struct {
 		Mode  string `toml:"mode"`
 		Color *bool  `toml:"color"`

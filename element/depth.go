@@ -5,10 +5,10 @@ import (
 	"fmt"
 )
 
-// MaxTOMLDepth is how deeply tables and arrays may nest in a TOML file gantry reads. The
+// maxTOMLDepth is how deeply tables and arrays may nest in a TOML file gantry reads. The
 // decoder's cost grows with the square of the nesting (4,000 nested inline tables took
 // 14.6 s and 656 MB), so a file nested deeper is refused before it is decoded.
-const MaxTOMLDepth = 64
+const maxTOMLDepth = 64
 
 // scanDepth measures how deeply the TOML text nests, without decoding it: the root table
 // is level 1, and each table or array inside a container is one level below it, whether
@@ -258,9 +258,9 @@ func (s *depthScanner) skipBlank() {
 	}
 }
 
-// checkDepth refuses text nested deeper than MaxTOMLDepth, naming the file and line.
+// checkDepth refuses text nested deeper than maxTOMLDepth, naming the file and line.
 func checkDepth(text []byte, doc *tomlDoc) error {
-	s := scanDepth(text, MaxTOMLDepth)
+	s := scanDepth(text, maxTOMLDepth)
 	if s.over == 0 {
 		return nil
 	}
@@ -275,6 +275,6 @@ func checkDepth(text []byte, doc *tomlDoc) error {
 	}
 	level := s.deepest
 	return &ProjectError{File: doc.display, Line: s.over, Col: col, Text: shown,
-		Msg:  fmt.Sprintf("tables or arrays nested more than %d levels deep (level %d here); gantry refuses such a file before decoding it", MaxTOMLDepth, level),
-		Hint: fmt.Sprintf("flatten the nesting to at most %d levels", MaxTOMLDepth)}
+		Msg:  fmt.Sprintf("tables or arrays nested more than %d levels deep (level %d here); gantry refuses such a file before decoding it", maxTOMLDepth, level),
+		Hint: fmt.Sprintf("flatten the nesting to at most %d levels", maxTOMLDepth)}
 }

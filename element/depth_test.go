@@ -17,7 +17,7 @@ func nestedInline(key string, n int) string {
 }
 
 // TestDeepTOMLIsRefusedBeforeDecoding: every TOML file gantry reads refuses nesting past
-// MaxTOMLDepth with file:line, quickly, where decoding 20,000 nested inline tables did not
+// maxTOMLDepth with file:line, quickly, where decoding 20,000 nested inline tables did not
 // finish.
 func TestDeepTOMLIsRefusedBeforeDecoding(t *testing.T) {
 	deep := nestedInline("x", 20_000)
@@ -90,10 +90,10 @@ func TestTOMLDepth(t *testing.T) {
 		"header": func(n int) string { return "[" + strings.Repeat("a.", n-2) + "a]" },
 	}
 	for name, make := range ways {
-		if _, line := tomlDepth([]byte(make(MaxTOMLDepth)), MaxTOMLDepth); line != 0 {
+		if _, line := tomlDepth([]byte(make(maxTOMLDepth)), maxTOMLDepth); line != 0 {
 			t.Errorf("%s: refused at the limit", name)
 		}
-		if _, line := tomlDepth([]byte(make(MaxTOMLDepth+1)), MaxTOMLDepth); line == 0 {
+		if _, line := tomlDepth([]byte(make(maxTOMLDepth+1)), maxTOMLDepth); line == 0 {
 			t.Errorf("%s: not refused one past the limit", name)
 		}
 	}
@@ -111,7 +111,7 @@ func tenMegabytesOfTOML() []byte {
 // TestTOMLDepthTenMegabytes: brackets in strings and comments of a large file are not
 // counted (the scan's speed is measured by BenchmarkTOMLDepth, not asserted here).
 func TestTOMLDepthTenMegabytes(t *testing.T) {
-	if level, line := tomlDepth(tenMegabytesOfTOML(), MaxTOMLDepth); level != 5 || line != 0 {
+	if level, line := tomlDepth(tenMegabytesOfTOML(), maxTOMLDepth); level != 5 || line != 0 {
 		t.Fatalf("level %d line %d, want 5 and not refused", level, line)
 	}
 }
@@ -122,7 +122,7 @@ func BenchmarkTOMLDepth(b *testing.B) {
 	data := tenMegabytesOfTOML()
 	b.SetBytes(int64(len(data)))
 	for b.Loop() {
-		tomlDepth(data, MaxTOMLDepth)
+		tomlDepth(data, maxTOMLDepth)
 	}
 }
 

@@ -70,7 +70,7 @@ type Element struct {
 	Workspace string     // the directory of its open workspace, which it builds from; "" for none
 
 	position   int       // index in Graph.Order
-	resolved   *Resolved // config and environment expanded with KeyPaths
+	resolved   *Resolved // config and environment expanded with keyPaths
 	unresolved bool      // resolved left to resolvedConfig (keyMemo)
 	configJSON []byte    // resolved as the key encodes it (encodeConfig)
 	fileID     fileid.ID // the file's identity when it was read (zero when unknown)
@@ -238,11 +238,11 @@ func parseElement(data []byte, display string) (*parsedFile, *tomlDoc, error) {
 		return nil, nil, err
 	}
 	if f.Kind == "" {
-		return nil, nil, &ProjectError{File: display, Msg: "missing required key \"kind\"", Hint: "kinds: " + strings.Join(KindNames(), ", ")}
+		return nil, nil, &ProjectError{File: display, Msg: "missing required key \"kind\"", Hint: "kinds: " + strings.Join(kindNames(), ", ")}
 	}
 	kind, ok := LookupKind(f.Kind)
 	if !ok {
-		return nil, nil, doc.valueError("kind", "unknown kind %q%s; kinds: %s", f.Kind, didYouMean(f.Kind, KindNames()), strings.Join(KindNames(), ", "))
+		return nil, nil, doc.valueError("kind", "unknown kind %q%s; kinds: %s", f.Kind, didYouMean(f.Kind, kindNames()), strings.Join(kindNames(), ", "))
 	}
 	pf := &parsedFile{Kind: f.Kind, Description: f.Description, Pool: f.Pool,
 		Variables: f.Variables, Environment: f.Environment}
@@ -673,7 +673,7 @@ func leavesRoot(p string) bool {
 // CheckVariables expands every variable of the element, so that an undefined or cyclic
 // variable is reported at load time even when no command uses it.
 func (e *Element) CheckVariables(p *Project) error {
-	return e.checkVariables(e.Variables(p, KeyPaths()))
+	return e.checkVariables(e.Variables(p, keyPaths()))
 }
 
 func (e *Element) checkVariables(vars *Variables) error {

@@ -52,7 +52,7 @@ func (in *Inputs) HashFiles() {
 // (HashFiles does).
 func (g *Graph) Inputs(e *Element) *Inputs {
 	in := &Inputs{Kind: e.Kind.Name, Sandbox: g.sandboxClass(e), Config: g.resolvedConfig(e), Deps: map[string]string{}}
-	vars := e.Variables(g.Project, KeyPaths())
+	vars := e.Variables(g.Project, keyPaths())
 	if all, err := vars.All(); err == nil {
 		in.Variables = all
 	}

@@ -45,7 +45,7 @@ func FuzzLoadElement(f *testing.F) {
 			return
 		}
 		e := g.Elements["app.toml"]
-		for _, paths := range []Paths{KeyPaths(), {BuildRoot: "/b", InstallRoot: "/i", Sysroot: "/s", MaxJobs: "2"}} {
+		for _, paths := range []Paths{keyPaths(), {BuildRoot: "/b", InstallRoot: "/i", Sysroot: "/s", MaxJobs: "2"}} {
 			r, err := e.Resolve(p, paths)
 			if err != nil {
 				t.Fatalf("resolves at load but not with other paths: %v", err)
@@ -59,7 +59,7 @@ func FuzzLoadElement(f *testing.F) {
 
 // FuzzExpand expands arbitrary variable definitions ("name=value" lines) and a string.
 // Expansion terminates quickly, never panics, is deterministic, and never returns a value
-// over MaxExpandedSize.
+// over maxExpandedSize.
 func FuzzExpand(f *testing.F) {
 	f.Add("a=%{b}%{b}\nb=%{c}%{c}\nc=xyz", "run %{a} %{prefix}")
 	f.Add("a=%{a}", "%{a}")
@@ -74,7 +74,7 @@ func FuzzExpand(f *testing.F) {
 		}
 		expand := func() (string, error) { return NewVariables(fixed, layer).Expand(s) }
 		out, err := expand()
-		if len(out) > MaxExpandedSize {
+		if len(out) > maxExpandedSize {
 			t.Fatalf("expanded to %d bytes", len(out))
 		}
 		if err == nil && !strings.Contains(s, "%{") && out != s {

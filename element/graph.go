@@ -132,7 +132,7 @@ func (g *Graph) loadOne(dir elementDir, name string, ref *Element, pc *ParseCach
 	// if asked for (resolvedConfig).
 	e.unresolved = e.keyMemo != nil && e.keyMemo.Context == g.keyContext
 	if !e.unresolved {
-		vars := e.Variables(g.Project, KeyPaths())
+		vars := e.Variables(g.Project, keyPaths())
 		if err := e.checkVariables(vars); err != nil {
 			return nil, err
 		}

@@ -43,7 +43,7 @@ func (e *Element) encodeConfig(g *Graph) {
 	e.configJSON = data
 }
 
-// resolvedConfig is e's config and environment expanded with KeyPaths. Loading resolves
+// resolvedConfig is e's config and environment expanded with keyPaths. Loading resolves
 // every element but those whose key memo was computed under the project's current
 // settings (keyMemo): those are resolved here, once, when asked for. Their resolution
 // succeeded then and depends on nothing that changed, so an error here is a bug.
@@ -51,7 +51,7 @@ func (e *Element) encodeConfig(g *Graph) {
 // commands' own goroutine).
 func (g *Graph) resolvedConfig(e *Element) *Resolved {
 	if e.unresolved {
-		r, err := e.Resolve(g.Project, KeyPaths())
+		r, err := e.Resolve(g.Project, keyPaths())
 		if err != nil {
 			panic(fmt.Sprintf("element: %s resolved when its key memo was made, and now: %v", e.Name, err))
 		}

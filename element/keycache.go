@@ -20,7 +20,7 @@ import (
 //   - the keys of its build and run dependencies, just computed: a Merkle chain, so a
 //     dependency whose key changed changes its dependants'.
 //
-// Anything else that enters a key (kinds, KeyPaths' use, the key's encoding) is in the
+// Anything else that enters a key (kinds, keyPaths' use, the key's encoding) is in the
 // gantry build, which the cache file's stamp names.
 //
 // Context, the project's settings alone (keyContext), also says whether the element's
@@ -44,7 +44,7 @@ func keyContext(p *Project) string {
 	data, err := json.Marshal(struct {
 		Project *Project
 		Paths   Paths
-	}{&q, KeyPaths()})
+	}{&q, keyPaths()})
 	if err != nil {
 		panic("element: encoding the key context: " + err.Error()) // only plain types inside
 	}

@@ -68,8 +68,8 @@ func LookupKind(name string) (*Kind, bool) {
 	return k, ok
 }
 
-// KindNames lists the known kinds, sorted.
-func KindNames() []string {
+// kindNames lists the known kinds, sorted.
+func kindNames() []string {
 	names := make([]string, 0, len(kinds))
 	for n := range kinds {
 		names = append(names, n)

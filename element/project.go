@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/gantry-build/gantry/cache/remote"
 	"github.com/gantry-build/gantry/source"
 )
 
@@ -28,7 +29,7 @@ type Project struct {
 	Variables      map[string]string `toml:"variables"`
 	Environment    map[string]string `toml:"environment"`
 	Pools          map[string]int    `toml:"pools"`
-	Remotes        []Remote          `toml:"remote"`
+	Remotes        []remote.Spec     `toml:"remote"`
 	// WorkspaceDir is where `workspace open` puts workspaces by default: relative to
 	// the project root, or absolute.
 	WorkspaceDir string `toml:"workspace-dir"`
@@ -123,7 +124,7 @@ func LoadProject(root string) (*Project, error) {
 		return nil, err
 	}
 	if p.WorkspaceDir == "" {
-		p.WorkspaceDir = DefaultWorkspaceDir
+		p.WorkspaceDir = defaultWorkspaceDir
 	}
 	ws, err := LoadWorkspaces(root)
 	if err != nil {

@@ -8,15 +8,13 @@ import (
 	"github.com/gantry-build/gantry/cache/remote"
 )
 
-// Remote is one [[remote]] artifact cache (DESIGN.md §7).
-type Remote = remote.Spec
-
-// remoteKeys are the keys of a [[remote]] table, in project.toml and the user config.
+// remoteKeys are the keys of a [[remote]] table (one artifact cache, DESIGN.md §7),
+// in project.toml and the user config.
 var remoteKeys = []string{"url", "push", "instance", "server-ca", "client-cert", "client-key", "token-file"}
 
 // checkRemotes validates the [[remote]] tables of a file and makes their file paths
 // absolute, relative to dir (the directory holding the file).
-func checkRemotes(doc *tomlDoc, remotes []Remote, dir string) error {
+func checkRemotes(doc *tomlDoc, remotes []remote.Spec, dir string) error {
 	for i := range remotes {
 		r := &remotes[i]
 		at := func(key string) string { return fmt.Sprintf("remote[%d].%s", i, key) }

@@ -26,13 +26,14 @@ var defaultVariables = map[string]string{
 }
 
 // Paths are the values of the path and machine variables for one expansion. Cache keys
-// use KeyPaths, so that where a build runs (host temp dirs, -j) never changes a key.
+// use keyPaths, so that where a build runs (host temp dirs, -j) never changes a key.
 type Paths struct {
 	BuildRoot, InstallRoot, Sysroot, MaxJobs string
 }
 
-// KeyPaths returns the canonical paths (those seen inside the bwrap sandbox).
-func KeyPaths() Paths {
+// keyPaths returns the canonical paths (those seen inside the bwrap sandbox:
+// actions.SandboxBuildRoot and SandboxInstallRoot, which element cannot import).
+func keyPaths() Paths {
 	return Paths{BuildRoot: "/gantry/build", InstallRoot: "/gantry/install", Sysroot: "/", MaxJobs: "%{max-jobs}"}
 }
 
@@ -85,10 +86,10 @@ func (v *Variables) Expand(s string) (string, error) {
 	return v.expand(s, nil)
 }
 
-// MaxExpandedSize bounds every expanded value (a variable, a command, an environment
+// maxExpandedSize bounds every expanded value (a variable, a command, an environment
 // value): doubling variables would otherwise grow exponentially. 1 MiB is far more than
 // any real command line (Linux caps one argument at 128 KiB).
-const MaxExpandedSize = 1 << 20
+const maxExpandedSize = 1 << 20
 
 func (v *Variables) expand(s string, stack []string) (string, error) {
 	var b strings.Builder
@@ -106,13 +107,13 @@ func (v *Variables) expand(s string, stack []string) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		if b.Len()+len(val) > MaxExpandedSize {
+		if b.Len()+len(val) > maxExpandedSize {
 			return "", v.tooLarge(stack)
 		}
 		b.WriteString(val)
 		s = s[i+2+end+1:]
 	}
-	if b.Len()+len(s) > MaxExpandedSize {
+	if b.Len()+len(s) > maxExpandedSize {
 		return "", v.tooLarge(stack)
 	}
 	b.WriteString(s)
@@ -120,13 +121,13 @@ func (v *Variables) expand(s string, stack []string) (string, error) {
 }
 
 // tooLarge names the variable being expanded (the innermost one) when a value passes
-// MaxExpandedSize.
+// maxExpandedSize.
 func (v *Variables) tooLarge(stack []string) error {
 	what := "the value"
 	if len(stack) > 0 {
 		what = "%{" + stack[len(stack)-1] + "}"
 	}
-	return &VariableError{Msg: fmt.Sprintf("%s expands to more than %d bytes (1 MiB, the limit for any expanded value): do variables refer to each other in a loop that doubles them?", what, MaxExpandedSize)}
+	return &VariableError{Msg: fmt.Sprintf("%s expands to more than %d bytes (1 MiB, the limit for any expanded value): do variables refer to each other in a loop that doubles them?", what, maxExpandedSize)}
 }
 
 func truncate(s string, n int) string {

@@ -19,9 +19,9 @@ import (
 // keeps out of version control.
 const WorkspacesFile = ".gantry/workspaces.json"
 
-// DefaultWorkspaceDir is where `workspace open` puts workspaces unless project.toml's
+// defaultWorkspaceDir is where `workspace open` puts workspaces unless project.toml's
 // workspace-dir or --directory says otherwise.
-const DefaultWorkspaceDir = "workspaces"
+const defaultWorkspaceDir = "workspaces"
 
 // Workspace is one open workspace: element builds from Directory instead of its sources.
 type Workspace struct {

@@ -150,8 +150,7 @@ func TestGateOpenBeforeReached(t *testing.T) {
 	// Right after Start, in a worker of its own, the job does not wait either.
 	opts := testOptions(t)
 	s, marker := startGate(t, gated(func(spec Spec, onMessage func(Message)) (*Job, error) {
-		opts.OnMessage = onMessage
-		return startOneShot(spec, opts)
+		return startOneShot(spec, opts, onMessage)
 	}))
 	if err := s.job.Open(); err != nil {
 		t.Fatal(err)

@@ -25,11 +25,6 @@ type Options struct {
 	// Grace is how long Terminate waits between SIGTERM and SIGKILL;
 	// 0 means DefaultGrace.
 	Grace time.Duration
-	// OnMessage, if set, receives every message of a job started in a
-	// one-shot pool (the tests' startOneShot) in the order the worker sent it,
-	// from a goroutine of the worker's own. It must not block for long: the
-	// worker waits while it does. (Workers.Start takes its own.)
-	OnMessage func(Message)
 }
 
 // Job is one job attempt running in a worker process. Its methods are safe for

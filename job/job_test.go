@@ -221,18 +221,6 @@ func (r *recorder) waitStatus(t *testing.T, prefix string) string {
 	}
 }
 
-// eventually polls cond until it holds, failing the test after 10s.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func waitOutcome(t *testing.T, j *Job) Outcome {
 	t.Helper()
 	select {
@@ -287,9 +275,9 @@ func launch(t *testing.T, action string, payload any, run func(Spec, func(Messag
 // ends: a Workers that never reuses its worker. It creates the log file's
 // directory and the log file (truncating it), which receives the worker's stdout
 // and stderr; the worker appends the job's log to it.
-func startOneShot(spec Spec, opts Options) (*Job, error) {
+func startOneShot(spec Spec, opts Options, onMessage func(Message)) (*Job, error) {
 	p := &Workers{opts: opts, oneShot: true}
-	return p.Start(spec, opts.OnMessage)
+	return p.Start(spec, onMessage)
 }
 
 // start runs action in a worker of its own (startOneShot).
@@ -298,8 +286,7 @@ func start(t *testing.T, action string, payload any, grace time.Duration) starte
 	opts := testOptions(t)
 	opts.Grace = grace
 	return launch(t, action, payload, func(spec Spec, onMessage func(Message)) (*Job, error) {
-		opts.OnMessage = onMessage
-		return startOneShot(spec, opts)
+		return startOneShot(spec, opts, onMessage)
 	})
 }
 
@@ -333,13 +320,13 @@ func procState(pid int) string {
 // file has stopped growing, and returns the file's size.
 func waitStopped(t *testing.T, pid int, ticks string) int64 {
 	t.Helper()
-	eventually(t, fmt.Sprintf("grandchild %d to be stopped", pid), func() bool {
+	proctest.Eventually(t, fmt.Sprintf("grandchild %d to be stopped", pid), func() bool {
 		p, ok := proctest.Read(pid)
 		return ok && p.Stopped()
 	})
 	// Settle: a write in flight when SIGSTOP arrived may still land.
 	size := fileSize(ticks)
-	eventually(t, "the tick file to stop growing", func() bool {
+	proctest.Eventually(t, "the tick file to stop growing", func() bool {
 		time.Sleep(50 * time.Millisecond)
 		n := fileSize(ticks)
 		stable := n == size
@@ -352,7 +339,7 @@ func waitStopped(t *testing.T, pid int, ticks string) int64 {
 // waitGrowing waits until the tick file is larger than size.
 func waitGrowing(t *testing.T, ticks string, size int64) {
 	t.Helper()
-	eventually(t, fmt.Sprintf("%s to grow past %d bytes", ticks, size), func() bool { return fileSize(ticks) > size })
+	proctest.Eventually(t, fmt.Sprintf("%s to grow past %d bytes", ticks, size), func() bool { return fileSize(ticks) > size })
 }
 
 func grandchildPid(t *testing.T, rec *recorder) int {
@@ -560,7 +547,7 @@ func TestTerminateReachesWholeGroup(t *testing.T) {
 	if log := readFile(t, s.log); !strings.Contains(log, "grandchild: signal: terminated") {
 		t.Errorf("log does not show the grandchild killed by SIGTERM:\n%s", log)
 	}
-	eventually(t, fmt.Sprintf("grandchild %d to be gone", pid), func() bool { return !proctest.Alive(pid) })
+	proctest.Eventually(t, fmt.Sprintf("grandchild %d to be gone", pid), func() bool { return !proctest.Alive(pid) })
 	for _, err := range []error{s.job.Suspend(), s.job.Resume(), s.job.Terminate(), s.job.Kill()} {
 		if err != nil {
 			t.Errorf("signalling an exited job: %v", err)
@@ -584,7 +571,7 @@ func TestTerminateSuspended(t *testing.T) {
 	if !out.Terminated || out.Result.Error != "terminated" || out.ExitCode != 1 {
 		t.Errorf("outcome = %+v, want the child's own terminated result", out)
 	}
-	eventually(t, fmt.Sprintf("grandchild %d to be gone", pid), func() bool { return !proctest.Alive(pid) })
+	proctest.Eventually(t, fmt.Sprintf("grandchild %d to be gone", pid), func() bool { return !proctest.Alive(pid) })
 }
 
 func TestTerminateKillsAfterGrace(t *testing.T) {
@@ -605,7 +592,7 @@ func TestTerminateKillsAfterGrace(t *testing.T) {
 	if !out.Terminated || out.ExitCode != -1 || out.Result.Error != want {
 		t.Errorf("outcome = %+v, want terminated, exit -1, error %q", out, want)
 	}
-	eventually(t, fmt.Sprintf("grandchild %d to be gone", pid), func() bool { return !proctest.Alive(pid) })
+	proctest.Eventually(t, fmt.Sprintf("grandchild %d to be gone", pid), func() bool { return !proctest.Alive(pid) })
 }
 
 func TestStartErrors(t *testing.T) {
@@ -625,7 +612,7 @@ func TestStartErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			j, err := startOneShot(tt.spec, tt.opts)
+			j, err := startOneShot(tt.spec, tt.opts, nil)
 			if err == nil {
 				j.Kill()
 				j.Wait()
@@ -643,7 +630,7 @@ func TestStartErrors(t *testing.T) {
 // second's death is the job's failure.
 func TestForeignChild(t *testing.T) {
 	logPath := filepath.Join(t.TempDir(), "sh.log")
-	j, err := startOneShot(Spec{ID: "sh", LogPath: logPath}, Options{Command: []string{"sh", "-c", "echo oops >&2; exit 7"}})
+	j, err := startOneShot(Spec{ID: "sh", LogPath: logPath}, Options{Command: []string{"sh", "-c", "echo oops >&2; exit 7"}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -80,7 +80,8 @@ const (
 func (t MessageType) String() string { return string(t) }
 
 // Message is one report from a child. Messages are values; the parent hands
-// each one to Options.OnMessage in the order the child sent them.
+// each one to the onMessage given to Workers.Start, in the order the child
+// sent them.
 type Message struct {
 	Type   MessageType     `json:"type"`
 	Time   time.Time       `json:"time"`

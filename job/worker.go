@@ -34,8 +34,7 @@ type Workers struct {
 	closed  bool
 }
 
-// NewWorkers returns an empty pool that starts workers with opts (its
-// OnMessage is not used: each Start names its own).
+// NewWorkers returns an empty pool that starts workers with opts.
 func NewWorkers(opts Options) *Workers { return &Workers{opts: opts} }
 
 // Started returns how many worker processes the pool has started.

@@ -94,7 +94,7 @@ func TestWorkerRetiresAfterLeak(t *testing.T) {
 		t.Errorf("next job: outcome %+v in worker %d (leaking job's: %d), %d workers started; want OK in a second worker",
 			out, next.job.Pid(), leak.job.Pid(), p.Started())
 	}
-	eventually(t, "the retired worker to exit", func() bool { return !proctest.Alive(leak.job.Pid()) })
+	proctest.Eventually(t, "the retired worker to exit", func() bool { return !proctest.Alive(leak.job.Pid()) })
 }
 
 // A daemon a job leaves behind is dead, and reaped, when the job's result
@@ -187,7 +187,7 @@ func TestWorkerAfterTerminateAndClose(t *testing.T) {
 		if out := waitOutcome(t, s.job); !out.Terminated {
 			t.Errorf("outcome %+v, want terminated", out)
 		}
-		eventually(t, "the stopped job's worker to exit", func() bool { return !proctest.Alive(s.job.Pid()) })
+		proctest.Eventually(t, "the stopped job's worker to exit", func() bool { return !proctest.Alive(s.job.Pid()) })
 	}
 	idle, _ := runIn(t, p, "messages", nil)
 	if p.Started() != 3 {
@@ -241,7 +241,7 @@ func startStopped(t *testing.T, p *Workers, action string, payload any, run func
 	}
 	// Stopped only once seen so: until a thread of it takes the signal, another
 	// could read the job.
-	eventually(t, fmt.Sprintf("worker %d to be stopped", idle), func() bool { return procState(idle) == "T" })
+	proctest.Eventually(t, fmt.Sprintf("worker %d to be stopped", idle), func() bool { return procState(idle) == "T" })
 	s := launch(t, action, payload, run)
 	if pid := s.job.Pid(); pid != idle {
 		t.Fatalf("the job went to worker %d, want the idle worker %d", pid, idle)
@@ -291,8 +291,8 @@ func TestWorkerHandOverKeepsSuspension(t *testing.T) {
 		t.Fatal(err)
 	}
 	var next int
-	eventually(t, "the job to go to a new worker", func() bool { next = s.job.Pid(); return next != idle })
-	eventually(t, fmt.Sprintf("the new worker %d to be stopped", next), func() bool { return procState(next) == "T" })
+	proctest.Eventually(t, "the job to go to a new worker", func() bool { next = s.job.Pid(); return next != idle })
+	proctest.Eventually(t, fmt.Sprintf("the new worker %d to be stopped", next), func() bool { return procState(next) == "T" })
 	if len(s.rec.messages()) != 0 {
 		t.Errorf("a suspended job sent %+v", s.rec.messages())
 	}
@@ -399,7 +399,7 @@ func TestSuspendBeforeWorkerStarts(t *testing.T) {
 	if err := s.job.Resume(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the resumed job to run", func() bool { _, err := os.Stat(marker); return err == nil })
+	proctest.Eventually(t, "the resumed job to run", func() bool { _, err := os.Stat(marker); return err == nil })
 	if err := s.job.Terminate(); err != nil {
 		t.Fatal(err)
 	}

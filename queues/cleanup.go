@@ -142,7 +142,7 @@ func (s *Scheduler) keep() []ArtifactKey {
 		}
 	}
 	for _, it := range s.cfg.Items {
-		unfinished := it.state.queued() && !it.Failed && !it.Terminated
+		unfinished := it.state.queued() && !it.Failed && !it.stopped()
 		if unfinished || s.cfg.Cleanup != nil && s.cfg.Cleanup.Deliver(it) {
 			add(it)
 		}

@@ -13,7 +13,7 @@ import (
 // Healing a damaged dependency within the session. A build job that finds a
 // staged dependency's artifact gone from the cache, or a blob of it missing or
 // corrupt (then it drops the artifact), says so in its result
-// (element.DamagedDependency). The loop then takes the dependency back into the
+// (DamagedDependency, below). The loop then takes the dependency back into the
 // pipeline — from the first queue after Track, so it is pulled, fetched and
 // built again as needed — publishes the changed plan (Config.Needs) and puts
 // the element back in its queue to wait for it.
@@ -27,6 +27,25 @@ import (
 // replaced). Damaged again with no cleanup between, the fault would repeat:
 // the element's failure stands.
 
+// DamagedDependency is the Data of a failed job's result that the loop heals:
+// a build's staging found a dependency's artifact gone from the cache, or a
+// blob of it missing or corrupt, or a push's upload found such a blob in the
+// element's own artifact. The job has removed a corrupt blob and dropped the
+// artifact from the cache, so that it is built (or pulled) again before the
+// element is built or pushed. It is the loop's to define, beside Claim: the
+// jobs (actions) report it, the loop reads it.
+type DamagedDependency struct {
+	Element string `json:"element"`
+	Key     string `json:"key"`
+	Blob    string `json:"blob,omitempty"` // the blob's digest, "hash/size"
+	Problem string `json:"problem"`
+	// Removals is the cache's count of cleanups that removed something
+	// (cache.Removals) when the damage was found: the scheduler heals the
+	// dependency again only when it has grown since the last heal, that is
+	// when a cleanup in another process may have taken it.
+	Removals uint64 `json:"removals"`
+}
+
 // heal handles a failed build whose result names a damaged dependency, and
 // reports whether it did; false leaves the failure to finish. Loop goroutine
 // only.
@@ -34,7 +53,7 @@ func (s *Scheduler) heal(a *activeJob, res job.Result, end JobEnd) bool {
 	if a.qs.q.Action() != Build || len(res.Data) == 0 || s.quitting {
 		return false
 	}
-	var damaged element.DamagedDependency
+	var damaged DamagedDependency
 	if json.Unmarshal(res.Data, &damaged) != nil || damaged.Element == "" {
 		return false
 	}
@@ -68,7 +87,7 @@ func (s *Scheduler) heal(a *activeJob, res job.Result, end JobEnd) bool {
 // takeBack sends it, whose artifact damaged says is damaged or gone, back into
 // the pipeline from the first queue after Track, to be built again, and books
 // the heal (see the top of this file).
-func (s *Scheduler) takeBack(it *Item, damaged element.DamagedDependency) {
+func (s *Scheduler) takeBack(it *Item, damaged DamagedDependency) {
 	it.Cached = false
 	it.healedAt, it.healRemovals = time.Now(), damaged.Removals
 	s.requeue(it, s.firstQueueAfterTrack())
@@ -85,13 +104,13 @@ func (it *Item) healed() bool { return !it.healedAt.IsZero() }
 // returns nil when the failure stands: the dependency failed, was damaged again
 // after being healed with no cleanup between (see the top of this file), is not
 // a dependency of it, or has a job running.
-func (s *Scheduler) itemToHeal(it *Item, damaged element.DamagedDependency, started time.Time) (dep *Item, rebuild bool) {
+func (s *Scheduler) itemToHeal(it *Item, damaged DamagedDependency, started time.Time) (dep *Item, rebuild bool) {
 	for _, d := range s.cfg.Items {
 		if d.Name() != damaged.Element {
 			continue
 		}
 		switch {
-		case d.healed() && !d.Cached && !d.Failed && !d.Terminated:
+		case d.healed() && !d.Cached && !d.Failed && !d.stopped():
 			return d, false
 		case d.healed() && d.Cached && started.Before(d.healedAt):
 			return d, false // it staged what the heal replaced: try again as it is
@@ -106,7 +125,7 @@ func (s *Scheduler) itemToHeal(it *Item, damaged element.DamagedDependency, star
 	if e == nil {
 		return nil, false
 	}
-	d := &Item{Element: e, Cached: true, state: stateDone, Priority: it.Priority + DefaultEstimate}
+	d := &Item{Element: e, Cached: true, state: stateDone, Priority: it.Priority + defaultEstimate}
 	s.cfg.Items = append(s.cfg.Items, d)
 	s.done++ // out of the pipeline, as a cached item would be by now; requeue takes it back
 	return d, true

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/gantry-build/gantry/element"
 	"github.com/gantry-build/gantry/job"
 )
 
@@ -13,7 +12,7 @@ import (
 // every blob it reads for the upload; a blob that is missing or not its digest
 // stops the upload before the remote stores it, and the job drops the artifact
 // from the cache (compare-and-delete) and says so in its result, an
-// element.DamagedDependency naming the element itself. In a session that
+// DamagedDependency naming the element itself. In a session that
 // builds, the loop takes the element back into the pipeline from the first
 // queue after Track — so it is built again — and its push follows; once per
 // session: damaged again, the push's failure stands. A session that builds nothing
@@ -29,7 +28,7 @@ func (s *Scheduler) healPush(a *activeJob, res job.Result, end JobEnd) bool {
 	if a.qs.q.Action() != Push || len(res.Data) == 0 || s.quitting || it.healed() || it.Pulled || s.queueOf(Build) == nil {
 		return false
 	}
-	var damaged element.DamagedDependency
+	var damaged DamagedDependency
 	if json.Unmarshal(res.Data, &damaged) != nil || damaged.Element != it.Name() {
 		return false
 	}

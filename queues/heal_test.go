@@ -16,10 +16,10 @@ func failDamaged(t *testing.T, j *fakeJob, dep string) {
 }
 
 // failDamagedAfter is failDamaged when the cache has seen removals cleanups that
-// removed something (element.DamagedDependency.Removals).
+// removed something (DamagedDependency.Removals).
 func failDamagedAfter(t *testing.T, j *fakeJob, dep string, removals uint64) {
 	t.Helper()
-	data, err := json.Marshal(element.DamagedDependency{Element: dep, Key: "k", Blob: "h/1", Problem: "blob h/1 is missing", Removals: removals})
+	data, err := json.Marshal(DamagedDependency{Element: dep, Key: "k", Blob: "h/1", Problem: "blob h/1 is missing", Removals: removals})
 	if err != nil {
 		t.Fatal(err)
 	}

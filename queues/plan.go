@@ -7,8 +7,8 @@ import (
 	"github.com/gantry-build/gantry/element"
 )
 
-// DefaultEstimate is the build time assumed for an element never built before.
-const DefaultEstimate = 2 * time.Second
+// defaultEstimate is the build time assumed for an element never built before.
+const defaultEstimate = 2 * time.Second
 
 // PlanOptions says how to plan a build session.
 type PlanOptions struct {
@@ -149,7 +149,7 @@ func setPriorities(order []*Item, estimate func(*element.Element) (time.Duration
 		it := order[i]
 		own := time.Duration(0)
 		if !it.Cached && !it.Failed {
-			own = DefaultEstimate
+			own = defaultEstimate
 			if estimate != nil {
 				if d, ok := estimate(it.Element); ok {
 					own = d

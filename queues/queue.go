@@ -58,8 +58,6 @@ type Item struct {
 	Cached bool
 	// Failed: a job for it failed in this session, or a failed build is cached.
 	Failed bool
-	// Terminated: its job was stopped by a terminate.
-	Terminated bool
 	// Retried: its job failed in this session and the user asked to run it again
 	// (CmdRetry): the failure it cached is not a result to reuse (see Claimer).
 	Retried bool
@@ -109,10 +107,10 @@ type itemPlan struct {
 	expand       bool    // the plan would build it: its build dependencies are needed
 }
 
-// gate is what the plan says about it before its queue does: an item of a tracked
-// plan waits for the plan's decision, a spare item for the pulls it may be needed
-// for. When the gate does not decide (ok false), the queue's own rule applies.
-func (p *itemPlan) gate(it *Item) (st Status, reason string, ok bool) {
+// planGate is what the plan says about it before its queue does: an item of a
+// tracked plan waits for the plan's decision, a spare item for the pulls it may be
+// needed for. When the gate does not decide (ok false), the queue's own rule applies.
+func (it *Item) planGate() (st Status, reason string, ok bool) {
 	if st, reason, ok := deferredStatus(it); ok {
 		return st, reason, true
 	}
@@ -126,6 +124,9 @@ func (p *itemPlan) open() bool { return p.later == nil && p.spare == nil }
 
 // Name is the element's name.
 func (it *Item) Name() string { return it.Element.Name }
+
+// stopped reports whether its job was stopped by a terminate: it goes no further.
+func (it *Item) stopped() bool { return it.state == stateStopped }
 
 // Spare reports whether the plan kept it only in case a pull falls back to
 // building (see planWithRemotes): no remote was asked about it. A queue sees a

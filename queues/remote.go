@@ -89,7 +89,7 @@ func (p *pullPlan) reach() map[*Item]bool {
 	return seen
 }
 
-// spareStatus is the plan's gate for a spare item (itemPlan.gate): when it does not
+// spareStatus is the plan's gate for a spare item (Item.planGate): when it does not
 // decide (ok false), the queue's own rule applies.
 func spareStatus(it *Item) (st Status, reason string, ok bool) {
 	p := it.plan.spare

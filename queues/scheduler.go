@@ -374,11 +374,11 @@ func (s *Scheduler) harvest() bool {
 }
 
 // status is what qs says about it, the plan's gate first: every queue after Track
-// sees an item only once the plan lets it through (itemPlan.gate), so a queue's
+// sees an item only once the plan lets it through (Item.planGate), so a queue's
 // Status says only what the queue itself knows.
 func (s *Scheduler) status(qs *queueState, it *Item) (Status, string) {
 	if qs.q.Action() != Track {
-		if st, reason, ok := it.plan.gate(it); ok {
+		if st, reason, ok := it.planGate(); ok {
 			return st, reason
 		}
 	}
@@ -571,7 +571,6 @@ func (s *Scheduler) finish(a *activeJob, out job.Outcome) {
 	}
 	switch {
 	case terminated:
-		it.Terminated = true
 		qs.move(it, stateStopped)
 		end.Result = ResultTerminated
 		s.jobEnded(end)
@@ -906,7 +905,7 @@ func (s *Scheduler) summarize() *Summary {
 		}
 	}
 	for _, it := range s.cfg.Items {
-		if it.Terminated {
+		if it.stopped() {
 			sum.NotStarted = append(sum.NotStarted, NotStarted{Element: it.Name(), Reason: "terminated"})
 		}
 	}
@@ -918,7 +917,7 @@ func (s *Scheduler) whyNotStarted(qs *queueState, it *Item) string {
 		return it.plan.later.blocked
 	}
 	if dep := failedDependency(it, map[*Item]bool{}); dep != nil {
-		if dep.Terminated {
+		if dep.stopped() {
 			return fmt.Sprintf("dependency %s was terminated", dep.Name())
 		}
 		return fmt.Sprintf("dependency %s failed", dep.Name())
@@ -941,7 +940,7 @@ func failedDependency(it *Item, seen map[*Item]bool) *Item {
 			continue
 		}
 		seen[d] = true
-		if d.Failed || d.Terminated {
+		if d.Failed || d.stopped() {
 			return d
 		}
 		if f := failedDependency(d, seen); f != nil {

@@ -765,7 +765,7 @@ func TestPriority(t *testing.T) {
 	tests := []struct {
 		name     string
 		graph    []string
-		estimate map[string]time.Duration // missing: DefaultEstimate
+		estimate map[string]time.Duration // missing: defaultEstimate
 		want     []string
 	}{
 		{
@@ -783,7 +783,7 @@ func TestPriority(t *testing.T) {
 		{
 			name:     "unknown elements get the default estimate",
 			graph:    []string{"known", "unknown"},
-			estimate: map[string]time.Duration{"known": DefaultEstimate / 2},
+			estimate: map[string]time.Duration{"known": defaultEstimate / 2},
 			want:     []string{"unknown", "known"},
 		},
 		{

@@ -23,7 +23,7 @@ const (
 	stateParked                // kept aside until an item it waits on ends, or another builder's claim
 	stateRunning               // a job of its queue runs for it
 	statePassed                // its queue is done with it (skipped, or its job succeeded): promoted next
-	stateStopped               // its job was terminated (Item.Terminated); it goes no further
+	stateStopped               // its job was terminated; it goes no further
 	stateDone                  // out of the pipeline: through every queue
 	stateFailed                // out of the pipeline: failed, or a failed build is cached
 )

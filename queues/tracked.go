@@ -59,7 +59,7 @@ func (it *Item) tracked() bool {
 	case stateUnqueued:
 		return false
 	case stateDone, stateFailed:
-		return !it.Failed && !it.Terminated
+		return !it.Failed
 	}
 	return it.queue > 0
 }
@@ -110,7 +110,7 @@ func (tp *trackedPlan) whyNoKey(e *element.Element, err error) string {
 	return err.Error()
 }
 
-// deferredStatus is the plan's gate for an item of a tracked plan (itemPlan.gate):
+// deferredStatus is the plan's gate for an item of a tracked plan (Item.planGate):
 // when it does not decide (ok false), the queue's own rule applies.
 func deferredStatus(it *Item) (st Status, reason string, ok bool) {
 	d := it.plan.later

@@ -15,9 +15,9 @@ import (
 // invocation shares, the probe's included.
 //
 // No --new-session: it would put the command in a session and process group
-// of its own, out of reach of a SIGSTOP to the job's process group. Run's
-// NewGroup mode starts bwrap itself with setsid instead, which also leaves
-// the sandbox without a controlling terminal (the TIOCSTI concern
+// of its own, out of reach of a SIGSTOP to the job's process group.
+// Runner.Run's NewGroup mode starts bwrap itself with setsid instead, which
+// also leaves the sandbox without a controlling terminal (the TIOCSTI concern
 // --new-session addresses).
 func bwrapIsolationArgs(network bool) []string {
 	args := []string{

@@ -229,16 +229,16 @@ func TestBwrapSuspendAndCancelNewGroup(t *testing.T) {
 	if err := syscall.Kill(-pgid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "every process in the sandbox is stopped", func() bool { return allStopped(pgid, len(members)) })
+	proctest.Eventually(t, "every process in the sandbox is stopped", func() bool { return allStopped(pgid, len(members)) })
 	if err := syscall.Kill(-pgid, syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "every process in the sandbox runs again", func() bool { return proctest.NoneStopped(proctest.Group(pgid)) })
+	proctest.Eventually(t, "every process in the sandbox runs again", func() bool { return proctest.NoneStopped(proctest.Group(pgid)) })
 
 	if err := syscall.Kill(-pgid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "every process in the sandbox is stopped", func() bool { return allStopped(pgid, len(members)) })
+	proctest.Eventually(t, "every process in the sandbox is stopped", func() bool { return allStopped(pgid, len(members)) })
 	cause := errors.New("terminated by test")
 	cancel(cause)
 	select {
@@ -250,7 +250,7 @@ func TestBwrapSuspendAndCancelNewGroup(t *testing.T) {
 		t.Fatal("Run did not return after cancellation of a stopped sandbox")
 	}
 	for _, p := range members {
-		eventually(t, fmt.Sprintf("%s (%d) is gone", p.Comm, p.PID), func() bool { return !proctest.Alive(p.PID) })
+		proctest.Eventually(t, fmt.Sprintf("%s (%d) is gone", p.Comm, p.PID), func() bool { return !proctest.Alive(p.PID) })
 	}
 }
 
@@ -294,21 +294,21 @@ func TestCallerGroupSuspendAndTerminate(t *testing.T) {
 			if err := syscall.Kill(-pgid, syscall.SIGSTOP); err != nil {
 				t.Fatal(err)
 			}
-			eventuallyDescribed(t, "everything in the job's group is stopped", func() bool { return allStopped(pgid, len(members)) },
+			proctest.EventuallyDescribed(t, "everything in the job's group is stopped", func() bool { return allStopped(pgid, len(members)) },
 				func() string {
 					return fmt.Sprintf("%d members when it said ready:\n%s\nnow:\n%s", len(members), proctest.Describe(members), proctest.DescribeGroup(pgid))
 				})
 			if err := syscall.Kill(-pgid, syscall.SIGCONT); err != nil {
 				t.Fatal(err)
 			}
-			eventually(t, "everything in the job's group runs again", func() bool { return proctest.NoneStopped(proctest.Group(pgid)) })
+			proctest.Eventually(t, "everything in the job's group runs again", func() bool { return proctest.NoneStopped(proctest.Group(pgid)) })
 
 			if err := syscall.Kill(-pgid, syscall.SIGTERM); err != nil {
 				t.Fatal(err)
 			}
 			_ = helper.Wait()
 			for _, p := range members {
-				eventually(t, fmt.Sprintf("%s (%d) is gone", p.Comm, p.PID), func() bool { return !proctest.Alive(p.PID) })
+				proctest.Eventually(t, fmt.Sprintf("%s (%d) is gone", p.Comm, p.PID), func() bool { return !proctest.Alive(p.PID) })
 			}
 		})
 	}
@@ -338,6 +338,6 @@ func TestBwrapCancelCallerGroup(t *testing.T) {
 		t.Errorf("Run returned %v, want the cause", err)
 	}
 	for _, p := range tree {
-		eventually(t, fmt.Sprintf("process %d is gone", p.Pid), func() bool { return !proctest.Alive(p.Pid) })
+		proctest.Eventually(t, fmt.Sprintf("process %d is gone", p.Pid), func() bool { return !proctest.Alive(p.Pid) })
 	}
 }

@@ -115,34 +115,6 @@ func waitReady(t *testing.T, w *readyWriter, errc <-chan error) {
 	}
 }
 
-// eventually polls cond until it holds or 10s pass. For process states,
-// which the kernel changes asynchronously with no event to wait on.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	eventuallyDescribed(t, what, cond, nil)
-}
-
-// eventuallyDescribed is eventually that, when it times out, says what describe
-// returns (the processes it was waiting on, their states). A loaded machine can
-// keep a process in uninterruptible sleep for seconds, so it waits up to 30s.
-func eventuallyDescribed(t *testing.T, what string, cond func() bool, describe func() string) {
-	t.Helper()
-	wait := 10 * time.Second
-	if describe != nil {
-		wait = 30 * time.Second
-	}
-	deadline := time.Now().Add(wait)
-	for !cond() {
-		if time.Now().After(deadline) {
-			if describe != nil {
-				t.Fatalf("timed out waiting until %s; %s", what, describe())
-			}
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // allStopped reports whether the group has at least min members, each stopped
 // or about to stop (proctest.Proc.Stopped).
 func allStopped(pgid, min int) bool {

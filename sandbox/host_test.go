@@ -236,7 +236,7 @@ func TestRunCancelKillsProcessAndChildren(t *testing.T) {
 				t.Errorf("Run returned after %v, before the grace period for SIGTERM", elapsed)
 			}
 			for _, pid := range pids {
-				eventually(t, "process "+strconv.Itoa(pid)+" is gone", func() bool { return !proctest.Alive(pid) })
+				proctest.Eventually(t, "process "+strconv.Itoa(pid)+" is gone", func() bool { return !proctest.Alive(pid) })
 			}
 		})
 	}
@@ -251,7 +251,7 @@ func TestRunNewGroupKillsLeftovers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the background process is gone", func() bool { return !proctest.Alive(pid) })
+	proctest.Eventually(t, "the background process is gone", func() bool { return !proctest.Alive(pid) })
 }
 
 func TestRunNoControllingTerminalInNewGroup(t *testing.T) {
@@ -313,7 +313,7 @@ func TestShellCancel(t *testing.T) {
 	if elapsed := time.Since(start); elapsed > killGrace {
 		t.Errorf("Shell took %v to return; SIGTERM should have been enough", elapsed)
 	}
-	eventually(t, "the shell's background process is gone", func() bool { return !proctest.Alive(bg) })
+	proctest.Eventually(t, "the shell's background process is gone", func() bool { return !proctest.Alive(bg) })
 }
 
 // runOutput runs command with Run in cfg and returns its output and error.

@@ -18,7 +18,8 @@ import (
 // says why, for the log. Auto (or "") becomes Bwrap when sysroot provides an
 // executable /bin/sh (symlinks followed inside the sysroot, e.g. to busybox)
 // and bwrap works on this machine, otherwise Host. Host and Bwrap are kept as
-// requested; if bwrap does not work, the reason says so and Run will fail.
+// requested; if bwrap does not work, the reason says so and Runner.Run will
+// fail.
 func Resolve(k Kind, sysroot string) (Kind, string) {
 	switch k {
 	case Host:

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/gantry-build/gantry/internal/proctest"
 )
 
 // TestRunnerKeepsWhatItPrepared: a Runner's commands run with the environment
@@ -129,7 +131,7 @@ func TestRunnerOutputPipe(t *testing.T) {
 	for i, step := range steps {
 		if i == 2 {
 			writeFile(t, filepath.Join(cfg.BuildDir, "go1"), "", 0o644)
-			eventually(t, "the first background process wrote", func() bool { return exists(filepath.Join(cfg.BuildDir, "wrote1")) })
+			proctest.Eventually(t, "the first background process wrote", func() bool { return exists(filepath.Join(cfg.BuildDir, "wrote1")) })
 		}
 		_ = p.Run(context.Background(), step.command)
 		if want += step.output; out.String() != want {
@@ -137,7 +139,7 @@ func TestRunnerOutputPipe(t *testing.T) {
 		}
 	}
 	writeFile(t, filepath.Join(cfg.BuildDir, "go2"), "", 0o644)
-	eventually(t, "the second background process wrote", func() bool { return exists(filepath.Join(cfg.BuildDir, "wrote2")) })
+	proctest.Eventually(t, "the second background process wrote", func() bool { return exists(filepath.Join(cfg.BuildDir, "wrote2")) })
 	if err := p.Close(); err != nil {
 		t.Errorf("Close: %v", err)
 	}

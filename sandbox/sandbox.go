@@ -11,8 +11,9 @@
 //     Not hermetic, works everywhere.
 //
 // Kind "auto" is turned into one of these by Resolve before anything runs;
-// the caller then expands %{build-root}, %{install-root} and %{sysroot} with
-// Config.Paths for the resolved kind, since host and bwrap see different paths.
+// the caller then expands %{build-root}, %{install-root} and %{sysroot} for
+// the resolved kind, since host and bwrap see different paths (under bwrap,
+// Config's SandboxBuildRoot and SandboxInstallRoot, and /).
 //
 // Every command runs as `sh -e -c COMMAND`. Process hygiene: the command's
 // process is killed if gantry dies (Pdeathsig, and bwrap's --die-with-parent),
@@ -49,20 +50,21 @@ const (
 	DefaultSandboxInstallRoot = "/gantry/install"
 )
 
-// ProcessGroup says which process group a command started by Run lives in,
-// and so which processes a signal to a group reaches.
+// ProcessGroup says which process group a command started by Runner.Run
+// lives in, and so which processes a signal to a group reaches.
 type ProcessGroup int
 
 const (
 	// NewGroup (the default) starts the command in a new session and process
 	// group of its own (Setsid: it also has no controlling terminal, so it
 	// cannot write to or inject input into the user's terminal). On
-	// cancellation Run signals the whole group, which includes every process
-	// the command started, in the sandbox or not, and when the command exits
-	// Run kills whatever it left running in the group (on Linux).
+	// cancellation Runner.Run signals the whole group, which includes every
+	// process the command started, in the sandbox or not, and when the
+	// command exits it kills whatever it left running in the group (on
+	// Linux).
 	//
-	// Use it when Run is called in-process and nobody outside needs to signal
-	// the command.
+	// Use it when Runner.Run is called in-process and nobody outside needs to
+	// signal the command.
 	NewGroup ProcessGroup = iota
 
 	// CallerGroup leaves the command in the caller's process group. Use it in
@@ -70,11 +72,11 @@ const (
 	// terminates by signalling the job's process group: the command and all
 	// of its children, including those inside bwrap's PID namespace, are in
 	// that group and receive those signals. (A NewGroup command would keep
-	// running while its job is stopped.) On cancellation Run signals the
-	// command's process and its descendants (found in /proc on Linux; under
+	// running while its job is stopped.) On cancellation Runner.Run signals
+	// the command's process and its descendants (found in /proc on Linux; under
 	// bwrap, the sandbox dies with its bwrap process anyway). Background
 	// processes a host command leaves running when it exits normally are not
-	// killed by Run; they stay in the caller's group.
+	// killed by Runner.Run; they stay in the caller's group.
 	CallerGroup
 )
 
@@ -106,15 +108,15 @@ type Config struct {
 	Env map[string]string
 
 	// Stdout and Stderr receive the command's output (the build log). Nil
-	// discards it. Run gives commands /dev/null as stdin.
+	// discards it. Runner.Run gives commands /dev/null as stdin.
 	Stdout, Stderr io.Writer
 
 	// Network keeps the host's network under bwrap. The host backend always
 	// has the network.
 	Network bool
 
-	// Group selects the process group of commands started by Run; Shell
-	// always uses the caller's group, which owns the terminal.
+	// Group selects the process group of commands started by Runner.Run;
+	// Shell always uses the caller's group, which owns the terminal.
 	Group ProcessGroup
 
 	// onStart, if set, is called with the pid of the started process (tests).

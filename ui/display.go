@@ -86,8 +86,12 @@ func logExcerpt(logPath string, n int) string {
 	return b.String()
 }
 
-// WriteSummary prints the end-of-session summary.
-func WriteSummary(w io.Writer, s *queues.Summary) {
+// minShownWait is the shortest queue wait the summary's critical path shows: a
+// shorter one is noise, not a wait for tokens worth reading.
+const minShownWait = 10 * time.Millisecond
+
+// writeSummary prints the end-of-session summary (plain and TUI displays).
+func writeSummary(w io.Writer, s *queues.Summary) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "\nSession summary: %s, %s\n", s.Project, formatDuration(s.Elapsed))
 	for _, q := range s.Queues {
@@ -117,7 +121,7 @@ func WriteSummary(w io.Writer, s *queues.Summary) {
 				b.WriteString(" →")
 			}
 			fmt.Fprintf(&b, " %s %s %s", l.Action, l.Element, formatDuration(l.Duration))
-			if l.Wait >= 10*time.Millisecond {
+			if l.Wait >= minShownWait {
 				fmt.Fprintf(&b, " (queued %s)", formatDuration(l.Wait))
 			}
 		}

@@ -113,7 +113,7 @@ func (p *Plain) Handle(e queues.Event) {
 		}
 		p.line(clock(e.Time.Sub(p.start)), "", "", "", "STATUS", msg)
 	case queues.SessionEnd:
-		WriteSummary(p.w, e.Summary)
+		writeSummary(p.w, e.Summary)
 	}
 }
 

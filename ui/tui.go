@@ -187,7 +187,7 @@ func (t *TUI) Wait() error {
 	summary, shown := t.summary, t.summaryShown
 	t.mu.Unlock()
 	if summary != nil && !shown {
-		WriteSummary(t.opts.Out, summary)
+		writeSummary(t.opts.Out, summary)
 	}
 	if t.runErr != nil {
 		return fmt.Errorf("terminal display: %w", t.runErr)

@@ -9,9 +9,9 @@ import (
 	"github.com/charmbracelet/bubbles/progress"
 	"github.com/charmbracelet/lipgloss"
 	"github.com/charmbracelet/x/ansi"
-	"github.com/gantry-build/gantry/internal/units"
 	"github.com/muesli/termenv"
 
+	"github.com/gantry-build/gantry/internal/units"
 	"github.com/gantry-build/gantry/queues"
 )
 

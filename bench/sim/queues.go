@@ -9,11 +9,11 @@ import (
 	"github.com/gantry-build/gantry/resources"
 )
 
-// Queues are the Fetch and Build queues for Run: every
-// element's sources are cached, and the builds follow Build's own rules — when a
-// build is ready and what it waits on (Status, WaitsOn), the tokens it takes
-// (Resources), what its success makes cached (Done) and, when gated, its wait at
-// the gate for a builder (GateOn) — with no payload, no claim and no cache.
+// Queues are the Fetch and Build queues for Run: every element's sources are
+// cached, and the builds follow Build's own rules — when a build is ready and what
+// it waits on (Status, WaitsOn), the tokens it takes (Resources), what its success
+// makes cached (Done) and, when gated, its wait at the gate for a builder (GateOn)
+// — with no payload, no claim and no cache.
 func Queues(gated bool) []queues.Queue {
 	return []queues.Queue{simulatedFetch{}, &simulatedBuild{gated: gated}}
 }

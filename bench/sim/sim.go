@@ -16,9 +16,9 @@ import (
 
 // Options says how to run a plan in simulated time (Run).
 type Options struct {
-	// Queues are the queues the plan goes through: the session's own Fetch and Build
-	// rules (Queues), with payloads that cost nothing. Only Build
-	// jobs take time.
+	// Queues are the queues the plan goes through: the session's own Fetch and
+	// Build rules (Queues), with payloads that cost nothing. Only Build jobs take
+	// time.
 	Queues   []queues.Queue
 	Builders int
 	// Duration is how long an item's build job runs (its real cost, not its estimate).

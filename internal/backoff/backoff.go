@@ -11,18 +11,18 @@ import (
 const (
 	// Base is the first wait when nothing sets another.
 	Base = time.Second
-	// Max caps every wait, however many attempts failed.
-	Max = 30 * time.Second
-	// maxDoublings stops the doubling at 32·base (before Max, for a small base).
+	// maxWait caps every wait, however many attempts failed.
+	maxWait = 30 * time.Second
+	// maxDoublings stops the doubling at 32·base (before maxWait, for a small base).
 	maxDoublings = 5
 )
 
 // Exponential is the wait before retry number attempt (1-based): base, 2·base,
-// 4·base … at most 32·base and Max. It has no jitter: callers that retry one
+// 4·base … at most 32·base and 30s (maxWait). It has no jitter: callers that retry one
 // thing in a loop of their own (a remote lookup) and tests that want exact
 // waits use it as it is.
 func Exponential(base time.Duration, attempt int) time.Duration {
-	return min(base<<min(attempt-1, maxDoublings), Max)
+	return min(base<<min(attempt-1, maxDoublings), maxWait)
 }
 
 // Jittered is Exponential from Base, scaled by a random factor in [0.5, 1.5), so

@@ -14,8 +14,8 @@ func TestExponential(t *testing.T) {
 		{time.Second, 1, time.Second},
 		{time.Second, 2, 2 * time.Second},
 		{time.Second, 5, 16 * time.Second},
-		{time.Second, 6, Max}, // 32s, capped
-		{time.Second, 60, Max},
+		{time.Second, 6, maxWait}, // 32s, capped
+		{time.Second, 60, maxWait},
 		{10 * time.Millisecond, 3, 40 * time.Millisecond},
 		{10 * time.Millisecond, 9, 320 * time.Millisecond}, // 32·base at most
 		{0, 4, 0},

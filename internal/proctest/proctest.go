@@ -2,7 +2,8 @@
 
 // Package proctest reads what /proc says about processes, for tests that check
 // what signals did to a job's processes: which are in a process group, which are
-// stopped, which are gone. It is imported only by tests.
+// stopped, which are gone; and Eventually, which polls for such states (the
+// kernel changes them with no event to wait on). It is imported only by tests.
 package proctest
 
 import (

@@ -12,7 +12,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 )
 
 // vforkStopped is a parent that vforks a child which stops itself before its
@@ -59,7 +58,7 @@ func TestStoppedCountsAVforkParent(t *testing.T) {
 	// The parent prints the child's pid once the child has exec'd or exited, which
 	// it never does here: wait for the states instead.
 	go func() { _, _ = bufio.NewReader(stdout).ReadString('\n') }()
-	waitFor(t, "the child stops itself and the parent waits in its vfork", func() bool {
+	Eventually(t, "the child stops itself and the parent waits in its vfork", func() bool {
 		parent, ok := Read(pgid)
 		g := Group(pgid)
 		return ok && parent.State == 'D' && len(g) == 2 && (g[0].State == 'T' || g[1].State == 'T')
@@ -70,7 +69,7 @@ func TestStoppedCountsAVforkParent(t *testing.T) {
 	if err := syscall.Kill(-pgid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the group counts as stopped", func() bool { return AllStopped(Group(pgid)) })
+	Eventually(t, "the group counts as stopped", func() bool { return AllStopped(Group(pgid)) })
 	if parent, _ := Read(pgid); parent.State != 'D' {
 		t.Fatalf("the parent is in state %c, want D: the test no longer exercises a vfork wait", parent.State)
 	}
@@ -86,7 +85,7 @@ func TestGroupAndStates(t *testing.T) {
 		t.Fatal(err)
 	}
 	sleep, _ := strconv.Atoi(strings.TrimSpace(line))
-	waitFor(t, "the sleep runs", func() bool { p, ok := Read(sleep); return ok && p.Comm == "sleep" })
+	Eventually(t, "the sleep runs", func() bool { p, ok := Read(sleep); return ok && p.Comm == "sleep" })
 	p, _ := Read(sleep)
 	if p.PPID != pgid || p.PGrp != pgid || !Alive(sleep) {
 		t.Fatalf("sleep: %+v, want ppid and group %d, alive", p, pgid)
@@ -95,15 +94,15 @@ func TestGroupAndStates(t *testing.T) {
 		t.Fatalf("before SIGSTOP:\n%s", DescribeGroup(pgid))
 	}
 	_ = syscall.Kill(-pgid, syscall.SIGSTOP)
-	waitFor(t, "both stop", func() bool { return AllStopped(Group(pgid)) })
+	Eventually(t, "both stop", func() bool { return AllStopped(Group(pgid)) })
 	_ = syscall.Kill(-pgid, syscall.SIGCONT)
-	waitFor(t, "both run again", func() bool { return NoneStopped(Group(pgid)) })
+	Eventually(t, "both run again", func() bool { return NoneStopped(Group(pgid)) })
 	if d := DescribeGroup(pgid); !strings.Contains(d, "sleep 100") {
 		t.Fatalf("Describe does not show the command line:\n%s", d)
 	}
 	_ = syscall.Kill(-pgid, syscall.SIGKILL)
 	_ = cmd.Wait()
-	waitFor(t, "the sleep is gone", func() bool { return !Alive(sleep) })
+	Eventually(t, "the sleep is gone", func() bool { return !Alive(sleep) })
 	if AllStopped(nil) {
 		t.Fatal("an empty group counts as stopped")
 	}
@@ -124,14 +123,4 @@ func startGroup(t *testing.T, cmd *exec.Cmd) (pgid int, stdout io.Reader) {
 	pgid = cmd.Process.Pid
 	t.Cleanup(func() { _ = syscall.Kill(-pgid, syscall.SIGKILL); _ = cmd.Wait() })
 	return pgid, stdout
-}
-
-// waitFor polls cond, which the kernel changes with no event to wait on, for up to 10 s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-	}
 }

@@ -58,6 +58,13 @@ func FreezeTree(root int, known map[Proc]bool) {
 	}
 }
 
+// KillDescendants walks the tree at most killRounds times, killPause apart: after
+// a second or more it stops waiting for processes the kernel has not taken yet.
+const (
+	killRounds = 1000
+	killPause  = time.Millisecond // for the kernel to deliver the kills
+)
+
 // KillDescendants kills (SIGKILL) every descendant of the calling process,
 // frozen first so that none forks a child the kill would miss, and waits until
 // none is left alive: a process caught between fork and exec can outlive the
@@ -71,7 +78,7 @@ func KillDescendants() {
 		return
 	}
 	self := os.Getpid()
-	for range 1000 {
+	for range killRounds {
 		known := map[Proc]bool{}
 		FreezeTree(self, known)
 		alive := false
@@ -84,6 +91,6 @@ func KillDescendants() {
 		if !alive {
 			return
 		}
-		time.Sleep(time.Millisecond) // for the kernel to deliver the kills
+		time.Sleep(killPause)
 	}
 }
