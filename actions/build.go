@@ -78,12 +78,6 @@ type stagedArtifact struct {
 	Pending bool `json:"pending,omitempty"`
 }
 
-// Sandbox paths: where the build and install roots appear inside bwrap.
-const (
-	SandboxBuildRoot   = "/gantry/build"
-	SandboxInstallRoot = "/gantry/install"
-)
-
 // newBuildSpec prepares the build of e. workDir is a fresh name, or an empty
 // directory, for this build's directory (under the cache's tmp/, so that results can
 // be renamed into the cache); the job makes it (takeWorkDir) and removes it.
@@ -106,7 +100,7 @@ func newBuildSpec(g *element.Graph, e *element.Element, cacheDir, workDir, sandb
 	}
 	host := element.Paths{BuildRoot: buildRoot, InstallRoot: filepath.Join(workDir, "install"),
 		Sysroot: filepath.Join(workDir, "sysroot"), MaxJobs: jobs}
-	bwrap := element.Paths{BuildRoot: SandboxBuildRoot, InstallRoot: SandboxInstallRoot, Sysroot: "/", MaxJobs: jobs}
+	bwrap := element.Paths{BuildRoot: sandbox.DefaultSandboxBuildRoot, InstallRoot: sandbox.DefaultSandboxInstallRoot, Sysroot: "/", MaxJobs: jobs}
 	var err error
 	if spec.Host, err = resolveHost(g.Project, e, host); err != nil {
 		return nil, err
@@ -503,7 +497,7 @@ func build(ctx context.Context, c *cache.Cache, spec *buildSpec, r *job.Reporter
 	// it, each command costs its log lines, its fork and its exec.
 	logBuildHeader(r, kind, reason, env)
 	cfg := sandbox.Config{Kind: kind, Sysroot: sysroot, BuildDir: buildDir, InstallDir: installDir,
-		SandboxBuildRoot: SandboxBuildRoot, SandboxInstallRoot: SandboxInstallRoot,
+		SandboxBuildRoot: sandbox.DefaultSandboxBuildRoot, SandboxInstallRoot: sandbox.DefaultSandboxInstallRoot,
 		Env: env, Stdout: out, Stderr: out,
 		// The job's process group: suspend and terminate of the job reach the commands.
 		Group: sandbox.CallerGroup}

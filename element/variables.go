@@ -31,8 +31,9 @@ type Paths struct {
 	BuildRoot, InstallRoot, Sysroot, MaxJobs string
 }
 
-// keyPaths returns the canonical paths (those seen inside the bwrap sandbox:
-// actions.SandboxBuildRoot and SandboxInstallRoot, which element cannot import).
+// keyPaths returns the canonical paths: those seen inside the bwrap sandbox
+// (sandbox.DefaultSandboxBuildRoot and DefaultSandboxInstallRoot, which element may
+// not import; TestKeyPathsAreTheSandboxPaths keeps them equal).
 func keyPaths() Paths {
 	return Paths{BuildRoot: "/gantry/build", InstallRoot: "/gantry/install", Sysroot: "/", MaxJobs: "%{max-jobs}"}
 }

@@ -153,7 +153,7 @@ func runShell(ctx context.Context, opts *shellOptions) error {
 	kind, reason := sandbox.Resolve(sandbox.Kind(opts.sandbox), sysroot)
 	paths := element.Paths{BuildRoot: buildDir, InstallRoot: installDir, Sysroot: sysroot, MaxJobs: fmt.Sprint(element.DefaultMaxJobs(runtime.NumCPU(), 1))}
 	if kind == sandbox.Bwrap {
-		paths = element.Paths{BuildRoot: actions.SandboxBuildRoot, InstallRoot: actions.SandboxInstallRoot, Sysroot: "/", MaxJobs: paths.MaxJobs}
+		paths = element.Paths{BuildRoot: sandbox.DefaultSandboxBuildRoot, InstallRoot: sandbox.DefaultSandboxInstallRoot, Sysroot: "/", MaxJobs: paths.MaxJobs}
 	}
 	resolved, err := e.Resolve(g.Project, paths)
 	if err != nil {
@@ -178,7 +178,7 @@ func runShell(ctx context.Context, opts *shellOptions) error {
 		}
 	}
 	cfg := sandbox.Config{Kind: kind, Sysroot: sysroot, BuildDir: buildDir, InstallDir: installDir,
-		SandboxBuildRoot: actions.SandboxBuildRoot, SandboxInstallRoot: actions.SandboxInstallRoot,
+		SandboxBuildRoot: sandbox.DefaultSandboxBuildRoot, SandboxInstallRoot: sandbox.DefaultSandboxInstallRoot,
 		Env: env, Stdout: opts.ios.Out, Stderr: opts.ios.ErrOut}
 	code, err := sandbox.Shell(ctx, cfg, argv, opts.ios.In)
 	if err != nil {
