@@ -13,6 +13,8 @@
 package actions
 
 import (
+	"encoding/json"
+
 	"github.com/gantry-build/gantry/job"
 	"github.com/gantry-build/gantry/queues"
 )
@@ -45,4 +47,13 @@ func BuildQueues(track *Tracker, rs *Remotes, fetch *FetchQueue, build *Build) [
 		qs = append(qs, rs.PushQueue(build.Cache, false))
 	}
 	return qs
+}
+
+// decodeResult decodes a job's result data (job.Result.Data) into v. A job that
+// failed before it had anything to report sends none: v is left as it is.
+func decodeResult(data json.RawMessage, v any) error {
+	if len(data) == 0 {
+		return nil
+	}
+	return json.Unmarshal(data, v)
 }

@@ -207,9 +207,10 @@ func (rs *Remotes) payload(c *cache.Cache, it *queues.Item, push bool) (json.Raw
 // built instead.
 func (rs *Remotes) recoverPull(it *queues.Item, res job.Result) (string, bool) {
 	var pr pullResult
-	// A pull job that failed before it had anything to report (the local cache
-	// failed, the job died) sends no data: pr stays empty, with nothing to book.
-	_ = json.Unmarshal(res.Data, &pr)
+	if decodeResult(res.Data, &pr) != nil {
+		// Not a remote's finding: the element fails, its job's own error says why.
+		return "", false
+	}
 	rs.bookLease(it, pr)
 	rs.noteWrong(it, pr)
 	var warnings []string

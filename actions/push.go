@@ -189,6 +189,8 @@ func (*PushQueue) Done(*queues.Item, job.Result) {}
 // repaired.
 func (*PushQueue) Warning(it *queues.Item, res job.Result) string {
 	var pr pushResult
-	_ = json.Unmarshal(res.Data, &pr) // no data (a failed push): no warning
+	if err := decodeResult(res.Data, &pr); err != nil {
+		return fmt.Sprintf("reading what the push of %s reported: %v", it.Name(), err)
+	}
 	return pr.Warning
 }
