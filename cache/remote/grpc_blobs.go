@@ -13,6 +13,7 @@ import (
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 	"github.com/gantry-build/gantry/cache"
 	bspb "google.golang.org/genproto/googleapis/bytestream"
+	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/status"
 )
 
@@ -254,13 +255,10 @@ func (s *grpcStore) sendReads(ops []*batchOp) {
 		return err
 	})
 	for _, r := range resp.GetResponses() {
-		d := cache.DigestFromProto(r.Digest)
-		group, ok := want[d]
-		if !ok {
+		d, group, rerr := s.answer(want, r.Digest, r.Status, "reading")
+		if group == nil {
 			continue
 		}
-		delete(want, d)
-		rerr := s.fail(s.ctx, "reading blob "+d.String(), status.FromProto(r.Status).Err())
 		if rerr == nil && int64(len(r.Data)) != d.Size {
 			rerr = &Error{Remote: s.name, Op: "reading blob " + d.String(), Kind: Corrupt,
 				Err: fmt.Errorf("the server sent %d bytes for a blob of %d", len(r.Data), d.Size)}
@@ -285,13 +283,7 @@ func (s *grpcStore) sendWrites(ops []*batchOp) {
 		return err
 	})
 	for _, r := range resp.GetResponses() {
-		d := cache.DigestFromProto(r.Digest)
-		group, ok := want[d]
-		if !ok {
-			continue
-		}
-		delete(want, d)
-		rerr := s.fail(s.ctx, "writing blob "+d.String(), status.FromProto(r.Status).Err())
+		_, group, rerr := s.answer(want, r.Digest, r.Status, "writing")
 		for _, op := range group {
 			op.err = rerr
 		}
@@ -301,6 +293,19 @@ func (s *grpcStore) sendWrites(ops []*batchOp) {
 
 // finishUnanswered gives the ops a batch answer did not mention the call's
 // error, or, when the call succeeded, an error saying so.
+// answer takes out of want the ops a batch response answers, the blob's digest and
+// the error its status gives (verb: "reading", "writing"). A response for a blob no
+// op asked for, or answered already, gives no ops.
+func (s *grpcStore) answer(want map[cache.Digest][]*batchOp, pd *repb.Digest, st *rpcstatus.Status, verb string) (cache.Digest, []*batchOp, error) {
+	d := cache.DigestFromProto(pd)
+	group, ok := want[d]
+	if !ok {
+		return d, nil, nil
+	}
+	delete(want, d)
+	return d, group, s.fail(s.ctx, verb+" blob "+d.String(), status.FromProto(st).Err())
+}
+
 func finishUnanswered(s *grpcStore, want map[cache.Digest][]*batchOp, callErr error) {
 	for d, group := range want {
 		err := callErr
