@@ -5,8 +5,9 @@
 // in the job's child process. Beside them are the session's parts the queues share
 // (remotes.go: the remotes and which are down; live.go: the session's entry in its
 // cache) and what the commands ask of the cache about a graph (cachequery.go: the
-// elements' states; explain.go: why an element needs building), and the staging of a
-// workspace's sources (workspace.go).
+// elements' states; explain.go: why an element needs building), the staging of a
+// workspace's sources (workspace.go) and of an element's shell, laid out as its build
+// lays out its tree (shell.go, build_tree.go).
 //
 // Imports point down: actions uses queues, element, source, cache, sandbox and job;
 // none of them imports actions.

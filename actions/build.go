@@ -98,14 +98,12 @@ func newBuildSpec(g *element.Graph, e *element.Element, cacheDir, workDir, sandb
 		spec.Workspace = &workspaceBuild{Dir: e.Workspace, BuildDir: filepath.Join(base, "build"), Manifest: filepath.Join(base, "synced.json")}
 		spec.Sources, buildRoot = nil, spec.Workspace.BuildDir
 	}
-	host := element.Paths{BuildRoot: buildRoot, InstallRoot: filepath.Join(workDir, "install"),
-		Sysroot: filepath.Join(workDir, "sysroot"), MaxJobs: jobs}
-	bwrap := element.Paths{BuildRoot: sandbox.DefaultSandboxBuildRoot, InstallRoot: sandbox.DefaultSandboxInstallRoot, Sysroot: "/", MaxJobs: jobs}
+	t := workTree(workDir, buildRoot)
 	var err error
-	if spec.Host, err = resolveHost(g.Project, e, host); err != nil {
+	if spec.Host, err = resolveHost(g.Project, e, t.paths(sandbox.Host, jobs)); err != nil {
 		return nil, err
 	}
-	if spec.Bwrap, err = e.Resolve(g.Project, bwrap); err != nil {
+	if spec.Bwrap, err = e.Resolve(g.Project, t.paths(sandbox.Bwrap, jobs)); err != nil {
 		return nil, err
 	}
 	return spec, nil
@@ -409,14 +407,11 @@ func (e *infraError) Unwrap() error { return e.err }
 // what a leftover process wrote reaches the log, and not on the builder's time.
 func build(ctx context.Context, c *cache.Cache, spec *buildSpec, r *job.Reporter, out io.Writer) (*sandbox.Runner, error) {
 	r.Log("element: " + spec.Element + ", key: " + spec.Key + ", project: " + spec.Project)
-	sysroot := filepath.Join(spec.WorkDir, "sysroot")
-	buildDir := spec.buildDir()
-	installDir := filepath.Join(spec.WorkDir, "install")
-	for _, d := range []string{sysroot, buildDir, installDir} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return nil, &infraError{fmt.Errorf("preparing the build directory: %w", err)}
-		}
+	t := workTree(spec.WorkDir, spec.buildDir())
+	if err := t.make(); err != nil {
+		return nil, &infraError{fmt.Errorf("preparing the build directory: %w", err)}
 	}
+	sysroot, buildDir, installDir := t.sysroot, t.build, t.install
 	// Staging holds the cache lock shared: a cleanup waits until it is done, and
 	// what was staged (copies, or hard links) stays if a cleanup comes later.
 	var deps []*cache.Artifact
@@ -496,11 +491,10 @@ func build(ctx context.Context, c *cache.Cache, spec *buildSpec, r *job.Reporter
 	// Everything the commands need but a builder is done before the gate: after
 	// it, each command costs its log lines, its fork and its exec.
 	logBuildHeader(r, kind, reason, env)
-	cfg := sandbox.Config{Kind: kind, Sysroot: sysroot, BuildDir: buildDir, InstallDir: installDir,
-		SandboxBuildRoot: sandbox.DefaultSandboxBuildRoot, SandboxInstallRoot: sandbox.DefaultSandboxInstallRoot,
-		Env: env, Stdout: out, Stderr: out,
-		// The job's process group: suspend and terminate of the job reach the commands.
-		Group: sandbox.CallerGroup}
+	cfg := t.config(kind, env)
+	cfg.Stdout, cfg.Stderr = out, out
+	// The job's process group: suspend and terminate of the job reach the commands.
+	cfg.Group = sandbox.CallerGroup
 	runner, err := sandbox.Prepare(cfg)
 	if err != nil {
 		return nil, &infraError{err} // it names the sandbox: a fault of the machine, not the element's
@@ -525,7 +519,7 @@ func build(ctx context.Context, c *cache.Cache, spec *buildSpec, r *job.Reporter
 	return runner, nil
 }
 
-// buildEnv is the build commands' environment (CommandEnv), with HOME on the host an
+// buildEnv is the build commands' environment (commandEnv), with HOME on the host an
 // empty directory of the work directory.
 func buildEnv(ctx context.Context, c *cache.Cache, spec *buildSpec, kind sandbox.Kind, own map[string]string) (map[string]string, error) {
 	home := sandbox.SandboxHome
@@ -538,14 +532,14 @@ func buildEnv(ctx context.Context, c *cache.Cache, spec *buildSpec, kind sandbox
 			return nil, &infraError{fmt.Errorf("making the build's HOME: %w", err)}
 		}
 	}
-	return CommandEnv(ctx, spec.Sources, c.SourcesDir(), home, own), nil
+	return commandEnv(ctx, spec.Sources, c.SourcesDir(), home, own), nil
 }
 
-// CommandEnv is the environment of an element's commands, in its build or its shell:
+// commandEnv is the environment of an element's commands, in its build or its shell:
 // sandbox.FixedEnv with HOME at home and SOURCE_DATE_EPOCH the newest date the sources
 // give (a git source's commit time), else sandbox.DefaultSourceDate (a workspace gives
 // none), under the element's own environment, which wins where it sets a variable.
-func CommandEnv(ctx context.Context, sources []source.Spec, sourcesDir, home string, own map[string]string) map[string]string {
+func commandEnv(ctx context.Context, sources []source.Spec, sourcesDir, home string, own map[string]string) map[string]string {
 	env := sandbox.FixedEnv(home, sourceDate(ctx, sources, sourcesDir))
 	maps.Copy(env, own)
 	return env

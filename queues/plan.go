@@ -35,6 +35,28 @@ func (e *NoRefError) Error() string {
 	return fmt.Sprintf("element %s has no ref for source %d (%s): run `gantry track %s`", e.Element, e.Source, e.Desc, e.Element)
 }
 
+// noRef is the error for e's first source without a ref; nil when every source has one.
+func noRef(e *element.Element) *NoRefError {
+	for i, s := range e.Sources {
+		if s.NeedsRef() && s.Ref == "" {
+			return &NoRefError{Element: e.Name, Source: i + 1, Desc: s.Describe()}
+		}
+	}
+	return nil
+}
+
+// WithoutRef lists the elements among elements and everything they depend on that
+// have a source without a ref, dependencies first, each with its first such source.
+func WithoutRef(g *element.Graph, elements []*element.Element) []*NoRefError {
+	var out []*NoRefError
+	for _, e := range g.Select(elements, element.DepsAll) {
+		if err := noRef(e); err != nil {
+			out = append(out, err)
+		}
+	}
+	return out
+}
+
 // Plan returns the items a build of targets works on, dependencies first: the targets,
 // what they need at run time, and — only for elements that are not cached — what they
 // need to build. Below a cached element nothing needs building, so nothing is planned.
@@ -118,10 +140,8 @@ func MissingRef(e *element.Element) error {
 		}
 		seen[e] = true
 		if e.NoRef {
-			for i, s := range e.Sources {
-				if s.NeedsRef() && s.Ref == "" {
-					return &NoRefError{Element: e.Name, Source: i + 1, Desc: s.Describe()}
-				}
+			if err := noRef(e); err != nil {
+				return err
 			}
 		}
 		for _, d := range append(append([]*element.Element{}, e.BuildDeps...), e.RunDeps...) {

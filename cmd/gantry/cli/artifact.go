@@ -12,6 +12,7 @@ import (
 	"github.com/gantry-build/gantry/internal/units"
 	"github.com/spf13/cobra"
 
+	"github.com/gantry-build/gantry/actions"
 	"github.com/gantry-build/gantry/cache"
 	"github.com/gantry-build/gantry/element"
 )
@@ -150,26 +151,11 @@ func runArtifactCheckout(opts *artifactCheckoutOptions) error {
 		}
 		// Copies, never hard links: the user's files must not alias the cache.
 		if err := c.Checkout(da.Files, dir, cache.CheckoutOptions{}); err != nil {
-			return checkoutError(c, da, dir, err)
+			return actions.CheckoutError(c, da, dir, err)
 		}
 		c.Touch(da.Project, da.Element, da.Key)
 	}
 	return nil
-}
-
-// checkoutError says why checking out a failed. An artifact found damaged (a
-// blob missing or corrupt; a corrupt blob is already removed) is dropped from
-// the cache, so that the next build makes it again.
-func checkoutError(c *cache.Cache, a *cache.Artifact, dir string, err error) error {
-	var blob *cache.BlobError
-	if !errors.As(err, &blob) {
-		return fmt.Errorf("checking out %s into %s: %w", a.Element, dir, err)
-	}
-	if _, derr := c.DropArtifact(a); derr != nil {
-		return fmt.Errorf("checking out %s into %s: %v; dropping the damaged artifact: %w", a.Element, dir, blob, derr)
-	}
-	return fmt.Errorf("checking out %s into %s: %w; dropped the damaged artifact of %s from the cache: run `gantry build %s` to build it again",
-		a.Element, dir, blob, a.Element, a.Element)
 }
 
 type artifactLogOptions struct {

@@ -30,8 +30,11 @@ func newCacheCmd(g *globalOptions) *cobra.Command {
 // lockCache takes the cache lock, telling the user on stderr when it has to wait for
 // another gantry process.
 func (g *globalOptions) lockCache(c *cache.Cache, mode cache.LockMode) (*cache.Lock, error) {
-	return c.Lock(context.Background(), mode, func(msg string) { fmt.Fprintf(g.ios.ErrOut, "gantry: %s\n", msg) })
+	return c.Lock(context.Background(), mode, g.cacheNotice)
 }
+
+// cacheNotice says why a command waits for the cache (its lock).
+func (g *globalOptions) cacheNotice(msg string) { fmt.Fprintf(g.ios.ErrOut, "gantry: %s\n", msg) }
 
 type cacheVerifyOptions struct {
 	*globalOptions

@@ -9,21 +9,6 @@ import (
 	"github.com/gantry-build/gantry/queues"
 )
 
-// withoutRef lists the elements among elements and everything they depend on that
-// have a source without a ref, dependencies first, each with its first such source.
-func withoutRef(g *element.Graph, elements []*element.Element) []*queues.NoRefError {
-	var out []*queues.NoRefError
-	for _, e := range g.Select(elements, element.DepsAll) {
-		for i, src := range e.Sources {
-			if src.NeedsRef() && src.Ref == "" {
-				out = append(out, &queues.NoRefError{Element: e.Name, Source: i + 1, Desc: src.Describe()})
-				break
-			}
-		}
-	}
-	return out
-}
-
 // missingRefsError turns a plan of selected that stopped on a missing ref into an
 // error naming every element of the session without a ref, and the commands that
 // track them for the graph's targets.
@@ -32,7 +17,7 @@ func missingRefsError(g *element.Graph, selected []*element.Element, err error) 
 	if !errors.As(err, &one) {
 		return err
 	}
-	all := withoutRef(g, selected)
+	all := queues.WithoutRef(g, selected)
 	if len(all) <= 1 {
 		return err
 	}

@@ -3,10 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
-	"maps"
 	"os"
-	"path/filepath"
-	"runtime"
 
 	"github.com/spf13/cobra"
 
@@ -14,7 +11,6 @@ import (
 	"github.com/gantry-build/gantry/cache"
 	"github.com/gantry-build/gantry/element"
 	"github.com/gantry-build/gantry/sandbox"
-	"github.com/gantry-build/gantry/source"
 )
 
 type shellOptions struct {
@@ -54,24 +50,6 @@ as it was when the build failed. The command's exit code is gantry's.`,
 	return cmd
 }
 
-// shellEnv is the build environment (which has HOME: sandbox.FixedEnv) with what an
-// interactive shell wants, unless the element's environment sets it: the prompt
-// [project/element:/path]$ (sh expands $PWD in PS1 at every prompt) and the caller's
-// TERM (else dumb).
-func shellEnv(build map[string]string, project, elementName string) map[string]string {
-	env := maps.Clone(build)
-	term := os.Getenv("TERM")
-	if term == "" {
-		term = "dumb"
-	}
-	for k, v := range map[string]string{"PS1": "[" + project + "/" + elementName + ":$PWD]$ ", "TERM": term} {
-		if _, set := env[k]; !set {
-			env[k] = v
-		}
-	}
-	return env
-}
-
 // exitStatusError carries a shell command's exit code out as gantry's.
 type exitStatusError struct{ code int }
 
@@ -90,13 +68,13 @@ func runShell(ctx context.Context, opts *shellOptions) error {
 	s.project.Hermetic = isHermetic(opts.sandbox) // the keys of the artifacts it stages
 	var g *element.Graph
 	var e *element.Element
-	var a *cache.Artifact // only with --build: the failed build whose tree is opened
+	var failed *cache.Artifact // only with --build: the failed build whose tree is opened
 	if opts.build {
-		if g, e, a, err = s.artifactOf(c, s.elementArg(name)); err != nil {
+		if g, e, failed, err = s.artifactOf(c, s.elementArg(name)); err != nil {
 			return err
 		}
-		if a.Success || a.BuildTree.IsZero() {
-			return fmt.Errorf("%s has no failed build tree to open (its cached build succeeded): drop --build", e.Name)
+		if err := actions.FailedBuildTree(e, failed); err != nil {
+			return err
 		}
 	} else {
 		if g, err = s.loadGraph([]string{s.elementArg(name)}); err != nil {
@@ -107,79 +85,25 @@ func runShell(ctx context.Context, opts *shellOptions) error {
 	if err := s.prepareCache(c); err != nil {
 		return err
 	}
-	work, err := c.TempDir("shell-")
+	sh, err := actions.StageShell(ctx, c, g, e, actions.ShellOptions{Sandbox: opts.sandbox, Failed: failed,
+		Term: os.Getenv("TERM"), Log: opts.ios.ErrOut, Notice: opts.cacheNotice})
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(work)
-	sysroot, buildDir, installDir := filepath.Join(work, "sysroot"), filepath.Join(work, "build"), filepath.Join(work, "install")
-	for _, d := range []string{sysroot, buildDir, installDir} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return err
-		}
-	}
-	// Staging holds the cache lock shared, so that no cleanup removes what is being
-	// copied; the shell itself runs without it.
-	lock, err := opts.lockCache(c, cache.Shared)
-	if err != nil {
-		return err
-	}
-	defer lock.Unlock()
-	for _, d := range g.StageDeps(e) {
-		da, err := c.Lookup(s.project.Name, d.Name, d.Key)
-		if err != nil || !da.Success {
-			return fmt.Errorf("staging %s for the shell: dependency %s is not built: run `gantry build %s` first", e.Name, d.Name, e.Name)
-		}
-		// Copies: an interactive shell may change anything, the cache must not change.
-		if err := c.Checkout(da.Files, sysroot, cache.CheckoutOptions{}); err != nil {
-			return fmt.Errorf("staging %s for the shell: %w", e.Name, checkoutError(c, da, sysroot, err))
-		}
-	}
-	if opts.build {
-		if err := c.Checkout(a.BuildTree, buildDir, cache.CheckoutOptions{}); err != nil {
-			return fmt.Errorf("checking out the failed build tree of %s: %w", e.Name, checkoutError(c, a, buildDir, err))
-		}
-	} else if e.Workspace != "" {
-		// The workspace itself: what the user edits is what the shell sees.
-		buildDir = e.Workspace
-	} else {
-		for i := range e.Sources {
-			if err := source.Stage(ctx, &e.Sources[i], source.StageOptions{ProjectRoot: s.project.Root, SourcesDir: c.SourcesDir(), BuildRoot: buildDir, Log: opts.ios.ErrOut}); err != nil {
-				return fmt.Errorf("staging %s for the shell: %w", e.Name, err)
-			}
-		}
-	}
-	lock.Unlock()
-	kind, reason := sandbox.Resolve(sandbox.Kind(opts.sandbox), sysroot)
-	paths := element.Paths{BuildRoot: buildDir, InstallRoot: installDir, Sysroot: sysroot, MaxJobs: fmt.Sprint(element.DefaultMaxJobs(runtime.NumCPU(), 1))}
-	if kind == sandbox.Bwrap {
-		paths = element.Paths{BuildRoot: sandbox.DefaultSandboxBuildRoot, InstallRoot: sandbox.DefaultSandboxInstallRoot, Sysroot: "/", MaxJobs: paths.MaxJobs}
-	}
-	resolved, err := e.Resolve(g.Project, paths)
-	if err != nil {
-		return err
-	}
-	home := filepath.Join(work, "home")
-	if kind == sandbox.Bwrap {
-		home = sandbox.SandboxHome
-	} else if err := os.Mkdir(home, 0o700); err != nil {
-		return fmt.Errorf("preparing the shell's home directory: %w", err)
-	}
-	env := shellEnv(actions.CommandEnv(ctx, e.Sources, c.SourcesDir(), home, resolved.Env), s.project.Name, e.Name)
+	defer sh.Remove()
 	if len(argv) == 0 || opts.verbose {
 		what := ""
 		if opts.build {
 			what = ", failed build"
 		}
 		fmt.Fprintf(opts.ios.ErrOut, "gantry shell: %s (key %s%s), %s sandbox, in %s; exit to leave\n",
-			e.Name, e.ShortKey(), what, kind, paths.BuildRoot)
+			e.Name, e.ShortKey(), what, sh.Kind, sh.Dir)
 		if opts.verbose {
-			fmt.Fprintf(opts.ios.ErrOut, "gantry shell: sandbox: %s (%s)\n", kind, reason)
+			fmt.Fprintf(opts.ios.ErrOut, "gantry shell: sandbox: %s (%s)\n", sh.Kind, sh.Reason)
 		}
 	}
-	cfg := sandbox.Config{Kind: kind, Sysroot: sysroot, BuildDir: buildDir, InstallDir: installDir,
-		SandboxBuildRoot: sandbox.DefaultSandboxBuildRoot, SandboxInstallRoot: sandbox.DefaultSandboxInstallRoot,
-		Env: env, Stdout: opts.ios.Out, Stderr: opts.ios.ErrOut}
+	cfg := sh.Config
+	cfg.Stdout, cfg.Stderr = opts.ios.Out, opts.ios.ErrOut
 	code, err := sandbox.Shell(ctx, cfg, argv, opts.ios.In)
 	if err != nil {
 		return fmt.Errorf("running the shell for %s: %w", e.Name, err)

@@ -62,7 +62,7 @@ func runTrack(opts *trackOptions) error {
 	if !summary.OK() {
 		return s.sessionError(summary)
 	}
-	if missing := withoutRef(g, g.Targets); len(missing) > 0 {
+	if missing := queues.WithoutRef(g, g.Targets); len(missing) > 0 {
 		// Sources tracked but elements still without a ref: the ones --deps left out.
 		names := make([]string, len(missing))
 		for i, m := range missing {
