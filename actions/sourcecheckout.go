@@ -61,7 +61,7 @@ func (sc SourceCheckout) Stage(ctx context.Context) (dir string, err error) {
 	if err := sc.Check(); err != nil {
 		return "", err
 	}
-	dir, err = sc.Cache.TempDir("source-checkout-")
+	dir, err = sc.Cache.TempDir("source-checkout")
 	if err != nil {
 		return "", err
 	}
