@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"strings"
 
@@ -138,18 +137,21 @@ func (opts *sourceCheckoutOptions) checkOutput() error {
 		return usagef("source checkout: give DIR or --tar FILE, not both")
 	case opts.into == "" && opts.tar == "":
 		return usagef("source checkout: give DIR or --tar FILE (- for stdout)")
-	case opts.force || opts.tar == "-":
-		return nil
-	case opts.tar != "":
+	case opts.tar == "":
+		return checkoutDir(opts.into, opts.force)
+	case opts.tar != "-" && !opts.force:
 		if _, err := os.Lstat(opts.tar); err == nil {
 			return usagef("%s exists: pass --force to overwrite it", opts.tar)
 		}
-		return nil
 	}
-	if entries, err := os.ReadDir(opts.into); err == nil && len(entries) > 0 {
-		return usagef("%s is not empty: pass --force to check out into it anyway", opts.into)
-	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return usagef("%s: %v", opts.into, err)
+	return nil
+}
+
+// checkoutDir refuses to check out into dir when it is not empty, unless force
+// (artifact checkout, source checkout).
+func checkoutDir(dir string, force bool) error {
+	if entries, err := os.ReadDir(dir); err == nil && len(entries) > 0 && !force {
+		return usagef("%s is not empty: pass --force to check out into it anyway", dir)
 	}
 	return nil
 }
