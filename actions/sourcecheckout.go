@@ -30,8 +30,8 @@ type SourceCheckout struct {
 	Log        io.Writer // what staging says (patch's output)
 }
 
-// ElementDir is where e's sources go in a checkout with PerElement.
-func ElementDir(e *element.Element) string { return element.WorkspaceDirName(e.Name) }
+// elementDir is where e's sources go in a checkout with PerElement.
+func elementDir(e *element.Element) string { return element.WorkspaceDirName(e.Name) }
 
 // Check refuses a checkout that cannot be laid out: with PerElement, two elements
 // whose directories are the same (a-b.toml and a/b.toml), and without it more than
@@ -45,7 +45,7 @@ func (sc SourceCheckout) Check() error {
 	}
 	seen := map[string]string{}
 	for _, e := range sc.Elements {
-		d := ElementDir(e)
+		d := elementDir(e)
 		if other, ok := seen[d]; ok {
 			return fmt.Errorf("the sources of %s and %s would both go into %s/: check them out one at a time with --deps none", other, e.Name, d)
 		}
@@ -54,10 +54,10 @@ func (sc SourceCheckout) Check() error {
 	return nil
 }
 
-// Stage stages the sources into a new temporary directory of the cache, which it
+// stage stages the sources into a new temporary directory of the cache, which it
 // returns; the caller removes it. An element with no sources (and no workspace)
 // gets no directory with PerElement.
-func (sc SourceCheckout) Stage(ctx context.Context) (dir string, err error) {
+func (sc SourceCheckout) stage(ctx context.Context) (dir string, err error) {
 	if err := sc.Check(); err != nil {
 		return "", err
 	}
@@ -76,7 +76,7 @@ func (sc SourceCheckout) Stage(ctx context.Context) (dir string, err error) {
 			if len(e.Sources) == 0 && e.Workspace == "" {
 				continue
 			}
-			into = filepath.Join(dir, ElementDir(e))
+			into = filepath.Join(dir, elementDir(e))
 		}
 		if err := sc.stageElement(ctx, e, into); err != nil {
 			return "", fmt.Errorf("checking out the sources of %s: %w", e.Name, err)
@@ -105,7 +105,7 @@ func (sc SourceCheckout) stageElement(ctx context.Context, e *element.Element, d
 // ToDir stages the sources and copies them into dir (made if need be; what is there
 // is kept, files staged over are replaced): a failure leaves dir as it was.
 func (sc SourceCheckout) ToDir(ctx context.Context, dir string) error {
-	staged, err := sc.Stage(ctx)
+	staged, err := sc.stage(ctx)
 	if err != nil {
 		return err
 	}
@@ -125,7 +125,7 @@ func (sc SourceCheckout) ToDir(ctx context.Context, dir string) error {
 // (writeSourceTar), its times the date the build gives the elements' commands as
 // SOURCE_DATE_EPOCH (the newest a source gives, else sandbox.DefaultSourceDate).
 func (sc SourceCheckout) ToTar(ctx context.Context, w io.Writer) error {
-	staged, err := sc.Stage(ctx)
+	staged, err := sc.stage(ctx)
 	if err != nil {
 		return err
 	}
