@@ -447,13 +447,13 @@ func build(ctx context.Context, c *cache.Cache, spec *buildSpec, r *job.Reporter
 			return nil, err
 		}
 	}
-	for i := range spec.Sources {
-		s := &spec.Sources[i]
+	so := source.StageOptions{ProjectRoot: spec.ProjectRoot, SourcesDir: c.SourcesDir(), BuildRoot: buildDir, Log: r.Writer()}
+	status := func(s *source.Spec) error {
 		r.Status("staging " + s.Describe())
-		err := source.Stage(ctx, s, source.StageOptions{ProjectRoot: spec.ProjectRoot, SourcesDir: c.SourcesDir(), BuildRoot: buildDir, Log: r.Writer()})
-		if err != nil {
-			return nil, fmt.Errorf("source %d: %w", i+1, err)
-		}
+		return nil
+	}
+	if err := stageSources(ctx, spec.Sources, so, status); err != nil {
+		return nil, err
 	}
 	switch spec.Kind {
 	case "stack":
@@ -517,6 +517,25 @@ func build(ctx context.Context, c *cache.Cache, spec *buildSpec, r *job.Reporter
 		}
 	}
 	return runner, nil
+}
+
+// stageSources stages sources in their order into so.BuildRoot, each at its
+// directory, as a build stages them: a patch applies to what the sources before it
+// staged. before, when not nil, runs first for each source (a status, a fetch).
+// Builds, shells, workspaces and source checkouts stage through it.
+func stageSources(ctx context.Context, sources []source.Spec, so source.StageOptions, before func(*source.Spec) error) error {
+	for i := range sources {
+		s := &sources[i]
+		if before != nil {
+			if err := before(s); err != nil {
+				return fmt.Errorf("source %d: %w", i+1, err)
+			}
+		}
+		if err := source.Stage(ctx, s, so); err != nil {
+			return fmt.Errorf("source %d: %w", i+1, err)
+		}
+	}
+	return nil
 }
 
 // buildEnv is the build commands' environment (commandEnv), with HOME on the host an

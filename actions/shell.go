@@ -113,10 +113,9 @@ func stageShellTree(ctx context.Context, c *cache.Cache, g *element.Graph, e *el
 		t.build = e.Workspace
 		return nil
 	}
-	for i := range e.Sources {
-		if err := source.Stage(ctx, &e.Sources[i], source.StageOptions{ProjectRoot: g.Project.Root, SourcesDir: c.SourcesDir(), BuildRoot: t.build, Log: opts.Log}); err != nil {
-			return fmt.Errorf("staging %s for the shell: %w", e.Name, err)
-		}
+	so := source.StageOptions{ProjectRoot: g.Project.Root, SourcesDir: c.SourcesDir(), BuildRoot: t.build, Log: opts.Log}
+	if err := stageSources(ctx, e.Sources, so, nil); err != nil {
+		return fmt.Errorf("staging %s for the shell: %w", e.Name, err)
 	}
 	return nil
 }

@@ -35,15 +35,10 @@ func StageWorkspace(ctx context.Context, c *cache.Cache, projectRoot string, e *
 		return err
 	}
 	fo := source.FetchOptions{SourcesDir: c.SourcesDir(), ProjectRoot: projectRoot, Log: log, IdleTimeout: idle}
-	for i := range e.Sources {
-		src := &e.Sources[i]
-		if err := source.Fetch(ctx, src, fo); err != nil {
-			return fmt.Errorf("opening a workspace for %s: source %d: %w", e.Name, i+1, err)
-		}
-		so := source.StageOptions{ProjectRoot: projectRoot, SourcesDir: c.SourcesDir(), BuildRoot: tmp, Log: log}
-		if err := source.Stage(ctx, src, so); err != nil {
-			return fmt.Errorf("opening a workspace for %s: source %d: %w", e.Name, i+1, err)
-		}
+	so := source.StageOptions{ProjectRoot: projectRoot, SourcesDir: c.SourcesDir(), BuildRoot: tmp, Log: log}
+	fetch := func(s *source.Spec) error { return source.Fetch(ctx, s, fo) }
+	if err := stageSources(ctx, e.Sources, so, fetch); err != nil {
+		return fmt.Errorf("opening a workspace for %s: %w", e.Name, err)
 	}
 	if err := os.Chmod(tmp, 0o755); err != nil {
 		return err

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"text/tabwriter"
 	"time"
 
@@ -123,8 +122,8 @@ func runArtifactCheckout(opts *artifactCheckoutOptions) error {
 		return usagef("--deps %s: %s is not the element's current artifact, whose dependencies gantry knows; use --deps none", d, opts.artifact)
 	}
 	dir := opts.into
-	if entries, err := os.ReadDir(dir); err == nil && len(entries) > 0 && !opts.force {
-		return usagef("%s is not empty: pass --force to check out into it anyway", dir)
+	if err := checkoutDir(dir, opts.force); err != nil {
+		return err
 	}
 	lock, err := opts.lockCache(c, cache.Shared)
 	if err != nil {

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -382,23 +383,33 @@ func (s *session) runScheduler(r schedulerRun) (*queues.Summary, error) {
 	return summary, nil
 }
 
-// writeTrace writes the session's trace to path through a temporary file in the same
-// directory, so a reader never sees half a trace.
+// writeTrace writes the session's trace to path (writeFileAtomic), so a reader never
+// sees half a trace.
 func writeTrace(path string, rec *queues.Recorder) error {
-	f, err := os.CreateTemp(filepath.Dir(path), ".trace-*")
+	return writeFileAtomic("the build trace", path, rec.WriteTrace)
+}
+
+// writeFileAtomic writes what, the file at path, through write, into a temporary file
+// in the same directory renamed into place once complete: a failure leaves no partial
+// file.
+func writeFileAtomic(what, path string, write func(io.Writer) error) error {
+	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
 	if err != nil {
-		return fmt.Errorf("writing the build trace %s: %w (check that its directory exists and is writable)", path, err)
+		return fmt.Errorf("writing %s %s: %w (check that its directory exists and is writable)", what, path, err)
 	}
-	err = rec.WriteTrace(f)
+	err = write(f)
 	if cerr := f.Close(); err == nil {
 		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(f.Name(), 0o644)
 	}
 	if err == nil {
 		err = os.Rename(f.Name(), path)
 	}
 	if err != nil {
 		os.Remove(f.Name())
-		return fmt.Errorf("writing the build trace %s: %w", path, err)
+		return fmt.Errorf("writing %s %s: %w", what, path, err)
 	}
 	return nil
 }

@@ -185,3 +185,24 @@ func TestArtifactCheckoutArgsBind(t *testing.T) {
 		t.Errorf("options = deps %q force %v artifact %q into %q", got.deps, got.force, got.artifact, got.into)
 	}
 }
+
+func TestSourceCheckoutFlagsBind(t *testing.T) {
+	var got *sourceCheckoutOptions
+	run := func(o *sourceCheckoutOptions) error { got = o; return nil }
+	if err := execute(t, newSourceCheckoutCmd(testOptions(), run), "--deps", "all", "--tar", "-", "-f", "app.toml"); err != nil {
+		t.Fatal(err)
+	}
+	if got.deps != "all" || got.tar != "-" || !got.force || got.element != "app.toml" || got.into != "" {
+		t.Errorf("options = deps %q tar %q force %v element %q into %q", got.deps, got.tar, got.force, got.element, got.into)
+	}
+	if err := execute(t, newSourceCheckoutCmd(testOptions(), run), "app.toml", "out"); err != nil {
+		t.Fatal(err)
+	}
+	if got.deps != "none" || got.tar != "" || got.force || got.into != "out" {
+		t.Errorf("defaults = deps %q tar %q force %v into %q, want none, no tar, no force, out", got.deps, got.tar, got.force, got.into)
+	}
+	var ue *usageError
+	if err := execute(t, newSourceCheckoutCmd(testOptions(), run), "a", "b", "c"); !errors.As(err, &ue) {
+		t.Errorf("three arguments: %v, want a usage error", err)
+	}
+}
