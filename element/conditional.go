@@ -1,0 +1,124 @@
+package element
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+)
+
+// optionScope is what an element file's [[if]] blocks are read against: the project's
+// options and their values for this load.
+type optionScope struct {
+	opts   map[string]*Option
+	values map[string]string
+	digest string // optionsDigest(values): what the parse cache keys a conditional file's parse by
+}
+
+func (p *Project) optionScope() optionScope {
+	d := p.optionsDigest
+	if d == "" { // a Project not made by LoadProjectWith
+		d = optionsDigest(p.OptionValues)
+	}
+	return optionScope{opts: p.Options, values: p.OptionValues, digest: d}
+}
+
+// elementBlockKeys are what a [[if]] block of an element file may set.
+var elementBlockKeys = []string{"condition", "variables", "environment", "config", "depends", "build-depends", "runtime-depends", "sources"}
+
+// sourceAt is a source's table and the key path it was written at ("sources[1]",
+// "if[0].sources[0]"), for errors.
+type sourceAt struct {
+	path string
+	v    any // a toml.Primitive or a plain table
+}
+
+// applyBlocks merges the [[if]] blocks of an element file whose condition holds into
+// what the file says, in the order written, each block over what came before:
+// variables, environment and config key by key, the block winning (a command list
+// is replaced whole); depends, build-depends, runtime-depends and sources appended.
+// Every block is checked, whether it holds or not: its keys, its condition, and the
+// types of its fragments; a block that does not hold leaves no trace. configSet says
+// whether some block set config keys.
+func applyBlocks(doc *tomlDoc, blocks []any, scope optionScope, f *elementFile, sources *[]sourceAt, config *any) (configSet bool, err error) {
+	for i, v := range blocks {
+		path := fmt.Sprintf("if[%d]", i)
+		t, err := doc.table(path, v)
+		if err != nil {
+			return false, err
+		}
+		holds, err := blockCondition(t, scope.opts, scope.values)
+		if err != nil {
+			return false, err
+		}
+		vars, err := t.stringMap("variables")
+		if err != nil {
+			return false, err
+		}
+		env, err := t.stringMap("environment")
+		if err != nil {
+			return false, err
+		}
+		var deps [3][]string
+		for j, k := range []string{"depends", "build-depends", "runtime-depends"} {
+			if deps[j], _, err = t.strings(k); err != nil {
+				return false, err
+			}
+			for _, d := range deps[j] {
+				if err := checkElementName(d); err != nil {
+					return false, doc.valueError(t.keyPath(k), "%v", err)
+				}
+			}
+		}
+		var blockSources []any
+		if s, ok := t.m["sources"]; ok {
+			if blockSources, ok = plainTables(s); !ok {
+				return false, doc.valueError(t.keyPath("sources"), "expected a list of tables ([[if.sources]]), found %s", tomlTypeName(s))
+			}
+		}
+		t.use("sources")
+		blockConfig, hasConfig := t.m["config"].(map[string]any)
+		if c, ok := t.m["config"]; ok && !hasConfig {
+			return false, doc.valueError(t.keyPath("config"), "expected a table, found %s", tomlTypeName(c))
+		}
+		t.use("config")
+		if err := t.done(elementBlockKeys); err != nil {
+			return false, err
+		}
+		if !holds {
+			continue
+		}
+		if doc.moved == nil {
+			doc.moved = map[string]string{}
+		}
+		for _, k := range slices.Sorted(maps.Keys(vars)) {
+			doc.moved["variables."+k] = t.keyPath("variables." + k)
+		}
+		for _, k := range slices.Sorted(maps.Keys(env)) {
+			doc.moved["environment."+k] = t.keyPath("environment." + k)
+		}
+		f.Variables = merge(f.Variables, vars)
+		f.Environment = merge(f.Environment, env)
+		f.Depends = append(slices.Clip(f.Depends), deps[0]...)
+		f.BuildDepends = append(slices.Clip(f.BuildDepends), deps[1]...)
+		f.RuntimeDepends = append(slices.Clip(f.RuntimeDepends), deps[2]...)
+		for j, s := range blockSources {
+			*sources = append(*sources, sourceAt{fmt.Sprintf("%s.sources[%d]", path, j), s})
+		}
+		if hasConfig {
+			base, err := doc.table("config", *config)
+			if err != nil {
+				return false, err
+			}
+			merged := maps.Clone(base.m)
+			if merged == nil {
+				merged = map[string]any{}
+			}
+			for k, v := range blockConfig {
+				merged[k] = v
+				doc.moved["config."+k] = t.keyPath("config." + k)
+			}
+			*config, configSet = merged, true
+		}
+	}
+	return configSet, nil
+}
