@@ -224,7 +224,14 @@ func (d *tomlDoc) lineOf(path string) int {
 			return n
 		}
 	}
-	return 0
+	// A table written only as dotted keys (config.x = 1): its first key's line.
+	first := 0
+	for k, n := range d.index {
+		if strings.HasPrefix(k, path+".") && (first == 0 || n < first) {
+			first = n
+		}
+	}
+	return first
 }
 
 // joinKey normalises a dotted TOML key: whitespace and quotes removed.

@@ -286,9 +286,10 @@ func parseElementFile(data []byte, display string, scope optionScope) (*parsedFi
 	if pf.Config, err = parseConfig(doc, kind, config, configSet || doc.md.IsDefined("config")); err != nil {
 		return nil, nil, err
 	}
-	// Checked last: the kind-specific tables above mark their keys as decoded.
+	// Checked last: the kind-specific tables above mark their keys as decoded. The
+	// [[if]] blocks' keys were checked by applyBlocks.
 	if !known {
-		if err := doc.unknownKeys(topLevel); err != nil {
+		if err := doc.unknownKeys(topLevel, "if"); err != nil {
 			return nil, nil, err
 		}
 	}

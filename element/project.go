@@ -78,12 +78,17 @@ func FindProject(dir string) (string, error) {
 }
 
 // LoadProject reads root/project.toml, its options at their defaults.
-func LoadProject(root string) (*Project, error) { return LoadProjectWith(root) }
+func LoadProject(root string) (*Project, error) { return LoadProjectWith(root, nil) }
 
-// LoadProjectWith reads root/project.toml with option values given from outside it,
-// weakest layer first: the user configuration's, then the command line's (a parent
-// project would pass its own the same way).
-func LoadProjectWith(root string, settings ...[]OptionSetting) (*Project, error) {
+// OptionLayers gives the option settings a project is loaded with from outside it,
+// once its name is known, weakest layer first: the session's are the user
+// configuration's [projects.NAME.options], then the command line's; a parent project
+// would give its own the same way. Later layers win; unset options keep their defaults.
+type OptionLayers func(project string) [][]OptionSetting
+
+// LoadProjectWith reads root/project.toml with the option settings layers gives (nil
+// for none).
+func LoadProjectWith(root string, layers OptionLayers) (*Project, error) {
 	p := &Project{Root: root}
 	doc, err := decodeTOML(filepath.Join(root, ProjectFile), ProjectFile, p)
 	if err != nil {
@@ -144,6 +149,10 @@ func LoadProjectWith(root string, settings ...[]OptionSetting) (*Project, error)
 	}
 	if p.Options, err = parseOptions(doc, p.OptionsFile); err != nil {
 		return nil, err
+	}
+	var settings [][]OptionSetting
+	if layers != nil {
+		settings = layers(p.Name)
 	}
 	if p.OptionValues, err = resolveOptions(p.Options, settings...); err != nil {
 		return nil, err
