@@ -84,7 +84,14 @@ func applyBlocks(doc *tomlDoc, blocks []any, scope optionScope, f *elementFile, 
 		if err := t.done(elementBlockKeys); err != nil {
 			return false, err
 		}
+		var at []sourceAt
+		for j, s := range blockSources {
+			at = append(at, sourceAt{fmt.Sprintf("%s.sources[%d]", path, j), s})
+		}
 		if !holds {
+			if _, err := parseSources(doc, at); err != nil { // checked all the same
+				return false, err
+			}
 			continue
 		}
 		if doc.moved == nil {
@@ -101,9 +108,7 @@ func applyBlocks(doc *tomlDoc, blocks []any, scope optionScope, f *elementFile, 
 		f.Depends = append(slices.Clip(f.Depends), deps[0]...)
 		f.BuildDepends = append(slices.Clip(f.BuildDepends), deps[1]...)
 		f.RuntimeDepends = append(slices.Clip(f.RuntimeDepends), deps[2]...)
-		for j, s := range blockSources {
-			*sources = append(*sources, sourceAt{fmt.Sprintf("%s.sources[%d]", path, j), s})
-		}
+		*sources = append(*sources, at...)
 		if hasConfig {
 			base, err := doc.table("config", *config)
 			if err != nil {

@@ -290,6 +290,7 @@ func TestElementBlockErrors(t *testing.T) {
 		{"kind = \"stack\"\n[[if]]\ncondition = 'not debug'\ndepends = [\"../x.toml\"]\n", "elements/app.toml:4: key \"if[0].depends\": element name \"../x.toml\" contains '.' or '..': name elements by their path under element-path\n    depends = [\"../x.toml\"]"},
 		{"kind = \"manual\"\n[[if]]\ncondition = 'not debug'\n[if.config]\nbuild-comands = [\"make\"]\n", "elements/app.toml:5: unknown key \"build-comands\" in [config] (did you mean \"build-commands\"?)\n    build-comands = [\"make\"]\nknown keys: configure-commands, build-commands, install-commands"},
 		{"kind = \"manual\"\n[[if]]\ncondition = 'not debug'\n[[if.sources]]\nkind = \"local\"\n", "elements/app.toml:4: local source 1 needs a path"},
+		{"kind = \"manual\"\n[[if]]\ncondition = 'debug'\n[[if.sources]]\nkind = \"tar\"\nurl = \"x\"\npth = \"y\"\n", "elements/app.toml:7: unknown key \"pth\" in [if[0].sources[0]]\n    pth = \"y\"\nknown keys: kind, url, ref, track, directory, base-dir"},
 		{"kind = \"manual\"\n[[if]]\ncondition = 'not debug'\nvariables.x = 1\n", "elements/app.toml:4: key \"if[0].variables.x\": expected a string, found an integer\n    variables.x = 1"},
 	} {
 		dir := writeProject(t, with(optionsProject, "elements/app.toml", c.app))

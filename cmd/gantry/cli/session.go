@@ -385,7 +385,7 @@ func commandLineOptions(values []string) ([]element.OptionSetting, error) {
 	for _, v := range values {
 		name, value, ok := strings.Cut(v, "=")
 		if !ok || name == "" {
-			return nil, usagef("--option %s: expected NAME=VALUE (e.g. --option debug=true)", v)
+			return nil, usagef("--option %s: expected NAME=VALUE (e.g. --option debug=true; bst's -o NAME VALUE is -o NAME=VALUE here)", v)
 		}
 		out = append(out, element.OptionSetting{Name: name, Value: value})
 	}
