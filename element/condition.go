@@ -153,24 +153,21 @@ func (p *condParser) isWord(w string) bool {
 }
 
 func (p *condParser) or() (condition, error) {
-	c, err := p.and()
-	for err == nil && p.isWord("or") {
-		p.next()
-		var r condition
-		if r, err = p.and(); err == nil {
-			c = condOr{c, r}
-		}
-	}
-	return c, err
+	return p.chain("or", p.and, func(a, b condition) condition { return condOr{a, b} })
 }
 
 func (p *condParser) and() (condition, error) {
-	c, err := p.not()
-	for err == nil && p.isWord("and") {
+	return p.chain("and", p.not, func(a, b condition) condition { return condAnd{a, b} })
+}
+
+// chain parses operands joined by the word, grouped from the left.
+func (p *condParser) chain(word string, operand func() (condition, error), join func(a, b condition) condition) (condition, error) {
+	c, err := operand()
+	for err == nil && p.isWord(word) {
 		p.next()
 		var r condition
-		if r, err = p.not(); err == nil {
-			c = condAnd{c, r}
+		if r, err = operand(); err == nil {
+			c = join(c, r)
 		}
 	}
 	return c, err
