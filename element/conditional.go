@@ -34,12 +34,13 @@ type sourceAt struct {
 
 // applyBlocks merges the [[if]] blocks of an element file whose condition holds into
 // what the file says, in the order written, each block over what came before:
-// variables, environment and config key by key, the block winning (a command list
-// is replaced whole); depends, build-depends, runtime-depends and sources appended.
+// variables, environment and config key by key, the block winning (a list is replaced
+// whole unless the block composes it: composeList); depends, build-depends,
+// runtime-depends and sources appended.
 // Every block is checked, whether it holds or not: its keys, its condition, and the
 // types of its fragments; a block that does not hold leaves no trace. configSet says
 // whether some block set config keys.
-func applyBlocks(doc *tomlDoc, blocks []any, scope optionScope, f *elementFile, sources *[]sourceAt, config *any) (configSet bool, err error) {
+func applyBlocks(doc *tomlDoc, blocks []any, scope optionScope, kind *Kind, f *elementFile, sources *[]sourceAt, config *any) (configSet bool, err error) {
 	for i, v := range blocks {
 		path := fmt.Sprintf("if[%d]", i)
 		t, err := doc.table(path, v)
@@ -119,6 +120,11 @@ func applyBlocks(doc *tomlDoc, blocks []any, scope optionScope, f *elementFile, 
 				merged = map[string]any{}
 			}
 			for k, v := range blockConfig {
+				if c, ok := v.(map[string]any); ok {
+					if v, err = composeList(doc, t.keyPath("config."+k), c, merged[k], kind.DefaultCommands[k]); err != nil {
+						return false, err
+					}
+				}
 				merged[k] = v
 				doc.moved["config."+k] = t.keyPath("config." + k)
 			}
@@ -126,4 +132,44 @@ func applyBlocks(doc *tomlDoc, blocks []any, scope optionScope, f *elementFile, 
 		}
 	}
 	return configSet, nil
+}
+
+var composeKeys = []string{"append", "prepend"}
+
+// composeList is a config list a block writes as { prepend = [...], append = [...] }
+// (either or both): the list before the block — base, what the file or an earlier
+// block set, else the kind's default (def) — with prepend before it and append after.
+func composeList(doc *tomlDoc, path string, c map[string]any, base any, def []string) ([]any, error) {
+	t := &table{doc: doc, path: path, m: c}
+	pre, _, err := t.strings("prepend")
+	if err != nil {
+		return nil, err
+	}
+	post, _, err := t.strings("append")
+	if err != nil {
+		return nil, err
+	}
+	if err := t.done(composeKeys); err != nil {
+		return nil, err
+	}
+	var mid []any
+	switch b := base.(type) {
+	case nil:
+		for _, s := range def {
+			mid = append(mid, s)
+		}
+	case []any:
+		mid = b
+	default:
+		return nil, doc.valueError(path, "{ append, prepend } composes a list, and the value before this block is %s", tomlTypeName(base))
+	}
+	out := make([]any, 0, len(pre)+len(mid)+len(post))
+	for _, s := range pre {
+		out = append(out, s)
+	}
+	out = append(out, mid...)
+	for _, s := range post {
+		out = append(out, s)
+	}
+	return out, nil
 }

@@ -231,6 +231,10 @@ func (d *tomlDoc) lineOf(path string) int {
 			first = n
 		}
 	}
+	// A key of an inline table (build-commands = { append = [...] }): the table's line.
+	if i := strings.LastIndex(path, "."); first == 0 && i > 0 {
+		return d.lineOf(path[:i])
+	}
 	return first
 }
 

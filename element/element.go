@@ -264,7 +264,7 @@ func parseElementFile(data []byte, display string, scope optionScope) (*parsedFi
 	if !ok {
 		return nil, nil, doc.valueError("kind", "unknown kind %q%s; kinds: %s", f.Kind, didYouMean(f.Kind, kindNames()), strings.Join(kindNames(), ", "))
 	}
-	configSet, err := applyBlocks(doc, blocks, scope, &f, &sources, &config)
+	configSet, err := applyBlocks(doc, blocks, scope, kind, &f, &sources, &config)
 	if err != nil {
 		return nil, nil, err
 	}

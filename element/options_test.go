@@ -300,3 +300,35 @@ func TestElementBlockErrors(t *testing.T) {
 		}
 	}
 }
+
+// A block composes a config list with { prepend, append }: over the file's list, an
+// earlier block's, or the kind's default commands.
+func TestBlocksComposeLists(t *testing.T) {
+	for _, c := range []struct{ app, want string }{
+		{"kind = \"make\"\n[[if]]\ncondition = 'not debug'\n[if.config]\nbuild-commands = { append = [\"make check\"] }\n", "make %{make-args};make check"},
+		{"kind = \"manual\"\n[config]\nbuild-commands = [\"a\"]\n[[if]]\ncondition = 'not debug'\nconfig.build-commands = { prepend = [\"p\"] }\n[[if]]\ncondition = 'not debug'\nconfig.build-commands = { append = [\"z\"], prepend = [\"q\"] }\n", "q;p;a;z"},
+		{"kind = \"manual\"\n[config]\nbuild-commands = [\"a\"]\n[[if]]\ncondition = 'debug'\nconfig.build-commands = { append = [\"z\"] }\n", "a"},
+		{"kind = \"manual\"\n[config]\nbuild-commands = [\"a\"]\n[[if]]\ncondition = 'not debug'\nconfig.build-commands = [\"b\"]\n", "b"},
+	} {
+		dir := writeProject(t, with(optionsProject, "elements/app.toml", c.app))
+		g, _, err := loadWithOptions(dir, "")
+		if err != nil {
+			t.Errorf("%s: %v", c.app, err)
+			continue
+		}
+		if got := strings.Join(g.Elements["app.toml"].Config.Commands["build-commands"], ";"); got != c.want {
+			t.Errorf("%s: %q, want %q", c.app, got, c.want)
+		}
+	}
+	for _, c := range []struct{ app, want string }{
+		{"kind = \"manual\"\n[[if]]\ncondition = 'not debug'\n[if.config]\nbuild-commands = { apend = [\"x\"] }\n", "elements/app.toml:5: unknown key \"apend\" in [if[0].config.build-commands] (did you mean \"append\"?)\n    build-commands = { apend = [\"x\"] }\nknown keys: append, prepend"},
+		{"kind = \"manual\"\n[[if]]\ncondition = 'not debug'\n[if.config]\nbuild-commands = { append = \"x\" }\n", "elements/app.toml:5: key \"if[0].config.build-commands.append\": expected a list of strings, found a string\n    build-commands = { append = \"x\" }"},
+		{"kind = \"import\"\n[config]\ntarget = \"/\"\n[[if]]\ncondition = 'not debug'\n[if.config]\ntarget = { append = [\"x\"] }\n", "elements/app.toml:7: key \"if[0].config.target\": { append, prepend } composes a list, and the value before this block is a string\n    target = { append = [\"x\"] }"},
+	} {
+		dir := writeProject(t, with(optionsProject, "elements/app.toml", c.app))
+		_, _, err := loadWithOptions(dir, "")
+		if err == nil || err.Error() != c.want {
+			t.Errorf("%s:\n got %v\nwant %s", c.app, err, c.want)
+		}
+	}
+}
