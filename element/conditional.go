@@ -14,12 +14,18 @@ type optionScope struct {
 	digest string // optionsDigest(values): what the parse cache keys a conditional file's parse by
 }
 
-func (p *Project) optionScope() optionScope {
-	d := p.optionsDigest
-	if d == "" { // a Project not made by LoadProjectWith
-		d = optionsDigest(p.OptionValues)
+// optionScope is the scope p's element files are read in: the one LoadProjectWith
+// made, shared by every element (Element.scope), or a new one for a Project made
+// otherwise (tests).
+func (p *Project) optionScope() *optionScope {
+	if p.scope != nil {
+		return p.scope
 	}
-	return optionScope{opts: p.Options, values: p.OptionValues, digest: d}
+	return newOptionScope(p)
+}
+
+func newOptionScope(p *Project) *optionScope {
+	return &optionScope{opts: p.Options, values: p.OptionValues, digest: optionsDigest(p.OptionValues)}
 }
 
 // elementBlockKeys are what a [[if]] block of an element file may set.

@@ -62,6 +62,7 @@ type Element struct {
 	// had it): error positions after that come from document(), which reads root/rel.
 	doc       *tomlDoc
 	root, rel string
+	scope     *optionScope // the options its file was read with, for document()
 
 	// Set by the graph.
 	BuildDeps []*Element // depends ∪ build-depends, in declaration order
@@ -127,7 +128,7 @@ func loadElement(p *Project, dir elementDir, lock *Lock, name string, pc *ParseC
 	display := filepath.ToSlash(rel)
 	inDir := filepath.Join(dir.prefix, filepath.FromSlash(name))
 	scope := p.optionScope()
-	c, ok := pc.lookup(dir, inDir, display, scope)
+	c, ok := pc.lookup(dir, inDir, display, *scope)
 	var pf *parsedFile
 	var memo *keyMemo
 	var doc *tomlDoc
@@ -144,14 +145,14 @@ func loadElement(p *Project, dir elementDir, lock *Lock, name string, pc *ParseC
 			return nil, err
 		}
 		var conditional bool
-		if pf, doc, conditional, err = parseElement(data, display, scope); err != nil {
+		if pf, doc, conditional, err = parseElement(data, display, *scope); err != nil {
 			return nil, err
 		}
-		pc.remember(display, id, pf, conditional, scope)
+		pc.remember(display, id, pf, conditional, *scope)
 	}
 	e := &Element{Name: name, File: display, Description: pf.Description, Pool: pf.Pool,
 		Depends: pf.Depends, BuildDepends: pf.BuildDepends, RuntimeDepends: pf.RuntimeDepends,
-		root: p.Root, rel: rel, doc: doc, fileID: id, keyMemo: memo}
+		root: p.Root, rel: rel, doc: doc, scope: scope, fileID: id, keyMemo: memo}
 	e.Kind, _ = LookupKind(pf.Kind) // parseElement checked it
 	if e.Pool != "" {
 		if _, ok := p.Pools[e.Pool]; !ok {
@@ -407,7 +408,8 @@ func onlyKnownKeys(md toml.MetaData) bool {
 }
 
 // document is e's file for error positions: the one parsed by this load, or the file
-// read again (a cached load keeps no document; errors after loading are rare).
+// read and parsed again with the same options (a cached load keeps no document; errors
+// after loading are rare), so that a key a [[if]] block set points at the block.
 func (e *Element) document() *tomlDoc {
 	if e.doc != nil {
 		return e.doc
@@ -416,6 +418,11 @@ func (e *Element) document() *tomlDoc {
 	if r, err := os.OpenRoot(e.root); err == nil {
 		data, _ = r.ReadFile(e.rel) // best effort: only positions are lost
 		r.Close()
+	}
+	if e.scope != nil {
+		if _, doc, _, err := parseElement(data, e.File, *e.scope); err == nil {
+			return doc
+		}
 	}
 	return &tomlDoc{display: e.File, text: string(data)}
 }

@@ -1,6 +1,7 @@
 package element
 
 import (
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -330,5 +331,37 @@ func TestBlocksComposeLists(t *testing.T) {
 		if err == nil || err.Error() != c.want {
 			t.Errorf("%s:\n got %v\nwant %s", c.app, err, c.want)
 		}
+	}
+}
+
+// An error found after loading in a key a block set names the block's line, whether
+// the file was parsed by this load or came from the parse cache.
+func TestBlockErrorLinesThroughTheParseCache(t *testing.T) {
+	files := with(optionsProject, "elements/app.toml", `kind = "manual"
+[config]
+build-commands = ["make"]
+[[if]]
+condition = 'not debug'
+[if.config]
+build-commands = ["make %{nope}"]
+`)
+	dir := writeProject(t, with(files, "project.toml", files["project.toml"]+"[variables]\nnope = \"x\"\n"))
+	cacheDir := t.TempDir()
+	if _, _, err := loadWithOptions(dir, cacheDir); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(dir, "project.toml"), files["project.toml"])
+	p, err := LoadProject(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc := OpenParseCache(cacheDir, dir)
+	_, err = LoadCached(p, &Lock{}, []string{"app.toml"}, pc)
+	want := "elements/app.toml:7: in config.build-commands: undefined variable %{nope}\n    build-commands = [\"make %{nope}\"]"
+	if err == nil || err.Error() != want {
+		t.Fatalf("\n got %v\nwant %s", err, want)
+	}
+	if pc.hits.Load() != 1 {
+		t.Fatalf("the parse cache answered for %d files, want app.toml", pc.hits.Load())
 	}
 }

@@ -43,11 +43,11 @@ type Project struct {
 	Workspaces map[string]string `toml:"-"`
 	// Options are the declared [options], by name, and OptionValues their values for
 	// this load (options.go); both enter keyContext.
-	Options       map[string]*Option    `toml:"-"`
-	OptionValues  map[string]string     `toml:"-"`
-	OptionsFile   map[string]optionFile `toml:"options" json:"-"`
-	If            []toml.Primitive      `toml:"if" json:"-"`
-	optionsDigest string                // optionsDigest(OptionValues)
+	Options      map[string]*Option    `toml:"-"`
+	OptionValues map[string]string     `toml:"-"`
+	OptionsFile  map[string]optionFile `toml:"options" json:"-"`
+	If           []toml.Primitive      `toml:"if" json:"-"`
+	scope        *optionScope          // what element files are read in
 }
 
 var projectKeys = []string{"name", "element-path", "default-targets", "variables", "environment", "pools", "remote", "workspace-dir", "options", "if"}
@@ -157,7 +157,7 @@ func LoadProjectWith(root string, layers OptionLayers) (*Project, error) {
 	if p.OptionValues, err = resolveOptions(p.Options, settings...); err != nil {
 		return nil, err
 	}
-	p.optionsDigest = optionsDigest(p.OptionValues)
+	p.scope = newOptionScope(p)
 	if err := p.exportOptionVariables(doc); err != nil {
 		return nil, err
 	}
