@@ -293,9 +293,12 @@ func TestElementBlockErrors(t *testing.T) {
 		{"kind = \"manual\"\n[[if]]\ncondition = 'not debug'\n[[if.sources]]\nkind = \"local\"\n", "elements/app.toml:4: local source 1 needs a path"},
 		{"kind = \"manual\"\n[[if]]\ncondition = 'debug'\n[[if.sources]]\nkind = \"tar\"\nurl = \"x\"\npth = \"y\"\n", "elements/app.toml:7: unknown key \"pth\" in [if[0].sources[0]]\n    pth = \"y\"\nknown keys: kind, url, ref, track, directory, base-dir"},
 		{"kind = \"manual\"\n[[if]]\ncondition = 'not debug'\nvariables.x = 1\n", "elements/app.toml:4: key \"if[0].variables.x\": expected a string, found an integer\n    variables.x = 1"},
+		// { prepend, append } in a block
+		{"kind = \"manual\"\n[[if]]\ncondition = 'not debug'\n[if.config]\nbuild-commands = { apend = [\"x\"] }\n", "elements/app.toml:5: unknown key \"apend\" in [if[0].config.build-commands] (did you mean \"append\"?)\n    build-commands = { apend = [\"x\"] }\nknown keys: append, prepend"},
+		{"kind = \"manual\"\n[[if]]\ncondition = 'not debug'\n[if.config]\nbuild-commands = { append = \"x\" }\n", "elements/app.toml:5: key \"if[0].config.build-commands.append\": expected a list of strings, found a string\n    build-commands = { append = \"x\" }"},
+		{"kind = \"import\"\n[config]\ntarget = \"/\"\n[[if]]\ncondition = 'not debug'\n[if.config]\ntarget = { append = [\"x\"] }\n", "elements/app.toml:7: key \"if[0].config.target\": { append, prepend } composes a list, and the value before this block is a string\n    target = { append = [\"x\"] }"},
 	} {
-		dir := writeProject(t, with(optionsProject, "elements/app.toml", c.app))
-		_, _, err := loadWithOptions(dir, "")
+		_, err := loadApp(t, c.app)
 		if err == nil || err.Error() != c.want {
 			t.Errorf("%s:\n got %v\nwant %s", c.app, err, c.want)
 		}
@@ -311,25 +314,13 @@ func TestBlocksComposeLists(t *testing.T) {
 		{"kind = \"manual\"\n[config]\nbuild-commands = [\"a\"]\n[[if]]\ncondition = 'debug'\nconfig.build-commands = { append = [\"z\"] }\n", "a"},
 		{"kind = \"manual\"\n[config]\nbuild-commands = [\"a\"]\n[[if]]\ncondition = 'not debug'\nconfig.build-commands = [\"b\"]\n", "b"},
 	} {
-		dir := writeProject(t, with(optionsProject, "elements/app.toml", c.app))
-		g, _, err := loadWithOptions(dir, "")
+		g, err := loadApp(t, c.app)
 		if err != nil {
 			t.Errorf("%s: %v", c.app, err)
 			continue
 		}
 		if got := strings.Join(g.Elements["app.toml"].Config.Commands["build-commands"], ";"); got != c.want {
 			t.Errorf("%s: %q, want %q", c.app, got, c.want)
-		}
-	}
-	for _, c := range []struct{ app, want string }{
-		{"kind = \"manual\"\n[[if]]\ncondition = 'not debug'\n[if.config]\nbuild-commands = { apend = [\"x\"] }\n", "elements/app.toml:5: unknown key \"apend\" in [if[0].config.build-commands] (did you mean \"append\"?)\n    build-commands = { apend = [\"x\"] }\nknown keys: append, prepend"},
-		{"kind = \"manual\"\n[[if]]\ncondition = 'not debug'\n[if.config]\nbuild-commands = { append = \"x\" }\n", "elements/app.toml:5: key \"if[0].config.build-commands.append\": expected a list of strings, found a string\n    build-commands = { append = \"x\" }"},
-		{"kind = \"import\"\n[config]\ntarget = \"/\"\n[[if]]\ncondition = 'not debug'\n[if.config]\ntarget = { append = [\"x\"] }\n", "elements/app.toml:7: key \"if[0].config.target\": { append, prepend } composes a list, and the value before this block is a string\n    target = { append = [\"x\"] }"},
-	} {
-		dir := writeProject(t, with(optionsProject, "elements/app.toml", c.app))
-		_, _, err := loadWithOptions(dir, "")
-		if err == nil || err.Error() != c.want {
-			t.Errorf("%s:\n got %v\nwant %s", c.app, err, c.want)
 		}
 	}
 }
@@ -364,4 +355,10 @@ build-commands = ["make %{nope}"]
 	if pc.hits.Load() != 1 {
 		t.Fatalf("the parse cache answered for %d files, want app.toml", pc.hits.Load())
 	}
+}
+
+// loadApp loads optionsProject with app as elements/app.toml, options at their defaults.
+func loadApp(t *testing.T, app string) (*Graph, error) {
+	g, _, err := loadWithOptions(writeProject(t, with(optionsProject, "elements/app.toml", app)), "")
+	return g, err
 }
