@@ -2,9 +2,11 @@ package element
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/gantry-build/gantry/cache"
 	"github.com/gantry-build/gantry/cache/remote"
@@ -57,10 +59,17 @@ type UserConfig struct {
 		Color *bool  `toml:"color"`
 	} `toml:"ui"`
 	MaxJobs int `toml:"max-jobs"`
+	// Projects holds settings per project, by project name: [projects.NAME.options].
+	Projects map[string]struct {
+		Options map[string]any `toml:"options"`
+	} `toml:"projects"`
+	// ProjectOptions are the option settings of Projects, checked, by project name.
+	ProjectOptions map[string][]OptionSetting `toml:"-"`
 }
 
 var userConfigKeys = map[string][]string{
-	"":          {"scheduler", "cache", "remote", "ui", "max-jobs"},
+	"":          {"scheduler", "cache", "remote", "ui", "max-jobs", "projects"},
+	"projects":  {"options"},
 	"scheduler": {"builders", "fetchers", "pushers", "network-retries", "on-error"},
 	"cache":     {"dir", "quota"},
 	"remote":    remoteKeys,
@@ -112,6 +121,9 @@ func LoadUserConfig(path string, explicit bool) (*UserConfig, error) {
 	if err := checkRemotes(doc, c.Remotes, filepath.Dir(path)); err != nil {
 		return nil, err
 	}
+	if c.ProjectOptions, err = userOptionSettings(doc, c); err != nil {
+		return nil, err
+	}
 	if c.Scheduler.OnError != "" {
 		if _, ok := ParseOnError(c.Scheduler.OnError); !ok {
 			return nil, doc.valueError("scheduler.on-error", "%q is not one of continue, quit, terminate", c.Scheduler.OnError)
@@ -146,3 +158,40 @@ func DefaultBuilders(cpus int) int { return max(1, min(4, cpus)) }
 // DefaultMaxJobs is the value of %{max-jobs} when not configured: the CPUs shared
 // among the builders that run at once, at least 1.
 func DefaultMaxJobs(cpus, builders int) int { return max(1, cpus/max(1, builders)) }
+
+// userOptionSettings reads [projects.NAME.options] as settings, each with its line. A
+// value is a string, a boolean (a bool option) or a list of strings (a flags option);
+// whether the project declares the option is checked when the project is loaded.
+func userOptionSettings(doc *tomlDoc, c *UserConfig) (map[string][]OptionSetting, error) {
+	var out map[string][]OptionSetting
+	for _, project := range sortedKeys(c.Projects) {
+		opts := c.Projects[project].Options
+		for _, name := range sortedKeys(opts) {
+			key := "projects." + project + ".options." + name
+			var value string
+			switch v := opts[name].(type) {
+			case string:
+				value = v
+			case bool:
+				value = fmt.Sprint(v)
+			case []any:
+				flags := make([]string, len(v))
+				for i, f := range v {
+					s, ok := f.(string)
+					if !ok {
+						return nil, doc.valueError(key, "expected a list of strings, found %s in it", tomlTypeName(f))
+					}
+					flags[i] = s
+				}
+				value = strings.Join(flags, ",")
+			default:
+				return nil, doc.valueError(key, "expected a string, a boolean or a list of strings, found %s", tomlTypeName(v))
+			}
+			if out == nil {
+				out = map[string][]OptionSetting{}
+			}
+			out[project] = append(out[project], OptionSetting{Name: name, Value: value, File: doc.display, Line: doc.lineOf(key)})
+		}
+	}
+	return out, nil
+}

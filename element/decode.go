@@ -21,6 +21,9 @@ type tomlDoc struct {
 	lines   []string // text's lines, for error context; split on first use (see textLines)
 	md      toml.MetaData
 	index   map[string]int // key path ("sources[1].path") -> 1-based line; built on first use
+	// moved maps a key path to where the value it has was written: a key a [[if]]
+	// block set ("config.build-commands" -> "if[0].config.build-commands").
+	moved map[string]string
 }
 
 // decodeTOML reads path and decodes it into v. Errors are *ProjectError with position.
@@ -167,16 +170,33 @@ var headerLine = regexp.MustCompile(`^\s*(\[\[?)\s*([^\]]+?)\s*\]\]?`)
 // lineOf finds the line of a key path. Arrays of tables are indexed: "sources[1].url".
 // It is a light scanner used only for error messages; 0 means not found.
 func (d *tomlDoc) lineOf(path string) int {
+	if at, ok := d.moved[path]; ok {
+		path = at
+	}
 	if d.index == nil {
 		d.index = map[string]int{}
-		counts := map[string]int{}
+		counts := map[string]int{} // array of tables (qualified) -> tables seen so far
+		// qualify indexes a header's parts that name an array of tables by its
+		// latest table: [if.config] after the second [[if]] is "if[1].config".
+		qualify := func(name string) string {
+			parts := strings.Split(name, ".")
+			q := parts[0]
+			for i := 1; i < len(parts); i++ {
+				if n := counts[q]; n > 0 {
+					q = fmt.Sprintf("%s[%d]", q, n-1)
+				}
+				q += "." + parts[i]
+			}
+			return q
+		}
 		prefix := ""
 		for i, l := range d.textLines() {
 			if m := headerLine.FindStringSubmatch(l); m != nil && !strings.Contains(strings.SplitN(l, "]", 2)[0], "=") {
-				name := joinKey(m[2])
+				name := qualify(joinKey(m[2]))
 				if m[1] == "[[" {
-					name = fmt.Sprintf("%s[%d]", name, counts[name])
-					counts[joinKey(m[2])]++
+					n := counts[name]
+					counts[name]++
+					name = fmt.Sprintf("%s[%d]", name, n)
 				}
 				prefix = name
 				if _, ok := d.index[prefix]; !ok {
@@ -204,7 +224,18 @@ func (d *tomlDoc) lineOf(path string) int {
 			return n
 		}
 	}
-	return 0
+	// A table written only as dotted keys (config.x = 1): its first key's line.
+	first := 0
+	for k, n := range d.index {
+		if strings.HasPrefix(k, path+".") && (first == 0 || n < first) {
+			first = n
+		}
+	}
+	// A key of an inline table (build-commands = { append = [...] }): the table's line.
+	if i := strings.LastIndex(path, "."); first == 0 && i > 0 {
+		return d.lineOf(path[:i])
+	}
+	return first
 }
 
 // joinKey normalises a dotted TOML key: whitespace and quotes removed.

@@ -28,9 +28,10 @@ type elementFile struct {
 	Environment    map[string]string `toml:"environment"`
 	Sources        []toml.Primitive  `toml:"sources"`
 	Config         toml.Primitive    `toml:"config"`
+	If             []toml.Primitive  `toml:"if"`
 }
 
-var elementKeys = []string{"kind", "description", "depends", "build-depends", "runtime-depends", "pool", "variables", "environment", "sources", "config"}
+var elementKeys = []string{"kind", "description", "depends", "build-depends", "runtime-depends", "pool", "variables", "environment", "sources", "config", "if"}
 
 // Config is an element's kind-specific configuration, unexpanded.
 type Config struct {
@@ -61,6 +62,7 @@ type Element struct {
 	// had it): error positions after that come from document(), which reads root/rel.
 	doc       *tomlDoc
 	root, rel string
+	scope     *optionScope // the options its file was read with, for document()
 
 	// Set by the graph.
 	BuildDeps []*Element // depends ∪ build-depends, in declaration order
@@ -125,7 +127,8 @@ func loadElement(p *Project, dir elementDir, lock *Lock, name string, pc *ParseC
 	rel := filepath.Join(p.ElementPath, filepath.FromSlash(name))
 	display := filepath.ToSlash(rel)
 	inDir := filepath.Join(dir.prefix, filepath.FromSlash(name))
-	c, ok := pc.lookup(dir, inDir, display)
+	scope := p.optionScope()
+	c, ok := pc.lookup(dir, inDir, display, *scope)
 	var pf *parsedFile
 	var memo *keyMemo
 	var doc *tomlDoc
@@ -141,14 +144,15 @@ func loadElement(p *Project, dir elementDir, lock *Lock, name string, pc *ParseC
 		if data, id, err = readElementFile(dir, inDir, display); err != nil {
 			return nil, err
 		}
-		if pf, doc, err = parseElement(data, display); err != nil {
+		var conditional bool
+		if pf, doc, conditional, err = parseElement(data, display, *scope); err != nil {
 			return nil, err
 		}
-		pc.remember(display, id, pf)
+		pc.remember(display, id, pf, conditional, *scope)
 	}
 	e := &Element{Name: name, File: display, Description: pf.Description, Pool: pf.Pool,
 		Depends: pf.Depends, BuildDepends: pf.BuildDepends, RuntimeDepends: pf.RuntimeDepends,
-		root: p.Root, rel: rel, doc: doc, fileID: id, keyMemo: memo}
+		root: p.Root, rel: rel, doc: doc, scope: scope, fileID: id, keyMemo: memo}
 	e.Kind, _ = LookupKind(pf.Kind) // parseElement checked it
 	if e.Pool != "" {
 		if _, ok := p.Pools[e.Pool]; !ok {
@@ -200,26 +204,43 @@ func readElementFile(dir elementDir, path, display string) ([]byte, fileid.ID, e
 // known and every value of the type elementFile gives it; otherwise it is decoded into
 // elementFile again, whose decoder names a value of the wrong type and marks what it
 // consumed for unknownKeys.
-func parseElement(data []byte, display string) (*parsedFile, *tomlDoc, error) {
+//
+// The file's [[if]] blocks are read against scope (applyBlocks); conditional says
+// whether it had any, and so whether its parse depends on the option values.
+func parseElement(data []byte, display string, scope optionScope) (pf *parsedFile, doc *tomlDoc, conditional bool, err error) {
+	pf, doc, err = parseElementFile(data, display, scope)
+	return pf, doc, doc != nil && doc.md.IsDefined("if"), err
+}
+
+func parseElementFile(data []byte, display string, scope optionScope) (*parsedFile, *tomlDoc, error) {
 	var plain any
 	doc, err := decodeTOMLBytes(data, display, &plain)
 	if err != nil {
 		return nil, nil, err
 	}
 	var f elementFile
-	var sources []any // each a toml.Primitive or a plain table
+	var tables []any // each source, a toml.Primitive or a plain table
+	var blocks []any // each [[if]] block, the same
 	var config any
 	known := onlyKnownKeys(doc.md)
-	if !known || !plainElementFile(plain, &f, &sources, &config) {
+	if !known || !plainElementFile(plain, &f, &tables, &config, &blocks) {
 		f = elementFile{}
 		if doc, err = decodeTOMLBytes(data, display, &f); err != nil {
 			return nil, nil, err
 		}
-		sources = make([]any, len(f.Sources))
+		tables = make([]any, len(f.Sources))
 		for i, p := range f.Sources {
-			sources[i] = p
+			tables[i] = p
+		}
+		blocks = make([]any, len(f.If))
+		for i, p := range f.If {
+			blocks[i] = p
 		}
 		config = f.Config
+	}
+	sources := make([]sourceAt, len(tables))
+	for i, t := range tables {
+		sources[i] = sourceAt{fmt.Sprintf("sources[%d]", i), t}
 	}
 	topLevel := func(parent []string) []string {
 		if len(parent) == 0 {
@@ -230,7 +251,7 @@ func parseElement(data []byte, display string) (*parsedFile, *tomlDoc, error) {
 	// Top-level typos first ("kinds" should not be reported as a missing "kind"); the
 	// kind-specific tables are checked key by key below.
 	if !known {
-		if err := doc.unknownKeys(topLevel, "sources", "config"); err != nil {
+		if err := doc.unknownKeys(topLevel, "sources", "config", "if"); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -243,6 +264,10 @@ func parseElement(data []byte, display string) (*parsedFile, *tomlDoc, error) {
 	kind, ok := LookupKind(f.Kind)
 	if !ok {
 		return nil, nil, doc.valueError("kind", "unknown kind %q%s; kinds: %s", f.Kind, didYouMean(f.Kind, kindNames()), strings.Join(kindNames(), ", "))
+	}
+	configSet, err := applyBlocks(doc, blocks, scope, kind, &f, &sources, &config)
+	if err != nil {
+		return nil, nil, err
 	}
 	pf := &parsedFile{Kind: f.Kind, Description: f.Description, Pool: f.Pool,
 		Variables: f.Variables, Environment: f.Environment}
@@ -259,12 +284,13 @@ func parseElement(data []byte, display string) (*parsedFile, *tomlDoc, error) {
 	if pf.Sources, err = parseSources(doc, sources); err != nil {
 		return nil, nil, err
 	}
-	if pf.Config, err = parseConfig(doc, kind, config, doc.md.IsDefined("config")); err != nil {
+	if pf.Config, err = parseConfig(doc, kind, config, configSet || doc.md.IsDefined("config")); err != nil {
 		return nil, nil, err
 	}
-	// Checked last: the kind-specific tables above mark their keys as decoded.
+	// Checked last: the kind-specific tables above mark their keys as decoded. The
+	// [[if]] blocks' keys were checked by applyBlocks.
 	if !known {
-		if err := doc.unknownKeys(topLevel); err != nil {
+		if err := doc.unknownKeys(topLevel, "if"); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -274,7 +300,7 @@ func parseElement(data []byte, display string) (*parsedFile, *tomlDoc, error) {
 // plainElementFile fills f, sources and config from an element file decoded as plain
 // values (doc), as decoding it into elementFile would, and reports whether every value
 // has the type elementFile gives it. The sources and config are their plain tables.
-func plainElementFile(doc any, f *elementFile, sources *[]any, config *any) bool {
+func plainElementFile(doc any, f *elementFile, sources *[]any, config *any, blocks *[]any) bool {
 	m, ok := doc.(map[string]any)
 	if !ok {
 		return false
@@ -301,6 +327,8 @@ func plainElementFile(doc any, f *elementFile, sources *[]any, config *any) bool
 			*sources, ok = plainTables(v)
 		case "config":
 			*config, ok = v.(map[string]any)
+		case "if":
+			*blocks, ok = plainTables(v)
 		default:
 			ok = false
 		}
@@ -380,7 +408,8 @@ func onlyKnownKeys(md toml.MetaData) bool {
 }
 
 // document is e's file for error positions: the one parsed by this load, or the file
-// read again (a cached load keeps no document; errors after loading are rare).
+// read and parsed again with the same options (a cached load keeps no document; errors
+// after loading are rare), so that a key a [[if]] block set points at the block.
 func (e *Element) document() *tomlDoc {
 	if e.doc != nil {
 		return e.doc
@@ -389,6 +418,11 @@ func (e *Element) document() *tomlDoc {
 	if r, err := os.OpenRoot(e.root); err == nil {
 		data, _ = r.ReadFile(e.rel) // best effort: only positions are lost
 		r.Close()
+	}
+	if e.scope != nil {
+		if _, doc, _, err := parseElement(data, e.File, *e.scope); err == nil {
+			return doc
+		}
 	}
 	return &tomlDoc{display: e.File, text: string(data)}
 }
@@ -449,11 +483,11 @@ func checkDepends(doc *tomlDoc, f *elementFile) error {
 }
 
 // parseSources reads the sources, each a toml.Primitive or a plain table.
-func parseSources(doc *tomlDoc, tables []any) ([]source.Spec, error) {
+func parseSources(doc *tomlDoc, tables []sourceAt) ([]source.Spec, error) {
 	var out []source.Spec
-	for i, v := range tables {
-		path := fmt.Sprintf("sources[%d]", i)
-		t, err := doc.table(path, v)
+	for i, at := range tables {
+		path := at.path
+		t, err := doc.table(path, at.v)
 		if err != nil {
 			return nil, err
 		}
@@ -512,7 +546,7 @@ func parseSources(doc *tomlDoc, tables []any) ([]source.Spec, error) {
 		if s.Kind == source.Patch && !t.has("strip-level") {
 			s.StripLevel = 1
 		}
-		if err := checkSource(doc, i, &s); err != nil {
+		if err := checkSource(doc, path, i, &s); err != nil {
 			return nil, err
 		}
 		s.Pinned = s.Ref != ""
@@ -521,8 +555,7 @@ func parseSources(doc *tomlDoc, tables []any) ([]source.Spec, error) {
 	return out, nil
 }
 
-func checkSource(doc *tomlDoc, i int, s *source.Spec) error {
-	path := fmt.Sprintf("sources[%d]", i)
+func checkSource(doc *tomlDoc, path string, i int, s *source.Spec) error {
 	switch s.Kind {
 	case source.Local, source.Patch:
 		if s.Path == "" {

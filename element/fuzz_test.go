@@ -107,7 +107,8 @@ func FuzzPlainElementFile(f *testing.F) {
 		var got elementFile
 		var sources []any
 		var config any
-		if !plainElementFile(plain, &got, &sources, &config) {
+		var blocks []any
+		if !plainElementFile(plain, &got, &sources, &config, &blocks) {
 			return
 		}
 		var want elementFile
@@ -136,7 +137,11 @@ func FuzzPlainElementFile(f *testing.F) {
 				t.Fatalf("config: %#v, the decoder's %#v", tg.m, tp.m)
 			}
 		}
+		if len(blocks) != len(want.If) {
+			t.Fatalf("%d [[if]] blocks, the decoder's %d", len(blocks), len(want.If))
+		}
 		got.Sources, got.Config, want.Sources, want.Config = nil, toml.Primitive{}, nil, toml.Primitive{}
+		got.If, want.If = nil, nil
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("plain values read as %#v, the decoder's %#v", got, want)
 		}

@@ -58,6 +58,10 @@ type cachedFile struct {
 	ID     fileid.ID
 	Parsed parsedFile
 	Key    keyMemo // the key last computed from this parse (Key "" for none)
+	// Options is the digest of the option values the file was parsed with when it has
+	// [[if]] blocks (optionsDigest), "" when its parse reads no option: a conditional
+	// file's parse is reused only under the same values.
+	Options string
 
 	raw   string      // the stored form; "" for an entry this load made
 	once  sync.Once   // decodes raw
@@ -67,15 +71,15 @@ type cachedFile struct {
 }
 
 // newCachedFile is an entry made by this load.
-func newCachedFile(id fileid.ID, pf *parsedFile, key keyMemo) *cachedFile {
-	c := &cachedFile{ID: id, Parsed: *pf, Key: key}
+func newCachedFile(id fileid.ID, pf *parsedFile, key keyMemo, options string) *cachedFile {
+	c := &cachedFile{ID: id, Parsed: *pf, Key: key, Options: options}
 	c.seen.Store(true)
 	return c
 }
 
 // parseCacheVersion changes whenever parsedFile or the checks parseElement makes change
 // in a way a gantry build stamp would not show.
-const parseCacheVersion = 5
+const parseCacheVersion = 6
 
 // OpenParseCache opens the parse cache of the project at root, kept under dir (the
 // gantry cache's loads/). A missing, damaged or foreign cache file is an empty cache.
@@ -135,9 +139,10 @@ func identify(dir elementDir, path string) (fileid.ID, bool) {
 }
 
 // lookup returns what is remembered of the file at path under dir, remembered as name,
-// when the file's identity is unchanged. A file it does not remember is not stat'ed:
+// when the file's identity is unchanged and, if its parse read options, it was parsed
+// with scope's values. A file it does not remember is not stat'ed:
 // reading it takes its identity (readElementFile). A nil cache remembers nothing.
-func (pc *ParseCache) lookup(dir elementDir, path, name string) (*cachedFile, bool) {
+func (pc *ParseCache) lookup(dir elementDir, path, name string, scope optionScope) (*cachedFile, bool) {
 	if pc == nil {
 		return nil, false
 	}
@@ -149,6 +154,9 @@ func (pc *ParseCache) lookup(dir elementDir, path, name string) (*cachedFile, bo
 	}
 	c.seen.Store(true)
 	if id, ok := identify(dir, path); !ok || c.id() != id || !c.decode() {
+		return nil, false
+	}
+	if c.Options != "" && c.Options != scope.digest {
 		return nil, false
 	}
 	pc.hits.Add(1)
@@ -167,12 +175,16 @@ func (pc *ParseCache) size() int {
 
 // remember records name's parse at identity id (taken when the file was opened, before
 // it was read: a change during the read gives the file a new identity, so it is parsed
-// again).
-func (pc *ParseCache) remember(name string, id fileid.ID, pf *parsedFile) {
+// again); conditional says the parse read the option values of scope.
+func (pc *ParseCache) remember(name string, id fileid.ID, pf *parsedFile, conditional bool, scope optionScope) {
 	if pc == nil || id == (fileid.ID{}) {
 		return
 	}
-	c := newCachedFile(id, pf, keyMemo{})
+	options := ""
+	if conditional {
+		options = scope.digest
+	}
+	c := newCachedFile(id, pf, keyMemo{}, options)
 	pc.mu.Lock()
 	pc.files[name] = c
 	pc.dirty = true
@@ -194,7 +206,7 @@ func (pc *ParseCache) rememberKey(name string, id fileid.ID, m *keyMemo) {
 	case c.raw == "":
 		c.Key = *m // made by this load (remember), which nothing else reads now
 	default:
-		pc.files[name] = newCachedFile(id, &c.Parsed, *m) // written back from raw otherwise
+		pc.files[name] = newCachedFile(id, &c.Parsed, *m, c.Options) // written back from raw otherwise
 	}
 	pc.dirty = true
 }

@@ -11,7 +11,7 @@ import (
 )
 
 // The parse cache's stored form: the stamp, the number of files, then each file's
-// name and its entry — identity, parse and key memo, every field in declaration order,
+// name and its entry — identity, parse, key memo and options digest, every field in declaration order,
 // in bincode's form (an empty list or map decodes as nil) — as one string, so that
 // opening the cache only indexes the entries and each is decoded when its file is
 // looked up, on the goroutines that load the graph. TestParseCacheCodecRoundTrips sets
@@ -51,6 +51,7 @@ func encodeParseCache(out io.Writer, stamp string, files map[string]*cachedFile)
 			entry.Str(c.Key.Inputs)
 			entry.Str(c.Key.Key)
 			entry.Str(c.Key.Context)
+			entry.Str(c.Options)
 		}
 		w.Str(name)
 		w.Uint(uint64(len(entry.B)))
@@ -110,6 +111,7 @@ func (c *cachedFile) decode() bool {
 		c.ID = fileid.Read(r)
 		readParsed(r, &c.Parsed)
 		c.Key = keyMemo{Inputs: r.Str(), Key: r.Str(), Context: r.Str()}
+		c.Options = r.Str()
 		c.whole = r.Err == nil && r.Len() == 0
 	})
 	return c.whole

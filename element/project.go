@@ -13,6 +13,8 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/BurntSushi/toml"
+
 	"github.com/gantry-build/gantry/cache/remote"
 	"github.com/gantry-build/gantry/source"
 )
@@ -39,9 +41,16 @@ type Project struct {
 	// Workspaces maps an element to the directory of its open workspace (from
 	// WorkspacesFile).
 	Workspaces map[string]string `toml:"-"`
+	// Options are the declared [options], by name, and OptionValues their values for
+	// this load (options.go); both enter keyContext.
+	Options      map[string]*Option    `toml:"-"`
+	OptionValues map[string]string     `toml:"-"`
+	OptionsFile  map[string]optionFile `toml:"options" json:"-"`
+	If           []toml.Primitive      `toml:"if" json:"-"`
+	scope        *optionScope          // what element files are read in
 }
 
-var projectKeys = []string{"name", "element-path", "default-targets", "variables", "environment", "pools", "remote", "workspace-dir"}
+var projectKeys = []string{"name", "element-path", "default-targets", "variables", "environment", "pools", "remote", "workspace-dir", "options", "if"}
 
 var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]*$`)
 
@@ -68,8 +77,18 @@ func FindProject(dir string) (string, error) {
 	}
 }
 
-// LoadProject reads root/project.toml.
-func LoadProject(root string) (*Project, error) {
+// LoadProject reads root/project.toml, its options at their defaults.
+func LoadProject(root string) (*Project, error) { return LoadProjectWith(root, nil) }
+
+// OptionLayers gives the option settings a project is loaded with from outside it,
+// once its name is known, weakest layer first: the session's are the user
+// configuration's [projects.NAME.options], then the command line's; a parent project
+// would give its own the same way. Later layers win; unset options keep their defaults.
+type OptionLayers func(project string) [][]OptionSetting
+
+// LoadProjectWith reads root/project.toml with the option settings layers gives (nil
+// for none).
+func LoadProjectWith(root string, layers OptionLayers) (*Project, error) {
 	p := &Project{Root: root}
 	doc, err := decodeTOML(filepath.Join(root, ProjectFile), ProjectFile, p)
 	if err != nil {
@@ -81,9 +100,11 @@ func LoadProject(root string) (*Project, error) {
 			return projectKeys
 		case parent[0] == "remote":
 			return remoteKeys
+		case parent[0] == "options" && len(parent) == 2:
+			return optionKeys
 		}
 		return nil
-	}); err != nil {
+	}, "if"); err != nil {
 		return nil, err
 	}
 	if err := doc.checkTables("variables", "environment", "pools"); err != nil {
@@ -121,6 +142,26 @@ func LoadProject(root string) (*Project, error) {
 		return nil, err
 	}
 	if err := checkEnvironment(doc, "environment", p.Environment); err != nil {
+		return nil, err
+	}
+	if err := doc.checkTables("options"); err != nil {
+		return nil, err
+	}
+	if p.Options, err = parseOptions(doc, p.OptionsFile); err != nil {
+		return nil, err
+	}
+	var settings [][]OptionSetting
+	if layers != nil {
+		settings = layers(p.Name)
+	}
+	if p.OptionValues, err = resolveOptions(p.Options, settings...); err != nil {
+		return nil, err
+	}
+	p.scope = newOptionScope(p)
+	if err := p.exportOptionVariables(doc); err != nil {
+		return nil, err
+	}
+	if err := p.applyProjectBlocks(doc, p.If); err != nil {
 		return nil, err
 	}
 	if p.WorkspaceDir == "" {

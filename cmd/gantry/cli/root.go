@@ -19,6 +19,7 @@ type globalOptions struct {
 	ui       string
 	uiSet    bool // --ui was given: it wins over GANTRY_UI and the user config
 	verbose  bool
+	options  []string // --option NAME=VALUE, in the order given
 
 	s *session // made by the first command that asks (session)
 }
@@ -52,6 +53,7 @@ Run 'gantry init' to start one, 'gantry show' to inspect it.`,
 	f.StringVar(&opts.config, "config", "", "user configuration `FILE` (default $XDG_CONFIG_HOME/gantry/config.toml)")
 	f.StringVar(&opts.ui, "ui", "auto", "progress display: auto, tui, plain or json")
 	f.BoolVarP(&opts.verbose, "verbose", "v", false, "show more detail")
+	f.StringArrayVarP(&opts.options, "option", "o", nil, "set project option `NAME=VALUE` (repeatable; the last wins)")
 
 	root.AddCommand(
 		newShowCmd(opts, nil),

@@ -70,15 +70,21 @@ func (s *session) readProject() error {
 	if err != nil {
 		return err
 	}
-	project, err := element.LoadProject(root)
-	if err != nil {
-		return err
-	}
-	project.Hermetic = isHermetic(defaultSandbox()) // a --sandbox flag overrides it
 	user, err := s.userConfig()
 	if err != nil {
 		return err
 	}
+	cli, err := commandLineOptions(o.options)
+	if err != nil {
+		return err
+	}
+	project, err := element.LoadProjectWith(root, func(name string) [][]element.OptionSetting {
+		return [][]element.OptionSetting{user.ProjectOptions[name], cli} // command line > user config > default
+	})
+	if err != nil {
+		return err
+	}
+	project.Hermetic = isHermetic(defaultSandbox()) // a --sandbox flag overrides it
 	lock, err := element.LoadLock(root)
 	if err != nil {
 		return err
@@ -371,4 +377,17 @@ func (s *session) display() (ui.Display, error) {
 		return s.tui(uo)
 	}
 	return nil, usagef("--ui %q: use auto, tui, plain or json", mode)
+}
+
+// commandLineOptions reads --option NAME=VALUE values; one without '=' is a usage error.
+func commandLineOptions(values []string) ([]element.OptionSetting, error) {
+	var out []element.OptionSetting
+	for _, v := range values {
+		name, value, ok := strings.Cut(v, "=")
+		if !ok || name == "" {
+			return nil, usagef("--option %s: expected NAME=VALUE (e.g. --option debug=true; bst's -o NAME VALUE is -o NAME=VALUE here)", v)
+		}
+		out = append(out, element.OptionSetting{Name: name, Value: value})
+	}
+	return out, nil
 }

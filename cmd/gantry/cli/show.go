@@ -3,6 +3,7 @@ package cli
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 
@@ -14,9 +15,10 @@ import (
 
 type showOptions struct {
 	*globalOptions
-	deps   string
-	format string
-	args   []string // the targets
+	deps    string
+	format  string
+	options bool     // --options: the project's options instead of elements
+	args    []string // the targets
 }
 
 const defaultShowFormat = "%{state: >12} %{short-key} %{name}"
@@ -41,7 +43,11 @@ Format placeholders: %{name} %{key} (also %{full-key}) %{short-key} %{state} %{k
 %{workspace} is the directory of its open workspace, if any (the default format marks
 workspace elements). A placeholder may carry a fill, alignment and width: %{state: >12}.
 
---format json prints one JSON object per element instead, for scripts.`,
+--format json prints one JSON object per element instead, for scripts.
+
+--options prints the project's options instead, one NAME=VALUE line each, sorted by
+name, with the values this command would load the project with (--option, the user
+configuration, the defaults).`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.args = args
 			if runF != nil {
@@ -52,6 +58,7 @@ workspace elements). A placeholder may carry a fill, alignment and width: %{stat
 	}
 	cmd.Flags().StringVar(&opts.deps, "deps", "all", "which dependencies to show: none, run, build or all")
 	cmd.Flags().StringVar(&opts.format, "format", defaultShowFormat, "line `FORMAT` (see above), or json")
+	cmd.Flags().BoolVar(&opts.options, "options", false, "print the project's options as NAME=VALUE lines instead of elements")
 	return cmd
 }
 
@@ -68,6 +75,15 @@ func runShow(opts *showOptions) error {
 	s := opts.session()
 	if err := s.loadProject(); err != nil {
 		return err
+	}
+	if opts.options {
+		if len(opts.args) > 0 {
+			return usagef("show --options takes no elements")
+		}
+		for _, name := range s.project.OptionNames() {
+			fmt.Fprintf(opts.ios.Out, "%s=%s\n", name, s.project.OptionValues[name])
+		}
+		return nil
 	}
 	g, save, err := s.loadGraphUnsaved(opts.args)
 	if err != nil {

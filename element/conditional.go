@@ -1,0 +1,181 @@
+package element
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+)
+
+// optionScope is what an element file's [[if]] blocks are read against: the project's
+// options and their values for this load.
+type optionScope struct {
+	opts   map[string]*Option
+	values map[string]string
+	digest string // optionsDigest(values): what the parse cache keys a conditional file's parse by
+}
+
+// optionScope is the scope p's element files are read in: the one LoadProjectWith
+// made, shared by every element (Element.scope), or a new one for a Project made
+// otherwise (tests).
+func (p *Project) optionScope() *optionScope {
+	if p.scope != nil {
+		return p.scope
+	}
+	return newOptionScope(p)
+}
+
+func newOptionScope(p *Project) *optionScope {
+	return &optionScope{opts: p.Options, values: p.OptionValues, digest: optionsDigest(p.OptionValues)}
+}
+
+// elementBlockKeys are what a [[if]] block of an element file may set.
+var elementBlockKeys = []string{"condition", "variables", "environment", "config", "depends", "build-depends", "runtime-depends", "sources"}
+
+// sourceAt is a source's table and the key path it was written at ("sources[1]",
+// "if[0].sources[0]"), for errors.
+type sourceAt struct {
+	path string
+	v    any // a toml.Primitive or a plain table
+}
+
+// applyBlocks merges the [[if]] blocks of an element file whose condition holds into
+// what the file says, in the order written, each block over what came before:
+// variables, environment and config key by key, the block winning (a list is replaced
+// whole unless the block composes it: composeList); depends, build-depends,
+// runtime-depends and sources appended.
+// Every block is checked, whether it holds or not: its keys, its condition, and the
+// types of its fragments; a block that does not hold leaves no trace. configSet says
+// whether some block set config keys.
+func applyBlocks(doc *tomlDoc, blocks []any, scope optionScope, kind *Kind, f *elementFile, sources *[]sourceAt, config *any) (configSet bool, err error) {
+	for i, v := range blocks {
+		path := fmt.Sprintf("if[%d]", i)
+		t, err := doc.table(path, v)
+		if err != nil {
+			return false, err
+		}
+		holds, err := blockCondition(t, scope.opts, scope.values)
+		if err != nil {
+			return false, err
+		}
+		vars, err := t.stringMap("variables")
+		if err != nil {
+			return false, err
+		}
+		env, err := t.stringMap("environment")
+		if err != nil {
+			return false, err
+		}
+		var deps [3][]string
+		for j, k := range []string{"depends", "build-depends", "runtime-depends"} {
+			if deps[j], _, err = t.strings(k); err != nil {
+				return false, err
+			}
+			for _, d := range deps[j] {
+				if err := checkElementName(d); err != nil {
+					return false, doc.valueError(t.keyPath(k), "%v", err)
+				}
+			}
+		}
+		var blockSources []any
+		if s, ok := t.m["sources"]; ok {
+			if blockSources, ok = plainTables(s); !ok {
+				return false, doc.valueError(t.keyPath("sources"), "expected a list of tables ([[if.sources]]), found %s", tomlTypeName(s))
+			}
+		}
+		t.use("sources")
+		blockConfig, hasConfig := t.m["config"].(map[string]any)
+		if c, ok := t.m["config"]; ok && !hasConfig {
+			return false, doc.valueError(t.keyPath("config"), "expected a table, found %s", tomlTypeName(c))
+		}
+		t.use("config")
+		if err := t.done(elementBlockKeys); err != nil {
+			return false, err
+		}
+		var at []sourceAt
+		for j, s := range blockSources {
+			at = append(at, sourceAt{fmt.Sprintf("%s.sources[%d]", path, j), s})
+		}
+		if !holds {
+			if _, err := parseSources(doc, at); err != nil { // checked all the same
+				return false, err
+			}
+			continue
+		}
+		if doc.moved == nil {
+			doc.moved = map[string]string{}
+		}
+		for _, k := range slices.Sorted(maps.Keys(vars)) {
+			doc.moved["variables."+k] = t.keyPath("variables." + k)
+		}
+		for _, k := range slices.Sorted(maps.Keys(env)) {
+			doc.moved["environment."+k] = t.keyPath("environment." + k)
+		}
+		f.Variables = merge(f.Variables, vars)
+		f.Environment = merge(f.Environment, env)
+		f.Depends = append(slices.Clip(f.Depends), deps[0]...)
+		f.BuildDepends = append(slices.Clip(f.BuildDepends), deps[1]...)
+		f.RuntimeDepends = append(slices.Clip(f.RuntimeDepends), deps[2]...)
+		*sources = append(*sources, at...)
+		if hasConfig {
+			base, err := doc.table("config", *config)
+			if err != nil {
+				return false, err
+			}
+			merged := maps.Clone(base.m)
+			if merged == nil {
+				merged = map[string]any{}
+			}
+			for k, v := range blockConfig {
+				if c, ok := v.(map[string]any); ok {
+					if v, err = composeList(doc, t.keyPath("config."+k), c, merged[k], kind.DefaultCommands[k]); err != nil {
+						return false, err
+					}
+				}
+				merged[k] = v
+				doc.moved["config."+k] = t.keyPath("config." + k)
+			}
+			*config, configSet = merged, true
+		}
+	}
+	return configSet, nil
+}
+
+var composeKeys = []string{"append", "prepend"}
+
+// composeList is a config list a block writes as { prepend = [...], append = [...] }
+// (either or both): the list before the block — base, what the file or an earlier
+// block set, else the kind's default (def) — with prepend before it and append after.
+func composeList(doc *tomlDoc, path string, c map[string]any, base any, def []string) ([]any, error) {
+	t := &table{doc: doc, path: path, m: c}
+	pre, _, err := t.strings("prepend")
+	if err != nil {
+		return nil, err
+	}
+	post, _, err := t.strings("append")
+	if err != nil {
+		return nil, err
+	}
+	if err := t.done(composeKeys); err != nil {
+		return nil, err
+	}
+	var mid []any
+	switch b := base.(type) {
+	case nil:
+		for _, s := range def {
+			mid = append(mid, s)
+		}
+	case []any:
+		mid = b
+	default:
+		return nil, doc.valueError(path, "{ append, prepend } composes a list, and the value before this block is %s", tomlTypeName(base))
+	}
+	out := make([]any, 0, len(pre)+len(mid)+len(post))
+	for _, s := range pre {
+		out = append(out, s)
+	}
+	out = append(out, mid...)
+	for _, s := range post {
+		out = append(out, s)
+	}
+	return out, nil
+}
