@@ -26,7 +26,7 @@ func TestDeepTOMLIsRefusedBeforeDecoding(t *testing.T) {
 		load       func(dir string) error
 	}{
 		{"element", "elements/app.toml", func(dir string) error { _, err := loadGraph(t, dir, "app.toml"); return err }},
-		{"project", "project.toml", func(dir string) error { _, err := LoadProject(dir); return err }},
+		{"project", "project.toml", func(dir string) error { _, err := loadProject(dir); return err }},
 		{"lock", LockFile, func(dir string) error { _, err := LoadLock(dir); return err }},
 		{"user config", "config.toml", func(dir string) error {
 			_, err := LoadUserConfig(filepath.Join(dir, "config.toml"), true)

@@ -256,7 +256,7 @@ build-commands = ["a && b > c < d", "é \"q\""]
 		},
 	}
 	for _, hermetic := range []bool{false, true} {
-		p, err := LoadProject(dir)
+		p, err := loadProject(dir)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -355,7 +355,7 @@ func TestKeyMemoKeepsTheSandbox(t *testing.T) {
 	cacheDir := t.TempDir()
 	load := func(hermetic, cached bool) (map[string]string, int64) {
 		t.Helper()
-		p, err := LoadProject(dir)
+		p, err := loadProject(dir)
 		if err != nil {
 			t.Fatal(err)
 		}

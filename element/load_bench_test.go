@@ -86,7 +86,7 @@ func benchProject(b *testing.B) string {
 
 // benchLoad loads the project at dir through pc (nil: none), every key computed.
 func benchLoad(b *testing.B, dir string, pc *ParseCache) {
-	p, err := LoadProject(dir)
+	p, err := loadProject(dir)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -4,3 +4,6 @@ package element
 func load(p *Project, lock *Lock, targets []string) (*Graph, error) {
 	return LoadCached(p, lock, targets, nil)
 }
+
+// loadProject is LoadProjectWith with every option at its default.
+func loadProject(root string) (*Project, error) { return LoadProjectWith(root, nil) }

@@ -253,7 +253,7 @@ func TestOptionDeclarationErrors(t *testing.T) {
 		{"[options.debug]\ntype = \"bool\"\n[[if]]\ncondition = 'debug'\nconfig.x = \"1\"\n", "project.toml:6: unknown key \"config\" in [if[0]]\n    config.x = \"1\"\nknown keys: condition, variables, environment"},
 	} {
 		dir := writeProject(t, map[string]string{"project.toml": "name = \"p\"\n" + c.decl})
-		_, err := LoadProject(dir)
+		_, err := loadProject(dir)
 		if err == nil || err.Error() != c.want {
 			t.Errorf("%s:\n got %v\nwant %s", c.decl, err, c.want)
 		}
@@ -342,7 +342,7 @@ build-commands = ["make %{nope}"]
 		t.Fatal(err)
 	}
 	writeFile(t, filepath.Join(dir, "project.toml"), files["project.toml"])
-	p, err := LoadProject(dir)
+	p, err := loadProject(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,7 +32,7 @@ func cachedKeys(t *testing.T, dir, cacheDir string) (map[string]string, int64) {
 // loadThroughCache loads targets from dir through a parse cache kept in cacheDir that
 // remembers files however fresh (these tests edit at once), and saves it.
 func loadThroughCache(dir, cacheDir string, targets ...string) (*Graph, *ParseCache, error) {
-	p, err := LoadProject(dir)
+	p, err := loadProject(dir)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -77,7 +77,7 @@ func TestParseCacheResolvesWhenSettingsChange(t *testing.T) {
 	}
 	path := filepath.Join(dir, "project.toml")
 	writeFile(t, path, replace(files["project.toml"], "flags = \"-g\"\n", ""))
-	p, err := LoadProject(dir)
+	p, err := loadProject(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,7 +220,7 @@ func TestParseCacheReusesKeysOfAnUnchangedProject(t *testing.T) {
 	dir := writeProject(t, baseFiles)
 	cacheDir := t.TempDir()
 	first, _ := cachedKeys(t, dir, cacheDir)
-	p, _ := LoadProject(dir)
+	p, _ := loadProject(dir)
 	lock, _ := LoadLock(dir)
 	pc := OpenParseCache(cacheDir, dir)
 	g, err := LoadCached(p, lock, []string{"app.toml"}, pc)
@@ -271,7 +271,7 @@ func TestParseCacheForgetsRacilyCleanFiles(t *testing.T) {
 	dir := writeProject(t, baseFiles)
 	cacheDir := t.TempDir()
 	load := func() *ParseCache {
-		p, _ := LoadProject(dir)
+		p, _ := loadProject(dir)
 		lock, _ := LoadLock(dir)
 		pc := OpenParseCache(cacheDir, dir) // the real window: the files were just written
 		if _, err := LoadCached(p, lock, []string{"app.toml"}, pc); err != nil {

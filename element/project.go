@@ -77,9 +77,6 @@ func FindProject(dir string) (string, error) {
 	}
 }
 
-// LoadProject reads root/project.toml, its options at their defaults.
-func LoadProject(root string) (*Project, error) { return LoadProjectWith(root, nil) }
-
 // OptionLayers gives the option settings a project is loaded with from outside it,
 // once its name is known, weakest layer first: the session's are the user
 // configuration's [projects.NAME.options], then the command line's; a parent project
@@ -87,7 +84,7 @@ func LoadProject(root string) (*Project, error) { return LoadProjectWith(root, n
 type OptionLayers func(project string) [][]OptionSetting
 
 // LoadProjectWith reads root/project.toml with the option settings layers gives (nil
-// for none).
+// for none: every option at its default).
 func LoadProjectWith(root string, layers OptionLayers) (*Project, error) {
 	p := &Project{Root: root}
 	doc, err := decodeTOML(filepath.Join(root, ProjectFile), ProjectFile, p)

@@ -24,7 +24,7 @@ func writeProject(t *testing.T, files map[string]string) string {
 
 func loadGraph(t *testing.T, dir string, targets ...string) (*Graph, error) {
 	t.Helper()
-	p, err := LoadProject(dir)
+	p, err := loadProject(dir)
 	if err != nil {
 		return nil, err
 	}

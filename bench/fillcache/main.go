@@ -35,7 +35,7 @@ func main() {
 }
 
 func run(dir, cacheDir string, workers int, targets []string) error {
-	p, err := element.LoadProject(dir)
+	p, err := element.LoadProjectWith(dir, nil)
 	if err != nil {
 		return err
 	}

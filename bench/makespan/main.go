@@ -224,7 +224,7 @@ func fitOverhead(span func(time.Duration) (time.Duration, error), target time.Du
 
 // load loads the project in dir with its default targets.
 func load(dir string) (*element.Graph, error) {
-	p, err := element.LoadProject(dir)
+	p, err := element.LoadProjectWith(dir, nil)
 	if err != nil {
 		return nil, err
 	}
