@@ -8,6 +8,7 @@ import (
 
 	"github.com/gantry-build/gantry/cache"
 	"github.com/gantry-build/gantry/cache/remote"
+	"github.com/gantry-build/gantry/source"
 )
 
 // OnError is the scheduler's policy when a job fails.
@@ -57,14 +58,18 @@ type UserConfig struct {
 		Color *bool  `toml:"color"`
 	} `toml:"ui"`
 	MaxJobs int `toml:"max-jobs"`
+	// Mirrors are tried before the project's; DefaultMirror names the one tried first.
+	Mirrors       []source.Mirror `toml:"mirrors"`
+	DefaultMirror string          `toml:"default-mirror"`
 }
 
 var userConfigKeys = map[string][]string{
-	"":          {"scheduler", "cache", "remote", "ui", "max-jobs"},
+	"":          {"scheduler", "cache", "remote", "ui", "max-jobs", "mirrors", "default-mirror"},
 	"scheduler": {"builders", "fetchers", "pushers", "network-retries", "on-error"},
 	"cache":     {"dir", "quota"},
 	"remote":    remoteKeys,
 	"ui":        {"mode", "color"},
+	"mirrors":   mirrorKeys,
 }
 
 // DefaultUserConfigPath returns $XDG_CONFIG_HOME/gantry/config.toml (~/.config by default).
@@ -110,6 +115,9 @@ func LoadUserConfig(path string, explicit bool) (*UserConfig, error) {
 		return nil, err
 	}
 	if err := checkRemotes(doc, c.Remotes, filepath.Dir(path)); err != nil {
+		return nil, err
+	}
+	if err := checkMirrors(doc, c.Mirrors); err != nil {
 		return nil, err
 	}
 	if c.Scheduler.OnError != "" {

@@ -30,6 +30,11 @@ type Project struct {
 	Environment    map[string]string `toml:"environment"`
 	Pools          map[string]int    `toml:"pools"`
 	Remotes        []remote.Spec     `toml:"remote"`
+	// Aliases and Mirrors: see aliases.go. Neither reaches a key (json "-": not in
+	// keyContext either); mirrors is the order fetch tries them in (UseMirrors).
+	Aliases map[string]string `toml:"aliases" json:"-"`
+	Mirrors []source.Mirror   `toml:"mirrors" json:"-"`
+	mirrors []source.Mirror
 	// WorkspaceDir is where `workspace open` puts workspaces by default: relative to
 	// the project root, or absolute.
 	WorkspaceDir string `toml:"workspace-dir"`
@@ -41,7 +46,7 @@ type Project struct {
 	Workspaces map[string]string `toml:"-"`
 }
 
-var projectKeys = []string{"name", "element-path", "default-targets", "variables", "environment", "pools", "remote", "workspace-dir"}
+var projectKeys = []string{"name", "element-path", "default-targets", "variables", "environment", "pools", "remote", "workspace-dir", "aliases", "mirrors"}
 
 var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]*$`)
 
@@ -81,12 +86,14 @@ func LoadProject(root string) (*Project, error) {
 			return projectKeys
 		case parent[0] == "remote":
 			return remoteKeys
+		case parent[0] == "mirrors":
+			return mirrorKeys
 		}
 		return nil
 	}); err != nil {
 		return nil, err
 	}
-	if err := doc.checkTables("variables", "environment", "pools"); err != nil {
+	if err := doc.checkTables("variables", "environment", "pools", "aliases"); err != nil {
 		return nil, err
 	}
 	if p.Name == "" {
@@ -110,6 +117,9 @@ func LoadProject(root string) (*Project, error) {
 		}
 	}
 	if err := checkRemotes(doc, p.Remotes, root); err != nil {
+		return nil, err
+	}
+	if err := checkAliases(doc, p); err != nil {
 		return nil, err
 	}
 	for _, t := range p.DefaultTargets {

@@ -19,6 +19,7 @@ type globalOptions struct {
 	ui       string
 	uiSet    bool // --ui was given: it wins over GANTRY_UI and the user config
 	verbose  bool
+	mirrors  mirrorFlags // of the commands that fetch or track
 
 	s *session // made by the first command that asks (session)
 }

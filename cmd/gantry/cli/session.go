@@ -79,6 +79,9 @@ func (s *session) readProject() error {
 	if err != nil {
 		return err
 	}
+	if err := useMirrors(project, user, o.mirrors); err != nil {
+		return err
+	}
 	lock, err := element.LoadLock(root)
 	if err != nil {
 		return err
