@@ -177,10 +177,10 @@ func (e *MirrorsError) Unwrap() []error { return e.Errs }
 func (e *MirrorsError) temporary() bool { return slices.ContainsFunc(e.Errs, IsTemporary) }
 
 // upstreamOnly adds to a track's failure, when the source has mirrors track did not ask,
-// how to ask them.
+// how to ask them: first, as a message from git goes on for several lines.
 func upstreamOnly(s *Spec, o *FetchOptions, err error) error {
 	if err == nil || o.TrackWithMirrors || len(s.Mirrors) == 0 {
 		return err
 	}
-	return fmt.Errorf("%w (track asks upstream only, as a mirror may lag behind it: --track-with-mirrors asks the mirrors too)", err)
+	return fmt.Errorf("tracking from upstream only, as a mirror may lag behind it (--track-with-mirrors asks the mirrors too): %w", err)
 }
