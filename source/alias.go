@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
 )
@@ -23,7 +22,20 @@ import (
 // KnownSchemes are the URL schemes that are never aliases; no alias may be named so.
 var KnownSchemes = []string{"http", "https", "file", "git", "ssh", "ftp", "sftp"}
 
-var aliasName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]*$`)
+// isAliasName reports whether name could be an alias: letters, digits, '-' and '_',
+// starting with a letter or digit. (By hand: it runs for every source url loaded.)
+func isAliasName(name string) bool {
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case (c == '-' || c == '_') && i > 0:
+		default:
+			return false
+		}
+	}
+	return name != ""
+}
 
 // Mirror is one [[mirrors]] entry: per alias, the URL prefixes that serve what the alias
 // serves, tried in order.
@@ -37,7 +49,7 @@ type Mirror struct {
 // scheme, or it is not an alias name (git@host:path).
 func SplitAlias(url string) (alias, rest string, ok bool) {
 	alias, rest, found := strings.Cut(url, ":")
-	if !found || !aliasName.MatchString(alias) || IsKnownScheme(alias) {
+	if !found || !isAliasName(alias) || IsKnownScheme(alias) {
 		return "", "", false
 	}
 	return alias, rest, true
@@ -53,7 +65,7 @@ func CheckAliasName(name string) error {
 	switch {
 	case IsKnownScheme(name):
 		return fmt.Errorf("%q is a URL scheme, which cannot be an alias (URL schemes: %s)", name, strings.Join(KnownSchemes, ", "))
-	case !aliasName.MatchString(name):
+	case !isAliasName(name):
 		return fmt.Errorf("%q is not an alias name: use letters, digits, '-' and '_', starting with a letter or digit", name)
 	}
 	return nil

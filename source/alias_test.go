@@ -28,6 +28,9 @@ func TestSplitAlias(t *testing.T) {
 		{"example.com:a/b.git", "", "", false},
 		{"/srv/repo.git", "", "", false},
 		{"repo", "", "", false},
+		{"-opt:x", "", "", false},
+		{"_a:x", "", "", false},
+		{":x", "", "", false},
 	} {
 		alias, rest, ok := SplitAlias(tc.url)
 		if alias != tc.alias || rest != tc.rest || ok != tc.ok {
