@@ -49,21 +49,21 @@ type Mirror struct {
 // scheme, or it is not an alias name (git@host:path).
 func SplitAlias(url string) (alias, rest string, ok bool) {
 	alias, rest, found := strings.Cut(url, ":")
-	if !found || !isAliasName(alias) || IsKnownScheme(alias) {
+	if !found || !isAliasName(alias) || isKnownScheme(alias) {
 		return "", "", false
 	}
 	return alias, rest, true
 }
 
-// IsKnownScheme reports whether name is one of KnownSchemes (in any case).
-func IsKnownScheme(name string) bool {
+// isKnownScheme reports whether name is one of KnownSchemes (in any case).
+func isKnownScheme(name string) bool {
 	return slices.Contains(KnownSchemes, strings.ToLower(name))
 }
 
 // CheckAliasName says why name cannot be an alias, or nil.
 func CheckAliasName(name string) error {
 	switch {
-	case IsKnownScheme(name):
+	case isKnownScheme(name):
 		return fmt.Errorf("%q is a URL scheme, which cannot be an alias (URL schemes: %s)", name, strings.Join(KnownSchemes, ", "))
 	case !isAliasName(name):
 		return fmt.Errorf("%q is not an alias name: use letters, digits, '-' and '_', starting with a letter or digit", name)
