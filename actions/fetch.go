@@ -21,6 +21,8 @@ type sourcesSpec struct {
 	ProjectRoot string        `json:"project-root"`
 	SourcesDir  string        `json:"sources-dir"`
 	Sources     []source.Spec `json:"sources"`
+	// TrackWithMirrors: track asks the mirrors too, not upstream alone.
+	TrackWithMirrors bool `json:"track-with-mirrors,omitempty"`
 }
 
 func (sp *sourcesSpec) options(r *job.Reporter) (source.FetchOptions, error) {
@@ -29,7 +31,7 @@ func (sp *sourcesSpec) options(r *job.Reporter) (source.FetchOptions, error) {
 		return source.FetchOptions{}, err
 	}
 	return source.FetchOptions{SourcesDir: sp.SourcesDir, ProjectRoot: sp.ProjectRoot, Log: r.Writer(), Progress: r.Progress,
-		IdleTimeout: idle}, nil
+		IdleTimeout: idle, TrackWithMirrors: sp.TrackWithMirrors}, nil
 }
 
 // NetIdleTimeout reads GANTRY_NET_IDLE_TIMEOUT (a Go duration, "500ms"): a download that
@@ -70,6 +72,7 @@ func fetchJob(ctx context.Context, spec job.Spec, r *job.Reporter) (job.Result, 
 			continue
 		}
 		r.Status("fetching " + s.Describe())
+		o.Served = servedBy(r, "fetched", i)
 		if err := source.Fetch(ctx, s, o); err != nil {
 			return job.Result{Temporary: source.IsTemporary(err)}, fmt.Errorf("source %d: %w", i+1, err)
 		}
@@ -82,11 +85,20 @@ type Sources struct {
 	Cache          *cache.Cache
 	Project        *element.Project
 	NetworkRetries int
+	// TrackWithMirrors: track jobs ask the mirrors too (--track-with-mirrors).
+	TrackWithMirrors bool
 }
 
 // Payload is the payload of a fetch or track job for e.
 func (s Sources) Payload(e *element.Element) (json.RawMessage, error) {
-	return json.Marshal(sourcesSpec{CacheDir: s.Cache.Root, ProjectRoot: s.Project.Root, SourcesDir: s.Cache.SourcesDir(), Sources: e.Sources})
+	return json.Marshal(sourcesSpec{CacheDir: s.Cache.Root, ProjectRoot: s.Project.Root, SourcesDir: s.Cache.SourcesDir(), Sources: e.Sources,
+		TrackWithMirrors: s.TrackWithMirrors})
+}
+
+// servedBy reports, as the job's status, which URL served source i (0-based) of a job:
+// "fetched source 1 from http://mirror.internal/gnu/hello-2.12.tar.gz".
+func servedBy(r *job.Reporter, verb string, i int) func(url string) {
+	return func(url string) { r.Status(fmt.Sprintf("%s source %d from %s", verb, i+1, url)) }
 }
 
 // FetchQueue is the Fetch queue of a session: it downloads the sources of elements

@@ -26,6 +26,7 @@ func trackJob(ctx context.Context, spec job.Spec, r *job.Reporter) (job.Result, 
 			continue
 		}
 		r.Status("tracking " + s.Describe() + " " + s.Track)
+		o.Served = servedBy(r, "tracked", i)
 		ref, err := source.Track(ctx, s, o)
 		if err != nil {
 			return job.Result{Temporary: source.IsTemporary(err)}, fmt.Errorf("source %d: %w", i+1, err)

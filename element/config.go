@@ -10,6 +10,7 @@ import (
 
 	"github.com/gantry-build/gantry/cache"
 	"github.com/gantry-build/gantry/cache/remote"
+	"github.com/gantry-build/gantry/source"
 )
 
 // OnError is the scheduler's policy when a job fails.
@@ -65,15 +66,19 @@ type UserConfig struct {
 	} `toml:"projects"`
 	// ProjectOptions are the option settings of Projects, checked, by project name.
 	ProjectOptions map[string][]OptionSetting `toml:"-"`
+	// Mirrors are tried before the project's; DefaultMirror names the one tried first.
+	Mirrors       []source.Mirror `toml:"mirrors"`
+	DefaultMirror string          `toml:"default-mirror"`
 }
 
 var userConfigKeys = map[string][]string{
-	"":          {"scheduler", "cache", "remote", "ui", "max-jobs", "projects"},
+	"":          {"scheduler", "cache", "remote", "ui", "max-jobs", "projects", "mirrors", "default-mirror"},
 	"projects":  {"options"},
 	"scheduler": {"builders", "fetchers", "pushers", "network-retries", "on-error"},
 	"cache":     {"dir", "quota"},
 	"remote":    remoteKeys,
 	"ui":        {"mode", "color"},
+	"mirrors":   mirrorKeys,
 }
 
 // DefaultUserConfigPath returns $XDG_CONFIG_HOME/gantry/config.toml (~/.config by default).
@@ -122,6 +127,9 @@ func LoadUserConfig(path string, explicit bool) (*UserConfig, error) {
 		return nil, err
 	}
 	if c.ProjectOptions, err = userOptionSettings(doc, c); err != nil {
+		return nil, err
+	}
+	if err := checkMirrors(doc, c.Mirrors); err != nil {
 		return nil, err
 	}
 	if c.Scheduler.OnError != "" {

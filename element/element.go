@@ -168,6 +168,9 @@ func loadElement(p *Project, dir elementDir, lock *Lock, name string, pc *ParseC
 			s.Ref = lockRefs[i]
 		}
 	}
+	if err := p.resolveSources(e); err != nil {
+		return nil, err
+	}
 	e.Config = pf.Config
 	e.Config.Commands = merge2(e.Kind.DefaultCommands, pf.Config.Commands)
 	return e, nil

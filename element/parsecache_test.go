@@ -368,6 +368,11 @@ func TestParseCacheCodecRoundTrips(t *testing.T) {
 	full := &cachedFile{ID: fileid.ID{Size: 1, Mtime: 2, Ctime: -3, Ino: 4, Dev: 5}}
 	fill(reflect.ValueOf(&full.Parsed).Elem())
 	fill(reflect.ValueOf(&full.Key).Elem())
+	for i := range full.Parsed.Sources {
+		// Not the file's: loading resolves them from project.toml's aliases and the
+		// mirrors (resolveSources), after the parse cache answered.
+		full.Parsed.Sources[i].Upstream, full.Parsed.Sources[i].Mirrors = "", nil
+	}
 	files := map[string]*cachedFile{"full.toml": full, "empty.toml": {}}
 	data := encodeToString(t, files)
 	stamp, got, err := decodeParseCache(data)

@@ -32,6 +32,11 @@ type Project struct {
 	Environment    map[string]string `toml:"environment"`
 	Pools          map[string]int    `toml:"pools"`
 	Remotes        []remote.Spec     `toml:"remote"`
+	// Aliases and Mirrors: see aliases.go. Neither reaches a key (json "-": not in
+	// keyContext either); mirrors is the order fetch tries them in (UseMirrors).
+	Aliases map[string]string `toml:"aliases" json:"-"`
+	Mirrors []source.Mirror   `toml:"mirrors" json:"-"`
+	mirrors []source.Mirror
 	// WorkspaceDir is where `workspace open` puts workspaces by default: relative to
 	// the project root, or absolute.
 	WorkspaceDir string `toml:"workspace-dir"`
@@ -50,7 +55,7 @@ type Project struct {
 	scope        *optionScope          // what element files are read in
 }
 
-var projectKeys = []string{"name", "element-path", "default-targets", "variables", "environment", "pools", "remote", "workspace-dir", "options", "if"}
+var projectKeys = []string{"name", "element-path", "default-targets", "variables", "environment", "pools", "remote", "workspace-dir", "options", "if", "aliases", "mirrors"}
 
 var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]*$`)
 
@@ -99,12 +104,14 @@ func LoadProjectWith(root string, layers OptionLayers) (*Project, error) {
 			return remoteKeys
 		case parent[0] == "options" && len(parent) == 2:
 			return optionKeys
+		case parent[0] == "mirrors":
+			return mirrorKeys
 		}
 		return nil
 	}, "if"); err != nil {
 		return nil, err
 	}
-	if err := doc.checkTables("variables", "environment", "pools"); err != nil {
+	if err := doc.checkTables("variables", "environment", "pools", "aliases"); err != nil {
 		return nil, err
 	}
 	if p.Name == "" {
@@ -128,6 +135,9 @@ func LoadProjectWith(root string, layers OptionLayers) (*Project, error) {
 		}
 	}
 	if err := checkRemotes(doc, p.Remotes, root); err != nil {
+		return nil, err
+	}
+	if err := checkAliases(doc, p); err != nil {
 		return nil, err
 	}
 	for _, t := range p.DefaultTargets {

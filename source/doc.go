@@ -17,6 +17,10 @@
 // tells the scheduler whether a failure is worth another try. Stage reads only the cache,
 // so a build needs no network.
 //
+// Aliases and mirrors (alias.go): a url "gnu:path" names an alias of the project; the
+// url as written keys the source, names its git mirror and its download lock, while the
+// spec's Upstream and Mirrors say where fetch and track download it from, in order.
+//
 // Staging a tar: base-dir "*" strips the top-level directory when the archive has exactly
 // one (as BuildStream does); "" stages everything; another value stages the contents of
 // that directory (or of the first directory, in sorted order, that the glob matches). The

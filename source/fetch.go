@@ -22,6 +22,11 @@ type FetchOptions struct {
 	IdleTimeout time.Duration           // a download that receives no byte for this long fails (temporary); default 60s
 	Deadline    time.Duration           // a download not finished after this long fails (not temporary); 0: $GANTRY_NET_DEADLINE, else DefaultNetDeadline
 	MaxDownload int64                   // bytes; a larger download fails (not temporary); 0: $GANTRY_MAX_DOWNLOAD_SIZE, else DefaultMaxDownload
+	// TrackWithMirrors: Track tries the mirrors as Fetch does, not upstream alone.
+	TrackWithMirrors bool
+	// Served, when set, hears which URL served a source with an alias (a mirror's, or
+	// upstream's), once it did.
+	Served func(url string)
 
 	// Set for the repositories of git submodules (see checkSubmoduleURL).
 	submodule bool // the url comes from .gitmodules: git may use network transports only
@@ -69,8 +74,10 @@ func Fetch(ctx context.Context, s *Spec, o FetchOptions) error {
 			o.logf("%s was downloaded meanwhile by another job", redactURL(s.URL))
 			return nil
 		}
-		_, err = storeFile(ctx, s.URL, s.Ref, &o)
-		return err
+		return fromURLs(ctx, s, s.fetchURLs(), &o, func(u string) error {
+			_, err := storeFile(ctx, u, s.Ref, &o)
+			return err
+		})
 	case Git:
 		return fetchGit(ctx, s, &o)
 	}
@@ -86,9 +93,16 @@ func Track(ctx context.Context, s *Spec, o FetchOptions) (string, error) {
 	case Local, Patch:
 		return "", nil
 	case Tar, Remote:
-		return storeFile(ctx, s.URL, "", &o)
+		var ref string
+		err := fromURLs(ctx, s, s.trackURLs(o.TrackWithMirrors), &o, func(u string) error {
+			var err error
+			ref, err = storeFile(ctx, u, "", &o)
+			return err
+		})
+		return ref, upstreamOnly(s, &o, err)
 	case Git:
-		return trackGit(ctx, s, &o)
+		ref, err := trackGit(ctx, s, &o)
+		return ref, upstreamOnly(s, &o, err)
 	}
 	return "", fmt.Errorf("tracking %s: unknown source kind %q", s.Describe(), s.Kind)
 }

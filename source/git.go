@@ -80,13 +80,13 @@ func gitCached(sourcesDir string, s *Spec) bool {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), gitCachedTimeout)
 	defer cancel()
-	return gitCachedAt(ctx, sourcesDir, s.URL, s.URL, s.Ref, s.Submodules, 0)
+	return gitCachedAt(ctx, sourcesDir, s.UpstreamURL(), s.URL, s.UpstreamURL(), s.Ref, s.Submodules, 0)
 }
 
-// gitCachedAt is gitCached for the repository at url, a submodule (at depth) of the
-// element's repository top.
-func gitCachedAt(ctx context.Context, sourcesDir, top, url, ref string, submodules bool, depth int) bool {
-	m := mirrorPath(sourcesDir, url)
+// gitCachedAt is gitCached for the repository at url, whose mirror key names (the url
+// as written, alias and all), a submodule (at depth) of the element's repository top.
+func gitCachedAt(ctx context.Context, sourcesDir, top, key, url, ref string, submodules bool, depth int) bool {
+	m := mirrorPath(sourcesDir, key)
 	if !hasCommit(ctx, m, ref) {
 		return false
 	}
@@ -98,7 +98,7 @@ func gitCachedAt(ctx context.Context, sourcesDir, top, url, ref string, submodul
 		return false
 	}
 	for _, sub := range subs {
-		if !gitCachedAt(ctx, sourcesDir, top, sub.url, sub.commit, true, depth+1) {
+		if !gitCachedAt(ctx, sourcesDir, top, sub.url, sub.url, sub.commit, true, depth+1) {
 			return false
 		}
 	}
@@ -113,67 +113,83 @@ func hasCommit(ctx context.Context, mirror, ref string) bool {
 	return err == nil
 }
 
-// fetchGit makes the commit s.Ref (and its submodules' commits) available in the cache.
+// fetchGit makes the commit s.Ref (and its submodules' commits) available in the cache,
+// from the first of its URLs (mirrors, then upstream) that has it.
 func fetchGit(ctx context.Context, s *Spec, o *FetchOptions) error {
 	if err := checkCommitRef(s); err != nil {
 		return fmt.Errorf("fetching %s: %w", s.Describe(), err)
 	}
-	return fetchCommit(ctx, s.URL, s.URL, s.Ref, s.Submodules, o, 0)
+	return fetchCommit(ctx, s.UpstreamURL(), s, s.Ref, s.Submodules, o, 0)
 }
 
-// fetchCommit fetches ref of url, a submodule (at depth) of the element's repository top.
-func fetchCommit(ctx context.Context, top, url, ref string, submodules bool, o *FetchOptions, depth int) error {
+// fetchCommit fetches ref of repo, a submodule (at depth) of the element's repository
+// top. The mirror is repo.URL's, whichever of its URLs serves.
+func fetchCommit(ctx context.Context, top string, repo *Spec, ref string, submodules bool, o *FetchOptions, depth int) error {
 	if depth > maxSubmoduleDepth {
-		return fmt.Errorf("fetching git %s: submodules nest deeper than %d levels", redactURL(url), maxSubmoduleDepth)
+		return fmt.Errorf("fetching git %s: submodules nest deeper than %d levels", redactURL(repo.URL), maxSubmoduleDepth)
 	}
-	m := mirrorPath(o.SourcesDir, url)
-	err := withMirror(ctx, url, o, func(fresh bool) error {
+	m := mirrorPath(o.SourcesDir, repo.URL)
+	err := withMirror(ctx, repo.URL, o, func() error {
 		if hasCommit(ctx, m, ref) {
 			return nil
 		}
-		if !fresh {
-			if err := fetchMirror(ctx, url, m, o); err != nil {
-				return err
-			}
-			if hasCommit(ctx, m, ref) {
-				return nil
-			}
-		}
-		// Not on any branch or tag: ask for the commit itself (servers allow it for
-		// reachable commits with protocol v2).
-		o.logf("commit %s is on no branch or tag of %s; fetching it by id", ref, redactURL(url))
-		err := o.remoteGit(ctx, url, "git fetch", "--git-dir="+m, "fetch", "--quiet", "--no-tags", "--", url, ref)
-		if ctx.Err() != nil {
-			return fmt.Errorf("fetching git %s: %w", redactURL(url), context.Cause(ctx))
-		}
-		if IsTemporary(err) || errors.Is(err, errDeadline) {
-			return err
-		}
-		if err != nil || !hasCommit(ctx, m, ref) {
-			return fmt.Errorf("fetching git %s: commit %s is not in the repository (was it force-pushed away? `gantry track` finds the current one)", redactURL(url), ref)
-		}
-		return nil
+		return fromURLs(ctx, repo, repo.fetchURLs(), o, func(url string) error {
+			return fetchCommitFrom(ctx, url, m, ref, o)
+		})
 	})
 	if err != nil || !submodules {
 		return err
 	}
-	subs, err := listSubmodules(ctx, m, ref, url, top)
+	subs, err := listSubmodules(ctx, m, ref, repo.UpstreamURL(), top)
 	if err != nil {
-		return fmt.Errorf("fetching git %s: %w", redactURL(url), err)
+		return fmt.Errorf("fetching git %s: %w", redactURL(repo.URL), err)
 	}
 	for _, sub := range subs {
 		so := *o
 		so.submodule = true
 		so.allowFile = urlIsLocal(sub.url) // listSubmodules let it through: beside top
-		if err := fetchCommit(ctx, top, sub.url, sub.commit, true, &so, depth+1); err != nil {
+		if err := fetchCommit(ctx, top, &Spec{Kind: Git, URL: sub.url}, sub.commit, true, &so, depth+1); err != nil {
 			return fmt.Errorf("submodule %s: %w", sub.path, err)
 		}
 	}
 	return nil
 }
 
-// trackGit fetches the mirror and resolves s.Track (default HEAD, the remote's default
-// branch) to a commit.
+// missingCommitError is a repository that does not have the commit a ref names.
+type missingCommitError struct{ url, ref string }
+
+func (e *missingCommitError) Error() string {
+	return fmt.Sprintf("fetching git %s: commit %s is not in the repository (was it force-pushed away? `gantry track` finds the current one)", redactURL(e.url), e.ref)
+}
+
+// fetchCommitFrom brings ref into the mirror m from url: the mirror cloned or its
+// branches and tags fetched, then, when ref is on none of them, the commit itself.
+func fetchCommitFrom(ctx context.Context, url, m, ref string, o *FetchOptions) error {
+	if err := updateMirror(ctx, url, m, o); err != nil {
+		return err
+	}
+	if hasCommit(ctx, m, ref) {
+		return nil
+	}
+	// Not on any branch or tag: ask for the commit itself (servers allow it for
+	// reachable commits with protocol v2).
+	o.logf("commit %s is on no branch or tag of %s; fetching it by id", ref, redactURL(url))
+	err := o.remoteGit(ctx, url, "git fetch", "--git-dir="+m, "fetch", "--quiet", "--no-tags", "--", url, ref)
+	if ctx.Err() != nil {
+		return fmt.Errorf("fetching git %s: %w", redactURL(url), context.Cause(ctx))
+	}
+	if IsTemporary(err) || errors.Is(err, errDeadline) {
+		return err
+	}
+	if err != nil || !hasCommit(ctx, m, ref) {
+		return &missingCommitError{url: url, ref: ref}
+	}
+	return nil
+}
+
+// trackGit fetches the mirror (from upstream, or from its URLs in order when
+// o.TrackWithMirrors) and resolves s.Track (default HEAD, the remote's default branch)
+// to a commit.
 func trackGit(ctx context.Context, s *Spec, o *FetchOptions) (string, error) {
 	track := s.Track
 	if track == "" {
@@ -184,11 +200,12 @@ func trackGit(ctx context.Context, s *Spec, o *FetchOptions) (string, error) {
 	}
 	m := mirrorPath(o.SourcesDir, s.URL)
 	var commit string
-	err := withMirror(ctx, s.URL, o, func(fresh bool) error {
-		if !fresh {
-			if err := fetchMirror(ctx, s.URL, m, o); err != nil {
-				return err
-			}
+	err := withMirror(ctx, s.URL, o, func() error {
+		err := fromURLs(ctx, s, s.trackURLs(o.TrackWithMirrors), o, func(url string) error {
+			return updateMirror(ctx, url, m, o)
+		})
+		if err != nil {
+			return err
 		}
 		out, err := runGit(ctx, gitRun{}, "--git-dir="+m, "rev-parse", "--verify", "--quiet", track+"^{commit}")
 		if ctx.Err() != nil {
@@ -203,16 +220,12 @@ func trackGit(ctx context.Context, s *Spec, o *FetchOptions) (string, error) {
 	return commit, err
 }
 
-// withMirror runs f holding the mirror's lock, after cloning the mirror if it does not
-// exist yet (fresh is then true: it was just fetched).
-func withMirror(ctx context.Context, url string, o *FetchOptions, f func(fresh bool) error) error {
+// withMirror runs f holding the lock of the mirror of key (the url as written).
+func withMirror(ctx context.Context, key string, o *FetchOptions, f func() error) error {
 	if o.SourcesDir == "" {
-		return fmt.Errorf("fetching git %s: no source cache directory", redactURL(url))
+		return fmt.Errorf("fetching git %s: no source cache directory", redactURL(key))
 	}
-	if strings.HasPrefix(url, "-") {
-		return fmt.Errorf("fetching git %s: bad url", url)
-	}
-	m := mirrorPath(o.SourcesDir, url)
+	m := mirrorPath(o.SourcesDir, key)
 	if err := os.MkdirAll(filepath.Dir(m), 0o755); err != nil {
 		return fmt.Errorf("preparing the source cache: %w", err)
 	}
@@ -221,14 +234,19 @@ func withMirror(ctx context.Context, url string, o *FetchOptions, f func(fresh b
 		return err
 	}
 	defer unlock()
-	fresh := false
-	if _, err := os.Stat(m); os.IsNotExist(err) {
-		if err := cloneMirror(ctx, url, m, o); err != nil {
-			return err
-		}
-		fresh = true
+	return f()
+}
+
+// updateMirror clones url into the mirror m when there is none yet, else fetches its
+// branches and tags into m. The caller holds the mirror's lock.
+func updateMirror(ctx context.Context, url, m string, o *FetchOptions) error {
+	if strings.HasPrefix(url, "-") {
+		return fmt.Errorf("fetching git %s: bad url", url)
 	}
-	return f(fresh)
+	if _, err := os.Stat(m); os.IsNotExist(err) {
+		return cloneMirror(ctx, url, m, o)
+	}
+	return fetchMirror(ctx, url, m, o)
 }
 
 // cloneMirror clones url into a temporary directory and renames it to m: a mirror is
@@ -257,9 +275,11 @@ func cloneMirror(ctx context.Context, url, m string, o *FetchOptions) error {
 	return nil
 }
 
+// fetchMirror fetches every ref of url into the mirror m, as `git fetch origin` does in
+// a mirror clone, but from url: the mirror serves every URL of its source.
 func fetchMirror(ctx context.Context, url, m string, o *FetchOptions) error {
 	o.logf("fetching %s", redactURL(url))
-	return o.remoteGit(ctx, url, "git fetch", "--git-dir="+m, "fetch", "--prune", "--quiet", "origin")
+	return o.remoteGit(ctx, url, "git fetch", "--git-dir="+m, "fetch", "--prune", "--quiet", "--", url, "+refs/*:refs/*")
 }
 
 // remoteGit runs a git command that reaches url, within the download deadline (see
@@ -293,14 +313,14 @@ func stageGit(ctx context.Context, s *Spec, o StageOptions, dest string) error {
 	}
 	run := gitRun{log: o.Log}
 	if s.DotGit {
-		if err := checkoutRepo(ctx, run, m, s.URL, s.Ref, dest); err != nil {
+		if err := checkoutRepo(ctx, run, m, s.UpstreamURL(), s.Ref, dest); err != nil {
 			return err
 		}
 	} else if err := checkoutFiles(ctx, run, m, s.Ref, dest, o.SourcesDir); err != nil {
 		return err
 	}
 	if s.Submodules {
-		return stageSubmodules(ctx, run, o.SourcesDir, m, s.URL, s.URL, s.Ref, dest, 0)
+		return stageSubmodules(ctx, run, o.SourcesDir, m, s.UpstreamURL(), s.UpstreamURL(), s.Ref, dest, 0)
 	}
 	return nil
 }

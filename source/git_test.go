@@ -438,12 +438,12 @@ func TestGitRefusesFileTransportForSubmodules(t *testing.T) {
 	o := fetchOpts(t)
 	so := o
 	so.submodule = true
-	err := fetchCommit(context.Background(), repo.url(), repo.url(), ref, false, &so, 1)
+	err := fetchCommit(context.Background(), repo.url(), &Spec{Kind: Git, URL: repo.url()}, ref, false, &so, 1)
 	if err == nil || !strings.Contains(err.Error(), "transport 'file' not allowed") {
 		t.Fatalf("want git's refusal of the file transport, got %v", err)
 	}
 	so.allowFile = true
-	if err := fetchCommit(context.Background(), repo.url(), repo.url(), ref, false, &so, 1); err != nil {
+	if err := fetchCommit(context.Background(), repo.url(), &Spec{Kind: Git, URL: repo.url()}, ref, false, &so, 1); err != nil {
 		t.Fatalf("with the file transport allowed: %v", err)
 	}
 }

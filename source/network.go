@@ -56,6 +56,10 @@ func (e *ChecksumError) Error() string {
 
 // IsTemporary reports whether err (or an error it wraps) is a NetworkError worth retrying.
 func IsTemporary(err error) bool {
+	var me *MirrorsError
+	if errors.As(err, &me) {
+		return me.temporary()
+	}
 	var ne *NetworkError
 	return errors.As(err, &ne) && ne.Temporary
 }

@@ -64,6 +64,11 @@ type Spec struct {
 	StripLevel int    `json:"strip-level,omitempty"`
 	// Pinned: the ref is written inline in the element, so `track` leaves it alone.
 	Pinned bool `json:"pinned,omitempty"`
+	// Upstream is URL with its alias expanded ("" when it has none), Mirrors the URLs
+	// of the configured mirrors for it, in the order tried (Resolve). Neither enters
+	// the key: URL, as written, does.
+	Upstream string   `json:"upstream,omitempty"`
+	Mirrors  []string `json:"mirrors,omitempty"`
 }
 
 // Trackable reports whether `gantry track` resolves a ref for the source: a versioned

@@ -45,6 +45,7 @@ func TestScripts(t *testing.T) {
 			"cachewait":  cmdCacheWait,
 			"bstserver":  cmdBSTServer,
 			"corrupt":    cmdCorrupt,
+			"deadport":   cmdDeadPort,
 
 			"setenv-stdout": cmdSetenvStdout,
 		},

@@ -85,6 +85,7 @@ job and gantry; 'fg' resumes them.`,
 	cmd.Flags().StringVar(&opts.trace, "trace", "", "write the session as a Chrome trace (Perfetto, chrome://tracing) to `FILE`")
 	cmd.Flags().BoolVar(&opts.explain, "explain", false, "say why each element needs building before the session starts")
 	cmd.Flags().StringVar(&opts.deps, "deps", "run", "which elements to build: the targets with none or run (and what they need), build (what they build on, not them), all (every dependency, cached targets or not)")
+	g.mirrors.register(cmd, true)
 	cmd.Flags().BoolVar(&opts.track, "track", false, "track every source the targets depend on (writes gantry.lock) and build with the new refs, in one session")
 	return cmd
 }
@@ -448,7 +449,7 @@ func (s *session) cleanupConfig(flag string, c *cache.Cache, g *element.Graph) (
 
 // sources makes the payloads of the session's fetch and track jobs.
 func (s *session) sources(c *cache.Cache) actions.Sources {
-	return actions.Sources{Cache: c, Project: s.project, NetworkRetries: s.networkRetries()}
+	return actions.Sources{Cache: c, Project: s.project, NetworkRetries: s.networkRetries(), TrackWithMirrors: s.opts.mirrors.trackWithMirrors}
 }
 
 // forwardSignals turns signals into scheduler commands until the returned stop is called;

@@ -33,6 +33,7 @@ would build: cached elements need no sources.`,
 		},
 	}
 	opts.schedulerFlags.register(cmd)
+	g.mirrors.register(cmd, false)
 	cmd.Flags().StringVar(&opts.deps, "deps", "plan", "which elements: plan (what a build needs), none, run, build or all")
 	return cmd
 }

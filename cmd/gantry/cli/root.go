@@ -19,7 +19,8 @@ type globalOptions struct {
 	ui       string
 	uiSet    bool // --ui was given: it wins over GANTRY_UI and the user config
 	verbose  bool
-	options  []string // --option NAME=VALUE, in the order given
+	options  []string    // --option NAME=VALUE, in the order given
+	mirrors  mirrorFlags // of the commands that fetch or track
 
 	s *session // made by the first command that asks (session)
 }

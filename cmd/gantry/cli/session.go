@@ -85,6 +85,9 @@ func (s *session) readProject() error {
 		return err
 	}
 	project.Hermetic = isHermetic(defaultSandbox()) // a --sandbox flag overrides it
+	if err := useMirrors(project, user, o.mirrors); err != nil {
+		return err
+	}
 	lock, err := element.LoadLock(root)
 	if err != nil {
 		return err

@@ -40,6 +40,7 @@ It prints what changed, old ref → new ref.`,
 		},
 	}
 	opts.schedulerFlags.register(cmd)
+	g.mirrors.register(cmd, true)
 	cmd.Flags().StringVar(&opts.deps, "deps", "none", "also track dependencies: none, run, build (what the targets build on, not them) or all")
 	return cmd
 }

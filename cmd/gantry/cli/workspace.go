@@ -52,6 +52,7 @@ func newWorkspaceOpenCmd(g *globalOptions, runF func(*workspaceOpenOptions) erro
 			return runWorkspaceOpen(cmd.Context(), opts)
 		},
 	}
+	g.mirrors.register(cmd, false) // it fetches the sources it opens
 	cmd.Flags().StringVar(&opts.into, "directory", "", "where to open it (default: workspaces/ELEMENT beside project.toml, or project.toml's workspace-dir)")
 	// --directory here is the workspace's (as in BuildStream), which hides the global
 	// --directory; -C keeps finding the project.
