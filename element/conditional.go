@@ -11,7 +11,9 @@ import (
 type optionScope struct {
 	opts   map[string]*Option
 	values map[string]string
-	digest string // optionsDigest(values): what the parse cache keys a conditional file's parse by
+	digest string                    // optionsDigest(values): what the parse cache keys a conditional file's parse by
+	root   string                    // the project's root, which included files are read from
+	kinds  map[string]map[string]any // project.toml's [kinds.NAME] defaults
 }
 
 // optionScope is the scope p's element files are read in: the one LoadProjectWith
@@ -25,7 +27,8 @@ func (p *Project) optionScope() *optionScope {
 }
 
 func newOptionScope(p *Project) *optionScope {
-	return &optionScope{opts: p.Options, values: p.OptionValues, digest: optionsDigest(p.OptionValues)}
+	return &optionScope{opts: p.Options, values: p.OptionValues, digest: optionsDigest(p.OptionValues) + kindsDigest(p.Kinds),
+		root: p.Root, kinds: p.Kinds}
 }
 
 // elementBlockKeys are what a [[if]] block of an element file may set.

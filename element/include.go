@@ -1,0 +1,346 @@
+package element
+
+import (
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"maps"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/gantry-build/gantry/internal/fileid"
+	"github.com/gantry-build/gantry/source"
+)
+
+// includeKeys are what an included file may set.
+var includeKeys = []string{"include", "variables", "environment", "config", "depends", "build-depends", "runtime-depends"}
+
+var dependKeys = []string{"depends", "build-depends", "runtime-depends"}
+
+// includedFile is a file an element file included (directly or through another include),
+// by its path under the project root, with its identity when it was read: the parse
+// cache reuses the element's parse only while every one is unchanged.
+type includedFile struct {
+	Name string
+	ID   fileid.ID
+}
+
+// layering says whether an element file's plain table must be layered (layer) before it
+// is read: it includes files, or composes a dependency list or a config list with
+// { prepend, append }.
+func layering(m map[string]any) bool {
+	if _, ok := m["include"]; ok {
+		return true
+	}
+	for _, k := range dependKeys {
+		if _, ok := m[k].(map[string]any); ok {
+			return true
+		}
+	}
+	if c, ok := m["config"].(map[string]any); ok {
+		for _, v := range c {
+			if _, ok := v.(map[string]any); ok {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// includer reads the files an element file includes, from the project at root.
+type includer struct {
+	root   string
+	r      *os.Root
+	kind   *Kind
+	files  []includedFile
+	prefix string // key paths' prefix in errors: "kinds.manual." for a kind's defaults
+}
+
+// layer is an element file's table m (doc) over what it includes, weakest first: the
+// project's defaults for its kind (defaults, checked by checkKindDefaults), each
+// included file (over what it includes) in the order written, then the file itself.
+// Tables merge key by key, the later layer winning; a list is replaced whole unless the
+// later layer writes it { prepend = [...], append = [...] }, which composes it with the
+// list before (a config list with no list before composes with the kind's default).
+func (in *includer) layer(doc *tomlDoc, m, defaults map[string]any) (map[string]any, error) {
+	if err := checkTopKeys(doc, m, elementKeys); err != nil {
+		return nil, err
+	}
+	// The defaults' compositions compose with the kind's preset: never an error.
+	base, err := mergeLayer(nil, defaults, doc, in.kind)
+	if err != nil {
+		return nil, err
+	}
+	out, err := in.file(doc, m, base, []string{doc.display})
+	if in.r != nil {
+		in.r.Close()
+	}
+	return out, err
+}
+
+// checkTopKeys reports the first key of m, in name order, not among allowed.
+func checkTopKeys(doc *tomlDoc, m map[string]any, allowed []string) error {
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		if !slices.Contains(allowed, k) {
+			return doc.keyError(k, k, allowed)
+		}
+	}
+	return nil
+}
+
+// file layers one file's table m over its includes; stack is the chain of files that
+// included it, for cycles.
+// base is what the layers before the file made: the kind's project defaults, and the
+// files included before it.
+func (in *includer) file(doc *tomlDoc, m, base map[string]any, stack []string) (map[string]any, error) {
+	if err := in.check(doc, m); err != nil {
+		return nil, err
+	}
+	if v, ok := m["include"]; ok {
+		names, ok := plainStrings(v)
+		if !ok {
+			return nil, doc.valueError("include", "expected a list of paths, found %s", tomlTypeName(v))
+		}
+		for _, name := range names {
+			var err error
+			if base, err = in.read(doc, name, stack, base); err != nil {
+				return nil, err
+			}
+		}
+	}
+	own := maps.Clone(m)
+	delete(own, "include")
+	return mergeLayer(base, own, doc, in.kind)
+}
+
+// read reads the file name that doc includes and layers it (over what it includes) on
+// base: a list it composes composes with what the layers before it made.
+func (in *includer) read(doc *tomlDoc, name string, stack []string, base map[string]any) (map[string]any, error) {
+	if strings.Contains(name, ":") {
+		return nil, doc.valueError("include", "%q is a junction include (JUNCTION:PATH): junction includes are not supported yet", name)
+	}
+	clean := path.Clean(name)
+	if path.IsAbs(name) || clean == ".." || strings.HasPrefix(clean, "../") {
+		return nil, doc.valueErrorHint("include", "include paths are relative to the project root",
+			"%q is outside the project", name)
+	}
+	if i := slices.Index(stack, clean); i >= 0 {
+		return nil, doc.valueError("include", "include cycle: %s", strings.Join(append(slices.Clone(stack[i:]), clean), " -> "))
+	}
+	if in.r == nil {
+		r, err := os.OpenRoot(in.root)
+		if err != nil {
+			return nil, &ProjectError{File: doc.display, Msg: fmt.Sprintf("cannot open the project to read its includes: %v", errors.Unwrap(err))}
+		}
+		in.r = r
+	}
+	fi, statErr := in.r.Stat(filepath.FromSlash(clean))
+	data, err := in.r.ReadFile(filepath.FromSlash(clean))
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, doc.valueErrorHint("include", "include paths are relative to the project root",
+			"included file %q does not exist", name)
+	case source.IsEscape(err):
+		return nil, doc.valueErrorHint("include", "include paths are relative to the project root",
+			"%q is outside the project: it goes through a symbolic link that leads out", name)
+	case err != nil:
+		return nil, doc.valueError("include", "cannot read included file %q: %v", name, errors.Unwrap(err))
+	}
+	id := fileid.ID{}
+	if statErr == nil {
+		id, _ = fileid.FromInfo(fi)
+	}
+	in.files = append(in.files, includedFile{Name: clean, ID: id})
+	var plain any
+	incDoc, err := decodeTOMLBytes(data, clean, &plain)
+	if err != nil {
+		return nil, err
+	}
+	m, _ := plain.(map[string]any)
+	if err := checkTopKeys(incDoc, m, includeKeys); err != nil {
+		return nil, err
+	}
+	return in.file(incDoc, m, base, append(slices.Clone(stack), clean))
+}
+
+// check checks the types of what one file (element or included) says that layering
+// reads, in that file: variables and environment, dependency lists (or their
+// compositions) and config keys and lists.
+func (in *includer) check(doc *tomlDoc, m map[string]any) error {
+	for _, k := range []string{"variables", "environment"} {
+		v, ok := m[k]
+		if !ok {
+			continue
+		}
+		vars, ok := plainStringMap(v)
+		if !ok {
+			t, isTable := v.(map[string]any)
+			if !isTable {
+				return doc.valueError(in.prefix+k, "expected a table, found %s", tomlTypeName(v))
+			}
+			for _, name := range slices.Sorted(maps.Keys(t)) {
+				if _, ok := t[name].(string); !ok {
+					return doc.valueError(in.prefix+k+"."+name, "expected a string, found %s", tomlTypeName(t[name]))
+				}
+			}
+		}
+		check := checkVariableNames
+		if k == "environment" {
+			check = checkEnvironment
+		}
+		if err := check(doc, in.prefix+k, vars); err != nil {
+			return err
+		}
+	}
+	for _, k := range dependKeys {
+		v, ok := m[k]
+		if !ok {
+			continue
+		}
+		list, err := listOrComposition(doc, in.prefix+k, v)
+		if err != nil {
+			return err
+		}
+		for _, d := range list {
+			if err := checkElementName(d); err != nil {
+				return doc.valueError(in.prefix+k, "%v", err)
+			}
+		}
+	}
+	v, ok := m["config"]
+	if !ok {
+		return nil
+	}
+	c, ok := v.(map[string]any)
+	if !ok {
+		return doc.valueError(in.prefix+"config", "expected a table, found %s", tomlTypeName(v))
+	}
+	for _, k := range slices.Sorted(maps.Keys(c)) {
+		if !slices.Contains(in.kind.ConfigKeys, k) {
+			if len(in.kind.ConfigKeys) == 0 {
+				return &ProjectError{File: doc.display, Line: doc.lineOf(in.prefix + "config." + k), Msg: fmt.Sprintf("kind %q takes no [config]", in.kind.Name)}
+			}
+			return doc.keyError(in.prefix+"config."+k, k, in.kind.ConfigKeys)
+		}
+		if _, isList := c[k].([]any); isList || in.kind.Commands {
+			if _, err := listOrComposition(doc, in.prefix+"config."+k, c[k]); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// listOrComposition checks a list of strings or a { prepend, append } table of them,
+// and returns every string it holds.
+func listOrComposition(doc *tomlDoc, path string, v any) ([]string, error) {
+	if c, ok := v.(map[string]any); ok {
+		t := &table{doc: doc, path: path, m: c}
+		pre, _, err := t.strings("prepend")
+		if err != nil {
+			return nil, err
+		}
+		post, _, err := t.strings("append")
+		if err != nil {
+			return nil, err
+		}
+		return append(pre, post...), t.done(composeKeys)
+	}
+	list, ok := plainStrings(v)
+	if !ok {
+		return nil, doc.valueError(path, "expected a list of strings or { prepend = [...], append = [...] }, found %s", tomlTypeName(v))
+	}
+	return list, nil
+}
+
+// mergeLayer is over (a file's table, doc) layered on base: variables, environment
+// and config key by key, over winning; a list replaced, or composed with base's when
+// over writes it { prepend, append } (composeList); any other key replaced.
+func mergeLayer(base, over map[string]any, doc *tomlDoc, kind *Kind) (map[string]any, error) {
+	out := maps.Clone(base)
+	if out == nil {
+		out = map[string]any{}
+	}
+	for k, v := range over {
+		switch k {
+		case "variables", "environment", "config":
+			t, _ := out[k].(map[string]any)
+			t = maps.Clone(t)
+			if t == nil {
+				t = map[string]any{}
+			}
+			for kk, vv := range v.(map[string]any) {
+				if c, ok := vv.(map[string]any); ok && k == "config" {
+					var err error
+					if vv, err = composeList(doc, "config."+kk, c, t[kk], kind.DefaultCommands[kk]); err != nil {
+						return nil, err
+					}
+				}
+				t[kk] = vv
+			}
+			out[k] = t
+		case "depends", "build-depends", "runtime-depends":
+			if c, ok := v.(map[string]any); ok {
+				var err error
+				if v, err = composeList(doc, k, c, out[k], nil); err != nil {
+					return nil, err
+				}
+			}
+			out[k] = v
+		default:
+			out[k] = v
+		}
+	}
+	return out, nil
+}
+
+// valueErrorHint is valueError with a hint.
+func (d *tomlDoc) valueErrorHint(path, hint, format string, args ...any) error {
+	err := d.valueError(path, format, args...).(*ProjectError)
+	err.Hint = hint
+	return err
+}
+
+// kindDefaultKeys are what project.toml's [kinds.NAME] may set.
+var kindDefaultKeys = []string{"variables", "environment", "config"}
+
+// checkKindDefaults checks project.toml's [kinds.NAME] tables: a known kind each,
+// holding variables, environment and config as an element file of the kind would.
+func checkKindDefaults(doc *tomlDoc, kinds map[string]map[string]any) error {
+	for _, name := range slices.Sorted(maps.Keys(kinds)) {
+		kind, ok := LookupKind(name)
+		if !ok {
+			return doc.keyError("kinds."+name, name, kindNames())
+		}
+		m := kinds[name]
+		for _, k := range slices.Sorted(maps.Keys(m)) {
+			if !slices.Contains(kindDefaultKeys, k) {
+				return doc.keyError("kinds."+name+"."+k, k, kindDefaultKeys)
+			}
+		}
+		in := &includer{kind: kind, prefix: "kinds." + name + "."}
+		if err := in.check(doc, m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// kindsDigest is a digest of the project's kind defaults for the parse cache ("" for
+// none): an element file of a kind with defaults is parsed over them.
+func kindsDigest(kinds map[string]map[string]any) string {
+	if len(kinds) == 0 {
+		return ""
+	}
+	data, err := json.Marshal(kinds) // sorted keys
+	if err != nil {
+		panic("element: encoding the kind defaults: " + err.Error()) // only plain values inside
+	}
+	sum := sha256.Sum256(data)
+	return string(sum[:])
+}
