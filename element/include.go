@@ -121,21 +121,31 @@ func (in *includer) file(doc *tomlDoc, m, base map[string]any, stack []string) (
 // read reads the file name that doc includes and layers it (over what it includes) on
 // base: a list it composes composes with what the layers before it made.
 func (in *includer) read(doc *tomlDoc, name string, stack []string, base map[string]any) (map[string]any, error) {
+	incDoc, m, err := in.open(doc, name, stack, includeKeys)
+	if err != nil {
+		return nil, err
+	}
+	return in.file(incDoc, m, base, append(slices.Clone(stack), incDoc.display))
+}
+
+// open reads and decodes the file name that doc includes, whose top-level keys must be
+// among allowed; stack is the chain of files including it, for cycles.
+func (in *includer) open(doc *tomlDoc, name string, stack, allowed []string) (*tomlDoc, map[string]any, error) {
 	if strings.Contains(name, ":") {
-		return nil, doc.valueError("include", "%q is a junction include (JUNCTION:PATH): junction includes are not supported yet", name)
+		return nil, nil, doc.valueError("include", "%q is a junction include (JUNCTION:PATH): junction includes are not supported yet", name)
 	}
 	clean := path.Clean(name)
 	if path.IsAbs(name) || clean == ".." || strings.HasPrefix(clean, "../") {
-		return nil, doc.valueErrorHint("include", "include paths are relative to the project root",
+		return nil, nil, doc.valueErrorHint("include", "include paths are relative to the project root",
 			"%q is outside the project", name)
 	}
 	if i := slices.Index(stack, clean); i >= 0 {
-		return nil, doc.valueError("include", "include cycle: %s", strings.Join(append(slices.Clone(stack[i:]), clean), " -> "))
+		return nil, nil, doc.valueError("include", "include cycle: %s", strings.Join(append(slices.Clone(stack[i:]), clean), " -> "))
 	}
 	if in.r == nil {
 		r, err := os.OpenRoot(in.root)
 		if err != nil {
-			return nil, &ProjectError{File: doc.display, Msg: fmt.Sprintf("cannot open the project to read its includes: %v", errors.Unwrap(err))}
+			return nil, nil, &ProjectError{File: doc.display, Msg: fmt.Sprintf("cannot open the project to read its includes: %v", errors.Unwrap(err))}
 		}
 		in.r = r
 	}
@@ -143,13 +153,13 @@ func (in *includer) read(doc *tomlDoc, name string, stack []string, base map[str
 	data, err := in.r.ReadFile(filepath.FromSlash(clean))
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return nil, doc.valueErrorHint("include", "include paths are relative to the project root",
+		return nil, nil, doc.valueErrorHint("include", "include paths are relative to the project root",
 			"included file %q does not exist", name)
 	case source.IsEscape(err):
-		return nil, doc.valueErrorHint("include", "include paths are relative to the project root",
+		return nil, nil, doc.valueErrorHint("include", "include paths are relative to the project root",
 			"%q is outside the project: it goes through a symbolic link that leads out", name)
 	case err != nil:
-		return nil, doc.valueError("include", "cannot read included file %q: %v", name, errors.Unwrap(err))
+		return nil, nil, doc.valueError("include", "cannot read included file %q: %v", name, errors.Unwrap(err))
 	}
 	id := fileid.ID{}
 	if statErr == nil {
@@ -159,13 +169,13 @@ func (in *includer) read(doc *tomlDoc, name string, stack []string, base map[str
 	var plain any
 	incDoc, err := decodeTOMLBytes(data, clean, &plain)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	m, _ := plain.(map[string]any)
-	if err := checkTopKeys(incDoc, m, includeKeys); err != nil {
-		return nil, err
+	if err := checkTopKeys(incDoc, m, allowed); err != nil {
+		return nil, nil, err
 	}
-	return in.file(incDoc, m, base, append(slices.Clone(stack), clean))
+	return incDoc, m, nil
 }
 
 // check checks the types of what one file (element or included) says that layering
@@ -343,4 +353,118 @@ func kindsDigest(kinds map[string]map[string]any) string {
 	}
 	sum := sha256.Sum256(data)
 	return string(sum[:])
+}
+
+// projectIncludeKeys are what a file project.toml includes may set.
+var projectIncludeKeys = []string{"include", "variables", "environment", "kinds"}
+
+// includeIntoProject layers what project.toml (doc) includes under p's variables,
+// environment and kind defaults, as element files' includes are layered: each
+// included file over what it includes, in the order written, project.toml winning.
+func includeIntoProject(doc *tomlDoc, p *Project) error {
+	if len(p.Include) == 0 {
+		return nil
+	}
+	in := &includer{root: p.Root}
+	defer func() {
+		if in.r != nil {
+			in.r.Close()
+		}
+	}()
+	var vars, env map[string]any
+	kinds := map[string]map[string]any{}
+	var walk func(doc *tomlDoc, names, stack []string) error
+	walk = func(doc *tomlDoc, names, stack []string) error {
+		for _, name := range names {
+			incDoc, m, err := in.open(doc, name, stack, projectIncludeKeys)
+			if err != nil {
+				return err
+			}
+			inner := append(slices.Clone(stack), incDoc.display)
+			if v, ok := m["include"]; ok {
+				names, ok := plainStrings(v)
+				if !ok {
+					return incDoc.valueError("include", "expected a list of paths, found %s", tomlTypeName(v))
+				}
+				if err := walk(incDoc, names, inner); err != nil {
+					return err
+				}
+			}
+			if err := in.check(incDoc, m); err != nil { // variables and environment
+				return err
+			}
+			inc := map[string]map[string]any{}
+			if v, ok := m["kinds"]; ok {
+				t, ok := v.(map[string]any)
+				if !ok {
+					return incDoc.valueError("kinds", "expected a table, found %s", tomlTypeName(v))
+				}
+				for name, d := range t {
+					if inc[name], ok = d.(map[string]any); !ok {
+						return incDoc.valueError("kinds."+name, "expected a table, found %s", tomlTypeName(d))
+					}
+				}
+				if err := checkKindDefaults(incDoc, inc); err != nil {
+					return err
+				}
+			}
+			if err := layerKinds(kinds, inc, incDoc); err != nil {
+				return err
+			}
+			vars = mergeTable(vars, m["variables"])
+			env = mergeTable(env, m["environment"])
+		}
+		return nil
+	}
+	if err := walk(doc, p.Include, []string{ProjectFile}); err != nil {
+		return err
+	}
+	if err := layerKinds(kinds, p.Kinds, doc); err != nil {
+		return err
+	}
+	if len(kinds) > 0 {
+		p.Kinds = kinds
+	}
+	p.Variables = layerStrings(vars, p.Variables)
+	p.Environment = layerStrings(env, p.Environment)
+	return nil
+}
+
+// layerKinds layers the kind defaults over on base, kind by kind (mergeLayer).
+func layerKinds(base, over map[string]map[string]any, doc *tomlDoc) error {
+	for _, name := range slices.Sorted(maps.Keys(over)) {
+		kind, _ := LookupKind(name) // checked
+		var err error
+		if base[name], err = mergeLayer(base[name], over[name], doc, kind); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// mergeTable is the plain table over (a table of strings, checked) merged over base.
+func mergeTable(base map[string]any, over any) map[string]any {
+	t, _ := over.(map[string]any)
+	if len(t) == 0 {
+		return base
+	}
+	out := maps.Clone(base)
+	if out == nil {
+		out = map[string]any{}
+	}
+	maps.Copy(out, t)
+	return out
+}
+
+// layerStrings is over, project.toml's table of strings, over base, what it included.
+func layerStrings(base map[string]any, over map[string]string) map[string]string {
+	if len(base) == 0 {
+		return over
+	}
+	out := make(map[string]string, len(base)+len(over))
+	for k, v := range base {
+		out[k] = v.(string)
+	}
+	maps.Copy(out, over)
+	return out
 }

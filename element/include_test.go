@@ -12,7 +12,7 @@ import (
 // Tables merge key by key, the later layer winning; a list is replaced unless written
 // { prepend, append }, which composes it with the list the layers before made.
 func TestIncludeLayering(t *testing.T) {
-	project := "name = \"inc\"\n[options.debug]\ntype = \"bool\"\ndefault = true\n"
+	options := "[options.debug]\ntype = \"bool\"\ndefault = true\n"
 	for _, c := range []struct {
 		name    string
 		project string // appended to project.toml
@@ -59,13 +59,19 @@ func TestIncludeLayering(t *testing.T) {
 		{name: "kind defaults beat project variables",
 			project: "[variables]\nx = \"project\"\n[kinds.autotools.variables]\nx = \"kind\"\n",
 			vars:    map[string]string{"x": "kind"}},
+		{name: "project.toml beats what it includes, which beats what that includes",
+			project: "include = [\"p.toml\"]\n[variables]\nx = \"project\"\n[kinds.autotools.variables]\nk = \"project\"\n",
+			files: map[string]string{"p.toml": "include = [\"q.toml\"]\n[variables]\nx = \"p\"\ny = \"p\"\n[kinds.autotools.variables]\nk = \"p\"\nl = \"p\"\n[kinds.autotools.config]\nbuild-commands = { append = [\"p\"] }\n",
+				"q.toml": "[variables]\ny = \"q\"\nz = \"q\"\n[kinds.autotools.config]\nbuild-commands = [\"q\"]\n"},
+			vars:  map[string]string{"x": "project", "y": "p", "z": "q", "k": "project", "l": "p"},
+			build: []string{"q", "p"}},
 		{name: "a block beats the file and composes over the layers",
 			files: map[string]string{"a.toml": "[config]\nbuild-commands = [\"inc\"]\n"},
 			app:   "include = [\"a.toml\"]\n[variables]\nx = \"app\"\n[[if]]\ncondition = 'debug'\nvariables.x = \"debug\"\nconfig.build-commands = { append = [\"debug\"] }\n",
 			vars:  map[string]string{"x": "debug"}, build: []string{"inc", "debug"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			files := map[string]string{"project.toml": project + c.project, "elements/app.toml": "kind = \"autotools\"\n" + c.app}
+			files := map[string]string{"project.toml": "name = \"inc\"\n" + c.project + options, "elements/app.toml": "kind = \"autotools\"\n" + c.app}
 			for _, d := range []string{"d0.toml", "d1.toml", "d2.toml"} {
 				files["elements/"+d] = "kind = \"stack\"\n"
 			}
@@ -118,6 +124,13 @@ func TestIncludeErrors(t *testing.T) {
 		{name: "an absolute include",
 			app:  "include = [\"/etc/passwd\"]\n",
 			want: `elements/app.toml:2: key "include": "/etc/passwd" is outside the project`},
+		{name: "a missing include of project.toml",
+			project: "include = [\"nope.toml\"]\n",
+			want:    `project.toml:2: key "include": included file "nope.toml" does not exist`},
+		{name: "a cycle of project includes",
+			project: "include = [\"p.toml\"]\n",
+			files:   map[string]string{"p.toml": "include = [\"q.toml\"]\n", "q.toml": "include = [\"p.toml\"]\n"},
+			want:    `q.toml:1: key "include": include cycle: p.toml -> q.toml -> p.toml`},
 		{name: "an unknown kind in [kinds]",
 			project: "[kinds.autotool.variables]\nx = \"1\"\n",
 			want:    `project.toml:2: unknown key "autotool" in [kinds] (did you mean "autotools"?)`},

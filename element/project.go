@@ -50,10 +50,12 @@ type Project struct {
 	// Kinds are the defaults of [kinds.NAME], layered under each element file of the
 	// kind (include.go).
 	Kinds map[string]map[string]any `toml:"kinds" json:",omitempty"`
-	scope *optionScope              // what element files are read in
+	// Include are the files project.toml includes (include.go).
+	Include []string     `toml:"include" json:"-"`
+	scope   *optionScope // what element files are read in
 }
 
-var projectKeys = []string{"name", "element-path", "default-targets", "variables", "environment", "pools", "remote", "workspace-dir", "options", "if", "kinds"}
+var projectKeys = []string{"name", "element-path", "default-targets", "variables", "environment", "pools", "remote", "workspace-dir", "options", "if", "kinds", "include"}
 
 var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]*$`)
 
@@ -148,6 +150,9 @@ func LoadProjectWith(root string, layers OptionLayers) (*Project, error) {
 		return nil, err
 	}
 	if err := checkKindDefaults(doc, p.Kinds); err != nil {
+		return nil, err
+	}
+	if err := includeIntoProject(doc, p); err != nil {
 		return nil, err
 	}
 	if p.Options, err = parseOptions(doc, p.OptionsFile); err != nil {
