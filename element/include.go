@@ -250,16 +250,8 @@ func (in *includer) check(doc *tomlDoc, m map[string]any) error {
 // and returns every string it holds.
 func listOrComposition(doc *tomlDoc, path string, v any) ([]string, error) {
 	if c, ok := v.(map[string]any); ok {
-		t := &table{doc: doc, path: path, m: c}
-		pre, _, err := t.strings("prepend")
-		if err != nil {
-			return nil, err
-		}
-		post, _, err := t.strings("append")
-		if err != nil {
-			return nil, err
-		}
-		return append(pre, post...), t.done(composeKeys)
+		pre, post, err := composition(doc, path, c)
+		return append(pre, post...), err
 	}
 	list, ok := plainStrings(v)
 	if !ok {
