@@ -185,3 +185,26 @@ func TestParseCacheRedecodesWhenAnIncludeChanges(t *testing.T) {
 		t.Errorf("%d files answered by the cache once the new include was remembered, want 2", hits)
 	}
 }
+
+// An element of a kind with project defaults is parsed over them: the parse cache
+// reuses its parse only under the same defaults.
+func TestParseCacheKeysKindDefaults(t *testing.T) {
+	dir := writeProject(t, map[string]string{
+		"project.toml":      "name = \"inc\"\n[kinds.manual.variables]\nmsg = \"one\"\n",
+		"elements/lib.toml": "kind = \"stack\"\n",
+		"elements/app.toml": "kind = \"manual\"\ndepends = [\"lib.toml\"]\n[config]\nbuild-commands = [\"echo %{msg}\"]\n",
+	})
+	cacheDir := t.TempDir()
+	before, _ := cachedKeys(t, dir, cacheDir)
+	if _, hits := cachedKeys(t, dir, cacheDir); hits != 2 {
+		t.Fatalf("%d files answered by the cache when nothing changed, want 2", hits)
+	}
+	writeFile(t, filepath.Join(dir, "project.toml"), "name = \"inc\"\n[kinds.manual.variables]\nmsg = \"two\"\n")
+	after, hits := cachedKeys(t, dir, cacheDir)
+	if hits != 1 {
+		t.Errorf("%d files answered by the cache after the manual kind's defaults changed, want 1 (lib.toml)", hits)
+	}
+	if after["app.toml"] == before["app.toml"] || after["app.toml"] != mustGraph(t, dir, "app.toml").Elements["app.toml"].Key {
+		t.Error("app.toml's key through the cache is not its key without it: a stale parse")
+	}
+}
