@@ -26,6 +26,8 @@ type tomlDoc struct {
 	moved map[string]string
 	// includes are the files an element file included, with their identities.
 	includes []includedFile
+	// from maps a key path an included file set to that file's document (include.go).
+	from map[string]*tomlDoc
 	// kindDefaults says an element file was layered over its kind's project defaults.
 	kindDefaults bool
 }

@@ -674,9 +674,8 @@ func (e *Element) resolve(vars *Variables) (*Resolved, error) {
 	expand := func(key, s string) (string, error) {
 		out, err := vars.Expand(s)
 		if err != nil {
-			doc := e.document()
-			line := doc.lineOf(key)
-			return "", &ProjectError{File: e.File, Line: line, Msg: fmt.Sprintf("in %s: %v", key, err), Text: doc.line(line)}
+			file, line, text := e.document().locate(key)
+			return "", &ProjectError{File: file, Line: line, Msg: fmt.Sprintf("in %s: %v", key, err), Text: text}
 		}
 		return out, nil
 	}
@@ -735,12 +734,11 @@ func (e *Element) checkVariables(vars *Variables) error {
 	for _, name := range slices.Sorted(maps.Keys(e.vars)) {
 		if _, err := vars.lookup(name, nil); err != nil {
 			key := "variables." + name
-			doc := e.document()
-			line := doc.lineOf(key)
+			file, line, text := e.document().locate(key)
 			if line == 0 {
 				return &ProjectError{File: ProjectFile, Line: 0, Msg: fmt.Sprintf("variable %q (used by %s): %v", name, e.Name, err)}
 			}
-			return &ProjectError{File: e.File, Line: line, Msg: fmt.Sprintf("variable %q: %v", name, err), Text: doc.line(line)}
+			return &ProjectError{File: file, Line: line, Msg: fmt.Sprintf("variable %q: %v", name, err), Text: text}
 		}
 	}
 	return nil

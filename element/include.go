@@ -58,7 +58,8 @@ type includer struct {
 	r      *os.Root
 	kind   *Kind
 	files  []includedFile
-	prefix string // key paths' prefix in errors: "kinds.manual." for a kind's defaults
+	prefix string              // key paths' prefix in errors: "kinds.manual." for a kind's defaults
+	from   map[string]*tomlDoc // key path -> the file that set it last
 }
 
 // layer is an element file's table m (doc) over what it includes, weakest first: the
@@ -80,7 +81,31 @@ func (in *includer) layer(doc *tomlDoc, m, defaults map[string]any) (map[string]
 	if in.r != nil {
 		in.r.Close()
 	}
+	for path, d := range in.from {
+		if d != doc {
+			if doc.from == nil {
+				doc.from = map[string]*tomlDoc{}
+			}
+			doc.from[path] = d
+		}
+	}
 	return out, err
+}
+
+// record notes that doc's table m set its keys, for errors found after layering.
+func (in *includer) record(doc *tomlDoc, m map[string]any) {
+	if in.from == nil {
+		in.from = map[string]*tomlDoc{}
+	}
+	for k, v := range m {
+		if t, ok := v.(map[string]any); ok && (k == "variables" || k == "environment" || k == "config") {
+			for kk := range t {
+				in.from[k+"."+kk] = doc
+			}
+			continue
+		}
+		in.from[k] = doc
+	}
 }
 
 // checkTopKeys reports the first key of m, in name order, not among allowed.
@@ -115,6 +140,7 @@ func (in *includer) file(doc *tomlDoc, m, base map[string]any, stack []string) (
 	}
 	own := maps.Clone(m)
 	delete(own, "include")
+	in.record(doc, own)
 	return mergeLayer(base, own, doc, in.kind)
 }
 
@@ -459,4 +485,15 @@ func layerStrings(base map[string]any, over map[string]string) map[string]string
 	}
 	maps.Copy(out, over)
 	return out
+}
+
+// locate is where the value at path was written, for an error found after loading:
+// the included file that set it, unless a [[if]] block of d's file set it after, else
+// d's file; line 0 when not found.
+func (d *tomlDoc) locate(path string) (file string, line int, text string) {
+	if o, ok := d.from[path]; ok && d.moved[path] == "" { // a [[if]] block wins
+		d = o
+	}
+	line = d.lineOf(path)
+	return d.display, line, d.line(line)
 }
