@@ -180,7 +180,7 @@ func (in *includer) open(doc *tomlDoc, name string, stack, allowed []string) (*t
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return nil, nil, doc.valueErrorHint("include", "include paths are relative to the project root",
-			"included file %q does not exist", name)
+			"included file %q does not exist%s", name, didYouMean(clean, in.siblings(clean)))
 	case source.IsEscape(err):
 		return nil, nil, doc.valueErrorHint("include", "include paths are relative to the project root",
 			"%q is outside the project: it goes through a symbolic link that leads out", name)
@@ -202,6 +202,26 @@ func (in *includer) open(doc *tomlDoc, name string, stack, allowed []string) (*t
 		return nil, nil, err
 	}
 	return incDoc, m, nil
+}
+
+// siblings are the .toml files in the directory of the project path name, as paths
+// from the project root, for a did-you-mean.
+func (in *includer) siblings(name string) []string {
+	dir := path.Dir(name)
+	f, err := in.r.Open(filepath.FromSlash(dir))
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	entries, _ := f.ReadDir(-1)
+	var out []string
+	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), ".toml") && !e.IsDir() {
+			out = append(out, path.Join(dir, e.Name()))
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // check checks the types of what one file (element or included) says that layering
