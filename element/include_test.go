@@ -157,54 +157,47 @@ func TestIncludeErrors(t *testing.T) {
 // The parse cache reuses an element's parse only while every file it included, however
 // deep, is unchanged: files saved, loaded through the cache, changed and loaded again.
 func TestParseCacheRedecodesWhenAnIncludeChanges(t *testing.T) {
-	dir := writeProject(t, map[string]string{
+	checkReparsed(t, map[string]string{
 		"project.toml":      "name = \"inc\"\n",
 		"a.toml":            "include = [\"sub/b.toml\"]\n",
 		"sub/b.toml":        "[variables]\nmsg = \"one\"\n",
-		"elements/lib.toml": "kind = \"manual\"\n[config]\nbuild-commands = [\"true\"]\n",
 		"elements/app.toml": "kind = \"manual\"\ninclude = [\"a.toml\"]\ndepends = [\"lib.toml\"]\n[config]\nbuild-commands = [\"echo %{msg}\"]\n",
-	})
-	cacheDir := t.TempDir()
-	before, _ := cachedKeys(t, dir, cacheDir)
-	if _, hits := cachedKeys(t, dir, cacheDir); hits != 2 {
-		t.Fatalf("%d files answered by the cache when nothing changed, want 2", hits)
-	}
-	writeFile(t, filepath.Join(dir, "sub/b.toml"), "[variables]\nmsg = \"two\"\n")
-	after, hits := cachedKeys(t, dir, cacheDir)
-	if hits != 1 {
-		t.Errorf("%d files answered by the cache after the nested include changed, want 1 (lib.toml)", hits)
-	}
-	if after["app.toml"] == before["app.toml"] {
-		t.Error("app.toml's key did not change when the variable its include sets did: a stale parse")
-	}
-	want := mustGraph(t, dir, "app.toml").Elements["app.toml"].Key
-	if after["app.toml"] != want {
-		t.Error("app.toml's key through the cache is not its key without it")
-	}
-	if _, hits := cachedKeys(t, dir, cacheDir); hits != 2 {
-		t.Errorf("%d files answered by the cache once the new include was remembered, want 2", hits)
-	}
+	}, "sub/b.toml", "[variables]\nmsg = \"two\"\n")
 }
 
 // An element of a kind with project defaults is parsed over them: the parse cache
 // reuses its parse only under the same defaults.
 func TestParseCacheKeysKindDefaults(t *testing.T) {
-	dir := writeProject(t, map[string]string{
+	checkReparsed(t, map[string]string{
 		"project.toml":      "name = \"inc\"\n[kinds.manual.variables]\nmsg = \"one\"\n",
-		"elements/lib.toml": "kind = \"stack\"\n",
 		"elements/app.toml": "kind = \"manual\"\ndepends = [\"lib.toml\"]\n[config]\nbuild-commands = [\"echo %{msg}\"]\n",
-	})
+	}, "project.toml", "name = \"inc\"\n[kinds.manual.variables]\nmsg = \"two\"\n")
+}
+
+// checkReparsed loads the project files (with elements/lib.toml added) through a parse
+// cache, rewrites the file changed as text, and checks that app.toml alone is parsed
+// again, to the key a load without the cache gives, and is remembered after.
+func checkReparsed(t *testing.T, files map[string]string, changed, text string) {
+	t.Helper()
+	files["elements/lib.toml"] = "kind = \"stack\"\n"
+	dir := writeProject(t, files)
 	cacheDir := t.TempDir()
 	before, _ := cachedKeys(t, dir, cacheDir)
 	if _, hits := cachedKeys(t, dir, cacheDir); hits != 2 {
 		t.Fatalf("%d files answered by the cache when nothing changed, want 2", hits)
 	}
-	writeFile(t, filepath.Join(dir, "project.toml"), "name = \"inc\"\n[kinds.manual.variables]\nmsg = \"two\"\n")
+	writeFile(t, filepath.Join(dir, changed), text)
 	after, hits := cachedKeys(t, dir, cacheDir)
 	if hits != 1 {
-		t.Errorf("%d files answered by the cache after the manual kind's defaults changed, want 1 (lib.toml)", hits)
+		t.Errorf("%d files answered by the cache after %s changed, want 1 (lib.toml)", hits, changed)
 	}
-	if after["app.toml"] == before["app.toml"] || after["app.toml"] != mustGraph(t, dir, "app.toml").Elements["app.toml"].Key {
-		t.Error("app.toml's key through the cache is not its key without it: a stale parse")
+	if after["app.toml"] == before["app.toml"] {
+		t.Errorf("app.toml's key did not change with the variable %s sets: a stale parse", changed)
+	}
+	if want := mustGraph(t, dir, "app.toml").Elements["app.toml"].Key; after["app.toml"] != want {
+		t.Error("app.toml's key through the cache is not its key without it")
+	}
+	if _, hits := cachedKeys(t, dir, cacheDir); hits != 2 {
+		t.Errorf("%d files answered by the cache once the new version was remembered, want 2", hits)
 	}
 }
