@@ -52,7 +52,8 @@ func layering(m map[string]any) bool {
 	return false
 }
 
-// includer reads the files an element file includes, from the project at root.
+// includer reads the files an element file or project.toml includes, from the project
+// at root, and checks what they (and project.toml's [kinds.NAME]) say for kind.
 type includer struct {
 	root   string
 	r      *os.Root
@@ -118,10 +119,9 @@ func checkTopKeys(doc *tomlDoc, m map[string]any, allowed []string) error {
 	return nil
 }
 
-// file layers one file's table m over its includes; stack is the chain of files that
-// included it, for cycles.
-// base is what the layers before the file made: the kind's project defaults, and the
-// files included before it.
+// file layers one file's table m, over what it includes, on base: what the layers
+// before it made (the kind's project defaults, the files included before it). stack
+// is the chain of files that included it, for cycles.
 func (in *includer) file(doc *tomlDoc, m, base map[string]any, stack []string) (map[string]any, error) {
 	if err := in.check(doc, m); err != nil {
 		return nil, err
