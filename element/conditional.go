@@ -11,7 +11,9 @@ import (
 type optionScope struct {
 	opts   map[string]*Option
 	values map[string]string
-	digest string // optionsDigest(values): what the parse cache keys a conditional file's parse by
+	digest string                    // optionsDigest(values): what the parse cache keys a conditional file's parse by
+	root   string                    // the project's root, which included files are read from
+	kinds  map[string]map[string]any // project.toml's [kinds.NAME] defaults
 }
 
 // optionScope is the scope p's element files are read in: the one LoadProjectWith
@@ -25,7 +27,8 @@ func (p *Project) optionScope() *optionScope {
 }
 
 func newOptionScope(p *Project) *optionScope {
-	return &optionScope{opts: p.Options, values: p.OptionValues, digest: optionsDigest(p.OptionValues)}
+	return &optionScope{opts: p.Options, values: p.OptionValues, digest: optionsDigest(p.OptionValues) + kindsDigest(p.Kinds),
+		root: p.Root, kinds: p.Kinds}
 }
 
 // elementBlockKeys are what a [[if]] block of an element file may set.
@@ -142,20 +145,24 @@ func applyBlocks(doc *tomlDoc, blocks []any, scope optionScope, kind *Kind, f *e
 
 var composeKeys = []string{"append", "prepend"}
 
+// composition reads the { prepend = [...], append = [...] } table c at path.
+func composition(doc *tomlDoc, path string, c map[string]any) (pre, post []string, err error) {
+	t := &table{doc: doc, path: path, m: c}
+	if pre, _, err = t.strings("prepend"); err != nil {
+		return nil, nil, err
+	}
+	if post, _, err = t.strings("append"); err != nil {
+		return nil, nil, err
+	}
+	return pre, post, t.done(composeKeys)
+}
+
 // composeList is a config list a block writes as { prepend = [...], append = [...] }
 // (either or both): the list before the block — base, what the file or an earlier
 // block set, else the kind's default (def) — with prepend before it and append after.
 func composeList(doc *tomlDoc, path string, c map[string]any, base any, def []string) ([]any, error) {
-	t := &table{doc: doc, path: path, m: c}
-	pre, _, err := t.strings("prepend")
+	pre, post, err := composition(doc, path, c)
 	if err != nil {
-		return nil, err
-	}
-	post, _, err := t.strings("append")
-	if err != nil {
-		return nil, err
-	}
-	if err := t.done(composeKeys); err != nil {
 		return nil, err
 	}
 	var mid []any

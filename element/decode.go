@@ -24,6 +24,12 @@ type tomlDoc struct {
 	// moved maps a key path to where the value it has was written: a key a [[if]]
 	// block set ("config.build-commands" -> "if[0].config.build-commands").
 	moved map[string]string
+	// includes are the files an element file included, with their identities.
+	includes []includedFile
+	// from maps a key path an included file set to that file's document (include.go).
+	from map[string]*tomlDoc
+	// kindDefaults says an element file was layered over its kind's project defaults.
+	kindDefaults bool
 }
 
 // decodeTOML reads path and decodes it into v. Errors are *ProjectError with position.

@@ -29,9 +29,10 @@ type elementFile struct {
 	Sources        []toml.Primitive  `toml:"sources"`
 	Config         toml.Primitive    `toml:"config"`
 	If             []toml.Primitive  `toml:"if"`
+	Include        []string          `toml:"include"`
 }
 
-var elementKeys = []string{"kind", "description", "depends", "build-depends", "runtime-depends", "pool", "variables", "environment", "sources", "config", "if"}
+var elementKeys = []string{"include", "kind", "description", "depends", "build-depends", "runtime-depends", "pool", "variables", "environment", "sources", "config", "if"}
 
 // Config is an element's kind-specific configuration, unexpanded.
 type Config struct {
@@ -148,7 +149,7 @@ func loadElement(p *Project, dir elementDir, lock *Lock, name string, pc *ParseC
 		if pf, doc, conditional, err = parseElement(data, display, *scope); err != nil {
 			return nil, err
 		}
-		pc.remember(display, id, pf, conditional, *scope)
+		pc.remember(display, id, pf, conditional, *scope, doc.includes)
 	}
 	e := &Element{Name: name, File: display, Description: pf.Description, Pool: pf.Pool,
 		Depends: pf.Depends, BuildDepends: pf.BuildDepends, RuntimeDepends: pf.RuntimeDepends,
@@ -208,11 +209,13 @@ func readElementFile(dir elementDir, path, display string) ([]byte, fileid.ID, e
 // elementFile again, whose decoder names a value of the wrong type and marks what it
 // consumed for unknownKeys.
 //
-// The file's [[if]] blocks are read against scope (applyBlocks); conditional says
-// whether it had any, and so whether its parse depends on the option values.
+// The file's [[if]] blocks are read against scope (applyBlocks), and the file is
+// layered over the project's defaults for its kind and what it includes (includer);
+// conditional says whether it had blocks or kind defaults, and so whether its parse
+// depends on scope.
 func parseElement(data []byte, display string, scope optionScope) (pf *parsedFile, doc *tomlDoc, conditional bool, err error) {
 	pf, doc, err = parseElementFile(data, display, scope)
-	return pf, doc, doc != nil && doc.md.IsDefined("if"), err
+	return pf, doc, doc != nil && (doc.md.IsDefined("if") || doc.kindDefaults), err
 }
 
 func parseElementFile(data []byte, display string, scope optionScope) (*parsedFile, *tomlDoc, error) {
@@ -226,6 +229,22 @@ func parseElementFile(data []byte, display string, scope optionScope) (*parsedFi
 	var blocks []any // each [[if]] block, the same
 	var config any
 	known := onlyKnownKeys(doc.md)
+	var includes []includedFile
+	if m, ok := plain.(map[string]any); ok {
+		name, _ := m["kind"].(string)
+		defaults := scope.kinds[name]
+		if k, ok := LookupKind(name); ok && (defaults != nil || layering(m)) {
+			// Kind defaults, included files and compositions: layer checks every key
+			// of the file and of what it includes, leaving plain tables of the types
+			// plainElementFile reads.
+			in := &includer{root: scope.root, kind: k}
+			if plain, err = in.layer(doc, m, defaults); err != nil {
+				return nil, nil, err
+			}
+			known, includes = true, in.files
+			doc.kindDefaults = defaults != nil
+		}
+	}
 	if !known || !plainElementFile(plain, &f, &tables, &config, &blocks) {
 		f = elementFile{}
 		if doc, err = decodeTOMLBytes(data, display, &f); err != nil {
@@ -287,7 +306,7 @@ func parseElementFile(data []byte, display string, scope optionScope) (*parsedFi
 	if pf.Sources, err = parseSources(doc, sources); err != nil {
 		return nil, nil, err
 	}
-	if pf.Config, err = parseConfig(doc, kind, config, configSet || doc.md.IsDefined("config")); err != nil {
+	if pf.Config, err = parseConfig(doc, kind, config, configSet || doc.md.IsDefined("config") || config != nil); err != nil {
 		return nil, nil, err
 	}
 	// Checked last: the kind-specific tables above mark their keys as decoded. The
@@ -297,6 +316,7 @@ func parseElementFile(data []byte, display string, scope optionScope) (*parsedFi
 			return nil, nil, err
 		}
 	}
+	doc.includes = includes
 	return pf, doc, nil
 }
 
@@ -332,6 +352,8 @@ func plainElementFile(doc any, f *elementFile, sources *[]any, config *any, bloc
 			*config, ok = v.(map[string]any)
 		case "if":
 			*blocks, ok = plainTables(v)
+		case "include":
+			_, ok = plainStrings(v)
 		default:
 			ok = false
 		}
@@ -655,9 +677,8 @@ func (e *Element) resolve(vars *Variables) (*Resolved, error) {
 	expand := func(key, s string) (string, error) {
 		out, err := vars.Expand(s)
 		if err != nil {
-			doc := e.document()
-			line := doc.lineOf(key)
-			return "", &ProjectError{File: e.File, Line: line, Msg: fmt.Sprintf("in %s: %v", key, err), Text: doc.line(line)}
+			file, line, text := e.document().locate(key)
+			return "", &ProjectError{File: file, Line: line, Msg: fmt.Sprintf("in %s: %v", key, err), Text: text}
 		}
 		return out, nil
 	}
@@ -716,12 +737,11 @@ func (e *Element) checkVariables(vars *Variables) error {
 	for _, name := range slices.Sorted(maps.Keys(e.vars)) {
 		if _, err := vars.lookup(name, nil); err != nil {
 			key := "variables." + name
-			doc := e.document()
-			line := doc.lineOf(key)
+			file, line, text := e.document().locate(key)
 			if line == 0 {
 				return &ProjectError{File: ProjectFile, Line: 0, Msg: fmt.Sprintf("variable %q (used by %s): %v", name, e.Name, err)}
 			}
-			return &ProjectError{File: e.File, Line: line, Msg: fmt.Sprintf("variable %q: %v", name, err), Text: doc.line(line)}
+			return &ProjectError{File: file, Line: line, Msg: fmt.Sprintf("variable %q: %v", name, err), Text: text}
 		}
 	}
 	return nil

@@ -196,9 +196,8 @@ func (g *Graph) missing(name string, ref *Element) error {
 	if ref == nil {
 		return &ProjectError{Msg: fmt.Sprintf("element %s not found: %s does not exist%s", name, display, didYouMean(name, all))}
 	}
-	doc := ref.document()
-	line := doc.lineOf(dependsKeyOf(ref, name))
-	return &ProjectError{File: ref.File, Line: line, Text: doc.line(line),
+	file, line, text := ref.document().locate(dependsKeyOf(ref, name))
+	return &ProjectError{File: file, Line: line, Text: text,
 		Msg: fmt.Sprintf("depends on %s, which does not exist (no file %s)%s", name, display, didYouMean(name, all))}
 }
 
@@ -266,9 +265,8 @@ func (g *Graph) order(loaded []*Element) error {
 			}
 			names = append(names, e.Name)
 			from := stack[len(stack)-1]
-			doc := from.document()
-			line := doc.lineOf(dependsKeyOf(from, e.Name))
-			return &ProjectError{File: from.File, Line: line, Text: doc.line(line),
+			file, line, text := from.document().locate(dependsKeyOf(from, e.Name))
+			return &ProjectError{File: file, Line: line, Text: text,
 				Msg: "dependency cycle: " + strings.Join(names, " -> ")}
 		}
 		state[e.position] = active

@@ -62,6 +62,9 @@ type cachedFile struct {
 	// [[if]] blocks (optionsDigest), "" when its parse reads no option: a conditional
 	// file's parse is reused only under the same values.
 	Options string
+	// Includes are the files the element file included, with their identities when
+	// it was parsed: the parse is reused only while each is unchanged.
+	Includes []includedFile
 
 	raw   string      // the stored form; "" for an entry this load made
 	once  sync.Once   // decodes raw
@@ -71,15 +74,15 @@ type cachedFile struct {
 }
 
 // newCachedFile is an entry made by this load.
-func newCachedFile(id fileid.ID, pf *parsedFile, key keyMemo, options string) *cachedFile {
-	c := &cachedFile{ID: id, Parsed: *pf, Key: key, Options: options}
+func newCachedFile(id fileid.ID, pf *parsedFile, key keyMemo, options string, includes []includedFile) *cachedFile {
+	c := &cachedFile{ID: id, Parsed: *pf, Key: key, Options: options, Includes: includes}
 	c.seen.Store(true)
 	return c
 }
 
 // parseCacheVersion changes whenever parsedFile or the checks parseElement makes change
 // in a way a gantry build stamp would not show.
-const parseCacheVersion = 6
+const parseCacheVersion = 7
 
 // OpenParseCache opens the parse cache of the project at root, kept under dir (the
 // gantry cache's loads/). A missing, damaged or foreign cache file is an empty cache.
@@ -159,6 +162,11 @@ func (pc *ParseCache) lookup(dir elementDir, path, name string, scope optionScop
 	if c.Options != "" && c.Options != scope.digest {
 		return nil, false
 	}
+	for _, inc := range c.Includes {
+		if id, ok := fileid.Stat(filepath.Join(pc.root, filepath.FromSlash(inc.Name))); !ok || id != inc.ID {
+			return nil, false
+		}
+	}
 	pc.hits.Add(1)
 	return c, true
 }
@@ -175,16 +183,23 @@ func (pc *ParseCache) size() int {
 
 // remember records name's parse at identity id (taken when the file was opened, before
 // it was read: a change during the read gives the file a new identity, so it is parsed
-// again); conditional says the parse read the option values of scope.
-func (pc *ParseCache) remember(name string, id fileid.ID, pf *parsedFile, conditional bool, scope optionScope) {
+// again); conditional says the parse read the option values of scope; includes are
+// the files it included, with their identities (a file whose identity is unknown is
+// not remembered).
+func (pc *ParseCache) remember(name string, id fileid.ID, pf *parsedFile, conditional bool, scope optionScope, includes []includedFile) {
 	if pc == nil || id == (fileid.ID{}) {
 		return
+	}
+	for _, inc := range includes {
+		if inc.ID == (fileid.ID{}) {
+			return
+		}
 	}
 	options := ""
 	if conditional {
 		options = scope.digest
 	}
-	c := newCachedFile(id, pf, keyMemo{}, options)
+	c := newCachedFile(id, pf, keyMemo{}, options, includes)
 	pc.mu.Lock()
 	pc.files[name] = c
 	pc.dirty = true
@@ -206,7 +221,7 @@ func (pc *ParseCache) rememberKey(name string, id fileid.ID, m *keyMemo) {
 	case c.raw == "":
 		c.Key = *m // made by this load (remember), which nothing else reads now
 	default:
-		pc.files[name] = newCachedFile(id, &c.Parsed, *m, c.Options) // written back from raw otherwise
+		pc.files[name] = newCachedFile(id, &c.Parsed, *m, c.Options, c.Includes) // written back from raw otherwise
 	}
 	pc.dirty = true
 }
@@ -238,6 +253,13 @@ func (pc *ParseCache) keeps(rel string, c *cachedFile, now int64) bool {
 	id := c.id()
 	if id.Racy(now, pc.racy) {
 		return false
+	}
+	// An entry read from the cache file passed this when it was written, and its
+	// included files' identities have not changed since.
+	for _, inc := range c.Includes {
+		if inc.ID.Racy(now, pc.racy) {
+			return false
+		}
 	}
 	if !c.seen.Load() {
 		if now, ok := fileid.Stat(filepath.Join(pc.root, filepath.FromSlash(rel))); !ok || now != id {

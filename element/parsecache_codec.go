@@ -52,6 +52,11 @@ func encodeParseCache(out io.Writer, stamp string, files map[string]*cachedFile)
 			entry.Str(c.Key.Key)
 			entry.Str(c.Key.Context)
 			entry.Str(c.Options)
+			entry.Uint(uint64(len(c.Includes)))
+			for _, inc := range c.Includes {
+				entry.Str(inc.Name)
+				inc.ID.Append(&entry)
+			}
 		}
 		w.Str(name)
 		w.Uint(uint64(len(entry.B)))
@@ -112,6 +117,12 @@ func (c *cachedFile) decode() bool {
 		readParsed(r, &c.Parsed)
 		c.Key = keyMemo{Inputs: r.Str(), Key: r.Str(), Context: r.Str()}
 		c.Options = r.Str()
+		if n := r.Count(); n > 0 {
+			c.Includes = make([]includedFile, n)
+			for i := range c.Includes {
+				c.Includes[i] = includedFile{Name: r.Str(), ID: fileid.Read(r)}
+			}
+		}
 		c.whole = r.Err == nil && r.Len() == 0
 	})
 	return c.whole

@@ -373,6 +373,7 @@ func TestParseCacheCodecRoundTrips(t *testing.T) {
 		// mirrors (resolveSources), after the parse cache answered.
 		full.Parsed.Sources[i].Upstream, full.Parsed.Sources[i].Mirrors = "", nil
 	}
+	full.Includes = []includedFile{{"a.toml", fileid.ID{Size: 6, Mtime: 7}}, {"b/c.toml", fileid.ID{Ino: 8, Dev: 9}}}
 	files := map[string]*cachedFile{"full.toml": full, "empty.toml": {}}
 	data := encodeToString(t, files)
 	stamp, got, err := decodeParseCache(data)
@@ -381,7 +382,7 @@ func TestParseCacheCodecRoundTrips(t *testing.T) {
 	}
 	for name, want := range files {
 		c := got[name]
-		if c == nil || !c.decode() || c.id() != want.ID || !reflect.DeepEqual(c.Parsed, want.Parsed) || c.Key != want.Key {
+		if c == nil || !c.decode() || c.id() != want.ID || !reflect.DeepEqual(c.Parsed, want.Parsed) || c.Key != want.Key || !reflect.DeepEqual(c.Includes, want.Includes) {
 			t.Fatalf("%s decoded as %#v\nwant %#v", name, c, want)
 		}
 	}

@@ -52,10 +52,15 @@ type Project struct {
 	OptionValues map[string]string     `toml:"-"`
 	OptionsFile  map[string]optionFile `toml:"options" json:"-"`
 	If           []toml.Primitive      `toml:"if" json:"-"`
-	scope        *optionScope          // what element files are read in
+	// Kinds are the defaults of [kinds.NAME], layered under each element file of the
+	// kind (include.go).
+	Kinds map[string]map[string]any `toml:"kinds" json:",omitempty"`
+	// Include are the files project.toml includes (include.go).
+	Include []string     `toml:"include" json:"-"`
+	scope   *optionScope // what element files are read in
 }
 
-var projectKeys = []string{"name", "element-path", "default-targets", "variables", "environment", "pools", "remote", "workspace-dir", "options", "if", "aliases", "mirrors"}
+var projectKeys = []string{"name", "element-path", "default-targets", "variables", "environment", "pools", "remote", "workspace-dir", "options", "if", "aliases", "mirrors", "kinds", "include"}
 
 var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]*$`)
 
@@ -108,7 +113,7 @@ func LoadProjectWith(root string, layers OptionLayers) (*Project, error) {
 			return mirrorKeys
 		}
 		return nil
-	}, "if"); err != nil {
+	}, "if", "kinds"); err != nil {
 		return nil, err
 	}
 	if err := doc.checkTables("variables", "environment", "pools", "aliases"); err != nil {
@@ -151,7 +156,13 @@ func LoadProjectWith(root string, layers OptionLayers) (*Project, error) {
 	if err := checkEnvironment(doc, "environment", p.Environment); err != nil {
 		return nil, err
 	}
-	if err := doc.checkTables("options"); err != nil {
+	if err := doc.checkTables("options", "kinds"); err != nil {
+		return nil, err
+	}
+	if err := checkKindDefaults(doc, p.Kinds); err != nil {
+		return nil, err
+	}
+	if err := includeIntoProject(doc, p); err != nil {
 		return nil, err
 	}
 	if p.Options, err = parseOptions(doc, p.OptionsFile); err != nil {

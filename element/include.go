@@ -1,0 +1,519 @@
+package element
+
+import (
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"maps"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/gantry-build/gantry/internal/fileid"
+	"github.com/gantry-build/gantry/source"
+)
+
+// includeKeys are what an included file may set.
+var includeKeys = []string{"include", "variables", "environment", "config", "depends", "build-depends", "runtime-depends"}
+
+var dependKeys = []string{"depends", "build-depends", "runtime-depends"}
+
+// includedFile is a file an element file included (directly or through another include),
+// by its path under the project root, with its identity when it was read: the parse
+// cache reuses the element's parse only while every one is unchanged.
+type includedFile struct {
+	Name string
+	ID   fileid.ID
+}
+
+// layering says whether an element file's plain table must be layered (layer) before it
+// is read: it includes files, or composes a dependency list or a config list with
+// { prepend, append }.
+func layering(m map[string]any) bool {
+	if _, ok := m["include"]; ok {
+		return true
+	}
+	for _, k := range dependKeys {
+		if _, ok := m[k].(map[string]any); ok {
+			return true
+		}
+	}
+	if c, ok := m["config"].(map[string]any); ok {
+		for _, v := range c {
+			if _, ok := v.(map[string]any); ok {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// includer reads the files an element file or project.toml includes, from the project
+// at root, and checks what they (and project.toml's [kinds.NAME]) say for kind.
+type includer struct {
+	root   string
+	r      *os.Root
+	kind   *Kind
+	files  []includedFile
+	prefix string              // key paths' prefix in errors: "kinds.manual." for a kind's defaults
+	from   map[string]*tomlDoc // key path -> the file that set it last
+}
+
+// layer is an element file's table m (doc) over what it includes, weakest first: the
+// project's defaults for its kind (defaults, checked by checkKindDefaults), each
+// included file (over what it includes) in the order written, then the file itself.
+// Tables merge key by key, the later layer winning; a list is replaced whole unless the
+// later layer writes it { prepend = [...], append = [...] }, which composes it with the
+// list before (a config list with no list before composes with the kind's default).
+func (in *includer) layer(doc *tomlDoc, m, defaults map[string]any) (map[string]any, error) {
+	if err := checkTopKeys(doc, m, elementKeys); err != nil {
+		return nil, err
+	}
+	// The defaults' compositions compose with the kind's preset: never an error.
+	base, err := mergeLayer(nil, defaults, doc, in.kind)
+	if err != nil {
+		return nil, err
+	}
+	out, err := in.file(doc, m, base, []string{doc.display})
+	if in.r != nil {
+		in.r.Close()
+	}
+	for path, d := range in.from {
+		if d != doc {
+			if doc.from == nil {
+				doc.from = map[string]*tomlDoc{}
+			}
+			doc.from[path] = d
+		}
+	}
+	return out, err
+}
+
+// record notes that doc's table m set its keys, for errors found after layering.
+func (in *includer) record(doc *tomlDoc, m map[string]any) {
+	if in.from == nil {
+		in.from = map[string]*tomlDoc{}
+	}
+	for k, v := range m {
+		if t, ok := v.(map[string]any); ok && (k == "variables" || k == "environment" || k == "config") {
+			for kk := range t {
+				in.from[k+"."+kk] = doc
+			}
+			continue
+		}
+		in.from[k] = doc
+	}
+}
+
+// checkTopKeys reports the first key of m, in name order, not among allowed.
+func checkTopKeys(doc *tomlDoc, m map[string]any, allowed []string) error {
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		if !slices.Contains(allowed, k) {
+			return doc.keyError(k, k, allowed)
+		}
+	}
+	return nil
+}
+
+// file layers one file's table m, over what it includes, on base: what the layers
+// before it made (the kind's project defaults, the files included before it). stack
+// is the chain of files that included it, for cycles.
+func (in *includer) file(doc *tomlDoc, m, base map[string]any, stack []string) (map[string]any, error) {
+	if err := in.check(doc, m); err != nil {
+		return nil, err
+	}
+	if v, ok := m["include"]; ok {
+		names, ok := plainStrings(v)
+		if !ok {
+			return nil, doc.valueError("include", "expected a list of paths, found %s", tomlTypeName(v))
+		}
+		for _, name := range names {
+			var err error
+			if base, err = in.read(doc, name, stack, base); err != nil {
+				return nil, err
+			}
+		}
+	}
+	own := maps.Clone(m)
+	delete(own, "include")
+	in.record(doc, own)
+	return mergeLayer(base, own, doc, in.kind)
+}
+
+// read reads the file name that doc includes and layers it (over what it includes) on
+// base: a list it composes composes with what the layers before it made.
+func (in *includer) read(doc *tomlDoc, name string, stack []string, base map[string]any) (map[string]any, error) {
+	incDoc, m, err := in.open(doc, name, stack, includeKeys)
+	if err != nil {
+		return nil, err
+	}
+	return in.file(incDoc, m, base, append(slices.Clone(stack), incDoc.display))
+}
+
+// open reads and decodes the file name that doc includes, whose top-level keys must be
+// among allowed; stack is the chain of files including it, for cycles.
+func (in *includer) open(doc *tomlDoc, name string, stack, allowed []string) (*tomlDoc, map[string]any, error) {
+	if strings.Contains(name, ":") {
+		return nil, nil, doc.valueError("include", "%q is a junction include (JUNCTION:PATH): junction includes are not supported yet", name)
+	}
+	clean := path.Clean(name)
+	if path.IsAbs(name) || clean == ".." || strings.HasPrefix(clean, "../") {
+		return nil, nil, doc.valueErrorHint("include", "include paths are relative to the project root",
+			"%q is outside the project", name)
+	}
+	if i := slices.Index(stack, clean); i >= 0 {
+		return nil, nil, doc.valueError("include", "include cycle: %s", strings.Join(append(slices.Clone(stack[i:]), clean), " -> "))
+	}
+	if in.r == nil {
+		r, err := os.OpenRoot(in.root)
+		if err != nil {
+			return nil, nil, &ProjectError{File: doc.display, Msg: fmt.Sprintf("cannot open the project to read its includes: %v", errors.Unwrap(err))}
+		}
+		in.r = r
+	}
+	fi, statErr := in.r.Stat(filepath.FromSlash(clean))
+	data, err := in.r.ReadFile(filepath.FromSlash(clean))
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, nil, doc.valueErrorHint("include", "include paths are relative to the project root",
+			"included file %q does not exist%s", name, didYouMean(clean, in.siblings(clean)))
+	case source.IsEscape(err):
+		return nil, nil, doc.valueErrorHint("include", "include paths are relative to the project root",
+			"%q is outside the project: it goes through a symbolic link that leads out", name)
+	case err != nil:
+		return nil, nil, doc.valueError("include", "cannot read included file %q: %v", name, errors.Unwrap(err))
+	}
+	id := fileid.ID{}
+	if statErr == nil {
+		id, _ = fileid.FromInfo(fi)
+	}
+	in.files = append(in.files, includedFile{Name: clean, ID: id})
+	var plain any
+	incDoc, err := decodeTOMLBytes(data, clean, &plain)
+	if err != nil {
+		return nil, nil, err
+	}
+	m, _ := plain.(map[string]any)
+	if err := checkTopKeys(incDoc, m, allowed); err != nil {
+		return nil, nil, err
+	}
+	return incDoc, m, nil
+}
+
+// siblings are the .toml files in the directory of the project path name, as paths
+// from the project root, for a did-you-mean.
+func (in *includer) siblings(name string) []string {
+	dir := path.Dir(name)
+	f, err := in.r.Open(filepath.FromSlash(dir))
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	entries, _ := f.ReadDir(-1)
+	var out []string
+	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), ".toml") && !e.IsDir() {
+			out = append(out, path.Join(dir, e.Name()))
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// check checks the types of what one file (element or included) says that layering
+// reads, in that file: variables and environment, dependency lists (or their
+// compositions) and config keys and lists.
+func (in *includer) check(doc *tomlDoc, m map[string]any) error {
+	for _, k := range []string{"variables", "environment"} {
+		v, ok := m[k]
+		if !ok {
+			continue
+		}
+		vars, ok := plainStringMap(v)
+		if !ok {
+			t, isTable := v.(map[string]any)
+			if !isTable {
+				return doc.valueError(in.prefix+k, "expected a table, found %s", tomlTypeName(v))
+			}
+			for _, name := range slices.Sorted(maps.Keys(t)) {
+				if _, ok := t[name].(string); !ok {
+					return doc.valueError(in.prefix+k+"."+name, "expected a string, found %s", tomlTypeName(t[name]))
+				}
+			}
+		}
+		check := checkVariableNames
+		if k == "environment" {
+			check = checkEnvironment
+		}
+		if err := check(doc, in.prefix+k, vars); err != nil {
+			return err
+		}
+	}
+	for _, k := range dependKeys {
+		v, ok := m[k]
+		if !ok {
+			continue
+		}
+		list, err := listOrComposition(doc, in.prefix+k, v)
+		if err != nil {
+			return err
+		}
+		for _, d := range list {
+			if err := checkElementName(d); err != nil {
+				return doc.valueError(in.prefix+k, "%v", err)
+			}
+		}
+	}
+	v, ok := m["config"]
+	if !ok {
+		return nil
+	}
+	c, ok := v.(map[string]any)
+	if !ok {
+		return doc.valueError(in.prefix+"config", "expected a table, found %s", tomlTypeName(v))
+	}
+	for _, k := range slices.Sorted(maps.Keys(c)) {
+		if !slices.Contains(in.kind.ConfigKeys, k) {
+			if len(in.kind.ConfigKeys) == 0 {
+				return &ProjectError{File: doc.display, Line: doc.lineOf(in.prefix + "config." + k), Msg: fmt.Sprintf("kind %q takes no [config]", in.kind.Name)}
+			}
+			return doc.keyError(in.prefix+"config."+k, k, in.kind.ConfigKeys)
+		}
+		if _, isList := c[k].([]any); isList || in.kind.Commands {
+			if _, err := listOrComposition(doc, in.prefix+"config."+k, c[k]); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// listOrComposition checks a list of strings or a { prepend, append } table of them,
+// and returns every string it holds.
+func listOrComposition(doc *tomlDoc, path string, v any) ([]string, error) {
+	if c, ok := v.(map[string]any); ok {
+		pre, post, err := composition(doc, path, c)
+		return append(pre, post...), err
+	}
+	list, ok := plainStrings(v)
+	if !ok {
+		return nil, doc.valueError(path, "expected a list of strings or { prepend = [...], append = [...] }, found %s", tomlTypeName(v))
+	}
+	return list, nil
+}
+
+// mergeLayer is over (a file's table, doc) layered on base: variables, environment
+// and config key by key, over winning; a list replaced, or composed with base's when
+// over writes it { prepend, append } (composeList); any other key replaced.
+func mergeLayer(base, over map[string]any, doc *tomlDoc, kind *Kind) (map[string]any, error) {
+	out := maps.Clone(base)
+	if out == nil {
+		out = map[string]any{}
+	}
+	for k, v := range over {
+		switch k {
+		case "variables", "environment", "config":
+			t, _ := out[k].(map[string]any)
+			t = maps.Clone(t)
+			if t == nil {
+				t = map[string]any{}
+			}
+			for kk, vv := range v.(map[string]any) {
+				if c, ok := vv.(map[string]any); ok && k == "config" {
+					var err error
+					if vv, err = composeList(doc, "config."+kk, c, t[kk], kind.DefaultCommands[kk]); err != nil {
+						return nil, err
+					}
+				}
+				t[kk] = vv
+			}
+			out[k] = t
+		case "depends", "build-depends", "runtime-depends":
+			if c, ok := v.(map[string]any); ok {
+				var err error
+				if v, err = composeList(doc, k, c, out[k], nil); err != nil {
+					return nil, err
+				}
+			}
+			out[k] = v
+		default:
+			out[k] = v
+		}
+	}
+	return out, nil
+}
+
+// valueErrorHint is valueError with a hint.
+func (d *tomlDoc) valueErrorHint(path, hint, format string, args ...any) error {
+	err := d.valueError(path, format, args...).(*ProjectError)
+	err.Hint = hint
+	return err
+}
+
+// kindDefaultKeys are what project.toml's [kinds.NAME] may set.
+var kindDefaultKeys = []string{"variables", "environment", "config"}
+
+// checkKindDefaults checks project.toml's [kinds.NAME] tables: a known kind each,
+// holding variables, environment and config as an element file of the kind would.
+func checkKindDefaults(doc *tomlDoc, kinds map[string]map[string]any) error {
+	for _, name := range slices.Sorted(maps.Keys(kinds)) {
+		kind, ok := LookupKind(name)
+		if !ok {
+			return doc.keyError("kinds."+name, name, kindNames())
+		}
+		m := kinds[name]
+		for _, k := range slices.Sorted(maps.Keys(m)) {
+			if !slices.Contains(kindDefaultKeys, k) {
+				return doc.keyError("kinds."+name+"."+k, k, kindDefaultKeys)
+			}
+		}
+		in := &includer{kind: kind, prefix: "kinds." + name + "."}
+		if err := in.check(doc, m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// kindsDigest is a digest of the project's kind defaults for the parse cache ("" for
+// none): an element file of a kind with defaults is parsed over them.
+func kindsDigest(kinds map[string]map[string]any) string {
+	if len(kinds) == 0 {
+		return ""
+	}
+	data, err := json.Marshal(kinds) // sorted keys
+	if err != nil {
+		panic("element: encoding the kind defaults: " + err.Error()) // only plain values inside
+	}
+	sum := sha256.Sum256(data)
+	return string(sum[:])
+}
+
+// projectIncludeKeys are what a file project.toml includes may set.
+var projectIncludeKeys = []string{"include", "variables", "environment", "kinds"}
+
+// includeIntoProject layers what project.toml (doc) includes under p's variables,
+// environment and kind defaults, as element files' includes are layered: each
+// included file over what it includes, in the order written, project.toml winning.
+func includeIntoProject(doc *tomlDoc, p *Project) error {
+	if len(p.Include) == 0 {
+		return nil
+	}
+	in := &includer{root: p.Root}
+	defer func() {
+		if in.r != nil {
+			in.r.Close()
+		}
+	}()
+	var vars, env map[string]any
+	kinds := map[string]map[string]any{}
+	var walk func(doc *tomlDoc, names, stack []string) error
+	walk = func(doc *tomlDoc, names, stack []string) error {
+		for _, name := range names {
+			incDoc, m, err := in.open(doc, name, stack, projectIncludeKeys)
+			if err != nil {
+				return err
+			}
+			inner := append(slices.Clone(stack), incDoc.display)
+			if v, ok := m["include"]; ok {
+				names, ok := plainStrings(v)
+				if !ok {
+					return incDoc.valueError("include", "expected a list of paths, found %s", tomlTypeName(v))
+				}
+				if err := walk(incDoc, names, inner); err != nil {
+					return err
+				}
+			}
+			if err := in.check(incDoc, m); err != nil { // variables and environment
+				return err
+			}
+			inc := map[string]map[string]any{}
+			if v, ok := m["kinds"]; ok {
+				t, ok := v.(map[string]any)
+				if !ok {
+					return incDoc.valueError("kinds", "expected a table, found %s", tomlTypeName(v))
+				}
+				for name, d := range t {
+					if inc[name], ok = d.(map[string]any); !ok {
+						return incDoc.valueError("kinds."+name, "expected a table, found %s", tomlTypeName(d))
+					}
+				}
+				if err := checkKindDefaults(incDoc, inc); err != nil {
+					return err
+				}
+			}
+			if err := layerKinds(kinds, inc, incDoc); err != nil {
+				return err
+			}
+			vars = mergeTable(vars, m["variables"])
+			env = mergeTable(env, m["environment"])
+		}
+		return nil
+	}
+	if err := walk(doc, p.Include, []string{ProjectFile}); err != nil {
+		return err
+	}
+	if err := layerKinds(kinds, p.Kinds, doc); err != nil {
+		return err
+	}
+	if len(kinds) > 0 {
+		p.Kinds = kinds
+	}
+	p.Variables = layerStrings(vars, p.Variables)
+	p.Environment = layerStrings(env, p.Environment)
+	return nil
+}
+
+// layerKinds layers the kind defaults over on base, kind by kind (mergeLayer).
+func layerKinds(base, over map[string]map[string]any, doc *tomlDoc) error {
+	for _, name := range slices.Sorted(maps.Keys(over)) {
+		kind, _ := LookupKind(name) // checked
+		var err error
+		if base[name], err = mergeLayer(base[name], over[name], doc, kind); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// mergeTable is the plain table over (a table of strings, checked) merged over base.
+func mergeTable(base map[string]any, over any) map[string]any {
+	t, _ := over.(map[string]any)
+	if len(t) == 0 {
+		return base
+	}
+	out := maps.Clone(base)
+	if out == nil {
+		out = map[string]any{}
+	}
+	maps.Copy(out, t)
+	return out
+}
+
+// layerStrings is over, project.toml's table of strings, over base, what it included.
+func layerStrings(base map[string]any, over map[string]string) map[string]string {
+	if len(base) == 0 {
+		return over
+	}
+	out := make(map[string]string, len(base)+len(over))
+	for k, v := range base {
+		out[k] = v.(string)
+	}
+	maps.Copy(out, over)
+	return out
+}
+
+// locate is where the value at path was written, for an error found after loading:
+// the included file that set it, unless a [[if]] block of d's file set it after, else
+// d's file; line 0 when not found.
+func (d *tomlDoc) locate(path string) (file string, line int, text string) {
+	if o, ok := d.from[path]; ok && d.moved[path] == "" { // a [[if]] block wins
+		d = o
+	}
+	line = d.lineOf(path)
+	return d.display, line, d.line(line)
+}
