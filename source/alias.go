@@ -44,10 +44,10 @@ type Mirror struct {
 	Aliases map[string][]string `toml:"aliases"`
 }
 
-// SplitAlias returns the alias of url and the rest after its ':', or ok false when the
+// splitAlias returns the alias of url and the rest after its ':', or ok false when the
 // part before the first ':' could not be an alias: there is none, it is a known URL
 // scheme, or it is not an alias name (git@host:path).
-func SplitAlias(url string) (alias, rest string, ok bool) {
+func splitAlias(url string) (alias, rest string, ok bool) {
 	alias, rest, found := strings.Cut(url, ":")
 	if !found || !isAliasName(alias) || isKnownScheme(alias) {
 		return "", "", false
@@ -86,7 +86,7 @@ func (e *UndefinedAliasError) Error() string {
 // An alias not in aliases is an *UndefinedAliasError.
 func Resolve(s *Spec, aliases map[string]string, mirrors []Mirror) error {
 	s.Upstream, s.Mirrors = "", nil
-	alias, rest, ok := SplitAlias(s.URL)
+	alias, rest, ok := splitAlias(s.URL)
 	if !ok {
 		return nil
 	}
@@ -103,8 +103,8 @@ func Resolve(s *Spec, aliases map[string]string, mirrors []Mirror) error {
 	return nil
 }
 
-// UpstreamURL is the URL the source's project serves it from: its alias expanded.
-func (s *Spec) UpstreamURL() string {
+// upstreamURL is the URL the source's project serves it from: its alias expanded.
+func (s *Spec) upstreamURL() string {
 	if s.Upstream != "" {
 		return s.Upstream
 	}
@@ -113,7 +113,7 @@ func (s *Spec) UpstreamURL() string {
 
 // fetchURLs are the URLs a fetch tries, in order: the mirrors, then upstream.
 func (s *Spec) fetchURLs() []string {
-	return append(slices.Clone(s.Mirrors), s.UpstreamURL())
+	return append(slices.Clone(s.Mirrors), s.upstreamURL())
 }
 
 // trackURLs are the URLs a track tries: upstream alone, unless withMirrors (then as
@@ -122,7 +122,7 @@ func (s *Spec) trackURLs(withMirrors bool) []string {
 	if withMirrors {
 		return s.fetchURLs()
 	}
-	return []string{s.UpstreamURL()}
+	return []string{s.upstreamURL()}
 }
 
 // fromURLs runs get on each of urls in turn until one succeeds. It moves on past a

@@ -32,9 +32,9 @@ func TestSplitAlias(t *testing.T) {
 		{"_a:x", "", "", false},
 		{":x", "", "", false},
 	} {
-		alias, rest, ok := SplitAlias(tc.url)
+		alias, rest, ok := splitAlias(tc.url)
 		if alias != tc.alias || rest != tc.rest || ok != tc.ok {
-			t.Errorf("SplitAlias(%q) = %q, %q, %t; want %q, %q, %t", tc.url, alias, rest, ok, tc.alias, tc.rest, tc.ok)
+			t.Errorf("splitAlias(%q) = %q, %q, %t; want %q, %q, %t", tc.url, alias, rest, ok, tc.alias, tc.rest, tc.ok)
 		}
 	}
 	if err := CheckAliasName("ssh"); err == nil || err.Error() != `"ssh" is a URL scheme, which cannot be an alias (URL schemes: http, https, file, git, ssh, ftp, sftp)` {

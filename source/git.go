@@ -80,7 +80,7 @@ func gitCached(sourcesDir string, s *Spec) bool {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), gitCachedTimeout)
 	defer cancel()
-	return gitCachedAt(ctx, sourcesDir, s.UpstreamURL(), s.URL, s.UpstreamURL(), s.Ref, s.Submodules, 0)
+	return gitCachedAt(ctx, sourcesDir, s.upstreamURL(), s.URL, s.upstreamURL(), s.Ref, s.Submodules, 0)
 }
 
 // gitCachedAt is gitCached for the repository at url, whose mirror key names (the url
@@ -119,7 +119,7 @@ func fetchGit(ctx context.Context, s *Spec, o *FetchOptions) error {
 	if err := checkCommitRef(s); err != nil {
 		return fmt.Errorf("fetching %s: %w", s.Describe(), err)
 	}
-	return fetchCommit(ctx, s.UpstreamURL(), s, s.Ref, s.Submodules, o, 0)
+	return fetchCommit(ctx, s.upstreamURL(), s, s.Ref, s.Submodules, o, 0)
 }
 
 // fetchCommit fetches ref of repo, a submodule (at depth) of the element's repository
@@ -140,7 +140,7 @@ func fetchCommit(ctx context.Context, top string, repo *Spec, ref string, submod
 	if err != nil || !submodules {
 		return err
 	}
-	subs, err := listSubmodules(ctx, m, ref, repo.UpstreamURL(), top)
+	subs, err := listSubmodules(ctx, m, ref, repo.upstreamURL(), top)
 	if err != nil {
 		return fmt.Errorf("fetching git %s: %w", redactURL(repo.URL), err)
 	}
@@ -313,14 +313,14 @@ func stageGit(ctx context.Context, s *Spec, o StageOptions, dest string) error {
 	}
 	run := gitRun{log: o.Log}
 	if s.DotGit {
-		if err := checkoutRepo(ctx, run, m, s.UpstreamURL(), s.Ref, dest); err != nil {
+		if err := checkoutRepo(ctx, run, m, s.upstreamURL(), s.Ref, dest); err != nil {
 			return err
 		}
 	} else if err := checkoutFiles(ctx, run, m, s.Ref, dest, o.SourcesDir); err != nil {
 		return err
 	}
 	if s.Submodules {
-		return stageSubmodules(ctx, run, o.SourcesDir, m, s.UpstreamURL(), s.UpstreamURL(), s.Ref, dest, 0)
+		return stageSubmodules(ctx, run, o.SourcesDir, m, s.upstreamURL(), s.upstreamURL(), s.Ref, dest, 0)
 	}
 	return nil
 }
