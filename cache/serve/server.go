@@ -88,6 +88,14 @@ type Server struct {
 // refuses (the command reports them as bad usage); other errors are faults.
 var ErrConfig = errors.New("bad configuration")
 
+// positiveOr sets *v to def when it is not positive: an option left 0 (or
+// given negative) takes its default.
+func positiveOr[T int | time.Duration](v *T, def T) {
+	if *v <= 0 {
+		*v = def
+	}
+}
+
 // New opens the store and checks the configuration.
 func New(opts Options) (*Server, error) {
 	config := func(err error) error { return fmt.Errorf("cache serve: %w (%w)", err, ErrConfig) }
@@ -97,26 +105,14 @@ func New(opts Options) (*Server, error) {
 	if opts.HTTPAddr == "" && opts.GRPCAddr == "" {
 		return nil, config(errors.New("nothing to serve: give --http ADDR, --grpc ADDR or both"))
 	}
-	if opts.MaxStreams <= 0 {
-		opts.MaxStreams = DefaultMaxStreams
-	}
-	if opts.LeaseTTL <= 0 {
-		opts.LeaseTTL = DefaultLeaseTTL
-	}
-	if opts.ShutdownGrace <= 0 {
-		opts.ShutdownGrace = DefaultShutdownGrace
-	}
+	positiveOr(&opts.MaxStreams, DefaultMaxStreams)
+	positiveOr(&opts.LeaseTTL, DefaultLeaseTTL)
+	positiveOr(&opts.ShutdownGrace, DefaultShutdownGrace)
+	positiveOr(&opts.AuthRetryInterval, DefaultAuthRetryInterval)
+	positiveOr(&opts.IdleTimeout, DefaultIdleTimeout)
+	positiveOr(&opts.HeaderTimeout, DefaultHeaderTimeout)
 	if opts.Log == nil {
 		opts.Log = io.Discard
-	}
-	if opts.AuthRetryInterval <= 0 {
-		opts.AuthRetryInterval = DefaultAuthRetryInterval
-	}
-	if opts.IdleTimeout <= 0 {
-		opts.IdleTimeout = DefaultIdleTimeout
-	}
-	if opts.HeaderTimeout <= 0 {
-		opts.HeaderTimeout = DefaultHeaderTimeout
 	}
 	auth, err := newAuthenticator(opts.TokenFile, opts.HtpasswdFile, opts.HtpasswdReadFile, opts.AuthRetryInterval)
 	if err != nil {
