@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/gantry-build/gantry/source"
@@ -157,5 +158,18 @@ func TestUserConfigMirrors(t *testing.T) {
 	}
 	if _, err := LoadUserConfig(path, true); err == nil || stripText(err) != path+":1: mirror 1 has no name\nadd a line like name = \"internal\"" {
 		t.Errorf("a mirror without a name: %v", err)
+	}
+}
+
+// An undefined alias in a source a [[if]] block added is an error at the url's line in
+// the block.
+func TestUndefinedAliasInABlock(t *testing.T) {
+	app := "kind = \"import\"\n[[sources]]\nkind = \"tar\"\nurl = \"https://example.com/a.tar.gz\"\n" +
+		"[[if]]\ncondition = \"not debug\"\n[[if.sources]]\nkind = \"tar\"\nurl = \"gnuu:hello.tar.gz\"\n"
+	_, err := loadApp(t, app)
+	want := "elements/app.toml:9: source 2: url \"gnuu:hello.tar.gz\" uses the alias \"gnuu\", which project.toml does not define\n" +
+		"    url = \"gnuu:hello.tar.gz\"\n"
+	if err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("got %v\nwant %s…", err, want)
 	}
 }

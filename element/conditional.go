@@ -118,6 +118,9 @@ func applyBlocks(doc *tomlDoc, blocks []any, scope optionScope, kind *Kind, f *e
 		f.Depends = append(slices.Clip(f.Depends), deps[0]...)
 		f.BuildDepends = append(slices.Clip(f.BuildDepends), deps[1]...)
 		f.RuntimeDepends = append(slices.Clip(f.RuntimeDepends), deps[2]...)
+		for j, s := range at {
+			doc.moved[fmt.Sprintf("sources[%d]", len(*sources)+j)] = s.path
+		}
 		*sources = append(*sources, at...)
 		if hasConfig {
 			base, err := doc.table("config", *config)

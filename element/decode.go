@@ -22,7 +22,8 @@ type tomlDoc struct {
 	md      toml.MetaData
 	index   map[string]int // key path ("sources[1].path") -> 1-based line; built on first use
 	// moved maps a key path to where the value it has was written: a key a [[if]]
-	// block set ("config.build-commands" -> "if[0].config.build-commands").
+	// block set ("config.build-commands" -> "if[0].config.build-commands"), a source
+	// it added ("sources[2]" -> "if[0].sources[0]", and so each of its keys).
 	moved map[string]string
 	// includes are the files an element file included, with their identities.
 	includes []includedFile
@@ -178,6 +179,8 @@ var headerLine = regexp.MustCompile(`^\s*(\[\[?)\s*([^\]]+?)\s*\]\]?`)
 func (d *tomlDoc) lineOf(path string) int {
 	if at, ok := d.moved[path]; ok {
 		path = at
+	} else if i := strings.IndexByte(path, '.'); i > 0 && d.moved[path[:i]] != "" {
+		path = d.moved[path[:i]] + path[i:] // a key of a source a block added
 	}
 	if d.index == nil {
 		d.index = map[string]int{}
