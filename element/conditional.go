@@ -1,9 +1,12 @@
 package element
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
+
+	"github.com/gantry-build/gantry/source"
 )
 
 // optionScope is what an element file's [[if]] blocks are read against: the project's
@@ -11,9 +14,13 @@ import (
 type optionScope struct {
 	opts   map[string]*Option
 	values map[string]string
-	digest string                    // optionsDigest(values): what the parse cache keys a conditional file's parse by
-	root   string                    // the project's root, which included files are read from
-	kinds  map[string]map[string]any // project.toml's [kinds.NAME] defaults
+	// digest is what the parse cache keys a conditional file's parse by: the option
+	// values, the kind defaults and the aliases (a block that does not hold is checked
+	// for undefined aliases all the same).
+	digest  string
+	root    string                    // the project's root, which included files are read from
+	kinds   map[string]map[string]any // project.toml's [kinds.NAME] defaults
+	aliases map[string]string         // project.toml's [aliases]
 }
 
 // optionScope is the scope p's element files are read in: the one LoadProjectWith
@@ -27,8 +34,8 @@ func (p *Project) optionScope() *optionScope {
 }
 
 func newOptionScope(p *Project) *optionScope {
-	return &optionScope{opts: p.Options, values: p.OptionValues, digest: optionsDigest(p.OptionValues) + kindsDigest(p.Kinds),
-		root: p.Root, kinds: p.Kinds}
+	return &optionScope{opts: p.Options, values: p.OptionValues, digest: optionsDigest(p.OptionValues) + kindsDigest(p.Kinds) + optionsDigest(p.Aliases),
+		root: p.Root, kinds: p.Kinds, aliases: p.Aliases}
 }
 
 // elementBlockKeys are what a [[if]] block of an element file may set.
@@ -99,8 +106,15 @@ func applyBlocks(doc *tomlDoc, blocks []any, scope optionScope, kind *Kind, f *e
 			at = append(at, sourceAt{fmt.Sprintf("%s.sources[%d]", path, j), s})
 		}
 		if !holds {
-			if _, err := parseSources(doc, at); err != nil { // checked all the same
+			specs, err := parseSources(doc, at) // checked all the same, aliases too
+			if err != nil {
 				return false, err
+			}
+			for j := range specs {
+				var ua *source.UndefinedAliasError
+				if errors.As(source.Resolve(&specs[j], scope.aliases, nil), &ua) {
+					return false, undefinedAlias(doc, at[j].path, j, ua, scope.aliases)
+				}
 			}
 			continue
 		}

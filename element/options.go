@@ -264,8 +264,8 @@ func resolveOptions(opts map[string]*Option, layers ...[]OptionSetting) (map[str
 	return values, nil
 }
 
-// optionsDigest names a set of option values, for the parse cache: a file whose parse
-// read options is reused only under the values it was parsed with.
+// optionsDigest names a set of option values (or of aliases), for the parse cache: a
+// file whose parse read options is reused only under the values it was parsed with.
 func optionsDigest(values map[string]string) string {
 	h := sha256.New()
 	for _, name := range slices.Sorted(maps.Keys(values)) {
