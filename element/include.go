@@ -409,7 +409,7 @@ func includeIntoProject(doc *tomlDoc, p *Project) error {
 			in.r.Close()
 		}
 	}()
-	var vars, env map[string]any
+	var vars, env map[string]string
 	kinds := map[string]map[string]any{}
 	var walk func(doc *tomlDoc, names, stack []string) error
 	walk = func(doc *tomlDoc, names, stack []string) error {
@@ -449,8 +449,9 @@ func includeIntoProject(doc *tomlDoc, p *Project) error {
 			if err := layerKinds(kinds, inc, incDoc); err != nil {
 				return err
 			}
-			vars = mergeTable(vars, m["variables"])
-			env = mergeTable(env, m["environment"])
+			incVars, _ := plainStringMap(m["variables"]) // checked
+			incEnv, _ := plainStringMap(m["environment"])
+			vars, env = merge(vars, incVars), merge(env, incEnv)
 		}
 		return nil
 	}
@@ -463,8 +464,8 @@ func includeIntoProject(doc *tomlDoc, p *Project) error {
 	if len(kinds) > 0 {
 		p.Kinds = kinds
 	}
-	p.Variables = layerStrings(vars, p.Variables)
-	p.Environment = layerStrings(env, p.Environment)
+	p.Variables = merge(vars, p.Variables)
+	p.Environment = merge(env, p.Environment)
 	return nil
 }
 
@@ -478,33 +479,6 @@ func layerKinds(base, over map[string]map[string]any, doc *tomlDoc) error {
 		}
 	}
 	return nil
-}
-
-// mergeTable is the plain table over (a table of strings, checked) merged over base.
-func mergeTable(base map[string]any, over any) map[string]any {
-	t, _ := over.(map[string]any)
-	if len(t) == 0 {
-		return base
-	}
-	out := maps.Clone(base)
-	if out == nil {
-		out = map[string]any{}
-	}
-	maps.Copy(out, t)
-	return out
-}
-
-// layerStrings is over, project.toml's table of strings, over base, what it included.
-func layerStrings(base map[string]any, over map[string]string) map[string]string {
-	if len(base) == 0 {
-		return over
-	}
-	out := make(map[string]string, len(base)+len(over))
-	for k, v := range base {
-		out[k] = v.(string)
-	}
-	maps.Copy(out, over)
-	return out
 }
 
 // locate is where the value at path was written, for an error found after loading:
