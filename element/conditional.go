@@ -141,17 +141,11 @@ func applyBlocks(doc *tomlDoc, blocks []any, scope optionScope, kind *Kind, f *e
 			if err != nil {
 				return false, err
 			}
-			merged := maps.Clone(base.m)
-			if merged == nil {
-				merged = map[string]any{}
+			merged, err := mergeConfig(doc, t.keyPath("config"), base.m, blockConfig, kind)
+			if err != nil {
+				return false, err
 			}
-			for k, v := range blockConfig {
-				if c, ok := v.(map[string]any); ok {
-					if v, err = composeList(doc, t.keyPath("config."+k), c, merged[k], kind.DefaultCommands[k]); err != nil {
-						return false, err
-					}
-				}
-				merged[k] = v
+			for k := range blockConfig {
 				doc.moved["config."+k] = t.keyPath("config." + k)
 			}
 			*config, configSet = merged, true

@@ -316,22 +316,20 @@ func mergeLayer(base, over map[string]any, doc *tomlDoc, kind *Kind) (map[string
 	}
 	for k, v := range over {
 		switch k {
-		case "variables", "environment", "config":
+		case "variables", "environment":
 			t, _ := out[k].(map[string]any)
 			t = maps.Clone(t)
 			if t == nil {
 				t = map[string]any{}
 			}
-			for kk, vv := range v.(map[string]any) {
-				if c, ok := vv.(map[string]any); ok && k == "config" {
-					var err error
-					if vv, err = composeList(doc, "config."+kk, c, t[kk], kind.DefaultCommands[kk]); err != nil {
-						return nil, err
-					}
-				}
-				t[kk] = vv
-			}
+			maps.Copy(t, v.(map[string]any))
 			out[k] = t
+		case "config":
+			base, _ := out[k].(map[string]any)
+			var err error
+			if out[k], err = mergeConfig(doc, "config", base, v.(map[string]any), kind); err != nil {
+				return nil, err
+			}
 		case "depends", "build-depends", "runtime-depends":
 			if c, ok := v.(map[string]any); ok {
 				var err error
@@ -343,6 +341,27 @@ func mergeLayer(base, over map[string]any, doc *tomlDoc, kind *Kind) (map[string
 		default:
 			out[k] = v
 		}
+	}
+	return out, nil
+}
+
+// mergeConfig is the config table over (written at path in doc) layered on base, key
+// by key, over winning: a list over writes { prepend, append } composes with base's,
+// else with the kind's default (composeList).
+func mergeConfig(doc *tomlDoc, path string, base, over map[string]any, kind *Kind) (map[string]any, error) {
+	out := maps.Clone(base)
+	if out == nil {
+		out = map[string]any{}
+	}
+	for _, k := range slices.Sorted(maps.Keys(over)) {
+		v := over[k]
+		if c, ok := v.(map[string]any); ok {
+			var err error
+			if v, err = composeList(doc, path+"."+k, c, out[k], kind.DefaultCommands[k]); err != nil {
+				return nil, err
+			}
+		}
+		out[k] = v
 	}
 	return out, nil
 }
