@@ -15,12 +15,15 @@ type optionScope struct {
 	opts   map[string]*Option
 	values map[string]string
 	// digest is what the parse cache keys a conditional file's parse by: the option
-	// values, the kind defaults and the aliases (a block that does not hold is checked
-	// for undefined aliases all the same).
-	digest  string
-	root    string                    // the project's root, which included files are read from
-	kinds   map[string]map[string]any // project.toml's [kinds.NAME] defaults
-	aliases map[string]string         // project.toml's [aliases]
+	// values and the aliases (a block that does not hold is checked for undefined
+	// aliases all the same).
+	digest string
+	// kindDigests are what it keys every file's parse by: its kind's defaults
+	// (kindDigest; "" for a kind without).
+	kindDigests map[string]string
+	root        string                    // the project's root, which included files are read from
+	kinds       map[string]map[string]any // project.toml's [kinds.NAME] defaults
+	aliases     map[string]string         // project.toml's [aliases]
 }
 
 // optionScope is the scope p's element files are read in: the one LoadProjectWith
@@ -34,8 +37,15 @@ func (p *Project) optionScope() *optionScope {
 }
 
 func newOptionScope(p *Project) *optionScope {
-	return &optionScope{opts: p.Options, values: p.OptionValues, digest: optionsDigest(p.OptionValues) + kindsDigest(p.Kinds) + optionsDigest(p.Aliases),
+	s := &optionScope{opts: p.Options, values: p.OptionValues, digest: optionsDigest(p.OptionValues) + optionsDigest(p.Aliases),
 		root: p.Root, kinds: p.Kinds, aliases: p.Aliases}
+	for name, defaults := range p.Kinds {
+		if s.kindDigests == nil {
+			s.kindDigests = map[string]string{}
+		}
+		s.kindDigests[name] = kindDigest(defaults)
+	}
+	return s
 }
 
 // elementBlockKeys are what a [[if]] block of an element file may set.

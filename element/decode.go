@@ -29,8 +29,6 @@ type tomlDoc struct {
 	includes []includedFile
 	// from maps a key path an included file set to that file's document (include.go).
 	from map[string]*tomlDoc
-	// kindDefaults says an element file was layered over its kind's project defaults.
-	kindDefaults bool
 }
 
 // decodeTOML reads path and decodes it into v. Errors are *ProjectError with position.

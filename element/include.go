@@ -398,13 +398,10 @@ func checkKindDefaults(doc *tomlDoc, kinds map[string]map[string]any) error {
 	return nil
 }
 
-// kindsDigest is a digest of the project's kind defaults for the parse cache ("" for
-// none): an element file of a kind with defaults is parsed over them.
-func kindsDigest(kinds map[string]map[string]any) string {
-	if len(kinds) == 0 {
-		return ""
-	}
-	data, err := json.Marshal(kinds) // sorted keys
+// kindDigest is a digest of a kind's project defaults for the parse cache: an element
+// file of the kind is parsed over them.
+func kindDigest(defaults map[string]any) string {
+	data, err := json.Marshal(defaults) // sorted keys
 	if err != nil {
 		panic("element: encoding the kind defaults: " + err.Error()) // only plain values inside
 	}

@@ -201,3 +201,11 @@ func checkReparsed(t *testing.T, files map[string]string, changed, text string) 
 		t.Errorf("%d files answered by the cache once the new version was remembered, want 2", hits)
 	}
 }
+
+// An element parsed when its kind had no project defaults is parsed again once it has.
+func TestParseCacheKeysNewKindDefaults(t *testing.T) {
+	checkReparsed(t, map[string]string{
+		"project.toml":      "name = \"inc\"\n[variables]\nmsg = \"one\"\n",
+		"elements/app.toml": "kind = \"manual\"\ndepends = [\"lib.toml\"]\n[config]\nbuild-commands = [\"echo %{msg}\"]\n",
+	}, "project.toml", "name = \"inc\"\n[variables]\nmsg = \"one\"\n[kinds.manual.variables]\nmsg = \"two\"\n")
+}
