@@ -239,10 +239,20 @@ func (d *tomlDoc) lineOf(path string) int {
 		}
 	}
 	// A key of an inline table (build-commands = { append = [...] }): the table's line.
+	// Not a table's line for a key it does not hold: a project variable an element's
+	// [variables] lacks is not at that table.
 	if i := strings.LastIndex(path, "."); first == 0 && i > 0 {
-		return d.lineOf(path[:i])
+		if n := d.lineOf(path[:i]); n > 0 && inlineHolds(d.line(n), path[i+1:]) {
+			return n
+		}
 	}
 	return first
+}
+
+// inlineHolds says whether the line text writes an inline table with the key k.
+func inlineHolds(text, k string) bool {
+	_, inner, ok := strings.Cut(text, "{")
+	return ok && regexp.MustCompile(`(^|[\s,{"'])`+regexp.QuoteMeta(k)+`["']?\s*=`).MatchString(inner)
 }
 
 // joinKey normalises a dotted TOML key: whitespace and quotes removed.
