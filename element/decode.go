@@ -295,7 +295,12 @@ func (d *tomlDoc) table(path string, v any) (*table, error) {
 	return t, nil
 }
 
-func (t *table) keyPath(k string) string { return t.path + "." + k }
+func (t *table) keyPath(k string) string {
+	if t.path == "" { // the file's top level
+		return k
+	}
+	return t.path + "." + k
+}
 
 func (t *table) has(k string) bool { _, ok := t.m[k]; return ok }
 

@@ -228,22 +228,11 @@ func (in *includer) siblings(name string) []string {
 // reads, in that file: variables and environment, dependency lists (or their
 // compositions) and config keys and lists.
 func (in *includer) check(doc *tomlDoc, m map[string]any) error {
+	top := &table{doc: doc, path: strings.TrimSuffix(in.prefix, "."), m: m}
 	for _, k := range []string{"variables", "environment"} {
-		v, ok := m[k]
-		if !ok {
-			continue
-		}
-		vars, ok := plainStringMap(v)
-		if !ok {
-			t, isTable := v.(map[string]any)
-			if !isTable {
-				return doc.valueError(in.prefix+k, "expected a table, found %s", tomlTypeName(v))
-			}
-			for _, name := range slices.Sorted(maps.Keys(t)) {
-				if _, ok := t[name].(string); !ok {
-					return doc.valueError(in.prefix+k+"."+name, "expected a string, found %s", tomlTypeName(t[name]))
-				}
-			}
+		vars, err := top.stringMap(k)
+		if err != nil {
+			return err
 		}
 		check := checkVariableNames
 		if k == "environment" {

@@ -361,7 +361,8 @@ func (t *table) stringMap(k string) (map[string]string, error) {
 		return nil, t.doc.valueError(t.keyPath(k), "expected a table, found %s", tomlTypeName(v))
 	}
 	out := make(map[string]string, len(m))
-	for name, x := range m {
+	for _, name := range sortedKeys(m) {
+		x := m[name]
 		s, ok := x.(string)
 		if !ok {
 			return nil, t.doc.valueError(t.keyPath(k)+"."+name, "expected a string, found %s", tomlTypeName(x))
