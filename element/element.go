@@ -614,7 +614,7 @@ func parseConfig(doc *tomlDoc, kind *Kind, v any, defined bool) (Config, error) 
 	switch {
 	case kind.Commands:
 		c.Commands = map[string][]string{}
-		for _, step := range CommandSteps() {
+		for _, step := range commandSteps {
 			list, set, err := t.strings(step)
 			if err != nil {
 				return c, err
