@@ -45,6 +45,10 @@ type ParseCache struct {
 	hits  atomic.Int64  // lookups answered, for tests
 	keys  atomic.Int64  // keys reused (keyMemo), for tests
 
+	// included holds the identities of included files as this load stat'ed them, by
+	// name (an includeStat each): elements that share an include stat it once.
+	included sync.Map
+
 	mu    sync.Mutex
 	files map[string]*cachedFile // file as shown ("elements/app.toml") -> what it was
 	dirty bool
@@ -167,12 +171,29 @@ func (pc *ParseCache) lookup(dir elementDir, path, name string, scope optionScop
 		return nil, false
 	}
 	for _, inc := range c.Includes {
-		if id, ok := fileid.Stat(filepath.Join(pc.root, filepath.FromSlash(inc.Name))); !ok || id != inc.ID {
+		if id, ok := pc.includedID(inc.Name); !ok || id != inc.ID {
 			return nil, false
 		}
 	}
 	pc.hits.Add(1)
 	return c, true
+}
+
+// includeStat is an included file's identity as a load stat'ed it.
+type includeStat struct {
+	id fileid.ID
+	ok bool
+}
+
+// includedID is the identity of the included file name (a path from the project root),
+// stat'ed once per load: a ParseCache serves one load.
+func (pc *ParseCache) includedID(name string) (fileid.ID, bool) {
+	if s, ok := pc.included.Load(name); ok {
+		return s.(includeStat).id, s.(includeStat).ok
+	}
+	id, ok := fileid.Stat(filepath.Join(pc.root, filepath.FromSlash(name)))
+	pc.included.Store(name, includeStat{id, ok})
+	return id, ok
 }
 
 // size is how many files the cache remembers (0 for a nil cache).
