@@ -109,14 +109,19 @@ func (p *Project) resolveSources(e *Element) error {
 		if !errors.As(err, &ua) {
 			continue
 		}
-		defined := slices.Sorted(maps.Keys(p.Aliases))
-		hint := "define it under [aliases] in project.toml, or write a full URL (" + strings.Join(source.KnownSchemes, ":, ") + ":)"
-		if len(defined) > 0 {
-			hint += "; aliases: " + strings.Join(defined, ", ")
-		}
-		doc := e.document()
-		line := doc.lineOf(fmt.Sprintf("sources[%d].url", i))
-		return &ProjectError{File: e.File, Line: line, Msg: fmt.Sprintf("source %d: %v%s", i+1, err, didYouMean(ua.Alias, defined)), Text: doc.line(line), Hint: hint}
+		return undefinedAlias(e.document(), fmt.Sprintf("sources[%d]", i), i, ua, p.Aliases)
 	}
 	return nil
+}
+
+// undefinedAlias is the error for source i, at path in doc, whose url uses an alias
+// that aliases, project.toml's, does not define: at the url's line.
+func undefinedAlias(doc *tomlDoc, path string, i int, ua *source.UndefinedAliasError, aliases map[string]string) error {
+	defined := slices.Sorted(maps.Keys(aliases))
+	hint := "define it under [aliases] in project.toml, or write a full URL (" + strings.Join(source.KnownSchemes, ":, ") + ":)"
+	if len(defined) > 0 {
+		hint += "; aliases: " + strings.Join(defined, ", ")
+	}
+	line := doc.lineOf(path + ".url")
+	return &ProjectError{File: doc.display, Line: line, Msg: fmt.Sprintf("source %d: %v%s", i+1, ua, didYouMean(ua.Alias, defined)), Text: doc.line(line), Hint: hint}
 }

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/gantry-build/gantry/source"
@@ -157,5 +158,42 @@ func TestUserConfigMirrors(t *testing.T) {
 	}
 	if _, err := LoadUserConfig(path, true); err == nil || stripText(err) != path+":1: mirror 1 has no name\nadd a line like name = \"internal\"" {
 		t.Errorf("a mirror without a name: %v", err)
+	}
+}
+
+// An undefined alias in a source a [[if]] block added is an error at the url's line in
+// the block.
+func TestUndefinedAliasInABlock(t *testing.T) {
+	app := "kind = \"import\"\n[[sources]]\nkind = \"tar\"\nurl = \"https://example.com/a.tar.gz\"\n" +
+		"[[if]]\ncondition = \"not debug\"\n[[if.sources]]\nkind = \"tar\"\nurl = \"gnuu:hello.tar.gz\"\n"
+	_, err := loadApp(t, app)
+	want := "elements/app.toml:9: source 2: url \"gnuu:hello.tar.gz\" uses the alias \"gnuu\", which project.toml does not define\n" +
+		"    url = \"gnuu:hello.tar.gz\"\n"
+	if err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("got %v\nwant %s…", err, want)
+	}
+}
+
+// A [[if]] block that does not hold is checked for undefined aliases all the same, and
+// again when project.toml's [aliases] change, though the parse cache remembers the file.
+func TestUndefinedAliasInABlockThatDoesNotHold(t *testing.T) {
+	app := "kind = \"import\"\n[[if]]\ncondition = \"debug\"\n[[if.sources]]\nkind = \"tar\"\nurl = \"gnu:hello.tar.gz\"\n"
+	files := with(optionsProject, "elements/app.toml", app)
+	files["project.toml"] += "[aliases]\ngnu = \"https://ftp.gnu.org/gnu/\"\n"
+	dir := writeProject(t, files)
+	cacheDir := t.TempDir()
+	if _, _, err := loadWithOptions(dir, cacheDir); err != nil {
+		t.Fatal(err)
+	}
+	project := strings.Replace(files["project.toml"], "gnu = ", "gnuu = ", 1)
+	if err := os.WriteFile(filepath.Join(dir, "project.toml"), []byte(project), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err := loadWithOptions(dir, cacheDir)
+	want := "elements/app.toml:6: source 1: url \"gnu:hello.tar.gz\" uses the alias \"gnu\", which project.toml does not define (did you mean \"gnuu\"?)\n" +
+		"    url = \"gnu:hello.tar.gz\"\n" +
+		"define it under [aliases] in project.toml, or write a full URL (http:, https:, file:, git:, ssh:, ftp:, sftp:); aliases: gnuu"
+	if err == nil || err.Error() != want {
+		t.Errorf("got %v\nwant %s", err, want)
 	}
 }

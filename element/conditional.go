@@ -1,9 +1,12 @@
 package element
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
+
+	"github.com/gantry-build/gantry/source"
 )
 
 // optionScope is what an element file's [[if]] blocks are read against: the project's
@@ -11,9 +14,16 @@ import (
 type optionScope struct {
 	opts   map[string]*Option
 	values map[string]string
-	digest string                    // optionsDigest(values): what the parse cache keys a conditional file's parse by
-	root   string                    // the project's root, which included files are read from
-	kinds  map[string]map[string]any // project.toml's [kinds.NAME] defaults
+	// digest is what the parse cache keys a conditional file's parse by: the option
+	// values and the aliases (a block that does not hold is checked for undefined
+	// aliases all the same).
+	digest string
+	// kindDigests are what it keys every file's parse by: its kind's defaults
+	// (kindDigest; "" for a kind without).
+	kindDigests map[string]string
+	root        string                    // the project's root, which included files are read from
+	kinds       map[string]map[string]any // project.toml's [kinds.NAME] defaults
+	aliases     map[string]string         // project.toml's [aliases]
 }
 
 // optionScope is the scope p's element files are read in: the one LoadProjectWith
@@ -27,8 +37,15 @@ func (p *Project) optionScope() *optionScope {
 }
 
 func newOptionScope(p *Project) *optionScope {
-	return &optionScope{opts: p.Options, values: p.OptionValues, digest: optionsDigest(p.OptionValues) + kindsDigest(p.Kinds),
-		root: p.Root, kinds: p.Kinds}
+	s := &optionScope{opts: p.Options, values: p.OptionValues, digest: optionsDigest(p.OptionValues) + optionsDigest(p.Aliases),
+		root: p.Root, kinds: p.Kinds, aliases: p.Aliases}
+	for name, defaults := range p.Kinds {
+		if s.kindDigests == nil {
+			s.kindDigests = map[string]string{}
+		}
+		s.kindDigests[name] = kindDigest(defaults)
+	}
+	return s
 }
 
 // elementBlockKeys are what a [[if]] block of an element file may set.
@@ -99,8 +116,15 @@ func applyBlocks(doc *tomlDoc, blocks []any, scope optionScope, kind *Kind, f *e
 			at = append(at, sourceAt{fmt.Sprintf("%s.sources[%d]", path, j), s})
 		}
 		if !holds {
-			if _, err := parseSources(doc, at); err != nil { // checked all the same
+			specs, err := parseSources(doc, at) // checked all the same, aliases too
+			if err != nil {
 				return false, err
+			}
+			for j := range specs {
+				var ua *source.UndefinedAliasError
+				if errors.As(source.Resolve(&specs[j], scope.aliases, nil), &ua) {
+					return false, undefinedAlias(doc, at[j].path, j, ua, scope.aliases)
+				}
 			}
 			continue
 		}
@@ -118,23 +142,20 @@ func applyBlocks(doc *tomlDoc, blocks []any, scope optionScope, kind *Kind, f *e
 		f.Depends = append(slices.Clip(f.Depends), deps[0]...)
 		f.BuildDepends = append(slices.Clip(f.BuildDepends), deps[1]...)
 		f.RuntimeDepends = append(slices.Clip(f.RuntimeDepends), deps[2]...)
+		for j, s := range at {
+			doc.moved[fmt.Sprintf("sources[%d]", len(*sources)+j)] = s.path
+		}
 		*sources = append(*sources, at...)
 		if hasConfig {
 			base, err := doc.table("config", *config)
 			if err != nil {
 				return false, err
 			}
-			merged := maps.Clone(base.m)
-			if merged == nil {
-				merged = map[string]any{}
+			merged, err := mergeConfig(doc, t.keyPath("config"), base.m, blockConfig, kind)
+			if err != nil {
+				return false, err
 			}
-			for k, v := range blockConfig {
-				if c, ok := v.(map[string]any); ok {
-					if v, err = composeList(doc, t.keyPath("config."+k), c, merged[k], kind.DefaultCommands[k]); err != nil {
-						return false, err
-					}
-				}
-				merged[k] = v
+			for k := range blockConfig {
 				doc.moved["config."+k] = t.keyPath("config." + k)
 			}
 			*config, configSet = merged, true

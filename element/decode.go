@@ -22,14 +22,13 @@ type tomlDoc struct {
 	md      toml.MetaData
 	index   map[string]int // key path ("sources[1].path") -> 1-based line; built on first use
 	// moved maps a key path to where the value it has was written: a key a [[if]]
-	// block set ("config.build-commands" -> "if[0].config.build-commands").
+	// block set ("config.build-commands" -> "if[0].config.build-commands"), a source
+	// it added ("sources[2]" -> "if[0].sources[0]", and so each of its keys).
 	moved map[string]string
 	// includes are the files an element file included, with their identities.
 	includes []includedFile
 	// from maps a key path an included file set to that file's document (include.go).
 	from map[string]*tomlDoc
-	// kindDefaults says an element file was layered over its kind's project defaults.
-	kindDefaults bool
 }
 
 // decodeTOML reads path and decodes it into v. Errors are *ProjectError with position.
@@ -178,6 +177,8 @@ var headerLine = regexp.MustCompile(`^\s*(\[\[?)\s*([^\]]+?)\s*\]\]?`)
 func (d *tomlDoc) lineOf(path string) int {
 	if at, ok := d.moved[path]; ok {
 		path = at
+	} else if i := strings.IndexByte(path, '.'); i > 0 && d.moved[path[:i]] != "" {
+		path = d.moved[path[:i]] + path[i:] // a key of a source a block added
 	}
 	if d.index == nil {
 		d.index = map[string]int{}
@@ -238,10 +239,20 @@ func (d *tomlDoc) lineOf(path string) int {
 		}
 	}
 	// A key of an inline table (build-commands = { append = [...] }): the table's line.
+	// Not a table's line for a key it does not hold: a project variable an element's
+	// [variables] lacks is not at that table.
 	if i := strings.LastIndex(path, "."); first == 0 && i > 0 {
-		return d.lineOf(path[:i])
+		if n := d.lineOf(path[:i]); n > 0 && inlineHolds(d.line(n), path[i+1:]) {
+			return n
+		}
 	}
 	return first
+}
+
+// inlineHolds says whether the line text writes an inline table with the key k.
+func inlineHolds(text, k string) bool {
+	_, inner, ok := strings.Cut(text, "{")
+	return ok && regexp.MustCompile(`(^|[\s,{"'])`+regexp.QuoteMeta(k)+`["']?\s*=`).MatchString(inner)
 }
 
 // joinKey normalises a dotted TOML key: whitespace and quotes removed.
@@ -284,7 +295,12 @@ func (d *tomlDoc) table(path string, v any) (*table, error) {
 	return t, nil
 }
 
-func (t *table) keyPath(k string) string { return t.path + "." + k }
+func (t *table) keyPath(k string) string {
+	if t.path == "" { // the file's top level
+		return k
+	}
+	return t.path + "." + k
+}
 
 func (t *table) has(k string) bool { _, ok := t.m[k]; return ok }
 

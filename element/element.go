@@ -211,11 +211,11 @@ func readElementFile(dir elementDir, path, display string) ([]byte, fileid.ID, e
 //
 // The file's [[if]] blocks are read against scope (applyBlocks), and the file is
 // layered over the project's defaults for its kind and what it includes (includer);
-// conditional says whether it had blocks or kind defaults, and so whether its parse
-// depends on scope.
+// conditional says whether it had blocks, and so whether its parse depends on the
+// option values (the parse cache keys every parse by its kind's defaults).
 func parseElement(data []byte, display string, scope optionScope) (pf *parsedFile, doc *tomlDoc, conditional bool, err error) {
 	pf, doc, err = parseElementFile(data, display, scope)
-	return pf, doc, doc != nil && (doc.md.IsDefined("if") || doc.kindDefaults), err
+	return pf, doc, doc != nil && doc.md.IsDefined("if"), err
 }
 
 func parseElementFile(data []byte, display string, scope optionScope) (*parsedFile, *tomlDoc, error) {
@@ -242,7 +242,6 @@ func parseElementFile(data []byte, display string, scope optionScope) (*parsedFi
 				return nil, nil, err
 			}
 			known, includes = true, in.files
-			doc.kindDefaults = defaults != nil
 		}
 	}
 	if !known || !plainElementFile(plain, &f, &tables, &config, &blocks) {
@@ -615,7 +614,7 @@ func parseConfig(doc *tomlDoc, kind *Kind, v any, defined bool) (Config, error) 
 	switch {
 	case kind.Commands:
 		c.Commands = map[string][]string{}
-		for _, step := range CommandSteps() {
+		for _, step := range commandSteps {
 			list, set, err := t.strings(step)
 			if err != nil {
 				return c, err

@@ -228,22 +228,11 @@ func (in *includer) siblings(name string) []string {
 // reads, in that file: variables and environment, dependency lists (or their
 // compositions) and config keys and lists.
 func (in *includer) check(doc *tomlDoc, m map[string]any) error {
+	top := &table{doc: doc, path: strings.TrimSuffix(in.prefix, "."), m: m}
 	for _, k := range []string{"variables", "environment"} {
-		v, ok := m[k]
-		if !ok {
-			continue
-		}
-		vars, ok := plainStringMap(v)
-		if !ok {
-			t, isTable := v.(map[string]any)
-			if !isTable {
-				return doc.valueError(in.prefix+k, "expected a table, found %s", tomlTypeName(v))
-			}
-			for _, name := range slices.Sorted(maps.Keys(t)) {
-				if _, ok := t[name].(string); !ok {
-					return doc.valueError(in.prefix+k+"."+name, "expected a string, found %s", tomlTypeName(t[name]))
-				}
-			}
+		vars, err := top.stringMap(k)
+		if err != nil {
+			return err
 		}
 		check := checkVariableNames
 		if k == "environment" {
@@ -316,22 +305,20 @@ func mergeLayer(base, over map[string]any, doc *tomlDoc, kind *Kind) (map[string
 	}
 	for k, v := range over {
 		switch k {
-		case "variables", "environment", "config":
+		case "variables", "environment":
 			t, _ := out[k].(map[string]any)
 			t = maps.Clone(t)
 			if t == nil {
 				t = map[string]any{}
 			}
-			for kk, vv := range v.(map[string]any) {
-				if c, ok := vv.(map[string]any); ok && k == "config" {
-					var err error
-					if vv, err = composeList(doc, "config."+kk, c, t[kk], kind.DefaultCommands[kk]); err != nil {
-						return nil, err
-					}
-				}
-				t[kk] = vv
-			}
+			maps.Copy(t, v.(map[string]any))
 			out[k] = t
+		case "config":
+			base, _ := out[k].(map[string]any)
+			var err error
+			if out[k], err = mergeConfig(doc, "config", base, v.(map[string]any), kind); err != nil {
+				return nil, err
+			}
 		case "depends", "build-depends", "runtime-depends":
 			if c, ok := v.(map[string]any); ok {
 				var err error
@@ -343,6 +330,27 @@ func mergeLayer(base, over map[string]any, doc *tomlDoc, kind *Kind) (map[string
 		default:
 			out[k] = v
 		}
+	}
+	return out, nil
+}
+
+// mergeConfig is the config table over (written at path in doc) layered on base, key
+// by key, over winning: a list over writes { prepend, append } composes with base's,
+// else with the kind's default (composeList).
+func mergeConfig(doc *tomlDoc, path string, base, over map[string]any, kind *Kind) (map[string]any, error) {
+	out := maps.Clone(base)
+	if out == nil {
+		out = map[string]any{}
+	}
+	for _, k := range slices.Sorted(maps.Keys(over)) {
+		v := over[k]
+		if c, ok := v.(map[string]any); ok {
+			var err error
+			if v, err = composeList(doc, path+"."+k, c, out[k], kind.DefaultCommands[k]); err != nil {
+				return nil, err
+			}
+		}
+		out[k] = v
 	}
 	return out, nil
 }
@@ -379,13 +387,10 @@ func checkKindDefaults(doc *tomlDoc, kinds map[string]map[string]any) error {
 	return nil
 }
 
-// kindsDigest is a digest of the project's kind defaults for the parse cache ("" for
-// none): an element file of a kind with defaults is parsed over them.
-func kindsDigest(kinds map[string]map[string]any) string {
-	if len(kinds) == 0 {
-		return ""
-	}
-	data, err := json.Marshal(kinds) // sorted keys
+// kindDigest is a digest of a kind's project defaults for the parse cache: an element
+// file of the kind is parsed over them.
+func kindDigest(defaults map[string]any) string {
+	data, err := json.Marshal(defaults) // sorted keys
 	if err != nil {
 		panic("element: encoding the kind defaults: " + err.Error()) // only plain values inside
 	}
@@ -409,7 +414,7 @@ func includeIntoProject(doc *tomlDoc, p *Project) error {
 			in.r.Close()
 		}
 	}()
-	var vars, env map[string]any
+	var vars, env map[string]string
 	kinds := map[string]map[string]any{}
 	var walk func(doc *tomlDoc, names, stack []string) error
 	walk = func(doc *tomlDoc, names, stack []string) error {
@@ -449,8 +454,9 @@ func includeIntoProject(doc *tomlDoc, p *Project) error {
 			if err := layerKinds(kinds, inc, incDoc); err != nil {
 				return err
 			}
-			vars = mergeTable(vars, m["variables"])
-			env = mergeTable(env, m["environment"])
+			incVars, _ := plainStringMap(m["variables"]) // checked
+			incEnv, _ := plainStringMap(m["environment"])
+			vars, env = merge(vars, incVars), merge(env, incEnv)
 		}
 		return nil
 	}
@@ -463,8 +469,8 @@ func includeIntoProject(doc *tomlDoc, p *Project) error {
 	if len(kinds) > 0 {
 		p.Kinds = kinds
 	}
-	p.Variables = layerStrings(vars, p.Variables)
-	p.Environment = layerStrings(env, p.Environment)
+	p.Variables = merge(vars, p.Variables)
+	p.Environment = merge(env, p.Environment)
 	return nil
 }
 
@@ -478,33 +484,6 @@ func layerKinds(base, over map[string]map[string]any, doc *tomlDoc) error {
 		}
 	}
 	return nil
-}
-
-// mergeTable is the plain table over (a table of strings, checked) merged over base.
-func mergeTable(base map[string]any, over any) map[string]any {
-	t, _ := over.(map[string]any)
-	if len(t) == 0 {
-		return base
-	}
-	out := maps.Clone(base)
-	if out == nil {
-		out = map[string]any{}
-	}
-	maps.Copy(out, t)
-	return out
-}
-
-// layerStrings is over, project.toml's table of strings, over base, what it included.
-func layerStrings(base map[string]any, over map[string]string) map[string]string {
-	if len(base) == 0 {
-		return over
-	}
-	out := make(map[string]string, len(base)+len(over))
-	for k, v := range base {
-		out[k] = v.(string)
-	}
-	maps.Copy(out, over)
-	return out
 }
 
 // locate is where the value at path was written, for an error found after loading:

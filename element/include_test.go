@@ -201,3 +201,27 @@ func checkReparsed(t *testing.T, files map[string]string, changed, text string) 
 		t.Errorf("%d files answered by the cache once the new version was remembered, want 2", hits)
 	}
 }
+
+// An element parsed when its kind had no project defaults is parsed again once it has.
+func TestParseCacheKeysNewKindDefaults(t *testing.T) {
+	checkReparsed(t, map[string]string{
+		"project.toml":      "name = \"inc\"\n[variables]\nmsg = \"one\"\n",
+		"elements/app.toml": "kind = \"manual\"\ndepends = [\"lib.toml\"]\n[config]\nbuild-commands = [\"echo %{msg}\"]\n",
+	}, "project.toml", "name = \"inc\"\n[variables]\nmsg = \"one\"\n[kinds.manual.variables]\nmsg = \"two\"\n")
+}
+
+// An undefined variable in project.toml's [variables] is reported at project.toml, not
+// at the [variables] table of an element that has one (written either way) without it.
+func TestProjectVariableErrorIsNotTheElements(t *testing.T) {
+	for _, app := range []string{"kind = \"manual\"\n\n[variables]\nb = \"x\"\n", "kind = \"manual\"\nvariables = { b = \"x\" }\n"} {
+		dir := writeProject(t, map[string]string{
+			"project.toml":      "name = \"demo\"\n[variables]\na = \"%{nope}\"\n",
+			"elements/app.toml": app,
+		})
+		_, err := loadGraph(t, dir, "app.toml")
+		want := "project.toml: variable \"a\" (used by app.toml): undefined variable %{nope}"
+		if err == nil || err.Error() != want {
+			t.Errorf("%s:\n got %v\nwant %s", app, err, want)
+		}
+	}
+}

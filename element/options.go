@@ -264,8 +264,8 @@ func resolveOptions(opts map[string]*Option, layers ...[]OptionSetting) (map[str
 	return values, nil
 }
 
-// optionsDigest names a set of option values, for the parse cache: a file whose parse
-// read options is reused only under the values it was parsed with.
+// optionsDigest names a set of option values (or of aliases), for the parse cache: a
+// file whose parse read options is reused only under the values it was parsed with.
 func optionsDigest(values map[string]string) string {
 	h := sha256.New()
 	for _, name := range slices.Sorted(maps.Keys(values)) {
@@ -361,7 +361,8 @@ func (t *table) stringMap(k string) (map[string]string, error) {
 		return nil, t.doc.valueError(t.keyPath(k), "expected a table, found %s", tomlTypeName(v))
 	}
 	out := make(map[string]string, len(m))
-	for name, x := range m {
+	for _, name := range sortedKeys(m) {
+		x := m[name]
 		s, ok := x.(string)
 		if !ok {
 			return nil, t.doc.valueError(t.keyPath(k)+"."+name, "expected a string, found %s", tomlTypeName(x))

@@ -45,6 +45,10 @@ type ParseCache struct {
 	hits  atomic.Int64  // lookups answered, for tests
 	keys  atomic.Int64  // keys reused (keyMemo), for tests
 
+	// included holds the identities of included files as this load stat'ed them, by
+	// name (an includeStat each): elements that share an include stat it once.
+	included sync.Map
+
 	mu    sync.Mutex
 	files map[string]*cachedFile // file as shown ("elements/app.toml") -> what it was
 	dirty bool
@@ -59,9 +63,12 @@ type cachedFile struct {
 	Parsed parsedFile
 	Key    keyMemo // the key last computed from this parse (Key "" for none)
 	// Options is the digest of the option values the file was parsed with when it has
-	// [[if]] blocks (optionsDigest), "" when its parse reads no option: a conditional
-	// file's parse is reused only under the same values.
+	// [[if]] blocks (optionScope.digest), "" when its parse reads no option: a
+	// conditional file's parse is reused only under the same values.
 	Options string
+	// Kinds is the digest of its kind's project defaults when it was parsed ("" for
+	// none): the parse is reused only under the same defaults.
+	Kinds string
 	// Includes are the files the element file included, with their identities when
 	// it was parsed: the parse is reused only while each is unchanged.
 	Includes []includedFile
@@ -74,15 +81,15 @@ type cachedFile struct {
 }
 
 // newCachedFile is an entry made by this load.
-func newCachedFile(id fileid.ID, pf *parsedFile, key keyMemo, options string, includes []includedFile) *cachedFile {
-	c := &cachedFile{ID: id, Parsed: *pf, Key: key, Options: options, Includes: includes}
+func newCachedFile(id fileid.ID, pf *parsedFile, key keyMemo, options, kinds string, includes []includedFile) *cachedFile {
+	c := &cachedFile{ID: id, Parsed: *pf, Key: key, Options: options, Kinds: kinds, Includes: includes}
 	c.seen.Store(true)
 	return c
 }
 
 // parseCacheVersion changes whenever parsedFile or the checks parseElement makes change
 // in a way a gantry build stamp would not show.
-const parseCacheVersion = 7
+const parseCacheVersion = 8
 
 // OpenParseCache opens the parse cache of the project at root, kept under dir (the
 // gantry cache's loads/). A missing, damaged or foreign cache file is an empty cache.
@@ -142,9 +149,10 @@ func identify(dir elementDir, path string) (fileid.ID, bool) {
 }
 
 // lookup returns what is remembered of the file at path under dir, remembered as name,
-// when the file's identity is unchanged and, if its parse read options, it was parsed
-// with scope's values. A file it does not remember is not stat'ed:
-// reading it takes its identity (readElementFile). A nil cache remembers nothing.
+// when the file's identity is unchanged, its kind's defaults are those of scope and, if
+// its parse read options, it was parsed with scope's values. A file it does not
+// remember is not stat'ed: reading it takes its identity (readElementFile). A nil cache
+// remembers nothing.
 func (pc *ParseCache) lookup(dir elementDir, path, name string, scope optionScope) (*cachedFile, bool) {
 	if pc == nil {
 		return nil, false
@@ -159,16 +167,33 @@ func (pc *ParseCache) lookup(dir elementDir, path, name string, scope optionScop
 	if id, ok := identify(dir, path); !ok || c.id() != id || !c.decode() {
 		return nil, false
 	}
-	if c.Options != "" && c.Options != scope.digest {
+	if c.Options != "" && c.Options != scope.digest || c.Kinds != scope.kindDigests[c.Parsed.Kind] {
 		return nil, false
 	}
 	for _, inc := range c.Includes {
-		if id, ok := fileid.Stat(filepath.Join(pc.root, filepath.FromSlash(inc.Name))); !ok || id != inc.ID {
+		if id, ok := pc.includedID(inc.Name); !ok || id != inc.ID {
 			return nil, false
 		}
 	}
 	pc.hits.Add(1)
 	return c, true
+}
+
+// includeStat is an included file's identity as a load stat'ed it.
+type includeStat struct {
+	id fileid.ID
+	ok bool
+}
+
+// includedID is the identity of the included file name (a path from the project root),
+// stat'ed once per load: a ParseCache serves one load.
+func (pc *ParseCache) includedID(name string) (fileid.ID, bool) {
+	if s, ok := pc.included.Load(name); ok {
+		return s.(includeStat).id, s.(includeStat).ok
+	}
+	id, ok := fileid.Stat(filepath.Join(pc.root, filepath.FromSlash(name)))
+	pc.included.Store(name, includeStat{id, ok})
+	return id, ok
 }
 
 // size is how many files the cache remembers (0 for a nil cache).
@@ -199,7 +224,7 @@ func (pc *ParseCache) remember(name string, id fileid.ID, pf *parsedFile, condit
 	if conditional {
 		options = scope.digest
 	}
-	c := newCachedFile(id, pf, keyMemo{}, options, includes)
+	c := newCachedFile(id, pf, keyMemo{}, options, scope.kindDigests[pf.Kind], includes)
 	pc.mu.Lock()
 	pc.files[name] = c
 	pc.dirty = true
@@ -221,7 +246,7 @@ func (pc *ParseCache) rememberKey(name string, id fileid.ID, m *keyMemo) {
 	case c.raw == "":
 		c.Key = *m // made by this load (remember), which nothing else reads now
 	default:
-		pc.files[name] = newCachedFile(id, &c.Parsed, *m, c.Options, c.Includes) // written back from raw otherwise
+		pc.files[name] = newCachedFile(id, &c.Parsed, *m, c.Options, c.Kinds, c.Includes) // written back from raw otherwise
 	}
 	pc.dirty = true
 }

@@ -52,6 +52,7 @@ func encodeParseCache(out io.Writer, stamp string, files map[string]*cachedFile)
 			entry.Str(c.Key.Key)
 			entry.Str(c.Key.Context)
 			entry.Str(c.Options)
+			entry.Str(c.Kinds)
 			entry.Uint(uint64(len(c.Includes)))
 			for _, inc := range c.Includes {
 				entry.Str(inc.Name)
@@ -117,6 +118,7 @@ func (c *cachedFile) decode() bool {
 		readParsed(r, &c.Parsed)
 		c.Key = keyMemo{Inputs: r.Str(), Key: r.Str(), Context: r.Str()}
 		c.Options = r.Str()
+		c.Kinds = r.Str()
 		if n := r.Count(); n > 0 {
 			c.Includes = make([]includedFile, n)
 			for i := range c.Includes {
