@@ -46,7 +46,7 @@ type Config struct {
 // Element is one loaded element. After Load its fields are never modified except the
 // graph links and Key, which the graph sets once.
 type Element struct {
-	Name           string // path under element-path: "base/gcc.toml"
+	Name           string // path under element-path: "base/gcc.toml"; in a sub-project, after its junction path: "sdk.toml:base/gcc.toml"
 	File           string // path shown to users: "elements/base/gcc.toml"
 	Kind           *Kind
 	Description    string
@@ -64,6 +64,10 @@ type Element struct {
 	doc       *tomlDoc
 	root, rel string
 	scope     *optionScope // the options its file was read with, for document()
+	// project is the project the element belongs to (a junction's sub-project, or the
+	// graph's), local its name there (Name without the junction path).
+	project *Project
+	local   string
 
 	// Set by the graph.
 	BuildDeps []*Element // depends ∪ build-depends, in declaration order
@@ -116,6 +120,7 @@ type elementDir struct {
 	root   *os.Root
 	prefix string
 	dir    *os.File
+	show   string // the project root as errors show it ("" for the top project's)
 }
 
 // errNoFile is loadElement's answer for an element file that does not exist; the
@@ -126,7 +131,7 @@ var errNoFile = errors.New("no such element file")
 // else parsed (and then remembered). lock supplies refs for sources without one.
 func loadElement(p *Project, dir elementDir, lock *Lock, name string, pc *ParseCache) (*Element, error) {
 	rel := filepath.Join(p.ElementPath, filepath.FromSlash(name))
-	display := filepath.ToSlash(rel)
+	display := filepath.ToSlash(filepath.Join(dir.show, rel))
 	inDir := filepath.Join(dir.prefix, filepath.FromSlash(name))
 	scope := p.optionScope()
 	c, ok := pc.lookup(dir, inDir, display, *scope)
@@ -151,7 +156,7 @@ func loadElement(p *Project, dir elementDir, lock *Lock, name string, pc *ParseC
 		}
 		pc.remember(display, id, pf, conditional, *scope, doc.includes)
 	}
-	e := &Element{Name: name, File: display, Description: pf.Description, Pool: pf.Pool,
+	e := &Element{Name: name, local: name, project: p, File: display, Description: pf.Description, Pool: pf.Pool,
 		Depends: pf.Depends, BuildDepends: pf.BuildDepends, RuntimeDepends: pf.RuntimeDepends,
 		root: p.Root, rel: rel, doc: doc, scope: scope, fileID: id, keyMemo: memo}
 	e.Kind, _ = LookupKind(pf.Kind) // parseElement checked it
@@ -648,11 +653,17 @@ func parseConfig(doc *tomlDoc, kind *Kind, v any, defined bool) (Config, error) 
 	return c, nil
 }
 
-// Variables returns the element's variables expanded with the given paths.
+// Variables returns the element's variables expanded with the given paths. An element
+// of a sub-project is expanded in its own project (p is then not used), with its name
+// there: its key does not depend on the junction it is reached through.
 func (e *Element) Variables(p *Project, paths Paths) *Variables {
+	name := e.Name
+	if e.project != nil {
+		p, name = e.project, e.local
+	}
 	fixed := map[string]string{
 		"build-root": paths.BuildRoot, "install-root": paths.InstallRoot, "sysroot": paths.Sysroot,
-		"max-jobs": paths.MaxJobs, "element-name": e.Name, "project-name": p.Name,
+		"max-jobs": paths.MaxJobs, "element-name": name, "project-name": p.Name,
 	}
 	return NewVariables(fixed, e.vars)
 }

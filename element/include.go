@@ -362,8 +362,8 @@ var kindDefaultKeys = []string{"variables", "environment", "config"}
 func checkKindDefaults(doc *tomlDoc, kinds map[string]map[string]any) error {
 	for _, name := range slices.Sorted(maps.Keys(kinds)) {
 		kind, ok := LookupKind(name)
-		if !ok {
-			return doc.keyError("kinds."+name, name, kindNames())
+		if !ok || name == junctionKind {
+			return doc.keyError("kinds."+name, name, slices.DeleteFunc(kindNames(), func(k string) bool { return k == junctionKind }))
 		}
 		m := kinds[name]
 		for _, k := range slices.Sorted(maps.Keys(m)) {

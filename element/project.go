@@ -225,9 +225,20 @@ func (p *Project) ElementNames() ([]string, error) {
 	return names, nil
 }
 
-// checkElementName rejects names that are absolute, escape the element directory, or are
-// not .toml files.
+// checkElementName checks an element name: each part of JUNCTION:...:ELEMENT, by
+// checkElementPart.
 func checkElementName(name string) error {
+	for part := range strings.SplitSeq(name, ":") {
+		if err := checkElementPart(part); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkElementPart rejects names that are absolute, escape the element directory, or are
+// not .toml files.
+func checkElementPart(name string) error {
 	switch {
 	case name == "":
 		return fmt.Errorf("empty element name")

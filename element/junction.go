@@ -1,0 +1,198 @@
+package element
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/gantry-build/gantry/source"
+)
+
+// junctionKind is the kind of an element whose sources hold another project: its
+// elements are named through it, JUNCTION:ELEMENT (docs/junctions.md).
+const junctionKind = "junction"
+
+// projectContext is one project of a graph: the top project (path "") or the
+// sub-project a junction holds (path "base.toml:", nested "a.toml:b.toml:"): its
+// project.toml, its gantry.lock and its element directory. An element's qualified name
+// is its context's path and its name in that project.
+type projectContext struct {
+	path     string
+	project  *Project
+	lock     *Lock
+	dir      elementDir
+	junction *Element // the junction holding the project (nil for the top project)
+	parent   *projectContext
+}
+
+// parseCache is where c's element files are remembered: the graph's for the top
+// project; none for a sub-project, whose files the cache would confuse with the top
+// project's of the same path.
+func (c *projectContext) parseCache(g *Graph) *ParseCache {
+	if c.path == "" {
+		return g.parseCache
+	}
+	return nil
+}
+
+// openElementDir opens p's element directory for loadElement; show is p's root as
+// errors name it ("" for the top project). Close it with close.
+func openElementDir(p *Project, show string) (elementDir, error) {
+	root, err := os.OpenRoot(p.Root)
+	if err != nil {
+		return elementDir{}, &ProjectError{File: filepath.Join(show, ProjectFile), Msg: fmt.Sprintf("cannot open the project directory %s: %v", p.Root, err)}
+	}
+	dir := elementDir{root: root, prefix: p.ElementPath, show: show}
+	if er, err := root.OpenRoot(p.ElementPath); err == nil {
+		root.Close()
+		dir = elementDir{root: er, show: show}
+	}
+	if f, err := dir.root.Open("."); err == nil {
+		dir.dir = f
+	}
+	return dir, nil
+}
+
+func (d elementDir) close() {
+	if d.dir != nil {
+		d.dir.Close()
+	}
+	d.root.Close()
+}
+
+func (g *Graph) closeContexts() {
+	for _, c := range g.contexts {
+		c.dir.close()
+	}
+}
+
+// junctionPath is the junction path of a qualified element name: everything up to its
+// last colon, with it ("" for an element of the top project).
+func junctionPath(name string) string {
+	return name[:strings.LastIndexByte(name, ':')+1]
+}
+
+// qualify names d, a name e's file gives, as the graph does: with e's junction path.
+func (e *Element) qualify(d string) string {
+	if len(e.Name) == len(e.local) {
+		return d
+	}
+	return e.Name[:len(e.Name)-len(e.local)] + d
+}
+
+// unqualify is the name e's own project gives the element named d in the graph (for
+// d of e's project: d without e's junction path).
+func (e *Element) unqualify(d string) string {
+	return strings.TrimPrefix(d, e.Name[:len(e.Name)-len(e.local)])
+}
+
+// contextOf returns the project the element name (qualified) belongs to, loading the
+// junctions on its path if no name loaded them before; ref named it, for errors.
+func (g *Graph) contextOf(name string, ref *Element) (*projectContext, error) {
+	return g.context(junctionPath(name), name, ref)
+}
+
+// context returns the project of junction path path, loading it (and the projects
+// holding it) if needed. Called only between rounds of parallel loading.
+func (g *Graph) context(path, name string, ref *Element) (*projectContext, error) {
+	if c, ok := g.contexts[path]; ok {
+		return c, nil
+	}
+	inner := path[:len(path)-1] // without its last colon
+	parent, err := g.context(junctionPath(inner), name, ref)
+	if err != nil {
+		return nil, err
+	}
+	junction := inner[len(parent.path):]
+	j, err := loadElement(parent.project, parent.dir, parent.lock, junction, nil)
+	if errors.Is(err, errNoFile) {
+		return nil, g.missing(parent, inner, ref)
+	}
+	if err != nil {
+		return nil, err
+	}
+	j.Name, j.local, j.project = inner, junction, parent.project
+	where := func() (string, int, string) {
+		if ref == nil {
+			return "", 0, ""
+		}
+		return ref.document().locate(dependsKeyOf(ref, name))
+	}
+	if j.Kind.Name != junctionKind {
+		file, line, text := where()
+		return nil, &ProjectError{File: file, Line: line, Text: text,
+			Msg:  fmt.Sprintf("%s names an element of %s, which is not a junction (kind %q)", name, inner, j.Kind.Name),
+			Hint: fmt.Sprintf("JUNCTION:ELEMENT names ELEMENT of the project a junction holds; %s is an element of kind %q", inner, j.Kind.Name)}
+	}
+	dir, err := g.junctionDir(j)
+	if err != nil {
+		return nil, err
+	}
+	show := dir
+	if rel, err := filepath.Rel(g.Project.Root, dir); err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+		show = filepath.ToSlash(rel)
+	}
+	if _, err := os.Stat(filepath.Join(dir, ProjectFile)); err != nil {
+		return nil, &ProjectError{File: j.File, Msg: fmt.Sprintf("junction %s: its sources hold no %s (looked in %s)", inner, ProjectFile, show),
+			Hint: "a junction's sources must hold a gantry project: a directory with project.toml"}
+	}
+	for c := parent; c != nil; c = c.parent {
+		if c.project.Root == dir {
+			return nil, &ProjectError{File: j.File, Msg: fmt.Sprintf("junction %s holds %s, which holds it: a junction cycle", inner, show)}
+		}
+	}
+	sub, err := LoadProjectWith(dir, nil)
+	if err != nil {
+		return nil, inJunction(err, show)
+	}
+	sub.Hermetic = g.Project.Hermetic
+	lock, err := LoadLock(dir)
+	if err != nil {
+		return nil, inJunction(err, show)
+	}
+	edir, err := openElementDir(sub, show)
+	if err != nil {
+		return nil, err
+	}
+	c := &projectContext{path: path, project: sub, lock: lock, dir: edir, junction: j, parent: parent}
+	g.contexts[path] = c
+	return c, nil
+}
+
+// junctionDir is the directory holding the project of junction j: its one local
+// source's directory.
+func (g *Graph) junctionDir(j *Element) (string, error) {
+	if len(j.Sources) != 1 || j.Sources[0].Kind != source.Local {
+		return "", &ProjectError{File: j.File, Line: j.document().lineOf("sources"),
+			Msg:  fmt.Sprintf("junction %s: needs exactly one source, of kind \"local\"", j.Name),
+			Hint: "a junction holds a project in one local source: [[sources]] kind = \"local\", path = \"DIR\""}
+	}
+	dir, err := source.ProjectPath(j.project.Root, j.Sources[0].Path)
+	if err != nil {
+		return "", &ProjectError{File: j.File, Line: j.document().lineOf("sources[0].path"), Msg: fmt.Sprintf("junction %s: %v", j.Name, err)}
+	}
+	return dir, nil
+}
+
+// inJunction names the files of err, an error loading the project at show (a
+// junction's), from the top project's root.
+func inJunction(err error, show string) error {
+	var pe *ProjectError
+	if errors.As(err, &pe) && pe.File != "" {
+		pe.File = filepath.ToSlash(filepath.Join(show, pe.File))
+	}
+	return err
+}
+
+// dependsOnJunction is the error for naming junction e (name) as an element.
+func (g *Graph) dependsOnJunction(e *Element, name string, ref *Element) error {
+	pe := &ProjectError{Msg: fmt.Sprintf("%s is a junction, not an element to build", name),
+		Hint: fmt.Sprintf("name an element of the project it holds: %s:ELEMENT", name)}
+	if ref != nil {
+		pe.File, pe.Line, pe.Text = ref.document().locate(dependsKeyOf(ref, name))
+		pe.Msg = fmt.Sprintf("depends on %s, which is a junction, not an element to build", name)
+	}
+	return pe
+}

@@ -1,0 +1,62 @@
+package element
+
+import (
+	"path/filepath"
+	"slices"
+	"testing"
+)
+
+// junctionFiles is a project app whose app.toml depends on an element of the project
+// a junction holds (base), which depends on one of a project its own junction holds
+// (core): nesting, each with its own variables.
+func junctionFiles() map[string]string {
+	manual := func(deps, cmd string) string {
+		return "kind = \"manual\"\ndepends = [" + deps + "]\n[config]\ninstall-commands = [\"" + cmd + "\"]\n"
+	}
+	junction := func(path string) string {
+		return "kind = \"junction\"\n[[sources]]\nkind = \"local\"\npath = \"" + path + "\"\n"
+	}
+	return map[string]string{
+		"project.toml":                     "name = \"app\"\n[variables]\nwho = \"app\"\n",
+		"elements/app.toml":                manual(`"base.toml:lib.toml"`, "echo %{who}"),
+		"elements/base.toml":               junction("sub/base"),
+		"sub/base/project.toml":            "name = \"base\"\n[variables]\nwho = \"base\"\n",
+		"sub/base/elements/lib.toml":       manual(`"util.toml", "core.toml:zlib.toml"`, "echo %{who} %{element-name}"),
+		"sub/base/elements/util.toml":      manual("", "echo %{project-name}"),
+		"sub/base/elements/core.toml":      junction("core"),
+		"sub/base/core/project.toml":       "name = \"core\"\n",
+		"sub/base/core/elements/zlib.toml": manual("", "echo %{element-name} %{project-name}"),
+	}
+}
+
+func TestJunctionNamesAndKeys(t *testing.T) {
+	dir := writeProject(t, junctionFiles())
+	g := mustGraph(t, dir, "app.toml")
+	var names []string
+	for _, e := range g.Order {
+		names = append(names, e.Name)
+	}
+	want := []string{"base.toml:util.toml", "base.toml:core.toml:zlib.toml", "base.toml:lib.toml", "app.toml"}
+	if !slices.Equal(names, want) {
+		t.Fatalf("order = %q, want %q", names, want)
+	}
+	if f := g.Elements["base.toml:core.toml:zlib.toml"].File; f != "sub/base/core/elements/zlib.toml" {
+		t.Errorf("File = %q, want the path from the top project's root", f)
+	}
+	// Each sub-project element has the key a direct load of its project gives.
+	base := mustGraph(t, filepath.Join(dir, "sub/base"), "lib.toml")
+	core := mustGraph(t, filepath.Join(dir, "sub/base/core"), "zlib.toml")
+	for _, c := range []struct {
+		through string
+		direct  *Element
+	}{
+		{"base.toml:lib.toml", base.Elements["lib.toml"]},
+		{"base.toml:util.toml", base.Elements["util.toml"]},
+		{"base.toml:core.toml:zlib.toml", core.Elements["zlib.toml"]},
+		{"base.toml:core.toml:zlib.toml", base.Elements["core.toml:zlib.toml"]},
+	} {
+		if e := g.Elements[c.through]; e.Key == "" || e.Key != c.direct.Key {
+			t.Errorf("%s: key %q through the junction, %q directly", c.through, e.Key, c.direct.Key)
+		}
+	}
+}
