@@ -74,6 +74,10 @@ func junctionPath(name string) string {
 	return name[:strings.LastIndexByte(name, ':')+1]
 }
 
+// Project is the project e belongs to: the sub-project of the junction it is named
+// through, or the graph's. Its local sources are relative to this project's root.
+func (e *Element) Project() *Project { return e.project }
+
 // qualify names d, a name e's file gives, as the graph does: with e's junction path.
 func (e *Element) qualify(d string) string {
 	if len(e.Name) == len(e.local) {
