@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/gantry-build/gantry/source"
@@ -128,7 +129,7 @@ func (g *Graph) context(path, name string, ref *Element) (*projectContext, error
 		file, line, text := where()
 		return nil, &ProjectError{File: file, Line: line, Text: text,
 			Msg:  fmt.Sprintf("%s names an element of %s, which is not a junction (kind %q)", name, inner, j.Kind.Name),
-			Hint: fmt.Sprintf("JUNCTION:ELEMENT names ELEMENT of the project a junction holds; %s is an element of kind %q", inner, j.Kind.Name)}
+			Hint: `in JUNCTION:ELEMENT, JUNCTION is an element of kind "junction"`}
 	}
 	dir, err := g.junctionDir(j)
 	if err != nil {
@@ -139,12 +140,14 @@ func (g *Graph) context(path, name string, ref *Element) (*projectContext, error
 		show = filepath.ToSlash(rel)
 	}
 	if _, err := os.Stat(filepath.Join(dir, ProjectFile)); err != nil {
-		return nil, &ProjectError{File: j.File, Msg: fmt.Sprintf("junction %s: its sources hold no %s (looked in %s)", inner, ProjectFile, show),
+		doc := j.document()
+		line := doc.lineOf("sources[0].path")
+		return nil, &ProjectError{File: j.File, Line: line, Text: doc.line(line), Msg: fmt.Sprintf("junction %s: its sources hold no %s (looked in %s)", inner, ProjectFile, show),
 			Hint: "a junction's sources must hold a gantry project: a directory with project.toml"}
 	}
 	for c := parent; c != nil; c = c.parent {
 		if c.project.Root == dir {
-			return nil, &ProjectError{File: j.File, Msg: fmt.Sprintf("junction %s holds %s, which holds it: a junction cycle", inner, show)}
+			return nil, junctionCycle(parent, j, c.project.Name)
 		}
 	}
 	sub, err := LoadProjectWith(dir, nil)
@@ -163,6 +166,23 @@ func (g *Graph) context(path, name string, ref *Element) (*projectContext, error
 	c := &projectContext{path: path, project: sub, lock: lock, dir: edir, junction: j, parent: parent}
 	g.contexts[path] = c
 	return c, nil
+}
+
+// junctionCycle is the error for junction j (of project parent) holding the project
+// again, which holds it already: the chain of junctions from the top project.
+func junctionCycle(parent *projectContext, j *Element, again string) error {
+	var chain []string
+	for c := parent; c != nil; c = c.parent {
+		if c.junction == nil {
+			chain = append(chain, fmt.Sprintf("project %s", c.project.Name))
+		} else {
+			chain = append(chain, fmt.Sprintf("%s (project %s)", c.junction.Name, c.project.Name))
+		}
+	}
+	slices.Reverse(chain)
+	chain = append(chain, fmt.Sprintf("%s (project %s again)", j.Name, again))
+	return &ProjectError{File: j.File, Msg: "junction cycle: " + strings.Join(chain, " -> "),
+		Hint: "a junction may not hold a project that holds it"}
 }
 
 // junctionDir is the directory holding the project of junction j: its one local
