@@ -1,6 +1,9 @@
 package element
 
 import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -185,17 +188,65 @@ func junctionCycle(parent *projectContext, j *Element, again string) error {
 		Hint: "a junction may not hold a project that holds it"}
 }
 
-// junctionDir is the directory holding the project of junction j: its one local
-// source's directory.
+// junctionDir is the directory holding the project of junction j: its one source's
+// directory for a local source; for tar and git, the source fetched into the source
+// cache (if it is not there) and staged, once per source key, under junctions/ there.
 func (g *Graph) junctionDir(j *Element) (string, error) {
-	if len(j.Sources) != 1 || j.Sources[0].Kind != source.Local {
+	if len(j.Sources) != 1 || j.Sources[0].Kind == source.Patch || j.Sources[0].Kind == source.Remote {
 		return "", &ProjectError{File: j.File, Line: j.document().lineOf("sources"),
-			Msg:  fmt.Sprintf("junction %s: needs exactly one source, of kind \"local\"", j.Name),
-			Hint: "a junction holds a project in one local source: [[sources]] kind = \"local\", path = \"DIR\""}
+			Msg:  fmt.Sprintf("junction %s: needs exactly one source, of kind \"local\", \"tar\" or \"git\"", j.Name),
+			Hint: "a junction holds a project in one source: a local directory, a tarball or a git repository"}
 	}
-	dir, err := source.ProjectPath(j.project.Root, j.Sources[0].Path)
+	s := &j.Sources[0]
+	if s.Kind == source.Local {
+		dir, err := source.ProjectPath(j.project.Root, s.Path)
+		if err != nil {
+			return "", &ProjectError{File: j.File, Line: j.document().lineOf("sources[0].path"), Msg: fmt.Sprintf("junction %s: %v", j.Name, err)}
+		}
+		return dir, nil
+	}
+	if s.Ref == "" {
+		return "", &ProjectError{File: j.File, Msg: fmt.Sprintf("junction %s has no ref for source 1 (%s)", j.Name, s.Describe()),
+			Hint: fmt.Sprintf("run `gantry track %s` (a junction's project is loaded from a fixed version of its source)", j.Name)}
+	}
+	failed := func(doing string, err error) error {
+		return &ProjectError{File: j.File, Msg: fmt.Sprintf("junction %s: %s source 1 (%s): %v", j.Name, doing, s.Describe(), err)}
+	}
+	if g.Project.SourcesDir == "" {
+		return "", failed("loading", errors.New("no source cache to fetch it into"))
+	}
+	key, err := s.UniqueKey(j.project.Root)
 	if err != nil {
-		return "", &ProjectError{File: j.File, Line: j.document().lineOf("sources[0].path"), Msg: fmt.Sprintf("junction %s: %v", j.Name, err)}
+		return "", failed("keying", err)
+	}
+	sum := sha256.Sum256([]byte(key))
+	dir := filepath.Join(g.Project.SourcesDir, "junctions", hex.EncodeToString(sum[:16]))
+	if _, err := os.Stat(filepath.Join(dir, ProjectFile)); err == nil {
+		return dir, nil // staged by an earlier load: a source key names one content
+	}
+	ctx := context.Background()
+	if err := source.Fetch(ctx, s, source.FetchOptions{SourcesDir: g.Project.SourcesDir, ProjectRoot: j.project.Root}); err != nil {
+		return "", failed("fetching", err)
+	}
+	// Staged beside its place and renamed into it: a load never sees half a project.
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		return "", failed("staging", err)
+	}
+	tmp, err := os.MkdirTemp(filepath.Dir(dir), ".staging-")
+	if err != nil {
+		return "", failed("staging", err)
+	}
+	defer os.RemoveAll(tmp)
+	staged := *s
+	staged.Directory = ""
+	if err := source.Stage(ctx, &staged, source.StageOptions{ProjectRoot: j.project.Root, SourcesDir: g.Project.SourcesDir, BuildRoot: tmp}); err != nil {
+		return "", failed("staging", err)
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		if _, serr := os.Stat(filepath.Join(dir, ProjectFile)); serr == nil {
+			return dir, nil // another load staged it meanwhile
+		}
+		return "", failed("staging", err)
 	}
 	return dir, nil
 }

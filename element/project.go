@@ -43,6 +43,9 @@ type Project struct {
 	// Hermetic is set by the command, not the file (--sandbox bwrap): the commands of
 	// every element run in the bwrap sandbox, and their keys say so (sandboxClass).
 	Hermetic bool `toml:"-"`
+	// SourcesDir is the source cache, set by the command: tar and git junctions are
+	// fetched into it and staged under it (junction.go). Not in any key.
+	SourcesDir string `toml:"-" json:"-"`
 	// Workspaces maps an element to the directory of its open workspace (from
 	// WorkspacesFile).
 	Workspaces map[string]string `toml:"-"`
