@@ -129,7 +129,7 @@ func applyBlocks(doc *tomlDoc, blocks []any, scope optionScope, kind *Kind, f *e
 				merged = map[string]any{}
 			}
 			for k, v := range blockConfig {
-				if c, ok := v.(map[string]any); ok {
+				if c, ok := v.(map[string]any); ok && kind.Name != junctionKind { // a junction's [config.options] is a table, not a list
 					if v, err = composeList(doc, t.keyPath("config."+k), c, merged[k], kind.DefaultCommands[k]); err != nil {
 						return false, err
 					}

@@ -41,6 +41,7 @@ type Config struct {
 	Target   string              // import: where in the artifact to put them
 	Include  []string            // compose: globs of paths to keep (empty = all)
 	Exclude  []string            // compose: globs of paths to drop
+	Options  []OptionSetting     // junction: the option settings of the project it holds
 }
 
 // Element is one loaded element. After Load its fields are never modified except the
@@ -634,6 +635,10 @@ func parseConfig(doc *tomlDoc, kind *Kind, v any, defined bool) (Config, error) 
 			return c, err
 		}
 		if c.Target, err = t.str("target"); err != nil {
+			return c, err
+		}
+	case kind.Name == junctionKind:
+		if c.Options, err = junctionOptions(t); err != nil {
 			return c, err
 		}
 	case kind.Name == "compose":

@@ -323,7 +323,7 @@ func mergeLayer(base, over map[string]any, doc *tomlDoc, kind *Kind) (map[string
 				t = map[string]any{}
 			}
 			for kk, vv := range v.(map[string]any) {
-				if c, ok := vv.(map[string]any); ok && k == "config" {
+				if c, ok := vv.(map[string]any); ok && k == "config" && kind.Name != junctionKind { // a junction's [config.options] is a table, not a list
 					var err error
 					if vv, err = composeList(doc, "config."+kk, c, t[kk], kind.DefaultCommands[kk]); err != nil {
 						return nil, err

@@ -153,14 +153,14 @@ func (g *Graph) context(path, name string, ref *Element) (*projectContext, error
 			return nil, junctionCycle(parent, j, c.project.Name)
 		}
 	}
-	sub, err := LoadProjectWith(dir, nil)
+	sub, err := LoadProjectWith(dir, func(string) [][]OptionSetting { return [][]OptionSetting{j.Config.Options} })
 	if err != nil {
-		return nil, inJunction(err, show)
+		return nil, inJunction(err, show, j.File)
 	}
 	sub.Hermetic = g.Project.Hermetic
 	lock, err := LoadLock(dir)
 	if err != nil {
-		return nil, inJunction(err, show)
+		return nil, inJunction(err, show, "")
 	}
 	edir, err := openElementDir(sub, show)
 	if err != nil {
@@ -252,13 +252,38 @@ func (g *Graph) junctionDir(j *Element) (string, error) {
 }
 
 // inJunction names the files of err, an error loading the project at show (a
-// junction's), from the top project's root.
-func inJunction(err error, show string) error {
+// junction's), from the top project's root; but for file, the junction's, named so
+// already (a bad option setting in its [config.options]).
+func inJunction(err error, show, file string) error {
 	var pe *ProjectError
-	if errors.As(err, &pe) && pe.File != "" {
+	if errors.As(err, &pe) && pe.File != "" && pe.File != file {
 		pe.File = filepath.ToSlash(filepath.Join(show, pe.File))
 	}
 	return err
+}
+
+// junctionOptions reads a junction's [config.options]: the option settings of the
+// project it holds, each with its line, in name order.
+func junctionOptions(t *table) ([]OptionSetting, error) {
+	t.use("options")
+	v, ok := t.m["options"]
+	if !ok {
+		return nil, nil
+	}
+	m, ok := v.(map[string]any)
+	if !ok {
+		return nil, t.doc.valueError(t.keyPath("options"), "expected a table of option settings, found %s", tomlTypeName(v))
+	}
+	var out []OptionSetting
+	for _, name := range sortedKeys(m) {
+		key := t.keyPath("options") + "." + name
+		value, err := optionSettingValue(t.doc, key, m[name])
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, OptionSetting{Name: name, Value: value, File: t.doc.display, Line: t.doc.lineOf(key)})
+	}
+	return out, nil
 }
 
 // dependsOnJunction is the error for naming junction e (name) as an element.
