@@ -78,20 +78,20 @@ type stagedArtifact struct {
 	Pending bool `json:"pending,omitempty"`
 }
 
-// projectRoot is the root of the project e belongs to (a junction's sub-project, or p,
-// the graph's), which its local sources are relative to.
-func projectRoot(p *element.Project, e *element.Element) string {
+// projectRoot is the root of the project e belongs to (a junction's sub-project, or the
+// graph's, root), which its local sources are relative to.
+func projectRoot(root string, e *element.Element) string {
 	if own := e.Project(); own != nil {
 		return own.Root
 	}
-	return p.Root
+	return root
 }
 
 // newBuildSpec prepares the build of e. workDir is a fresh name, or an empty
 // directory, for this build's directory (under the cache's tmp/, so that results can
 // be renamed into the cache); the job makes it (takeWorkDir) and removes it.
 func newBuildSpec(g *element.Graph, e *element.Element, cacheDir, workDir, sandboxKind string, maxJobs int) (*buildSpec, error) {
-	spec := &buildSpec{CacheDir: cacheDir, Project: g.Project.Name, ProjectRoot: projectRoot(g.Project, e), Element: e.Name,
+	spec := &buildSpec{CacheDir: cacheDir, Project: g.Project.Name, ProjectRoot: projectRoot(g.Project.Root, e), Element: e.Name,
 		Key: e.Key, Kind: e.Kind.Name, Sandbox: sandboxKind, Sources: e.Sources, WorkDir: workDir, DepKeys: map[string]string{}}
 	for _, d := range g.StageDeps(e) {
 		spec.Stage = append(spec.Stage, stagedArtifact{Element: d.Name, Key: d.Key})

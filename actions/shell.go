@@ -113,7 +113,7 @@ func stageShellTree(ctx context.Context, c *cache.Cache, g *element.Graph, e *el
 		t.build = e.Workspace
 		return nil
 	}
-	so := source.StageOptions{ProjectRoot: g.Project.Root, SourcesDir: c.SourcesDir(), BuildRoot: t.build, Log: opts.Log}
+	so := source.StageOptions{ProjectRoot: projectRoot(g.Project.Root, e), SourcesDir: c.SourcesDir(), BuildRoot: t.build, Log: opts.Log}
 	if err := stageSources(ctx, e.Sources, so, nil); err != nil {
 		return fmt.Errorf("staging %s for the shell: %w", e.Name, err)
 	}
