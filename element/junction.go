@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -158,6 +159,9 @@ func (g *Graph) context(path, name string, ref *Element) (*projectContext, error
 		return nil, inJunction(err, show, j.File)
 	}
 	sub.Hermetic = g.Project.Hermetic
+	if err := g.sameProject(j, sub, show); err != nil {
+		return nil, err
+	}
 	lock, err := LoadLock(dir)
 	if err != nil {
 		return nil, inJunction(err, show, "")
@@ -186,6 +190,33 @@ func junctionCycle(parent *projectContext, j *Element, again string) error {
 	chain = append(chain, fmt.Sprintf("%s (project %s again)", j.Name, again))
 	return &ProjectError{File: j.File, Msg: "junction cycle: " + strings.Join(chain, " -> "),
 		Hint: "a junction may not hold a project that holds it"}
+}
+
+// sameProject refuses sub, the project junction j holds (at show), when the graph
+// holds a project of the same name from another source already: two versions of one
+// project would give two artifacts for one element name.
+func (g *Graph) sameProject(j *Element, sub *Project, show string) error {
+	for _, path := range slices.Sorted(maps.Keys(g.contexts)) {
+		o := g.contexts[path]
+		if o.project.Name != sub.Name || o.project.Root == sub.Root {
+			continue
+		}
+		other := "this project"
+		if o.junction != nil {
+			other = "junction " + o.junction.Name
+		}
+		return &ProjectError{File: j.File, Msg: fmt.Sprintf("junction %s and %s hold project %q from different sources (%s and %s)", j.Name, other, sub.Name, show, o.dir.showRoot()),
+			Hint: "make both junctions use the same source"}
+	}
+	return nil
+}
+
+// showRoot is the project root as errors name it.
+func (d elementDir) showRoot() string {
+	if d.show == "" {
+		return "."
+	}
+	return d.show
 }
 
 // junctionDir is the directory holding the project of junction j: its one source's
