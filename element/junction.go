@@ -73,6 +73,18 @@ func (g *Graph) closeContexts() {
 	}
 }
 
+// LockOf is where the refs of e's sources are locked: its own project's gantry.lock,
+// under its name there. staged is true for an element of a project staged from a tar or
+// git junction (or inside one): that lock is a copy in the source cache, not for
+// writing. e must be of g.
+func (g *Graph) LockOf(e *Element) (lock *Lock, name string, staged bool) {
+	c := g.contexts[junctionPath(e.Name)]
+	for j := c; j != nil && j.junction != nil; j = j.parent {
+		staged = staged || j.junction.Sources[0].Kind != source.Local
+	}
+	return c.lock, e.local, staged
+}
+
 // junctionPath is the junction path of a qualified element name: everything up to its
 // last colon, with it ("" for an element of the top project).
 func junctionPath(name string) string {
