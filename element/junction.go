@@ -85,6 +85,27 @@ func (g *Graph) LockOf(e *Element) (lock *Lock, name string, staged bool) {
 	return c.lock, e.local, staged
 }
 
+// ElementNamesThrough lists, qualified and sorted, the elements of the project that
+// junction path path ("base.toml:", nested "a.toml:b.toml:") of p holds (for
+// completion): the junctions on the path are loaded as a graph would load them.
+func ElementNamesThrough(p *Project, lock *Lock, path string) ([]string, error) {
+	dir, err := openElementDir(p, "")
+	if err != nil {
+		return nil, err
+	}
+	g := &Graph{Project: p, Lock: lock, contexts: map[string]*projectContext{"": {project: p, lock: lock, dir: dir}}}
+	defer g.closeContexts()
+	c, err := g.context(path, path, nil)
+	if err != nil {
+		return nil, err
+	}
+	names, err := c.project.ElementNames()
+	for i := range names {
+		names[i] = path + names[i]
+	}
+	return names, err
+}
+
 // junctionPath is the junction path of a qualified element name: everything up to its
 // last colon, with it ("" for an element of the top project).
 func junctionPath(name string) string {
