@@ -116,6 +116,14 @@ func junctionPath(name string) string {
 // through, or the graph's. Its local sources are relative to this project's root.
 func (e *Element) Project() *Project { return e.project }
 
+// ownRoot is the root of e's own project (g's for an element made without one).
+func (e *Element) ownRoot(g *Graph) string {
+	if e.project != nil {
+		return e.project.Root
+	}
+	return g.Project.Root
+}
+
 // qualify names d, a name e's file gives, as the graph does: with e's junction path.
 func (e *Element) qualify(d string) string {
 	if len(e.Name) == len(e.local) {
