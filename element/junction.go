@@ -368,3 +368,14 @@ func (g *Graph) dependsOnJunction(e *Element, name string, ref *Element) error {
 	}
 	return pe
 }
+
+// ArtifactName is the project and element names e's artifacts, logs and learnt
+// durations are kept under: its own project's name and its name there (top, the graph's
+// project name, and e.Name for an element made without a project), so a build through a
+// junction and a direct build of the sub-project share artifacts, locally and on remotes.
+func (e *Element) ArtifactName(top string) (project, name string) {
+	if e.project == nil || e.local == "" {
+		return top, e.Name
+	}
+	return e.project.Name, e.local
+}
