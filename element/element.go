@@ -83,6 +83,7 @@ type Element struct {
 	configJSON []byte    // resolved as the key encodes it (encodeConfig)
 	fileID     fileid.ID // the file's identity when it was read (zero when unknown)
 	keyMemo    *keyMemo  // the key last computed from this version of the file, if any
+	cacheName  string    // its file's name in the parse cache (parseCacheName)
 	sourceKeys []string  // unique key per source; "" for a source without a ref
 }
 
@@ -135,7 +136,8 @@ func loadElement(p *Project, dir elementDir, lock *Lock, name string, pc *ParseC
 	display := filepath.ToSlash(filepath.Join(dir.show, rel))
 	inDir := filepath.Join(dir.prefix, filepath.FromSlash(name))
 	scope := p.optionScope()
-	c, ok := pc.lookup(dir, inDir, display, *scope)
+	cacheName := parseCacheName(dir, p.Root, rel, display)
+	c, ok := pc.lookup(dir, p.Root, inDir, cacheName, *scope)
 	var pf *parsedFile
 	var memo *keyMemo
 	var doc *tomlDoc
@@ -155,11 +157,11 @@ func loadElement(p *Project, dir elementDir, lock *Lock, name string, pc *ParseC
 		if pf, doc, conditional, err = parseElement(data, display, *scope); err != nil {
 			return nil, err
 		}
-		pc.remember(display, id, pf, conditional, *scope, doc.includes)
+		pc.remember(cacheName, id, pf, conditional, *scope, doc.includes)
 	}
 	e := &Element{Name: name, local: name, project: p, File: display, Description: pf.Description, Pool: pf.Pool,
 		Depends: pf.Depends, BuildDepends: pf.BuildDepends, RuntimeDepends: pf.RuntimeDepends,
-		root: p.Root, rel: rel, doc: doc, scope: scope, fileID: id, keyMemo: memo}
+		root: p.Root, rel: rel, doc: doc, scope: scope, fileID: id, keyMemo: memo, cacheName: cacheName}
 	e.Kind, _ = LookupKind(pf.Kind) // parseElement checked it
 	if e.Pool != "" {
 		if _, ok := p.Pools[e.Pool]; !ok {

@@ -126,7 +126,7 @@ func LoadCached(p *Project, lock *Lock, targets []string, pc *ParseCache) (*Grap
 // of its sources.
 func (g *Graph) loadOne(c *projectContext, name string, ref *Element) (*Element, error) {
 	local := name[len(c.path):]
-	e, err := loadElement(c.project, c.dir, c.lock, local, c.parseCache(g))
+	e, err := loadElement(c.project, c.dir, c.lock, local, g.parseCache)
 	if errors.Is(err, errNoFile) {
 		return nil, g.missing(c, name, ref)
 	}
@@ -139,7 +139,7 @@ func (g *Graph) loadOne(c *projectContext, name string, ref *Element) (*Element,
 	e.Name, e.local, e.project = name, local, c.project
 	// Resolved now, unless its key memo says it would resolve without error: then only
 	// if asked for (resolvedConfig).
-	e.unresolved = e.keyMemo != nil && e.keyMemo.Context == g.keyContext
+	e.unresolved = e.keyMemo != nil && e.keyMemo.Context == g.keyContextOf(e)
 	if !e.unresolved {
 		vars := e.Variables(e.project, keyPaths())
 		if err := e.checkVariables(vars); err != nil {

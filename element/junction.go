@@ -30,16 +30,17 @@ type projectContext struct {
 	dir      elementDir
 	junction *Element // the junction holding the project (nil for the top project)
 	parent   *projectContext
+	// keyContext is keyContext(project) for a sub-project ("" for the top project:
+	// Graph.keyContext).
+	keyContext string
 }
 
-// parseCache is where c's element files are remembered: the graph's for the top
-// project; none for a sub-project, whose files the cache would confuse with the top
-// project's of the same path.
-func (c *projectContext) parseCache(g *Graph) *ParseCache {
-	if c.path == "" {
-		return g.parseCache
+// keyContextOf is keyContext of e's own project (the graph's for the top project's).
+func (g *Graph) keyContextOf(e *Element) string {
+	if c := g.contexts[junctionPath(e.Name)]; c != nil && c.keyContext != "" {
+		return c.keyContext
 	}
-	return nil
+	return g.keyContext
 }
 
 // openElementDir opens p's element directory for loadElement; show is p's root as
@@ -211,7 +212,7 @@ func (g *Graph) context(path, name string, ref *Element) (*projectContext, error
 	if err != nil {
 		return nil, err
 	}
-	c := &projectContext{path: path, project: sub, lock: lock, dir: edir, junction: j, parent: parent}
+	c := &projectContext{path: path, project: sub, lock: lock, dir: edir, junction: j, parent: parent, keyContext: keyContext(sub)}
 	g.contexts[path] = c
 	return c, nil
 }

@@ -1,9 +1,12 @@
 package element
 
 import (
+	"maps"
+	"os"
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 )
 
 // junctionFiles is a project app whose app.toml depends on an element of the project
@@ -58,5 +61,61 @@ func TestJunctionNamesAndKeys(t *testing.T) {
 		if e := g.Elements[c.through]; e.Key == "" || e.Key != c.direct.Key {
 			t.Errorf("%s: key %q through the junction, %q directly", c.through, e.Key, c.direct.Key)
 		}
+	}
+}
+
+// A sub-project's element files are in the parse cache (by their absolute path) with
+// their keys, and a key memo holds only while the sub-project's own settings are
+// unchanged: a variable changed in its project.toml changes its elements' keys through
+// the cache as without it.
+func TestJunctionParseCache(t *testing.T) {
+	dir := writeProject(t, junctionFiles())
+	cacheDir := t.TempDir()
+	load := func(cached bool) (map[string]string, *ParseCache) {
+		t.Helper()
+		p, err := loadProject(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var pc *ParseCache
+		if cached {
+			pc = OpenParseCache(cacheDir, dir)
+			pc.racy = -time.Hour
+		}
+		g, err := LoadCached(p, &Lock{Entries: map[string][]string{}}, []string{"app.toml"}, pc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys := map[string]string{}
+		for name, e := range g.Elements {
+			keys[name] = e.Key
+		}
+		if err := pc.Save(); err != nil {
+			t.Fatal(err)
+		}
+		return keys, pc
+	}
+	want, _ := load(false)
+	if got, pc := load(true); !maps.Equal(got, want) || pc.hits.Load() != 0 {
+		t.Fatalf("cold: keys %v (want %v), %d hits", got, want, pc.hits.Load())
+	}
+	got, pc := load(true)
+	if !maps.Equal(got, want) {
+		t.Fatalf("warm: keys %v, want %v", got, want)
+	}
+	if h, k := pc.hits.Load(), pc.keys.Load(); h != 4 || k != 4 {
+		t.Errorf("warm: %d files and %d keys from the cache, want every element's (4; junction files are read each time)", h, k)
+	}
+	if _, ok := pc.files[filepath.ToSlash(filepath.Join(dir, "sub/base/core/elements/zlib.toml"))]; !ok {
+		t.Errorf("the sub-project's zlib.toml is not remembered by its absolute path")
+	}
+	// the sub-project's settings reach its keys through the cache
+	if err := os.WriteFile(filepath.Join(dir, "sub/base/project.toml"), []byte("name = \"base\"\n[variables]\nwho = \"changed\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	want, _ = load(false)
+	got, _ = load(true)
+	if !maps.Equal(got, want) {
+		t.Fatalf("after a change to the sub-project: keys through the cache %v, want %v", got, want)
 	}
 }

@@ -102,7 +102,7 @@ func (g *Graph) ComputeKey(e *Element) {
 		}
 	}
 	var inputs string
-	memo := g.parseCache != nil && e.project == g.Project // a sub-project's files are not in the parse cache
+	memo := g.parseCache != nil
 	if memo {
 		if inputs = g.keyInputs(e); g.reuseKey(e, inputs) {
 			return

@@ -141,11 +141,25 @@ func identify(dir elementDir, path string) (fileid.ID, bool) {
 	return fileid.FromInfo(fi)
 }
 
+// parseCacheName is the name the parse cache remembers the element file rel (under the
+// project's root) as: as errors show it (display) for the top project's (dir.show ""),
+// by its absolute path for a junction's sub-project's, so that no two projects' files
+// share a name (a sub-project's files are not under the top project's root).
+func parseCacheName(dir elementDir, root, rel, display string) string {
+	if dir.show == "" {
+		return display
+	}
+	if abs, err := filepath.Abs(filepath.Join(root, rel)); err == nil {
+		return filepath.ToSlash(abs)
+	}
+	return display
+}
+
 // lookup returns what is remembered of the file at path under dir, remembered as name,
 // when the file's identity is unchanged and, if its parse read options, it was parsed
-// with scope's values. A file it does not remember is not stat'ed:
+// with scope's values; the files it included are under root, its project's root. A file it does not remember is not stat'ed:
 // reading it takes its identity (readElementFile). A nil cache remembers nothing.
-func (pc *ParseCache) lookup(dir elementDir, path, name string, scope optionScope) (*cachedFile, bool) {
+func (pc *ParseCache) lookup(dir elementDir, root, path, name string, scope optionScope) (*cachedFile, bool) {
 	if pc == nil {
 		return nil, false
 	}
@@ -163,7 +177,7 @@ func (pc *ParseCache) lookup(dir elementDir, path, name string, scope optionScop
 		return nil, false
 	}
 	for _, inc := range c.Includes {
-		if id, ok := fileid.Stat(filepath.Join(pc.root, filepath.FromSlash(inc.Name))); !ok || id != inc.ID {
+		if id, ok := fileid.Stat(filepath.Join(root, filepath.FromSlash(inc.Name))); !ok || id != inc.ID {
 			return nil, false
 		}
 	}
@@ -262,7 +276,11 @@ func (pc *ParseCache) keeps(rel string, c *cachedFile, now int64) bool {
 		}
 	}
 	if !c.seen.Load() {
-		if now, ok := fileid.Stat(filepath.Join(pc.root, filepath.FromSlash(rel))); !ok || now != id {
+		path := filepath.FromSlash(rel)
+		if !filepath.IsAbs(path) { // a sub-project's file is named by its absolute path
+			path = filepath.Join(pc.root, path)
+		}
+		if now, ok := fileid.Stat(path); !ok || now != id {
 			return false
 		}
 	}
