@@ -42,6 +42,8 @@ type Config struct {
 	Include  []string            // compose: globs of paths to keep (empty = all)
 	Exclude  []string            // compose: globs of paths to drop
 	Options  []OptionSetting     // junction: the option settings of the project it holds
+	// Overrides (junction): names in the project it holds -> the parent's names for them.
+	Overrides []Override
 }
 
 // Element is one loaded element. After Load its fields are never modified except the
@@ -77,14 +79,15 @@ type Element struct {
 	NoRef     bool       // some source of this element itself has no ref
 	Workspace string     // the directory of its open workspace, which it builds from; "" for none
 
-	position   int       // index in Graph.Order
-	resolved   *Resolved // config and environment expanded with keyPaths
-	unresolved bool      // resolved left to resolvedConfig (keyMemo)
-	configJSON []byte    // resolved as the key encodes it (encodeConfig)
-	fileID     fileid.ID // the file's identity when it was read (zero when unknown)
-	keyMemo    *keyMemo  // the key last computed from this version of the file, if any
-	cacheName  string    // its file's name in the parse cache (parseCacheName)
-	sourceKeys []string  // unique key per source; "" for a source without a ref
+	position   int               // index in Graph.Order
+	resolved   *Resolved         // config and environment expanded with keyPaths
+	unresolved bool              // resolved left to resolvedConfig (keyMemo)
+	configJSON []byte            // resolved as the key encodes it (encodeConfig)
+	fileID     fileid.ID         // the file's identity when it was read (zero when unknown)
+	keyMemo    *keyMemo          // the key last computed from this version of the file, if any
+	cacheName  string            // its file's name in the parse cache (parseCacheName)
+	named      map[string]string // graph name -> the name its file gives, for dependencies a junction's override resolved
+	sourceKeys []string          // unique key per source; "" for a source without a ref
 }
 
 func (e *Element) String() string { return e.Name }
@@ -641,6 +644,9 @@ func parseConfig(doc *tomlDoc, kind *Kind, v any, defined bool) (Config, error) 
 		}
 	case kind.Name == junctionKind:
 		if c.Options, err = junctionOptions(t); err != nil {
+			return c, err
+		}
+		if c.Overrides, err = junctionOverrides(t); err != nil {
 			return c, err
 		}
 	case kind.Name == "compose":

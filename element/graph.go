@@ -100,7 +100,7 @@ func LoadCached(p *Project, lock *Lock, targets []string, pc *ParseCache) (*Grap
 			g.Elements[e.Name] = e
 			for _, list := range [...][]string{e.Depends, e.BuildDepends, e.RuntimeDepends} {
 				for _, d := range list {
-					d = e.qualify(d)
+					d = g.resolve(e, d)
 					if _, ok := referrer[d]; !ok {
 						referrer[d] = e
 						next = append(next, d)
@@ -232,15 +232,26 @@ func (g *Graph) link(loaded []*Element) {
 		e := loaded[i]
 		e.BuildDeps = make([]*Element, 0, len(e.Depends)+len(e.BuildDepends))
 		e.RunDeps = make([]*Element, 0, len(e.Depends)+len(e.RuntimeDepends))
+		dep := func(d string) *Element {
+			name := g.resolve(e, d)
+			if name != e.qualify(d) { // overridden: keyed as e's file names it
+				if e.named == nil {
+					e.named = map[string]string{}
+				}
+				e.named[name] = d
+			}
+			return g.Elements[name]
+		}
 		for _, d := range e.Depends {
-			e.BuildDeps = append(e.BuildDeps, g.Elements[e.qualify(d)])
-			e.RunDeps = append(e.RunDeps, g.Elements[e.qualify(d)])
+			de := dep(d)
+			e.BuildDeps = append(e.BuildDeps, de)
+			e.RunDeps = append(e.RunDeps, de)
 		}
 		for _, d := range e.BuildDepends {
-			e.BuildDeps = append(e.BuildDeps, g.Elements[e.qualify(d)])
+			e.BuildDeps = append(e.BuildDeps, dep(d))
 		}
 		for _, d := range e.RuntimeDepends {
-			e.RunDeps = append(e.RunDeps, g.Elements[e.qualify(d)])
+			e.RunDeps = append(e.RunDeps, dep(d))
 		}
 	})
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/gantry-build/gantry/source"
@@ -133,9 +134,13 @@ func (e *Element) qualify(d string) string {
 	return e.Name[:len(e.Name)-len(e.local)] + d
 }
 
-// unqualify is the name e's own project gives the element named d in the graph (for
-// d of e's project: d without e's junction path).
+// unqualify is the name e's own project gives the element named d in the graph, a
+// dependency of e: as e's file names it (d without e's junction path, or the name a
+// junction's override replaced).
 func (e *Element) unqualify(d string) string {
+	if n, ok := e.named[d]; ok {
+		return n
+	}
 	return strings.TrimPrefix(d, e.Name[:len(e.Name)-len(e.local)])
 }
 
@@ -210,6 +215,10 @@ func (g *Graph) context(path, name string, ref *Element) (*projectContext, error
 	}
 	edir, err := openElementDir(sub, show)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkOverrides(j, parent.project, sub); err != nil {
+		edir.close()
 		return nil, err
 	}
 	c := &projectContext{path: path, project: sub, lock: lock, dir: edir, junction: j, parent: parent, keyContext: keyContext(sub)}
@@ -338,14 +347,9 @@ func inJunction(err error, show, file string) error {
 // junctionOptions reads a junction's [config.options]: the option settings of the
 // project it holds, each with its line, in name order.
 func junctionOptions(t *table) ([]OptionSetting, error) {
-	t.use("options")
-	v, ok := t.m["options"]
-	if !ok {
-		return nil, nil
-	}
-	m, ok := v.(map[string]any)
-	if !ok {
-		return nil, t.doc.valueError(t.keyPath("options"), "expected a table of option settings, found %s", tomlTypeName(v))
+	m, err := junctionTable(t, "options", "a table of option settings")
+	if err != nil {
+		return nil, err
 	}
 	var out []OptionSetting
 	for _, name := range sortedKeys(m) {
@@ -379,4 +383,113 @@ func (e *Element) ArtifactName(top string) (project, name string) {
 		return top, e.Name
 	}
 	return e.project.Name, e.local
+}
+
+// Override is one entry of a junction's [config.overrides]: the element (or junction)
+// Name of the project the junction holds is the element (or junction) As of the
+// junction's own project.
+type Override struct {
+	Name, As string
+	Line     int // in the junction's file
+}
+
+// junctionOverrides reads a junction's [config.overrides], in name order.
+func junctionOverrides(t *table) ([]Override, error) {
+	m, err := junctionTable(t, "overrides", `a table of overrides ("NAME" = "PARENT-NAME")`)
+	if err != nil {
+		return nil, err
+	}
+	var out []Override
+	for _, name := range sortedKeys(m) {
+		key := t.keyPath("overrides") + "." + name
+		as, ok := m[name].(string)
+		if !ok {
+			return nil, t.doc.valueError(key, "override %q: expected the name of an element of this project, found %s", name, tomlTypeName(m[name]))
+		}
+		for _, n := range []string{name, as} {
+			if err := checkElementName(n); err != nil {
+				return nil, t.doc.valueError(key, "override %q = %q: %v", name, as, err)
+			}
+		}
+		if strings.Contains(name, ":") {
+			return nil, t.doc.valueError(key, "override %q: name an element or a junction of the project the junction holds, not one through its junctions", name)
+		}
+		line := t.doc.lineOf(key)
+		if strings.Contains(name, ".") { // the file's quoted key, as the line index keeps it
+			line = t.doc.lineOf(t.keyPath("overrides") + "." + strconv.Quote(name))
+		}
+		out = append(out, Override{Name: name, As: as, Line: line})
+	}
+	return out, nil
+}
+
+// resolve is the graph's name of d, a dependency as e's file names it: d qualified with
+// e's junction path, unless the junction holding e's project overrides d (an element)
+// or d's junction (its first part): then the name the override gives, in the project
+// holding the junction, resolved there in turn.
+func (g *Graph) resolve(e *Element, d string) string {
+	c := g.contexts[junctionPath(e.Name)]
+	if c == nil {
+		return e.qualify(d)
+	}
+	for c.junction != nil {
+		first, rest, nested := strings.Cut(d, ":")
+		i := slices.IndexFunc(c.junction.Config.Overrides, func(o Override) bool { return o.Name == first })
+		if i < 0 {
+			break
+		}
+		d = c.junction.Config.Overrides[i].As
+		if nested {
+			d += ":" + rest
+		}
+		c = c.parent
+	}
+	return c.path + d
+}
+
+// checkOverrides checks junction j's [config.overrides]: each name is an element (or
+// junction) of sub, the project j holds, and what it is overridden with (its first
+// part, for a name through a junction) is one of parent, the project holding j.
+func checkOverrides(j *Element, parent, sub *Project) error {
+	if len(j.Config.Overrides) == 0 {
+		return nil
+	}
+	subNames, err := sub.ElementNames()
+	if err != nil {
+		return err
+	}
+	parentNames, err := parent.ElementNames()
+	if err != nil {
+		return err
+	}
+	for _, o := range j.Config.Overrides {
+		fail := func(msg string) error {
+			doc := j.document()
+			return &ProjectError{File: j.File, Line: o.Line, Text: doc.line(o.Line), Msg: fmt.Sprintf("junction %s: override %q = %q: %s", j.Name, o.Name, o.As, msg),
+				Hint: "in [config.overrides], \"NAME\" = \"PARENT-NAME\" makes the element or junction NAME of the project the junction holds this project's PARENT-NAME"}
+		}
+		if !slices.Contains(subNames, o.Name) {
+			return fail(fmt.Sprintf("project %s has no element %s%s", sub.Name, o.Name, didYouMean(o.Name, subNames)))
+		}
+		first, _, _ := strings.Cut(o.As, ":")
+		if !slices.Contains(parentNames, first) {
+			return fail(fmt.Sprintf("project %s has no element %s%s", parent.Name, first, didYouMean(first, parentNames)))
+		}
+	}
+	return nil
+}
+
+// junctionTable is the table key of a junction's [config] (nil when absent); expected
+// says what it holds, for the error when it is not a table.
+func junctionTable(t *table, key, expected string) (map[string]any, error) {
+	t.use(key)
+	v, ok := t.m[key]
+	if !ok {
+		return nil, nil
+	}
+	m, ok := v.(map[string]any)
+	if !ok {
+		return nil, t.doc.valueError(t.keyPath(key), "expected %s, found %s", expected, tomlTypeName(v))
+	}
+	return m, nil
 }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -117,5 +118,24 @@ func TestJunctionParseCache(t *testing.T) {
 	got, _ = load(true)
 	if !maps.Equal(got, want) {
 		t.Fatalf("after a change to the sub-project: keys through the cache %v, want %v", got, want)
+	}
+}
+
+// An overridden dependency is the parent's element, and enters the key under the name
+// the depending file gives it.
+func TestJunctionOverrideKeys(t *testing.T) {
+	files := junctionFiles()
+	files["elements/base.toml"] += "[config.overrides]\n\"util.toml\" = \"tools.toml\"\n"
+	files["elements/tools.toml"] = "kind = \"manual\"\n[config]\ninstall-commands = [\"echo tools\"]\n"
+	g := mustGraph(t, writeProject(t, files), "app.toml")
+	if _, ok := g.Elements["base.toml:util.toml"]; ok {
+		t.Error("base.toml:util.toml loaded: the override should replace it")
+	}
+	lib := g.Elements["base.toml:lib.toml"]
+	if lib.BuildDeps[0] != g.Elements["tools.toml"] {
+		t.Fatalf("lib.toml's first dependency is %s, want tools.toml", lib.BuildDeps[0].Name)
+	}
+	if in := string(g.KeyInput(lib)); !strings.Contains(in, `"util.toml": "`+g.Elements["tools.toml"].Key+`"`) {
+		t.Errorf("key input names the override's element otherwise than the file does:\n%s", in)
 	}
 }

@@ -29,7 +29,7 @@ var kinds = map[string]*Kind{
 	"import": {Name: "import", ConfigKeys: []string{"source", "target"}},
 	"stack":  {Name: "stack"},
 	// A junction holds another project in its sources (junction.go): it is not built.
-	junctionKind: {Name: junctionKind, ConfigKeys: []string{"options"}},
+	junctionKind: {Name: junctionKind, ConfigKeys: []string{"options", "overrides"}},
 	"compose":    {Name: "compose", ConfigKeys: []string{"include", "exclude"}},
 	"manual":     {Name: "manual", Commands: true, ConfigKeys: commandSteps},
 	"make": {Name: "make", Commands: true, ConfigKeys: commandSteps,

@@ -180,6 +180,12 @@ func writeParsed(w *bincode.Writer, pf *parsedFile) {
 		w.Str(o.File)
 		w.Int(int64(o.Line))
 	}
+	w.Uint(uint64(len(c.Overrides)))
+	for _, o := range c.Overrides {
+		w.Str(o.Name)
+		w.Str(o.As)
+		w.Int(int64(o.Line))
+	}
 }
 
 func readParsed(r *bincode.Reader, pf *parsedFile) {
@@ -231,6 +237,18 @@ func readParsed(r *bincode.Reader, pf *parsedFile) {
 		for i := range c.Options {
 			o := &c.Options[i]
 			o.Name, o.Value, o.File = r.Str(), r.Str(), r.Str()
+			line := r.Int()
+			if line < math.MinInt32 || line > math.MaxInt32 {
+				r.Err = bincode.ErrTruncated
+			}
+			o.Line = int(line)
+		}
+	}
+	if n := r.Count(); n > 0 {
+		c.Overrides = make([]Override, n)
+		for i := range c.Overrides {
+			o := &c.Overrides[i]
+			o.Name, o.As = r.Str(), r.Str()
 			line := r.Int()
 			if line < math.MinInt32 || line > math.MaxInt32 {
 				r.Err = bincode.ErrTruncated
