@@ -87,6 +87,7 @@ type Element struct {
 	keyMemo    *keyMemo          // the key last computed from this version of the file, if any
 	cacheName  string            // its file's name in the parse cache (parseCacheName)
 	named      map[string]string // graph name -> the name its file gives, for dependencies a junction's override resolved
+	depNames   map[string]string // the reverse: the name its file gives -> graph name
 	sourceKeys []string          // unique key per source; "" for a source without a ref
 }
 

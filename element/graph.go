@@ -65,10 +65,15 @@ func LoadCached(p *Project, lock *Lock, targets []string, pc *ParseCache) (*Grap
 	// Every name queued, with the first element that named it (nil for a target), for errors.
 	referrer := make(map[string]*Element, size)
 	frontier := make([]string, 0, len(targets))
+	canon := make([]string, 0, len(targets)) // targets by their graph names (canonical)
 	for _, t := range targets {
 		if err := checkElementName(t); err != nil {
 			return nil, &ProjectError{Msg: err.Error()}
 		}
+		if t, err = g.canonical(t, nil); err != nil {
+			return nil, err
+		}
+		canon = append(canon, t)
 		if _, ok := referrer[t]; !ok {
 			referrer[t] = nil
 			frontier = append(frontier, t)
@@ -100,7 +105,16 @@ func LoadCached(p *Project, lock *Lock, targets []string, pc *ParseCache) (*Grap
 			g.Elements[e.Name] = e
 			for _, list := range [...][]string{e.Depends, e.BuildDepends, e.RuntimeDepends} {
 				for _, d := range list {
-					d = g.resolve(e, d)
+					name := g.resolve(e, d)
+					if strings.Contains(name, ":") { // through junctions: their overrides apply
+						if name, err = g.canonical(name, e); err != nil {
+							return nil, err
+						}
+					}
+					if name != e.qualify(d) {
+						e.overridden(d, name)
+					}
+					d = name
 					if _, ok := referrer[d]; !ok {
 						referrer[d] = e
 						next = append(next, d)
@@ -111,7 +125,7 @@ func LoadCached(p *Project, lock *Lock, targets []string, pc *ParseCache) (*Grap
 		all = append(all, loaded...)
 		frontier = next
 	}
-	for _, t := range targets {
+	for _, t := range canon {
 		g.Targets = append(g.Targets, g.Elements[t])
 	}
 	g.link(all)
@@ -233,14 +247,10 @@ func (g *Graph) link(loaded []*Element) {
 		e.BuildDeps = make([]*Element, 0, len(e.Depends)+len(e.BuildDepends))
 		e.RunDeps = make([]*Element, 0, len(e.Depends)+len(e.RuntimeDepends))
 		dep := func(d string) *Element {
-			name := g.resolve(e, d)
-			if name != e.qualify(d) { // overridden: keyed as e's file names it
-				if e.named == nil {
-					e.named = map[string]string{}
-				}
-				e.named[name] = d
+			if name, ok := e.depNames[d]; ok {
+				return g.Elements[name]
 			}
-			return g.Elements[name]
+			return g.Elements[e.qualify(d)]
 		}
 		for _, d := range e.Depends {
 			de := dep(d)

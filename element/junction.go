@@ -432,6 +432,37 @@ func (g *Graph) resolve(e *Element, d string) string {
 	if c == nil {
 		return e.qualify(d)
 	}
+	c, d = resolveIn(c, d)
+	return c.path + d
+}
+
+// canonical is the graph's name of q, a qualified name (a target, or a dependency name
+// resolve gave): walking its junctions from the top project, the rest of the name after
+// each is resolved in the project that junction holds, whose junction's overrides may
+// send it back to a project holding it. ref named q, for errors.
+func (g *Graph) canonical(q string, ref *Element) (string, error) {
+	named, done := q, 0 // q[:done] is a junction path walked already
+	for range 1000 {
+		i := strings.IndexByte(q[done:], ':')
+		if i < 0 {
+			return q, nil
+		}
+		path := q[:done+i+1]
+		c, err := g.context(path, q, ref)
+		if err != nil {
+			return "", err
+		}
+		to, d := resolveIn(c, q[len(path):])
+		q, done = to.path+d, len(to.path)
+	}
+	return "", &ProjectError{Msg: fmt.Sprintf("resolving %s: the junctions' [config.overrides] send it round in a loop", named),
+		Hint: "an override must name an element that is not overridden back"}
+}
+
+// resolveIn resolves d, a name in the project of c, through the overrides of the
+// junctions holding it: the context whose project d names an element of, and d set to
+// the name there.
+func resolveIn(c *projectContext, d string) (*projectContext, string) {
 	for c.junction != nil {
 		first, rest, nested := strings.Cut(d, ":")
 		i := slices.IndexFunc(c.junction.Config.Overrides, func(o Override) bool { return o.Name == first })
@@ -444,7 +475,7 @@ func (g *Graph) resolve(e *Element, d string) string {
 		}
 		c = c.parent
 	}
-	return c.path + d
+	return c, d
 }
 
 // checkOverrides checks junction j's [config.overrides]: each name is an element (or
@@ -492,4 +523,13 @@ func junctionTable(t *table, key, expected string) (map[string]any, error) {
 		return nil, t.doc.valueError(t.keyPath(key), "expected %s, found %s", expected, tomlTypeName(v))
 	}
 	return m, nil
+}
+
+// overridden records that e's dependency d (as its file names it) is the graph's name
+// name, which a junction's override gave.
+func (e *Element) overridden(d, name string) {
+	if e.named == nil {
+		e.named, e.depNames = map[string]string{}, map[string]string{}
+	}
+	e.named[name], e.depNames[d] = d, name
 }
