@@ -1,6 +1,7 @@
 package actions
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -64,8 +65,12 @@ func (spec *buildSpec) buildDir() string {
 	return filepath.Join(spec.WorkDir, "build")
 }
 
+// project is the project s is an artifact of.
+func (s stagedArtifact) project(spec *buildSpec) string { return cmp.Or(s.Project, spec.Project) }
+
 // stagedArtifact is one dependency artifact to check out into the sysroot.
 type stagedArtifact struct {
+	Project string `json:"project,omitempty"` // the artifact's project, "" for the spec's
 	Element string `json:"element"`
 	Key     string `json:"key"`
 	// Record and Files are the digests of the artifact's record and files tree,
@@ -78,14 +83,28 @@ type stagedArtifact struct {
 	Pending bool `json:"pending,omitempty"`
 }
 
+// projectRoot is the root of the project e belongs to (a junction's sub-project, or the
+// graph's, root), which its local sources are relative to.
+func projectRoot(root string, e *element.Element) string {
+	if own := e.Project(); own != nil {
+		return own.Root
+	}
+	return root
+}
+
 // newBuildSpec prepares the build of e. workDir is a fresh name, or an empty
 // directory, for this build's directory (under the cache's tmp/, so that results can
 // be renamed into the cache); the job makes it (takeWorkDir) and removes it.
 func newBuildSpec(g *element.Graph, e *element.Element, cacheDir, workDir, sandboxKind string, maxJobs int) (*buildSpec, error) {
-	spec := &buildSpec{CacheDir: cacheDir, Project: g.Project.Name, ProjectRoot: g.Project.Root, Element: e.Name,
+	project, name := e.ArtifactName(g.Project.Name) // a sub-project's element: as a direct build of it
+	spec := &buildSpec{CacheDir: cacheDir, Project: project, ProjectRoot: projectRoot(g.Project.Root, e), Element: name,
 		Key: e.Key, Kind: e.Kind.Name, Sandbox: sandboxKind, Sources: e.Sources, WorkDir: workDir, DepKeys: map[string]string{}}
 	for _, d := range g.StageDeps(e) {
-		spec.Stage = append(spec.Stage, stagedArtifact{Element: d.Name, Key: d.Key})
+		project, name := d.ArtifactName(spec.Project)
+		if project == spec.Project {
+			project = ""
+		}
+		spec.Stage = append(spec.Stage, stagedArtifact{Project: project, Element: name, Key: d.Key})
 	}
 	for _, d := range append(append([]*element.Element{}, e.BuildDeps...), e.RunDeps...) {
 		spec.DepKeys[d.Name] = d.Key
@@ -94,7 +113,7 @@ func newBuildSpec(g *element.Graph, e *element.Element, cacheDir, workDir, sandb
 	jobs := strconv.Itoa(max(maxJobs, 1))
 	buildRoot := filepath.Join(workDir, "build")
 	if e.Workspace != "" {
-		base := element.WorkspaceBuildDir(cacheDir, g.Project.Name, e.Name)
+		base := element.WorkspaceBuildDir(cacheDir, spec.Project, spec.Element)
 		spec.Workspace = &workspaceBuild{Dir: e.Workspace, BuildDir: filepath.Join(base, "build"), Manifest: filepath.Join(base, "synced.json")}
 		spec.Sources, buildRoot = nil, spec.Workspace.BuildDir
 	}
@@ -180,7 +199,8 @@ func (*Build) Done(it *queues.Item, _ job.Result) { it.Cached, it.Built = true, 
 // its build made available (the artifact's digests) for their payloads.
 func (b *Build) Available(it *queues.Item, data json.RawMessage) {
 	it.Cached, it.Built = true, true
-	b.staged.Built(b.Graph.Project.Name, it.Element.Name, it.Element.Key, data)
+	project, name := it.Element.ArtifactName(b.Graph.Project.Name)
+	b.staged.Built(project, name, it.Element.Key, data)
 }
 
 func (*Build) Retries() int { return 0 }
@@ -210,12 +230,15 @@ func (b *Build) JobEnded(end queues.JobEnd) error {
 	if end.Action != queues.Build {
 		return nil
 	}
-	project := b.Graph.Project.Name
+	project, name := b.Graph.Project.Name, end.Element
+	if e := b.Graph.Elements[end.Element]; e != nil {
+		project, name = e.ArtifactName(project)
+	}
 	switch end.Result {
 	case queues.ResultSuccess:
-		b.Stats.Observe(project+"/"+end.Element, end.Duration)
+		b.Stats.Observe(project+"/"+name, end.Duration)
 	case queues.ResultTerminated:
-		return dropFailure(b.Cache, project, end.Element, end.Key)
+		return dropFailure(b.Cache, project, name, end.Key)
 	}
 	return nil
 }

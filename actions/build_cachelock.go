@@ -29,7 +29,7 @@ func underLock(ctx context.Context, c *cache.Cache, r *job.Reporter, f func() er
 // recently used artifacts first.
 func touchStaged(c *cache.Cache, spec *buildSpec) {
 	for _, s := range spec.Stage {
-		c.Touch(spec.Project, s.Element, s.Key)
+		c.Touch(s.project(spec), s.Element, s.Key)
 	}
 }
 

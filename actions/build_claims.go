@@ -32,7 +32,8 @@ type buildClaims struct {
 // waits for it.
 func (b *buildClaims) claim(it *queues.Item) queues.Claim {
 	e, again := it.Element, b.retryFailed || it.Retried
-	l, err := b.c.BuildLock(b.project, e.Name, e.Key)
+	project, name := e.ArtifactName(b.project)
+	l, err := b.c.BuildLock(project, name, e.Key)
 	if err != nil {
 		return b.unlocked(err)
 	}
@@ -78,7 +79,8 @@ func (b *buildClaims) wait(l *cache.BuildLock, e *element.Element, stop <-chan s
 // found is then the one to build again. Otherwise the lock is this session's
 // until its build job has ended.
 func (b *buildClaims) found(l *cache.BuildLock, e *element.Element, again bool) queues.Claim {
-	a, err := b.c.Lookup(b.project, e.Name, e.Key)
+	project, name := e.ArtifactName(b.project)
+	a, err := b.c.Lookup(project, name, e.Key)
 	switch {
 	case err != nil:
 		// Absent, or a ref that cannot be read: the build commits a new one.

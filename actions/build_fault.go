@@ -118,7 +118,7 @@ func (spec *buildSpec) checkStagedShell(c *cache.Cache) error {
 	for _, s := range spec.Stage {
 		files := s.Files
 		if files.IsZero() {
-			a, err := c.Lookup(spec.Project, s.Element, s.Key)
+			a, err := c.Lookup(s.project(spec), s.Element, s.Key)
 			if err != nil {
 				return nil // the job reports it while staging
 			}

@@ -59,16 +59,17 @@ func (m *stagedDigests) Fill(c *cache.Cache, spec *buildSpec) {
 	}
 	for i := range spec.Stage {
 		s := &spec.Stage[i]
-		name := stagedName{spec.Project, s.Element, s.Key}
+		name := stagedName{s.project(spec), s.Element, s.Key}
 		known, ok := m.known[name]
 		if !ok {
-			a, err := c.Lookup(spec.Project, s.Element, s.Key)
+			a, err := c.Lookup(name.project, s.Element, s.Key)
 			if err != nil || !a.Success {
 				continue
 			}
 			known = stagedArtifact{Element: s.Element, Key: s.Key, Record: a.Record, Files: a.Files}
 			m.known[name] = known
 		}
+		known.Project = name.project
 		*s = known
 	}
 }
@@ -80,16 +81,16 @@ func lookupDependencies(c *cache.Cache, spec *buildSpec) ([]*cache.Artifact, err
 	deps := make([]*cache.Artifact, 0, len(spec.Stage))
 	for _, s := range spec.Stage {
 		if s.Pending && !s.Files.IsZero() {
-			deps = append(deps, &cache.Artifact{Project: spec.Project, Element: s.Element, Key: s.Key,
+			deps = append(deps, &cache.Artifact{Project: s.project(spec), Element: s.Element, Key: s.Key,
 				Success: true, Files: s.Files})
 			continue
 		}
-		if !s.Record.IsZero() && c.RefersTo(spec.Project, s.Element, s.Key, s.Record) {
-			deps = append(deps, &cache.Artifact{Project: spec.Project, Element: s.Element, Key: s.Key,
+		if !s.Record.IsZero() && c.RefersTo(s.project(spec), s.Element, s.Key, s.Record) {
+			deps = append(deps, &cache.Artifact{Project: s.project(spec), Element: s.Element, Key: s.Key,
 				Success: true, Files: s.Files, Record: s.Record})
 			continue
 		}
-		a, err := c.Lookup(spec.Project, s.Element, s.Key)
+		a, err := c.Lookup(s.project(spec), s.Element, s.Key)
 		if errors.Is(err, cache.ErrNotFound) {
 			return nil, vanishedDependency(c, s.Element, s.Key, err)
 		}

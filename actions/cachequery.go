@@ -32,7 +32,7 @@ func (q CacheQuery) Artifact(project, name, key string) element.ArtifactStatus {
 // (WithArtifacts); it asks the cache again only about others. Read-only once made.
 type KnownArtifacts struct {
 	CacheQuery
-	known map[string]knownArtifact // by element name
+	known map[string]knownArtifact // by project/element, the artifact's names
 }
 
 type knownArtifact struct {
@@ -43,8 +43,10 @@ type knownArtifact struct {
 // WithArtifacts asks the cache about the artifacts of elements (those with a key) all
 // at once, on every CPU, through the project's outcome memo (q's, or opened now): a null
 // build asks about every element of the graph, and each answer is a ref's stat (or a
-// read of the ref, and of the record when the memo does not know it). The error is the
-// memo's, which cannot be saved: a warning.
+// read of the ref, and of the record when the memo does not know it). An element of a
+// junction's sub-project is asked about under its own project and name
+// (Element.ArtifactName), without the memo. The error is the memo's, which cannot be
+// saved: a warning.
 func (q CacheQuery) WithArtifacts(project string, elements []*element.Element) (KnownArtifacts, error) {
 	if q.Memo == nil {
 		q.Memo = q.Cache.OpenOutcomeMemo(project)
@@ -52,7 +54,10 @@ func (q CacheQuery) WithArtifacts(project string, elements []*element.Element) (
 	keyed := slices.DeleteFunc(slices.Clone(elements), func(e *element.Element) bool { return e.Key == "" })
 	statuses := make([]element.ArtifactStatus, len(keyed)) // ArtifactMissing
 	asking := len(keyed)
-	if !q.Cache.HasRefs(project) {
+	if !q.Cache.HasRefs(project) && !slices.ContainsFunc(keyed, func(e *element.Element) bool {
+		p, _ := e.ArtifactName(project)
+		return p != project
+	}) {
 		asking = 0 // a new cache: every artifact is missing
 	}
 	var next atomic.Int64
@@ -60,23 +65,37 @@ func (q CacheQuery) WithArtifacts(project string, elements []*element.Element) (
 	for range min(2*runtime.GOMAXPROCS(0), asking) {
 		wg.Go(func() {
 			for i := int(next.Add(1)) - 1; i < len(keyed); i = int(next.Add(1)) - 1 {
-				statuses[i] = q.Artifact(project, keyed[i].Name, keyed[i].Key)
+				statuses[i] = q.Of(project, keyed[i])
 			}
 		})
 	}
 	wg.Wait()
 	k := KnownArtifacts{CacheQuery: q, known: make(map[string]knownArtifact, len(keyed))}
 	for i, e := range keyed {
-		k.known[e.Name] = knownArtifact{key: e.Key, status: statuses[i]}
+		p, name := e.ArtifactName(project)
+		k.known[p+"/"+name] = knownArtifact{key: e.Key, status: statuses[i]}
 	}
 	return k, q.Memo.Save()
 }
 
+// Of is the state of e's artifact, in a graph of project top: under e's own project and
+// name (Element.ArtifactName).
+func (q CacheQuery) Of(top string, e *element.Element) element.ArtifactStatus {
+	project, name := e.ArtifactName(top)
+	return q.Artifact(project, name, e.Key)
+}
+
 func (k KnownArtifacts) Artifact(project, name, key string) element.ArtifactStatus {
-	if a, ok := k.known[name]; ok && a.key == key {
+	if a, ok := k.known[project+"/"+name]; ok && a.key == key {
 		return a.status
 	}
 	return k.CacheQuery.Artifact(project, name, key)
+}
+
+// Of is CacheQuery.Of, answered from what WithArtifacts asked.
+func (k KnownArtifacts) Of(top string, e *element.Element) element.ArtifactStatus {
+	project, name := e.ArtifactName(top)
+	return k.Artifact(project, name, e.Key)
 }
 
 func (q CacheQuery) SourcesCached(p *element.Project, e *element.Element) bool {

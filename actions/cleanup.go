@@ -1,6 +1,7 @@
 package actions
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -61,7 +62,7 @@ func cleanupJob(ctx context.Context, spec job.Spec, r *job.Reporter) (job.Result
 	r.Status(fmt.Sprintf("removing least recently used artifacts down to %s", units.Bytes(sp.Target)))
 	keep := make(map[cache.ArtifactRef]bool, len(sp.Keep))
 	for _, k := range sp.Keep {
-		keep[cache.ArtifactRef{Project: sp.Project, Element: k.Element, Key: k.Key}] = true
+		keep[cache.ArtifactRef{Project: cmp.Or(k.Project, sp.Project), Element: k.Element, Key: k.Key}] = true
 	}
 	rep, err := c.Cleanup(cache.CleanupOptions{Target: sp.Target, Protect: func(a cache.ArtifactRef) bool { return keep[a] }})
 	if err != nil {

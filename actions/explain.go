@@ -11,7 +11,7 @@ import (
 // current key (gantry explain, gantry build --explain): the comparison is with the most
 // recent artifact of the same element in c.
 func Explain(g *element.Graph, c *cache.Cache, elements []*element.Element) []element.Explanation {
-	h := &artifactHistory{c: c, project: g.Project.Name}
+	h := &artifactHistory{c: c, g: g}
 	var out []element.Explanation
 	for _, e := range elements {
 		x := element.Explanation{Element: e.Name, Key: e.Key}
@@ -20,7 +20,8 @@ func Explain(g *element.Graph, c *cache.Cache, elements []*element.Element) []el
 			out = append(out, x)
 			continue
 		}
-		a, err := c.Lookup(g.Project.Name, e.Name, e.Key)
+		project, name := e.ArtifactName(g.Project.Name)
+		a, err := c.Lookup(project, name, e.Key)
 		switch {
 		case err == nil && a.Success:
 			continue
@@ -34,27 +35,41 @@ func Explain(g *element.Graph, c *cache.Cache, elements []*element.Element) []el
 	return out
 }
 
-// artifactHistory answers explain's questions from the local cache.
+// artifactHistory answers explain's questions from the local cache, about the
+// artifacts of g's elements, each under its own project and name (Element.ArtifactName).
 type artifactHistory struct {
-	c       *cache.Cache
-	project string
-	latest  map[string]*cache.Artifact // element -> its most recent artifact that recorded its inputs
+	c      *cache.Cache
+	g      *element.Graph
+	latest map[string]map[string]*cache.Artifact // project -> element -> its most recent artifact that recorded its inputs
+}
+
+// names are the project and element names of the element g names name.
+func (h *artifactHistory) names(name string) (string, string) {
+	if e := h.g.Elements[name]; e != nil {
+		return e.ArtifactName(h.g.Project.Name)
+	}
+	return h.g.Project.Name, name
 }
 
 func (h *artifactHistory) Latest(name string) (string, *element.Inputs, bool) {
+	project, name := h.names(name)
 	if h.latest == nil {
-		h.latest = map[string]*cache.Artifact{}
-		arts, _ := h.c.List(h.project) // unreadable refs: `cache verify` reports them
+		h.latest = map[string]map[string]*cache.Artifact{}
+	}
+	if h.latest[project] == nil {
+		latest := map[string]*cache.Artifact{}
+		arts, _ := h.c.List(project) // unreadable refs: `cache verify` reports them
 		for _, a := range arts {
 			if a.Inputs == nil {
 				continue
 			}
-			if b := h.latest[a.Element]; b == nil || a.Finished.After(b.Finished) {
-				h.latest[a.Element] = a
+			if b := latest[a.Element]; b == nil || a.Finished.After(b.Finished) {
+				latest[a.Element] = a
 			}
 		}
+		h.latest[project] = latest
 	}
-	a := h.latest[name]
+	a := h.latest[project][name]
 	if a == nil {
 		return "", nil, false
 	}
@@ -63,7 +78,8 @@ func (h *artifactHistory) Latest(name string) (string, *element.Inputs, bool) {
 }
 
 func (h *artifactHistory) At(name, key string) (*element.Inputs, bool) {
-	a, err := h.c.Lookup(h.project, name, key)
+	project, name := h.names(name)
+	a, err := h.c.Lookup(project, name, key)
 	if err != nil {
 		return nil, false
 	}

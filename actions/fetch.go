@@ -91,7 +91,7 @@ type Sources struct {
 
 // Payload is the payload of a fetch or track job for e.
 func (s Sources) Payload(e *element.Element) (json.RawMessage, error) {
-	return json.Marshal(sourcesSpec{CacheDir: s.Cache.Root, ProjectRoot: s.Project.Root, SourcesDir: s.Cache.SourcesDir(), Sources: e.Sources,
+	return json.Marshal(sourcesSpec{CacheDir: s.Cache.Root, ProjectRoot: projectRoot(s.Project.Root, e), SourcesDir: s.Cache.SourcesDir(), Sources: e.Sources,
 		TrackWithMirrors: s.TrackWithMirrors})
 }
 

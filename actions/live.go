@@ -1,6 +1,7 @@
 package actions
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 
@@ -35,7 +36,7 @@ func (l *LiveSession) JobEnv() []string {
 func (l *LiveSession) Need(keys []queues.ArtifactKey) error {
 	refs := make([]cache.ArtifactRef, len(keys))
 	for i, k := range keys {
-		refs[i] = cache.ArtifactRef{Project: l.project, Element: k.Element, Key: k.Key}
+		refs[i] = cache.ArtifactRef{Project: cmp.Or(k.Project, l.project), Element: k.Element, Key: k.Key}
 	}
 	return l.cs.Need(refs)
 }

@@ -182,7 +182,8 @@ func (rs *Remotes) payload(c *cache.Cache, it *queues.Item, push bool) (json.Raw
 	if len(remotes) == 0 && push {
 		return nil, fmt.Errorf("every push remote is down for this session")
 	}
-	ps := pullSpec{CacheDir: c.Root, Project: rs.project, Element: it.Name(), Key: it.Element.Key, Remotes: remotes}
+	project, name := it.Element.ArtifactName(rs.project) // shared with a direct build of its own project
+	ps := pullSpec{CacheDir: c.Root, Project: project, Element: name, Key: it.Element.Key, Remotes: remotes}
 	if push {
 		for _, r := range remotes {
 			if blobs, ok := rs.wrong[it.Element.Key][r.Display()]; ok {

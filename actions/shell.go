@@ -98,7 +98,8 @@ func stageShellTree(ctx context.Context, c *cache.Cache, g *element.Graph, e *el
 	}
 	defer lock.Unlock()
 	for _, d := range g.StageDeps(e) {
-		da, err := c.Lookup(g.Project.Name, d.Name, d.Key)
+		project, name := d.ArtifactName(g.Project.Name)
+		da, err := c.Lookup(project, name, d.Key)
 		if err != nil || !da.Success {
 			return fmt.Errorf("staging %s for the shell: dependency %s is not built: run `gantry build %s` first", e.Name, d.Name, e.Name)
 		}
@@ -113,7 +114,7 @@ func stageShellTree(ctx context.Context, c *cache.Cache, g *element.Graph, e *el
 		t.build = e.Workspace
 		return nil
 	}
-	so := source.StageOptions{ProjectRoot: g.Project.Root, SourcesDir: c.SourcesDir(), BuildRoot: t.build, Log: opts.Log}
+	so := source.StageOptions{ProjectRoot: projectRoot(g.Project.Root, e), SourcesDir: c.SourcesDir(), BuildRoot: t.build, Log: opts.Log}
 	if err := stageSources(ctx, e.Sources, so, nil); err != nil {
 		return fmt.Errorf("staging %s for the shell: %w", e.Name, err)
 	}

@@ -88,7 +88,7 @@ func (sc SourceCheckout) stage(ctx context.Context) (dir string, err error) {
 // stageElement stages e's sources (or its workspace) into dir.
 func (sc SourceCheckout) stageElement(ctx context.Context, e *element.Element, dir string) error {
 	if e.Workspace == "" {
-		so := source.StageOptions{ProjectRoot: sc.ProjectRoot, SourcesDir: sc.Cache.SourcesDir(), BuildRoot: dir, Log: sc.Log}
+		so := source.StageOptions{ProjectRoot: projectRoot(sc.ProjectRoot, e), SourcesDir: sc.Cache.SourcesDir(), BuildRoot: dir, Log: sc.Log}
 		return stageSources(ctx, e.Sources, so, nil)
 	}
 	root, _, err := source.OpenDir(dir, "")

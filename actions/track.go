@@ -54,6 +54,7 @@ type Tracker struct {
 	sourceJobs
 	graph   *element.Graph
 	lock    *element.Lock
+	changed []*element.Lock // the locks a ref changed in, to write
 	changes []RefChange
 	err     error
 }
@@ -65,8 +66,12 @@ func (s Sources) Tracker(g *element.Graph, lock *element.Lock) *Tracker {
 
 func (*Tracker) Action() queues.Action { return queues.Track }
 
-// Status: an element is tracked if one of its sources has a track.
-func (*Tracker) Status(it *queues.Item) (queues.Status, string) {
+// Status: an element is tracked if one of its sources has a track, unless its project
+// is staged from a tar or git junction (its lock is not the user's to write there).
+func (t *Tracker) Status(it *queues.Item) (queues.Status, string) {
+	if _, _, staged := t.lockOf(it.Element); staged {
+		return queues.Skip, "its project is staged from a tar or git junction: track it in that project's repository"
+	}
 	for i := range it.Element.Sources {
 		if it.Element.Sources[i].Trackable() {
 			return queues.Ready, ""
@@ -82,10 +87,14 @@ func (t *Tracker) Done(it *queues.Item, res job.Result) {
 		return
 	}
 	e := it.Element
-	merged, changes := mergeRefs(e, t.lock.Refs(e.Name), refs)
+	lock, name, _ := t.lockOf(e)
+	merged, changes := mergeRefs(e, lock.Refs(name), refs)
 	t.changes = append(t.changes, changes...)
 	if slices.ContainsFunc(merged, func(r string) bool { return r != "" }) {
-		t.lock.Set(e.Name, merged)
+		lock.Set(name, merged)
+	}
+	if len(changes) > 0 && !slices.Contains(t.changed, lock) {
+		t.changed = append(t.changed, lock)
 	}
 	if err := t.graph.SetRefs(e, refs); err != nil && t.err == nil {
 		t.err = fmt.Errorf("%s: keying the tracked sources: %w", e.Name, err)
@@ -113,10 +122,20 @@ func mergeRefs(e *element.Element, locked, tracked []string) (merged []string, c
 	return merged, changes
 }
 
-// Finish writes gantry.lock when a ref changed, and returns the changes.
+// lockOf is the lock e's refs are kept in and e's name there: t's for an element of
+// the graph's project, its own project's for an element of a junction's
+// (element.Graph.LockOf).
+func (t *Tracker) lockOf(e *element.Element) (lock *element.Lock, name string, staged bool) {
+	if t.graph == nil || e.Project() == nil || e.Project() == t.graph.Project {
+		return t.lock, e.Name, false
+	}
+	return t.graph.LockOf(e)
+}
+
+// Finish writes each gantry.lock in which a ref changed, and returns the changes.
 func (t *Tracker) Finish() ([]RefChange, error) {
-	if len(t.changes) > 0 {
-		if err := t.lock.Write(); err != nil {
+	for _, lock := range t.changed {
+		if err := lock.Write(); err != nil {
 			return t.changes, err
 		}
 	}

@@ -72,6 +72,9 @@ const (
 // needed for correctness. It does not open the cache.
 func LoadsDir(root string) string { return filepath.Join(root, loadsDir) }
 
+// SourcesDirOf is the source cache of the cache at root (SourcesDir), without opening it.
+func SourcesDirOf(root string) string { return filepath.Join(root, sourcesDir) }
+
 // Cache is a local cache directory. Its methods are safe for concurrent use,
 // also by several processes sharing the directory.
 type Cache struct {
@@ -166,7 +169,7 @@ func (c *Cache) Made() bool {
 }
 
 // SourcesDir is where fetched sources are kept.
-func (c *Cache) SourcesDir() string { return filepath.Join(c.Root, sourcesDir) }
+func (c *Cache) SourcesDir() string { return SourcesDirOf(c.Root) }
 
 // LogsDir is where build logs are written before they are stored as blobs.
 func (c *Cache) LogsDir() string { return filepath.Join(c.Root, logsDir) }

@@ -31,7 +31,11 @@ func (c *Cache) Outcome(project, element, key string) (found, success bool, err 
 // OutcomeMemoized is Outcome, answered from m (nil: no memo) without reading the record
 // when the ref still names the record m saw, and without reading the ref when m saw it
 // with the identity it has now (one stat instead of an open, two reads and a close).
+// A memo of another project is not used (a junction's sub-project's artifacts are its own).
 func (c *Cache) OutcomeMemoized(m *OutcomeMemo, project, element, key string) (found, success bool, err error) {
+	if m != nil && m.project != project {
+		m = nil
+	}
 	e, memoized := m.get(element, key)
 	if memoized && e.Ref != (fileid.ID{}) {
 		if now, ok := m.refIdentity(element, key); ok && now == e.Ref {

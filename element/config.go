@@ -167,6 +167,29 @@ func DefaultBuilders(cpus int) int { return max(1, min(4, cpus)) }
 // among the builders that run at once, at least 1.
 func DefaultMaxJobs(cpus, builders int) int { return max(1, cpus/max(1, builders)) }
 
+// optionSettingValue is the value of an option setting written in TOML at key: a
+// string, a boolean (a bool option) or a list of strings (a flags option, joined with
+// commas); whether the option takes it is checked when its project is loaded.
+func optionSettingValue(doc *tomlDoc, key string, v any) (string, error) {
+	switch v := v.(type) {
+	case string:
+		return v, nil
+	case bool:
+		return fmt.Sprint(v), nil
+	case []any:
+		flags := make([]string, len(v))
+		for i, f := range v {
+			s, ok := f.(string)
+			if !ok {
+				return "", doc.valueError(key, "expected a list of strings, found %s in it", tomlTypeName(f))
+			}
+			flags[i] = s
+		}
+		return strings.Join(flags, ","), nil
+	}
+	return "", doc.valueError(key, "expected a string, a boolean or a list of strings, found %s", tomlTypeName(v))
+}
+
 // userOptionSettings reads [projects.NAME.options] as settings, each with its line. A
 // value is a string, a boolean (a bool option) or a list of strings (a flags option);
 // whether the project declares the option is checked when the project is loaded.
@@ -176,24 +199,9 @@ func userOptionSettings(doc *tomlDoc, c *UserConfig) (map[string][]OptionSetting
 		opts := c.Projects[project].Options
 		for _, name := range sortedKeys(opts) {
 			key := "projects." + project + ".options." + name
-			var value string
-			switch v := opts[name].(type) {
-			case string:
-				value = v
-			case bool:
-				value = fmt.Sprint(v)
-			case []any:
-				flags := make([]string, len(v))
-				for i, f := range v {
-					s, ok := f.(string)
-					if !ok {
-						return nil, doc.valueError(key, "expected a list of strings, found %s in it", tomlTypeName(f))
-					}
-					flags[i] = s
-				}
-				value = strings.Join(flags, ",")
-			default:
-				return nil, doc.valueError(key, "expected a string, a boolean or a list of strings, found %s", tomlTypeName(v))
+			value, err := optionSettingValue(doc, key, opts[name])
+			if err != nil {
+				return nil, err
 			}
 			if out == nil {
 				out = map[string][]OptionSetting{}

@@ -41,12 +41,15 @@ type Config struct {
 	Target   string              // import: where in the artifact to put them
 	Include  []string            // compose: globs of paths to keep (empty = all)
 	Exclude  []string            // compose: globs of paths to drop
+	Options  []OptionSetting     // junction: the option settings of the project it holds
+	// Overrides (junction): names in the project it holds -> the parent's names for them.
+	Overrides []Override
 }
 
 // Element is one loaded element. After Load its fields are never modified except the
 // graph links and Key, which the graph sets once.
 type Element struct {
-	Name           string // path under element-path: "base/gcc.toml"
+	Name           string // path under element-path: "base/gcc.toml"; in a sub-project, after its junction path: "sdk.toml:base/gcc.toml"
 	File           string // path shown to users: "elements/base/gcc.toml"
 	Kind           *Kind
 	Description    string
@@ -64,6 +67,10 @@ type Element struct {
 	doc       *tomlDoc
 	root, rel string
 	scope     *optionScope // the options its file was read with, for document()
+	// project is the project the element belongs to (a junction's sub-project, or the
+	// graph's), local its name there (Name without the junction path).
+	project *Project
+	local   string
 
 	// Set by the graph.
 	BuildDeps []*Element // depends ∪ build-depends, in declaration order
@@ -72,13 +79,16 @@ type Element struct {
 	NoRef     bool       // some source of this element itself has no ref
 	Workspace string     // the directory of its open workspace, which it builds from; "" for none
 
-	position   int       // index in Graph.Order
-	resolved   *Resolved // config and environment expanded with keyPaths
-	unresolved bool      // resolved left to resolvedConfig (keyMemo)
-	configJSON []byte    // resolved as the key encodes it (encodeConfig)
-	fileID     fileid.ID // the file's identity when it was read (zero when unknown)
-	keyMemo    *keyMemo  // the key last computed from this version of the file, if any
-	sourceKeys []string  // unique key per source; "" for a source without a ref
+	position   int               // index in Graph.Order
+	resolved   *Resolved         // config and environment expanded with keyPaths
+	unresolved bool              // resolved left to resolvedConfig (keyMemo)
+	configJSON []byte            // resolved as the key encodes it (encodeConfig)
+	fileID     fileid.ID         // the file's identity when it was read (zero when unknown)
+	keyMemo    *keyMemo          // the key last computed from this version of the file, if any
+	cacheName  string            // its file's name in the parse cache (parseCacheName)
+	named      map[string]string // graph name -> the name its file gives, for dependencies a junction's override resolved
+	depNames   map[string]string // the reverse: the name its file gives -> graph name
+	sourceKeys []string          // unique key per source; "" for a source without a ref
 }
 
 func (e *Element) String() string { return e.Name }
@@ -116,6 +126,7 @@ type elementDir struct {
 	root   *os.Root
 	prefix string
 	dir    *os.File
+	show   string // the project root as errors show it ("" for the top project's)
 }
 
 // errNoFile is loadElement's answer for an element file that does not exist; the
@@ -126,10 +137,11 @@ var errNoFile = errors.New("no such element file")
 // else parsed (and then remembered). lock supplies refs for sources without one.
 func loadElement(p *Project, dir elementDir, lock *Lock, name string, pc *ParseCache) (*Element, error) {
 	rel := filepath.Join(p.ElementPath, filepath.FromSlash(name))
-	display := filepath.ToSlash(rel)
+	display := filepath.ToSlash(filepath.Join(dir.show, rel))
 	inDir := filepath.Join(dir.prefix, filepath.FromSlash(name))
 	scope := p.optionScope()
-	c, ok := pc.lookup(dir, inDir, display, *scope)
+	cacheName := parseCacheName(dir, p.Root, rel, display)
+	c, ok := pc.lookup(dir, p.Root, inDir, cacheName, *scope)
 	var pf *parsedFile
 	var memo *keyMemo
 	var doc *tomlDoc
@@ -149,11 +161,11 @@ func loadElement(p *Project, dir elementDir, lock *Lock, name string, pc *ParseC
 		if pf, doc, conditional, err = parseElement(data, display, *scope); err != nil {
 			return nil, err
 		}
-		pc.remember(display, id, pf, conditional, *scope, doc.includes)
+		pc.remember(cacheName, id, pf, conditional, *scope, doc.includes)
 	}
-	e := &Element{Name: name, File: display, Description: pf.Description, Pool: pf.Pool,
+	e := &Element{Name: name, local: name, project: p, File: display, Description: pf.Description, Pool: pf.Pool,
 		Depends: pf.Depends, BuildDepends: pf.BuildDepends, RuntimeDepends: pf.RuntimeDepends,
-		root: p.Root, rel: rel, doc: doc, scope: scope, fileID: id, keyMemo: memo}
+		root: p.Root, rel: rel, doc: doc, scope: scope, fileID: id, keyMemo: memo, cacheName: cacheName}
 	e.Kind, _ = LookupKind(pf.Kind) // parseElement checked it
 	if e.Pool != "" {
 		if _, ok := p.Pools[e.Pool]; !ok {
@@ -630,6 +642,13 @@ func parseConfig(doc *tomlDoc, kind *Kind, v any, defined bool) (Config, error) 
 		if c.Target, err = t.str("target"); err != nil {
 			return c, err
 		}
+	case kind.Name == junctionKind:
+		if c.Options, err = junctionOptions(t); err != nil {
+			return c, err
+		}
+		if c.Overrides, err = junctionOverrides(t); err != nil {
+			return c, err
+		}
 	case kind.Name == "compose":
 		if c.Include, _, err = t.strings("include"); err != nil {
 			return c, err
@@ -647,11 +666,17 @@ func parseConfig(doc *tomlDoc, kind *Kind, v any, defined bool) (Config, error) 
 	return c, nil
 }
 
-// Variables returns the element's variables expanded with the given paths.
+// Variables returns the element's variables expanded with the given paths. An element
+// of a sub-project is expanded in its own project (p is then not used), with its name
+// there: its key does not depend on the junction it is reached through.
 func (e *Element) Variables(p *Project, paths Paths) *Variables {
+	name := e.Name
+	if e.project != nil {
+		p, name = e.project, e.local
+	}
 	fixed := map[string]string{
 		"build-root": paths.BuildRoot, "install-root": paths.InstallRoot, "sysroot": paths.Sysroot,
-		"max-jobs": paths.MaxJobs, "element-name": e.Name, "project-name": p.Name,
+		"max-jobs": paths.MaxJobs, "element-name": name, "project-name": p.Name,
 	}
 	return NewVariables(fixed, e.vars)
 }

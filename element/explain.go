@@ -73,7 +73,7 @@ func (g *Graph) Inputs(e *Element) *Inputs {
 		}
 		si := SourceInput{What: s.Describe(), Ref: s.Ref, Key: e.sourceKeys[i]}
 		if s.Kind == source.Local || s.Kind == source.Patch {
-			if p, err := source.ProjectPath(g.Project.Root, s.Path); err == nil {
+			if p, err := source.ProjectPath(e.ownRoot(g), s.Path); err == nil {
 				si.FilesFrom = p
 			}
 		}

@@ -3,7 +3,6 @@ package element
 import (
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -41,6 +40,9 @@ type Graph struct {
 
 	parseCache *ParseCache // where keys computed are remembered (nil for none)
 	keyContext string      // keyContext(Project)
+	// contexts are the projects loaded, by junction path ("" for Project; see
+	// junction.go); made one by one between rounds of parallel loading, read only in them.
+	contexts map[string]*projectContext
 }
 
 // LoadCached reads the targets and everything they depend on, checks the graph for
@@ -52,29 +54,26 @@ func LoadCached(p *Project, lock *Lock, targets []string, pc *ParseCache) (*Grap
 		return nil, &ProjectError{Msg: "no elements given and project.toml has no default-targets",
 			Hint: "name the elements to work on (e.g. `gantry show app.toml`) or add default-targets = [\"app.toml\"] to project.toml"}
 	}
-	root, err := os.OpenRoot(p.Root)
+	dir, err := openElementDir(p, "")
 	if err != nil {
-		return nil, &ProjectError{File: ProjectFile, Msg: fmt.Sprintf("cannot open the project directory %s: %v", p.Root, err)}
-	}
-	defer root.Close()
-	dir := elementDir{root: root, prefix: p.ElementPath}
-	if er, err := root.OpenRoot(p.ElementPath); err == nil {
-		defer er.Close()
-		dir = elementDir{root: er}
-	}
-	if f, err := dir.root.Open("."); err == nil {
-		defer f.Close()
-		dir.dir = f
+		return nil, err
 	}
 	size := pc.size() // the files the last load saw: about as many elements as this one
 	g := &Graph{Project: p, Lock: lock, Elements: make(map[string]*Element, size), parseCache: pc, keyContext: keyContext(p)}
+	g.contexts = map[string]*projectContext{"": {project: p, lock: lock, dir: dir}}
+	defer g.closeContexts()
 	// Every name queued, with the first element that named it (nil for a target), for errors.
 	referrer := make(map[string]*Element, size)
 	frontier := make([]string, 0, len(targets))
+	canon := make([]string, 0, len(targets)) // targets by their graph names (canonical)
 	for _, t := range targets {
 		if err := checkElementName(t); err != nil {
 			return nil, &ProjectError{Msg: err.Error()}
 		}
+		if t, err = g.canonical(t, nil); err != nil {
+			return nil, err
+		}
+		canon = append(canon, t)
 		if _, ok := referrer[t]; !ok {
 			referrer[t] = nil
 			frontier = append(frontier, t)
@@ -82,10 +81,18 @@ func LoadCached(p *Project, lock *Lock, targets []string, pc *ParseCache) (*Grap
 	}
 	var all []*Element // in the order loaded
 	for len(frontier) > 0 {
+		// The projects of this round's names first (junctions load one by one), then
+		// the files in parallel.
+		contexts := make([]*projectContext, len(frontier))
+		for i, name := range frontier {
+			if contexts[i], err = g.contextOf(name, referrer[name]); err != nil {
+				return nil, err
+			}
+		}
 		loaded := make([]*Element, len(frontier))
 		errs := make([]error, len(frontier))
 		eachParallel(len(frontier), 2*runtime.GOMAXPROCS(0), func(i int) {
-			loaded[i], errs[i] = g.loadOne(dir, frontier[i], referrer[frontier[i]], pc)
+			loaded[i], errs[i] = g.loadOne(contexts[i], frontier[i], referrer[frontier[i]])
 		})
 		// Report the first failure in a deterministic order.
 		for _, err := range errs {
@@ -98,6 +105,16 @@ func LoadCached(p *Project, lock *Lock, targets []string, pc *ParseCache) (*Grap
 			g.Elements[e.Name] = e
 			for _, list := range [...][]string{e.Depends, e.BuildDepends, e.RuntimeDepends} {
 				for _, d := range list {
+					name := g.resolve(e, d)
+					if strings.Contains(name, ":") { // through junctions: their overrides apply
+						if name, err = g.canonical(name, e); err != nil {
+							return nil, err
+						}
+					}
+					if name != e.qualify(d) {
+						e.overridden(d, name)
+					}
+					d = name
 					if _, ok := referrer[d]; !ok {
 						referrer[d] = e
 						next = append(next, d)
@@ -108,7 +125,7 @@ func LoadCached(p *Project, lock *Lock, targets []string, pc *ParseCache) (*Grap
 		all = append(all, loaded...)
 		frontier = next
 	}
-	for _, t := range targets {
+	for _, t := range canon {
 		g.Targets = append(g.Targets, g.Elements[t])
 	}
 	g.link(all)
@@ -119,20 +136,26 @@ func LoadCached(p *Project, lock *Lock, targets []string, pc *ParseCache) (*Grap
 	return g, nil
 }
 
-// loadOne loads one element (ref named it, for errors) and the keys of its sources.
-func (g *Graph) loadOne(dir elementDir, name string, ref *Element, pc *ParseCache) (*Element, error) {
-	e, err := loadElement(g.Project, dir, g.Lock, name, pc)
+// loadOne loads one element of the project c (ref named it, for errors) and the keys
+// of its sources.
+func (g *Graph) loadOne(c *projectContext, name string, ref *Element) (*Element, error) {
+	local := name[len(c.path):]
+	e, err := loadElement(c.project, c.dir, c.lock, local, g.parseCache)
 	if errors.Is(err, errNoFile) {
-		return nil, g.missing(name, ref)
+		return nil, g.missing(c, name, ref)
 	}
 	if err != nil {
 		return nil, err
 	}
+	if e.Kind.Name == junctionKind {
+		return nil, g.dependsOnJunction(e, name, ref)
+	}
+	e.Name, e.local, e.project = name, local, c.project
 	// Resolved now, unless its key memo says it would resolve without error: then only
 	// if asked for (resolvedConfig).
-	e.unresolved = e.keyMemo != nil && e.keyMemo.Context == g.keyContext
+	e.unresolved = e.keyMemo != nil && e.keyMemo.Context == g.keyContextOf(e)
 	if !e.unresolved {
-		vars := e.Variables(g.Project, keyPaths())
+		vars := e.Variables(e.project, keyPaths())
 		if err := e.checkVariables(vars); err != nil {
 			return nil, err
 		}
@@ -153,7 +176,7 @@ func (g *Graph) loadOne(dir elementDir, name string, ref *Element, pc *ParseCach
 // keySources computes the unique key of each of e's sources that has a ref, and
 // whether one lacks a ref (NoRef).
 func (g *Graph) keySources(e *Element) error {
-	if dir, ok := g.Project.Workspaces[e.Name]; ok {
+	if dir, ok := e.project.Workspaces[e.local]; ok {
 		return g.keyWorkspace(e, dir)
 	}
 	e.sourceKeys = make([]string, len(e.Sources))
@@ -164,7 +187,7 @@ func (g *Graph) keySources(e *Element) error {
 			e.NoRef = true
 			continue
 		}
-		k, err := s.UniqueKey(g.Project.Root)
+		k, err := s.UniqueKey(e.project.Root)
 		if err != nil {
 			return &ProjectError{File: e.File, Line: e.document().lineOf(fmt.Sprintf("sources[%d]", i)), Msg: fmt.Sprintf("source %d (%s): %v", i+1, s.Describe(), err)}
 		}
@@ -190,9 +213,12 @@ func (g *Graph) SetRefs(e *Element, refs []string) error {
 	return err
 }
 
-func (g *Graph) missing(name string, ref *Element) error {
-	display := filepath.ToSlash(filepath.Join(g.Project.ElementPath, name))
-	all, _ := g.Project.ElementNames()
+func (g *Graph) missing(c *projectContext, name string, ref *Element) error {
+	display := filepath.ToSlash(filepath.Join(c.dir.show, c.project.ElementPath, name[len(c.path):]))
+	all, _ := c.project.ElementNames()
+	for i := range all {
+		all[i] = c.path + all[i]
+	}
 	if ref == nil {
 		return &ProjectError{Msg: fmt.Sprintf("element %s not found: %s does not exist%s", name, display, didYouMean(name, all))}
 	}
@@ -201,7 +227,9 @@ func (g *Graph) missing(name string, ref *Element) error {
 		Msg: fmt.Sprintf("depends on %s, which does not exist (no file %s)%s", name, display, didYouMean(name, all))}
 }
 
+// dependsKeyOf is the key of e's file that names dep (qualified).
 func dependsKeyOf(e *Element, dep string) string {
+	dep = e.unqualify(dep)
 	switch {
 	case slices.Contains(e.BuildDepends, dep):
 		return "build-depends"
@@ -218,15 +246,22 @@ func (g *Graph) link(loaded []*Element) {
 		e := loaded[i]
 		e.BuildDeps = make([]*Element, 0, len(e.Depends)+len(e.BuildDepends))
 		e.RunDeps = make([]*Element, 0, len(e.Depends)+len(e.RuntimeDepends))
+		dep := func(d string) *Element {
+			if name, ok := e.depNames[d]; ok {
+				return g.Elements[name]
+			}
+			return g.Elements[e.qualify(d)]
+		}
 		for _, d := range e.Depends {
-			e.BuildDeps = append(e.BuildDeps, g.Elements[d])
-			e.RunDeps = append(e.RunDeps, g.Elements[d])
+			de := dep(d)
+			e.BuildDeps = append(e.BuildDeps, de)
+			e.RunDeps = append(e.RunDeps, de)
 		}
 		for _, d := range e.BuildDepends {
-			e.BuildDeps = append(e.BuildDeps, g.Elements[d])
+			e.BuildDeps = append(e.BuildDeps, dep(d))
 		}
 		for _, d := range e.RuntimeDepends {
-			e.RunDeps = append(e.RunDeps, g.Elements[d])
+			e.RunDeps = append(e.RunDeps, dep(d))
 		}
 	})
 }

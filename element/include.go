@@ -344,7 +344,7 @@ func mergeConfig(doc *tomlDoc, path string, base, over map[string]any, kind *Kin
 	}
 	for _, k := range slices.Sorted(maps.Keys(over)) {
 		v := over[k]
-		if c, ok := v.(map[string]any); ok {
+		if c, ok := v.(map[string]any); ok && kind.Name != junctionKind { // a junction's [config.options] is a table, not a list
 			var err error
 			if v, err = composeList(doc, path+"."+k, c, out[k], kind.DefaultCommands[k]); err != nil {
 				return nil, err
@@ -370,8 +370,8 @@ var kindDefaultKeys = []string{"variables", "environment", "config"}
 func checkKindDefaults(doc *tomlDoc, kinds map[string]map[string]any) error {
 	for _, name := range slices.Sorted(maps.Keys(kinds)) {
 		kind, ok := LookupKind(name)
-		if !ok {
-			return doc.keyError("kinds."+name, name, kindNames())
+		if !ok || name == junctionKind {
+			return doc.keyError("kinds."+name, name, slices.DeleteFunc(kindNames(), func(k string) bool { return k == junctionKind }))
 		}
 		m := kinds[name]
 		for _, k := range slices.Sorted(maps.Keys(m)) {

@@ -102,7 +102,8 @@ func (g *Graph) ComputeKey(e *Element) {
 		}
 	}
 	var inputs string
-	if g.parseCache != nil {
+	memo := g.parseCache != nil
+	if memo {
 		if inputs = g.keyInputs(e); g.reuseKey(e, inputs) {
 			return
 		}
@@ -110,10 +111,10 @@ func (g *Graph) ComputeKey(e *Element) {
 	if e.configJSON == nil {
 		e.encodeConfig(g)
 	}
-	data := appendKeyInput(make([]byte, 0, 256+len(e.configJSON)), e.Kind.Name, g.sandboxClass(e), e.configJSON, e.sourceKeys, e.BuildDeps, e.RunDeps)
+	data := appendKeyInput(make([]byte, 0, 256+len(e.configJSON)), e.Kind.Name, g.sandboxClass(e), e.configJSON, e.sourceKeys, e.unqualify, e.BuildDeps, e.RunDeps)
 	sum := sha256.Sum256(data)
 	e.Key = hex.EncodeToString(sum[:])
-	if g.parseCache != nil {
+	if memo {
 		g.rememberKey(e, inputs)
 	}
 }
@@ -140,7 +141,7 @@ func (g *Graph) KeyInput(e *Element) []byte {
 	deps := func(list []*Element) map[string]string {
 		m := map[string]string{}
 		for _, d := range list {
-			m[d.Name] = d.Key
+			m[e.unqualify(d.Name)] = d.Key
 		}
 		return m
 	}
@@ -154,7 +155,9 @@ func (g *Graph) KeyInput(e *Element) []byte {
 // in order, maps with sorted keys, nil slices as null), with the config already encoded:
 // reflection over the struct and its maps, and the re-scan of the raw config, were
 // most of ComputeKey's time. TestKeyInputEncoding holds it to json.Marshal's bytes.
-func appendKeyInput(b []byte, kind, sandbox string, config []byte, sources []string, buildDeps, runDeps []*Element) []byte {
+// Dependencies are named as name gives them: in the depending element's own project
+// (Element.unqualify), so that no key says which junction its project was reached by.
+func appendKeyInput(b []byte, kind, sandbox string, config []byte, sources []string, name func(string) string, buildDeps, runDeps []*Element) []byte {
 	b = append(b, `{"v":`...)
 	b = strconv.AppendInt(b, keyVersion, 10)
 	b = append(b, `,"kind":`...)
@@ -179,15 +182,17 @@ func appendKeyInput(b []byte, kind, sandbox string, config []byte, sources []str
 		b = append(b, ']')
 	}
 	b = append(b, `,"build-deps":`...)
-	b = appendDepKeys(b, buildDeps)
+	b = appendDepKeys(b, name, buildDeps)
 	b = append(b, `,"run-deps":`...)
-	b = appendDepKeys(b, runDeps)
+	b = appendDepKeys(b, name, runDeps)
 	return append(b, '}')
 }
 
-// appendDepKeys appends deps as a JSON object of name to key, names sorted and each
-// once, as encoding/json writes a map.
-func appendDepKeys(b []byte, deps []*Element) []byte {
+// appendDepKeys appends deps as a JSON object of name(d.Name) to key, names sorted and
+// each once, as encoding/json writes a map. name only removes a prefix that all of deps
+// share (an element's dependencies are all in its own project, or deeper), so the order
+// of the names is that of the qualified names.
+func appendDepKeys(b []byte, name func(string) string, deps []*Element) []byte {
 	sorted := deps
 	if !slices.IsSortedFunc(deps, byName) {
 		sorted = slices.SortedFunc(slices.Values(deps), byName)
@@ -200,7 +205,7 @@ func appendDepKeys(b []byte, deps []*Element) []byte {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = appendJSONString(b, d.Name)
+		b = appendJSONString(b, name(d.Name))
 		b = append(b, ':')
 		b = appendJSONString(b, d.Key)
 	}

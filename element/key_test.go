@@ -294,7 +294,7 @@ func TestKeyInputEncoding(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := appendKeyInput(nil, name, sandbox, configJSON, sources, deps, deps[:i%2])
+			got := appendKeyInput(nil, name, sandbox, configJSON, sources, func(n string) string { return n }, deps, deps[:i%2])
 			if string(got) != string(want) {
 				t.Errorf("name %q, sources %#v:\n got %s\nwant %s", name, sources, got, want)
 			}

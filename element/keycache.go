@@ -58,7 +58,7 @@ func keyContext(p *Project) string {
 func (g *Graph) keyInputs(e *Element) string {
 	var buf [1024]byte // on the stack: most elements' inputs fit
 	b := buf[:0]
-	b = append(b, g.keyContext...)
+	b = append(b, g.keyContextOf(e)...)
 	b = binary.AppendUvarint(b, uint64(len(e.sourceKeys)))
 	for _, k := range e.sourceKeys {
 		b = binary.AppendUvarint(b, uint64(len(k)))
@@ -88,6 +88,6 @@ func (g *Graph) reuseKey(e *Element, inputs string) bool {
 
 // rememberKey keeps e's key, just computed from inputs, with its file's parse.
 func (g *Graph) rememberKey(e *Element, inputs string) {
-	e.keyMemo = &keyMemo{Inputs: inputs, Key: e.Key, Context: g.keyContext}
-	g.parseCache.rememberKey(e.File, e.fileID, e.keyMemo)
+	e.keyMemo = &keyMemo{Inputs: inputs, Key: e.Key, Context: g.keyContextOf(e)}
+	g.parseCache.rememberKey(e.cacheName, e.fileID, e.keyMemo)
 }

@@ -26,10 +26,12 @@ var commandSteps = []string{"configure-commands", "build-commands", "install-com
 var makeInstall = []string{`make -j1 DESTDIR="%{install-root}" install`}
 
 var kinds = map[string]*Kind{
-	"import":  {Name: "import", ConfigKeys: []string{"source", "target"}},
-	"stack":   {Name: "stack"},
-	"compose": {Name: "compose", ConfigKeys: []string{"include", "exclude"}},
-	"manual":  {Name: "manual", Commands: true, ConfigKeys: commandSteps},
+	"import": {Name: "import", ConfigKeys: []string{"source", "target"}},
+	"stack":  {Name: "stack"},
+	// A junction holds another project in its sources (junction.go): it is not built.
+	junctionKind: {Name: junctionKind, ConfigKeys: []string{"options", "overrides"}},
+	"compose":    {Name: "compose", ConfigKeys: []string{"include", "exclude"}},
+	"manual":     {Name: "manual", Commands: true, ConfigKeys: commandSteps},
 	"make": {Name: "make", Commands: true, ConfigKeys: commandSteps,
 		Variables: map[string]string{"make-args": "-j%{max-jobs}"},
 		DefaultCommands: map[string][]string{

@@ -89,7 +89,7 @@ func newCachedFile(id fileid.ID, pf *parsedFile, key keyMemo, options, kinds str
 
 // parseCacheVersion changes whenever parsedFile or the checks parseElement makes change
 // in a way a gantry build stamp would not show.
-const parseCacheVersion = 8
+const parseCacheVersion = 9
 
 // OpenParseCache opens the parse cache of the project at root, kept under dir (the
 // gantry cache's loads/). A missing, damaged or foreign cache file is an empty cache.
@@ -148,12 +148,25 @@ func identify(dir elementDir, path string) (fileid.ID, bool) {
 	return fileid.FromInfo(fi)
 }
 
+// parseCacheName is the name the parse cache remembers the element file rel (under the
+// project's root) as: as errors show it (display) for the top project's (dir.show ""),
+// by its absolute path for a junction's sub-project's, so that no two projects' files
+// share a name (a sub-project's files are not under the top project's root).
+func parseCacheName(dir elementDir, root, rel, display string) string {
+	if dir.show == "" {
+		return display
+	}
+	if abs, err := filepath.Abs(filepath.Join(root, rel)); err == nil {
+		return filepath.ToSlash(abs)
+	}
+	return display
+}
+
 // lookup returns what is remembered of the file at path under dir, remembered as name,
-// when the file's identity is unchanged, its kind's defaults are those of scope and, if
-// its parse read options, it was parsed with scope's values. A file it does not
-// remember is not stat'ed: reading it takes its identity (readElementFile). A nil cache
-// remembers nothing.
-func (pc *ParseCache) lookup(dir elementDir, path, name string, scope optionScope) (*cachedFile, bool) {
+// when the file's identity is unchanged and, if its parse read options, it was parsed
+// with scope's values; the files it included are under root, its project's root. A file it does not remember is not stat'ed:
+// reading it takes its identity (readElementFile). A nil cache remembers nothing.
+func (pc *ParseCache) lookup(dir elementDir, root, path, name string, scope optionScope) (*cachedFile, bool) {
 	if pc == nil {
 		return nil, false
 	}
@@ -171,7 +184,7 @@ func (pc *ParseCache) lookup(dir elementDir, path, name string, scope optionScop
 		return nil, false
 	}
 	for _, inc := range c.Includes {
-		if id, ok := pc.includedID(inc.Name); !ok || id != inc.ID {
+		if id, ok := pc.includedID(root, inc.Name); !ok || id != inc.ID {
 			return nil, false
 		}
 	}
@@ -185,14 +198,15 @@ type includeStat struct {
 	ok bool
 }
 
-// includedID is the identity of the included file name (a path from the project root),
+// includedID is the identity of the included file name (a path from root, its project's root),
 // stat'ed once per load: a ParseCache serves one load.
-func (pc *ParseCache) includedID(name string) (fileid.ID, bool) {
-	if s, ok := pc.included.Load(name); ok {
+func (pc *ParseCache) includedID(root, name string) (fileid.ID, bool) {
+	path := filepath.Join(root, filepath.FromSlash(name))
+	if s, ok := pc.included.Load(path); ok {
 		return s.(includeStat).id, s.(includeStat).ok
 	}
-	id, ok := fileid.Stat(filepath.Join(pc.root, filepath.FromSlash(name)))
-	pc.included.Store(name, includeStat{id, ok})
+	id, ok := fileid.Stat(path)
+	pc.included.Store(path, includeStat{id, ok})
 	return id, ok
 }
 
@@ -287,7 +301,11 @@ func (pc *ParseCache) keeps(rel string, c *cachedFile, now int64) bool {
 		}
 	}
 	if !c.seen.Load() {
-		if now, ok := fileid.Stat(filepath.Join(pc.root, filepath.FromSlash(rel))); !ok || now != id {
+		path := filepath.FromSlash(rel)
+		if !filepath.IsAbs(path) { // a sub-project's file is named by its absolute path
+			path = filepath.Join(pc.root, path)
+		}
+		if now, ok := fileid.Stat(path); !ok || now != id {
 			return false
 		}
 	}

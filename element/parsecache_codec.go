@@ -175,6 +175,19 @@ func writeParsed(w *bincode.Writer, pf *parsedFile) {
 	w.Str(c.Target)
 	w.Strs(c.Include)
 	w.Strs(c.Exclude)
+	w.Uint(uint64(len(c.Options)))
+	for _, o := range c.Options {
+		w.Str(o.Name)
+		w.Str(o.Value)
+		w.Str(o.File)
+		w.Int(int64(o.Line))
+	}
+	w.Uint(uint64(len(c.Overrides)))
+	for _, o := range c.Overrides {
+		w.Str(o.Name)
+		w.Str(o.As)
+		w.Int(int64(o.Line))
+	}
 }
 
 func readParsed(r *bincode.Reader, pf *parsedFile) {
@@ -221,4 +234,28 @@ func readParsed(r *bincode.Reader, pf *parsedFile) {
 	c.Target = r.Str()
 	c.Include = r.Strs()
 	c.Exclude = r.Strs()
+	if n := r.Count(); n > 0 {
+		c.Options = make([]OptionSetting, n)
+		for i := range c.Options {
+			o := &c.Options[i]
+			o.Name, o.Value, o.File = r.Str(), r.Str(), r.Str()
+			line := r.Int()
+			if line < math.MinInt32 || line > math.MaxInt32 {
+				r.Err = bincode.ErrTruncated
+			}
+			o.Line = int(line)
+		}
+	}
+	if n := r.Count(); n > 0 {
+		c.Overrides = make([]Override, n)
+		for i := range c.Overrides {
+			o := &c.Overrides[i]
+			o.Name, o.As = r.Str(), r.Str()
+			line := r.Int()
+			if line < math.MinInt32 || line > math.MaxInt32 {
+				r.Err = bincode.ErrTruncated
+			}
+			o.Line = int(line)
+		}
+	}
 }

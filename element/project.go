@@ -43,6 +43,9 @@ type Project struct {
 	// Hermetic is set by the command, not the file (--sandbox bwrap): the commands of
 	// every element run in the bwrap sandbox, and their keys say so (sandboxClass).
 	Hermetic bool `toml:"-"`
+	// SourcesDir is the source cache, set by the command: tar and git junctions are
+	// fetched into it and staged under it (junction.go). Not in any key.
+	SourcesDir string `toml:"-" json:"-"`
 	// Workspaces maps an element to the directory of its open workspace (from
 	// WorkspacesFile).
 	Workspaces map[string]string `toml:"-"`
@@ -225,9 +228,20 @@ func (p *Project) ElementNames() ([]string, error) {
 	return names, nil
 }
 
-// checkElementName rejects names that are absolute, escape the element directory, or are
-// not .toml files.
+// checkElementName checks an element name: each part of JUNCTION:...:ELEMENT, by
+// checkElementPart.
 func checkElementName(name string) error {
+	for part := range strings.SplitSeq(name, ":") {
+		if err := checkElementPart(part); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkElementPart rejects names that are absolute, escape the element directory, or are
+// not .toml files.
+func checkElementPart(name string) error {
 	switch {
 	case name == "":
 		return fmt.Errorf("empty element name")

@@ -41,7 +41,8 @@ func (g *Graph) States(elements []*Element, q CacheQuery) []State {
 		if s == unknown {
 			s = ArtifactMissing
 			if e.Key != "" {
-				s = q.Artifact(g.Project.Name, e.Name, e.Key)
+				project, name := e.ArtifactName(g.Project.Name)
+				s = q.Artifact(project, name, e.Key)
 			}
 			artifacts[e.position] = s
 		}

@@ -30,8 +30,10 @@ type CleanupConfig struct {
 	Payload func(keep []ArtifactKey) (json.RawMessage, error)
 }
 
-// ArtifactKey names an artifact of the session's project.
+// ArtifactKey names an artifact: of Project, the element's own ("" for the session's
+// project; a junction's sub-project's otherwise).
 type ArtifactKey struct {
+	Project string `json:"project,omitempty"`
 	Element string `json:"element"`
 	Key     string `json:"key"`
 }
@@ -138,7 +140,8 @@ func (s *Scheduler) keep() []ArtifactKey {
 	add := func(it *Item) {
 		if !seen[it] && it.Element.Key != "" {
 			seen[it] = true
-			keep = append(keep, ArtifactKey{Element: it.Name(), Key: it.Element.Key})
+			project, name := it.Element.ArtifactName("")
+			keep = append(keep, ArtifactKey{Project: project, Element: name, Key: it.Element.Key})
 		}
 	}
 	for _, it := range s.cfg.Items {

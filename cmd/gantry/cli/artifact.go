@@ -54,10 +54,11 @@ func (s *session) artifactOf(c *cache.Cache, name string) (*element.Graph, *elem
 	if e.Key == "" {
 		return g, e, nil, fmt.Errorf("%s has no cache key (a source has no ref): run `gantry track %s`", e.Name, e.Name)
 	}
-	a, err := c.Lookup(s.project.Name, e.Name, e.Key)
+	project, own := e.ArtifactName(s.project.Name)
+	a, err := c.Lookup(project, own, e.Key)
 	if errors.Is(err, cache.ErrNotFound) && !s.project.Hermetic {
 		if hg, herr := s.hermeticGraph([]string{name}); herr == nil && hg.Targets[0].Key != "" {
-			if ha, herr := c.Lookup(s.project.Name, e.Name, hg.Targets[0].Key); herr == nil {
+			if ha, herr := c.Lookup(project, own, hg.Targets[0].Key); herr == nil {
 				return hg, hg.Targets[0], ha, nil // built only with --sandbox bwrap (see hermeticGraph)
 			}
 		}
@@ -134,12 +135,13 @@ func runArtifactCheckout(opts *artifactCheckoutOptions) error {
 	if d != element.DepsNone {
 		arts = arts[:0]
 		for _, el := range arg.graph.Select([]*element.Element{arg.current}, d) {
-			da, err := c.Lookup(s.project.Name, el.Name, el.Key)
+			project, name := el.ArtifactName(s.project.Name)
+			da, err := c.Lookup(project, name, el.Key)
 			if err != nil {
-				return fmt.Errorf("checking out %s: dependency %s is not cached: run `gantry build --deps %s %s`", arg.ref.Element, el.Name, d, arg.ref.Element)
+				return fmt.Errorf("checking out %s: dependency %s is not cached: run `gantry build --deps %s %s`", arg.current.Name, el.Name, d, arg.current.Name)
 			}
 			if !da.Success && el != arg.current {
-				return fmt.Errorf("checking out %s: the cached build of %s failed: see `gantry artifact log %s`", arg.ref.Element, el.Name, el.Name)
+				return fmt.Errorf("checking out %s: the cached build of %s failed: see `gantry artifact log %s`", arg.current.Name, el.Name, el.Name)
 			}
 			arts = append(arts, da)
 		}

@@ -95,16 +95,17 @@ func (s *session) artifactArgs(c *cache.Cache, args []string, deps element.Deps)
 		if e.Key == "" {
 			return nil, fmt.Errorf("%s has no cache key (a source has no ref): run `gantry track %s`", e.Name, e.Name)
 		}
-		arg := artifactArg{ref: cache.ArtifactRef{Project: s.project.Name, Element: e.Name, Key: e.Key}, current: e, graph: g}
-		if found, _, _ := c.Outcome(s.project.Name, e.Name, e.Key); !found && !s.project.Hermetic {
+		project, name := e.ArtifactName(s.project.Name)
+		arg := artifactArg{ref: cache.ArtifactRef{Project: project, Element: name, Key: e.Key}, current: e, graph: g}
+		if found, _, _ := c.Outcome(project, name, e.Key); !found && !s.project.Hermetic {
 			if hermetic == nil {
 				if hermetic, err = s.hermeticGraph(names); err != nil {
 					return nil, err
 				}
 			}
 			if h := hermetic.Elements[e.Name]; h != nil && h.Key != "" {
-				if found, _, _ := c.Outcome(s.project.Name, h.Name, h.Key); found {
-					arg = artifactArg{ref: cache.ArtifactRef{Project: s.project.Name, Element: h.Name, Key: h.Key}, current: h, graph: hermetic}
+				if found, _, _ := c.Outcome(project, name, h.Key); found {
+					arg = artifactArg{ref: cache.ArtifactRef{Project: project, Element: name, Key: h.Key}, current: h, graph: hermetic}
 				}
 			}
 		}

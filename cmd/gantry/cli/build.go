@@ -174,10 +174,11 @@ func runBuild(opts *buildOptions) error {
 		opts.ios.Message("warning", err.Error()+" (planning is slower next time; nothing else is affected)")
 	}
 	planOpts := queues.PlanOptions{
-		Artifact:    func(e *element.Element) element.ArtifactStatus { return q.Artifact(g.Project.Name, e.Name, e.Key) },
+		Artifact:    func(e *element.Element) element.ArtifactStatus { return q.Of(g.Project.Name, e) },
 		RetryFailed: opts.retryFailed,
 		Estimate: func(e *element.Element) (time.Duration, bool) {
-			d, ok := stats.Durations[g.Project.Name+"/"+e.Name]
+			project, name := e.ArtifactName(g.Project.Name)
+			d, ok := stats.Durations[project+"/"+name]
 			return d, ok
 		},
 	}

@@ -5,11 +5,13 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/gantry-build/gantry/element"
 )
 
 // Shell completion (`gantry completion bash|zsh|fish`): cobra completes the
-// subcommands and flags; element arguments complete to the project's element names,
-// --remote to the configured remotes' URLs.
+// subcommands and flags; element arguments complete to the project's element names
+// (after JUNCTION:, to the names of the project the junction holds), --remote to the configured remotes' URLs.
 
 // completeElementArgs gives every command whose usage names an ELEMENT a completion
 // of element names: each argument for "[ELEMENT...]" and "GLOB...", the first one
@@ -43,6 +45,9 @@ func (o *globalOptions) elementNamesWithPrefix(prefix string) []string {
 		return nil
 	}
 	all, err := s.project.ElementNames()
+	if i := strings.LastIndexByte(prefix, ':'); i >= 0 { // JUNCTION:ELEMENT
+		all, err = element.ElementNamesThrough(s.project, s.lock, prefix[:i+1])
+	}
 	if err != nil {
 		return nil
 	}

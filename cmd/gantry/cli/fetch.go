@@ -52,7 +52,7 @@ func runFetch(opts *fetchOptions) error {
 	var items []*queues.Item
 	if opts.deps == "plan" {
 		items, err = queues.Plan(g, g.Targets, queues.PlanOptions{
-			Artifact: func(e *element.Element) element.ArtifactStatus { return q.Artifact(g.Project.Name, e.Name, e.Key) },
+			Artifact: func(e *element.Element) element.ArtifactStatus { return q.Of(g.Project.Name, e) },
 		})
 		if err != nil {
 			return err

@@ -105,7 +105,7 @@ func runTransfer(opts *transferOptions) error {
 		if err := queues.MissingRef(e); err != nil {
 			return err
 		}
-		cached := q.Artifact(g.Project.Name, e.Name, e.Key) == element.ArtifactSuccess
+		cached := q.Of(g.Project.Name, e) == element.ArtifactSuccess
 		items = append(items, &queues.Item{Element: e, Cached: cached})
 	}
 	var queue queues.Queue = rs.PullQueue(c, false)

@@ -247,6 +247,7 @@ func (s *session) loadGraphUnsaved(args []string) (*element.Graph, func() error,
 	}
 	root := s.cacheRoot()
 	pc := element.OpenParseCache(cache.LoadsDir(root), s.project.Root)
+	s.project.SourcesDir = cache.SourcesDirOf(root) // where tar and git junctions are fetched
 	g, err := element.LoadCached(s.project, s.lock, targets, pc)
 	if err != nil {
 		return nil, nil, err

@@ -55,6 +55,12 @@ func runTrack(opts *trackOptions) error {
 		return err
 	}
 	s, g, c, display, limits, onErr := p.session, p.graph, p.cache, p.display, p.limits, p.onError
+	for _, t := range g.Targets {
+		if _, _, staged := g.LockOf(t); staged {
+			return &element.ProjectError{Msg: fmt.Sprintf("cannot track %s: its project is staged from a tar or git junction, whose gantry.lock is a copy", t.Name),
+				Hint: "track it in that project's own repository, then give the junction the new version"}
+		}
+	}
 	summary, changes, err := s.trackSession(display, c, g, g.Select(g.Targets, deps), limits, onErr)
 	if err != nil {
 		return err

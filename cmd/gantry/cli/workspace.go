@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -200,6 +201,9 @@ func runWorkspaceOpen(ctx context.Context, opts *workspaceOpenOptions) error {
 		return err
 	}
 	name := st.s.elementArg(arg)
+	if i := strings.LastIndexByte(name, ':'); i >= 0 {
+		return usagef("%s is an element of the project junction %s holds: open its workspace in that project (`gantry -C DIR workspace open %s`, DIR the junction's local source), which a build through the junction then uses", name, name[:i], name[i+1:])
+	}
 	if i := st.find(name); i >= 0 {
 		return usagef("%s already has a workspace, in %s (`gantry workspace close %s` closes it)", name, st.ws[i].Directory, name)
 	}
