@@ -336,7 +336,9 @@ func mergeLayer(base, over map[string]any, doc *tomlDoc, kind *Kind) (map[string
 
 // mergeConfig is the config table over (written at path in doc) layered on base, key
 // by key, over winning: a list over writes { prepend, append } composes with base's,
-// else with the kind's default (composeList).
+// else with the kind's default (composeList). A junction's config holds tables
+// ([config.options], [config.overrides]), merged a level deeper: an [[if]] block that
+// sets one option keeps the others.
 func mergeConfig(doc *tomlDoc, path string, base, over map[string]any, kind *Kind) (map[string]any, error) {
 	out := maps.Clone(base)
 	if out == nil {
@@ -344,7 +346,15 @@ func mergeConfig(doc *tomlDoc, path string, base, over map[string]any, kind *Kin
 	}
 	for _, k := range slices.Sorted(maps.Keys(over)) {
 		v := over[k]
-		if c, ok := v.(map[string]any); ok && kind.Name != junctionKind { // a junction's [config.options] is a table, not a list
+		if kind.Name == junctionKind {
+			if c, ok := v.(map[string]any); ok {
+				if b, ok := out[k].(map[string]any); ok {
+					m := maps.Clone(b)
+					maps.Copy(m, c)
+					v = m
+				}
+			}
+		} else if c, ok := v.(map[string]any); ok {
 			var err error
 			if v, err = composeList(doc, path+"."+k, c, out[k], kind.DefaultCommands[k]); err != nil {
 				return nil, err

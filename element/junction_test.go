@@ -139,3 +139,32 @@ func TestJunctionOverrideKeys(t *testing.T) {
 		t.Errorf("key input names the override's element otherwise than the file does:\n%s", in)
 	}
 }
+
+// A junction's [config.options] layered by [[if]] blocks merge option by option: a
+// block setting one option keeps the others the file set, so a parent passes each of
+// its options on in its own block.
+func TestJunctionOptionsMergeByOption(t *testing.T) {
+	dir := writeProject(t, map[string]string{
+		"project.toml": "name = \"app\"\n[options.fast]\ntype = \"bool\"\ndefault = true\n",
+		"elements/base.toml": "kind = \"junction\"\n[[sources]]\nkind = \"local\"\npath = \"base\"\n" +
+			"[config.options]\ndebug = true\nlevel = \"low\"\n" +
+			"[[if]]\ncondition = \"fast\"\nconfig.options.level = \"high\"\n",
+		"base/project.toml": "name = \"base\"\n[options.debug]\ntype = \"bool\"\nvariable = \"debug\"\n" +
+			"[options.level]\ntype = \"enum\"\nvalues = [\"low\", \"high\"]\ndefault = \"low\"\nvariable = \"level\"\n",
+		"base/elements/lib.toml": "kind = \"manual\"\n[config]\ninstall-commands = [\"echo %{debug} %{level}\"]\n",
+	})
+	g := mustGraph(t, dir, "base.toml:lib.toml")
+	p, err := LoadProjectWith(filepath.Join(dir, "base"), func(string) [][]OptionSetting {
+		return [][]OptionSetting{{{Name: "debug", Value: "true"}, {Name: "level", Value: "high"}}}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	direct, err := load(p, &Lock{}, []string{"lib.toml"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := g.Elements["base.toml:lib.toml"].Key, direct.Elements["lib.toml"].Key; got != want {
+		t.Errorf("key through the junction %q, want %q: that of debug=true level=high (the block kept debug)", got, want)
+	}
+}

@@ -3,7 +3,7 @@
 //
 // Usage:
 //
-//	go run ./bench/gen -out DIR [-n 2000] [-fanin 3] [-seed 1] [-sleep-ms 0] [-shape random] [-force]
+//	go run ./bench/gen -out DIR [-n 2000] [-fanin 3] [-seed 1] [-sleep-ms 0] [-shape random] [-junctions 0] [-force]
 //
 // See bench/README.md.
 package main

@@ -62,6 +62,12 @@ type Config struct {
 	// shapes (ShapeChainLast, ShapeHops), which ignore FanIn and Seed and use
 	// SleepMS (default 100) as their time unit.
 	Shape string
+	// Junctions > 0 splits the gantry project across that many nested local junctions:
+	// the top project holds all.toml and junction j1.toml (project p1, in p1/), which
+	// holds the last N/Junctions elements and junction j2.toml (project p2, in p1/p2/),
+	// and so on down, the first elements deepest. Dependency names go through the
+	// junctions (j1.toml:j2.toml:e0005.toml); ninja's and make's files are unchanged.
+	Junctions int
 }
 
 // The adversarial shapes: graphs where the order in which ready work starts decides
@@ -85,7 +91,10 @@ func Flags(fs *flag.FlagSet) func() Config {
 	seed := fs.Uint64("seed", DefaultSeed, "random seed (same flags give byte-identical output)")
 	sleepMS := fs.Int("sleep-ms", 0, "maximum per-element sleep in ms (0: every element is a no-op)")
 	shape := fs.String("shape", "random", "graph shape: random, "+ShapeChainLast+" or "+ShapeHops+" (see bench/README.md)")
-	return func() Config { return Config{N: *n, FanIn: *fanin, Seed: *seed, SleepMS: *sleepMS, Shape: *shape} }
+	junctions := fs.Int("junctions", 0, "split the gantry project across this many nested local junctions (0: one project)")
+	return func() Config {
+		return Config{N: *n, FanIn: *fanin, Seed: *seed, SleepMS: *sleepMS, Shape: *shape, Junctions: *junctions}
+	}
 }
 
 // Validate reports whether the configuration is usable.
@@ -97,6 +106,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("fanin must be >= 0, got %d", c.FanIn)
 	case c.SleepMS < 0:
 		return fmt.Errorf("sleep-ms must be >= 0, got %d", c.SleepMS)
+	case c.Junctions < 0 || c.Junctions > c.N:
+		return fmt.Errorf("junctions must be between 0 and n (%d), got %d", c.N, c.Junctions)
 	case c.Shape == ShapeChainLast && c.N < 4, c.Shape == ShapeHops && c.N < 10:
 		return fmt.Errorf("shape %s needs more elements than %d", c.Shape, c.N)
 	case c.Shape != "" && c.Shape != "random" && c.Shape != ShapeChainLast && c.Shape != ShapeHops:
@@ -383,14 +394,51 @@ func (g *Graph) ElementTOML(i int) []byte {
 	if g.DurMS[i] > 0 {
 		cmds = []string{g.Command(i)}
 	}
+	from := g.Level(i)
 	return fmt.Appendf(nil, "kind = \"manual\"\ndepends = %s\n\n[config]\nbuild-commands = %s\n",
-		quoteList(g.names(g.Deps[i], g.ElementName)), quoteList(cmds))
+		quoteList(g.names(g.Deps[i], func(d int) string { return g.NameFrom(from, d) })), quoteList(cmds))
 }
 
 // AllTOML returns the content of the "all" stack element.
 func (g *Graph) AllTOML() []byte {
 	return fmt.Appendf(nil, "kind = \"stack\"\ndepends = %s\n",
-		quoteList(g.names(g.Sinks(), g.ElementName)))
+		quoteList(g.names(g.Sinks(), func(d int) string { return g.NameFrom(0, d) })))
+}
+
+// Level is the project element i is in: 0, the top project, when the project is not
+// split (Junctions 0); else 1 to Junctions, project p1 holding the last elements.
+func (g *Graph) Level(i int) int {
+	for m := 1; m <= g.Junctions; m++ {
+		if i >= g.N*(g.Junctions-m)/g.Junctions {
+			return m
+		}
+	}
+	return 0
+}
+
+// NameFrom is how an element of project level from names element i (of the same
+// level or a deeper one): through the junctions between them, "j2.toml:e0005.toml".
+func (g *Graph) NameFrom(from, i int) string {
+	var b strings.Builder
+	for m := from + 1; m <= g.Level(i); m++ {
+		fmt.Fprintf(&b, "j%d.toml:", m)
+	}
+	return b.String() + g.ElementName(i)
+}
+
+// projectDir is the directory of project level m, relative to the output directory
+// ("" for the top project, "p1/p2/" for level 2).
+func projectDir(m int) string {
+	var b strings.Builder
+	for k := 1; k <= m; k++ {
+		fmt.Fprintf(&b, "p%d/", k)
+	}
+	return b.String()
+}
+
+// junctionTOML is junction j{m}.toml: a local source holding project level m.
+func junctionTOML(m int) []byte {
+	return fmt.Appendf(nil, "kind = \"junction\"\n\n[[sources]]\nkind = \"local\"\npath = \"p%d\"\n", m)
 }
 
 // Ninja returns the content of build.ninja: one build edge per element that
@@ -457,7 +505,11 @@ func (g *Graph) Files() map[string][]byte {
 	files[ProjectFile] = g.ProjectTOML()
 	files[ElementDir+"/"+AllElement] = g.AllTOML()
 	for i := range g.N {
-		files[ElementDir+"/"+g.ElementName(i)] = g.ElementTOML(i)
+		files[projectDir(g.Level(i))+ElementDir+"/"+g.ElementName(i)] = g.ElementTOML(i)
+	}
+	for m := 1; m <= g.Junctions; m++ {
+		files[projectDir(m-1)+ElementDir+fmt.Sprintf("/j%d.toml", m)] = junctionTOML(m)
+		files[projectDir(m)+ProjectFile] = fmt.Appendf(nil, "name = \"p%d\"\nelement-path = %q\n", m, ElementDir)
 	}
 	files[NinjaFile] = g.Ninja()
 	files[MakeFile] = g.Makefile()
@@ -471,9 +523,10 @@ var ErrNotEmpty = errors.New("output directory is not empty (use -force to overw
 
 // Write writes all generated files into dir, creating it if needed. Unless
 // force is set, dir must be empty or absent. With force, the generated
-// elements/ and out/ directories and ninja's state files are removed first
-// so no stale elements or stamps survive from an earlier, larger graph;
-// other files in dir are left alone (generated ones are overwritten).
+// elements/, out/ and p1/ (the junctions' projects) directories and ninja's
+// state files are removed first so no stale elements or stamps survive from an
+// earlier, larger graph; other files in dir are left alone (generated ones are
+// overwritten).
 func (g *Graph) Write(dir string, force bool) error {
 	entries, err := os.ReadDir(dir)
 	switch {
@@ -483,17 +536,18 @@ func (g *Graph) Write(dir string, force bool) error {
 	case len(entries) > 0 && !force:
 		return fmt.Errorf("%s: %w", dir, ErrNotEmpty)
 	case len(entries) > 0:
-		for _, p := range []string{ElementDir, StampDir, ".ninja_log", ".ninja_deps"} {
+		for _, p := range []string{ElementDir, StampDir, ".ninja_log", ".ninja_deps", "p1"} {
 			if err := os.RemoveAll(filepath.Join(dir, p)); err != nil {
 				return err
 			}
 		}
 	}
-	if err := os.MkdirAll(filepath.Join(dir, ElementDir), 0o755); err != nil {
-		return err
-	}
 	for name, data := range g.Files() {
-		if err := os.WriteFile(filepath.Join(dir, filepath.FromSlash(name)), data, 0o644); err != nil {
+		path := filepath.Join(dir, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(path, data, 0o644); err != nil {
 			return err
 		}
 	}

@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"github.com/BurntSushi/toml"
+
+	"github.com/gantry-build/gantry/element"
 )
 
 func mustGenerate(t *testing.T, cfg Config) *Graph {
@@ -395,5 +397,59 @@ func TestAdversarialShapes(t *testing.T) {
 	}
 	if _, err := Generate(Config{N: 200, Shape: "spiral"}); err == nil {
 		t.Error("unknown shape accepted")
+	}
+}
+
+// With Junctions, the same elements are split across nested local junctions: each
+// project holds its share and the junction to the next, names go through the
+// junctions, and gantry loads every element from all.toml; an element of the deepest
+// project (which names its dependencies as the flat project does) keys as flat.
+func TestJunctionsSplit(t *testing.T) {
+	cfg := Config{N: 300, FanIn: 3, Seed: 5}
+	flat := mustGenerate(t, cfg)
+	cfg.Junctions = 2
+	split := mustGenerate(t, cfg)
+	if lv := []int{split.Level(0), split.Level(149), split.Level(150), split.Level(299)}; !slices.Equal(lv, []int{2, 2, 1, 1}) {
+		t.Errorf("levels of e000, e149, e150, e299 = %v, want [2 2 1 1]", lv)
+	}
+	if got := split.NameFrom(0, 5); got != "j1.toml:j2.toml:e005.toml" {
+		t.Errorf("NameFrom(0, 5) = %q", got)
+	}
+	if got := split.NameFrom(1, 5); got != "j2.toml:e005.toml" {
+		t.Errorf("NameFrom(1, 5) = %q", got)
+	}
+	files := split.Files()
+	for _, name := range []string{"elements/j1.toml", "p1/project.toml", "p1/elements/e299.toml", "p1/elements/j2.toml",
+		"p1/p2/project.toml", "p1/p2/elements/e000.toml"} {
+		if _, ok := files[name]; !ok {
+			t.Errorf("no %s", name)
+		}
+	}
+
+	load := func(g *Graph) *element.Graph {
+		t.Helper()
+		dir := t.TempDir()
+		if err := g.Write(dir, false); err != nil {
+			t.Fatal(err)
+		}
+		p, err := element.LoadProjectWith(dir, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		eg, err := element.LoadCached(p, &element.Lock{}, []string{AllElement}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return eg
+	}
+	fg, sg := load(flat), load(split)
+	if len(sg.Elements) != len(fg.Elements) {
+		t.Fatalf("%d elements split, %d flat", len(sg.Elements), len(fg.Elements))
+	}
+	for i := range 150 {
+		name := split.NameFrom(0, i)
+		if e := sg.Elements[name]; e == nil || e.Key != fg.Elements[flat.ElementName(i)].Key {
+			t.Fatalf("%s: not loaded, or keyed unlike the flat %s", name, flat.ElementName(i))
+		}
 	}
 }
