@@ -25,7 +25,8 @@ func newFetchCmd(g *globalOptions, runF func(*fetchOptions) error) *cobra.Comman
 		Short: "Download elements' sources into the source cache",
 		Long: `Fetch downloads the sources of the elements into the source cache, so that a
 build needs no network. With --deps plan (the default) it fetches what 'gantry build'
-would build: cached elements need no sources.`,
+would build: cached elements need no sources. Named, a junction's own source is
+fetched: the version of the project it holds.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.args = args
 			if runF != nil {

@@ -31,7 +31,8 @@ func newTrackCmd(g *globalOptions, runF func(*trackOptions) error) *cobra.Comman
 		Long: `Track resolves each source's 'track' to an exact ref — a git commit, a tarball's
 sha256 — and records it in gantry.lock at the project root (written atomically, sorted,
 one line per element). Refs written inline in an element are pinned and left alone.
-It prints what changed, old ref → new ref.`,
+It prints what changed, old ref → new ref. Named, a junction is tracked itself: its new
+ref goes to this project's lock, and the next load uses that version of its project.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.args = args
 			if runF != nil {
