@@ -98,16 +98,13 @@ func projectRoot(root string, e *element.Element) string {
 func newBuildSpec(g *element.Graph, e *element.Element, cacheDir, workDir, sandboxKind string, maxJobs int) (*buildSpec, error) {
 	project, name := e.ArtifactName(g.Project.Name) // a sub-project's element: as a direct build of it
 	spec := &buildSpec{CacheDir: cacheDir, Project: project, ProjectRoot: projectRoot(g.Project.Root, e), Element: name,
-		Key: e.Key, Kind: e.Kind.Name, Sandbox: sandboxKind, Sources: e.Sources, WorkDir: workDir, DepKeys: map[string]string{}}
+		Key: e.Key, Kind: e.Kind.Name, Sandbox: sandboxKind, Sources: e.Sources, WorkDir: workDir, DepKeys: e.DepKeys()}
 	for _, d := range g.StageDeps(e) {
 		project, name := d.ArtifactName(spec.Project)
 		if project == spec.Project {
 			project = ""
 		}
 		spec.Stage = append(spec.Stage, stagedArtifact{Project: project, Element: name, Key: d.Key})
-	}
-	for _, d := range append(append([]*element.Element{}, e.BuildDeps...), e.RunDeps...) {
-		spec.DepKeys[d.Name] = d.Key
 	}
 	spec.Inputs = g.Inputs(e)
 	jobs := strconv.Itoa(max(maxJobs, 1))

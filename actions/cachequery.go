@@ -1,6 +1,8 @@
 package actions
 
 import (
+	"errors"
+	"maps"
 	"runtime"
 	"slices"
 	"sync"
@@ -15,10 +17,17 @@ import (
 type CacheQuery struct {
 	Cache *cache.Cache
 	Memo  *cache.OutcomeMemo // artifacts' outcomes by record; nil: read every record
+	// subMemos are the outcome memos of the junctions' sub-projects, by project name
+	// (opened by WithArtifacts): their artifacts are kept under their own projects.
+	subMemos map[string]*cache.OutcomeMemo
 }
 
 func (q CacheQuery) Artifact(project, name, key string) element.ArtifactStatus {
-	found, success, err := q.Cache.OutcomeMemoized(q.Memo, project, name, key)
+	m := q.Memo
+	if sub := q.subMemos[project]; sub != nil {
+		m = sub
+	}
+	found, success, err := q.Cache.OutcomeMemoized(m, project, name, key)
 	switch {
 	case err != nil || !found: // absent, or a damaged ref (`cache verify` reports it): not cached
 		return element.ArtifactMissing
@@ -45,19 +54,22 @@ type knownArtifact struct {
 // build asks about every element of the graph, and each answer is a ref's stat (or a
 // read of the ref, and of the record when the memo does not know it). An element of a
 // junction's sub-project is asked about under its own project and name
-// (Element.ArtifactName), without the memo. The error is the memo's, which cannot be
-// saved: a warning.
+// (Element.ArtifactName), through that project's memo (which a direct build of it
+// shares). The error is a memo's, which cannot be saved: a warning.
 func (q CacheQuery) WithArtifacts(project string, elements []*element.Element) (KnownArtifacts, error) {
 	if q.Memo == nil {
 		q.Memo = q.Cache.OpenOutcomeMemo(project)
 	}
 	keyed := slices.DeleteFunc(slices.Clone(elements), func(e *element.Element) bool { return e.Key == "" })
+	q.subMemos = map[string]*cache.OutcomeMemo{}
+	for _, e := range keyed {
+		if p, _ := e.ArtifactName(project); p != project && q.subMemos[p] == nil {
+			q.subMemos[p] = q.Cache.OpenOutcomeMemo(p)
+		}
+	}
 	statuses := make([]element.ArtifactStatus, len(keyed)) // ArtifactMissing
 	asking := len(keyed)
-	if !q.Cache.HasRefs(project) && !slices.ContainsFunc(keyed, func(e *element.Element) bool {
-		p, _ := e.ArtifactName(project)
-		return p != project
-	}) {
+	if !q.Cache.HasRefs(project) && len(q.subMemos) == 0 {
 		asking = 0 // a new cache: every artifact is missing
 	}
 	var next atomic.Int64
@@ -75,7 +87,11 @@ func (q CacheQuery) WithArtifacts(project string, elements []*element.Element) (
 		p, name := e.ArtifactName(project)
 		k.known[p+"/"+name] = knownArtifact{key: e.Key, status: statuses[i]}
 	}
-	return k, q.Memo.Save()
+	errs := []error{q.Memo.Save()}
+	for _, p := range slices.Sorted(maps.Keys(q.subMemos)) {
+		errs = append(errs, q.subMemos[p].Save())
+	}
+	return k, errors.Join(errs...)
 }
 
 // Of is the state of e's artifact, in a graph of project top: under e's own project and

@@ -122,6 +122,9 @@ func (q *FetchQueue) Status(it *queues.Item) (queues.Status, string) {
 	if it.Cached {
 		return queues.Skip, "cached"
 	}
+	if localJunction(it.Element) {
+		return queues.Skip, "a local junction has nothing to fetch: its project is the directory itself"
+	}
 	cached, asked := q.cached[it]
 	if !asked { // asked once: it may run git
 		cached = SourcesCached(q.sources.Cache.SourcesDir(), it.Element)

@@ -69,13 +69,16 @@ func (*Tracker) Action() queues.Action { return queues.Track }
 // Status: an element is tracked if one of its sources has a track, unless its project
 // is staged from a tar or git junction (its lock is not the user's to write there).
 func (t *Tracker) Status(it *queues.Item) (queues.Status, string) {
-	if _, _, staged := t.lockOf(it.Element); staged {
-		return queues.Skip, "its project is staged from a tar or git junction: track it in that project's repository"
+	if _, _, staged := t.lockOf(it.Element); staged != "" {
+		return queues.Skip, fmt.Sprintf("its project is staged from junction %s: `gantry track %s` moves it", staged, staged)
 	}
 	for i := range it.Element.Sources {
 		if it.Element.Sources[i].Trackable() {
 			return queues.Ready, ""
 		}
+	}
+	if localJunction(it.Element) {
+		return queues.Skip, "a local junction has nothing to track: its project is the directory itself"
 	}
 	return queues.Skip, "nothing to track"
 }
@@ -99,6 +102,11 @@ func (t *Tracker) Done(it *queues.Item, res job.Result) {
 	if err := t.graph.SetRefs(e, refs); err != nil && t.err == nil {
 		t.err = fmt.Errorf("%s: keying the tracked sources: %w", e.Name, err)
 	}
+}
+
+// localJunction says whether e is a junction whose project is a local directory.
+func localJunction(e *element.Element) bool {
+	return e.IsJunction() && !slices.ContainsFunc(e.Sources, func(s source.Spec) bool { return s.Kind != source.Local })
 }
 
 // mergeRefs is the lock's new refs for e: each source's tracked ref, except for a
@@ -125,9 +133,9 @@ func mergeRefs(e *element.Element, locked, tracked []string) (merged []string, c
 // lockOf is the lock e's refs are kept in and e's name there: t's for an element of
 // the graph's project, its own project's for an element of a junction's
 // (element.Graph.LockOf).
-func (t *Tracker) lockOf(e *element.Element) (lock *element.Lock, name string, staged bool) {
+func (t *Tracker) lockOf(e *element.Element) (lock *element.Lock, name string, staged string) {
 	if t.graph == nil || e.Project() == nil || e.Project() == t.graph.Project {
-		return t.lock, e.Name, false
+		return t.lock, e.Name, ""
 	}
 	return t.graph.LockOf(e)
 }

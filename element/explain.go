@@ -23,7 +23,14 @@ type Inputs struct {
 	Defs    map[string]string `json:"defs,omitempty"`
 	Config  *Resolved         `json:"config,omitempty"`
 	Sources []SourceInput     `json:"sources,omitempty"`
-	Deps    map[string]string `json:"deps,omitempty"` // build and runtime dependencies -> key
+	// Deps are the build and runtime dependencies' keys, by the names the element's own
+	// project gives them (as its key does): the same record whether it was built
+	// through a junction or in its project directly.
+	Deps map[string]string `json:"deps,omitempty"`
+	// OwnNames says Deps is by those names. Records made before name a sub-project
+	// element's dependencies as the top project of that build did (base.toml:util.toml
+	// through junction base.toml): ownDeps reads them.
+	OwnNames bool `json:"own-names,omitempty"`
 }
 
 // SourceInput is one source as the key sees it.
@@ -51,7 +58,7 @@ func (in *Inputs) HashFiles() {
 // Inputs returns what e's key is computed from, local files not yet hashed one by one
 // (HashFiles does).
 func (g *Graph) Inputs(e *Element) *Inputs {
-	in := &Inputs{Kind: e.Kind.Name, Sandbox: g.sandboxClass(e), Config: g.resolvedConfig(e), Deps: map[string]string{}}
+	in := &Inputs{Kind: e.Kind.Name, Sandbox: g.sandboxClass(e), Config: g.resolvedConfig(e), Deps: e.DepKeys(), OwnNames: true}
 	vars := e.Variables(g.Project, keyPaths())
 	if all, err := vars.All(); err == nil {
 		in.Variables = all
@@ -79,10 +86,39 @@ func (g *Graph) Inputs(e *Element) *Inputs {
 		}
 		in.Sources = append(in.Sources, si)
 	}
-	for _, d := range append(slices.Clone(e.BuildDeps), e.RunDeps...) {
-		in.Deps[d.Name] = d.Key
-	}
 	return in
+}
+
+// DepKeys are the keys of e's build and runtime dependencies by the names e's own
+// project gives them (as its key does), for its artifact's record.
+func (e *Element) DepKeys() map[string]string { return e.depKeys(e.BuildDeps, e.RunDeps) }
+
+// depKeys are the keys of the elements of lists, dependencies of e, by the names e's own
+// project gives them.
+func (e *Element) depKeys(lists ...[]*Element) map[string]string {
+	m := map[string]string{}
+	for _, list := range lists {
+		for _, d := range list {
+			m[e.unqualify(d.Name)] = d.Key
+		}
+	}
+	return m
+}
+
+// ownDeps is in.Deps, recorded for an artifact of e, by the names e's own project gives
+// them: a record made before OwnNames names them through the junction path of that
+// build, which is taken as e's now (the other way, its dependencies may be reported
+// added or removed once).
+func (e *Element) ownDeps(in *Inputs) map[string]string {
+	path := e.Name[:len(e.Name)-len(e.local)]
+	if in.OwnNames || path == "" {
+		return in.Deps
+	}
+	deps := make(map[string]string, len(in.Deps))
+	for name, key := range in.Deps {
+		deps[strings.TrimPrefix(name, path)] = key
+	}
+	return deps
 }
 
 // hashedInputs is e's Inputs with its local files hashed.
@@ -161,12 +197,12 @@ func (g *Graph) Explain(e *Element, h History) Explanation {
 			x.Cause = c
 			break
 		}
-		dep, c := g.changedDep(cur, old, in)
+		dep, oldKey, c := g.changedDep(cur, old, in)
 		if dep == nil {
 			x.Cause = c // nil: nothing differs that the record shows
 			break
 		}
-		depOld, ok := h.At(dep.Name, old.Deps[dep.Name])
+		depOld, ok := h.At(dep.Name, oldKey)
 		if !ok {
 			x.Chain = append(x.Chain, dep.Name)
 			x.Cause = &Change{What: "dependency", Name: dep.Name, New: "changed key (its previous artifact is no longer in the cache)"}
@@ -347,23 +383,27 @@ func firstDiff(what string, old, cur map[string]string) *Change {
 }
 
 // changedDep returns the first dependency of e (in declaration order) whose key is not
-// the one old recorded, or the Change when a dependency was added or removed.
-func (g *Graph) changedDep(e *Element, old, cur *Inputs) (*Element, *Change) {
+// the one old recorded, with the key old recorded, or the Change when a dependency was
+// added or removed. Dependencies are compared by the names e's own project gives them
+// (Inputs.Deps) and reported by the graph's.
+func (g *Graph) changedDep(e *Element, old, cur *Inputs) (*Element, string, *Change) {
+	recorded := e.ownDeps(old)
 	for _, d := range append(slices.Clone(e.BuildDeps), e.RunDeps...) {
-		ok, had := old.Deps[d.Name]
+		name := e.unqualify(d.Name)
+		key, had := recorded[name]
 		if !had {
-			return nil, &Change{What: "dependency", Name: d.Name, New: "added"}
+			return nil, "", &Change{What: "dependency", Name: d.Name, New: "added"}
 		}
-		if ok != cur.Deps[d.Name] {
-			return d, nil
+		if key != cur.Deps[name] {
+			return d, key, nil
 		}
 	}
-	for _, name := range slices.Sorted(maps.Keys(old.Deps)) {
+	for _, name := range slices.Sorted(maps.Keys(recorded)) {
 		if _, ok := cur.Deps[name]; !ok {
-			return nil, &Change{What: "dependency", Name: name, New: "removed"}
+			return nil, "", &Change{What: "dependency", Name: e.qualify(name), New: "removed"}
 		}
 	}
-	return nil, nil
+	return nil, "", nil
 }
 
 // equalJSON compares two resolved configs by their encoding. They hold strings,

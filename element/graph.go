@@ -43,6 +43,8 @@ type Graph struct {
 	// contexts are the projects loaded, by junction path ("" for Project; see
 	// junction.go); made one by one between rounds of parallel loading, read only in them.
 	contexts map[string]*projectContext
+	// junctionTargets: a target may be a junction (LoadWithJunctions).
+	junctionTargets bool
 }
 
 // LoadCached reads the targets and everything they depend on, checks the graph for
@@ -50,6 +52,20 @@ type Graph struct {
 // With a parse cache (nil for none), element files it remembers unchanged are not
 // read again; the caller saves pc afterwards.
 func LoadCached(p *Project, lock *Lock, targets []string, pc *ParseCache) (*Graph, error) {
+	return loadInto(&Graph{Project: p, Lock: lock, parseCache: pc}, targets)
+}
+
+// LoadWithJunctions is LoadCached where a target may be a junction, for the commands
+// that work on a junction's own sources (track, fetch): it is loaded as an element of
+// the project naming it, with its sources and no dependencies, and the project it holds
+// is not loaded for it (a junction without a ref can be tracked).
+func LoadWithJunctions(p *Project, lock *Lock, targets []string, pc *ParseCache) (*Graph, error) {
+	return loadInto(&Graph{Project: p, Lock: lock, parseCache: pc, junctionTargets: true}, targets)
+}
+
+// loadInto loads targets into g, which has its project, lock, parse cache and settings.
+func loadInto(g *Graph, targets []string) (*Graph, error) {
+	p, pc := g.Project, g.parseCache
 	if len(targets) == 0 {
 		return nil, &ProjectError{Msg: "no elements given and project.toml has no default-targets",
 			Hint: "name the elements to work on (e.g. `gantry show app.toml`) or add default-targets = [\"app.toml\"] to project.toml"}
@@ -59,8 +75,8 @@ func LoadCached(p *Project, lock *Lock, targets []string, pc *ParseCache) (*Grap
 		return nil, err
 	}
 	size := pc.size() // the files the last load saw: about as many elements as this one
-	g := &Graph{Project: p, Lock: lock, Elements: make(map[string]*Element, size), parseCache: pc, keyContext: keyContext(p)}
-	g.contexts = map[string]*projectContext{"": {project: p, lock: lock, dir: dir}}
+	g.Elements, g.keyContext = make(map[string]*Element, size), keyContext(p)
+	g.contexts = map[string]*projectContext{"": {project: p, lock: g.Lock, dir: dir}}
 	defer g.closeContexts()
 	// Every name queued, with the first element that named it (nil for a target), for errors.
 	referrer := make(map[string]*Element, size)
@@ -147,10 +163,15 @@ func (g *Graph) loadOne(c *projectContext, name string, ref *Element) (*Element,
 	if err != nil {
 		return nil, err
 	}
-	if e.Kind.Name == junctionKind {
+	if e.Kind.Name == junctionKind && (ref != nil || !g.junctionTargets) {
 		return nil, g.dependsOnJunction(e, name, ref)
 	}
 	e.Name, e.local, e.project = name, local, c.project
+	if e.Kind.Name == junctionKind {
+		if err := checkJunctionSources(e); err != nil {
+			return nil, err
+		}
+	}
 	// Resolved now, unless its key memo says it would resolve without error: then only
 	// if asked for (resolvedConfig).
 	e.unresolved = e.keyMemo != nil && e.keyMemo.Context == g.keyContextOf(e)
@@ -246,12 +267,7 @@ func (g *Graph) link(loaded []*Element) {
 		e := loaded[i]
 		e.BuildDeps = make([]*Element, 0, len(e.Depends)+len(e.BuildDepends))
 		e.RunDeps = make([]*Element, 0, len(e.Depends)+len(e.RuntimeDepends))
-		dep := func(d string) *Element {
-			if name, ok := e.depNames[d]; ok {
-				return g.Elements[name]
-			}
-			return g.Elements[e.qualify(d)]
-		}
+		dep := func(d string) *Element { return g.Elements[e.DepName(d)] }
 		for _, d := range e.Depends {
 			de := dep(d)
 			e.BuildDeps = append(e.BuildDeps, de)

@@ -76,13 +76,16 @@ func (g *Graph) closeContexts() {
 }
 
 // LockOf is where the refs of e's sources are locked: its own project's gantry.lock,
-// under its name there. staged is true for an element of a project staged from a tar or
-// git junction (or inside one): that lock is a copy in the source cache, not for
-// writing. e must be of g.
-func (g *Graph) LockOf(e *Element) (lock *Lock, name string, staged bool) {
+// under its name there. staged names, for an element of a project staged from a tar or
+// git junction (or inside one), the outermost such junction: that lock is a copy in the
+// source cache, not for writing; tracking that junction moves the project. e must be
+// of g.
+func (g *Graph) LockOf(e *Element) (lock *Lock, name string, staged string) {
 	c := g.contexts[junctionPath(e.Name)]
 	for j := c; j != nil && j.junction != nil; j = j.parent {
-		staged = staged || j.junction.Sources[0].Kind != source.Local
+		if j.junction.Sources[0].Kind != source.Local {
+			staged = j.junction.Name
+		}
 	}
 	return c.lock, e.local, staged
 }
@@ -133,6 +136,19 @@ func (e *Element) qualify(d string) string {
 	}
 	return e.Name[:len(e.Name)-len(e.local)] + d
 }
+
+// DepName is the graph's name (Graph.Elements) of d, a dependency as e's file names it
+// (in Depends, BuildDepends or RuntimeDepends): d with e's junction path, or the name
+// a junction's override gave.
+func (e *Element) DepName(d string) string {
+	if name, ok := e.depNames[d]; ok {
+		return name
+	}
+	return e.qualify(d)
+}
+
+// IsJunction says whether e is a junction: a target of LoadWithJunctions, never built.
+func (e *Element) IsJunction() bool { return e.Kind != nil && e.Kind.Name == junctionKind }
 
 // unqualify is the name e's own project gives the element named d in the graph, a
 // dependency of e: as e's file names it (d without e's junction path, or the name a
@@ -274,10 +290,8 @@ func (d elementDir) showRoot() string {
 // directory for a local source; for tar and git, the source fetched into the source
 // cache (if it is not there) and staged, once per source key, under junctions/ there.
 func (g *Graph) junctionDir(j *Element) (string, error) {
-	if len(j.Sources) != 1 || j.Sources[0].Kind == source.Patch || j.Sources[0].Kind == source.Remote {
-		return "", &ProjectError{File: j.File, Line: j.document().lineOf("sources"),
-			Msg:  fmt.Sprintf("junction %s: needs exactly one source, of kind \"local\", \"tar\" or \"git\"", j.Name),
-			Hint: "a junction holds a project in one source: a local directory, a tarball or a git repository"}
+	if err := checkJunctionSources(j); err != nil {
+		return "", err
 	}
 	s := &j.Sources[0]
 	if s.Kind == source.Local {
@@ -333,6 +347,18 @@ func (g *Graph) junctionDir(j *Element) (string, error) {
 	return dir, nil
 }
 
+// checkJunctionSources refuses a junction without exactly one local, tar or git source.
+func checkJunctionSources(j *Element) error {
+	if len(j.Sources) != 1 || j.Sources[0].Kind == source.Patch || j.Sources[0].Kind == source.Remote {
+		doc := j.document()
+		line := doc.lineOf(fmt.Sprintf("sources[%d]", min(1, len(j.Sources)-1))) // the one too many, or the wrong one
+		return &ProjectError{File: j.File, Line: line, Text: doc.line(line),
+			Msg:  fmt.Sprintf("junction %s: needs exactly one source, of kind \"local\", \"tar\" or \"git\"", j.Name),
+			Hint: "a junction holds a project in one source: a local directory, a tarball or a git repository"}
+	}
+	return nil
+}
+
 // inJunction names the files of err, an error loading the project at show (a
 // junction's), from the top project's root; but for file, the junction's, named so
 // already (a bad option setting in its [config.options]).
@@ -366,10 +392,11 @@ func junctionOptions(t *table) ([]OptionSetting, error) {
 // dependsOnJunction is the error for naming junction e (name) as an element.
 func (g *Graph) dependsOnJunction(e *Element, name string, ref *Element) error {
 	pe := &ProjectError{Msg: fmt.Sprintf("%s is a junction, not an element to build", name),
-		Hint: fmt.Sprintf("name an element of the project it holds: %s:ELEMENT", name)}
+		Hint: fmt.Sprintf("name an element of the project it holds: %s:ELEMENT (`gantry track` and `gantry fetch` take the junction itself)", name)}
 	if ref != nil {
 		pe.File, pe.Line, pe.Text = ref.document().locate(dependsKeyOf(ref, name))
 		pe.Msg = fmt.Sprintf("depends on %s, which is a junction, not an element to build", name)
+		pe.Hint = fmt.Sprintf("name an element of the project it holds: %s:ELEMENT", name)
 	}
 	return pe
 }

@@ -138,16 +138,9 @@ func (g *Graph) sandboxClass(e *Element) string {
 // KeyInput returns the canonical JSON the key of e is computed from (for debugging and
 // `show --format %{key-input}`).
 func (g *Graph) KeyInput(e *Element) []byte {
-	deps := func(list []*Element) map[string]string {
-		m := map[string]string{}
-		for _, d := range list {
-			m[e.unqualify(d.Name)] = d.Key
-		}
-		return m
-	}
 	// Strings, numbers, lists and maps of them only: the encoding cannot fail.
 	data, _ := json.MarshalIndent(keyInput{Version: keyVersion, Kind: e.Kind.Name, Sandbox: g.sandboxClass(e), Config: g.resolvedConfig(e),
-		Sources: e.sourceKeys, BuildDeps: deps(e.BuildDeps), RunDeps: deps(e.RunDeps)}, "", "  ")
+		Sources: e.sourceKeys, BuildDeps: e.depKeys(e.BuildDeps), RunDeps: e.depKeys(e.RunDeps)}, "", "  ")
 	return data
 }
 

@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"slices"
+
 	"github.com/spf13/cobra"
 
 	"github.com/gantry-build/gantry/actions"
@@ -23,7 +25,8 @@ func newFetchCmd(g *globalOptions, runF func(*fetchOptions) error) *cobra.Comman
 		Short: "Download elements' sources into the source cache",
 		Long: `Fetch downloads the sources of the elements into the source cache, so that a
 build needs no network. With --deps plan (the default) it fetches what 'gantry build'
-would build: cached elements need no sources.`,
+would build: cached elements need no sources. Named, a junction's own source is
+fetched: the version of the project it holds.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.args = args
 			if runF != nil {
@@ -43,26 +46,41 @@ func runFetch(opts *fetchOptions) error {
 	if opts.deps == "plan" {
 		reads = readOutcomes // what is cached needs no sources
 	}
+	opts.session().junctionTargets = true // a junction's own source: what loading its project needs
 	p, err := opts.session().pipeline(&opts.schedulerFlags, opts.args, reads)
 	if err != nil {
 		return err
 	}
 	s, g, c, display, limits, onErr := p.session, p.graph, p.cache, p.display, p.limits, p.onError
 	q := actions.CacheQuery{Cache: c, Memo: p.outcomes}
+	// A junction is fetched itself, whatever --deps: it has no dependencies, and is
+	// never built (so never cached).
 	var items []*queues.Item
+	targets := slices.DeleteFunc(slices.Clone(g.Targets), func(e *element.Element) bool {
+		if e.IsJunction() {
+			items = append(items, &queues.Item{Element: e})
+		}
+		return e.IsJunction()
+	})
+	for _, it := range items {
+		if err := queues.MissingRef(it.Element); err != nil {
+			return err
+		}
+	}
 	if opts.deps == "plan" {
-		items, err = queues.Plan(g, g.Targets, queues.PlanOptions{
+		planned, err := queues.Plan(g, targets, queues.PlanOptions{
 			Artifact: func(e *element.Element) element.ArtifactStatus { return q.Of(g.Project.Name, e) },
 		})
 		if err != nil {
 			return err
 		}
+		items = append(items, planned...)
 	} else {
 		deps, err := element.ParseDeps(opts.deps)
 		if err != nil {
 			return usagef("%v", err)
 		}
-		for _, e := range g.Select(g.Targets, deps) {
+		for _, e := range g.Select(targets, deps) {
 			if err := queues.MissingRef(e); err != nil {
 				return err
 			}

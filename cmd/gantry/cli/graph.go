@@ -68,8 +68,8 @@ func writeDOT(w *bufio.Writer, project string, elements []*element.Element) {
 	for _, e := range elements {
 		fmt.Fprintf(w, "  %s [label=%s];\n", strconv.Quote(e.Name), strconv.Quote(e.Name+"\n"+e.Kind.Name))
 	}
-	edge := func(from *element.Element, to string, style string) {
-		if in[to] {
+	edge := func(from *element.Element, dep string, style string) {
+		if to := from.DepName(dep); in[to] { // the graph's name: through a junction, qualified
 			fmt.Fprintf(w, "  %s -> %s%s;\n", strconv.Quote(from.Name), strconv.Quote(to), style)
 		}
 	}

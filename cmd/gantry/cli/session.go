@@ -38,6 +38,10 @@ type session struct {
 
 	quotaFlag string // --cache-quota of a scheduler command, for the TUI header
 
+	// junctionTargets: a target may be a junction, whose own sources track and fetch
+	// work on (element.LoadWithJunctions).
+	junctionTargets bool
+
 	endedBy os.Signal // the signal that ended the last scheduler session, if one did
 }
 
@@ -248,7 +252,11 @@ func (s *session) loadGraphUnsaved(args []string) (*element.Graph, func() error,
 	root := s.cacheRoot()
 	pc := element.OpenParseCache(cache.LoadsDir(root), s.project.Root)
 	s.project.SourcesDir = cache.SourcesDirOf(root) // where tar and git junctions are fetched
-	g, err := element.LoadCached(s.project, s.lock, targets, pc)
+	load := element.LoadCached
+	if s.junctionTargets {
+		load = element.LoadWithJunctions
+	}
+	g, err := load(s.project, s.lock, targets, pc)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -30,7 +31,8 @@ func newTrackCmd(g *globalOptions, runF func(*trackOptions) error) *cobra.Comman
 		Long: `Track resolves each source's 'track' to an exact ref — a git commit, a tarball's
 sha256 — and records it in gantry.lock at the project root (written atomically, sorted,
 one line per element). Refs written inline in an element are pinned and left alone.
-It prints what changed, old ref → new ref.`,
+It prints what changed, old ref → new ref. Named, a junction is tracked itself: its new
+ref goes to this project's lock, and the next load uses that version of its project.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.args = args
 			if runF != nil {
@@ -50,22 +52,29 @@ func runTrack(opts *trackOptions) error {
 	if err != nil {
 		return usagef("%v", err)
 	}
+	opts.session().junctionTargets = true // tracking a junction writes its ref to this project's lock
 	p, err := opts.session().pipeline(&opts.schedulerFlags, opts.args, 0)
 	if err != nil {
 		return err
 	}
 	s, g, c, display, limits, onErr := p.session, p.graph, p.cache, p.display, p.limits, p.onError
 	for _, t := range g.Targets {
-		if _, _, staged := g.LockOf(t); staged {
+		if _, _, staged := g.LockOf(t); staged != "" {
 			return &element.ProjectError{Msg: fmt.Sprintf("cannot track %s: its project is staged from a tar or git junction, whose gantry.lock is a copy", t.Name),
-				Hint: "track it in that project's own repository, then give the junction the new version"}
+				Hint: fmt.Sprintf("track it in that project's own repository, then give the junction the new version (`gantry track %s`)", staged)}
 		}
 	}
-	summary, changes, err := s.trackSession(display, c, g, g.Select(g.Targets, deps), limits, onErr)
+	selected := g.Select(g.Targets, deps)
+	summary, changes, err := s.trackSession(display, c, g, selected, limits, onErr)
 	if err != nil {
 		return err
 	}
 	printChanges(opts.ios, changes)
+	untracked := stagedJunctions(g, selected)
+	for _, j := range untracked {
+		// As bst: --deps follows elements, and a junction is not one's dependency.
+		opts.ios.Info(fmt.Sprintf("the elements through junction %s are not tracked (its project is staged from its source): `gantry track %s` moves it to the newest version", j, j))
+	}
 	if !summary.OK() {
 		return s.sessionError(summary)
 	}
@@ -77,7 +86,7 @@ func runTrack(opts *trackOptions) error {
 		}
 		opts.ios.Info(fmt.Sprintf("%s still without a ref: %s: run `gantry track --deps all %s`",
 			ui.Plural(len(missing), "element"), strings.Join(names, ", "), joinNames(g.Targets, " ")))
-	} else if len(changes) == 0 {
+	} else if len(changes) == 0 && len(untracked) == 0 {
 		opts.ios.Info("all refs are up to date")
 	}
 	return s.sessionError(summary)
@@ -98,6 +107,20 @@ func (s *session) trackSession(display ui.Display, c *cache.Cache, g *element.Gr
 	}
 	changes, err := track.Finish()
 	return summary, changes, err
+}
+
+// stagedJunctions are the junctions, sorted, that stage the projects of elements from
+// a tar or git source (their locks are copies, which track skips), but for those among
+// elements themselves.
+func stagedJunctions(g *element.Graph, elements []*element.Element) []string {
+	var out []string
+	for _, e := range elements {
+		if _, _, j := g.LockOf(e); j != "" && !slices.Contains(out, j) && !slices.ContainsFunc(elements, func(t *element.Element) bool { return t.Name == j }) {
+			out = append(out, j)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 func shortRef(r string) string {
