@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/gantry-build/gantry/source"
 )
@@ -155,8 +157,17 @@ func applyBlocks(doc *tomlDoc, blocks []any, scope optionScope, kind *Kind, f *e
 			if err != nil {
 				return false, err
 			}
-			for k := range blockConfig {
+			for k, v := range blockConfig {
 				doc.moved["config."+k] = t.keyPath("config." + k)
+				if entries, ok := v.(map[string]any); ok && kind.Name == junctionKind {
+					// merged entry by entry (mergeConfig): each at the block's line
+					for name := range entries {
+						if strings.Contains(name, ".") {
+							name = strconv.Quote(name) // as lineOf indexes it
+						}
+						doc.moved["config."+k+"."+name] = t.keyPath("config." + k + "." + name)
+					}
+				}
 			}
 			*config, configSet = merged, true
 		}

@@ -217,7 +217,11 @@ func (g *Graph) context(path, name string, ref *Element) (*projectContext, error
 			return nil, junctionCycle(parent, j, c.project.Name)
 		}
 	}
-	sub, err := LoadProjectWith(dir, func(string) [][]OptionSetting { return [][]OptionSetting{j.Config.Options} })
+	settings, err := junctionSettings(j, parent.project)
+	if err != nil {
+		return nil, err
+	}
+	sub, err := LoadProjectWith(dir, func(string) [][]OptionSetting { return [][]OptionSetting{settings} })
 	if err != nil {
 		return nil, inJunction(err, show, j.File)
 	}
@@ -385,6 +389,32 @@ func junctionOptions(t *table) ([]OptionSetting, error) {
 			return nil, err
 		}
 		out = append(out, OptionSetting{Name: name, Value: value, File: t.doc.display, Line: t.doc.lineOf(key)})
+	}
+	return out, nil
+}
+
+// junctionSettings is junction j's [config.options] with the variables in each value
+// expanded, as in any element's config: those of parent, the project holding j (its
+// options' exported variables among them), and of j's file. So `arch = "%{arch}"`
+// passes the parent's arch on, and the sub-project sees only the value it expands to:
+// its keys depend on that, not on how the file spells it.
+func junctionSettings(j *Element, parent *Project) ([]OptionSetting, error) {
+	out := slices.Clone(j.Config.Options)
+	var vars *Variables
+	for i, s := range out {
+		if !strings.Contains(s.Value, "%{") {
+			continue
+		}
+		if vars == nil {
+			vars = j.Variables(parent, keyPaths())
+		}
+		v, err := vars.Expand(s.Value)
+		if err != nil {
+			pe := s.error("%v", err).(*ProjectError)
+			pe.Hint = `a junction's option values expand this project's variables and those of the junction's file; an option is a variable when it declares one (variable = "NAME" in [options.NAME])`
+			return nil, pe
+		}
+		out[i].Value, out[i].Written = v, s.Value
 	}
 	return out, nil
 }

@@ -168,3 +168,88 @@ func TestJunctionOptionsMergeByOption(t *testing.T) {
 		t.Errorf("key through the junction %q, want %q: that of debug=true level=high (the block kept debug)", got, want)
 	}
 }
+
+// junctionOptionFiles is a project app whose options arch and debug are exported as
+// variables, and a junction base.toml (file: what follows its source) holding project
+// base, whose lib.toml reads base's options arch and debug.
+func junctionOptionFiles(file string) map[string]string {
+	return map[string]string{
+		"project.toml": "name = \"app\"\n" +
+			"[options.arch]\ntype = \"arch\"\nvalues = [\"x86_64\", \"aarch64\"]\nvariable = \"arch\"\n" +
+			"[options.debug]\ntype = \"bool\"\nvariable = \"debug\"\n",
+		"elements/base.toml": "kind = \"junction\"\n[[sources]]\nkind = \"local\"\npath = \"base\"\n" + file,
+		"base/project.toml": "name = \"base\"\n" +
+			"[options.arch]\ntype = \"arch\"\nvalues = [\"x86_64\", \"aarch64\"]\nvariable = \"arch\"\n" +
+			"[options.debug]\ntype = \"bool\"\nvariable = \"debug\"\n",
+		"base/elements/lib.toml": "kind = \"manual\"\n[config]\ninstall-commands = [\"echo %{arch} %{debug}\"]\n",
+	}
+}
+
+// graphWithOptions loads the graph of targets in dir with the top project's options
+// set as --option would.
+func graphWithOptions(dir string, settings []OptionSetting, targets ...string) (*Graph, error) {
+	p, err := LoadProjectWith(dir, layers(settings...))
+	if err != nil {
+		return nil, err
+	}
+	return load(p, &Lock{}, targets)
+}
+
+// A junction's [config.options] values expand variables, the parent's (its options'
+// among them) and the junction file's own: the sub-project gets the values they expand
+// to, and its keys are those of the values, however they are spelled.
+func TestJunctionOptionsExpandVariables(t *testing.T) {
+	settings := []OptionSetting{{Name: "arch", Value: "aarch64"}, {Name: "debug", Value: "true"}}
+	direct, err := graphWithOptions(writeProject(t, junctionOptionFiles(""))+"/base", settings, "lib.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := direct.Elements["lib.toml"].Key
+	for _, file := range []string{
+		"[config.options]\narch = \"aarch64\"\ndebug = true\n",
+		"[config.options]\narch = \"%{arch}\"\ndebug = \"%{debug}\"\n",
+		"[variables]\nmachine = \"%{arch}\"\n[config.options]\narch = \"%{machine}\"\ndebug = \"%{debug}\"\n",
+		"[config.options]\narch = \"x86_64\"\n[[if]]\ncondition = \"debug\"\nconfig.options = { arch = \"%{arch}\", debug = \"%{debug}\" }\n",
+	} {
+		g, err := graphWithOptions(writeProject(t, junctionOptionFiles(file)), settings, "base.toml:lib.toml")
+		if err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+		if got := g.Elements["base.toml:lib.toml"].Key; got != want {
+			t.Errorf("%s: key through the junction %q, want %q (base loaded with arch=aarch64 debug=true)", file, got, want)
+		}
+	}
+	// the parent's option values reach base through the variables
+	other, err := graphWithOptions(writeProject(t, junctionOptionFiles("[config.options]\narch = \"%{arch}\"\n")),
+		[]OptionSetting{{Name: "arch", Value: "x86_64"}}, "base.toml:lib.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if other.Elements["base.toml:lib.toml"].Key == want {
+		t.Error("arch=x86_64 in the parent gives base's lib.toml the key of arch=aarch64")
+	}
+}
+
+// A setting whose variables cannot be expanded, or whose value the sub-project refuses
+// once expanded, is reported at its line in the junction's file (a [[if]] block's, when
+// a block set it), with what it expanded to.
+func TestJunctionOptionsExpandErrors(t *testing.T) {
+	for _, c := range []struct{ file, want string }{
+		{"[config.options]\narch = \"%{arhc}\"\n",
+			"elements/base.toml:6: option arch=%{arhc}: undefined variable %{arhc} (did you mean \"arch\"?)\n" +
+				`a junction's option values expand this project's variables and those of the junction's file; an option is a variable when it declares one (variable = "NAME" in [options.NAME])`},
+		{"[variables]\nmachine = \"x86-64\"\n[config.options]\narch = \"%{machine}\"\n",
+			`elements/base.toml:8: option arch=%{machine} (expanded to "x86-64"): "x86-64" is not a value of option "arch" (did you mean "x86_64"?): expected one of x86_64, aarch64`},
+		{"[config.options]\ndebug = \"%{arch}\"\n",
+			`elements/base.toml:6: option debug=%{arch} (expanded to "aarch64"): option "debug" is a bool: expected true or false`},
+		{"[config.options]\ndebug = true\n\n[[if]]\ncondition = 'arch == \"aarch64\"'\nconfig.options.arch = \"x86-64\"\n",
+			`elements/base.toml:10: option arch=x86-64: "x86-64" is not a value of option "arch" (did you mean "x86_64"?): expected one of x86_64, aarch64`},
+		{"[config.options]\narch = \"x86_64\"\n\n[[if]]\ncondition = \"not debug\"\n[if.config.options]\narch = \"%{arch}-1\"\n",
+			`elements/base.toml:11: option arch=%{arch}-1 (expanded to "aarch64-1"): "aarch64-1" is not a value of option "arch" (did you mean "aarch64"?): expected one of x86_64, aarch64`},
+	} {
+		_, err := graphWithOptions(writeProject(t, junctionOptionFiles(c.file)), []OptionSetting{{Name: "arch", Value: "aarch64"}}, "base.toml:lib.toml")
+		if err == nil || err.Error() != c.want {
+			t.Errorf("%s:\n got %v\nwant %s", c.file, err, c.want)
+		}
+	}
+}

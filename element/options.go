@@ -40,14 +40,21 @@ var optionNameRE = regexp.MustCompile(`^[a-z][a-z0-9_-]*$`)
 // OptionSetting is an option's value given from outside the project: on the command
 // line (--option), in the user configuration ([projects.NAME.options]), or by whatever
 // else loads the project with values of its own. File and Line say where, for errors
-// ("" for the command line).
+// ("" for the command line). Written is the value as a junction's file writes it when
+// Value is that with its variables expanded ("" otherwise), for errors.
 type OptionSetting struct {
 	Name, Value string
 	File        string
 	Line        int
+	Written     string
 }
 
-func (s OptionSetting) String() string { return s.Name + "=" + s.Value }
+func (s OptionSetting) String() string {
+	if s.Written != "" {
+		return fmt.Sprintf("%s=%s (expanded to %q)", s.Name, s.Written, s.Value)
+	}
+	return s.Name + "=" + s.Value
+}
 
 // error reports a bad setting: at its file and line, or as --option NAME=VALUE.
 func (s OptionSetting) error(format string, args ...any) error {
