@@ -201,17 +201,21 @@ func (g *Graph) context(path, name string, ref *Element) (*projectContext, error
 			return nil, junctionCycle(parent, j, c.project.Name)
 		}
 	}
-	sub, err := LoadProjectWith(dir, func(string) [][]OptionSetting { return [][]OptionSetting{j.Config.Options} })
+	var user []OptionSetting
+	sub, err := LoadProjectWith(dir, func(name string) [][]OptionSetting {
+		user = g.Project.UserOptions[name]
+		return [][]OptionSetting{j.Config.Options, user} // the user's configuration wins
+	})
 	if err != nil {
-		return nil, inJunction(err, show, j.File)
+		return nil, inJunction(err, show, j.File, user)
 	}
-	sub.Hermetic = g.Project.Hermetic
+	sub.Hermetic, sub.UserOptions = g.Project.Hermetic, g.Project.UserOptions
 	if err := g.sameProject(j, sub, show); err != nil {
 		return nil, err
 	}
 	lock, err := LoadLock(dir)
 	if err != nil {
-		return nil, inJunction(err, show, "")
+		return nil, inJunction(err, show, "", nil)
 	}
 	edir, err := openElementDir(sub, show)
 	if err != nil {
@@ -334,11 +338,13 @@ func (g *Graph) junctionDir(j *Element) (string, error) {
 }
 
 // inJunction names the files of err, an error loading the project at show (a
-// junction's), from the top project's root; but for file, the junction's, named so
-// already (a bad option setting in its [config.options]).
-func inJunction(err error, show, file string) error {
+// junction's), from the top project's root; but for file, the junction's, and the
+// files of user's settings (the user configuration's), named so already (a bad option
+// setting in the junction's [config.options] or in [projects.NAME.options]).
+func inJunction(err error, show, file string, user []OptionSetting) error {
 	var pe *ProjectError
-	if errors.As(err, &pe) && pe.File != "" && pe.File != file {
+	if errors.As(err, &pe) && pe.File != "" && pe.File != file &&
+		!slices.ContainsFunc(user, func(s OptionSetting) bool { return s.File == pe.File }) {
 		pe.File = filepath.ToSlash(filepath.Join(show, pe.File))
 	}
 	return err

@@ -46,6 +46,9 @@ type Project struct {
 	// SourcesDir is the source cache, set by the command: tar and git junctions are
 	// fetched into it and staged under it (junction.go). Not in any key.
 	SourcesDir string `toml:"-" json:"-"`
+	// UserOptions are the user configuration's [projects.NAME.options], by project name,
+	// set by the command: a junction's sub-project is loaded with its own (junction.go).
+	UserOptions map[string][]OptionSetting `toml:"-" json:"-"`
 	// Workspaces maps an element to the directory of its open workspace (from
 	// WorkspacesFile).
 	Workspaces map[string]string `toml:"-"`

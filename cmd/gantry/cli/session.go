@@ -85,6 +85,7 @@ func (s *session) readProject() error {
 		return err
 	}
 	project.Hermetic = isHermetic(defaultSandbox()) // a --sandbox flag overrides it
+	project.UserOptions = user.ProjectOptions       // for the projects junctions hold
 	if err := useMirrors(project, user, o.mirrors); err != nil {
 		return err
 	}
