@@ -302,7 +302,7 @@ func (g *Graph) order(loaded []*Element) error {
 			from := stack[len(stack)-1]
 			file, line, text := from.document().locate(dependsKeyOf(from, e.Name))
 			return &ProjectError{File: file, Line: line, Text: text,
-				Msg: "dependency cycle: " + strings.Join(names, " -> ")}
+				Msg: "dependency cycle: " + strings.Join(names, " -> "), Hint: g.overridesIn(append(stack[i:], e))}
 		}
 		state[e.position] = active
 		stack = append(stack, e)

@@ -221,7 +221,7 @@ func (g *Graph) context(path, name string, ref *Element) (*projectContext, error
 	if err != nil {
 		return nil, err
 	}
-	if err := checkOverrides(j, parent.project, sub); err != nil {
+	if err := checkOverrides(j, parent, sub, lock, edir); err != nil {
 		edir.close()
 		return nil, err
 	}
@@ -485,9 +485,12 @@ func resolveIn(c *projectContext, d string) (*projectContext, string) {
 }
 
 // checkOverrides checks junction j's [config.overrides]: each name is an element (or
-// junction) of sub, the project j holds, and what it is overridden with (its first
-// part, for a name through a junction) is one of parent, the project holding j.
-func checkOverrides(j *Element, parent, sub *Project) error {
+// junction) of sub, the project j holds (its lock and element directory subLock and
+// subDir), and what it is overridden with (its first part, for a name through a
+// junction) is one of the project of parent, the context holding j; an element is
+// overridden by an element, a junction by a junction (for a value through the parent's
+// junctions, its first part is a junction: what it names is checked when named).
+func checkOverrides(j *Element, parent *projectContext, sub *Project, subLock *Lock, subDir elementDir) error {
 	if len(j.Config.Overrides) == 0 {
 		return nil
 	}
@@ -495,22 +498,45 @@ func checkOverrides(j *Element, parent, sub *Project) error {
 	if err != nil {
 		return err
 	}
-	parentNames, err := parent.ElementNames()
+	parentNames, err := parent.project.ElementNames()
 	if err != nil {
 		return err
 	}
 	for _, o := range j.Config.Overrides {
-		fail := func(msg string) error {
+		fail := func(msg, hint string) error {
 			doc := j.document()
-			return &ProjectError{File: j.File, Line: o.Line, Text: doc.line(o.Line), Msg: fmt.Sprintf("junction %s: override %q = %q: %s", j.Name, o.Name, o.As, msg),
-				Hint: "in [config.overrides], \"NAME\" = \"PARENT-NAME\" makes the element or junction NAME of the project the junction holds this project's PARENT-NAME"}
+			return &ProjectError{File: j.File, Line: o.Line, Text: doc.line(o.Line), Msg: fmt.Sprintf("junction %s: override %q = %q: %s", j.Name, o.Name, o.As, msg), Hint: hint}
 		}
+		const hint = "in [config.overrides], \"NAME\" = \"PARENT-NAME\" makes the element or junction NAME of the project the junction holds this project's PARENT-NAME"
 		if !slices.Contains(subNames, o.Name) {
-			return fail(fmt.Sprintf("project %s has no element %s%s", sub.Name, o.Name, didYouMean(o.Name, subNames)))
+			return fail(fmt.Sprintf("project %s has no element %s%s", sub.Name, o.Name, didYouMean(o.Name, subNames)), hint)
 		}
-		first, _, _ := strings.Cut(o.As, ":")
+		first, _, nested := strings.Cut(o.As, ":")
 		if !slices.Contains(parentNames, first) {
-			return fail(fmt.Sprintf("project %s has no element %s%s", parent.Name, first, didYouMean(first, parentNames)))
+			return fail(fmt.Sprintf("project %s has no element %s%s", parent.project.Name, first, didYouMean(first, parentNames)), hint)
+		}
+		overridden, err := loadElement(sub, subDir, subLock, o.Name, nil)
+		if err != nil {
+			return err
+		}
+		by, err := loadElement(parent.project, parent.dir, parent.lock, first, nil)
+		if err != nil {
+			return err
+		}
+		isJunction, byJunction := overridden.Kind.Name == junctionKind, by.Kind.Name == junctionKind
+		switch {
+		case nested && !byJunction:
+			return fail(fmt.Sprintf("%s names an element of %s, which is not a junction (kind %q)", o.As, first, by.Kind.Name),
+				`in JUNCTION:ELEMENT, JUNCTION is an element of kind "junction"`)
+		case !nested && isJunction != byJunction:
+			what := func(junction bool, kind string) string {
+				if junction {
+					return "a junction"
+				}
+				return fmt.Sprintf("an element (kind %q)", kind)
+			}
+			return fail(fmt.Sprintf("%s of project %s is %s, %s of project %s is %s", o.Name, sub.Name, what(isJunction, overridden.Kind.Name), o.As, parent.project.Name, what(byJunction, by.Kind.Name)),
+				"an element is overridden by an element, a junction by a junction")
 		}
 	}
 	return nil
@@ -538,4 +564,27 @@ func (e *Element) overridden(d, name string) {
 		e.named, e.depNames = map[string]string{}, map[string]string{}
 	}
 	e.named[name], e.depNames[d] = d, name
+}
+
+// overridesIn is a hint for a dependency cycle (each element depending on the next):
+// the edges a junction's [config.overrides] made, "" when none did.
+func (g *Graph) overridesIn(cycle []*Element) string {
+	var edges []string
+	for i, e := range cycle[:len(cycle)-1] {
+		d, ok := e.named[cycle[i+1].Name]
+		if !ok {
+			continue
+		}
+		first, _, _ := strings.Cut(d, ":")
+		for c := g.contexts[junctionPath(e.Name)]; c != nil && c.junction != nil; c = c.parent {
+			if slices.ContainsFunc(c.junction.Config.Overrides, func(o Override) bool { return o.Name == first }) {
+				edges = append(edges, fmt.Sprintf("%s names %s, which junction %s overrides with %s", e.Name, d, c.junction.Name, cycle[i+1].Name))
+				break
+			}
+		}
+	}
+	if len(edges) == 0 {
+		return ""
+	}
+	return "the cycle goes through [config.overrides]: " + strings.Join(edges, "; ")
 }
