@@ -95,7 +95,8 @@ func ElementNamesThrough(p *Project, lock *Lock, path string) ([]string, error) 
 	if err != nil {
 		return nil, err
 	}
-	g := &Graph{Project: p, Lock: lock, contexts: map[string]*projectContext{"": {project: p, lock: lock, dir: dir}}}
+	g := &Graph{Project: p, Lock: lock}
+	g.setTop(dir)
 	defer g.closeContexts()
 	c, err := g.context(path, path, nil)
 	if err != nil {
@@ -162,6 +163,7 @@ func (g *Graph) context(path, name string, ref *Element) (*projectContext, error
 		return nil, err
 	}
 	junction := inner[len(parent.path):]
+	defer g.making(path, "junction "+inner)()
 	j, err := loadElement(parent.project, parent.dir, parent.lock, junction, nil)
 	if errors.Is(err, errNoFile) {
 		return nil, g.missing(parent, inner, ref)
@@ -202,10 +204,10 @@ func (g *Graph) context(path, name string, ref *Element) (*projectContext, error
 		}
 	}
 	var user []OptionSetting
-	sub, err := LoadProjectWith(dir, func(name string) [][]OptionSetting {
+	sub, err := loadProjectIn(dir, LoadOptions{Layers: func(name string) [][]OptionSetting {
 		user = g.Project.UserOptions[name]
 		return [][]OptionSetting{j.Config.Options, user} // the user's configuration wins
-	})
+	}, SourcesDir: g.Project.SourcesDir, UserOptions: g.Project.UserOptions}, g.chainOut())
 	if err != nil {
 		return nil, inJunction(err, show, j.File, user)
 	}
@@ -226,6 +228,7 @@ func (g *Graph) context(path, name string, ref *Element) (*projectContext, error
 		return nil, err
 	}
 	c := &projectContext{path: path, project: sub, lock: lock, dir: edir, junction: j, parent: parent, keyContext: keyContext(sub)}
+	c.dir.origin = g.includeOrigin(c)
 	g.contexts[path] = c
 	return c, nil
 }
@@ -343,7 +346,7 @@ func (g *Graph) junctionDir(j *Element) (string, error) {
 // setting in the junction's [config.options] or in [projects.NAME.options]).
 func inJunction(err error, show, file string, user []OptionSetting) error {
 	var pe *ProjectError
-	if errors.As(err, &pe) && pe.File != "" && pe.File != file &&
+	if errors.As(err, &pe) && pe.File != "" && pe.File != file && !filepath.IsAbs(pe.File) &&
 		!slices.ContainsFunc(user, func(s OptionSetting) bool { return s.File == pe.File }) {
 		pe.File = filepath.ToSlash(filepath.Join(show, pe.File))
 	}
@@ -447,6 +450,12 @@ func (g *Graph) resolve(e *Element, d string) string {
 // each is resolved in the project that junction holds, whose junction's overrides may
 // send it back to a project holding it. ref named q, for errors.
 func (g *Graph) canonical(q string, ref *Element) (string, error) {
+	return g.walk(q, func(path, q string) (*projectContext, error) { return g.context(path, q, ref) })
+}
+
+// walk is canonical's walk, get giving the project of each junction path on the way
+// (q: the name as resolved so far, for errors).
+func (g *Graph) walk(q string, get func(path, q string) (*projectContext, error)) (string, error) {
 	named, done := q, 0 // q[:done] is a junction path walked already
 	for range 1000 {
 		i := strings.IndexByte(q[done:], ':')
@@ -454,7 +463,7 @@ func (g *Graph) canonical(q string, ref *Element) (string, error) {
 			return q, nil
 		}
 		path := q[:done+i+1]
-		c, err := g.context(path, q, ref)
+		c, err := get(path, q)
 		if err != nil {
 			return "", err
 		}
