@@ -5,7 +5,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 )
 
 // includeJunctionFiles is a project app whose app.toml and project.toml include through
@@ -77,23 +76,8 @@ func TestJunctionIncludeParseCache(t *testing.T) {
 	cacheDir := t.TempDir()
 	load := func(cached bool) (string, *ParseCache) {
 		t.Helper()
-		p, err := loadProject(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var pc *ParseCache
-		if cached {
-			pc = OpenParseCache(cacheDir, dir)
-			pc.racy = -time.Hour
-		}
-		g, err := LoadCached(p, &Lock{Entries: map[string][]string{}}, []string{"app.toml"}, pc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := pc.Save(); err != nil {
-			t.Fatal(err)
-		}
-		return g.Elements["app.toml"].Key, pc
+		keys, pc := loadKeys(t, dir, cacheDir, cached)
+		return keys["app.toml"], pc
 	}
 	want, _ := load(false)
 	if got, _ := load(true); got != want {
