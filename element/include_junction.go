@@ -96,7 +96,7 @@ func (g *Graph) checkIncludeJunction(path string) error {
 	inner := path[:len(path)-1]
 	parent := g.contexts[junctionPath(inner)]
 	name := inner[len(parent.path):]
-	j, err := loadElement(parent.project, parent.dir, parent.lock, name, nil)
+	kind, err := elementKind(parent.project, parent.dir, name)
 	if errors.Is(err, errNoFile) {
 		return &includeError{msg: fmt.Sprintf("project %s has no junction %s%s", parent.project.Name, name, didYouMean(name, junctionsNear(parent, name))),
 			hint: `in JUNCTION:PATH, JUNCTION is an element of kind "junction"`}
@@ -104,8 +104,8 @@ func (g *Graph) checkIncludeJunction(path string) error {
 	if err != nil {
 		return err
 	}
-	if j.Kind.Name != junctionKind {
-		return &includeError{msg: fmt.Sprintf("%s is not a junction (kind %q)", name, j.Kind.Name),
+	if kind != junctionKind {
+		return &includeError{msg: fmt.Sprintf("%s is not a junction (kind %q)", name, kind),
 			hint: `in JUNCTION:PATH, JUNCTION is an element of kind "junction"`}
 	}
 	return nil
@@ -120,7 +120,7 @@ func junctionsNear(c *projectContext, name string) []string {
 		if levenshtein(name, n) >= len(name)/2+2 {
 			continue
 		}
-		if j, err := loadElement(c.project, c.dir, c.lock, n, nil); err == nil && j.Kind.Name == junctionKind {
+		if kind, err := elementKind(c.project, c.dir, n); err == nil && kind == junctionKind {
 			out = append(out, n)
 		}
 	}

@@ -138,3 +138,16 @@ func TestJunctionIncludeErrors(t *testing.T) {
 		})
 	}
 }
+
+// A sub-project's element includes through the sub-project's own junction; an override
+// of an element that includes through junctions reads only its kind.
+func TestJunctionIncludeInSubProject(t *testing.T) {
+	files := includeJunctionFiles()
+	files["sub/base/elements/lib.toml"] = "kind = \"manual\"\ninclude = [\"core.toml:inc/core.toml\"]\n"
+	files["sub/base/elements/zz.toml"] = "kind = \"manual\"\ninclude = [\"core.toml:inc/core.toml\"]\n"
+	files["elements/base.toml"] += "[config.overrides]\n\"zz.toml\" = \"other.toml\"\n"
+	g := mustGraph(t, writeProject(t, files), "app.toml")
+	if got := g.Elements["base.toml:lib.toml"].vars["core"]; got != "core" {
+		t.Errorf("base.toml:lib.toml: core = %q, want the value of base's core's file", got)
+	}
+}

@@ -223,7 +223,7 @@ func (g *Graph) context(path, name string, ref *Element) (*projectContext, error
 	if err != nil {
 		return nil, err
 	}
-	if err := checkOverrides(j, parent, sub, lock, edir); err != nil {
+	if err := checkOverrides(j, parent, sub, edir); err != nil {
 		edir.close()
 		return nil, err
 	}
@@ -494,12 +494,11 @@ func resolveIn(c *projectContext, d string) (*projectContext, string) {
 }
 
 // checkOverrides checks junction j's [config.overrides]: each name is an element (or
-// junction) of sub, the project j holds (its lock and element directory subLock and
-// subDir), and what it is overridden with (its first part, for a name through a
+// junction) of sub, the project j holds (its element directory subDir), and what it is overridden with (its first part, for a name through a
 // junction) is one of the project of parent, the context holding j; an element is
 // overridden by an element, a junction by a junction (for a value through the parent's
 // junctions, its first part is a junction: what it names is checked when named).
-func checkOverrides(j *Element, parent *projectContext, sub *Project, subLock *Lock, subDir elementDir) error {
+func checkOverrides(j *Element, parent *projectContext, sub *Project, subDir elementDir) error {
 	if len(j.Config.Overrides) == 0 {
 		return nil
 	}
@@ -524,18 +523,18 @@ func checkOverrides(j *Element, parent *projectContext, sub *Project, subLock *L
 		if !slices.Contains(parentNames, first) {
 			return fail(fmt.Sprintf("project %s has no element %s%s", parent.project.Name, first, didYouMean(first, parentNames)), hint)
 		}
-		overridden, err := loadElement(sub, subDir, subLock, o.Name, nil)
+		overridden, err := elementKind(sub, subDir, o.Name)
 		if err != nil {
 			return err
 		}
-		by, err := loadElement(parent.project, parent.dir, parent.lock, first, nil)
+		by, err := elementKind(parent.project, parent.dir, first)
 		if err != nil {
 			return err
 		}
-		isJunction, byJunction := overridden.Kind.Name == junctionKind, by.Kind.Name == junctionKind
+		isJunction, byJunction := overridden == junctionKind, by == junctionKind
 		switch {
 		case nested && !byJunction:
-			return fail(fmt.Sprintf("%s names an element of %s, which is not a junction (kind %q)", o.As, first, by.Kind.Name),
+			return fail(fmt.Sprintf("%s names an element of %s, which is not a junction (kind %q)", o.As, first, by),
 				`in JUNCTION:ELEMENT, JUNCTION is an element of kind "junction"`)
 		case !nested && isJunction != byJunction:
 			what := func(junction bool, kind string) string {
@@ -544,7 +543,7 @@ func checkOverrides(j *Element, parent *projectContext, sub *Project, subLock *L
 				}
 				return fmt.Sprintf("an element (kind %q)", kind)
 			}
-			return fail(fmt.Sprintf("%s of project %s is %s, %s of project %s is %s", o.Name, sub.Name, what(isJunction, overridden.Kind.Name), o.As, parent.project.Name, what(byJunction, by.Kind.Name)),
+			return fail(fmt.Sprintf("%s of project %s is %s, %s of project %s is %s", o.Name, sub.Name, what(isJunction, overridden), o.As, parent.project.Name, what(byJunction, by)),
 				"an element is overridden by an element, a junction by a junction")
 		}
 	}
@@ -596,4 +595,21 @@ func (g *Graph) overridesIn(cycle []*Element) string {
 		return ""
 	}
 	return "the cycle goes through [config.overrides]: " + strings.Join(edges, "; ")
+}
+
+// elementKind reads only the kind of p's element file name (in dir; errNoFile when
+// there is none): enough to tell a junction, without reading what the file includes.
+func elementKind(p *Project, dir elementDir, name string) (string, error) {
+	display := filepath.ToSlash(filepath.Join(dir.show, p.ElementPath, filepath.FromSlash(name)))
+	data, _, err := readElementFile(dir, filepath.Join(dir.prefix, filepath.FromSlash(name)), display)
+	if err != nil {
+		return "", err
+	}
+	var f struct {
+		Kind string `toml:"kind"`
+	}
+	if _, err := decodeTOMLBytes(data, display, &f); err != nil {
+		return "", err
+	}
+	return f.Kind, nil
 }
