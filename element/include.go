@@ -78,8 +78,9 @@ func layering(m map[string]any) bool {
 	return false
 }
 
-// includer reads the files an element file or project.toml includes, from the project
-// at root, and checks what they (and project.toml's [kinds.NAME]) say for kind.
+// includer reads the files an element file or project.toml includes, from its own
+// project (src) and through junctions (resolve), and checks what they (and
+// project.toml's [kinds.NAME]) say for kind.
 type includer struct {
 	src     includeSource   // the including file's own project
 	resolve includeResolver // nil where JUNCTION:PATH includes cannot be read
