@@ -66,7 +66,8 @@ type Element struct {
 	// had it): error positions after that come from document(), which reads root/rel.
 	doc       *tomlDoc
 	root, rel string
-	scope     *optionScope // the options its file was read with, for document()
+	scope     *optionScope  // the options its file was read with, for document()
+	origin    includeOrigin // where its includes were read from, for document()
 	// project is the project the element belongs to (a junction's sub-project, or the
 	// graph's), local its name there (Name without the junction path).
 	project *Project
@@ -127,6 +128,16 @@ type elementDir struct {
 	prefix string
 	dir    *os.File
 	show   string // the project root as errors show it ("" for the top project's)
+	// origin is where its files' includes are read from (a zero origin: the
+	// project's root, and no JUNCTION:PATH include).
+	origin includeOrigin
+}
+
+// includeOrigin is where an element file's includes are read from: its own project
+// (src), and the projects junctions hold (resolve; nil for none).
+type includeOrigin struct {
+	src     includeSource
+	resolve includeResolver
 }
 
 // errNoFile is loadElement's answer for an element file that does not exist; the
@@ -141,7 +152,10 @@ func loadElement(p *Project, dir elementDir, lock *Lock, name string, pc *ParseC
 	inDir := filepath.Join(dir.prefix, filepath.FromSlash(name))
 	scope := p.optionScope()
 	cacheName := parseCacheName(dir, p.Root, rel, display)
-	c, ok := pc.lookup(dir, p.Root, inDir, cacheName, *scope)
+	c, ok, err := pc.lookup(dir, p.Root, inDir, cacheName, *scope)
+	if err != nil {
+		return nil, err
+	}
 	var pf *parsedFile
 	var memo *keyMemo
 	var doc *tomlDoc
@@ -158,14 +172,14 @@ func loadElement(p *Project, dir elementDir, lock *Lock, name string, pc *ParseC
 			return nil, err
 		}
 		var conditional bool
-		if pf, doc, conditional, err = parseElement(data, display, *scope); err != nil {
+		if pf, doc, conditional, err = parseElement(data, display, *scope, dir.origin); err != nil {
 			return nil, err
 		}
 		pc.remember(cacheName, id, pf, conditional, *scope, doc.includes)
 	}
 	e := &Element{Name: name, local: name, project: p, File: display, Description: pf.Description, Pool: pf.Pool,
 		Depends: pf.Depends, BuildDepends: pf.BuildDepends, RuntimeDepends: pf.RuntimeDepends,
-		root: p.Root, rel: rel, doc: doc, scope: scope, fileID: id, keyMemo: memo, cacheName: cacheName}
+		root: p.Root, rel: rel, doc: doc, scope: scope, origin: dir.origin, fileID: id, keyMemo: memo, cacheName: cacheName}
 	e.Kind, _ = LookupKind(pf.Kind) // parseElement checked it
 	if e.Pool != "" {
 		if _, ok := p.Pools[e.Pool]; !ok {
@@ -225,12 +239,12 @@ func readElementFile(dir elementDir, path, display string) ([]byte, fileid.ID, e
 // layered over the project's defaults for its kind and what it includes (includer);
 // conditional says whether it had blocks, and so whether its parse depends on the
 // option values (the parse cache keys every parse by its kind's defaults).
-func parseElement(data []byte, display string, scope optionScope) (pf *parsedFile, doc *tomlDoc, conditional bool, err error) {
-	pf, doc, err = parseElementFile(data, display, scope)
+func parseElement(data []byte, display string, scope optionScope, origin includeOrigin) (pf *parsedFile, doc *tomlDoc, conditional bool, err error) {
+	pf, doc, err = parseElementFile(data, display, scope, origin)
 	return pf, doc, doc != nil && doc.md.IsDefined("if"), err
 }
 
-func parseElementFile(data []byte, display string, scope optionScope) (*parsedFile, *tomlDoc, error) {
+func parseElementFile(data []byte, display string, scope optionScope, origin includeOrigin) (*parsedFile, *tomlDoc, error) {
 	var plain any
 	doc, err := decodeTOMLBytes(data, display, &plain)
 	if err != nil {
@@ -249,7 +263,10 @@ func parseElementFile(data []byte, display string, scope optionScope) (*parsedFi
 			// Kind defaults, included files and compositions: layer checks every key
 			// of the file and of what it includes, leaving plain tables of the types
 			// plainElementFile reads.
-			in := &includer{root: scope.root, kind: k}
+			in := &includer{src: origin.src, resolve: origin.resolve, kind: k}
+			if in.src.root == "" {
+				in.src.root = scope.root
+			}
 			if plain, err = in.layer(doc, m, defaults); err != nil {
 				return nil, nil, err
 			}
@@ -456,7 +473,7 @@ func (e *Element) document() *tomlDoc {
 		r.Close()
 	}
 	if e.scope != nil {
-		if _, doc, _, err := parseElement(data, e.File, *e.scope); err == nil {
+		if _, doc, _, err := parseElement(data, e.File, *e.scope, e.origin); err == nil {
 			return doc
 		}
 	}

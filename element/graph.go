@@ -45,6 +45,23 @@ type Graph struct {
 	contexts map[string]*projectContext
 	// junctionTargets: a target may be a junction (LoadWithJunctions).
 	junctionTargets bool
+	// inRound is true while a round of elements loads in parallel: a JUNCTION:PATH
+	// include whose project is not loaded yet then waits for the round's end
+	// (errNeedProject). Set only between rounds.
+	inRound bool
+	// makingAt and steps are the projects being loaded (by junction path, the index of
+	// the step that needs it) and what needs each, for an include cycle
+	// (include_junction.go); chain, the projects loading with this one (loadProjectIn).
+	makingAt map[string]int
+	steps    []string
+	chain    []chainLink
+}
+
+// setTop makes g's top project's context, its element directory dir.
+func (g *Graph) setTop(dir elementDir) {
+	top := &projectContext{project: g.Project, lock: g.Lock, dir: dir}
+	g.contexts = map[string]*projectContext{"": top}
+	top.dir.origin = g.includeOrigin(top)
 }
 
 // LoadCached reads the targets and everything they depend on, checks the graph for
@@ -76,7 +93,7 @@ func loadInto(g *Graph, targets []string) (*Graph, error) {
 	}
 	size := pc.size() // the files the last load saw: about as many elements as this one
 	g.Elements, g.keyContext = make(map[string]*Element, size), keyContext(p)
-	g.contexts = map[string]*projectContext{"": {project: p, lock: g.Lock, dir: dir}}
+	g.setTop(dir)
 	defer g.closeContexts()
 	// Every name queued, with the first element that named it (nil for a target), for errors.
 	referrer := make(map[string]*Element, size)
@@ -107,9 +124,16 @@ func loadInto(g *Graph, targets []string) (*Graph, error) {
 		}
 		loaded := make([]*Element, len(frontier))
 		errs := make([]error, len(frontier))
+		g.inRound = true
 		eachParallel(len(frontier), 2*runtime.GOMAXPROCS(0), func(i int) {
 			loaded[i], errs[i] = g.loadOne(contexts[i], frontier[i], referrer[frontier[i]])
 		})
+		g.inRound = false
+		for i, err := range errs { // includes through junctions not loaded yet: load them now
+			if errors.Is(err, errNeedProject) {
+				loaded[i], errs[i] = g.loadOne(contexts[i], frontier[i], referrer[frontier[i]])
+			}
+		}
 		// Report the first failure in a deterministic order.
 		for _, err := range errs {
 			if err != nil {
@@ -318,7 +342,7 @@ func (g *Graph) order(loaded []*Element) error {
 			from := stack[len(stack)-1]
 			file, line, text := from.document().locate(dependsKeyOf(from, e.Name))
 			return &ProjectError{File: file, Line: line, Text: text,
-				Msg: "dependency cycle: " + strings.Join(names, " -> ")}
+				Msg: "dependency cycle: " + strings.Join(names, " -> "), Hint: g.overridesIn(append(stack[i:], e))}
 		}
 		state[e.position] = active
 		stack = append(stack, e)

@@ -23,12 +23,38 @@ var includeKeys = []string{"include", "variables", "environment", "config", "dep
 var dependKeys = []string{"depends", "build-depends", "runtime-depends"}
 
 // includedFile is a file an element file included (directly or through another include),
-// by its path under the project root, with its identity when it was read: the parse
-// cache reuses the element's parse only while every one is unchanged.
+// by its path under the root of the project it was read from, with its identity when it
+// was read: the parse cache reuses the element's parse only while every one is
+// unchanged. Via is the junction path it was included through, from the element's own
+// project ("" for a file of that project), and Root the root of the project Via held
+// then ("" for the element's own): the parse is reused only while Via holds the same.
 type includedFile struct {
-	Name string
-	ID   fileid.ID
+	Name      string
+	ID        fileid.ID
+	Via, Root string
 }
+
+// includeSource is a project included files are read from: the including element's (or
+// project.toml's) own (via "") or one of the projects its includes name through
+// junctions (JUNCTION:PATH).
+type includeSource struct {
+	via  string // the junction path from the including file's own project: "", "base.toml:"
+	root string // its absolute root
+	show string // its root as errors name it ("" for the top project's)
+	name string // its project name
+}
+
+// includeResolver gives the project a junction path (via, "base.toml:") written from
+// the including element's own project holds; step says what needs it, for a cycle
+// ("elements/app.toml includes base.toml:flags.toml"). Its errors are returned as they
+// are but an includeError, which the includer puts at the include's line.
+type includeResolver func(via, step string) (*includeSource, error)
+
+// includeError is why a JUNCTION:PATH include's junction path names no project: put at
+// the line of the include that named it.
+type includeError struct{ msg, hint string }
+
+func (e *includeError) Error() string { return e.msg }
 
 // layering says whether an element file's plain table must be layered (layer) before it
 // is read: it includes files, or composes a dependency list or a config list with
@@ -52,15 +78,17 @@ func layering(m map[string]any) bool {
 	return false
 }
 
-// includer reads the files an element file or project.toml includes, from the project
-// at root, and checks what they (and project.toml's [kinds.NAME]) say for kind.
+// includer reads the files an element file or project.toml includes, from its own
+// project (src) and through junctions (resolve), and checks what they (and
+// project.toml's [kinds.NAME]) say for kind.
 type includer struct {
-	root   string
-	r      *os.Root
-	kind   *Kind
-	files  []includedFile
-	prefix string              // key paths' prefix in errors: "kinds.manual." for a kind's defaults
-	from   map[string]*tomlDoc // key path -> the file that set it last
+	src     includeSource   // the including file's own project
+	resolve includeResolver // nil where JUNCTION:PATH includes cannot be read
+	roots   map[string]*os.Root
+	kind    *Kind
+	files   []includedFile
+	prefix  string              // key paths' prefix in errors: "kinds.manual." for a kind's defaults
+	from    map[string]*tomlDoc // key path -> the file that set it last
 }
 
 // layer is an element file's table m (doc) over what it includes, weakest first: the
@@ -78,10 +106,8 @@ func (in *includer) layer(doc *tomlDoc, m, defaults map[string]any) (map[string]
 	if err != nil {
 		return nil, err
 	}
-	out, err := in.file(doc, m, base, []string{doc.display})
-	if in.r != nil {
-		in.r.Close()
-	}
+	out, err := in.file(doc, &in.src, m, base, []string{doc.display})
+	in.close()
 	for path, d := range in.from {
 		if d != doc {
 			if doc.from == nil {
@@ -119,10 +145,18 @@ func checkTopKeys(doc *tomlDoc, m map[string]any, allowed []string) error {
 	return nil
 }
 
-// file layers one file's table m, over what it includes, on base: what the layers
-// before it made (the kind's project defaults, the files included before it). stack
-// is the chain of files that included it, for cycles.
-func (in *includer) file(doc *tomlDoc, m, base map[string]any, stack []string) (map[string]any, error) {
+// close closes the roots included files were read through.
+func (in *includer) close() {
+	for _, r := range in.roots {
+		r.Close()
+	}
+	in.roots = nil
+}
+
+// file layers one file's table m (of the project src), over what it includes, on base:
+// what the layers before it made (the kind's project defaults, the files included
+// before it). stack is the chain of files that included it, for cycles.
+func (in *includer) file(doc *tomlDoc, src *includeSource, m, base map[string]any, stack []string) (map[string]any, error) {
 	if err := in.check(doc, m); err != nil {
 		return nil, err
 	}
@@ -133,7 +167,7 @@ func (in *includer) file(doc *tomlDoc, m, base map[string]any, stack []string) (
 		}
 		for _, name := range names {
 			var err error
-			if base, err = in.read(doc, name, stack, base); err != nil {
+			if base, err = in.read(doc, src, name, stack, base); err != nil {
 				return nil, err
 			}
 		}
@@ -144,71 +178,140 @@ func (in *includer) file(doc *tomlDoc, m, base map[string]any, stack []string) (
 	return mergeLayer(base, own, doc, in.kind)
 }
 
-// read reads the file name that doc includes and layers it (over what it includes) on
-// base: a list it composes composes with what the layers before it made.
-func (in *includer) read(doc *tomlDoc, name string, stack []string, base map[string]any) (map[string]any, error) {
-	incDoc, m, err := in.open(doc, name, stack, includeKeys)
+// read reads the file name that doc (of the project src) includes and layers it (over
+// what it includes) on base: a list it composes composes with what the layers before
+// it made.
+func (in *includer) read(doc *tomlDoc, src *includeSource, name string, stack []string, base map[string]any) (map[string]any, error) {
+	incDoc, from, m, err := in.open(doc, src, name, stack, includeKeys)
 	if err != nil {
 		return nil, err
 	}
-	return in.file(incDoc, m, base, append(slices.Clone(stack), incDoc.display))
+	return in.file(incDoc, from, m, base, append(slices.Clone(stack), incDoc.display))
 }
 
-// open reads and decodes the file name that doc includes, whose top-level keys must be
-// among allowed; stack is the chain of files including it, for cycles.
-func (in *includer) open(doc *tomlDoc, name string, stack, allowed []string) (*tomlDoc, map[string]any, error) {
-	if strings.Contains(name, ":") {
-		return nil, nil, doc.valueError("include", "%q is a junction include (JUNCTION:PATH): junction includes are not supported yet", name)
+// open reads and decodes the file name that doc (of the project src) includes, whose
+// top-level keys must be among allowed; stack is the chain of files including it, for
+// cycles. It returns the project the file was read from: src, or for JUNCTION:PATH the
+// project the junction path (of src's project) holds.
+func (in *includer) open(doc *tomlDoc, src *includeSource, name string, stack, allowed []string) (*tomlDoc, *includeSource, map[string]any, error) {
+	from, rel, junctions := src, name, ""
+	if i := strings.LastIndexByte(name, ':'); i >= 0 {
+		junctions, rel = name[:i+1], name[i+1:]
+		var err error
+		if from, err = in.through(doc, src, name, junctions); err != nil {
+			return nil, nil, nil, err
+		}
 	}
-	clean := path.Clean(name)
-	if path.IsAbs(name) || clean == ".." || strings.HasPrefix(clean, "../") {
-		return nil, nil, doc.valueErrorHint("include", "include paths are relative to the project root",
+	clean := path.Clean(rel)
+	if path.IsAbs(rel) || clean == ".." || strings.HasPrefix(clean, "../") {
+		return nil, nil, nil, doc.valueErrorHint("include", includeHint(junctions),
 			"%q is outside the project", name)
 	}
-	if i := slices.Index(stack, clean); i >= 0 {
-		return nil, nil, doc.valueError("include", "include cycle: %s", strings.Join(append(slices.Clone(stack[i:]), clean), " -> "))
+	display := path.Join(from.show, clean)
+	if i := slices.Index(stack, display); i >= 0 {
+		return nil, nil, nil, doc.valueError("include", "include cycle: %s", strings.Join(append(slices.Clone(stack[i:]), display), " -> "))
 	}
-	if in.r == nil {
-		r, err := os.OpenRoot(in.root)
-		if err != nil {
-			return nil, nil, &ProjectError{File: doc.display, Msg: fmt.Sprintf("cannot open the project to read its includes: %v", errors.Unwrap(err))}
-		}
-		in.r = r
+	r, err := in.rootOf(from.root)
+	if err != nil {
+		return nil, nil, nil, &ProjectError{File: doc.display, Msg: fmt.Sprintf("cannot open the project to read its includes: %v", errors.Unwrap(err))}
 	}
-	fi, statErr := in.r.Stat(filepath.FromSlash(clean))
-	data, err := in.r.ReadFile(filepath.FromSlash(clean))
+	fi, statErr := r.Stat(filepath.FromSlash(clean))
+	data, err := r.ReadFile(filepath.FromSlash(clean))
 	switch {
+	case errors.Is(err, fs.ErrNotExist) && junctions != "":
+		return nil, nil, nil, doc.valueErrorHint("include", includeHint(junctions),
+			"included file %q does not exist in project %s (no file %s)%s", name, from.name, display, didYouMean(name, prefixed(junctions, siblings(r, clean))))
 	case errors.Is(err, fs.ErrNotExist):
-		return nil, nil, doc.valueErrorHint("include", "include paths are relative to the project root",
-			"included file %q does not exist%s", name, didYouMean(clean, in.siblings(clean)))
+		return nil, nil, nil, doc.valueErrorHint("include", includeHint(junctions),
+			"included file %q does not exist%s", name, didYouMean(clean, siblings(r, clean)))
 	case source.IsEscape(err):
-		return nil, nil, doc.valueErrorHint("include", "include paths are relative to the project root",
+		return nil, nil, nil, doc.valueErrorHint("include", includeHint(junctions),
 			"%q is outside the project: it goes through a symbolic link that leads out", name)
 	case err != nil:
-		return nil, nil, doc.valueError("include", "cannot read included file %q: %v", name, errors.Unwrap(err))
+		return nil, nil, nil, doc.valueError("include", "cannot read included file %q: %v", name, errors.Unwrap(err))
 	}
 	id := fileid.ID{}
 	if statErr == nil {
 		id, _ = fileid.FromInfo(fi)
 	}
-	in.files = append(in.files, includedFile{Name: clean, ID: id})
+	inc := includedFile{Name: clean, ID: id, Via: from.via}
+	if from.via != "" {
+		inc.Root = from.root
+	}
+	in.files = append(in.files, inc)
 	var plain any
-	incDoc, err := decodeTOMLBytes(data, clean, &plain)
+	incDoc, err := decodeTOMLBytes(data, display, &plain)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	m, _ := plain.(map[string]any)
 	if err := checkTopKeys(incDoc, m, allowed); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return incDoc, m, nil
+	return incDoc, from, m, nil
 }
 
-// siblings are the .toml files in the directory of the project path name, as paths
-// from the project root, for a did-you-mean.
-func (in *includer) siblings(name string) []string {
+// through is the project that the junction path junctions ("base.toml:"), written in a
+// file of src's project (doc, including name), holds.
+func (in *includer) through(doc *tomlDoc, src *includeSource, name, junctions string) (*includeSource, error) {
+	for part := range strings.SplitSeq(strings.TrimSuffix(junctions, ":"), ":") {
+		if err := checkElementPart(part); err != nil {
+			return nil, doc.valueErrorHint("include", includeHint(junctions), "%q: %v", name, err)
+		}
+	}
+	if in.resolve == nil {
+		return nil, doc.valueError("include", "%q: a JUNCTION:PATH include cannot be read here", name)
+	}
+	from, err := in.resolve(src.via+junctions, doc.display+" includes "+name)
+	var ie *includeError
+	if errors.As(err, &ie) {
+		hint := ie.hint
+		if hint == "" {
+			hint = includeHint(junctions)
+		}
+		return nil, doc.valueErrorHint("include", hint, "%q: %s", name, ie.msg)
+	}
+	return from, err
+}
+
+// includeHint is the hint for an include error: where paths are read from.
+func includeHint(junctions string) string {
+	if junctions != "" {
+		return "in JUNCTION:PATH, PATH is relative to the root of the project the junction holds"
+	}
+	return "include paths are relative to the project root"
+}
+
+// rootOf is the project root dir opened, once per includer.
+func (in *includer) rootOf(dir string) (*os.Root, error) {
+	if r, ok := in.roots[dir]; ok {
+		return r, nil
+	}
+	r, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, err
+	}
+	if in.roots == nil {
+		in.roots = map[string]*os.Root{}
+	}
+	in.roots[dir] = r
+	return r, nil
+}
+
+// prefixed is names each with prefix before it.
+func prefixed(prefix string, names []string) []string {
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = prefix + n
+	}
+	return out
+}
+
+// siblings are the .toml files in the directory of the project path name (under r), as
+// paths from the project root, for a did-you-mean.
+func siblings(r *os.Root, name string) []string {
 	dir := path.Dir(name)
-	f, err := in.r.Open(filepath.FromSlash(dir))
+	f, err := r.Open(filepath.FromSlash(dir))
 	if err != nil {
 		return nil
 	}
@@ -414,22 +517,22 @@ var projectIncludeKeys = []string{"include", "variables", "environment", "kinds"
 // includeIntoProject layers what project.toml (doc) includes under p's variables,
 // environment and kind defaults, as element files' includes are layered: each
 // included file over what it includes, in the order written, project.toml winning.
-func includeIntoProject(doc *tomlDoc, p *Project) error {
+func includeIntoProject(doc *tomlDoc, p *Project, resolve includeResolver) error {
 	if len(p.Include) == 0 {
 		return nil
 	}
-	in := &includer{root: p.Root}
-	defer func() {
-		if in.r != nil {
-			in.r.Close()
-		}
-	}()
+	in := &includer{src: includeSource{root: p.Root, name: p.Name}, resolve: resolve}
+	defer in.close()
 	var vars, env map[string]string
 	kinds := map[string]map[string]any{}
-	var walk func(doc *tomlDoc, names, stack []string) error
-	walk = func(doc *tomlDoc, names, stack []string) error {
+	var walk func(doc *tomlDoc, src *includeSource, names, stack []string) error
+	walk = func(doc *tomlDoc, src *includeSource, names, stack []string) error {
 		for _, name := range names {
-			incDoc, m, err := in.open(doc, name, stack, projectIncludeKeys)
+			if resolve == nil && strings.Contains(name, ":") {
+				p.junctionIncludes = true // read in the second pass (loadProjectIn)
+				continue
+			}
+			incDoc, from, m, err := in.open(doc, src, name, stack, projectIncludeKeys)
 			if err != nil {
 				return err
 			}
@@ -439,7 +542,7 @@ func includeIntoProject(doc *tomlDoc, p *Project) error {
 				if !ok {
 					return incDoc.valueError("include", "expected a list of paths, found %s", tomlTypeName(v))
 				}
-				if err := walk(incDoc, names, inner); err != nil {
+				if err := walk(incDoc, from, names, inner); err != nil {
 					return err
 				}
 			}
@@ -470,7 +573,7 @@ func includeIntoProject(doc *tomlDoc, p *Project) error {
 		}
 		return nil
 	}
-	if err := walk(doc, p.Include, []string{ProjectFile}); err != nil {
+	if err := walk(doc, &in.src, p.Include, []string{ProjectFile}); err != nil {
 		return err
 	}
 	if err := layerKinds(kinds, p.Kinds, doc); err != nil {

@@ -98,7 +98,8 @@ func ElementNamesThrough(p *Project, lock *Lock, path string) ([]string, error) 
 	if err != nil {
 		return nil, err
 	}
-	g := &Graph{Project: p, Lock: lock, contexts: map[string]*projectContext{"": {project: p, lock: lock, dir: dir}}}
+	g := &Graph{Project: p, Lock: lock}
+	g.setTop(dir)
 	defer g.closeContexts()
 	c, err := g.context(path, path, nil)
 	if err != nil {
@@ -178,6 +179,7 @@ func (g *Graph) context(path, name string, ref *Element) (*projectContext, error
 		return nil, err
 	}
 	junction := inner[len(parent.path):]
+	defer g.making(path, "junction "+inner)()
 	j, err := loadElement(parent.project, parent.dir, parent.lock, junction, nil)
 	if errors.Is(err, errNoFile) {
 		return nil, g.missing(parent, inner, ref)
@@ -221,27 +223,32 @@ func (g *Graph) context(path, name string, ref *Element) (*projectContext, error
 	if err != nil {
 		return nil, err
 	}
-	sub, err := LoadProjectWith(dir, func(string) [][]OptionSetting { return [][]OptionSetting{settings} })
+	var user []OptionSetting
+	sub, err := loadProjectIn(dir, LoadOptions{Layers: func(name string) [][]OptionSetting {
+		user = g.Project.UserOptions[name]
+		return [][]OptionSetting{settings, user} // the user's configuration wins
+	}, SourcesDir: g.Project.SourcesDir, UserOptions: g.Project.UserOptions}, g.chainOut())
 	if err != nil {
-		return nil, inJunction(err, show, j.File)
+		return nil, inJunction(err, show, j.File, user)
 	}
-	sub.Hermetic = g.Project.Hermetic
+	sub.Hermetic, sub.UserOptions = g.Project.Hermetic, g.Project.UserOptions
 	if err := g.sameProject(j, sub, show); err != nil {
 		return nil, err
 	}
 	lock, err := LoadLock(dir)
 	if err != nil {
-		return nil, inJunction(err, show, "")
+		return nil, inJunction(err, show, "", nil)
 	}
 	edir, err := openElementDir(sub, show)
 	if err != nil {
 		return nil, err
 	}
-	if err := checkOverrides(j, parent.project, sub); err != nil {
+	if err := checkOverrides(j, parent, sub, edir); err != nil {
 		edir.close()
 		return nil, err
 	}
 	c := &projectContext{path: path, project: sub, lock: lock, dir: edir, junction: j, parent: parent, keyContext: keyContext(sub)}
+	c.dir.origin = g.includeOrigin(c)
 	g.contexts[path] = c
 	return c, nil
 }
@@ -364,11 +371,13 @@ func checkJunctionSources(j *Element) error {
 }
 
 // inJunction names the files of err, an error loading the project at show (a
-// junction's), from the top project's root; but for file, the junction's, named so
-// already (a bad option setting in its [config.options]).
-func inJunction(err error, show, file string) error {
+// junction's), from the top project's root; but for file, the junction's, and the
+// files of user's settings (the user configuration's), named so already (a bad option
+// setting in the junction's [config.options] or in [projects.NAME.options]).
+func inJunction(err error, show, file string, user []OptionSetting) error {
 	var pe *ProjectError
-	if errors.As(err, &pe) && pe.File != "" && pe.File != file {
+	if errors.As(err, &pe) && pe.File != "" && pe.File != file && !filepath.IsAbs(pe.File) &&
+		!slices.ContainsFunc(user, func(s OptionSetting) bool { return s.File == pe.File }) {
 		pe.File = filepath.ToSlash(filepath.Join(show, pe.File))
 	}
 	return err
@@ -498,6 +507,12 @@ func (g *Graph) resolve(e *Element, d string) string {
 // each is resolved in the project that junction holds, whose junction's overrides may
 // send it back to a project holding it. ref named q, for errors.
 func (g *Graph) canonical(q string, ref *Element) (string, error) {
+	return g.walk(q, func(path, q string) (*projectContext, error) { return g.context(path, q, ref) })
+}
+
+// walk is canonical's walk, get giving the project of each junction path on the way
+// (q: the name as resolved so far, for errors).
+func (g *Graph) walk(q string, get func(path, q string) (*projectContext, error)) (string, error) {
 	named, done := q, 0 // q[:done] is a junction path walked already
 	for range 1000 {
 		i := strings.IndexByte(q[done:], ':')
@@ -505,7 +520,7 @@ func (g *Graph) canonical(q string, ref *Element) (string, error) {
 			return q, nil
 		}
 		path := q[:done+i+1]
-		c, err := g.context(path, q, ref)
+		c, err := get(path, q)
 		if err != nil {
 			return "", err
 		}
@@ -536,9 +551,11 @@ func resolveIn(c *projectContext, d string) (*projectContext, string) {
 }
 
 // checkOverrides checks junction j's [config.overrides]: each name is an element (or
-// junction) of sub, the project j holds, and what it is overridden with (its first
-// part, for a name through a junction) is one of parent, the project holding j.
-func checkOverrides(j *Element, parent, sub *Project) error {
+// junction) of sub, the project j holds (its element directory subDir), and what it is overridden with (its first part, for a name through a
+// junction) is one of the project of parent, the context holding j; an element is
+// overridden by an element, a junction by a junction (for a value through the parent's
+// junctions, its first part is a junction: what it names is checked when named).
+func checkOverrides(j *Element, parent *projectContext, sub *Project, subDir elementDir) error {
 	if len(j.Config.Overrides) == 0 {
 		return nil
 	}
@@ -546,22 +563,45 @@ func checkOverrides(j *Element, parent, sub *Project) error {
 	if err != nil {
 		return err
 	}
-	parentNames, err := parent.ElementNames()
+	parentNames, err := parent.project.ElementNames()
 	if err != nil {
 		return err
 	}
 	for _, o := range j.Config.Overrides {
-		fail := func(msg string) error {
+		fail := func(msg, hint string) error {
 			doc := j.document()
-			return &ProjectError{File: j.File, Line: o.Line, Text: doc.line(o.Line), Msg: fmt.Sprintf("junction %s: override %q = %q: %s", j.Name, o.Name, o.As, msg),
-				Hint: "in [config.overrides], \"NAME\" = \"PARENT-NAME\" makes the element or junction NAME of the project the junction holds this project's PARENT-NAME"}
+			return &ProjectError{File: j.File, Line: o.Line, Text: doc.line(o.Line), Msg: fmt.Sprintf("junction %s: override %q = %q: %s", j.Name, o.Name, o.As, msg), Hint: hint}
 		}
+		const hint = "in [config.overrides], \"NAME\" = \"PARENT-NAME\" makes the element or junction NAME of the project the junction holds this project's PARENT-NAME"
 		if !slices.Contains(subNames, o.Name) {
-			return fail(fmt.Sprintf("project %s has no element %s%s", sub.Name, o.Name, didYouMean(o.Name, subNames)))
+			return fail(fmt.Sprintf("project %s has no element %s%s", sub.Name, o.Name, didYouMean(o.Name, subNames)), hint)
 		}
-		first, _, _ := strings.Cut(o.As, ":")
+		first, _, nested := strings.Cut(o.As, ":")
 		if !slices.Contains(parentNames, first) {
-			return fail(fmt.Sprintf("project %s has no element %s%s", parent.Name, first, didYouMean(first, parentNames)))
+			return fail(fmt.Sprintf("project %s has no element %s%s", parent.project.Name, first, didYouMean(first, parentNames)), hint)
+		}
+		overridden, err := elementKind(sub, subDir, o.Name)
+		if err != nil {
+			return err
+		}
+		by, err := elementKind(parent.project, parent.dir, first)
+		if err != nil {
+			return err
+		}
+		isJunction, byJunction := overridden == junctionKind, by == junctionKind
+		switch {
+		case nested && !byJunction:
+			return fail(fmt.Sprintf("%s names an element of %s, which is not a junction (kind %q)", o.As, first, by),
+				`in JUNCTION:ELEMENT, JUNCTION is an element of kind "junction"`)
+		case !nested && isJunction != byJunction:
+			what := func(junction bool, kind string) string {
+				if junction {
+					return "a junction"
+				}
+				return fmt.Sprintf("an element (kind %q)", kind)
+			}
+			return fail(fmt.Sprintf("%s of project %s is %s, %s of project %s is %s", o.Name, sub.Name, what(isJunction, overridden), o.As, parent.project.Name, what(byJunction, by)),
+				"an element is overridden by an element, a junction by a junction")
 		}
 	}
 	return nil
@@ -589,4 +629,44 @@ func (e *Element) overridden(d, name string) {
 		e.named, e.depNames = map[string]string{}, map[string]string{}
 	}
 	e.named[name], e.depNames[d] = d, name
+}
+
+// overridesIn is a hint for a dependency cycle (each element depending on the next):
+// the edges a junction's [config.overrides] made, "" when none did.
+func (g *Graph) overridesIn(cycle []*Element) string {
+	var edges []string
+	for i, e := range cycle[:len(cycle)-1] {
+		d, ok := e.named[cycle[i+1].Name]
+		if !ok {
+			continue
+		}
+		first, _, _ := strings.Cut(d, ":")
+		for c := g.contexts[junctionPath(e.Name)]; c != nil && c.junction != nil; c = c.parent {
+			if slices.ContainsFunc(c.junction.Config.Overrides, func(o Override) bool { return o.Name == first }) {
+				edges = append(edges, fmt.Sprintf("%s names %s, which junction %s overrides with %s", e.Name, d, c.junction.Name, cycle[i+1].Name))
+				break
+			}
+		}
+	}
+	if len(edges) == 0 {
+		return ""
+	}
+	return "the cycle goes through [config.overrides]: " + strings.Join(edges, "; ")
+}
+
+// elementKind reads only the kind of p's element file name (in dir; errNoFile when
+// there is none): enough to tell a junction, without reading what the file includes.
+func elementKind(p *Project, dir elementDir, name string) (string, error) {
+	display := filepath.ToSlash(filepath.Join(dir.show, p.ElementPath, filepath.FromSlash(name)))
+	data, _, err := readElementFile(dir, filepath.Join(dir.prefix, filepath.FromSlash(name)), display)
+	if err != nil {
+		return "", err
+	}
+	var f struct {
+		Kind string `toml:"kind"`
+	}
+	if _, err := decodeTOMLBytes(data, display, &f); err != nil {
+		return "", err
+	}
+	return f.Kind, nil
 }

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 )
 
 // junctionFiles is a project app whose app.toml depends on an element of the project
@@ -74,27 +73,7 @@ func TestJunctionParseCache(t *testing.T) {
 	cacheDir := t.TempDir()
 	load := func(cached bool) (map[string]string, *ParseCache) {
 		t.Helper()
-		p, err := loadProject(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var pc *ParseCache
-		if cached {
-			pc = OpenParseCache(cacheDir, dir)
-			pc.racy = -time.Hour
-		}
-		g, err := LoadCached(p, &Lock{Entries: map[string][]string{}}, []string{"app.toml"}, pc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		keys := map[string]string{}
-		for name, e := range g.Elements {
-			keys[name] = e.Key
-		}
-		if err := pc.Save(); err != nil {
-			t.Fatal(err)
-		}
-		return keys, pc
+		return loadKeys(t, dir, cacheDir, cached)
 	}
 	want, _ := load(false)
 	if got, pc := load(true); !maps.Equal(got, want) || pc.hits.Load() != 0 {

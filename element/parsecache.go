@@ -3,6 +3,7 @@ package element
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -89,7 +90,7 @@ func newCachedFile(id fileid.ID, pf *parsedFile, key keyMemo, options, kinds str
 
 // parseCacheVersion changes whenever parsedFile or the checks parseElement makes change
 // in a way a gantry build stamp would not show.
-const parseCacheVersion = 9
+const parseCacheVersion = 10
 
 // OpenParseCache opens the parse cache of the project at root, kept under dir (the
 // gantry cache's loads/). A missing, damaged or foreign cache file is an empty cache.
@@ -164,32 +165,56 @@ func parseCacheName(dir elementDir, root, rel, display string) string {
 
 // lookup returns what is remembered of the file at path under dir, remembered as name,
 // when the file's identity is unchanged and, if its parse read options, it was parsed
-// with scope's values; the files it included are under root, its project's root. A file it does not remember is not stat'ed:
-// reading it takes its identity (readElementFile). A nil cache remembers nothing.
-func (pc *ParseCache) lookup(dir elementDir, root, path, name string, scope optionScope) (*cachedFile, bool) {
+// with scope's values; the files it included are under root, its project's root, or
+// under the root of the project the junction path they were included through holds
+// now (dir.origin.resolve), which must be the one it held then. A file it does not
+// remember is not stat'ed: reading it takes its identity (readElementFile). A nil
+// cache remembers nothing. The only error is errNeedProject, from the resolver.
+func (pc *ParseCache) lookup(dir elementDir, root, path, name string, scope optionScope) (*cachedFile, bool, error) {
 	if pc == nil {
-		return nil, false
+		return nil, false, nil
 	}
+	c, ok, err := pc.find(dir, root, path, name, scope)
+	if ok {
+		pc.hits.Add(1)
+	}
+	return c, ok, err
+}
+
+func (pc *ParseCache) find(dir elementDir, root, path, name string, scope optionScope) (*cachedFile, bool, error) {
 	pc.mu.Lock()
 	c, hit := pc.files[name]
 	pc.mu.Unlock()
 	if !hit {
-		return nil, false
+		return nil, false, nil
 	}
 	c.seen.Store(true)
 	if id, ok := identify(dir, path); !ok || c.id() != id || !c.decode() {
-		return nil, false
+		return nil, false, nil
 	}
 	if c.Options != "" && c.Options != scope.digest || c.Kinds != scope.kindDigests[c.Parsed.Kind] {
-		return nil, false
+		return nil, false, nil
 	}
 	for _, inc := range c.Includes {
-		if id, ok := pc.includedID(root, inc.Name); !ok || id != inc.ID {
-			return nil, false
+		r := root
+		if inc.Via != "" {
+			if dir.origin.resolve == nil {
+				return nil, false, nil
+			}
+			src, err := dir.origin.resolve(inc.Via, "")
+			if errors.Is(err, errNeedProject) {
+				return nil, false, err
+			}
+			if err != nil || src.root != inc.Root {
+				return nil, false, nil // parsed again: the parse says what is wrong
+			}
+			r = inc.Root
+		}
+		if id, ok := pc.includedID(r, inc.Name); !ok || id != inc.ID {
+			return nil, false, nil
 		}
 	}
-	pc.hits.Add(1)
-	return c, true
+	return c, true, nil
 }
 
 // includeStat is an included file's identity as a load stat'ed it.

@@ -57,6 +57,8 @@ func encodeParseCache(out io.Writer, stamp string, files map[string]*cachedFile)
 			for _, inc := range c.Includes {
 				entry.Str(inc.Name)
 				inc.ID.Append(&entry)
+				entry.Str(inc.Via)
+				entry.Str(inc.Root)
 			}
 		}
 		w.Str(name)
@@ -122,7 +124,7 @@ func (c *cachedFile) decode() bool {
 		if n := r.Count(); n > 0 {
 			c.Includes = make([]includedFile, n)
 			for i := range c.Includes {
-				c.Includes[i] = includedFile{Name: r.Str(), ID: fileid.Read(r)}
+				c.Includes[i] = includedFile{Name: r.Str(), ID: fileid.Read(r), Via: r.Str(), Root: r.Str()}
 			}
 		}
 		c.whole = r.Err == nil && r.Len() == 0

@@ -378,7 +378,7 @@ func TestParseCacheCodecRoundTrips(t *testing.T) {
 		// project is loaded (junctionSettings).
 		full.Parsed.Config.Options[i].Written = ""
 	}
-	full.Includes = []includedFile{{"a.toml", fileid.ID{Size: 6, Mtime: 7}}, {"b/c.toml", fileid.ID{Ino: 8, Dev: 9}}}
+	full.Includes = []includedFile{{Name: "a.toml", ID: fileid.ID{Size: 6, Mtime: 7}}, {Name: "b/c.toml", ID: fileid.ID{Ino: 8, Dev: 9}, Via: "base.toml:", Root: "/abs/base"}}
 	files := map[string]*cachedFile{"full.toml": full, "empty.toml": {}}
 	data := encodeToString(t, files)
 	stamp, got, err := decodeParseCache(data)

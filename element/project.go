@@ -46,6 +46,9 @@ type Project struct {
 	// SourcesDir is the source cache, set by the command: tar and git junctions are
 	// fetched into it and staged under it (junction.go). Not in any key.
 	SourcesDir string `toml:"-" json:"-"`
+	// UserOptions are the user configuration's [projects.NAME.options], by project name,
+	// set by the command: a junction's sub-project is loaded with its own (junction.go).
+	UserOptions map[string][]OptionSetting `toml:"-" json:"-"`
 	// Workspaces maps an element to the directory of its open workspace (from
 	// WorkspacesFile).
 	Workspaces map[string]string `toml:"-"`
@@ -61,6 +64,8 @@ type Project struct {
 	// Include are the files project.toml includes (include.go).
 	Include []string     `toml:"include" json:"-"`
 	scope   *optionScope // what element files are read in
+	// junctionIncludes is set by a load that left includes through junctions out.
+	junctionIncludes bool
 }
 
 var projectKeys = []string{"name", "element-path", "default-targets", "variables", "environment", "pools", "remote", "workspace-dir", "options", "if", "aliases", "mirrors", "kinds", "include"}
@@ -99,7 +104,56 @@ type OptionLayers func(project string) [][]OptionSetting
 // LoadProjectWith reads root/project.toml with the option settings layers gives (nil
 // for none: every option at its default).
 func LoadProjectWith(root string, layers OptionLayers) (*Project, error) {
-	p := &Project{Root: root}
+	return LoadProjectFor(root, LoadOptions{Layers: layers})
+}
+
+// LoadOptions are what a project is loaded with from outside it.
+type LoadOptions struct {
+	Layers OptionLayers // option settings (nil: every option at its default)
+	// SourcesDir and UserOptions are the Project fields of the same names, set before
+	// project.toml's includes through tar and git junctions are read.
+	SourcesDir  string
+	UserOptions map[string][]OptionSetting
+}
+
+// LoadProjectFor reads root/project.toml as o says.
+func LoadProjectFor(root string, o LoadOptions) (*Project, error) {
+	return loadProjectIn(root, o, nil)
+}
+
+// loadProjectIn reads root/project.toml in one pass, or, when it (or a file it includes)
+// includes through a junction (JUNCTION:PATH), in two, as BuildStream does: first
+// without those includes, which gives the project the junctions are loaded from (the
+// junction elements' files are read from it); then again, reading them through the
+// junctions. chain is the projects loading through their includes that this load is
+// for (outermost first), for a cycle.
+func loadProjectIn(root string, o LoadOptions, chain []chainLink) (*Project, error) {
+	p, err := readProject(root, o, nil)
+	if err != nil || !p.junctionIncludes {
+		return p, err
+	}
+	if err := includeCycle(chain, p.Name); err != nil {
+		return nil, err
+	}
+	lock, err := LoadLock(root)
+	if err != nil {
+		return nil, err
+	}
+	dir, err := openElementDir(p, "")
+	if err != nil {
+		return nil, err
+	}
+	g := &Graph{Project: p, Lock: lock, chain: chain}
+	g.setTop(dir)
+	defer g.closeContexts()
+	return readProject(root, o, g.contexts[""].dir.origin.resolve)
+}
+
+// readProject reads root/project.toml; resolve reads its includes through junctions
+// (nil: they are left out, and p.junctionIncludes says there were some).
+func readProject(root string, o LoadOptions, resolve includeResolver) (*Project, error) {
+	layers := o.Layers
+	p := &Project{Root: root, SourcesDir: o.SourcesDir, UserOptions: o.UserOptions}
 	doc, err := decodeTOML(filepath.Join(root, ProjectFile), ProjectFile, p)
 	if err != nil {
 		return nil, err
@@ -165,7 +219,7 @@ func LoadProjectWith(root string, layers OptionLayers) (*Project, error) {
 	if err := checkKindDefaults(doc, p.Kinds); err != nil {
 		return nil, err
 	}
-	if err := includeIntoProject(doc, p); err != nil {
+	if err := includeIntoProject(doc, p, resolve); err != nil {
 		return nil, err
 	}
 	if p.Options, err = parseOptions(doc, p.OptionsFile); err != nil {

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 )
 
 // writeProject creates a project from a map of relative path -> content.
@@ -42,4 +43,32 @@ func mustGraph(t *testing.T, dir string, targets ...string) *Graph {
 		t.Fatalf("load: %v", err)
 	}
 	return g
+}
+
+// loadKeys loads app.toml of the project at dir, with a parse cache kept in cacheDir
+// (which remembers files however recently changed) when cached, saves it, and returns
+// every element's key by name, and the cache (nil when not cached).
+func loadKeys(t *testing.T, dir, cacheDir string, cached bool) (map[string]string, *ParseCache) {
+	t.Helper()
+	p, err := loadProject(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pc *ParseCache
+	if cached {
+		pc = OpenParseCache(cacheDir, dir)
+		pc.racy = -time.Hour
+	}
+	g, err := LoadCached(p, &Lock{Entries: map[string][]string{}}, []string{"app.toml"}, pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := map[string]string{}
+	for name, e := range g.Elements {
+		keys[name] = e.Key
+	}
+	if err := pc.Save(); err != nil {
+		t.Fatal(err)
+	}
+	return keys, pc
 }

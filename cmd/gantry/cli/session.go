@@ -82,8 +82,12 @@ func (s *session) readProject() error {
 	if err != nil {
 		return err
 	}
-	project, err := element.LoadProjectWith(root, func(name string) [][]element.OptionSetting {
-		return [][]element.OptionSetting{user.ProjectOptions[name], cli} // command line > user config > default
+	project, err := element.LoadProjectFor(root, element.LoadOptions{
+		Layers: func(name string) [][]element.OptionSetting {
+			return [][]element.OptionSetting{user.ProjectOptions[name], cli} // command line > user config > default
+		},
+		SourcesDir:  cache.SourcesDirOf(s.cacheRoot()), // tar and git junctions project.toml includes through
+		UserOptions: user.ProjectOptions,               // for the projects junctions hold
 	})
 	if err != nil {
 		return err
