@@ -91,11 +91,14 @@ func zstded(t *testing.T, b []byte) []byte {
 }
 
 // compressWith pipes b through an external compressor (`xz -c`, `bzip2 -c`), skipping the
-// test when it is not installed.
+// test when it is not installed (failing it with CI=true).
 func compressWith(t *testing.T, b []byte, name string, args ...string) []byte {
 	t.Helper()
 	if _, err := exec.LookPath(name); err != nil {
-		t.Skipf("%s is not installed", name)
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("%s is not installed (required in CI)", name)
+		}
+		t.Skipf("%s is not installed: install it (xz-utils, bzip2) to run this test", name)
 	}
 	cmd := exec.Command(name, args...)
 	cmd.Stdin = bytes.NewReader(b)
