@@ -132,6 +132,9 @@ func LoadCached(p *Project, lock *Lock, targets []string, pc *ParseCache) (*Grap
 	if err := g.order(all); err != nil {
 		return nil, err
 	}
+	if err := g.checkSelections(); err != nil {
+		return nil, err
+	}
 	g.computeKeys()
 	return g, nil
 }
@@ -159,7 +162,7 @@ func (g *Graph) loadOne(c *projectContext, name string, ref *Element) (*Element,
 		if err := e.checkVariables(vars); err != nil {
 			return nil, err
 		}
-		if e.resolved, err = e.resolve(vars); err != nil {
+		if e.resolved, err = e.resolve(g.Project, vars); err != nil {
 			return nil, err
 		}
 	}
