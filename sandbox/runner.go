@@ -129,6 +129,33 @@ func (p *Runner) Run(ctx context.Context, command string) error {
 	return finish(ctx, p.cfg, command, state, err, false)
 }
 
+// RunIn is Run with dir as the working directory instead of the build directory:
+// a path as the commands see it (under bwrap, inside the sandbox: "/" for the
+// sysroot). The command always runs under sh.
+func (p *Runner) RunIn(ctx context.Context, dir, command string) error {
+	var cmd *exec.Cmd
+	switch p.cfg.Kind {
+	case Host:
+		if p.shErr != nil {
+			return p.shErr
+		}
+		cmd = p.hostCmd(p.sh, []string{"sh", "-e", "-c", command})
+		cmd.Dir = dir
+	case Bwrap:
+		cmd = p.bwrapCmd([]string{"/bin/sh", "-e", "-c", command})
+		// bwrapArgs end with --chdir BUILDROOT --: a copy with dir instead.
+		args := slices.Clone(cmd.Args)
+		i := len(args) - 6 // args end "--chdir", buildRoot, "--", "/bin/sh", "-e", "-c", command
+		if args[i-1] != "--chdir" {
+			panic("sandbox: bwrap arguments without --chdir before the command")
+		}
+		args[i] = dir
+		cmd.Args = args
+	}
+	state, err := p.start(ctx, cmd)
+	return finish(ctx, p.cfg, command, state, err, false)
+}
+
 // start runs cmd with p's stdin and output, and cfg's group and start hook.
 // When it returns, what the command wrote has reached cfg's Stdout and Stderr.
 func (p *Runner) start(ctx context.Context, cmd *exec.Cmd) (*os.ProcessState, error) {
