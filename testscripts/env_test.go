@@ -1,10 +1,14 @@
 package testscripts
 
 import (
+	"debug/elf"
+	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/rogpeppe/go-internal/testscript"
+
+	"github.com/gantry-build/gantry/sandbox"
 )
 
 // cmdSetenvStdout sets a variable to the last command's stdout, trimmed, or to its first
@@ -22,4 +26,18 @@ func cmdSetenvStdout(ts *testscript.TestScript, neg bool, args []string) {
 		v = v[:n]
 	}
 	ts.Setenv(args[0], v)
+}
+
+// haveBwrapSysroot reports whether bwrap works here and /bin/busybox is statically
+// linked, so that a script can build under bwrap on a busybox sysroot.
+func haveBwrapSysroot() bool {
+	if sandbox.CheckAvailable(sandbox.Bwrap) != nil {
+		return false
+	}
+	f, err := elf.Open("/bin/busybox")
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	return !slices.ContainsFunc(f.Progs, func(p *elf.Prog) bool { return p.Type == elf.PT_INTERP })
 }

@@ -45,7 +45,7 @@ func haveBST() bool {
 	return exec.Command(bstPython, "-c", "import buildstream._artifactcache.casserver").Run() == nil
 }
 
-// scriptCondition adds [nginx] and [bst] (bst-artifact-server): true when the tool is
+// scriptCondition adds [nginx], [bst] (bst-artifact-server) and [bwrap]: true when the tool is
 // installed, and always with CI=true, so that a CI machine without it fails the script
 // (`[!nginx] skip 'install nginx'`) instead of skipping it.
 func scriptCondition(cond string) (bool, error) {
@@ -55,6 +55,8 @@ func scriptCondition(cond string) (bool, error) {
 		return nginxPath() != "" || ci, nil
 	case "bst":
 		return haveBST() || ci, nil
+	case "bwrap": // bubblewrap works here and /bin/busybox is static, for a sysroot
+		return haveBwrapSysroot() || ci, nil
 	}
 	return false, fmt.Errorf("unknown condition %q", cond)
 }
