@@ -93,26 +93,44 @@ func addPublicData(g *element.Graph, e *element.Element, stage []*element.Elemen
 // staging order, each in the sysroot (/ under bwrap), before the build's own
 // commands. A failing command fails the build, naming the element and the command.
 func integrate(ctx context.Context, runner *sandbox.Runner, spec *buildSpec, kind sandbox.Kind, t tree, r *job.Reporter) error {
-	dir := t.sysroot
-	if kind == sandbox.Bwrap {
-		dir = "/"
-	}
+	var steps []integration
 	for _, s := range spec.Stage {
-		cmds := s.Public.commands(kind)
-		if len(cmds) == 0 {
-			continue
+		if cmds := s.Public.commands(kind); len(cmds) > 0 {
+			steps = append(steps, integration{s.Element, cmds})
 		}
+	}
+	return runIntegration(ctx, runner, sysrootDir(kind, t), steps, r.Log, r.Status)
+}
+
+// integration is one staged element's integration commands, expanded.
+type integration struct {
+	element  string
+	commands []string
+}
+
+// sysrootDir is the sysroot of t as commands of the sandbox kind see it.
+func sysrootDir(kind sandbox.Kind, t tree) string {
+	if kind == sandbox.Bwrap {
+		return "/"
+	}
+	return t.sysroot
+}
+
+// runIntegration runs steps in order in runner, in dir, saying what it does with log
+// and status (a build's log and status line; a shell's stderr).
+func runIntegration(ctx context.Context, runner *sandbox.Runner, dir string, steps []integration, log, status func(string)) error {
+	for _, s := range steps {
 		started := time.Now()
-		r.Log("integrating " + s.Element)
-		for _, cmd := range cmds {
-			r.Status("integrate " + s.Element + ": " + firstLine(cmd))
-			r.Log("+ " + cmd)
+		log("integrating " + s.element)
+		for _, cmd := range s.commands {
+			status("integrate " + s.element + ": " + firstLine(cmd))
+			log("+ " + cmd)
 			if err := runner.RunIn(ctx, dir, cmd); err != nil {
-				r.Log(fmt.Sprintf("integration-commands of %s failed after %s", s.Element, since(started)))
-				return fmt.Errorf("integration-commands of %s: %w", s.Element, err)
+				log(fmt.Sprintf("integration-commands of %s failed after %s", s.element, since(started)))
+				return fmt.Errorf("integration-commands of %s: %w", s.element, err)
 			}
 		}
-		r.Log(fmt.Sprintf("integration-commands of %s done in %s", s.Element, since(started)))
+		log(fmt.Sprintf("integration-commands of %s done in %s", s.element, since(started)))
 	}
 	return nil
 }

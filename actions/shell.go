@@ -85,7 +85,11 @@ func StageShell(ctx context.Context, c *cache.Cache, g *element.Graph, e *elemen
 		return nil, fmt.Errorf("preparing the shell's home directory: %w", err)
 	}
 	env := shellEnv(commandEnv(ctx, e.Sources, c.SourcesDir(), home, resolved.Env), opts.Term, g.Project.Name, e.Name)
-	return &Shell{Kind: kind, Reason: reason, Dir: paths.BuildRoot, Config: t.config(kind, env), work: work}, nil
+	cfg := t.config(kind, env)
+	if err := integrateShell(ctx, g, g.StageDeps(e), kind, shellPaths(paths, kind, env), t, cfg, opts.Log); err != nil {
+		return nil, fmt.Errorf("integrating the sysroot of %s for the shell: %w", e.Name, err)
+	}
+	return &Shell{Kind: kind, Reason: reason, Dir: paths.BuildRoot, Config: cfg, work: work}, nil
 }
 
 // stageShellTree stages e's dependencies into t's sysroot and its build directory
