@@ -328,3 +328,35 @@ func (g *Graph) checkSelections() error {
 	}
 	return nil
 }
+
+// publicChange is the first difference between two elements' public data as their keys
+// hold it (explain), or nil.
+func publicChange(o, n *ResolvedPublic) *Change {
+	if o == nil {
+		o = &ResolvedPublic{}
+	}
+	if n == nil {
+		n = &ResolvedPublic{}
+	}
+	for i := range max(len(o.Integration), len(n.Integration)) {
+		var a, b string
+		if i < len(o.Integration) {
+			a = o.Integration[i]
+		}
+		if i < len(n.Integration) {
+			b = n.Integration[i]
+		}
+		if a != b {
+			return &Change{What: "public", Name: "integration-commands", Old: a, New: b}
+		}
+	}
+	domains := sortedKeys(o.Splits)
+	domains = append(domains, sortedKeys(n.Splits)...)
+	slices.Sort(domains)
+	for _, d := range slices.Compact(domains) {
+		if !slices.Equal(o.Splits[d], n.Splits[d]) {
+			return &Change{What: "public", Name: "split-rules." + d, Old: strings.Join(o.Splits[d], " "), New: strings.Join(n.Splits[d], " ")}
+		}
+	}
+	return nil
+}

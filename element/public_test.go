@@ -149,3 +149,22 @@ func TestPublicErrors(t *testing.T) {
 		})
 	}
 }
+
+// explain names the public data that changed an element's key.
+func TestExplainNamesPublicData(t *testing.T) {
+	in := func(p *ResolvedPublic) *Inputs { return &Inputs{Kind: "import", Config: &Resolved{Public: p}} }
+	cases := []struct {
+		old, cur *ResolvedPublic
+		want     string
+	}{
+		{nil, &ResolvedPublic{Integration: []string{"ldconfig"}}, `public data integration-commands changed: "" → "ldconfig"`},
+		{&ResolvedPublic{Integration: []string{"a", "b"}}, &ResolvedPublic{Integration: []string{"a", "c"}}, `public data integration-commands changed: "b" → "c"`},
+		{&ResolvedPublic{Splits: map[string][]string{"devel": {"/x"}}}, &ResolvedPublic{Splits: map[string][]string{"devel": {"/x", "/y"}}}, `public data split-rules.devel changed: "/x" → "/x /y"`},
+	}
+	for _, tc := range cases {
+		c := ownChange(in(tc.old), in(tc.cur))
+		if c == nil || c.String() != tc.want {
+			t.Errorf("got %v, want %s", c, tc.want)
+		}
+	}
+}
