@@ -503,36 +503,13 @@ func build(ctx context.Context, c *cache.Cache, spec *buildSpec, r *job.Reporter
 	case "compose", "filter":
 		return composeJob(ctx, c, spec, deps, t, r, out)
 	}
-	kind, reason := sandbox.Resolve(sandbox.Kind(spec.Sandbox), sysroot)
-	if err := sandbox.CheckSysroot(kind, sysroot); err != nil {
-		r.Log("sandbox: " + string(kind) + " (" + reason + ")")
-		return nil, &infraError{err}
-	}
-	if kind == sandbox.Host && links && len(deps) > 0 {
-		// auto chose the host after all: the commands can write to the sysroot.
-		if err := underLock(ctx, c, r, func() error { return restage(c, spec, deps, sysroot, r) }); err != nil {
-			return nil, err
-		}
+	runner, kind, err := prepareCommands(ctx, c, spec, t, deps, links, r, out)
+	if err != nil {
+		return runner, err
 	}
 	resolved := spec.Host
 	if kind == sandbox.Bwrap {
 		resolved = spec.Bwrap
-	}
-	env, err := buildEnv(ctx, c, spec, kind, resolved.Env)
-	if err != nil {
-		return nil, err
-	}
-	// Everything the commands need but a builder is done before the gate: after
-	// it, each command costs its log lines, its fork and its exec.
-	logBuildHeader(r, kind, reason, env)
-	cfg := t.config(kind, env)
-	cfg.WritableSysroot = spec.integrates()
-	cfg.Stdout, cfg.Stderr = out, out
-	// The job's process group: suspend and terminate of the job reach the commands.
-	cfg.Group = sandbox.CallerGroup
-	runner, err := sandbox.Prepare(cfg)
-	if err != nil {
-		return nil, &infraError{err} // it names the sandbox: a fault of the machine, not the element's
 	}
 	if err := waitForBuilder(ctx, r); err != nil {
 		return runner, err
@@ -555,6 +532,43 @@ func build(ctx context.Context, c *cache.Cache, spec *buildSpec, r *job.Reporter
 		}
 	}
 	return runner, nil
+}
+
+// prepareCommands picks the sandbox the build's commands (and integration commands)
+// run in, now that the sysroot of t is staged (deps, as hard links when links), and
+// prepares it: everything the commands need but a builder is done before the gate;
+// after it, each command costs its log lines, its fork and its exec.
+func prepareCommands(ctx context.Context, c *cache.Cache, spec *buildSpec, t tree, deps []*cache.Artifact, links bool, r *job.Reporter, out io.Writer) (*sandbox.Runner, sandbox.Kind, error) {
+	kind, reason := sandbox.Resolve(sandbox.Kind(spec.Sandbox), t.sysroot)
+	if err := sandbox.CheckSysroot(kind, t.sysroot); err != nil {
+		r.Log("sandbox: " + string(kind) + " (" + reason + ")")
+		return nil, kind, &infraError{err}
+	}
+	if kind == sandbox.Host && links && len(deps) > 0 {
+		// auto chose the host after all: the commands can write to the sysroot.
+		if err := underLock(ctx, c, r, func() error { return restage(c, spec, deps, t.sysroot, r) }); err != nil {
+			return nil, kind, err
+		}
+	}
+	resolved := spec.Host
+	if kind == sandbox.Bwrap {
+		resolved = spec.Bwrap
+	}
+	env, err := buildEnv(ctx, c, spec, kind, resolved.Env)
+	if err != nil {
+		return nil, kind, err
+	}
+	logBuildHeader(r, kind, reason, env)
+	cfg := t.config(kind, env)
+	cfg.WritableSysroot = spec.integrates() // staged as copies (stageLinks)
+	cfg.Stdout, cfg.Stderr = out, out
+	// The job's process group: suspend and terminate of the job reach the commands.
+	cfg.Group = sandbox.CallerGroup
+	runner, err := sandbox.Prepare(cfg)
+	if err != nil {
+		return nil, kind, &infraError{err} // it names the sandbox: a fault of the machine, not the element's
+	}
+	return runner, kind, nil
 }
 
 // stageSources stages sources in their order into so.BuildRoot, each at its

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/gantry-build/gantry/cache"
@@ -153,7 +152,7 @@ func composeJob(ctx context.Context, c *cache.Cache, spec *buildSpec, deps []*ca
 		for _, p := range []string{"dev", "proc", "tmp", "gantry", "gantry/build", "gantry/install"} {
 			skip[p] = !before[p]
 		}
-		if runner, err = prepareIntegration(ctx, c, spec, t, r, out); err != nil {
+		if runner, err = prepareIntegration(ctx, c, spec, deps, t, r, out); err != nil {
 			return runner, err
 		}
 	} else if err := waitForBuilder(ctx, r); err != nil {
@@ -207,29 +206,11 @@ func composeJob(ctx context.Context, c *cache.Cache, spec *buildSpec, deps []*ca
 }
 
 // prepareIntegration runs the integration commands of a compose in a sandbox of its
-// sysroot, as a build would run its own commands.
-func prepareIntegration(ctx context.Context, c *cache.Cache, spec *buildSpec, t tree, r *job.Reporter, out io.Writer) (*sandbox.Runner, error) {
-	kind, reason := sandbox.Resolve(sandbox.Kind(spec.Sandbox), t.sysroot)
-	if err := sandbox.CheckSysroot(kind, t.sysroot); err != nil {
-		r.Log("sandbox: " + string(kind) + " (" + reason + ")")
-		return nil, &infraError{err}
-	}
-	resolved := spec.Host
-	if kind == sandbox.Bwrap {
-		resolved = spec.Bwrap
-	}
-	env, err := buildEnv(ctx, c, spec, kind, resolved.Env)
+// sysroot (staged as copies: stageLinks), as a build would run its own commands.
+func prepareIntegration(ctx context.Context, c *cache.Cache, spec *buildSpec, deps []*cache.Artifact, t tree, r *job.Reporter, out io.Writer) (*sandbox.Runner, error) {
+	runner, kind, err := prepareCommands(ctx, c, spec, t, deps, false, r, out)
 	if err != nil {
-		return nil, err
-	}
-	logBuildHeader(r, kind, reason, env)
-	cfg := t.config(kind, env)
-	cfg.WritableSysroot = true
-	cfg.Stdout, cfg.Stderr = out, out
-	cfg.Group = sandbox.CallerGroup
-	runner, err := sandbox.Prepare(cfg)
-	if err != nil {
-		return nil, &infraError{err}
+		return runner, err
 	}
 	if err := waitForBuilder(ctx, r); err != nil {
 		return runner, err
@@ -300,11 +281,7 @@ func newSelection(rules map[string][]string, include, exclude []string, orphans 
 		if len(globs) == 0 {
 			continue
 		}
-		parts := make([]string, len(globs))
-		for i, g := range globs {
-			parts[i] = globRegexp(g)
-		}
-		re, err := regexp.Compile("^(?:" + strings.Join(parts, "|") + ")$")
+		re, err := element.SplitRegexp(globs)
 		if err != nil {
 			return nil, fmt.Errorf("domain %s: %w", d, err)
 		}
@@ -335,49 +312,4 @@ func (s *selection) keeps(rel string) bool {
 		in = true
 	}
 	return in && !out
-}
-
-// globRegexp is the regular expression of a split rule's glob, as BuildStream reads
-// it: * and ? match within one path component, ** across them, [...] a class.
-func globRegexp(glob string) string {
-	var b strings.Builder
-	for i := 0; i < len(glob); i++ {
-		switch c := glob[i]; c {
-		case '*':
-			if i+1 < len(glob) && glob[i+1] == '*' {
-				b.WriteString(".*")
-				i++
-			} else {
-				b.WriteString("[^/]*")
-			}
-		case '?':
-			b.WriteString("[^/]")
-		case '[':
-			j := i + 1
-			if j < len(glob) && glob[j] == '!' {
-				j++
-			}
-			if j < len(glob) && glob[j] == ']' {
-				j++
-			}
-			for j < len(glob) && glob[j] != ']' {
-				j++
-			}
-			if j >= len(glob) {
-				b.WriteString(`\[`)
-				continue
-			}
-			class := strings.ReplaceAll(glob[i+1:j], `\`, `\\`)
-			if strings.HasPrefix(class, "!") {
-				class = "^" + class[1:]
-			} else if strings.HasPrefix(class, "^") {
-				class = `\` + class
-			}
-			b.WriteString("[" + class + "]")
-			i = j
-		default:
-			b.WriteString(regexp.QuoteMeta(string(c)))
-		}
-	}
-	return b.String()
 }

@@ -4,9 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
-	"runtime"
 
 	"github.com/gantry-build/gantry/cache"
 	"github.com/gantry-build/gantry/element"
@@ -19,45 +16,10 @@ import (
 // opts.Log. The shell's working directory is an empty scratch directory; under bwrap /
 // is the sysroot, on the host PATH and the library paths lead into it (and
 // GANTRY_SYSROOT names it). Remove deletes it all.
-func StageRunShell(ctx context.Context, c *cache.Cache, g *element.Graph, e *element.Element, opts ShellOptions) (_ *Shell, err error) {
-	work, err := c.TempDir("shell-")
-	if err != nil {
-		return nil, err
-	}
-	defer func() {
-		if err != nil {
-			os.RemoveAll(work)
-		}
-	}()
-	t := workTree(work, filepath.Join(work, "build"))
-	if err := t.make(); err != nil {
-		return nil, err
-	}
+func StageRunShell(ctx context.Context, c *cache.Cache, g *element.Graph, e *element.Element, opts ShellOptions) (*Shell, error) {
 	scope := g.Select([]*element.Element{e}, element.DepsRun)
-	if err := stageRunScope(ctx, c, g, e, scope, t, opts); err != nil {
-		return nil, err
-	}
-	kind, reason := sandbox.Resolve(sandbox.Kind(opts.Sandbox), t.sysroot)
-	paths := t.paths(kind, fmt.Sprint(element.DefaultMaxJobs(runtime.NumCPU(), 1)))
-	resolved, err := e.Resolve(g.Project, paths)
-	if err != nil {
-		return nil, err
-	}
-	home := filepath.Join(work, "home")
-	if kind == sandbox.Bwrap {
-		home = sandbox.SandboxHome
-	} else if err := os.Mkdir(home, 0o700); err != nil {
-		return nil, fmt.Errorf("preparing the shell's home directory: %w", err)
-	}
-	env := shellEnv(commandEnv(ctx, e.Sources, c.SourcesDir(), home, resolved.Env), opts.Term, g.Project.Name, e.Name)
-	expand := shellPaths(paths, kind, env)
-	cfg := t.config(kind, env)
-	cfg.InstallDir = "" // a shell of the run scope installs nothing
-	if err := integrateShell(ctx, g, scope, kind, expand, t, cfg, opts.Log); err != nil {
-		return nil, fmt.Errorf("integrating the sysroot of %s for the shell: %w", e.Name, err)
-	}
-	cfg.WritableSysroot = true // copies, removed with the shell
-	return &Shell{Kind: kind, Reason: reason, Dir: paths.BuildRoot, Config: cfg, work: work}, nil
+	stage := func(t *tree) error { return stageRunScope(ctx, c, g, e, scope, *t, opts) }
+	return openShell(ctx, c, g, e, opts, stage, scope, true)
 }
 
 // stageRunScope checks out the artifacts of scope (e's run scope) into t's sysroot,

@@ -77,6 +77,9 @@ func parsePublic(doc *tomlDoc, v any) (Public, error) {
 			} else if r.Rules, ok = plainStrings(m[domain]); !ok {
 				return pub, doc.valueError(path, "expected a list of globs or { prepend = [...], append = [...] }, found %s", tomlTypeName(m[domain]))
 			}
+			if err := checkRules(doc, path, r.Rules, r.Prepend, r.Append); err != nil {
+				return pub, err
+			}
 			pub.Splits[domain] = r
 		}
 	}
@@ -88,6 +91,9 @@ func checkSplitRules(doc *tomlDoc, rules map[string][]string) error {
 	for _, domain := range sortedKeys(rules) {
 		if !domainRE.MatchString(domain) {
 			return doc.valueError("split-rules."+domain, "%q is not a split domain name: use lowercase letters, digits, '_' and '-'", domain)
+		}
+		if err := checkRules(doc, "split-rules."+domain, rules[domain]); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -356,6 +362,32 @@ func publicChange(o, n *ResolvedPublic) *Change {
 	for _, d := range slices.Compact(domains) {
 		if !slices.Equal(o.Splits[d], n.Splits[d]) {
 			return &Change{What: "public", Name: "split-rules." + d, Old: strings.Join(o.Splits[d], " "), New: strings.Join(n.Splits[d], " ")}
+		}
+	}
+	return nil
+}
+
+// SplitRegexp is the regular expression matching the absolute paths that any of a
+// domain's rules (expanded) claims.
+func SplitRegexp(rules []string) (*regexp.Regexp, error) {
+	parts := make([]string, len(rules))
+	for i, r := range rules {
+		expr, err := globExpr(r)
+		if err != nil {
+			return nil, fmt.Errorf("split rule %q: %v", r, err)
+		}
+		parts[i] = expr
+	}
+	return regexp.Compile("^(?:" + strings.Join(parts, "|") + ")$")
+}
+
+// checkRules checks the globs of a domain's rules, written at path in doc.
+func checkRules(doc *tomlDoc, path string, rules ...[]string) error {
+	for _, list := range rules {
+		for _, r := range list {
+			if _, err := globExpr(r); err != nil {
+				return doc.valueError(path, "split rule %q: %v", r, err)
+			}
 		}
 	}
 	return nil

@@ -96,15 +96,16 @@ func TestPublicDataEntersKeys(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got := keysOf(t, tc.files)
+			got, want := keysOf(t, tc.files), map[string]bool{} // name -> must change
 			for _, n := range tc.changed {
-				if got[n] == base[n] {
-					t.Errorf("%s: key did not change", n)
-				}
+				want[n] = true
 			}
 			for _, n := range tc.constant {
-				if got[n] != base[n] {
-					t.Errorf("%s: key changed but should not", n)
+				want[n] = false
+			}
+			for n, change := range want {
+				if changed := got[n] != base[n]; changed != change {
+					t.Errorf("%s: key changed %v, want %v", n, changed, change)
 				}
 			}
 		})
@@ -123,6 +124,8 @@ func TestPublicErrors(t *testing.T) {
 			"elements/lib.toml:3: key \"public.split-rules.Dev/el\": \"Dev/el\" is not a split domain name: use lowercase letters, digits, '_' and '-'\n    \"Dev/el\" = [\"x\"]"},
 		{"rules not a list", "elements/lib.toml", "kind = \"manual\"\n[public.split-rules]\ndevel = \"x\"\n",
 			"elements/lib.toml:3: key \"public.split-rules.devel\": expected a list of globs or { prepend = [...], append = [...] }, found a string\n    devel = \"x\""},
+		{"bad glob", "elements/lib.toml", "kind = \"manual\"\n[public.split-rules]\ndevel = { append = [\"/usr/[ab\"] }\n",
+			"elements/lib.toml:3: key \"public.split-rules.devel\": split rule \"/usr/[ab\": '[' without ']'\n    devel = { append = [\"/usr/[ab\"] }"},
 		{"compose path glob", "elements/image.toml", "kind = \"compose\"\nbuild-depends = [\"app.toml\"]\n[config]\ninclude = [\"usr/bin/**\"]\n",
 			"elements/image.toml:4: key \"config.include\": \"usr/bin/**\" is not a split domain: compose include and exclude name split domains (runtime, devel, debug, doc, locale, or one of [split-rules] in project.toml), not paths; to select paths, declare a domain for them in [public.split-rules] of the elements that install them\n    include = [\"usr/bin/**\"]"},
 		{"unknown domain", "elements/image.toml", "kind = \"compose\"\nbuild-depends = [\"app.toml\"]\n[config]\nexclude = [\"plugin\"]\n",
