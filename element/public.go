@@ -190,6 +190,12 @@ type ResolvedPublic struct {
 
 // resolvePublic is e's ResolvedPublic with vars, or nil when it has none.
 func (e *Element) resolvePublic(p *Project, vars *Variables) (*ResolvedPublic, error) {
+	if e.project != nil {
+		p = e.project
+	}
+	if len(e.public.Integration) == 0 && len(e.public.Splits) == 0 && len(p.SplitRules) == 0 {
+		return nil, nil // most elements: nothing to expand, no map to make (every element is resolved at load)
+	}
 	integration, err := e.expandIntegration(vars)
 	if err != nil {
 		return nil, err
