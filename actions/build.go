@@ -100,11 +100,7 @@ func newBuildSpec(g *element.Graph, e *element.Element, cacheDir, workDir, sandb
 	project, name := e.ArtifactName(g.Project.Name) // a sub-project's element: as a direct build of it
 	spec := &buildSpec{CacheDir: cacheDir, Project: project, ProjectRoot: projectRoot(g.Project.Root, e), Element: name,
 		Key: e.Key, Kind: e.Kind.Name, Sandbox: sandboxKind, Sources: e.Sources, WorkDir: workDir, DepKeys: map[string]string{}}
-	stage := g.StageDeps(e)
-	if e.Kind.Name == "filter" {
-		stage = e.BuildDeps // its one build dependency's artifact, not what that one stages
-	}
-	for _, d := range stage {
+	for _, d := range g.StageDeps(e) {
 		project, name := d.ArtifactName(spec.Project)
 		if project == spec.Project {
 			project = ""
@@ -130,7 +126,7 @@ func newBuildSpec(g *element.Graph, e *element.Element, cacheDir, workDir, sandb
 	if spec.Bwrap, err = e.Resolve(g.Project, t.paths(sandbox.Bwrap, jobs)); err != nil {
 		return nil, err
 	}
-	if err := addPublicData(g, e, stage, spec, t, jobs); err != nil {
+	if err := addPublicData(g, e, spec, t, jobs); err != nil {
 		return nil, err
 	}
 	return spec, nil

@@ -54,18 +54,25 @@ func selects(r *element.Resolved, kind string) bool {
 	return len(r.Include) > 0 || len(r.Exclude) > 0 || !r.IncludeOrphans(kind)
 }
 
-// addPublicData sets the public data of the elements spec stages (stage, in its order)
-// that the build of e uses: their integration commands when e runs commands (or is a
-// compose that integrates), expanded in each one's own context with the paths of e's
-// build tree t; their split rules when e is a compose or filter that selects.
-func addPublicData(g *element.Graph, e *element.Element, stage []*element.Element, spec *buildSpec, t tree, jobs string) error {
+// addPublicData sets the public data of the elements spec stages that the build of e
+// uses: their integration commands when e runs commands (or is a compose that
+// integrates), expanded in each one's own context with the paths of e's build tree t;
+// their split rules when e is a compose or filter that selects. A filter stages only
+// its one build dependency's artifact, not what that one stages.
+func addPublicData(g *element.Graph, e *element.Element, spec *buildSpec, t tree, jobs string) error {
+	stage := g.StageDeps(e)
+	if e.Kind.Name == "filter" {
+		stage = e.BuildDeps // one: checked at load
+		spec.Stage = slices.DeleteFunc(spec.Stage, func(s stagedArtifact) bool { return s.ref() != stagedRef(spec, stage[0]) })
+	}
 	integrates := e.Kind.Commands || e.Kind.Name == "compose" && spec.Bwrap.Integrates()
 	split := (e.Kind.Name == "compose" || e.Kind.Name == "filter") && selects(spec.Bwrap, e.Kind.Name)
 	if !integrates && !split {
 		return nil
 	}
 	host, bwrap := hostRefs(t.paths(sandbox.Host, jobs)), t.paths(sandbox.Bwrap, jobs)
-	for i, d := range stage {
+	public := map[[2]string]*stagedPublic{} // by stagedRef
+	for _, d := range stage {
 		var pub stagedPublic
 		var err error
 		if integrates && d.HasIntegration() {
@@ -82,11 +89,25 @@ func addPublicData(g *element.Graph, e *element.Element, stage []*element.Elemen
 			}
 		}
 		if pub.Bwrap != nil || pub.Split != nil {
-			spec.Stage[i].Public = &pub
+			public[stagedRef(spec, d)] = &pub
 		}
+	}
+	for i := range spec.Stage { // matched by name: the staged list's order is the staging's
+		spec.Stage[i].Public = public[spec.Stage[i].ref()]
 	}
 	return nil
 }
+
+// stagedRef is how spec.Stage names d's artifact: its project ("" for spec's) and name.
+func stagedRef(spec *buildSpec, d *element.Element) [2]string {
+	project, name := d.ArtifactName(spec.Project)
+	if project == spec.Project {
+		project = ""
+	}
+	return [2]string{project, name}
+}
+
+func (s stagedArtifact) ref() [2]string { return [2]string{s.Project, s.Element} }
 
 // integrate runs the integration commands of spec's staged elements in runner, in
 // staging order, each in the sysroot (/ under bwrap), before the build's own
