@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"maps"
 	"os"
 	"path"
@@ -81,6 +80,8 @@ type stagedArtifact struct {
 	// and its ref may not be written yet (no Record): the job stages Files without
 	// looking the artifact up.
 	Pending bool `json:"pending,omitempty"`
+	// Public is what the build uses of the element's public data (integrate.go).
+	Public *stagedPublic `json:"public,omitempty"`
 }
 
 // projectRoot is the root of the project e belongs to (a junction's sub-project, or the
@@ -120,6 +121,9 @@ func newBuildSpec(g *element.Graph, e *element.Element, cacheDir, workDir, sandb
 		return nil, err
 	}
 	if spec.Bwrap, err = e.Resolve(g.Project, t.paths(sandbox.Bwrap, jobs)); err != nil {
+		return nil, err
+	}
+	if err := addPublicData(g, e, spec, t, jobs); err != nil {
 		return nil, err
 	}
 	return spec, nil
@@ -278,16 +282,7 @@ func shellSafe(s string) bool {
 // shellSafe, else through hostPathVars; the environment holds the paths themselves (and
 // those variables).
 func resolveHost(p *element.Project, e *element.Element, host element.Paths) (*element.Resolved, error) {
-	refs := hostPathVars
-	refs.MaxJobs = host.MaxJobs
-	for _, pair := range []struct{ ref, path *string }{
-		{&refs.BuildRoot, &host.BuildRoot}, {&refs.InstallRoot, &host.InstallRoot}, {&refs.Sysroot, &host.Sysroot},
-	} {
-		if shellSafe(*pair.path) {
-			*pair.ref = *pair.path
-		}
-	}
-	r, err := e.Resolve(p, refs)
+	r, err := e.Resolve(p, hostRefs(host))
 	if err != nil {
 		return nil, err
 	}
@@ -300,6 +295,21 @@ func resolveHost(p *element.Project, e *element.Element, host element.Paths) (*e
 	r.Env["GANTRY_INSTALL_ROOT"] = host.InstallRoot
 	r.Env["GANTRY_SYSROOT"] = host.Sysroot
 	return r, nil
+}
+
+// hostRefs are the host paths as host commands refer to them: each as it is when it is
+// shellSafe, else through hostPathVars.
+func hostRefs(host element.Paths) element.Paths {
+	refs := hostPathVars
+	refs.MaxJobs = host.MaxJobs
+	for _, pair := range []struct{ ref, path *string }{
+		{&refs.BuildRoot, &host.BuildRoot}, {&refs.InstallRoot, &host.InstallRoot}, {&refs.Sysroot, &host.Sysroot},
+	} {
+		if shellSafe(*pair.path) {
+			*pair.ref = *pair.path
+		}
+	}
+	return refs
 }
 
 // buildJob is the child side of a build job: stage, run the kind's commands, collect
@@ -483,43 +493,21 @@ func build(ctx context.Context, c *cache.Cache, spec *buildSpec, r *job.Reporter
 			return nil, err
 		}
 		return nil, importFiles(spec, buildDir, installDir)
-	case "compose":
-		if err := waitForBuilder(ctx, r); err != nil {
-			return nil, err
-		}
-		return nil, compose(spec, sysroot, installDir)
+	case "compose", "filter":
+		return composeJob(ctx, c, spec, deps, t, r, out)
 	}
-	kind, reason := sandbox.Resolve(sandbox.Kind(spec.Sandbox), sysroot)
-	if err := sandbox.CheckSysroot(kind, sysroot); err != nil {
-		r.Log("sandbox: " + string(kind) + " (" + reason + ")")
-		return nil, &infraError{err}
-	}
-	if kind == sandbox.Host && links && len(deps) > 0 {
-		// auto chose the host after all: the commands can write to the sysroot.
-		if err := underLock(ctx, c, r, func() error { return restage(c, spec, deps, sysroot, r) }); err != nil {
-			return nil, err
-		}
+	runner, kind, err := prepareCommands(ctx, c, spec, t, deps, links, r, out)
+	if err != nil {
+		return runner, err
 	}
 	resolved := spec.Host
 	if kind == sandbox.Bwrap {
 		resolved = spec.Bwrap
 	}
-	env, err := buildEnv(ctx, c, spec, kind, resolved.Env)
-	if err != nil {
-		return nil, err
-	}
-	// Everything the commands need but a builder is done before the gate: after
-	// it, each command costs its log lines, its fork and its exec.
-	logBuildHeader(r, kind, reason, env)
-	cfg := t.config(kind, env)
-	cfg.Stdout, cfg.Stderr = out, out
-	// The job's process group: suspend and terminate of the job reach the commands.
-	cfg.Group = sandbox.CallerGroup
-	runner, err := sandbox.Prepare(cfg)
-	if err != nil {
-		return nil, &infraError{err} // it names the sandbox: a fault of the machine, not the element's
-	}
 	if err := waitForBuilder(ctx, r); err != nil {
+		return runner, err
+	}
+	if err := integrate(ctx, runner, spec, kind, t, r); err != nil {
 		return runner, err
 	}
 	for _, step := range element.CommandSteps() {
@@ -537,6 +525,43 @@ func build(ctx context.Context, c *cache.Cache, spec *buildSpec, r *job.Reporter
 		}
 	}
 	return runner, nil
+}
+
+// prepareCommands picks the sandbox the build's commands (and integration commands)
+// run in, now that the sysroot of t is staged (deps, as hard links when links), and
+// prepares it: everything the commands need but a builder is done before the gate;
+// after it, each command costs its log lines, its fork and its exec.
+func prepareCommands(ctx context.Context, c *cache.Cache, spec *buildSpec, t tree, deps []*cache.Artifact, links bool, r *job.Reporter, out io.Writer) (*sandbox.Runner, sandbox.Kind, error) {
+	kind, reason := sandbox.Resolve(sandbox.Kind(spec.Sandbox), t.sysroot)
+	if err := sandbox.CheckSysroot(kind, t.sysroot); err != nil {
+		r.Log("sandbox: " + string(kind) + " (" + reason + ")")
+		return nil, kind, &infraError{err}
+	}
+	if kind == sandbox.Host && links && len(deps) > 0 {
+		// auto chose the host after all: the commands can write to the sysroot.
+		if err := underLock(ctx, c, r, func() error { return restage(c, spec, deps, t.sysroot, r) }); err != nil {
+			return nil, kind, err
+		}
+	}
+	resolved := spec.Host
+	if kind == sandbox.Bwrap {
+		resolved = spec.Bwrap
+	}
+	env, err := buildEnv(ctx, c, spec, kind, resolved.Env)
+	if err != nil {
+		return nil, kind, err
+	}
+	logBuildHeader(r, kind, reason, env)
+	cfg := t.config(kind, env)
+	cfg.WritableSysroot = spec.integrates() // staged as copies (stageLinks)
+	cfg.Stdout, cfg.Stderr = out, out
+	// The job's process group: suspend and terminate of the job reach the commands.
+	cfg.Group = sandbox.CallerGroup
+	runner, err := sandbox.Prepare(cfg)
+	if err != nil {
+		return nil, kind, &infraError{err} // it names the sandbox: a fault of the machine, not the element's
+	}
+	return runner, kind, nil
 }
 
 // stageSources stages sources in their order into so.BuildRoot, each at its
@@ -627,8 +652,11 @@ func logBuildHeader(r *job.Reporter, kind sandbox.Kind, reason string, env map[s
 // auto picks the host), and the build stages again with copies if it picks
 // the host after all.
 func stageLinks(c *cache.Cache, spec *buildSpec, deps []*cache.Artifact) bool {
+	if spec.integrates() {
+		return false // integration commands write to the sysroot
+	}
 	switch spec.Kind {
-	case "stack", "import", "compose":
+	case "stack", "import", "compose", "filter":
 		return true
 	}
 	switch sandbox.Kind(spec.Sandbox) {
@@ -782,45 +810,6 @@ func importFiles(spec *buildSpec, buildDir, installDir string) error {
 	}
 	defer to.Close()
 	return source.CopyTree(filepath.Join(buildDir, rel), to, ".") // rel checked above: inside
-}
-
-// compose copies the staged dependencies, filtered by include and exclude globs, into
-// the artifact. Globs match paths relative to the root; "dir/**" matches below dir.
-// Writes go through an os.Root of the install root; links are copied, never followed.
-func compose(spec *buildSpec, sysroot, installDir string) error {
-	inc, exc := spec.Host.Include, spec.Host.Exclude
-	out, err := os.OpenRoot(installDir)
-	if err != nil {
-		return &infraError{err}
-	}
-	defer out.Close()
-	return filepath.WalkDir(sysroot, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || p == sysroot {
-			return err
-		}
-		rel, _ := filepath.Rel(sysroot, p)
-		rel = filepath.ToSlash(rel)
-		if d.IsDir() {
-			return nil
-		}
-		if (len(inc) > 0 && !matchAny(inc, rel)) || matchAny(exc, rel) {
-			return nil
-		}
-		return source.CopyTree(p, out, filepath.FromSlash(path.Dir(rel))) // keeps the mode or symlink
-	})
-}
-
-func matchAny(globs []string, rel string) bool {
-	for _, g := range globs {
-		g = strings.TrimPrefix(g, "/")
-		if strings.HasSuffix(g, "/**") && (rel == strings.TrimSuffix(g, "/**") || strings.HasPrefix(rel, strings.TrimSuffix(g, "**"))) {
-			return true
-		}
-		if ok, _ := path.Match(g, rel); ok {
-			return true
-		}
-	}
-	return false
 }
 
 // since is how long ago t was, as a log line shows it.

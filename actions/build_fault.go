@@ -110,7 +110,7 @@ func (f *faultWatcher) fault() string {
 // sysroots) and, when in doubt, lets the job check the staged sysroot itself.
 func (spec *buildSpec) checkStagedShell(c *cache.Cache) error {
 	switch {
-	case spec.Sandbox != string(sandbox.Bwrap), spec.Kind == "stack", spec.Kind == "import", spec.Kind == "compose":
+	case spec.Sandbox != string(sandbox.Bwrap), spec.Kind == "stack", spec.Kind == "import", spec.Kind == "filter", spec.Kind == "compose" && !spec.integrates():
 		return nil
 	}
 	// Dependencies one at a time, stopping at the first that provides a shell (usually

@@ -19,8 +19,8 @@ import (
 // ShellOptions says how StageShell stages an element's shell.
 type ShellOptions struct {
 	Sandbox string // auto, host or bwrap
-	// Failed, when set, is the element's failed build (see FailedBuildTree): its
-	// build tree is the build directory, instead of the sources or the workspace.
+	// Failed, when set, is the element's failed build: its build tree is the build
+	// directory, instead of the sources or the workspace.
 	Failed *cache.Artifact
 	Term   string       // the caller's TERM; empty: dumb
 	Log    io.Writer    // what staging the sources says
@@ -43,19 +43,19 @@ type Shell struct {
 // Remove deletes what was staged for the shell (not a workspace it opened).
 func (sh *Shell) Remove() error { return os.RemoveAll(sh.work) }
 
-// FailedBuildTree refuses to open a, the cached artifact of e, for a shell when its
-// build succeeded or kept no build tree.
-func FailedBuildTree(e *element.Element, a *cache.Artifact) error {
-	if a.Success || a.BuildTree.IsZero() {
-		return fmt.Errorf("%s has no failed build tree to open (its cached build succeeded): drop --build", e.Name)
-	}
-	return nil
+// StageShell stages the shell of e, an element of g, in c, whose layout is made
+// (cache.Prepare): its build environment. Its build directory is opts.Failed's build
+// tree, else e's workspace itself (what the user edits is what the shell sees), else
+// e's sources. Its build dependencies' integration commands run in its sysroot.
+func StageShell(ctx context.Context, c *cache.Cache, g *element.Graph, e *element.Element, opts ShellOptions) (*Shell, error) {
+	stage := func(t *tree) error { return stageShellTree(ctx, c, g, e, t, opts) }
+	return openShell(ctx, c, g, e, opts, stage, g.StageDeps(e), false)
 }
 
-// StageShell stages the shell of e, an element of g, in c, whose layout is made
-// (cache.Prepare). Its build directory is opts.Failed's build tree, else e's
-// workspace itself (what the user edits is what the shell sees), else e's sources.
-func StageShell(ctx context.Context, c *cache.Cache, g *element.Graph, e *element.Element, opts ShellOptions) (_ *Shell, err error) {
+// openShell makes a shell's work directory, stages its tree (stage), and runs the
+// integration commands of the elements integrated, staged in its sysroot. A shell of
+// the run scope (run) has no install root and a writable sysroot.
+func openShell(ctx context.Context, c *cache.Cache, g *element.Graph, e *element.Element, opts ShellOptions, stage func(*tree) error, integrated []*element.Element, run bool) (_ *Shell, err error) {
 	work, err := c.TempDir("shell-")
 	if err != nil {
 		return nil, err
@@ -69,7 +69,7 @@ func StageShell(ctx context.Context, c *cache.Cache, g *element.Graph, e *elemen
 	if err := t.make(); err != nil {
 		return nil, err
 	}
-	if err := stageShellTree(ctx, c, g, e, &t, opts); err != nil {
+	if err := stage(&t); err != nil {
 		return nil, err
 	}
 	kind, reason := sandbox.Resolve(sandbox.Kind(opts.Sandbox), t.sysroot)
@@ -85,7 +85,16 @@ func StageShell(ctx context.Context, c *cache.Cache, g *element.Graph, e *elemen
 		return nil, fmt.Errorf("preparing the shell's home directory: %w", err)
 	}
 	env := shellEnv(commandEnv(ctx, e.Sources, c.SourcesDir(), home, resolved.Env), opts.Term, g.Project.Name, e.Name)
-	return &Shell{Kind: kind, Reason: reason, Dir: paths.BuildRoot, Config: t.config(kind, env), work: work}, nil
+	expand := shellPaths(paths, kind, env)
+	cfg := t.config(kind, env)
+	if run {
+		cfg.InstallDir = "" // a shell of the run scope installs nothing
+	}
+	if err := integrateShell(ctx, g, integrated, kind, expand, t, cfg, opts.Log); err != nil {
+		return nil, fmt.Errorf("integrating the sysroot of %s for the shell: %w", e.Name, err)
+	}
+	cfg.WritableSysroot = run // copies, removed with the shell
+	return &Shell{Kind: kind, Reason: reason, Dir: paths.BuildRoot, Config: cfg, work: work}, nil
 }
 
 // stageShellTree stages e's dependencies into t's sysroot and its build directory

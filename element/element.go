@@ -30,18 +30,23 @@ type elementFile struct {
 	Config         toml.Primitive    `toml:"config"`
 	If             []toml.Primitive  `toml:"if"`
 	Include        []string          `toml:"include"`
+	Public         toml.Primitive    `toml:"public"`
 }
 
-var elementKeys = []string{"include", "kind", "description", "depends", "build-depends", "runtime-depends", "pool", "variables", "environment", "sources", "config", "if"}
+var elementKeys = []string{"include", "kind", "description", "depends", "build-depends", "runtime-depends", "pool", "variables", "environment", "sources", "config", "if", "public"}
 
 // Config is an element's kind-specific configuration, unexpanded.
 type Config struct {
 	Commands map[string][]string // manual-like kinds: step -> commands
 	Source   string              // import: directory of the staged sources to import
 	Target   string              // import: where in the artifact to put them
-	Include  []string            // compose: globs of paths to keep (empty = all)
-	Exclude  []string            // compose: globs of paths to drop
-	Options  []OptionSetting     // junction: the option settings of the project it holds
+	Include  []string            // compose, filter: split domains to keep (empty = all)
+	Exclude  []string            // compose, filter: split domains to drop
+	// Integrate (compose): run the staged elements' integration commands; nil = true.
+	Integrate *bool
+	// Orphans (compose, filter): keep files no domain claims; nil = the kind's default.
+	Orphans *bool
+	Options []OptionSetting // junction: the option settings of the project it holds
 	// Overrides (junction): names in the project it holds -> the parent's names for them.
 	Overrides []Override
 }
@@ -60,8 +65,9 @@ type Element struct {
 	Sources        []source.Spec
 	Config         Config
 
-	vars map[string]string // project variables + kind defaults + element variables (raw)
-	env  map[string]string // project environment + element environment (raw)
+	public Public            // [public] as written (public.go)
+	vars   map[string]string // project variables + kind defaults + element variables (raw)
+	env    map[string]string // project environment + element environment (raw)
 	// doc is the parsed file while it loads (nil once loaded, or when the parse cache
 	// had it): error positions after that come from document(), which reads root/rel.
 	doc       *tomlDoc
@@ -116,6 +122,7 @@ type parsedFile struct {
 	Environment    map[string]string
 	Sources        []source.Spec // as written: Pinned set, no ref from gantry.lock
 	Config         Config        // Commands: only the steps the file sets
+	Public         Public
 }
 
 // elementDir is where element files are read from: the element directory opened as a
@@ -179,7 +186,7 @@ func loadElement(p *Project, dir elementDir, lock *Lock, name string, pc *ParseC
 	}
 	e := &Element{Name: name, local: name, project: p, File: display, Description: pf.Description, Pool: pf.Pool,
 		Depends: pf.Depends, BuildDepends: pf.BuildDepends, RuntimeDepends: pf.RuntimeDepends,
-		root: p.Root, rel: rel, doc: doc, scope: scope, origin: dir.origin, fileID: id, keyMemo: memo, cacheName: cacheName}
+		root: p.Root, rel: rel, doc: doc, scope: scope, origin: dir.origin, fileID: id, keyMemo: memo, cacheName: cacheName, public: pf.Public}
 	e.Kind, _ = LookupKind(pf.Kind) // parseElement checked it
 	if e.Pool != "" {
 		if _, ok := p.Pools[e.Pool]; !ok {
@@ -253,7 +260,7 @@ func parseElementFile(data []byte, display string, scope optionScope, origin inc
 	var f elementFile
 	var tables []any // each source, a toml.Primitive or a plain table
 	var blocks []any // each [[if]] block, the same
-	var config any
+	var config, public any
 	known := onlyKnownKeys(doc.md)
 	var includes []includedFile
 	if m, ok := plain.(map[string]any); ok {
@@ -273,7 +280,7 @@ func parseElementFile(data []byte, display string, scope optionScope, origin inc
 			known, includes = true, in.files
 		}
 	}
-	if !known || !plainElementFile(plain, &f, &tables, &config, &blocks) {
+	if !known || !plainElementFile(plain, &f, &tables, &config, &blocks, &public) {
 		f = elementFile{}
 		if doc, err = decodeTOMLBytes(data, display, &f); err != nil {
 			return nil, nil, err
@@ -287,6 +294,9 @@ func parseElementFile(data []byte, display string, scope optionScope, origin inc
 			blocks[i] = p
 		}
 		config = f.Config
+		if doc.md.IsDefined("public") {
+			public = f.Public
+		}
 	}
 	sources := make([]sourceAt, len(tables))
 	for i, t := range tables {
@@ -301,7 +311,7 @@ func parseElementFile(data []byte, display string, scope optionScope, origin inc
 	// Top-level typos first ("kinds" should not be reported as a missing "kind"); the
 	// kind-specific tables are checked key by key below.
 	if !known {
-		if err := doc.unknownKeys(topLevel, "sources", "config", "if"); err != nil {
+		if err := doc.unknownKeys(topLevel, "sources", "config", "if", "public"); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -334,13 +344,21 @@ func parseElementFile(data []byte, display string, scope optionScope, origin inc
 	if pf.Sources, err = parseSources(doc, sources); err != nil {
 		return nil, nil, err
 	}
+	if kind.Name == "filter" {
+		if err := checkFilter(doc, &f, len(pf.Sources)); err != nil {
+			return nil, nil, err
+		}
+	}
 	if pf.Config, err = parseConfig(doc, kind, config, configSet || doc.md.IsDefined("config") || config != nil); err != nil {
+		return nil, nil, err
+	}
+	if pf.Public, err = parsePublic(doc, public); err != nil {
 		return nil, nil, err
 	}
 	// Checked last: the kind-specific tables above mark their keys as decoded. The
 	// [[if]] blocks' keys were checked by applyBlocks.
 	if !known {
-		if err := doc.unknownKeys(topLevel, "if"); err != nil {
+		if err := doc.unknownKeys(topLevel, "if", "public"); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -351,7 +369,7 @@ func parseElementFile(data []byte, display string, scope optionScope, origin inc
 // plainElementFile fills f, sources and config from an element file decoded as plain
 // values (doc), as decoding it into elementFile would, and reports whether every value
 // has the type elementFile gives it. The sources and config are their plain tables.
-func plainElementFile(doc any, f *elementFile, sources *[]any, config *any, blocks *[]any) bool {
+func plainElementFile(doc any, f *elementFile, sources *[]any, config *any, blocks *[]any, public *any) bool {
 	m, ok := doc.(map[string]any)
 	if !ok {
 		return false
@@ -380,6 +398,8 @@ func plainElementFile(doc any, f *elementFile, sources *[]any, config *any, bloc
 			*config, ok = v.(map[string]any)
 		case "if":
 			*blocks, ok = plainTables(v)
+		case "public":
+			*public, ok = v.(map[string]any)
 		case "include":
 			_, ok = plainStrings(v)
 		default:
@@ -666,11 +686,8 @@ func parseConfig(doc *tomlDoc, kind *Kind, v any, defined bool) (Config, error) 
 		if c.Overrides, err = junctionOverrides(t); err != nil {
 			return c, err
 		}
-	case kind.Name == "compose":
-		if c.Include, _, err = t.strings("include"); err != nil {
-			return c, err
-		}
-		if c.Exclude, _, err = t.strings("exclude"); err != nil {
+	case kind.Name == "compose" || kind.Name == "filter":
+		if err := parseSelection(t, kind, &c); err != nil {
 			return c, err
 		}
 	}
@@ -705,15 +722,20 @@ type Resolved struct {
 	Target   string              `json:"target,omitempty"`
 	Include  []string            `json:"include,omitempty"`
 	Exclude  []string            `json:"exclude,omitempty"`
-	Env      map[string]string   `json:"env,omitempty"`
+	// Integrate and Orphans are set only when they differ from the kind's default.
+	Integrate *bool             `json:"integrate,omitempty"`
+	Orphans   *bool             `json:"include-orphans,omitempty"`
+	Env       map[string]string `json:"env,omitempty"`
+	// Public is the public data the element's own key holds (ResolvedPublic).
+	Public *ResolvedPublic `json:"public,omitempty"`
 }
 
 // Resolve expands the element's config and environment. Errors name the element and key.
 func (e *Element) Resolve(p *Project, paths Paths) (*Resolved, error) {
-	return e.resolve(e.Variables(p, paths))
+	return e.resolve(p, e.Variables(p, paths))
 }
 
-func (e *Element) resolve(vars *Variables) (*Resolved, error) {
+func (e *Element) resolve(p *Project, vars *Variables) (*Resolved, error) {
 	r := &Resolved{Env: map[string]string{}}
 	expand := func(key, s string) (string, error) {
 		out, err := vars.Expand(s)
@@ -754,6 +776,10 @@ func (e *Element) resolve(vars *Variables) (*Resolved, error) {
 		}
 	}
 	r.Include, r.Exclude = e.Config.Include, e.Config.Exclude
+	r.Integrate, r.Orphans = e.Config.Integrate, e.Config.Orphans
+	if r.Public, err = e.resolvePublic(p, vars); err != nil {
+		return nil, err
+	}
 	for k, v := range e.env {
 		if r.Env[k], err = expand("environment."+k, v); err != nil {
 			return nil, err

@@ -169,6 +169,8 @@ func (c *Change) String() string {
 		return fmt.Sprintf("%s %s changed: %q → %q", c.What, c.Name, c.Old, c.New)
 	case "command":
 		return fmt.Sprintf("config %s changed: %q → %q", c.Name, c.Old, c.New)
+	case "public":
+		return fmt.Sprintf("public data %s changed: %q → %q", c.Name, c.Old, c.New)
 	case "dependency":
 		return fmt.Sprintf("dependency %s %s", c.Name, c.New)
 	}
@@ -298,7 +300,10 @@ func ownChange(old, cur *Inputs) *Change {
 	if c := firstDiff("environment", oc.Env, cc.Env); c != nil {
 		return c
 	}
-	return &Change{What: "config", Name: "config (source, target, include or exclude)"}
+	if c := publicChange(oc.Public, cc.Public); c != nil {
+		return c
+	}
+	return &Change{What: "config", Name: "config (source, target, include, exclude, include-orphans or integrate)"}
 }
 
 // sandboxName describes a key's sandbox class for explain.

@@ -108,7 +108,8 @@ func FuzzPlainElementFile(f *testing.F) {
 		var sources []any
 		var config any
 		var blocks []any
-		if !plainElementFile(plain, &got, &sources, &config, &blocks) {
+		var public any
+		if !plainElementFile(plain, &got, &sources, &config, &blocks, &public) {
 			return
 		}
 		var want elementFile

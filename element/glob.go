@@ -16,8 +16,18 @@ func IsGlob(a string) bool { return strings.ContainsAny(a, "*?[") }
 // GlobRegexp compiles an element glob: '**' matches any text, '*' any text
 // without '/', '?' one character but '/', '[...]' a character class.
 func GlobRegexp(pattern string) (*regexp.Regexp, error) {
+	expr, err := globExpr(pattern)
+	if err != nil {
+		return nil, fmt.Errorf("element glob %q: %v", pattern, err)
+	}
+	return regexp.Compile("^" + expr + "$") // globExpr made it: it compiles
+}
+
+// globExpr is the regular expression of a glob, unanchored: '**' matches any text,
+// '*' any text without '/', '?' one character but '/', '[...]' a character class
+// ('[!...]' its complement). Element globs and split rules share it.
+func globExpr(pattern string) (string, error) {
 	var b strings.Builder
-	b.WriteString("^")
 	for i := 0; i < len(pattern); i++ {
 		switch c := pattern[i]; c {
 		case '*':
@@ -32,7 +42,7 @@ func GlobRegexp(pattern string) (*regexp.Regexp, error) {
 		case '[':
 			end := strings.IndexByte(pattern[i:], ']')
 			if end < 0 {
-				return nil, fmt.Errorf("element glob %q: '[' without ']'", pattern)
+				return "", fmt.Errorf("'[' without ']'")
 			}
 			class := pattern[i+1 : i+end]
 			if strings.HasPrefix(class, "!") {
@@ -44,10 +54,8 @@ func GlobRegexp(pattern string) (*regexp.Regexp, error) {
 			b.WriteString(regexp.QuoteMeta(string(c)))
 		}
 	}
-	b.WriteString("$")
-	re, err := regexp.Compile(b.String())
-	if err != nil {
-		return nil, fmt.Errorf("element glob %q: %v", pattern, err)
+	if _, err := regexp.Compile(b.String()); err != nil {
+		return "", err
 	}
-	return re, nil
+	return b.String(), nil
 }

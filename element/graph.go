@@ -172,6 +172,9 @@ func loadInto(g *Graph, targets []string) (*Graph, error) {
 	if err := g.order(all); err != nil {
 		return nil, err
 	}
+	if err := g.checkSelections(); err != nil {
+		return nil, err
+	}
 	g.computeKeys()
 	return g, nil
 }
@@ -204,7 +207,7 @@ func (g *Graph) loadOne(c *projectContext, name string, ref *Element) (*Element,
 		if err := e.checkVariables(vars); err != nil {
 			return nil, err
 		}
-		if e.resolved, err = e.resolve(vars); err != nil {
+		if e.resolved, err = e.resolve(g.Project, vars); err != nil {
 			return nil, err
 		}
 	}

@@ -30,8 +30,10 @@ var kinds = map[string]*Kind{
 	"stack":  {Name: "stack"},
 	// A junction holds another project in its sources (junction.go): it is not built.
 	junctionKind: {Name: junctionKind, ConfigKeys: []string{"options", "overrides"}},
-	"compose":    {Name: "compose", ConfigKeys: []string{"include", "exclude"}},
-	"manual":     {Name: "manual", Commands: true, ConfigKeys: commandSteps},
+	"compose":    {Name: "compose", ConfigKeys: []string{"include", "exclude", "include-orphans", "integrate"}},
+	// A filter keeps split domains of its one build dependency's artifact (public.go).
+	"filter": {Name: "filter", ConfigKeys: []string{"include", "exclude", "include-orphans"}},
+	"manual": {Name: "manual", Commands: true, ConfigKeys: commandSteps},
 	"make": {Name: "make", Commands: true, ConfigKeys: commandSteps,
 		Variables: map[string]string{"make-args": "-j%{max-jobs}"},
 		DefaultCommands: map[string][]string{

@@ -37,7 +37,7 @@ func encodeParseCache(out io.Writer, stamp string, files map[string]*cachedFile)
 	}
 	w.Str(stamp)
 	w.Uint(uint64(n))
-	var entry bincode.Writer
+	var entry, head bincode.Writer // an entry, and its name and length before it
 	for name, c := range files {
 		if c.drop {
 			continue
@@ -61,13 +61,17 @@ func encodeParseCache(out io.Writer, stamp string, files map[string]*cachedFile)
 				entry.Str(inc.Root)
 			}
 		}
-		w.Str(name)
-		w.Uint(uint64(len(entry.B)))
-		if len(w.B)+len(entry.B) > saveBlock {
+		head.B = head.B[:0]
+		head.Str(name)
+		head.Uint(uint64(len(entry.B)))
+		if len(w.B)+len(head.B)+len(entry.B) > saveBlock {
 			write(w.B)
 			w.B = w.B[:0]
 		}
-		if len(entry.B) > saveBlock {
+		w.B = append(w.B, head.B...)
+		if len(head.B)+len(entry.B) > saveBlock {
+			write(w.B)
+			w.B = w.B[:0]
 			write(entry.B)
 		} else {
 			w.B = append(w.B, entry.B...)
@@ -190,6 +194,56 @@ func writeParsed(w *bincode.Writer, pf *parsedFile) {
 		w.Str(o.As)
 		w.Int(int64(o.Line))
 	}
+	writeOptBool(w, c.Integrate)
+	writeOptBool(w, c.Orphans)
+	writePublic(w, &pf.Public)
+}
+
+// writeOptBool writes an optional boolean: 0 unset, 1 false, 2 true.
+func writeOptBool(w *bincode.Writer, b *bool) {
+	switch {
+	case b == nil:
+		w.Uint(0)
+	case !*b:
+		w.Uint(1)
+	default:
+		w.Uint(2)
+	}
+}
+
+func readOptBool(r *bincode.Reader) *bool {
+	switch r.Uint() {
+	case 1:
+		return new(bool)
+	case 2:
+		b := true
+		return &b
+	}
+	return nil
+}
+
+func writePublic(w *bincode.Writer, pub *Public) {
+	w.Strs(pub.Integration)
+	w.Uint(uint64(len(pub.Splits)))
+	for _, d := range sortedKeys(pub.Splits) {
+		r := pub.Splits[d]
+		w.Str(d)
+		w.Strs(r.Rules)
+		w.Bool(r.Compose)
+		w.Strs(r.Prepend)
+		w.Strs(r.Append)
+	}
+}
+
+func readPublic(r *bincode.Reader, pub *Public) {
+	pub.Integration = r.Strs()
+	if n := r.Count(); n > 0 {
+		pub.Splits = make(map[string]SplitRule, n)
+		for range n {
+			d := r.Str()
+			pub.Splits[d] = SplitRule{Rules: r.Strs(), Compose: r.Bool(), Prepend: r.Strs(), Append: r.Strs()}
+		}
+	}
 }
 
 func readParsed(r *bincode.Reader, pf *parsedFile) {
@@ -260,4 +314,7 @@ func readParsed(r *bincode.Reader, pf *parsedFile) {
 			o.Line = int(line)
 		}
 	}
+	c.Integrate = readOptBool(r)
+	c.Orphans = readOptBool(r)
+	readPublic(r, &pf.Public)
 }

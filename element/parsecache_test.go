@@ -361,6 +361,9 @@ func TestParseCacheCodecRoundTrips(t *testing.T) {
 			for i := range v.NumField() {
 				fill(v.Field(i))
 			}
+		case reflect.Pointer:
+			v.Set(reflect.New(v.Type().Elem()))
+			fill(v.Elem())
 		default:
 			t.Fatalf("the codec test cannot fill a %s: teach it and the codec", v.Type())
 		}

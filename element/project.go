@@ -61,6 +61,8 @@ type Project struct {
 	// Kinds are the defaults of [kinds.NAME], layered under each element file of the
 	// kind (include.go).
 	Kinds map[string]map[string]any `toml:"kinds" json:",omitempty"`
+	// SplitRules are the project's split domains over DefaultSplitRules (public.go).
+	SplitRules map[string][]string `toml:"split-rules" json:"split-rules,omitempty"`
 	// Include are the files project.toml includes (include.go).
 	Include []string     `toml:"include" json:"-"`
 	scope   *optionScope // what element files are read in
@@ -68,7 +70,7 @@ type Project struct {
 	junctionIncludes bool
 }
 
-var projectKeys = []string{"name", "element-path", "default-targets", "variables", "environment", "pools", "remote", "workspace-dir", "options", "if", "aliases", "mirrors", "kinds", "include"}
+var projectKeys = []string{"name", "element-path", "default-targets", "variables", "environment", "pools", "remote", "workspace-dir", "options", "if", "aliases", "mirrors", "kinds", "include", "split-rules"}
 
 var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]*$`)
 
@@ -213,7 +215,10 @@ func readProject(root string, o LoadOptions, resolve includeResolver) (*Project,
 	if err := checkEnvironment(doc, "environment", p.Environment); err != nil {
 		return nil, err
 	}
-	if err := doc.checkTables("options", "kinds"); err != nil {
+	if err := checkSplitRules(doc, p.SplitRules); err != nil {
+		return nil, err
+	}
+	if err := doc.checkTables("options", "kinds", "split-rules"); err != nil {
 		return nil, err
 	}
 	if err := checkKindDefaults(doc, p.Kinds); err != nil {

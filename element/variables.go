@@ -21,6 +21,10 @@ var defaultVariables = map[string]string{
 	"libexecdir":    "%{exec_prefix}/libexec",
 	"datadir":       "%{prefix}/share",
 	"includedir":    "%{prefix}/include",
+	"debugdir":      "%{libdir}/debug",
+	"docdir":        "%{datadir}/doc",
+	"infodir":       "%{datadir}/info",
+	"mandir":        "%{datadir}/man",
 	"sysconfdir":    "/etc",
 	"localstatedir": "/var",
 }

@@ -58,7 +58,11 @@ func bwrapCommand(cfg Config, argv []string) (string, []string, error) {
 		}
 	}
 
-	args := []string{"--ro-bind", cfg.Sysroot, "/"}
+	bind := "--ro-bind"
+	if cfg.WritableSysroot {
+		bind = "--bind"
+	}
+	args := []string{bind, cfg.Sysroot, "/"}
 	args = append(args, bwrapIsolationArgs(cfg.Network)...)
 	args = append(args, "--bind", cfg.BuildDir, buildRoot)
 	if cfg.InstallDir != "" {

@@ -341,3 +341,39 @@ func TestBwrapCancelCallerGroup(t *testing.T) {
 		proctest.Eventually(t, fmt.Sprintf("process %d is gone", p.Pid), func() bool { return !proctest.Alive(p.Pid) })
 	}
 }
+
+// RunIn runs in the directory given (/ for integration commands), and a
+// WritableSysroot lets them write to the sysroot, which stays read-only without it.
+func TestBwrapRunInWritableSysroot(t *testing.T) {
+	cfg := bwrapConfig(t)
+	var log bytes.Buffer
+	cfg.Stdout, cfg.Stderr = &log, &log
+	ro, err := Prepare(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	err = ro.RunIn(context.Background(), "/", "touch cache")
+	var ee *ExitError
+	if !errors.As(err, &ee) || ee.Command != "touch cache" {
+		t.Fatalf("a read-only sysroot took a write: %v; log:\n%s", err, log.String())
+	}
+	cfg.WritableSysroot = true
+	rw, err := Prepare(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rw.Close()
+	if err := rw.RunIn(context.Background(), "/", "pwd > cache"); err != nil {
+		t.Fatalf("%v; log:\n%s", err, log.String())
+	}
+	if got := readFile(t, filepath.Join(cfg.Sysroot, "cache")); got != "/\n" {
+		t.Errorf("RunIn(/) ran in %q", got)
+	}
+	if err := rw.Run(context.Background(), "pwd > /gantry/install/pwd"); err != nil {
+		t.Fatal(err)
+	}
+	if got := readFile(t, filepath.Join(cfg.InstallDir, "pwd")); got != "/gantry/build\n" {
+		t.Errorf("Run after RunIn ran in %q", got)
+	}
+}

@@ -456,3 +456,20 @@ func BenchmarkRunSimpleCommand(b *testing.B) {
 type discardWriter struct{}
 
 func (*discardWriter) Write(p []byte) (int, error) { return len(p), nil }
+
+// RunIn runs on the host in the directory given.
+func TestHostRunIn(t *testing.T) {
+	cfg := hostConfig(t)
+	p, err := Prepare(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if err := p.RunIn(context.Background(), cfg.Sysroot, "pwd -P > cache"); err != nil {
+		t.Fatal(err)
+	}
+	want, _ := filepath.EvalSymlinks(cfg.Sysroot)
+	if got := readFile(t, filepath.Join(cfg.Sysroot, "cache")); got != want+"\n" {
+		t.Errorf("RunIn ran in %q, want %q", got, want)
+	}
+}

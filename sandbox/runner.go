@@ -112,18 +112,47 @@ func (p *Runner) Run(ctx context.Context, command string) error {
 			}
 		}
 	}
-	var cmd *exec.Cmd
-	switch p.cfg.Kind {
-	case Host:
+	cmd, err := p.shCmd(command)
+	if err != nil {
+		return err
+	}
+	state, err := p.start(ctx, cmd)
+	return finish(ctx, p.cfg, command, state, err, false)
+}
+
+// shCmd is the command running `sh -e -c command` in p's sandbox.
+func (p *Runner) shCmd(command string) (*exec.Cmd, error) {
+	if p.cfg.Kind == Host {
 		if p.shErr != nil {
-			return p.shErr
+			return nil, p.shErr
 		}
-		cmd = p.hostCmd(p.sh, []string{"sh", "-e", "-c", command})
-	case Bwrap:
-		// Not direct: bwrap (before 0.9, --argv0) cannot exec a program found
-		// by a lookup of ours under the name it was given, and its own execvp
-		// failing exits 1, not sh's 127 or 126.
-		cmd = p.bwrapCmd([]string{"/bin/sh", "-e", "-c", command})
+		return p.hostCmd(p.sh, []string{"sh", "-e", "-c", command}), nil
+	}
+	// Not direct: bwrap (before 0.9, --argv0) cannot exec a program found
+	// by a lookup of ours under the name it was given, and its own execvp
+	// failing exits 1, not sh's 127 or 126.
+	return p.bwrapCmd([]string{"/bin/sh", "-e", "-c", command}), nil
+}
+
+// RunIn is Run with dir as the working directory instead of the build directory:
+// a path as the commands see it (under bwrap, inside the sandbox: "/" for the
+// sysroot). The command always runs under sh.
+func (p *Runner) RunIn(ctx context.Context, dir, command string) error {
+	cmd, err := p.shCmd(command)
+	if err != nil {
+		return err
+	}
+	if p.cfg.Kind == Host {
+		cmd.Dir = dir
+	} else {
+		// bwrapArgs end with --chdir BUILDROOT --: a copy with dir instead.
+		args := slices.Clone(cmd.Args)
+		i := len(args) - 6 // args end "--chdir", buildRoot, "--", "/bin/sh", "-e", "-c", command
+		if args[i-1] != "--chdir" {
+			panic("sandbox: bwrap arguments without --chdir before the command")
+		}
+		args[i] = dir
+		cmd.Args = args
 	}
 	state, err := p.start(ctx, cmd)
 	return finish(ctx, p.cfg, command, state, err, false)

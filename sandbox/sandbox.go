@@ -87,8 +87,11 @@ type Config struct {
 
 	// Sysroot is the host directory holding the staged dependencies; it
 	// becomes / under bwrap (mounted read-only, since staged files may be
-	// hard links into the artifact cache).
+	// hard links into the artifact cache, unless WritableSysroot).
 	Sysroot string
+	// WritableSysroot mounts the sysroot writable under bwrap: for integration
+	// commands, which update it. Only for a sysroot of copies.
+	WritableSysroot bool
 	// BuildDir is the host directory holding the staged sources; commands
 	// run with it as their working directory.
 	BuildDir string

@@ -60,7 +60,7 @@ func TestE2EHostArtifactNeverSatisfiesBwrap(t *testing.T) {
 	}
 
 	// `gantry shell` opens the build's environment.
-	if out, _ := p.mustRun(0, "shell", "--sandbox", "host", "app.toml", "--", "sh", "-c", "echo $TZ $LC_ALL $SOURCE_DATE_EPOCH"); out != "UTC C 315532800\n" {
+	if out, _ := p.mustRun(0, "shell", "--build", "--sandbox", "host", "app.toml", "--", "sh", "-c", "echo $TZ $LC_ALL $SOURCE_DATE_EPOCH"); out != "UTC C 315532800\n" {
 		t.Errorf("the shell's environment: %q, want the build's fixed one", out)
 	}
 

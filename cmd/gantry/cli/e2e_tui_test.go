@@ -379,7 +379,7 @@ func TestE2EBwrapShellJobControl(t *testing.T) {
 	})
 	writeBusyboxSysroot(t, filepath.Join(p.root, "files", "sysroot"), "sh", "sleep", "echo")
 	p.mustRun(0, "build", "--ui", "plain", "sysroot.toml")
-	tp := p.startInTmux("shell", "--sandbox", "bwrap", "app.toml")
+	tp := p.startInTmux("shell", "--build", "--sandbox", "bwrap", "app.toml")
 	tp.waitScreen("the shell's prompt", `\[e2e/app\.toml:/gantry/build\]\$`)
 	tp.keys("sleep 30 &", "Enter")
 	tp.keys("jobs; echo jobs-listed", "Enter")
