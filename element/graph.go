@@ -384,12 +384,6 @@ func (g *Graph) Select(targets []*Element, deps Deps) []*Element {
 	return out
 }
 
-// StageDeps returns what a build of e stages into its sysroot: its build dependencies
-// and, transitively, their runtime dependencies; dependencies first.
-func (g *Graph) StageDeps(e *Element) []*Element {
-	return g.Select(e.BuildDeps, DepsRun)
-}
-
 // eachParallel calls fn(i) for every i in [0, n) on up to workers goroutines, which
 // take indexes in turn (a goroutine per index would grow a fresh stack for each: a
 // visible cost when loading 100,000 elements). It returns when every call has.
