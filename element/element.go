@@ -28,11 +28,23 @@ type elementFile struct {
 	Environment    map[string]string `toml:"environment"`
 	Sources        []toml.Primitive  `toml:"sources"`
 	Config         toml.Primitive    `toml:"config"`
+	Public         toml.Primitive    `toml:"public"`
 	If             []toml.Primitive  `toml:"if"`
 	Include        []string          `toml:"include"`
 }
 
-var elementKeys = []string{"include", "kind", "description", "depends", "build-depends", "runtime-depends", "pool", "variables", "environment", "sources", "config", "if"}
+var elementKeys = []string{"include", "kind", "description", "depends", "build-depends", "runtime-depends", "pool", "variables", "environment", "sources", "config", "public", "if"}
+
+// Public is what an element's [public] table says to the elements that stage it,
+// unexpanded.
+type Public struct {
+	// OverlapWhitelist are globs of the paths (absolute, as in the sysroot) this
+	// element's artifact may overwrite when it is staged over another's without an
+	// overlaps warning (staging.md).
+	OverlapWhitelist []string
+}
+
+var publicKeys = []string{"overlap-whitelist"}
 
 // Config is an element's kind-specific configuration, unexpanded.
 type Config struct {
@@ -59,6 +71,7 @@ type Element struct {
 	Pool           string
 	Sources        []source.Spec
 	Config         Config
+	Public         Public
 
 	vars map[string]string // project variables + kind defaults + element variables (raw)
 	env  map[string]string // project environment + element environment (raw)
@@ -115,6 +128,7 @@ type parsedFile struct {
 	Environment    map[string]string
 	Sources        []source.Spec // as written: Pinned set, no ref from gantry.lock
 	Config         Config        // Commands: only the steps the file sets
+	Public         Public
 }
 
 // elementDir is where element files are read from: the element directory opened as a
@@ -184,7 +198,7 @@ func loadElement(p *Project, dir elementDir, lock *Lock, name string, pc *ParseC
 	if err := p.resolveSources(e); err != nil {
 		return nil, err
 	}
-	e.Config = pf.Config
+	e.Config, e.Public = pf.Config, pf.Public
 	e.Config.Commands = merge2(e.Kind.DefaultCommands, pf.Config.Commands)
 	return e, nil
 }
@@ -239,7 +253,7 @@ func parseElementFile(data []byte, display string, scope optionScope) (*parsedFi
 	var f elementFile
 	var tables []any // each source, a toml.Primitive or a plain table
 	var blocks []any // each [[if]] block, the same
-	var config any
+	var config, public any
 	known := onlyKnownKeys(doc.md)
 	var includes []includedFile
 	if m, ok := plain.(map[string]any); ok {
@@ -256,7 +270,7 @@ func parseElementFile(data []byte, display string, scope optionScope) (*parsedFi
 			known, includes = true, in.files
 		}
 	}
-	if !known || !plainElementFile(plain, &f, &tables, &config, &blocks) {
+	if !known || !plainElementFile(plain, &f, &tables, &config, &public, &blocks) {
 		f = elementFile{}
 		if doc, err = decodeTOMLBytes(data, display, &f); err != nil {
 			return nil, nil, err
@@ -269,7 +283,7 @@ func parseElementFile(data []byte, display string, scope optionScope) (*parsedFi
 		for i, p := range f.If {
 			blocks[i] = p
 		}
-		config = f.Config
+		config, public = f.Config, f.Public
 	}
 	sources := make([]sourceAt, len(tables))
 	for i, t := range tables {
@@ -284,11 +298,11 @@ func parseElementFile(data []byte, display string, scope optionScope) (*parsedFi
 	// Top-level typos first ("kinds" should not be reported as a missing "kind"); the
 	// kind-specific tables are checked key by key below.
 	if !known {
-		if err := doc.unknownKeys(topLevel, "sources", "config", "if"); err != nil {
+		if err := doc.unknownKeys(topLevel, "sources", "config", "public", "if"); err != nil {
 			return nil, nil, err
 		}
 	}
-	if err := doc.checkTables("variables", "environment", "config"); err != nil {
+	if err := doc.checkTables("variables", "environment", "config", "public"); err != nil {
 		return nil, nil, err
 	}
 	if f.Kind == "" {
@@ -320,6 +334,9 @@ func parseElementFile(data []byte, display string, scope optionScope) (*parsedFi
 	if pf.Config, err = parseConfig(doc, kind, config, configSet || doc.md.IsDefined("config") || config != nil); err != nil {
 		return nil, nil, err
 	}
+	if pf.Public, err = parsePublic(doc, public, doc.md.IsDefined("public") || public != nil); err != nil {
+		return nil, nil, err
+	}
 	// Checked last: the kind-specific tables above mark their keys as decoded. The
 	// [[if]] blocks' keys were checked by applyBlocks.
 	if !known {
@@ -331,10 +348,10 @@ func parseElementFile(data []byte, display string, scope optionScope) (*parsedFi
 	return pf, doc, nil
 }
 
-// plainElementFile fills f, sources and config from an element file decoded as plain
+// plainElementFile fills f, sources, config and public from an element file decoded as plain
 // values (doc), as decoding it into elementFile would, and reports whether every value
 // has the type elementFile gives it. The sources and config are their plain tables.
-func plainElementFile(doc any, f *elementFile, sources *[]any, config *any, blocks *[]any) bool {
+func plainElementFile(doc any, f *elementFile, sources *[]any, config, public *any, blocks *[]any) bool {
 	m, ok := doc.(map[string]any)
 	if !ok {
 		return false
@@ -361,6 +378,8 @@ func plainElementFile(doc any, f *elementFile, sources *[]any, config *any, bloc
 			*sources, ok = plainTables(v)
 		case "config":
 			*config, ok = v.(map[string]any)
+		case "public":
+			*public, ok = v.(map[string]any)
 		case "if":
 			*blocks, ok = plainTables(v)
 		case "include":
@@ -664,6 +683,41 @@ func parseConfig(doc *tomlDoc, kind *Kind, v any, defined bool) (Config, error) 
 		return c, err
 	}
 	return c, nil
+}
+
+// parsePublic decodes [public].
+func parsePublic(doc *tomlDoc, v any, defined bool) (Public, error) {
+	var pub Public
+	if !defined {
+		return pub, nil
+	}
+	t, err := doc.table("public", v)
+	if err != nil {
+		return pub, err
+	}
+	if pub.OverlapWhitelist, _, err = t.strings("overlap-whitelist"); err != nil {
+		return pub, err
+	}
+	return pub, t.done(publicKeys)
+}
+
+// OverlapWhitelist is [public] overlap-whitelist with e's variables expanded (they
+// name no build path: a whitelist is the same in every sandbox). Errors name the file
+// and line.
+func (e *Element) OverlapWhitelist(p *Project) ([]string, error) {
+	if len(e.Public.OverlapWhitelist) == 0 {
+		return nil, nil
+	}
+	vars := e.Variables(p, keyPaths())
+	out := make([]string, len(e.Public.OverlapWhitelist))
+	for i, glob := range e.Public.OverlapWhitelist {
+		var err error
+		if out[i], err = vars.Expand(glob); err != nil {
+			file, line, text := e.document().locate("public.overlap-whitelist")
+			return nil, &ProjectError{File: file, Line: line, Msg: fmt.Sprintf("in public.overlap-whitelist: %v", err), Text: text}
+		}
+	}
+	return out, nil
 }
 
 // Variables returns the element's variables expanded with the given paths. An element

@@ -106,9 +106,9 @@ func FuzzPlainElementFile(f *testing.F) {
 		}
 		var got elementFile
 		var sources []any
-		var config any
+		var config, public any
 		var blocks []any
-		if !plainElementFile(plain, &got, &sources, &config, &blocks) {
+		if !plainElementFile(plain, &got, &sources, &config, &public, &blocks) {
 			return
 		}
 		var want elementFile

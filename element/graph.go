@@ -162,6 +162,9 @@ func (g *Graph) loadOne(c *projectContext, name string, ref *Element) (*Element,
 		if e.resolved, err = e.resolve(vars); err != nil {
 			return nil, err
 		}
+		if _, err := e.OverlapWhitelist(e.project); err != nil {
+			return nil, err
+		}
 	}
 	if e.keyMemo == nil { // else encoded only if the key must be computed (ComputeKey)
 		e.encodeConfig(g)

@@ -188,6 +188,7 @@ func writeParsed(w *bincode.Writer, pf *parsedFile) {
 		w.Str(o.As)
 		w.Int(int64(o.Line))
 	}
+	w.Strs(pf.Public.OverlapWhitelist)
 }
 
 func readParsed(r *bincode.Reader, pf *parsedFile) {
@@ -258,4 +259,5 @@ func readParsed(r *bincode.Reader, pf *parsedFile) {
 			o.Line = int(line)
 		}
 	}
+	pf.Public.OverlapWhitelist = r.Strs()
 }

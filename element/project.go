@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 
@@ -59,11 +60,20 @@ type Project struct {
 	// kind (include.go).
 	Kinds map[string]map[string]any `toml:"kinds" json:",omitempty"`
 	// Include are the files project.toml includes (include.go).
-	Include []string     `toml:"include" json:"-"`
-	scope   *optionScope // what element files are read in
+	Include []string `toml:"include" json:"-"`
+	// FatalWarnings are the warnings that fail a build instead (WarningOverlaps). They
+	// change whether a build succeeds, never what it makes: in no key.
+	FatalWarnings []string     `toml:"fatal-warnings" json:"-"`
+	scope         *optionScope // what element files are read in
 }
 
-var projectKeys = []string{"name", "element-path", "default-targets", "variables", "environment", "pools", "remote", "workspace-dir", "options", "if", "aliases", "mirrors", "kinds", "include"}
+var projectKeys = []string{"name", "element-path", "default-targets", "variables", "environment", "pools", "remote", "workspace-dir", "options", "if", "aliases", "mirrors", "kinds", "include", "fatal-warnings"}
+
+// WarningOverlaps is the warning of a path staged by two artifacts (staging.md).
+const WarningOverlaps = "overlaps"
+
+// Fatal reports whether fatal-warnings names warning.
+func (p *Project) Fatal(warning string) bool { return slices.Contains(p.FatalWarnings, warning) }
 
 var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]*$`)
 
@@ -147,6 +157,11 @@ func LoadProjectWith(root string, layers OptionLayers) (*Project, error) {
 	}
 	if err := checkAliases(doc, p); err != nil {
 		return nil, err
+	}
+	for _, w := range p.FatalWarnings {
+		if w != WarningOverlaps {
+			return nil, doc.valueError("fatal-warnings", "unknown warning %q%s; warnings: %s", w, didYouMean(w, []string{WarningOverlaps}), WarningOverlaps)
+		}
 	}
 	for _, t := range p.DefaultTargets {
 		if err := checkElementName(t); err != nil {

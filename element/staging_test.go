@@ -47,3 +47,59 @@ func TestStagingOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestOverlapWhitelist: [public] overlap-whitelist is read with the element's
+// variables expanded, also through the parse cache, and is in no key.
+func TestOverlapWhitelist(t *testing.T) {
+	files := map[string]string{
+		"project.toml":    "name = \"p\"\n[variables]\nprefix = \"/opt\"\n",
+		"elements/a.toml": "kind = \"stack\"\n",
+	}
+	dir := writeProject(t, files)
+	before := mustGraph(t, dir, "a.toml").Elements["a.toml"].Key
+	files["elements/a.toml"] = "kind = \"stack\"\n[public]\noverlap-whitelist = [\"%{libdir}/*.so\", \"/etc/**\"]\n"
+	dir = writeProject(t, files)
+	cacheDir := t.TempDir()
+	for range 2 { // parsed, then from the parse cache
+		g, _, err := loadThroughCache(dir, cacheDir, "a.toml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := g.Elements["a.toml"]
+		got, err := a.OverlapWhitelist(g.Project)
+		if err != nil || strings.Join(got, " ") != "/opt/lib/*.so /etc/**" {
+			t.Fatalf("OverlapWhitelist = %q, %v", got, err)
+		}
+		if a.Key != before {
+			t.Errorf("the whitelist changed the key: %s, was %s", a.Key, before)
+		}
+	}
+}
+
+func TestPublicAndFatalWarningErrors(t *testing.T) {
+	for _, c := range []struct{ name, project, app, want string }{
+		{name: "an unknown key in [public]",
+			app:  "[public]\noverlap-whitelst = []\n",
+			want: `elements/app.toml:3: unknown key "overlap-whitelst" in [public] (did you mean "overlap-whitelist"?)`},
+		{name: "a whitelist that is not a list",
+			app:  "[public]\noverlap-whitelist = \"/x\"\n",
+			want: `elements/app.toml:3: key "public.overlap-whitelist": expected a list of strings, found a string`},
+		{name: "an undefined variable in a whitelist",
+			app:  "[public]\noverlap-whitelist = [\"%{nope}/x\"]\n",
+			want: `elements/app.toml:3: in public.overlap-whitelist: undefined variable %{nope}`},
+		{name: "an unknown warning",
+			project: "fatal-warnings = [\"overlap\"]\n",
+			want:    `project.toml:2: key "fatal-warnings": unknown warning "overlap" (did you mean "overlaps"?); warnings: overlaps`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := writeProject(t, map[string]string{
+				"project.toml":      "name = \"p\"\n" + c.project,
+				"elements/app.toml": "kind = \"stack\"\n" + c.app,
+			})
+			_, err := loadGraph(t, dir, "app.toml")
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("error %v, want %s", err, c.want)
+			}
+		})
+	}
+}
