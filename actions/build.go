@@ -48,6 +48,8 @@ type buildSpec struct {
 	// Workspace: the element builds from its open workspace, in a build directory kept
 	// between builds; nil for a build from the sources.
 	Workspace *workspaceBuild `json:"workspace,omitempty"`
+	// FatalOverlaps: the element's project makes overlaps an error (fatal-warnings).
+	FatalOverlaps bool `json:"fatal-overlaps,omitempty"`
 }
 
 // workspaceBuild says where a workspace element builds.
@@ -81,7 +83,14 @@ type stagedArtifact struct {
 	// and its ref may not be written yet (no Record): the job stages Files without
 	// looking the artifact up.
 	Pending bool `json:"pending,omitempty"`
+	// Name is the element as users name it (its graph name), for overlaps;
+	// Whitelist its [public] overlap-whitelist, expanded.
+	Name      string   `json:"name,omitempty"`
+	Whitelist []string `json:"whitelist,omitempty"`
 }
+
+// displayName is the element as users name it.
+func (s stagedArtifact) displayName() string { return cmp.Or(s.Name, s.Element) }
 
 // projectRoot is the root of the project e belongs to (a junction's sub-project, or the
 // graph's, root), which its local sources are relative to.
@@ -99,12 +108,20 @@ func newBuildSpec(g *element.Graph, e *element.Element, cacheDir, workDir, sandb
 	project, name := e.ArtifactName(g.Project.Name) // a sub-project's element: as a direct build of it
 	spec := &buildSpec{CacheDir: cacheDir, Project: project, ProjectRoot: projectRoot(g.Project.Root, e), Element: name,
 		Key: e.Key, Kind: e.Kind.Name, Sandbox: sandboxKind, Sources: e.Sources, WorkDir: workDir, DepKeys: map[string]string{}}
-	for _, d := range g.StageDeps(e) {
-		project, name := d.ArtifactName(spec.Project)
-		if project == spec.Project {
-			project = ""
+	own := cmp.Or(e.Project(), g.Project)
+	spec.FatalOverlaps = own.Fatal(element.WarningOverlaps)
+	if e.Kind.Name != "stack" { // a stack stages nothing
+		for _, d := range g.StageDeps(e) {
+			project, name := d.ArtifactName(spec.Project)
+			if project == spec.Project {
+				project = ""
+			}
+			whitelist, err := d.OverlapWhitelist(own)
+			if err != nil {
+				return nil, err
+			}
+			spec.Stage = append(spec.Stage, stagedArtifact{Project: project, Element: name, Key: d.Key, Name: d.Name, Whitelist: whitelist})
 		}
-		spec.Stage = append(spec.Stage, stagedArtifact{Project: project, Element: name, Key: d.Key})
 	}
 	for _, d := range append(append([]*element.Element{}, e.BuildDeps...), e.RunDeps...) {
 		spec.DepKeys[d.Name] = d.Key
@@ -346,6 +363,13 @@ func buildJob(ctx context.Context, js job.Spec, r *job.Reporter) (res job.Result
 	// The commands are over: the builder goes to the next build while this job
 	// caches what they made (or left, when they failed).
 	r.SlotDone()
+	var staging *stagingError
+	if errors.As(buildErr, &staging) {
+		// The project's to change (fatal overlaps): not cached, so that the
+		// change applies at once, without --retry-failed.
+		r.Log("error: " + buildErr.Error())
+		return job.Result{}, buildErr
+	}
 	var damaged *DamagedDependencyError
 	if errors.As(buildErr, &damaged) {
 		// Not the element's fault: nothing is cached; the result names the dependency.
@@ -435,10 +459,16 @@ func build(ctx context.Context, c *cache.Cache, spec *buildSpec, r *job.Reporter
 		return nil, &infraError{fmt.Errorf("preparing the build directory: %w", err)}
 	}
 	sysroot, buildDir, installDir := t.sysroot, t.build, t.install
+	if spec.Kind == "stack" {
+		// Its dependencies reach its dependants through their own staging.
+		r.Log("stack: nothing to stage, no commands: an empty artifact")
+		return nil, nil
+	}
 	// Staging holds the cache lock shared: a cleanup waits until it is done, and
 	// what was staged (copies, or hard links) stays if a cleanup comes later.
 	var deps []*cache.Artifact
 	var links bool
+	var staged *staging
 	err := underLock(ctx, c, r, func() error {
 		var err error
 		if deps, err = lookupDependencies(c, spec); err != nil {
@@ -447,13 +477,16 @@ func build(ctx context.Context, c *cache.Cache, spec *buildSpec, r *job.Reporter
 		// Hard links into the cache are safe only where nothing can write through
 		// them: see stageLinks.
 		links = stageLinks(c, spec, deps)
-		if err := stageDependencies(c, spec, deps, sysroot, links, r); err != nil {
+		if staged, err = stageDependencies(c, spec, deps, sysroot, links, r); err != nil {
 			return err
 		}
 		touchStaged(c, spec)
 		return nil
 	})
 	if err != nil {
+		return nil, err
+	}
+	if err := reportOverlaps(spec, staged, r); err != nil {
 		return nil, err
 	}
 	if w := spec.Workspace; w != nil {
@@ -479,8 +512,6 @@ func build(ctx context.Context, c *cache.Cache, spec *buildSpec, r *job.Reporter
 		return nil, err
 	}
 	switch spec.Kind {
-	case "stack":
-		return nil, nil
 	case "import":
 		if err := waitForBuilder(ctx, r); err != nil {
 			return nil, err
@@ -661,33 +692,54 @@ func hasBin(c *cache.Cache, a *cache.Artifact) bool {
 // committed the same key since it was looked up: then that artifact replaces
 // it (deps[i]) and the sysroot is staged again. It is called under the cache
 // lock, so no cleanup sweeps a replacement's blobs meanwhile: each dependency
-// is replaced at most once.
-func stageDependencies(c *cache.Cache, spec *buildSpec, deps []*cache.Artifact, sysroot string, links bool, r *job.Reporter) error {
+// is replaced at most once. A later dependency's path replaces an earlier one's
+// (staging.go): the staging returned says which did.
+func stageDependencies(c *cache.Cache, spec *buildSpec, deps []*cache.Artifact, sysroot string, links bool, r *job.Reporter) (*staging, error) {
 	if len(deps) > 0 {
 		r.Status(fmt.Sprintf("staging %d dependencies", len(deps)))
 	}
 	replaced := make([]bool, len(deps))
+	s := newStaging(c, sysroot, links)
 	for i := 0; i < len(deps); i++ {
 		a := deps[i]
-		err := c.Checkout(a.Files, sysroot, cache.CheckoutOptions{Hardlink: links})
+		err := s.stage(spec.Stage[i].displayName(), a.Files, spec.Stage[i].Whitelist)
 		var blob *cache.BlobError
+		var conflict *stagingError
+		if errors.As(err, &conflict) {
+			return nil, err
+		}
 		if errors.As(err, &blob) {
 			b := replacement(c, a)
 			if b == nil || replaced[i] {
-				return damagedDependency(c, a, blob)
+				return nil, damagedDependency(c, a, blob)
 			}
 			r.Log(fmt.Sprintf("staging dependency %s: %v; staging the artifact another session committed meanwhile", a.Element, blob))
 			deps[i], replaced[i] = b, true
 			if err := emptySysroot(sysroot); err != nil {
-				return err
+				return nil, err
 			}
+			s = newStaging(c, sysroot, links)
 			i = -1 // from the first again
 			continue
 		}
 		if err != nil {
-			return &infraError{fmt.Errorf("staging dependency %s into the sysroot: %w", spec.Stage[i].Element, err)}
+			return nil, &infraError{fmt.Errorf("staging dependency %s into the sysroot: %w", spec.Stage[i].Element, err)}
 		}
 	}
+	return s, nil
+}
+
+// reportOverlaps warns of what staging s overlapped (in the log and to the user), or
+// fails the build with it where the project makes overlaps fatal.
+func reportOverlaps(spec *buildSpec, s *staging, r *job.Reporter) error {
+	n, text := s.report()
+	switch {
+	case n == 0:
+		return nil
+	case spec.FatalOverlaps:
+		return overlapsError(text)
+	}
+	r.Warn(overlapsWarning(text))
 	return nil
 }
 
@@ -708,7 +760,8 @@ func restage(c *cache.Cache, spec *buildSpec, deps []*cache.Artifact, sysroot st
 	if err := emptySysroot(sysroot); err != nil {
 		return err
 	}
-	return stageDependencies(c, spec, deps, sysroot, false, r)
+	_, err := stageDependencies(c, spec, deps, sysroot, false, r) // the same overlaps, reported once
+	return err
 }
 
 // emptySysroot removes what was staged into sysroot, to stage it again.

@@ -69,7 +69,7 @@ func (m *stagedDigests) Fill(c *cache.Cache, spec *buildSpec) {
 			known = stagedArtifact{Element: s.Element, Key: s.Key, Record: a.Record, Files: a.Files}
 			m.known[name] = known
 		}
-		known.Project = name.project
+		known.Project, known.Name, known.Whitelist = name.project, s.Name, s.Whitelist
 		*s = known
 	}
 }

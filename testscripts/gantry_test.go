@@ -46,6 +46,7 @@ func TestScripts(t *testing.T) {
 			"bstserver":  cmdBSTServer,
 			"corrupt":    cmdCorrupt,
 			"deadport":   cmdDeadPort,
+			"busybox":    cmdBusybox,
 
 			"setenv-stdout": cmdSetenvStdout,
 		},

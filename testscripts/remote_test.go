@@ -55,6 +55,8 @@ func scriptCondition(cond string) (bool, error) {
 		return nginxPath() != "" || ci, nil
 	case "bst":
 		return haveBST() || ci, nil
+	case "bwrap":
+		return haveBwrap() || ci, nil
 	}
 	return false, fmt.Errorf("unknown condition %q", cond)
 }
