@@ -5,14 +5,6 @@ import (
 	"testing"
 )
 
-func names(es []*Element) string {
-	out := make([]string, len(es))
-	for i, e := range es {
-		out[i] = e.Name
-	}
-	return strings.Join(out, " ")
-}
-
 // TestStagingOrder: depth-first, dependencies first, siblings by name whatever order
 // the file lists them in, runtime dependencies of what is staged but never build-only
 // ones; the same whichever targets the graph was loaded for.
@@ -33,16 +25,16 @@ func TestStagingOrder(t *testing.T) {
 	for _, targets := range [][]string{{"app.toml"}, {"x.toml", "app.toml"}} {
 		g := mustGraph(t, dir, targets...)
 		app := g.Elements["app.toml"]
-		if got := names(g.StageDeps(app)); got != want {
+		if got := joinElementNames(g.StageDeps(app)); got != want {
 			t.Errorf("targets %v: StageDeps(app) = %s, want %s", targets, got, want)
 		}
-		if got := names(g.Staging([]*Element{app}, DepsRun)); got != "a.toml c.toml z.toml app.toml" {
+		if got := joinElementNames(g.Staging([]*Element{app}, DepsRun)); got != "a.toml c.toml z.toml app.toml" {
 			t.Errorf("targets %v: run scope = %s", targets, got)
 		}
-		if got := names(g.Staging([]*Element{app}, DepsAll)); got != "r.toml b.toml t.toml bt.toml a.toml c.toml z.toml app.toml" {
+		if got := joinElementNames(g.Staging([]*Element{app}, DepsAll)); got != "r.toml b.toml t.toml bt.toml a.toml c.toml z.toml app.toml" {
 			t.Errorf("targets %v: all = %s", targets, got)
 		}
-		if got := names(g.Staging([]*Element{app}, DepsNone)); got != "app.toml" {
+		if got := joinElementNames(g.Staging([]*Element{app}, DepsNone)); got != "app.toml" {
 			t.Errorf("targets %v: none = %s", targets, got)
 		}
 	}
