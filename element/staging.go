@@ -34,7 +34,8 @@ func (g *Graph) Staging(targets []*Element, deps Deps) []*Element {
 		case DepsRun:
 			w.run(t)
 		case DepsBuild:
-			for _, d := range byNames(t.BuildDeps) {
+			var buf [16]*Element
+			for _, d := range byNames(buf[:0], t.BuildDeps) {
 				w.run(d)
 			}
 		default:
@@ -63,7 +64,8 @@ func (w *stagingWalk) run(e *Element) {
 		return
 	}
 	w.seen[e] = true
-	for _, d := range byNames(e.RunDeps) {
+	var buf [16]*Element // most elements have fewer dependencies: no allocation per visit
+	for _, d := range byNames(buf[:0], e.RunDeps) {
 		w.run(d)
 	}
 	w.out = append(w.out, e)
@@ -75,16 +77,20 @@ func (w *stagingWalk) all(e *Element) {
 		return
 	}
 	w.seen[e] = true
-	for _, d := range byNames(append(slices.Clip(e.BuildDeps), e.RunDeps...)) {
+	var buf [16]*Element
+	for _, d := range byNames(buf[:0], append(slices.Clip(e.BuildDeps), e.RunDeps...)) {
 		w.all(d)
 	}
 	w.out = append(w.out, e)
 }
 
-// byNames is deps in the order of their names (deps itself when it is so already).
-func byNames(deps []*Element) []*Element {
+// byNames is deps in the order of their names: deps itself when it is so already,
+// else a sorted copy appended to buf.
+func byNames(buf, deps []*Element) []*Element {
 	if slices.IsSortedFunc(deps, byName) {
 		return deps
 	}
-	return slices.SortedFunc(slices.Values(deps), byName)
+	sorted := append(buf, deps...)
+	slices.SortFunc(sorted, byName)
+	return sorted
 }
