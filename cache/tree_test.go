@@ -440,6 +440,7 @@ func TestCheckoutReplace(t *testing.T) {
 	}
 
 	refuse := errors.New("refused")
+	outside := t.TempDir()
 	for _, tc := range []struct {
 		name         string
 		lower, upper map[string]string
@@ -450,7 +451,7 @@ func TestCheckoutReplace(t *testing.T) {
 			want: "DEST/d already exists and differs from the tree being checked out (a non-empty directory there, a file in the tree)"},
 		{name: "directory over a file", lower: map[string]string{"d": "file:x"}, upper: map[string]string{"d/f": "file:y"},
 			want: "DEST/d already exists and differs from the tree being checked out (a file there, a directory in the tree)"},
-		{name: "directory over a symlink is not followed", lower: map[string]string{"d": "symlink:/tmp"}, upper: map[string]string{"d/f": "file:y"},
+		{name: "directory over a symlink is not followed", lower: map[string]string{"d": "symlink:" + outside}, upper: map[string]string{"d/f": "file:y"},
 			want: "DEST/d already exists and differs from the tree being checked out (a symlink there, a directory in the tree)"},
 		{name: "Replace refuses", lower: map[string]string{"f": "file:x"}, upper: map[string]string{"f": "file:y"},
 			replace: func(string) error { return refuse }, want: "refused"},
@@ -468,6 +469,9 @@ func TestCheckoutReplace(t *testing.T) {
 			want := strings.ReplaceAll(tc.want, "DEST", dest)
 			if err == nil || !strings.HasSuffix(err.Error(), want) {
 				t.Fatalf("error %v, want one ending %s", err, want)
+			}
+			if entries, _ := os.ReadDir(outside); len(entries) != 0 {
+				t.Errorf("checkout wrote through a symlink: %v", entries)
 			}
 			var conflict *ConflictError
 			if tc.replace == nil && (!errors.As(err, &conflict) || conflict.Rel != "d") {
