@@ -45,8 +45,8 @@ func haveBST() bool {
 	return exec.Command(bstPython, "-c", "import buildstream._artifactcache.casserver").Run() == nil
 }
 
-// scriptCondition adds [nginx] and [bst] (bst-artifact-server): true when the tool is
-// installed, and always with CI=true, so that a CI machine without it fails the script
+// scriptCondition adds [nginx], [bst] (bst-artifact-server), [sandbox] (bwrap and a
+// static busybox: sandboxMissing) and [git]: true when the tool is installed, and always with CI=true, so that a CI machine without it fails the script
 // (`[!nginx] skip 'install nginx'`) instead of skipping it.
 func scriptCondition(cond string) (bool, error) {
 	ci := os.Getenv("CI") == "true"
@@ -55,8 +55,11 @@ func scriptCondition(cond string) (bool, error) {
 		return nginxPath() != "" || ci, nil
 	case "bst":
 		return haveBST() || ci, nil
-	case "bwrap":
-		return haveBwrap() || ci, nil
+	case "sandbox":
+		return sandboxMissing() == "" || ci, nil
+	case "git":
+		_, err := exec.LookPath("git")
+		return err == nil || ci, nil
 	}
 	return false, fmt.Errorf("unknown condition %q", cond)
 }

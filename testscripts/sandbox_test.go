@@ -2,6 +2,7 @@ package testscripts
 
 import (
 	"debug/elf"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,34 +10,40 @@ import (
 	"github.com/rogpeppe/go-internal/testscript"
 )
 
-// haveBwrap reports whether bubblewrap works here and /bin/busybox is a static
-// binary that a busybox sysroot (cmdBusybox) can be made of.
-func haveBwrap() bool {
+// A busybox sysroot for builds under bubblewrap.
+
+// sandboxMissing says why builds under bwrap on a busybox sysroot cannot run here
+// ("" when they can): bwrap works, and /bin/busybox is statically linked.
+func sandboxMissing() string {
 	bwrap, err := exec.LookPath("bwrap")
 	if err != nil {
-		return false
+		return "bwrap is not installed"
 	}
 	f, err := elf.Open("/bin/busybox")
 	if err != nil {
-		return false
+		return "no /bin/busybox"
 	}
 	defer f.Close()
 	for _, prog := range f.Progs {
 		if prog.Type == elf.PT_INTERP {
-			return false
+			return "/bin/busybox is dynamically linked"
 		}
 	}
-	return exec.Command(bwrap, "--ro-bind", "/", "/", "--unshare-all", "--dev", "/dev", "--proc", "/proc", "--", "/bin/true").Run() == nil
+	if out, err := exec.Command(bwrap, "--ro-bind", "/", "/", "--unshare-all", "--dev", "/dev", "--proc", "/proc",
+		"--", "/bin/true").CombinedOutput(); err != nil {
+		return fmt.Sprintf("bwrap does not work here (%v: %s)", err, out)
+	}
+	return ""
 }
 
-// cmdBusybox writes a busybox sysroot into DIR: bin/busybox and the tools as links
-// to it: `busybox files/sysroot sh cat`. The `[bwrap]` condition says it can.
+// cmdBusybox writes DIR/bin/busybox, a copy of the host's static busybox, with each
+// TOOL a link to it: `busybox sysroot sh cat mkdir`.
 func cmdBusybox(ts *testscript.TestScript, neg bool, args []string) {
 	if neg || len(args) < 1 {
 		ts.Fatalf("usage: busybox DIR [TOOL...]")
 	}
-	if !haveBwrap() {
-		ts.Fatalf("bwrap does not work here or /bin/busybox is not static: install bubblewrap busybox-static")
+	if why := sandboxMissing(); why != "" {
+		ts.Fatalf("%s: install bubblewrap busybox-static (CI must run the sandbox tests)", why)
 	}
 	bin := filepath.Join(ts.MkAbs(args[0]), "bin")
 	ts.Check(os.MkdirAll(bin, 0o755))
