@@ -108,20 +108,12 @@ func newBuildSpec(g *element.Graph, e *element.Element, cacheDir, workDir, sandb
 	project, name := e.ArtifactName(g.Project.Name) // a sub-project's element: as a direct build of it
 	spec := &buildSpec{CacheDir: cacheDir, Project: project, ProjectRoot: projectRoot(g.Project.Root, e), Element: name,
 		Key: e.Key, Kind: e.Kind.Name, Sandbox: sandboxKind, Sources: e.Sources, WorkDir: workDir, DepKeys: map[string]string{}}
-	own := cmp.Or(e.Project(), g.Project)
-	spec.FatalOverlaps = own.Fatal(element.WarningOverlaps)
-	if e.Kind.Name != "stack" { // a stack stages nothing
-		for _, d := range g.StageDeps(e) {
-			project, name := d.ArtifactName(spec.Project)
-			if project == spec.Project {
-				project = ""
-			}
-			whitelist, err := d.OverlapWhitelist(own)
-			if err != nil {
-				return nil, err
-			}
-			spec.Stage = append(spec.Stage, stagedArtifact{Project: project, Element: name, Key: d.Key, Name: d.Name, Whitelist: whitelist})
+	for _, d := range g.StageDeps(e) {
+		project, name := d.ArtifactName(spec.Project)
+		if project == spec.Project {
+			project = ""
 		}
+		spec.Stage = append(spec.Stage, stagedArtifact{Project: project, Element: name, Key: d.Key})
 	}
 	for _, d := range append(append([]*element.Element{}, e.BuildDeps...), e.RunDeps...) {
 		spec.DepKeys[d.Name] = d.Key
@@ -142,7 +134,30 @@ func newBuildSpec(g *element.Graph, e *element.Element, cacheDir, workDir, sandb
 	if spec.Bwrap, err = e.Resolve(g.Project, t.paths(sandbox.Bwrap, jobs)); err != nil {
 		return nil, err
 	}
+	if err := spec.stagingRules(g, e); err != nil {
+		return nil, err
+	}
 	return spec, nil
+}
+
+// stagingRules sets what the job needs to judge overlaps (staging.go): whether e's
+// project makes them fatal, who each staged dependency is and what it may overwrite;
+// and stages nothing for a stack, which runs no commands.
+func (spec *buildSpec) stagingRules(g *element.Graph, e *element.Element) error {
+	if e.Kind.Name == "stack" {
+		spec.Stage = nil
+		return nil
+	}
+	own := cmp.Or(e.Project(), g.Project)
+	spec.FatalOverlaps = own.Fatal(element.WarningOverlaps)
+	for i, d := range g.StageDeps(e) { // spec.Stage, in the same order
+		whitelist, err := d.OverlapWhitelist(own)
+		if err != nil {
+			return err
+		}
+		spec.Stage[i].Name, spec.Stage[i].Whitelist = d.Name, whitelist
+	}
+	return nil
 }
 
 // Build is the build jobs of a session, and its Build queue (queues.Queue, and an
