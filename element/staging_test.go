@@ -95,3 +95,24 @@ func TestPublicAndFatalWarningErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestOverlapWhitelistWithIncludes: an element that includes files and has kind
+// defaults keeps its own [public]; an included file may not set one.
+func TestOverlapWhitelistWithIncludes(t *testing.T) {
+	dir := writeProject(t, map[string]string{
+		"project.toml":      "name = \"p\"\n[kinds.manual.variables]\nx = \"1\"\n",
+		"inc.toml":          "[variables]\ny = \"2\"\n",
+		"bad.toml":          "[public]\noverlap-whitelist = [\"/x\"]\n",
+		"elements/app.toml": "kind = \"manual\"\ninclude = [\"inc.toml\"]\n[public]\noverlap-whitelist = [\"/etc/%{y}\"]\n",
+		"elements/bad.toml": "kind = \"manual\"\ninclude = [\"bad.toml\"]\n",
+	})
+	g := mustGraph(t, dir, "app.toml")
+	got, err := g.Elements["app.toml"].OverlapWhitelist(g.Project)
+	if err != nil || strings.Join(got, " ") != "/etc/2" {
+		t.Errorf("OverlapWhitelist = %q, %v; want /etc/2", got, err)
+	}
+	const want = `bad.toml:1: unknown key "public"`
+	if _, err := loadGraph(t, dir, "bad.toml"); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("an include with [public]: %v, want %s", err, want)
+	}
+}
