@@ -38,6 +38,9 @@ type Project struct {
 	Aliases map[string]string `toml:"aliases" json:"-"`
 	Mirrors []source.Mirror   `toml:"mirrors" json:"-"`
 	mirrors []source.Mirror
+	// FatalWarnings are the warnings that fail a build instead (WarningOverlaps). They
+	// change whether a build succeeds, never what it makes: in no key.
+	FatalWarnings []string `toml:"fatal-warnings" json:"-"`
 	// WorkspaceDir is where `workspace open` puts workspaces by default: relative to
 	// the project root, or absolute.
 	WorkspaceDir string `toml:"workspace-dir"`
@@ -60,11 +63,8 @@ type Project struct {
 	// kind (include.go).
 	Kinds map[string]map[string]any `toml:"kinds" json:",omitempty"`
 	// Include are the files project.toml includes (include.go).
-	Include []string `toml:"include" json:"-"`
-	// FatalWarnings are the warnings that fail a build instead (WarningOverlaps). They
-	// change whether a build succeeds, never what it makes: in no key.
-	FatalWarnings []string     `toml:"fatal-warnings" json:"-"`
-	scope         *optionScope // what element files are read in
+	Include []string     `toml:"include" json:"-"`
+	scope   *optionScope // what element files are read in
 }
 
 var projectKeys = []string{"name", "element-path", "default-targets", "variables", "environment", "pools", "remote", "workspace-dir", "options", "if", "aliases", "mirrors", "kinds", "include", "fatal-warnings"}
