@@ -46,7 +46,8 @@ func haveBST() bool {
 }
 
 // scriptCondition adds [nginx], [bst] (bst-artifact-server), [sandbox] (bwrap and a
-// static busybox: sandboxMissing) and [git]: true when the tool is installed, and always with CI=true, so that a CI machine without it fails the script
+// static busybox: sandboxMissing), [git], [patch] and [tar]: true when the tool is
+// installed, and always with CI=true, so that a CI machine without it fails the script
 // (`[!nginx] skip 'install nginx'`) instead of skipping it.
 func scriptCondition(cond string) (bool, error) {
 	ci := os.Getenv("CI") == "true"
@@ -57,8 +58,8 @@ func scriptCondition(cond string) (bool, error) {
 		return haveBST() || ci, nil
 	case "sandbox":
 		return sandboxMissing() == "" || ci, nil
-	case "git":
-		_, err := exec.LookPath("git")
+	case "git", "patch", "tar":
+		_, err := exec.LookPath(cond)
 		return err == nil || ci, nil
 	}
 	return false, fmt.Errorf("unknown condition %q", cond)
