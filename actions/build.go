@@ -47,6 +47,8 @@ type buildSpec struct {
 	// Workspace: the element builds from its open workspace, in a build directory kept
 	// between builds; nil for a build from the sources.
 	Workspace *workspaceBuild `json:"workspace,omitempty"`
+	// FatalOverlaps: the element's project makes overlaps an error (fatal-warnings).
+	FatalOverlaps bool `json:"fatal-overlaps,omitempty"`
 }
 
 // workspaceBuild says where a workspace element builds.
@@ -82,7 +84,14 @@ type stagedArtifact struct {
 	Pending bool `json:"pending,omitempty"`
 	// Public is what the build uses of the element's public data (integrate.go).
 	Public *stagedPublic `json:"public,omitempty"`
+	// Name is the element as users name it (its graph name), for overlaps;
+	// Whitelist its [public] overlap-whitelist, expanded.
+	Name      string   `json:"name,omitempty"`
+	Whitelist []string `json:"whitelist,omitempty"`
 }
+
+// displayName is the element as users name it.
+func (s stagedArtifact) displayName() string { return cmp.Or(s.Name, s.Element) }
 
 // projectRoot is the root of the project e belongs to (a junction's sub-project, or the
 // graph's, root), which its local sources are relative to.
@@ -123,10 +132,33 @@ func newBuildSpec(g *element.Graph, e *element.Element, cacheDir, workDir, sandb
 	if spec.Bwrap, err = e.Resolve(g.Project, t.paths(sandbox.Bwrap, jobs)); err != nil {
 		return nil, err
 	}
+	if err := spec.stagingRules(g, e); err != nil {
+		return nil, err
+	}
 	if err := addPublicData(g, e, spec, t, jobs); err != nil {
 		return nil, err
 	}
 	return spec, nil
+}
+
+// stagingRules sets what the job needs to judge overlaps (staging.go): whether e's
+// project makes them fatal, who each staged dependency is and what it may overwrite;
+// and stages nothing for a stack, which runs no commands.
+func (spec *buildSpec) stagingRules(g *element.Graph, e *element.Element) error {
+	if e.Kind.Name == "stack" {
+		spec.Stage = nil
+		return nil
+	}
+	own := cmp.Or(e.Project(), g.Project)
+	spec.FatalOverlaps = own.Fatal(element.WarningOverlaps)
+	for i, d := range g.StageDeps(e) { // spec.Stage, in the same order
+		whitelist, err := d.OverlapWhitelist(own)
+		if err != nil {
+			return err
+		}
+		spec.Stage[i].Name, spec.Stage[i].Whitelist = d.Name, whitelist
+	}
+	return nil
 }
 
 // Build is the build jobs of a session, and its Build queue (queues.Queue, and an
@@ -353,6 +385,13 @@ func buildJob(ctx context.Context, js job.Spec, r *job.Reporter) (res job.Result
 	// The commands are over: the builder goes to the next build while this job
 	// caches what they made (or left, when they failed).
 	r.SlotDone()
+	var staging *stagingError
+	if errors.As(buildErr, &staging) {
+		// The project's to change (fatal overlaps): not cached, so that the
+		// change applies at once, without --retry-failed.
+		r.Log("error: " + buildErr.Error())
+		return job.Result{}, buildErr
+	}
 	var damaged *DamagedDependencyError
 	if errors.As(buildErr, &damaged) {
 		// Not the element's fault: nothing is cached; the result names the dependency.
@@ -442,10 +481,16 @@ func build(ctx context.Context, c *cache.Cache, spec *buildSpec, r *job.Reporter
 		return nil, &infraError{fmt.Errorf("preparing the build directory: %w", err)}
 	}
 	sysroot, buildDir, installDir := t.sysroot, t.build, t.install
+	if spec.Kind == "stack" {
+		// Its dependencies reach its dependants through their own staging.
+		r.Log("stack: nothing to stage, no commands: an empty artifact")
+		return nil, nil
+	}
 	// Staging holds the cache lock shared: a cleanup waits until it is done, and
 	// what was staged (copies, or hard links) stays if a cleanup comes later.
 	var deps []*cache.Artifact
 	var links bool
+	var staged *staging
 	err := underLock(ctx, c, r, func() error {
 		var err error
 		if deps, err = lookupDependencies(c, spec); err != nil {
@@ -454,13 +499,16 @@ func build(ctx context.Context, c *cache.Cache, spec *buildSpec, r *job.Reporter
 		// Hard links into the cache are safe only where nothing can write through
 		// them: see stageLinks.
 		links = stageLinks(c, spec, deps)
-		if err := stageDependencies(c, spec, deps, sysroot, links, r); err != nil {
+		if staged, err = stageDependencies(c, spec, deps, sysroot, links, r); err != nil {
 			return err
 		}
 		touchStaged(c, spec)
 		return nil
 	})
 	if err != nil {
+		return nil, err
+	}
+	if err := reportOverlaps(spec, staged, r); err != nil {
 		return nil, err
 	}
 	if w := spec.Workspace; w != nil {
@@ -486,8 +534,6 @@ func build(ctx context.Context, c *cache.Cache, spec *buildSpec, r *job.Reporter
 		return nil, err
 	}
 	switch spec.Kind {
-	case "stack":
-		return nil, nil
 	case "import":
 		if err := waitForBuilder(ctx, r); err != nil {
 			return nil, err
@@ -686,33 +732,54 @@ func hasBin(c *cache.Cache, a *cache.Artifact) bool {
 // committed the same key since it was looked up: then that artifact replaces
 // it (deps[i]) and the sysroot is staged again. It is called under the cache
 // lock, so no cleanup sweeps a replacement's blobs meanwhile: each dependency
-// is replaced at most once.
-func stageDependencies(c *cache.Cache, spec *buildSpec, deps []*cache.Artifact, sysroot string, links bool, r *job.Reporter) error {
+// is replaced at most once. A later dependency's path replaces an earlier one's
+// (staging.go): the staging returned says which did.
+func stageDependencies(c *cache.Cache, spec *buildSpec, deps []*cache.Artifact, sysroot string, links bool, r *job.Reporter) (*staging, error) {
 	if len(deps) > 0 {
 		r.Status(fmt.Sprintf("staging %d dependencies", len(deps)))
 	}
 	replaced := make([]bool, len(deps))
+	s := newStaging(c, sysroot, links)
 	for i := 0; i < len(deps); i++ {
 		a := deps[i]
-		err := c.Checkout(a.Files, sysroot, cache.CheckoutOptions{Hardlink: links})
+		err := s.stage(spec.Stage[i].displayName(), a.Files, spec.Stage[i].Whitelist)
 		var blob *cache.BlobError
+		var conflict *stagingError
+		if errors.As(err, &conflict) {
+			return nil, err
+		}
 		if errors.As(err, &blob) {
 			b := replacement(c, a)
 			if b == nil || replaced[i] {
-				return damagedDependency(c, a, blob)
+				return nil, damagedDependency(c, a, blob)
 			}
 			r.Log(fmt.Sprintf("staging dependency %s: %v; staging the artifact another session committed meanwhile", a.Element, blob))
 			deps[i], replaced[i] = b, true
 			if err := emptySysroot(sysroot); err != nil {
-				return err
+				return nil, err
 			}
+			s = newStaging(c, sysroot, links)
 			i = -1 // from the first again
 			continue
 		}
 		if err != nil {
-			return &infraError{fmt.Errorf("staging dependency %s into the sysroot: %w", spec.Stage[i].Element, err)}
+			return nil, &infraError{fmt.Errorf("staging dependency %s into the sysroot: %w", spec.Stage[i].Element, err)}
 		}
 	}
+	return s, nil
+}
+
+// reportOverlaps warns of what staging s overlapped (in the log and to the user), or
+// fails the build with it where the project makes overlaps fatal.
+func reportOverlaps(spec *buildSpec, s *staging, r *job.Reporter) error {
+	n, text := s.report()
+	switch {
+	case n == 0:
+		return nil
+	case spec.FatalOverlaps:
+		return overlapsError(text)
+	}
+	r.Warn(overlapsWarning(text))
 	return nil
 }
 
@@ -733,7 +800,8 @@ func restage(c *cache.Cache, spec *buildSpec, deps []*cache.Artifact, sysroot st
 	if err := emptySysroot(sysroot); err != nil {
 		return err
 	}
-	return stageDependencies(c, spec, deps, sysroot, false, r)
+	_, err := stageDependencies(c, spec, deps, sysroot, false, r) // the same overlaps, reported once
+	return err
 }
 
 // emptySysroot removes what was staged into sysroot, to stage it again.

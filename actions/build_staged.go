@@ -70,6 +70,7 @@ func (m *stagedDigests) Fill(c *cache.Cache, spec *buildSpec) {
 			m.known[name] = known
 		}
 		known.Project, known.Public = name.project, s.Public // the build's own
+		known.Name, known.Whitelist = s.Name, s.Whitelist
 		*s = known
 	}
 }

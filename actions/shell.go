@@ -1,6 +1,7 @@
 package actions
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -106,15 +107,23 @@ func stageShellTree(ctx context.Context, c *cache.Cache, g *element.Graph, e *el
 		return err
 	}
 	defer lock.Unlock()
-	for _, d := range g.StageDeps(e) {
-		project, name := d.ArtifactName(g.Project.Name)
-		da, err := c.Lookup(project, name, d.Key)
-		if err != nil || !da.Success {
-			return fmt.Errorf("staging %s for the shell: dependency %s is not built: run `gantry build %s` first", e.Name, d.Name, e.Name)
+	var arts []Staged
+	if e.Kind.Name != "stack" { // as its build: nothing
+		for _, d := range g.StageDeps(e) {
+			project, name := d.ArtifactName(g.Project.Name)
+			da, err := c.Lookup(project, name, d.Key)
+			if err != nil || !da.Success {
+				return fmt.Errorf("staging %s for the shell: dependency %s is not built: run `gantry build %s` first", e.Name, d.Name, e.Name)
+			}
+			arts = append(arts, Staged{Element: d, Artifact: da})
 		}
-		if err := c.Checkout(da.Files, t.sysroot, cache.CheckoutOptions{}); err != nil {
-			return fmt.Errorf("staging %s for the shell: %w", e.Name, CheckoutError(c, da, t.sysroot, err))
-		}
+	}
+	warning, err := StageArtifacts(c, cmp.Or(e.Project(), g.Project), arts, t.sysroot, "")
+	if err != nil {
+		return fmt.Errorf("staging %s for the shell: %w", e.Name, err)
+	}
+	if warning != "" && opts.Log != nil {
+		fmt.Fprintf(opts.Log, "gantry: warning: staging %s for the shell: %s\n", e.Name, warning)
 	}
 	switch {
 	case opts.Failed != nil:

@@ -54,6 +54,17 @@ type CheckoutOptions struct {
 	// reflinks where the filesystem can.
 	Hardlink bool
 
+	// Replace, when set, lets the checkout replace what dest holds where the tree
+	// has other content: a file or symlink other than the tree's, or an empty
+	// directory, where the tree has a file or a symlink. It is called with the
+	// path (slash-separated, relative to dest) before anything is removed, from
+	// several goroutines at once; an error stops the checkout. The old entry is
+	// removed (unlinked: a hard link's blob is never written to) and the tree's
+	// made. A directory of the tree where dest has something else, or a file of
+	// the tree where dest has a non-empty directory, is never replaced: a
+	// *ConflictError. Without Replace, any path that differs is one.
+	Replace func(rel string) error
+
 	// unverified skips hashing file contents (sizes are still checked), to
 	// measure what verification costs. Never set outside benchmarks.
 	unverified bool
@@ -318,10 +329,11 @@ func (c *Cache) finishDir(sd *scannedDir) (Digest, error) {
 
 // Checkout materialises the tree root at dest, creating dest if needed. dest
 // may already hold files (several artifacts are staged into one sysroot): a
-// path that already exists is accepted only if it is identical (same content
-// and executable bit, same symlink target, or a directory where the tree has a
-// directory), and is otherwise an error naming it. Symlinks already in dest
-// are never followed. Copied files get mode 0644 or 0755. On error dest may
+// path that already exists is accepted if it is identical (same content and
+// executable bit, same symlink target, or a directory where the tree has a
+// directory), replaced where opts.Replace allows it, and is otherwise an error
+// naming it (*ConflictError). Symlinks already in dest are never followed, so
+// nothing outside dest is written or removed. Copied files get mode 0644 or 0755. On error dest may
 // be partly populated.
 //
 // Every file's content is hashed as it is checked out (copied, or read once
@@ -350,23 +362,23 @@ func (c *Cache) checkoutDir(g *errgroup.Group, d Digest, dir, treePath string, o
 	}
 	for _, f := range tree.Files {
 		p, rel := filepath.Join(dir, f.Name), path.Join(treePath, f.Name)
-		g.Go(func() error { return c.blobError(DigestFromProto(f.Digest), rel, c.checkoutFile(f, p, opts)) })
+		g.Go(func() error { return c.blobError(DigestFromProto(f.Digest), rel, c.checkoutFile(f, p, rel, opts)) })
 	}
 	for _, s := range tree.Symlinks {
-		p := filepath.Join(dir, s.Name)
-		if err := os.Symlink(s.Target, p); err != nil {
-			if target, rerr := os.Readlink(p); rerr == nil && target == s.Target {
-				continue // identical symlink already there
-			}
-			return fmt.Errorf("creating symlink %s -> %s: %w", p, s.Target, conflict(p, err))
+		p, rel := filepath.Join(dir, s.Name), path.Join(treePath, s.Name)
+		if err := c.checkoutSymlink(s, p, rel, opts); err != nil {
+			return err
 		}
 	}
 	for _, sub := range tree.Directories {
 		p := filepath.Join(dir, sub.Name)
 		if err := os.Mkdir(p, 0o755); err != nil {
 			fi, lerr := os.Lstat(p)
-			if lerr != nil || !fi.IsDir() {
-				return fmt.Errorf("creating directory %s: %w", p, conflict(p, err))
+			if lerr != nil || !errors.Is(err, fs.ErrExist) {
+				return fmt.Errorf("creating directory %s: %w", p, err)
+			}
+			if !fi.IsDir() {
+				return &ConflictError{Path: p, Rel: path.Join(treePath, sub.Name), Have: entryKind(fi), Want: "a directory"}
 			}
 		}
 		if err := c.checkoutDir(g, DigestFromProto(sub.Digest), p, path.Join(treePath, sub.Name), opts); err != nil {
@@ -376,15 +388,89 @@ func (c *Cache) checkoutDir(g *errgroup.Group, d Digest, dir, treePath string, o
 	return nil
 }
 
-// conflict rewords "file exists" for a path that exists with other content.
-func conflict(path string, err error) error {
-	if errors.Is(err, fs.ErrExist) {
-		return fmt.Errorf("%s already exists and differs from the tree being checked out", path)
-	}
-	return err
+// ConflictError is a path of a tree that Checkout cannot stage over what its
+// destination holds there.
+type ConflictError struct {
+	Path string // in the destination
+	Rel  string // slash-separated, relative to the destination
+	Have string // what the destination has there: "a file", "a directory", "a non-empty directory", …
+	Want string // what the tree has there: "a file", "a symlink" or "a directory"
 }
 
-func (c *Cache) checkoutFile(f *repb.FileNode, p string, opts CheckoutOptions) error {
+func (e *ConflictError) Error() string {
+	msg := e.Path + " already exists and differs from the tree being checked out"
+	if e.Have != e.Want {
+		msg += " (" + e.Have + " there, " + e.Want + " in the tree)"
+	}
+	return msg
+}
+
+// entryKind names what fi is, as ConflictError says it.
+func entryKind(fi fs.FileInfo) string {
+	switch {
+	case fi.IsDir():
+		return "a directory"
+	case fi.Mode()&fs.ModeSymlink != 0:
+		return "a symlink"
+	case fi.Mode().IsRegular():
+		return "a file"
+	}
+	return "a special file"
+}
+
+// replaceExisting removes what is at p (rel in the tree), which differs from the
+// tree's want ("a file", "a symlink"), where opts.Replace allows it.
+func replaceExisting(p, rel, want string, opts CheckoutOptions) error {
+	fi, err := os.Lstat(p)
+	if err != nil {
+		return fmt.Errorf("checking out %s: %w", p, err)
+	}
+	conflict := &ConflictError{Path: p, Rel: rel, Have: entryKind(fi), Want: want}
+	if opts.Replace == nil {
+		return conflict
+	}
+	if fi.IsDir() {
+		if d, err := os.Open(p); err == nil {
+			names, _ := d.Readdirnames(1)
+			d.Close()
+			if len(names) > 0 {
+				conflict.Have = "a non-empty directory"
+				return conflict
+			}
+		}
+	}
+	if err := opts.Replace(rel); err != nil {
+		return err
+	}
+	if err := os.Remove(p); err != nil { // a directory filled meanwhile is not removed
+		return fmt.Errorf("replacing %s: %w", p, err)
+	}
+	return nil
+}
+
+// checkoutSymlink makes the symlink s at p, rel in the tree.
+func (c *Cache) checkoutSymlink(s *repb.SymlinkNode, p, rel string, opts CheckoutOptions) error {
+	err := os.Symlink(s.Target, p)
+	if err == nil || !errors.Is(err, fs.ErrExist) {
+		return wrapSymlink(p, s.Target, err)
+	}
+	if target, rerr := os.Readlink(p); rerr == nil && target == s.Target {
+		return nil // identical symlink already there
+	}
+	if err := replaceExisting(p, rel, "a symlink", opts); err != nil {
+		return err
+	}
+	return wrapSymlink(p, s.Target, os.Symlink(s.Target, p))
+}
+
+func wrapSymlink(p, target string, err error) error {
+	if err != nil {
+		return fmt.Errorf("creating symlink %s -> %s: %w", p, target, err)
+	}
+	return nil
+}
+
+func (c *Cache) checkoutFile(f *repb.FileNode, p, rel string, opts CheckoutOptions) error {
 	d := DigestFromProto(f.Digest)
 	if opts.Hardlink {
 		src, err := c.linkFile(d, f.IsExecutable, p)
@@ -394,17 +480,17 @@ func (c *Cache) checkoutFile(f *repb.FileNode, p string, opts CheckoutOptions) e
 				// The twin is damaged, which says nothing of its blob: drop
 				// it (the next linked staging makes it again) and copy.
 				os.Remove(src)
-				return c.copyBlob(f, p, opts)
+				return c.copyBlob(f, p, rel, opts)
 			}
 			return err
 		}
 		if errors.Is(err, fs.ErrExist) {
-			return c.existingFile(f, p)
+			return c.existingFile(f, p, rel, opts)
 		}
 		// Otherwise (EXDEV, EMLINK, EPERM, a missing blob): copy, which
 		// also reports a missing blob clearly.
 	}
-	return c.copyBlob(f, p, opts)
+	return c.copyBlob(f, p, rel, opts)
 }
 
 // checkLinked checks the content of blob d through p, a hard link to src (the
@@ -434,9 +520,9 @@ func (c *Cache) checkLinked(d Digest, src, p string, opts CheckoutOptions) error
 	return nil
 }
 
-// copyBlob copies blob f to the new file p, as a reflink where the filesystem
+// copyBlob copies blob f to the new file p (rel in the tree), as a reflink where the filesystem
 // can, and checks that what was copied is what f names.
-func (c *Cache) copyBlob(f *repb.FileNode, p string, opts CheckoutOptions) error {
+func (c *Cache) copyBlob(f *repb.FileNode, p, rel string, opts CheckoutOptions) error {
 	d := DigestFromProto(f.Digest)
 	src, err := c.OpenBlob(d)
 	if err != nil {
@@ -445,7 +531,7 @@ func (c *Cache) copyBlob(f *repb.FileNode, p string, opts CheckoutOptions) error
 	defer src.Close()
 	dst, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if errors.Is(err, fs.ErrExist) {
-		return c.existingFile(f, p)
+		return c.existingFile(f, p, rel, opts)
 	}
 	if err != nil {
 		return fmt.Errorf("checking out %s: %w", p, err)
@@ -479,8 +565,9 @@ func (c *Cache) copyBlob(f *repb.FileNode, p string, opts CheckoutOptions) error
 	return nil
 }
 
-// existingFile accepts a file already at p if it is identical to f.
-func (c *Cache) existingFile(f *repb.FileNode, p string) error {
+// existingFile accepts a file already at p (rel in the tree) if it is identical
+// to f, and otherwise replaces it where opts.Replace allows.
+func (c *Cache) existingFile(f *repb.FileNode, p, rel string, opts CheckoutOptions) error {
 	d := DigestFromProto(f.Digest)
 	fi, err := os.Lstat(p)
 	if err != nil {
@@ -497,10 +584,14 @@ func (c *Cache) existingFile(f *repb.FileNode, p string) error {
 			same = err == nil && got == d
 		}
 	}
-	if !same {
-		return conflict(p, fs.ErrExist)
+	if same {
+		return nil
 	}
-	return nil
+	if err := replaceExisting(p, rel, "a file", opts); err != nil {
+		return err
+	}
+	opts.Replace = nil // replaced once: anything there again is an error
+	return c.checkoutFile(f, p, rel, opts)
 }
 
 func hashFile(p string) (Digest, error) {

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 
@@ -387,5 +388,95 @@ func TestRememberDirectories(t *testing.T) {
 	var blob *BlobError
 	if err := fresh.Checkout(root, t.TempDir(), CheckoutOptions{}); !errors.As(err, &blob) {
 		t.Errorf("a damaged Directory blob was not found on its first read: %v", err)
+	}
+}
+
+// TestCheckoutReplace: with Replace, a file or symlink of the tree replaces another
+// file, symlink or an empty directory (Replace told each path, identical ones not);
+// a directory over a file and a file over a non-empty directory stay conflicts, and
+// nothing outside dest changes.
+func TestCheckoutReplace(t *testing.T) {
+	c := openTestCache(t)
+	store := func(files map[string]string) Digest {
+		src := t.TempDir()
+		testtree.Write(t, src, files, nil)
+		d, err := c.StoreTree(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	lower := store(map[string]string{"x": "file:a", "tool": "exec:a", "l": "symlink:a", "same": "file:s", "e": "dir", "out": "symlink:/"})
+	upper := store(map[string]string{"x": "exec:b", "tool": "symlink:x", "l": "file:b", "same": "file:s", "e": "symlink:x"})
+	for _, hardlink := range []bool{false, true} {
+		dest := t.TempDir()
+		if err := c.Checkout(lower, dest, CheckoutOptions{Hardlink: hardlink}); err != nil {
+			t.Fatal(err)
+		}
+		var mu sync.Mutex
+		var replaced []string
+		opts := CheckoutOptions{Hardlink: hardlink, Replace: func(rel string) error {
+			mu.Lock()
+			defer mu.Unlock()
+			replaced = append(replaced, rel)
+			return nil
+		}}
+		if err := c.Checkout(upper, dest, opts); err != nil {
+			t.Fatalf("hardlink=%v: %v", hardlink, err)
+		}
+		slices.Sort(replaced)
+		if got := strings.Join(replaced, " "); got != "e l tool x" {
+			t.Errorf("hardlink=%v: replaced %s, want e l tool x", hardlink, got)
+		}
+		want := map[string]string{"x": "exec:b", "tool": "symlink:x", "l": "file:b", "same": "file:s", "e": "symlink:x", "out": "symlink:/"}
+		if d := testtree.Diff(want, testtree.Read(t, dest)); d != "" {
+			t.Errorf("hardlink=%v: replaced tree differs:\n%s", hardlink, d)
+		}
+		// The blobs of the lower tree are intact: replacing unlinks, never writes.
+		check := t.TempDir()
+		if err := c.Checkout(lower, check, CheckoutOptions{}); err != nil {
+			t.Errorf("hardlink=%v: the lower tree after replacing: %v", hardlink, err)
+		}
+	}
+
+	refuse := errors.New("refused")
+	outside := t.TempDir()
+	for _, tc := range []struct {
+		name         string
+		lower, upper map[string]string
+		replace      func(string) error
+		want         string
+	}{
+		{name: "file over a non-empty directory", lower: map[string]string{"d/f": "file:x"}, upper: map[string]string{"d": "file:y"},
+			want: "DEST/d already exists and differs from the tree being checked out (a non-empty directory there, a file in the tree)"},
+		{name: "directory over a file", lower: map[string]string{"d": "file:x"}, upper: map[string]string{"d/f": "file:y"},
+			want: "DEST/d already exists and differs from the tree being checked out (a file there, a directory in the tree)"},
+		{name: "directory over a symlink is not followed", lower: map[string]string{"d": "symlink:" + outside}, upper: map[string]string{"d/f": "file:y"},
+			want: "DEST/d already exists and differs from the tree being checked out (a symlink there, a directory in the tree)"},
+		{name: "Replace refuses", lower: map[string]string{"f": "file:x"}, upper: map[string]string{"f": "file:y"},
+			replace: func(string) error { return refuse }, want: "refused"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dest := t.TempDir()
+			if err := c.Checkout(store(tc.lower), dest, CheckoutOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			replace := tc.replace
+			if replace == nil {
+				replace = func(string) error { return nil }
+			}
+			err := c.Checkout(store(tc.upper), dest, CheckoutOptions{Replace: replace})
+			want := strings.ReplaceAll(tc.want, "DEST", dest)
+			if err == nil || !strings.HasSuffix(err.Error(), want) {
+				t.Fatalf("error %v, want one ending %s", err, want)
+			}
+			if entries, _ := os.ReadDir(outside); len(entries) != 0 {
+				t.Errorf("checkout wrote through a symlink: %v", entries)
+			}
+			var conflict *ConflictError
+			if tc.replace == nil && (!errors.As(err, &conflict) || conflict.Rel != "d") {
+				t.Errorf("error %#v is not a *ConflictError at d", err)
+			}
+		})
 	}
 }

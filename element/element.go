@@ -315,7 +315,7 @@ func parseElementFile(data []byte, display string, scope optionScope, origin inc
 			return nil, nil, err
 		}
 	}
-	if err := doc.checkTables("variables", "environment", "config"); err != nil {
+	if err := doc.checkTables("variables", "environment", "config", "public"); err != nil {
 		return nil, nil, err
 	}
 	if f.Kind == "" {
@@ -366,7 +366,7 @@ func parseElementFile(data []byte, display string, scope optionScope, origin inc
 	return pf, doc, nil
 }
 
-// plainElementFile fills f, sources and config from an element file decoded as plain
+// plainElementFile fills f, sources, config and public from an element file decoded as plain
 // values (doc), as decoding it into elementFile would, and reports whether every value
 // has the type elementFile gives it. The sources and config are their plain tables.
 func plainElementFile(doc any, f *elementFile, sources *[]any, config *any, blocks *[]any, public *any) bool {

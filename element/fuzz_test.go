@@ -106,9 +106,8 @@ func FuzzPlainElementFile(f *testing.F) {
 		}
 		var got elementFile
 		var sources []any
-		var config any
+		var config, public any
 		var blocks []any
-		var public any
 		if !plainElementFile(plain, &got, &sources, &config, &blocks, &public) {
 			return
 		}

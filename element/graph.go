@@ -210,6 +210,9 @@ func (g *Graph) loadOne(c *projectContext, name string, ref *Element) (*Element,
 		if e.resolved, err = e.resolve(g.Project, vars); err != nil {
 			return nil, err
 		}
+		if _, err := e.OverlapWhitelist(e.project); err != nil {
+			return nil, err
+		}
 	}
 	if e.keyMemo == nil { // else encoded only if the key must be computed (ComputeKey)
 		e.encodeConfig(g)
@@ -425,12 +428,6 @@ func (g *Graph) Select(targets []*Element, deps Deps) []*Element {
 	// graph: StageDeps calls this once per element built.
 	slices.SortFunc(out, func(a, b *Element) int { return a.position - b.position })
 	return out
-}
-
-// StageDeps returns what a build of e stages into its sysroot: its build dependencies
-// and, transitively, their runtime dependencies; dependencies first.
-func (g *Graph) StageDeps(e *Element) []*Element {
-	return g.Select(e.BuildDeps, DepsRun)
 }
 
 // eachParallel calls fn(i) for every i in [0, n) on up to workers goroutines, which

@@ -233,6 +233,7 @@ func writePublic(w *bincode.Writer, pub *Public) {
 		w.Strs(r.Prepend)
 		w.Strs(r.Append)
 	}
+	w.Strs(pub.OverlapWhitelist)
 }
 
 func readPublic(r *bincode.Reader, pub *Public) {
@@ -244,6 +245,7 @@ func readPublic(r *bincode.Reader, pub *Public) {
 			pub.Splits[d] = SplitRule{Rules: r.Strs(), Compose: r.Bool(), Prepend: r.Strs(), Append: r.Strs()}
 		}
 	}
+	pub.OverlapWhitelist = r.Strs()
 }
 
 func readParsed(r *bincode.Reader, pf *parsedFile) {

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 
@@ -37,6 +38,9 @@ type Project struct {
 	Aliases map[string]string `toml:"aliases" json:"-"`
 	Mirrors []source.Mirror   `toml:"mirrors" json:"-"`
 	mirrors []source.Mirror
+	// FatalWarnings are the warnings that fail a build instead (WarningOverlaps). They
+	// change whether a build succeeds, never what it makes: in no key.
+	FatalWarnings []string `toml:"fatal-warnings" json:"-"`
 	// WorkspaceDir is where `workspace open` puts workspaces by default: relative to
 	// the project root, or absolute.
 	WorkspaceDir string `toml:"workspace-dir"`
@@ -70,7 +74,13 @@ type Project struct {
 	junctionIncludes bool
 }
 
-var projectKeys = []string{"name", "element-path", "default-targets", "variables", "environment", "pools", "remote", "workspace-dir", "options", "if", "aliases", "mirrors", "kinds", "include", "split-rules"}
+var projectKeys = []string{"name", "element-path", "default-targets", "variables", "environment", "pools", "remote", "workspace-dir", "options", "if", "aliases", "mirrors", "kinds", "include", "split-rules", "fatal-warnings"}
+
+// WarningOverlaps is the warning of a path staged by two artifacts (staging.md).
+const WarningOverlaps = "overlaps"
+
+// Fatal reports whether fatal-warnings names warning.
+func (p *Project) Fatal(warning string) bool { return slices.Contains(p.FatalWarnings, warning) }
 
 var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]*$`)
 
@@ -203,6 +213,11 @@ func readProject(root string, o LoadOptions, resolve includeResolver) (*Project,
 	}
 	if err := checkAliases(doc, p); err != nil {
 		return nil, err
+	}
+	for _, w := range p.FatalWarnings {
+		if w != WarningOverlaps {
+			return nil, doc.valueError("fatal-warnings", "unknown warning %q%s; warnings: %s", w, didYouMean(w, []string{WarningOverlaps}), WarningOverlaps)
+		}
 	}
 	for _, t := range p.DefaultTargets {
 		if err := checkElementName(t); err != nil {

@@ -18,6 +18,10 @@ type Public struct {
 	// domain's rules from the project (a list), or composes with them ({ prepend,
 	// append }).
 	Splits map[string]SplitRule
+	// OverlapWhitelist are globs of the paths (absolute, as in the sysroot) this
+	// element's artifact may overwrite when it is staged over another's without an
+	// overlaps warning (staging.md).
+	OverlapWhitelist []string
 }
 
 // SplitRule is one domain's rules as an element (or a project) writes them.
@@ -27,7 +31,7 @@ type SplitRule struct {
 	Prepend, Append []string
 }
 
-var publicKeys = []string{"integration-commands", "split-rules"}
+var publicKeys = []string{"integration-commands", "split-rules", "overlap-whitelist"}
 
 // domainRE is what a split domain's name may be: it cannot be mistaken for a path.
 var domainRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]*$`)
@@ -54,6 +58,9 @@ func parsePublic(doc *tomlDoc, v any) (Public, error) {
 		return pub, err
 	}
 	if pub.Integration, _, err = t.strings("integration-commands"); err != nil {
+		return pub, err
+	}
+	if pub.OverlapWhitelist, _, err = t.strings("overlap-whitelist"); err != nil {
 		return pub, err
 	}
 	t.use("split-rules")
@@ -397,4 +404,23 @@ func checkRules(doc *tomlDoc, path string, rules ...[]string) error {
 		}
 	}
 	return nil
+}
+
+// OverlapWhitelist is [public] overlap-whitelist with e's variables expanded (they
+// name no build path: a whitelist is the same in every sandbox). Errors name the file
+// and line.
+func (e *Element) OverlapWhitelist(p *Project) ([]string, error) {
+	if len(e.public.OverlapWhitelist) == 0 {
+		return nil, nil
+	}
+	vars := e.Variables(p, keyPaths())
+	out := make([]string, len(e.public.OverlapWhitelist))
+	for i, glob := range e.public.OverlapWhitelist {
+		var err error
+		if out[i], err = vars.Expand(glob); err != nil {
+			file, line, text := e.document().locate("public.overlap-whitelist")
+			return nil, &ProjectError{File: file, Line: line, Msg: fmt.Sprintf("in public.overlap-whitelist: %v", err), Text: text}
+		}
+	}
+	return out, nil
 }

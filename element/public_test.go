@@ -119,7 +119,7 @@ func TestPublicErrors(t *testing.T) {
 		name, path, content, want string
 	}{
 		{"unknown public key", "elements/lib.toml", "kind = \"manual\"\n[public]\nintegration-command = [\"x\"]\n",
-			"elements/lib.toml:3: unknown key \"integration-command\" in [public] (did you mean \"integration-commands\"?)\n    integration-command = [\"x\"]\nknown keys: integration-commands, split-rules"},
+			"elements/lib.toml:3: unknown key \"integration-command\" in [public] (did you mean \"integration-commands\"?)\n    integration-command = [\"x\"]\nknown keys: integration-commands, split-rules, overlap-whitelist"},
 		{"bad domain", "elements/lib.toml", "kind = \"manual\"\n[public.split-rules]\n\"Dev/el\" = [\"x\"]\n",
 			"elements/lib.toml:3: key \"public.split-rules.Dev/el\": \"Dev/el\" is not a split domain name: use lowercase letters, digits, '_' and '-'\n    \"Dev/el\" = [\"x\"]"},
 		{"rules not a list", "elements/lib.toml", "kind = \"manual\"\n[public.split-rules]\ndevel = \"x\"\n",

@@ -301,6 +301,15 @@ func (r *Reporter) Notice(text string) {
 	r.send(Message{Type: MessageNotice, Text: text})
 }
 
+// Warn tells the user of a problem that does not fail the job (a build's
+// overlapping dependencies): a notice of level "warning", also written to the log.
+func (r *Reporter) Warn(text string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.writeLog("[warning] " + text)
+	r.send(Message{Type: MessageNotice, Level: "warning", Text: text})
+}
+
 // SlotDone tells the parent that the job's work that needs its slot is over
 // (a build's commands have ended): the scheduler may give the slot to another
 // job while this one goes on with what is gantry's own work, not the

@@ -86,6 +86,7 @@ type Message struct {
 	Type   MessageType     `json:"type"`
 	Time   time.Time       `json:"time"`
 	Text   string          `json:"text,omitempty"`  // status text or log line (no trailing newline)
+	Level  string          `json:"level,omitempty"` // with MessageNotice: "warning" (Reporter.Warn), else info
 	Done   int64           `json:"done,omitempty"`  // progress, in bytes or steps
 	Total  int64           `json:"total,omitempty"` // 0 when unknown
 	Data   json.RawMessage `json:"data,omitempty"`  // with MessageAvailable: what is available

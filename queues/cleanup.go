@@ -1,6 +1,7 @@
 package queues
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"path/filepath"
@@ -193,9 +194,9 @@ func (a *activeJob) describe() (Action, string) {
 }
 
 // jobNotice publishes what a job wants every display to show (waiting for the
-// cache lock of another process).
+// cache lock of another process; a warning).
 func (s *Scheduler) jobNotice(element string, m job.Message) {
-	s.cfg.Publish(Notice{Base: Base{m.Time}, Level: "info", Element: element, Text: m.Text})
+	s.cfg.Publish(Notice{Base: Base{m.Time}, Level: cmp.Or(m.Level, "info"), Element: element, Text: m.Text})
 }
 
 // cleanupMessage forwards a cleanup job's status lines and notices.

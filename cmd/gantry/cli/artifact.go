@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -131,30 +132,43 @@ func runArtifactCheckout(opts *artifactCheckoutOptions) error {
 		return err
 	}
 	defer lock.Unlock()
-	arts := []*cache.Artifact{a}
-	if d != element.DepsNone {
-		arts = arts[:0]
-		for _, el := range arg.graph.Select([]*element.Element{arg.current}, d) {
-			project, name := el.ArtifactName(s.project.Name)
-			da, err := c.Lookup(project, name, el.Key)
-			if err != nil {
-				return fmt.Errorf("checking out %s: dependency %s is not cached: run `gantry build --deps %s %s`", arg.current.Name, el.Name, d, arg.current.Name)
-			}
-			if !da.Success && el != arg.current {
-				return fmt.Errorf("checking out %s: the cached build of %s failed: see `gantry artifact log %s`", arg.current.Name, el.Name, el.Name)
-			}
-			arts = append(arts, da)
+	if d == element.DepsNone {
+		if !a.Success {
+			fmt.Fprintf(opts.ios.ErrOut, "gantry: %s@%s is a failed build: checking out what its install root held when it failed\n", a.Element, shortKey(a.Key))
 		}
+		// Copies, never hard links: the user's files must not alias the cache.
+		if err := c.Checkout(a.Files, dir, cache.CheckoutOptions{}); err != nil {
+			return actions.CheckoutError(c, a, dir, err)
+		}
+		c.Touch(a.Project, a.Element, a.Key)
+		return nil
 	}
-	for _, da := range arts {
+	// With dependencies: in staging order, a later artifact's path replacing an
+	// earlier one's, as a build stages them (docs/staging.md).
+	var arts []actions.Staged
+	for _, el := range arg.graph.Staging([]*element.Element{arg.current}, d) {
+		project, name := el.ArtifactName(s.project.Name)
+		da, err := c.Lookup(project, name, el.Key)
+		if err != nil {
+			return fmt.Errorf("checking out %s: dependency %s is not cached: run `gantry build --deps %s %s`", arg.current.Name, el.Name, d, arg.current.Name)
+		}
+		if !da.Success && el != arg.current {
+			return fmt.Errorf("checking out %s: the cached build of %s failed: see `gantry artifact log %s`", arg.current.Name, el.Name, el.Name)
+		}
 		if !da.Success {
 			fmt.Fprintf(opts.ios.ErrOut, "gantry: %s@%s is a failed build: checking out what its install root held when it failed\n", da.Element, shortKey(da.Key))
 		}
-		// Copies, never hard links: the user's files must not alias the cache.
-		if err := c.Checkout(da.Files, dir, cache.CheckoutOptions{}); err != nil {
-			return actions.CheckoutError(c, da, dir, err)
-		}
-		c.Touch(da.Project, da.Element, da.Key)
+		arts = append(arts, actions.Staged{Element: el, Artifact: da})
+	}
+	warning, err := actions.StageArtifacts(c, cmp.Or(arg.current.Project(), s.project), arts, dir, "checking out "+arg.current.Name)
+	if err != nil {
+		return err
+	}
+	for _, sa := range arts {
+		c.Touch(sa.Artifact.Project, sa.Artifact.Element, sa.Artifact.Key)
+	}
+	if warning != "" {
+		fmt.Fprintf(opts.ios.ErrOut, "gantry: warning: checking out %s: %s\n", arg.current.Name, warning)
 	}
 	return nil
 }

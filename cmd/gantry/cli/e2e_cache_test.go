@@ -244,7 +244,8 @@ func TestE2EQuotaCountsExecutableTwins(t *testing.T) {
 		"project.toml": projectTOML("top.toml"),
 		"elements/tool.toml": "kind = \"manual\"\n[config]\ninstall-commands = " + tomlList(
 			"head -c 600000 /dev/urandom > %{install-root}/tool", "chmod 0755 %{install-root}/tool") + "\n",
-		"elements/top.toml": "kind = \"stack\"\ndepends = [\"tool.toml\"]\n",
+		// A compose stages its dependencies as hard links (a stack stages nothing).
+		"elements/top.toml": "kind = \"compose\"\nbuild-depends = [\"tool.toml\"]\n",
 	})
 	_, stderr := p.mustRun(0, "build", "--ui", "json", "--sandbox", "host", "--cache-quota", "1M")
 	if _, ok := findEvent(parseEvents(stderr), "cache-cleanup", "cleanup", ""); !ok {
