@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gantry-build/gantry/cache"
 	"github.com/gantry-build/gantry/source"
 )
 
@@ -288,7 +289,8 @@ func (d elementDir) showRoot() string {
 
 // junctionDir is the directory holding the project of junction j: its one source's
 // directory for a local source; for tar and git, the source fetched into the source
-// cache (if it is not there) and staged, once per source key, under junctions/ there.
+// cache (if it is not there) and staged, once per source key, under junctions/ there
+// (cache.StagedJunction, which marks it used for `cache gc`).
 func (g *Graph) junctionDir(j *Element) (string, error) {
 	if err := checkJunctionSources(j); err != nil {
 		return "", err
@@ -316,32 +318,26 @@ func (g *Graph) junctionDir(j *Element) (string, error) {
 		return "", failed("keying", err)
 	}
 	sum := sha256.Sum256([]byte(key))
-	dir := filepath.Join(g.Project.SourcesDir, "junctions", hex.EncodeToString(sum[:16]))
-	if _, err := os.Stat(filepath.Join(dir, ProjectFile)); err == nil {
-		return dir, nil // staged by an earlier load: a source key names one content
-	}
 	ctx := context.Background()
-	if err := source.Fetch(ctx, s, source.FetchOptions{SourcesDir: g.Project.SourcesDir, ProjectRoot: j.project.Root}); err != nil {
-		return "", failed("fetching", err)
+	dir, err := cache.StagedJunction(g.Project.SourcesDir, hex.EncodeToString(sum[:16]), cache.JunctionStaging{
+		Fetch: func() error {
+			if err := source.Fetch(ctx, s, source.FetchOptions{SourcesDir: g.Project.SourcesDir, ProjectRoot: j.project.Root}); err != nil {
+				return failed("fetching", err)
+			}
+			return nil
+		},
+		Stage: func(tmp string) error {
+			staged := *s
+			staged.Directory = ""
+			return source.Stage(ctx, &staged, source.StageOptions{ProjectRoot: j.project.Root, SourcesDir: g.Project.SourcesDir, BuildRoot: tmp})
+		},
+		Waiting: g.Project.SourcesWaiting,
+	})
+	var pe *ProjectError
+	if errors.As(err, &pe) {
+		return "", err
 	}
-	// Staged beside its place and renamed into it: a load never sees half a project.
-	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
-		return "", failed("staging", err)
-	}
-	tmp, err := os.MkdirTemp(filepath.Dir(dir), ".staging-")
 	if err != nil {
-		return "", failed("staging", err)
-	}
-	defer os.RemoveAll(tmp)
-	staged := *s
-	staged.Directory = ""
-	if err := source.Stage(ctx, &staged, source.StageOptions{ProjectRoot: j.project.Root, SourcesDir: g.Project.SourcesDir, BuildRoot: tmp}); err != nil {
-		return "", failed("staging", err)
-	}
-	if err := os.Rename(tmp, dir); err != nil {
-		if _, serr := os.Stat(filepath.Join(dir, ProjectFile)); serr == nil {
-			return dir, nil // another load staged it meanwhile
-		}
 		return "", failed("staging", err)
 	}
 	return dir, nil

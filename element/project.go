@@ -46,6 +46,9 @@ type Project struct {
 	// SourcesDir is the source cache, set by the command: tar and git junctions are
 	// fetched into it and staged under it (junction.go). Not in any key.
 	SourcesDir string `toml:"-" json:"-"`
+	// SourcesWaiting, set by the command, is told why a load waits for the cache's lock
+	// (staging a junction while a cleanup runs).
+	SourcesWaiting func(string) `toml:"-" json:"-"`
 	// Workspaces maps an element to the directory of its open workspace (from
 	// WorkspacesFile).
 	Workspaces map[string]string `toml:"-"`

@@ -252,6 +252,7 @@ func (s *session) loadGraphUnsaved(args []string) (*element.Graph, func() error,
 	root := s.cacheRoot()
 	pc := element.OpenParseCache(cache.LoadsDir(root), s.project.Root)
 	s.project.SourcesDir = cache.SourcesDirOf(root) // where tar and git junctions are fetched
+	s.project.SourcesWaiting = s.opts.cacheNotice
 	load := element.LoadCached
 	if s.junctionTargets {
 		load = element.LoadWithJunctions
