@@ -112,6 +112,17 @@ func ElementNamesThrough(p *Project, lock *Lock, path string) ([]string, error) 
 	return names, err
 }
 
+// Holds is the project junction j holds and its directory as errors name it (relative to
+// the top project's root when inside it), loaded by LoadShowingJunctions; nil and ""
+// when it was not loaded (j has no ref, or is no junction target of such a load).
+func (g *Graph) Holds(j *Element) (*Project, string) {
+	c := g.contexts[j.Name+":"]
+	if c == nil {
+		return nil, ""
+	}
+	return c.project, c.dir.showRoot()
+}
+
 // junctionPath is the junction path of a qualified element name: everything up to its
 // last colon, with it ("" for an element of the top project).
 func junctionPath(name string) string {
@@ -388,7 +399,7 @@ func junctionOptions(t *table) ([]OptionSetting, error) {
 // dependsOnJunction is the error for naming junction e (name) as an element.
 func (g *Graph) dependsOnJunction(e *Element, name string, ref *Element) error {
 	pe := &ProjectError{Msg: fmt.Sprintf("%s is a junction, not an element to build", name),
-		Hint: fmt.Sprintf("name an element of the project it holds: %s:ELEMENT (`gantry track` and `gantry fetch` take the junction itself)", name)}
+		Hint: fmt.Sprintf("name an element of the project it holds: %s:ELEMENT (`gantry show`, `gantry track` and `gantry fetch` take the junction itself)", name)}
 	if ref != nil {
 		pe.File, pe.Line, pe.Text = ref.document().locate(dependsKeyOf(ref, name))
 		pe.Msg = fmt.Sprintf("depends on %s, which is a junction, not an element to build", name)

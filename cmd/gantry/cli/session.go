@@ -39,8 +39,9 @@ type session struct {
 	quotaFlag string // --cache-quota of a scheduler command, for the TUI header
 
 	// junctionTargets: a target may be a junction, whose own sources track and fetch
-	// work on (element.LoadWithJunctions).
-	junctionTargets bool
+	// work on (element.LoadWithJunctions); junctionProjects: and the project each holds
+	// is loaded, which show describes (element.LoadShowingJunctions).
+	junctionTargets, junctionProjects bool
 
 	endedBy os.Signal // the signal that ended the last scheduler session, if one did
 }
@@ -256,6 +257,9 @@ func (s *session) loadGraphUnsaved(args []string) (*element.Graph, func() error,
 	load := element.LoadCached
 	if s.junctionTargets {
 		load = element.LoadWithJunctions
+	}
+	if s.junctionProjects {
+		load = element.LoadShowingJunctions
 	}
 	g, err := load(s.project, s.lock, targets, pc)
 	if err != nil {
