@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 )
 
@@ -133,24 +132,5 @@ func markUsed(dir string) (bool, error) {
 // temporary directories of stagings that crashed (older than staleTempAge). Called
 // under the exclusive lock (Cleanup).
 func (c *Cache) staleJunctions() ([]string, error) {
-	dir := filepath.Join(c.SourcesDir(), junctionsDir)
-	entries, err := os.ReadDir(dir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("listing %s: %w", dir, err)
-	}
-	var paths []string
-	for _, e := range entries {
-		info, err := e.Info()
-		if err != nil || !info.IsDir() {
-			continue
-		}
-		age := time.Since(info.ModTime())
-		if strings.HasPrefix(e.Name(), junctionStaging) && age >= staleTempAge || age >= junctionMaxAge {
-			paths = append(paths, filepath.Join(dir, e.Name()))
-		}
-	}
-	return paths, nil
+	return staleEntries(filepath.Join(c.SourcesDir(), junctionsDir), fs.ModeDir, junctionMaxAge, junctionStaging)
 }
