@@ -199,13 +199,14 @@ type showJunction struct {
 	Project string `json:"project,omitempty"` // "" when it has no ref: not loaded
 	Dir     string `json:"dir,omitempty"`     // where it is loaded from: a local source's directory, or its staged copy
 	Source  string `json:"source"`            // its source, as errors describe it
-	Ref     string `json:"ref,omitempty"`     // the source's ref (tar, git), from the element or the lock
+	Ref     string `json:"ref,omitempty"`     // the source's ref (tar, git), from the lock unless pinned
+	Pinned  bool   `json:"pinned,omitempty"`  // the ref is written in the junction's file: track leaves it
 }
 
 // junctionOf describes junction e of g (loaded with element.LoadShowingJunctions).
 func junctionOf(g *element.Graph, e *element.Element) *showJunction {
 	s := &e.Sources[0] // a junction has one source (checked at load)
-	j := &showJunction{Source: s.Describe(), Ref: s.Ref}
+	j := &showJunction{Source: s.Describe(), Ref: s.Ref, Pinned: s.Pinned}
 	if p, dir := g.Holds(e); p != nil {
 		j.Project, j.Dir = p.Name, dir
 	}
@@ -220,7 +221,11 @@ func (j *showJunction) String() string {
 	case j.Ref == "":
 		return fmt.Sprintf("junction: project %s in %s", j.Project, j.Dir)
 	}
-	return fmt.Sprintf("junction: project %s in %s, from %s at %s", j.Project, j.Dir, j.Source, j.Ref)
+	from := "gantry.lock"
+	if j.Pinned {
+		from = "pinned in its file"
+	}
+	return fmt.Sprintf("junction: project %s in %s, from %s at %s (%s)", j.Project, j.Dir, j.Source, j.Ref, from)
 }
 
 // dependencyNames are an element's direct dependencies by name, in BuildStream's
