@@ -55,7 +55,9 @@ type JunctionStaging struct {
 // StagedJunction returns sources/junctions/NAME of the cache whose source cache is
 // sourcesDir (SourcesDirOf): the project a tar or git junction holds, marked used.
 // When it is not there, it is fetched and staged (o) into a temporary directory that is
-// renamed into place, so a load never sees half a project.
+// renamed into place, so a load never sees half a project. The caller must not hold
+// the cache lock: a cleanup waiting at the turnstile would wait for it, and it for the
+// cleanup (commands load their graph before they lock the cache).
 func StagedJunction(sourcesDir, name string, o JunctionStaging) (string, error) {
 	dir := filepath.Join(sourcesDir, junctionsDir, name)
 	if fi, err := os.Stat(dir); err == nil && time.Since(fi.ModTime()) < junctionUseStep {
