@@ -30,7 +30,8 @@ type CleanupOptions struct {
 	Protect   func(ArtifactRef) bool
 	// Leftovers also removes what crashed processes left: tmp/ entries of
 	// processes that no longer run, and partial downloads in sources/ older
-	// than an hour.
+	// than an hour; and what no session used for a month: loads/ files and
+	// staged junctions.
 	Leftovers bool
 	DryRun    bool // only say what would go
 	// AfterRemove, if set, is called after each artifact removed (a test seam
@@ -291,8 +292,9 @@ func (inv *inventory) unreferenced() int64 {
 
 // leftovers finds what crashed processes left: tmp/ entries of processes that
 // no longer run, and entries of sources/tmp (partial downloads and clones)
-// not written for an hour; and the files of loads/ no session used for
-// loadsMaxAge (staleLoads). The inventory has their sizes.
+// not written for an hour; the files of loads/ no session used for
+// loadsMaxAge (staleLoads); and the staged junctions no load used for
+// junctionMaxAge (staleJunctions). The inventory has their sizes.
 func (c *Cache) leftovers() ([]string, error) {
 	paths, err := c.StrayTemp()
 	if err != nil {
@@ -302,7 +304,12 @@ func (c *Cache) leftovers() ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	junctions, err := c.staleJunctions()
+	if err != nil {
+		return nil, err
+	}
 	paths = append(paths, loads...)
+	paths = append(paths, junctions...)
 	srcTmp := filepath.Join(c.SourcesDir(), tmpDir)
 	entries, err := os.ReadDir(srcTmp)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {

@@ -42,9 +42,10 @@ type inventory struct {
 	// dirs counts the refs in each element's ref directory, which goes (with its
 	// blocks) when its last ref does.
 	dirs map[string]*refDir
-	// entries is the space of each entry of tmp/, sources/tmp/ and loads/ (what
-	// leftovers are made of), counting only what total counted there: a file
-	// hard-linked from cas/ is the blob's, counted once, and stays with it.
+	// entries is the space of each entry of tmp/, sources/tmp/, loads/ and
+	// sources/junctions/ (what leftovers are made of), counting only what total
+	// counted there: a file hard-linked from cas/ is the blob's, counted once,
+	// and stays with it.
 	entries map[string]int64
 }
 
@@ -267,7 +268,8 @@ func (c *Cache) measureDisk(inv *inventory) error {
 	// before them (lexical order), so a blob linked from one is the blob's.
 	leftoverRoots := []string{c.tmpPath() + string(filepath.Separator),
 		filepath.Join(c.SourcesDir(), tmpDir) + string(filepath.Separator),
-		LoadsDir(c.Root) + string(filepath.Separator)}
+		LoadsDir(c.Root) + string(filepath.Separator),
+		filepath.Join(c.SourcesDir(), junctionsDir) + string(filepath.Separator)}
 	err := filepath.WalkDir(c.Root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			if p == c.Root {

@@ -87,7 +87,14 @@ func WriteLoadsFile(path, what string, write func(w io.Writer, now int64) error)
 // staleLoads lists the files of loads/ unused for loadsMaxAge, and temporary files
 // left by a save that crashed (older than staleTempAge).
 func (c *Cache) staleLoads() ([]string, error) {
-	dir := LoadsDir(c.Root)
+	return staleEntries(LoadsDir(c.Root), 0, loadsMaxAge, ".tmp-")
+}
+
+// staleEntries lists the entries of dir (none when it does not exist) of type kind (0
+// for regular files, fs.ModeDir for directories) last modified maxAge ago, or
+// staleTempAge ago for those whose name starts with tempPrefix (what a crashed write
+// left).
+func staleEntries(dir string, kind fs.FileMode, maxAge time.Duration, tempPrefix string) ([]string, error) {
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -98,11 +105,11 @@ func (c *Cache) staleLoads() ([]string, error) {
 	var paths []string
 	for _, e := range entries {
 		info, err := e.Info()
-		if err != nil || !info.Mode().IsRegular() {
+		if err != nil || info.Mode().Type() != kind {
 			continue
 		}
 		age := time.Since(info.ModTime())
-		if age >= loadsMaxAge || strings.HasPrefix(e.Name(), ".tmp-") && age >= staleTempAge {
+		if age >= maxAge || strings.HasPrefix(e.Name(), tempPrefix) && age >= staleTempAge {
 			paths = append(paths, filepath.Join(dir, e.Name()))
 		}
 	}

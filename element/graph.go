@@ -43,8 +43,9 @@ type Graph struct {
 	// contexts are the projects loaded, by junction path ("" for Project; see
 	// junction.go); made one by one between rounds of parallel loading, read only in them.
 	contexts map[string]*projectContext
-	// junctionTargets: a target may be a junction (LoadWithJunctions).
-	junctionTargets bool
+	// junctionTargets: a target may be a junction (LoadWithJunctions); with
+	// junctionProjects, the project each one holds is loaded too (LoadShowingJunctions).
+	junctionTargets, junctionProjects bool
 	// inRound is true while a round of elements loads in parallel: a JUNCTION:PATH
 	// include whose project is not loaded yet then waits for the round's end
 	// (errNeedProject). Set only between rounds.
@@ -78,6 +79,12 @@ func LoadCached(p *Project, lock *Lock, targets []string, pc *ParseCache) (*Grap
 // is not loaded for it (a junction without a ref can be tracked).
 func LoadWithJunctions(p *Project, lock *Lock, targets []string, pc *ParseCache) (*Graph, error) {
 	return loadInto(&Graph{Project: p, Lock: lock, parseCache: pc, junctionTargets: true}, targets)
+}
+
+// LoadShowingJunctions is LoadWithJunctions that also loads the project each junction
+// target with a ref holds (staging a tar or git junction's), for show (Graph.Holds).
+func LoadShowingJunctions(p *Project, lock *Lock, targets []string, pc *ParseCache) (*Graph, error) {
+	return loadInto(&Graph{Project: p, Lock: lock, parseCache: pc, junctionTargets: true, junctionProjects: true}, targets)
 }
 
 // loadInto loads targets into g, which has its project, lock, parse cache and settings.
@@ -176,6 +183,15 @@ func loadInto(g *Graph, targets []string) (*Graph, error) {
 		return nil, err
 	}
 	g.computeKeys()
+	if g.junctionProjects {
+		for _, t := range g.Targets {
+			if t.IsJunction() && !t.NoRef {
+				if _, err := g.context(t.Name+":", t.Name, nil); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
 	return g, nil
 }
 

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gantry-build/gantry/cache"
 	"github.com/gantry-build/gantry/source"
 )
 
@@ -110,6 +111,17 @@ func ElementNamesThrough(p *Project, lock *Lock, path string) ([]string, error) 
 		names[i] = path + names[i]
 	}
 	return names, err
+}
+
+// Holds is the project junction j holds and its directory as errors name it (relative to
+// the top project's root when inside it), loaded by LoadShowingJunctions; nil and ""
+// when it was not loaded (j has no ref, or is no junction target of such a load).
+func (g *Graph) Holds(j *Element) (*Project, string) {
+	c := g.contexts[j.Name+":"]
+	if c == nil {
+		return nil, ""
+	}
+	return c.project, c.dir.showRoot()
 }
 
 // junctionPath is the junction path of a qualified element name: everything up to its
@@ -227,7 +239,7 @@ func (g *Graph) context(path, name string, ref *Element) (*projectContext, error
 	sub, err := loadProjectIn(dir, LoadOptions{Layers: func(name string) [][]OptionSetting {
 		user = g.Project.UserOptions[name]
 		return [][]OptionSetting{settings, user} // the user's configuration wins
-	}, SourcesDir: g.Project.SourcesDir, UserOptions: g.Project.UserOptions}, g.chainOut())
+	}, SourcesDir: g.Project.SourcesDir, SourcesWaiting: g.Project.SourcesWaiting, UserOptions: g.Project.UserOptions}, g.chainOut())
 	if err != nil {
 		return nil, inJunction(err, show, j.File, user)
 	}
@@ -299,7 +311,8 @@ func (d elementDir) showRoot() string {
 
 // junctionDir is the directory holding the project of junction j: its one source's
 // directory for a local source; for tar and git, the source fetched into the source
-// cache (if it is not there) and staged, once per source key, under junctions/ there.
+// cache (if it is not there) and staged, once per source key, under junctions/ there
+// (cache.StagedJunction, which marks it used for `cache gc`).
 func (g *Graph) junctionDir(j *Element) (string, error) {
 	if err := checkJunctionSources(j); err != nil {
 		return "", err
@@ -327,32 +340,26 @@ func (g *Graph) junctionDir(j *Element) (string, error) {
 		return "", failed("keying", err)
 	}
 	sum := sha256.Sum256([]byte(key))
-	dir := filepath.Join(g.Project.SourcesDir, "junctions", hex.EncodeToString(sum[:16]))
-	if _, err := os.Stat(filepath.Join(dir, ProjectFile)); err == nil {
-		return dir, nil // staged by an earlier load: a source key names one content
-	}
 	ctx := context.Background()
-	if err := source.Fetch(ctx, s, source.FetchOptions{SourcesDir: g.Project.SourcesDir, ProjectRoot: j.project.Root}); err != nil {
-		return "", failed("fetching", err)
+	dir, err := cache.StagedJunction(g.Project.SourcesDir, hex.EncodeToString(sum[:16]), cache.JunctionStaging{
+		Fetch: func() error {
+			if err := source.Fetch(ctx, s, source.FetchOptions{SourcesDir: g.Project.SourcesDir, ProjectRoot: j.project.Root}); err != nil {
+				return failed("fetching", err)
+			}
+			return nil
+		},
+		Stage: func(tmp string) error {
+			staged := *s
+			staged.Directory = ""
+			return source.Stage(ctx, &staged, source.StageOptions{ProjectRoot: j.project.Root, SourcesDir: g.Project.SourcesDir, BuildRoot: tmp})
+		},
+		Waiting: g.Project.SourcesWaiting,
+	})
+	var pe *ProjectError
+	if errors.As(err, &pe) {
+		return "", err
 	}
-	// Staged beside its place and renamed into it: a load never sees half a project.
-	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
-		return "", failed("staging", err)
-	}
-	tmp, err := os.MkdirTemp(filepath.Dir(dir), ".staging-")
 	if err != nil {
-		return "", failed("staging", err)
-	}
-	defer os.RemoveAll(tmp)
-	staged := *s
-	staged.Directory = ""
-	if err := source.Stage(ctx, &staged, source.StageOptions{ProjectRoot: j.project.Root, SourcesDir: g.Project.SourcesDir, BuildRoot: tmp}); err != nil {
-		return "", failed("staging", err)
-	}
-	if err := os.Rename(tmp, dir); err != nil {
-		if _, serr := os.Stat(filepath.Join(dir, ProjectFile)); serr == nil {
-			return dir, nil // another load staged it meanwhile
-		}
 		return "", failed("staging", err)
 	}
 	return dir, nil
@@ -431,7 +438,7 @@ func junctionSettings(j *Element, parent *Project) ([]OptionSetting, error) {
 // dependsOnJunction is the error for naming junction e (name) as an element.
 func (g *Graph) dependsOnJunction(e *Element, name string, ref *Element) error {
 	pe := &ProjectError{Msg: fmt.Sprintf("%s is a junction, not an element to build", name),
-		Hint: fmt.Sprintf("name an element of the project it holds: %s:ELEMENT (`gantry track` and `gantry fetch` take the junction itself)", name)}
+		Hint: fmt.Sprintf("name an element of the project it holds: %s:ELEMENT (`gantry show`, `gantry track` and `gantry fetch` take the junction itself)", name)}
 	if ref != nil {
 		pe.File, pe.Line, pe.Text = ref.document().locate(dependsKeyOf(ref, name))
 		pe.Msg = fmt.Sprintf("depends on %s, which is a junction, not an element to build", name)

@@ -53,6 +53,9 @@ type Project struct {
 	// UserOptions are the user configuration's [projects.NAME.options], by project name,
 	// set by the command: a junction's sub-project is loaded with its own (junction.go).
 	UserOptions map[string][]OptionSetting `toml:"-" json:"-"`
+	// SourcesWaiting, set by the command, is told why a load waits for the cache's lock
+	// (staging a junction while a cleanup runs).
+	SourcesWaiting func(string) `toml:"-" json:"-"`
 	// Workspaces maps an element to the directory of its open workspace (from
 	// WorkspacesFile).
 	Workspaces map[string]string `toml:"-"`
@@ -122,10 +125,11 @@ func LoadProjectWith(root string, layers OptionLayers) (*Project, error) {
 // LoadOptions are what a project is loaded with from outside it.
 type LoadOptions struct {
 	Layers OptionLayers // option settings (nil: every option at its default)
-	// SourcesDir and UserOptions are the Project fields of the same names, set before
-	// project.toml's includes through tar and git junctions are read.
-	SourcesDir  string
-	UserOptions map[string][]OptionSetting
+	// SourcesDir, SourcesWaiting and UserOptions are the Project fields of the same
+	// names, set before project.toml's includes through tar and git junctions are read.
+	SourcesDir     string
+	SourcesWaiting func(string)
+	UserOptions    map[string][]OptionSetting
 }
 
 // LoadProjectFor reads root/project.toml as o says.
@@ -165,7 +169,7 @@ func loadProjectIn(root string, o LoadOptions, chain []chainLink) (*Project, err
 // (nil: they are left out, and p.junctionIncludes says there were some).
 func readProject(root string, o LoadOptions, resolve includeResolver) (*Project, error) {
 	layers := o.Layers
-	p := &Project{Root: root, SourcesDir: o.SourcesDir, UserOptions: o.UserOptions}
+	p := &Project{Root: root, SourcesDir: o.SourcesDir, SourcesWaiting: o.SourcesWaiting, UserOptions: o.UserOptions}
 	doc, err := decodeTOML(filepath.Join(root, ProjectFile), ProjectFile, p)
 	if err != nil {
 		return nil, err

@@ -10,6 +10,7 @@ const (
 	StateBuildable   State = "buildable"    // everything needed to build is at hand
 	StateCached      State = "cached"       // a successful artifact is in the local cache
 	StateFailed      State = "failed"       // a failed build is cached (`build --retry-failed`)
+	StateJunction    State = "junction"     // a junction with a ref: it holds a project, never built
 )
 
 // ArtifactStatus is what the local cache holds for one key.
@@ -86,6 +87,8 @@ func (g *Graph) state(e *Element, status func(*Element) ArtifactStatus, ready fu
 	switch {
 	case e.NoRef:
 		return StateNoRef
+	case e.IsJunction():
+		return StateJunction
 	case e.Key == "":
 		return StateWaiting
 	}

@@ -39,8 +39,9 @@ type session struct {
 	quotaFlag string // --cache-quota of a scheduler command, for the TUI header
 
 	// junctionTargets: a target may be a junction, whose own sources track and fetch
-	// work on (element.LoadWithJunctions).
-	junctionTargets bool
+	// work on (element.LoadWithJunctions); junctionProjects: and the project each holds
+	// is loaded, which show describes (element.LoadShowingJunctions).
+	junctionTargets, junctionProjects bool
 
 	endedBy os.Signal // the signal that ended the last scheduler session, if one did
 }
@@ -86,8 +87,9 @@ func (s *session) readProject() error {
 		Layers: func(name string) [][]element.OptionSetting {
 			return [][]element.OptionSetting{user.ProjectOptions[name], cli} // command line > user config > default
 		},
-		SourcesDir:  cache.SourcesDirOf(s.cacheRoot()), // tar and git junctions project.toml includes through
-		UserOptions: user.ProjectOptions,               // for the projects junctions hold
+		SourcesDir:     cache.SourcesDirOf(s.cacheRoot()), // tar and git junctions project.toml includes through
+		SourcesWaiting: s.opts.cacheNotice,
+		UserOptions:    user.ProjectOptions, // for the projects junctions hold
 	})
 	if err != nil {
 		return err
@@ -256,9 +258,13 @@ func (s *session) loadGraphUnsaved(args []string) (*element.Graph, func() error,
 	root := s.cacheRoot()
 	pc := element.OpenParseCache(cache.LoadsDir(root), s.project.Root)
 	s.project.SourcesDir = cache.SourcesDirOf(root) // where tar and git junctions are fetched
+	s.project.SourcesWaiting = s.opts.cacheNotice
 	load := element.LoadCached
 	if s.junctionTargets {
 		load = element.LoadWithJunctions
+	}
+	if s.junctionProjects {
+		load = element.LoadShowingJunctions
 	}
 	g, err := load(s.project, s.lock, targets, pc)
 	if err != nil {

@@ -24,7 +24,7 @@ type showOptions struct {
 const defaultShowFormat = "%{state: >12} %{short-key} %{name}"
 
 var showPlaceholders = []string{"name", "key", "full-key", "short-key", "state", "kind", "description",
-	"deps", "build-deps", "runtime-deps", "run-deps", "workspace"}
+	"deps", "build-deps", "runtime-deps", "run-deps", "workspace", "junction-project", "junction-dir"}
 
 // newShowCmd is `gantry show`; runF, when not nil, runs instead of runShow (tests).
 func newShowCmd(g *globalOptions, runF func(*showOptions) error) *cobra.Command {
@@ -35,13 +35,16 @@ func newShowCmd(g *globalOptions, runF func(*showOptions) error) *cobra.Command 
 		Long: `Show prints one line per element, dependencies first.
 
 States: no-ref (run 'gantry track'), waiting (a dependency is not built), fetch-needed,
-buildable, cached, failed.
+buildable, cached, failed; junction for a junction named itself (it holds a project and
+is never built).
 
 Format placeholders: %{name} %{key} (also %{full-key}) %{short-key} %{state} %{kind}
 %{description}; the direct dependencies as a YAML list, as BuildStream prints them:
 %{deps} %{build-deps} %{runtime-deps}; %{run-deps} is the runtime ones comma-separated;
 %{workspace} is the directory of its open workspace, if any (the default format marks
-workspace elements). A placeholder may carry a fill, alignment and width: %{state: >12}.
+workspace elements); %{junction-project} and %{junction-dir} are, for a junction, the
+name of the project it holds and the directory it is loaded from (the default format
+says both). A placeholder may carry a fill, alignment and width: %{state: >12}.
 
 --format json prints one JSON object per element instead, for scripts.
 
@@ -73,6 +76,7 @@ func runShow(opts *showOptions) error {
 		return err
 	}
 	s := opts.session()
+	s.junctionTargets, s.junctionProjects = true, true // a junction is shown as bst shows it
 	if err := s.loadProject(); err != nil {
 		return err
 	}
@@ -112,26 +116,36 @@ func runShow(opts *showOptions) error {
 	enc := json.NewEncoder(w)
 	var line []byte
 	for i, e := range elements {
+		var j *showJunction
+		if e.IsJunction() {
+			j = junctionOf(g, e)
+		}
 		if asJSON {
 			d := directDeps(e)
 			if err := enc.Encode(showJSON{Name: e.Name, Key: e.Key, State: string(states[i]), Kind: e.Kind.Name,
-				Description: e.Description, Deps: d.all, BuildDeps: d.build, RuntimeDeps: d.runtime}); err != nil {
+				Description: e.Description, Deps: d.all, BuildDeps: d.build, RuntimeDeps: d.runtime, Junction: j}); err != nil {
 				return err
 			}
 			continue
 		}
-		line = format.appendLine(line[:0], func(name string) string { return showValue(name, e, states[i]) })
+		line = format.appendLine(line[:0], func(name string) string { return showValue(name, e, states[i], j) })
 		w.Write(line)
-		if e.Workspace != "" && opts.format == defaultShowFormat {
-			w.WriteString(" (workspace: " + e.Workspace + ")")
+		if opts.format == defaultShowFormat {
+			if e.Workspace != "" {
+				w.WriteString(" (workspace: " + e.Workspace + ")")
+			}
+			if j != nil {
+				w.WriteString(" (" + j.String() + ")")
+			}
 		}
 		w.WriteByte('\n')
 	}
 	return nil
 }
 
-// showValue is placeholder name's value for e, in state.
-func showValue(name string, e *element.Element, state element.State) string {
+// showValue is placeholder name's value for e, in state; j describes e if it is a
+// junction (nil otherwise).
+func showValue(name string, e *element.Element, state element.State, j *showJunction) string {
 	switch name {
 	case "name":
 		return e.Name
@@ -155,20 +169,63 @@ func showValue(name string, e *element.Element, state element.State) string {
 		return joinNames(e.RunDeps, ",")
 	case "workspace":
 		return e.Workspace
+	case "junction-project":
+		if j != nil {
+			return j.Project
+		}
+	case "junction-dir":
+		if j != nil {
+			return j.Dir
+		}
 	}
 	return "" // parseFormat accepts showPlaceholders only
 }
 
 // showJSON is one element in `show --format json`.
 type showJSON struct {
-	Name        string   `json:"name"`
-	Key         string   `json:"key"` // "" when a source has no ref
-	State       string   `json:"state"`
-	Kind        string   `json:"kind"`
-	Description string   `json:"description,omitempty"`
-	Deps        []string `json:"deps"`
-	BuildDeps   []string `json:"build-deps"`
-	RuntimeDeps []string `json:"runtime-deps"`
+	Name        string        `json:"name"`
+	Key         string        `json:"key"` // "" when a source has no ref
+	State       string        `json:"state"`
+	Kind        string        `json:"kind"`
+	Description string        `json:"description,omitempty"`
+	Deps        []string      `json:"deps"`
+	BuildDeps   []string      `json:"build-deps"`
+	RuntimeDeps []string      `json:"runtime-deps"`
+	Junction    *showJunction `json:"junction,omitempty"` // for a junction
+}
+
+// showJunction is what show says of a junction: the project it holds and where from.
+type showJunction struct {
+	Project string `json:"project,omitempty"` // "" when it has no ref: not loaded
+	Dir     string `json:"dir,omitempty"`     // where it is loaded from: a local source's directory, or its staged copy
+	Source  string `json:"source"`            // its source, as errors describe it
+	Ref     string `json:"ref,omitempty"`     // the source's ref (tar, git), from the lock unless pinned
+	Pinned  bool   `json:"pinned,omitempty"`  // the ref is written in the junction's file: track leaves it
+}
+
+// junctionOf describes junction e of g (loaded with element.LoadShowingJunctions).
+func junctionOf(g *element.Graph, e *element.Element) *showJunction {
+	s := &e.Sources[0] // a junction has one source (checked at load)
+	j := &showJunction{Source: s.Describe(), Ref: s.Ref, Pinned: s.Pinned}
+	if p, dir := g.Holds(e); p != nil {
+		j.Project, j.Dir = p.Name, dir
+	}
+	return j
+}
+
+// String is the default format's note on a junction.
+func (j *showJunction) String() string {
+	switch {
+	case j.Project == "":
+		return "junction: no ref for " + j.Source
+	case j.Ref == "":
+		return fmt.Sprintf("junction: project %s in %s", j.Project, j.Dir)
+	}
+	from := "gantry.lock"
+	if j.Pinned {
+		from = "pinned in its file"
+	}
+	return fmt.Sprintf("junction: project %s in %s, from %s at %s (%s)", j.Project, j.Dir, j.Source, j.Ref, from)
 }
 
 // dependencyNames are an element's direct dependencies by name, in BuildStream's
