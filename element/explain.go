@@ -23,7 +23,7 @@ type Inputs struct {
 	Defs    map[string]string `json:"defs,omitempty"`
 	Config  *Resolved         `json:"config,omitempty"`
 	Sources []SourceInput     `json:"sources,omitempty"`
-	Deps    map[string]string `json:"deps,omitempty"` // build and runtime dependencies -> key
+	Deps    map[string]string `json:"deps,omitempty"` // what its build stages (StageDeps) -> key
 }
 
 // SourceInput is one source as the key sees it.
@@ -79,7 +79,7 @@ func (g *Graph) Inputs(e *Element) *Inputs {
 		}
 		in.Sources = append(in.Sources, si)
 	}
-	for _, d := range append(slices.Clone(e.BuildDeps), e.RunDeps...) {
+	for _, d := range g.StageDeps(e) { // its own runtime-only dependencies are not in its key
 		in.Deps[d.Name] = d.Key
 	}
 	return in
@@ -346,10 +346,11 @@ func firstDiff(what string, old, cur map[string]string) *Change {
 	return nil
 }
 
-// changedDep returns the first dependency of e (in declaration order) whose key is not
-// the one old recorded, or the Change when a dependency was added or removed.
+// changedDep returns the first staged dependency of e (its build dependencies in
+// declaration order, then their runtime dependencies) whose key is not the one old
+// recorded, or the Change when a dependency was added or removed.
 func (g *Graph) changedDep(e *Element, old, cur *Inputs) (*Element, *Change) {
-	for _, d := range append(slices.Clone(e.BuildDeps), e.RunDeps...) {
+	for _, d := range slices.Concat(e.BuildDeps, g.StageDeps(e)) {
 		ok, had := old.Deps[d.Name]
 		if !had {
 			return nil, &Change{What: "dependency", Name: d.Name, New: "added"}

@@ -51,6 +51,10 @@ func encodeParseCache(out io.Writer, stamp string, files map[string]*cachedFile)
 			entry.Str(c.Key.Inputs)
 			entry.Str(c.Key.Key)
 			entry.Str(c.Key.Context)
+			entry.Str(c.Key.Weak)
+			entry.Str(c.Key.RunKey)
+			entry.Str(c.Key.RunNames)
+			entry.Str(c.Key.RunWeak)
 			entry.Str(c.Options)
 			entry.Str(c.Kinds)
 			entry.Uint(uint64(len(c.Includes)))
@@ -59,13 +63,16 @@ func encodeParseCache(out io.Writer, stamp string, files map[string]*cachedFile)
 				inc.ID.Append(&entry)
 			}
 		}
-		w.Str(name)
-		w.Uint(uint64(len(entry.B)))
-		if len(w.B)+len(entry.B) > saveBlock {
+		// The name and two lengths (at most 10 bytes each) go with the entry.
+		if len(w.B)+len(name)+20+len(entry.B) > saveBlock {
 			write(w.B)
 			w.B = w.B[:0]
 		}
+		w.Str(name)
+		w.Uint(uint64(len(entry.B)))
 		if len(entry.B) > saveBlock {
+			write(w.B) // its name first
+			w.B = w.B[:0]
 			write(entry.B)
 		} else {
 			w.B = append(w.B, entry.B...)
@@ -116,7 +123,7 @@ func (c *cachedFile) decode() bool {
 		r := bincode.NewStringReader(c.raw)
 		c.ID = fileid.Read(r)
 		readParsed(r, &c.Parsed)
-		c.Key = keyMemo{Inputs: r.Str(), Key: r.Str(), Context: r.Str()}
+		c.Key = keyMemo{Inputs: r.Str(), Key: r.Str(), Context: r.Str(), Weak: r.Str(), RunKey: r.Str(), RunNames: r.Str(), RunWeak: r.Str()}
 		c.Options = r.Str()
 		c.Kinds = r.Str()
 		if n := r.Count(); n > 0 {
