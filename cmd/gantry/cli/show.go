@@ -24,7 +24,7 @@ type showOptions struct {
 const defaultShowFormat = "%{state: >12} %{short-key} %{name}"
 
 var showPlaceholders = []string{"name", "key", "full-key", "short-key", "state", "kind", "description",
-	"deps", "build-deps", "runtime-deps", "run-deps", "workspace"}
+	"deps", "build-deps", "runtime-deps", "run-deps", "workspace", "weak-key", "strict-key"}
 
 // newShowCmd is `gantry show`; runF, when not nil, runs instead of runShow (tests).
 func newShowCmd(g *globalOptions, runF func(*showOptions) error) *cobra.Command {
@@ -35,10 +35,13 @@ func newShowCmd(g *globalOptions, runF func(*showOptions) error) *cobra.Command 
 		Long: `Show prints one line per element, dependencies first.
 
 States: no-ref (run 'gantry track'), waiting (a dependency is not built), fetch-needed,
-buildable, cached, failed.
+buildable, cached, failed; reused (non-strict: cached by its weak key although a
+dependency changed).
 
 Format placeholders: %{name} %{key} (also %{full-key}) %{short-key} %{state} %{kind}
-%{description}; the direct dependencies as a YAML list, as BuildStream prints them:
+%{description}; %{weak-key} (its own inputs and the names of what it stages) and
+%{strict-key} (the key strict mode gives: %{key} differs only in a non-strict session,
+where it is the reused artifact's key or the key a build against those is stored under); the direct dependencies as a YAML list, as BuildStream prints them:
 %{deps} %{build-deps} %{runtime-deps}; %{run-deps} is the runtime ones comma-separated;
 %{workspace} is the directory of its open workspace, if any (the default format marks
 workspace elements). A placeholder may carry a fill, alignment and width: %{state: >12}.
@@ -114,7 +117,7 @@ func runShow(opts *showOptions) error {
 	for i, e := range elements {
 		if asJSON {
 			d := directDeps(e)
-			if err := enc.Encode(showJSON{Name: e.Name, Key: e.Key, State: string(states[i]), Kind: e.Kind.Name,
+			if err := enc.Encode(showJSON{Name: e.Name, Key: e.Key, WeakKey: e.WeakKey, StrictKey: e.StrictKey, State: string(states[i]), Kind: e.Kind.Name,
 				Description: e.Description, Deps: d.all, BuildDeps: d.build, RuntimeDeps: d.runtime}); err != nil {
 				return err
 			}
@@ -155,6 +158,10 @@ func showValue(name string, e *element.Element, state element.State) string {
 		return joinNames(e.RunDeps, ",")
 	case "workspace":
 		return e.Workspace
+	case "weak-key":
+		return e.WeakKey
+	case "strict-key":
+		return e.StrictKey
 	}
 	return "" // parseFormat accepts showPlaceholders only
 }
@@ -163,6 +170,8 @@ func showValue(name string, e *element.Element, state element.State) string {
 type showJSON struct {
 	Name        string   `json:"name"`
 	Key         string   `json:"key"` // "" when a source has no ref
+	WeakKey     string   `json:"weak-key"`
+	StrictKey   string   `json:"strict-key"`
 	State       string   `json:"state"`
 	Kind        string   `json:"kind"`
 	Description string   `json:"description,omitempty"`
