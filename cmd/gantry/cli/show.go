@@ -170,14 +170,14 @@ func showValue(name string, e *element.Element, state element.State) string {
 type showJSON struct {
 	Name        string   `json:"name"`
 	Key         string   `json:"key"` // "" when a source has no ref
-	WeakKey     string   `json:"weak-key"`
-	StrictKey   string   `json:"strict-key"`
 	State       string   `json:"state"`
 	Kind        string   `json:"kind"`
 	Description string   `json:"description,omitempty"`
 	Deps        []string `json:"deps"`
 	BuildDeps   []string `json:"build-deps"`
 	RuntimeDeps []string `json:"runtime-deps"`
+	WeakKey     string   `json:"weak-key"`   // "" when Key is
+	StrictKey   string   `json:"strict-key"` // Key but in a non-strict session
 }
 
 // dependencyNames are an element's direct dependencies by name, in BuildStream's
