@@ -22,14 +22,16 @@ type NonStrictCache interface {
 // and Reused is set. An element whose own inputs (or the names of what it stages)
 // changed has a new weak key, finds nothing and is built. StrictKey keeps the key strict
 // mode gives; WeakKey is unchanged. Later ComputeKey calls (tracking) leave StrictKey.
+// Resolving again (with more caches to ask: the remotes) starts from the strict keys.
 func (g *Graph) ResolveNonStrict(c NonStrictCache) {
 	g.nonStrict = true
 	moved := make([]bool, len(g.Order)) // by position: its Key or its run key is not strict mode's
 	isMoved := func(d *Element) bool { return moved[d.position] }
 	for _, e := range g.Order {
-		if e.Key == "" {
+		if e.StrictKey == "" {
 			continue
 		}
+		e.Key, e.Reused = e.StrictKey, false // as strict mode keys it: resolving again starts over
 		if slices.ContainsFunc(e.BuildDeps, isMoved) {
 			if e.configJSON == nil { // its key came from the memo
 				e.encodeConfig(g)
@@ -41,12 +43,10 @@ func (g *Graph) ResolveNonStrict(c NonStrictCache) {
 				e.Key, e.Reused = k, true
 			}
 		}
-		if e.Key != e.StrictKey || slices.ContainsFunc(e.RunDeps, isMoved) {
-			moved[e.position] = true
-			e.run.key = e.Key
-			if len(e.RunDeps) > 0 {
-				e.run.key = runDigest(e, "key", e.Key, stagedKey)
-			}
+		moved[e.position] = e.Key != e.StrictKey || slices.ContainsFunc(e.RunDeps, isMoved)
+		e.run.key = e.Key // made again each time: an earlier resolution may have moved it
+		if len(e.RunDeps) > 0 {
+			e.run.key = runDigest(e, "key", e.Key, stagedKey)
 		}
 	}
 }

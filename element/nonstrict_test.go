@@ -62,6 +62,7 @@ func TestResolveNonStrict(t *testing.T) {
 		strict[e.Name] = e.Key
 	}
 	g.ResolveNonStrict(cache)
+	g.ResolveNonStrict(cache) // again: the same keys
 	for _, tc := range []struct {
 		name   string
 		reused bool

@@ -407,13 +407,19 @@ func (s *session) resolveStrictness(g *element.Graph) error {
 	if o.strict && o.noStrict {
 		return usagef("--strict and --no-strict contradict each other: give one")
 	}
-	if o.strict || (!o.noStrict && s.user.Strict(s.project.Name)) {
+	if s.strictSession() {
 		return nil
 	}
 	c, err := s.findCache() // a cache not made yet: nothing to reuse
 	if err != nil {
 		return err
 	}
-	actions.ResolveNonStrict(g, c)
+	actions.ResolveNonStrict(g, c, nil)
 	return nil
+}
+
+// strictSession says whether the command's session is strict (resolveStrictness).
+func (s *session) strictSession() bool {
+	o := s.opts
+	return o.strict || (!o.noStrict && s.user.Strict(s.project.Name))
 }
