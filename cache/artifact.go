@@ -242,6 +242,39 @@ func (c *Cache) weakRefPath(project, element, weak string) (string, error) {
 	return filepath.Join(c.Root, weakDir, project, filepath.FromSlash(element), weak), nil
 }
 
+// pruneWeakRefs removes the weak refs whose artifact is gone, or that are damaged: a
+// cleanup that removed artifacts calls it.
+func (c *Cache) pruneWeakRefs() error {
+	root := filepath.Join(c.Root, weakDir)
+	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			return nil // no weak refs yet, or removed meanwhile
+		case err != nil:
+			return fmt.Errorf("pruning weak refs: %w", err)
+		case d.IsDir():
+			return nil
+		}
+		rel, err := filepath.Rel(root, p)
+		if err != nil {
+			return nil
+		}
+		dir := filepath.Dir(rel) // project/element
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return nil // gone meanwhile
+		}
+		key := string(bytes.TrimSpace(data))
+		if _, err := os.Lstat(filepath.Join(c.Root, refsDir, dir, key)); validSegment(key) && err == nil {
+			return nil
+		}
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("pruning weak refs: %w", err)
+		}
+		return nil
+	})
+}
+
 // LookupWeak reads the latest successful artifact of element built with weak key weak
 // (its weak ref). None, or one whose artifact is gone or no longer has that weak key,
 // gives an error wrapping ErrNotFound.

@@ -305,7 +305,7 @@ func TestListReportsCorruptRefs(t *testing.T) {
 
 // A successful artifact with a weak key is found by it: the latest one committed; a
 // failed build, an artifact deleted since, or a weak ref that names an artifact without
-// that weak key is not found.
+// that weak key is not found. A cleanup prunes the weak refs of artifacts gone.
 func TestLookupWeak(t *testing.T) {
 	c := openTestCache(t)
 	commit := func(key, weak string, success bool) {
@@ -353,6 +353,22 @@ func TestLookupWeak(t *testing.T) {
 	}
 	if got := found("w2"); got != "k3" {
 		t.Fatalf("found %q, want k3", got)
+	}
+	// A cleanup prunes the weak refs whose artifact is gone, and only those.
+	commit("k4", "w4", true)
+	if err := c.Delete("demo", "app.toml", "k3"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.pruneWeakRefs(); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []string{"w1", "w2"} {
+		if _, err := os.Stat(filepath.Join(c.Root, "weak", "demo", "app.toml", w)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("pruneWeakRefs left weak ref %s, whose artifact is gone: %v", w, err)
+		}
+	}
+	if got := found("w4"); got != "k4" {
+		t.Fatalf("pruneWeakRefs removed a live weak ref: found %q", got)
 	}
 	if _, err := c.LookupWeak("demo", "app.toml", "../x"); err == nil || !strings.Contains(err.Error(), `invalid cache key "../x"`) {
 		t.Fatalf("bad weak key: %v", err)
