@@ -396,8 +396,12 @@ func TestKeyMemoKeepsTheSandbox(t *testing.T) {
 			}
 		}
 	}
-	if _, reused := load(true, true); reused == 0 {
+	got, reused := load(true, true)
+	if reused == 0 {
 		t.Fatal("no key reused: the test needs the memo")
+	}
+	if want, _ := load(true, false); !maps.Equal(got, want) {
+		t.Errorf("keys reused from the memo %v, want %v", got, want)
 	}
 	host, _ := load(false, false)
 	if hermetic, _ := load(true, false); strings.Fields(host["app.toml"])[0] == strings.Fields(hermetic["app.toml"])[0] {
