@@ -152,6 +152,9 @@ func (*Build) Action() queues.Action { return queues.Build }
 
 // Status: an element is built once every staged dependency is cached.
 func (*Build) Status(it *queues.Item) (queues.Status, string) {
+	if it.Cached && it.Element.Reused {
+		return queues.Skip, "reused in non-strict mode (found by its weak key)"
+	}
 	if it.Cached {
 		return queues.Skip, "cached"
 	}
