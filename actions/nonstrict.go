@@ -17,7 +17,8 @@ import (
 // by its key as any other. The remotes are asked one element at a time, in dependency
 // order: each answer can change the keys of the elements above.
 func ResolveNonStrict(g *element.Graph, c *cache.Cache, rs *Remotes) {
-	n := nonStrictCache{q: CacheQuery{Cache: c}, project: g.Project.Name, rs: rs}
+	// The outcome memo answers for refs unchanged since it was saved (read only here).
+	n := nonStrictCache{q: CacheQuery{Cache: c, Memo: c.OpenOutcomeMemo(g.Project.Name)}, project: g.Project.Name, rs: rs}
 	if rs != nil {
 		n.wait = rs.retryWaits()
 	}

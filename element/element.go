@@ -47,7 +47,8 @@ type Config struct {
 }
 
 // Element is one loaded element. After Load its fields are never modified except the
-// graph links and Key, which the graph sets once.
+// graph links and the keys, which the graph sets (and a non-strict session's
+// ResolveNonStrict resets: Key, Reused).
 type Element struct {
 	Name           string // path under element-path: "base/gcc.toml"; in a sub-project, after its junction path: "sdk.toml:base/gcc.toml"
 	File           string // path shown to users: "elements/base/gcc.toml"
