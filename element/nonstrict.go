@@ -53,10 +53,14 @@ func (g *Graph) ResolveNonStrict(c NonStrictCache) {
 
 // ExplainReuse says why e, reused in a non-strict session (Reused), was not rebuilt:
 // built against recorded (the staged dependencies' keys its artifact recorded, nil when
-// unknown), it names the first staged dependency whose key is another now.
+// unknown), it names the first staged dependency whose key is another now (or was not
+// recorded).
 func (g *Graph) ExplainReuse(e *Element, recorded map[string]string) Explanation {
 	x := Explanation{Element: e.Name, Key: e.Key, Reason: "reused-non-strict"}
 	for _, d := range slices.Concat(e.BuildDeps, g.StageDeps(e)) {
+		if recorded == nil {
+			break
+		}
 		if k, ok := recorded[d.Name]; !ok || k != d.Key {
 			x.Chain = []string{d.Name}
 			x.Text = fmt.Sprintf("%s: reused in non-strict mode although dependency %s changed (built against %s, now %s; a strict build builds it again)",
@@ -68,10 +72,10 @@ func (g *Graph) ExplainReuse(e *Element, recorded map[string]string) Explanation
 	return x
 }
 
-// shortKey is a key as the UI shows it, or "nothing" for none.
+// shortKey is a key as the UI shows it, or "no artifact of it" for none.
 func shortKey(k string) string {
 	if k == "" {
-		return "nothing"
+		return "no artifact of it"
 	}
 	return k[:min(8, len(k))]
 }

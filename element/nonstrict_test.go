@@ -94,8 +94,11 @@ func TestResolveNonStrict(t *testing.T) {
 		", now " + g.Elements["base.toml"].Key[:8] + "; a strict build builds it again)"; x.Text != want || x.Reason != "reused-non-strict" {
 		t.Errorf("ExplainReuse = %q (%s)\nwant %q", x.Text, x.Reason, want)
 	}
-	if x := g.ExplainReuse(g.Elements["app.toml"], nil); !strings.Contains(x.Text, "although dependency lib.toml changed (built against nothing") {
-		t.Errorf("ExplainReuse without a record = %q", x.Text)
+	if x := g.ExplainReuse(g.Elements["app.toml"], map[string]string{}); !strings.Contains(x.Text, "although dependency lib.toml changed (built against no artifact of it, now ") {
+		t.Errorf("ExplainReuse with a dependency not recorded = %q", x.Text)
+	}
+	if x, want := g.ExplainReuse(g.Elements["app.toml"], nil), "app.toml: reused in non-strict mode: its weak key matched (a strict build builds it again)"; x.Text != want {
+		t.Errorf("ExplainReuse without a record = %q, want %q", x.Text, want)
 	}
 	// Tracking keys elements again in a non-strict session: StrictKey stays.
 	lib := g.Elements["lib.toml"]
