@@ -41,7 +41,8 @@ dependency changed).
 Format placeholders: %{name} %{key} (also %{full-key}) %{short-key} %{state} %{kind}
 %{description}; %{weak-key} (its own inputs and the names of what it stages) and
 %{strict-key} (the key strict mode gives: %{key} differs only in a non-strict session,
-where it is the reused artifact's key or the key a build against those is stored under); the direct dependencies as a YAML list, as BuildStream prints them:
+where it is the reused artifact's key, or the key a build against those is stored
+under); the direct dependencies as a YAML list, as BuildStream prints them:
 %{deps} %{build-deps} %{runtime-deps}; %{run-deps} is the runtime ones comma-separated;
 %{workspace} is the directory of its open workspace, if any (the default format marks
 workspace elements). A placeholder may carry a fill, alignment and width: %{state: >12}.
@@ -176,8 +177,8 @@ type showJSON struct {
 	Deps        []string `json:"deps"`
 	BuildDeps   []string `json:"build-deps"`
 	RuntimeDeps []string `json:"runtime-deps"`
-	WeakKey     string   `json:"weak-key"`   // "" when Key is
-	StrictKey   string   `json:"strict-key"` // Key but in a non-strict session
+	WeakKey     string   `json:"weak-key"`   // "" when key is ""
+	StrictKey   string   `json:"strict-key"` // key, but in a non-strict session
 }
 
 // dependencyNames are an element's direct dependencies by name, in BuildStream's
