@@ -35,6 +35,7 @@ type buildSpec struct {
 	ProjectRoot string            `json:"project-root"`
 	Element     string            `json:"element"`
 	Key         string            `json:"key"`
+	WeakKey     string            `json:"weak-key,omitempty"` // its artifact's weak ref (cache.Artifact.WeakKey)
 	Kind        string            `json:"kind"`
 	Sandbox     string            `json:"sandbox"` // auto, host, bwrap
 	Stage       []stagedArtifact  `json:"stage"`   // dependencies first
@@ -106,9 +107,12 @@ func projectRoot(root string, e *element.Element) string {
 // directory, for this build's directory (under the cache's tmp/, so that results can
 // be renamed into the cache); the job makes it (takeWorkDir) and removes it.
 func newBuildSpec(g *element.Graph, e *element.Element, cacheDir, workDir, sandboxKind string, maxJobs int) (*buildSpec, error) {
+	if e.Reused {
+		return nil, reusedBuildError(e)
+	}
 	project, name := e.ArtifactName(g.Project.Name) // a sub-project's element: as a direct build of it
 	spec := &buildSpec{CacheDir: cacheDir, Project: project, ProjectRoot: projectRoot(g.Project.Root, e), Element: name,
-		Key: e.Key, Kind: e.Kind.Name, Sandbox: sandboxKind, Sources: e.Sources, WorkDir: workDir, DepKeys: e.DepKeys()}
+		Key: e.Key, WeakKey: e.WeakKey, Kind: e.Kind.Name, Sandbox: sandboxKind, Sources: e.Sources, WorkDir: workDir, DepKeys: e.DepKeys()}
 	for _, d := range g.StageDeps(e) {
 		project, name := d.ArtifactName(spec.Project)
 		if project == spec.Project {
@@ -181,6 +185,9 @@ func (*Build) Action() queues.Action { return queues.Build }
 
 // Status: an element is built once every staged dependency is cached.
 func (*Build) Status(it *queues.Item) (queues.Status, string) {
+	if it.Cached && it.Element.Reused {
+		return queues.Skip, "reused in non-strict mode (found by its weak key)"
+	}
 	if it.Cached {
 		return queues.Skip, "cached"
 	}
@@ -412,7 +419,7 @@ func buildJob(ctx context.Context, js job.Spec, r *job.Reporter) (res job.Result
 		return job.Result{}, err
 	}
 	defer lock.Unlock()
-	a := &cache.Artifact{Project: spec.Project, Element: spec.Element, Key: spec.Key, Success: buildErr == nil,
+	a := &cache.Artifact{Project: spec.Project, Element: spec.Element, Key: spec.Key, WeakKey: spec.WeakKey, Success: buildErr == nil,
 		Dependencies: spec.DepKeys, Inputs: inputs, Started: started, Finished: time.Now()}
 	a.BuildDuration = a.Finished.Sub(started)
 	// Counted before the install root's files are moved into the cache.

@@ -9,7 +9,7 @@ import (
 
 // Explain explains, in dependency order, each of elements that is not cached at its
 // current key (gantry explain, gantry build --explain): the comparison is with the most
-// recent artifact of the same element in c.
+// recent artifact of the same element in c; and each that a non-strict session reuses.
 func Explain(g *element.Graph, c *cache.Cache, elements []*element.Element) []element.Explanation {
 	h := &artifactHistory{c: c, g: g}
 	var out []element.Explanation
@@ -23,6 +23,8 @@ func Explain(g *element.Graph, c *cache.Cache, elements []*element.Element) []el
 		project, name := e.ArtifactName(g.Project.Name)
 		a, err := c.Lookup(project, name, e.Key)
 		switch {
+		case err == nil && a.Success && e.Reused:
+			x = reuseExplanation(g, e, a)
 		case err == nil && a.Success:
 			continue
 		case err == nil:

@@ -102,40 +102,57 @@ func (rs *Remotes) Lookup(es []*element.Element) []bool {
 	if len(es) == 0 {
 		return hits
 	}
-	wait := rs.backoff()
-	if wait == nil {
-		wait = func(attempt int) time.Duration { return backoff.Exponential(backoff.Base, attempt) }
-	}
+	wait := rs.retryWaits()
 	var g errgroup.Group
 	g.SetLimit(16)
 	for i, e := range es {
 		g.Go(func() error {
-			for _, spec := range rs.specs {
-				store := rs.store(spec)
-				if store == nil {
-					continue
-				}
-				for attempt := 1; ; attempt++ {
-					_, err := store.GetEntry(context.Background(), e.Key)
-					switch {
-					case err == nil:
-						hits[i] = true
-						return nil
-					case errors.Is(err, cache.ErrNotFound) || remote.IsKind(err, remote.Corrupt):
-					case remote.IsKind(err, remote.Unavailable) && attempt <= rs.retries:
-						time.Sleep(wait(attempt))
-						continue
-					default:
-						rs.markDown(spec, err)
-					}
-					break
-				}
-			}
+			hits[i] = rs.firstRemote(wait, func(store remote.Store) error {
+				_, err := store.GetEntry(context.Background(), e.Key)
+				return err
+			})
 			return nil
 		})
 	}
 	g.Wait()
 	return hits
+}
+
+// retryWaits is what one lookup waits between the tries of an unavailable remote.
+func (rs *Remotes) retryWaits() func(attempt int) time.Duration {
+	if wait := rs.backoff(); wait != nil {
+		return wait
+	}
+	return func(attempt int) time.Duration { return backoff.Exponential(backoff.Base, attempt) }
+}
+
+// firstRemote asks the remotes not down, in order, until ask succeeds on one, and
+// reports whether it did; wait (retryWaits) says how long to wait before a retry. A remote
+// that lacks what is asked (or serves it damaged) is passed over; one that stays
+// unavailable after the network retries, or refuses the credentials, is marked down
+// with one warning.
+func (rs *Remotes) firstRemote(wait func(attempt int) time.Duration, ask func(remote.Store) error) bool {
+	for _, spec := range rs.specs {
+		store := rs.store(spec)
+		if store == nil {
+			continue
+		}
+		for attempt := 1; ; attempt++ {
+			err := ask(store)
+			switch {
+			case err == nil:
+				return true
+			case errors.Is(err, cache.ErrNotFound) || remote.IsKind(err, remote.Corrupt):
+			case remote.IsKind(err, remote.Unavailable) && attempt <= rs.retries:
+				time.Sleep(wait(attempt))
+				continue
+			default:
+				rs.markDown(spec, err)
+			}
+			break
+		}
+	}
+	return false
 }
 
 // store opens spec's store once; nil when it is down or cannot be opened.

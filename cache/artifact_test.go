@@ -302,3 +302,75 @@ func TestListReportsCorruptRefs(t *testing.T) {
 		t.Errorf("List returned %v, want the readable artifact", arts)
 	}
 }
+
+// A successful artifact with a weak key is found by it: the latest one committed; a
+// failed build, an artifact deleted since, or a weak ref that names an artifact without
+// that weak key is not found. A cleanup prunes the weak refs of artifacts gone.
+func TestLookupWeak(t *testing.T) {
+	c := openTestCache(t)
+	commit := func(key, weak string, success bool) {
+		t.Helper()
+		a := &Artifact{Project: "demo", Element: "app.toml", Key: key, WeakKey: weak, Success: success}
+		if err := c.Commit(a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	found := func(weak string) string {
+		t.Helper()
+		a, err := c.LookupWeak("demo", "app.toml", weak)
+		if err != nil {
+			if !errors.Is(err, ErrNotFound) {
+				t.Fatalf("LookupWeak(%s): %v, want ErrNotFound", weak, err)
+			}
+			return ""
+		}
+		return a.Key
+	}
+	if got := found("w1"); got != "" {
+		t.Fatalf("empty cache: found %s", got)
+	}
+	commit("k1", "w1", true)
+	if got := found("w1"); got != "k1" {
+		t.Fatalf("found %q, want k1", got)
+	}
+	commit("k2", "w1", false) // a failed build leaves the weak ref
+	if got := found("w1"); got != "k1" {
+		t.Fatalf("after a failed build: found %q, want k1", got)
+	}
+	commit("k3", "w1", true)
+	if got := found("w1"); got != "k3" {
+		t.Fatalf("found %q, want the latest, k3", got)
+	}
+	if err := c.Delete("demo", "app.toml", "k3"); err != nil {
+		t.Fatal(err)
+	}
+	if got := found("w1"); got != "" {
+		t.Fatalf("artifact deleted: found %q", got)
+	}
+	commit("k3", "w2", true) // the weak ref w1 names k3, which now has another weak key
+	if got := found("w1"); got != "" {
+		t.Fatalf("found %q by a weak key it no longer has", got)
+	}
+	if got := found("w2"); got != "k3" {
+		t.Fatalf("found %q, want k3", got)
+	}
+	// A cleanup prunes the weak refs whose artifact is gone, and only those.
+	commit("k4", "w4", true)
+	if err := c.Delete("demo", "app.toml", "k3"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.pruneWeakRefs(); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []string{"w1", "w2"} {
+		if _, err := os.Stat(filepath.Join(c.Root, "weak", "demo", "app.toml", w)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("pruneWeakRefs left weak ref %s, whose artifact is gone: %v", w, err)
+		}
+	}
+	if got := found("w4"); got != "k4" {
+		t.Fatalf("pruneWeakRefs removed a live weak ref: found %q", got)
+	}
+	if _, err := c.LookupWeak("demo", "app.toml", "../x"); err == nil || !strings.Contains(err.Error(), `invalid cache key "../x"`) {
+		t.Fatalf("bad weak key: %v", err)
+	}
+}

@@ -56,6 +56,7 @@ import (
 const (
 	CASDir     = "cas" // the blobs, by digest
 	refsDir    = "refs"
+	weakDir    = "weak" // weak refs: weak key -> key (writeWeakRef)
 	sourcesDir = "sources"
 	logsDir    = "logs"
 	tmpDir     = "tmp"

@@ -143,6 +143,11 @@ func (c *Cache) Cleanup(opts CleanupOptions) (*CleanupReport, error) {
 			opts.AfterRemove()
 		}
 	}
+	if len(doomed) > 0 {
+		if err := c.pruneWeakRefs(); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	errs = append(errs, c.removeBlobs(inv, sweep)...)
 	for _, p := range leftovers {
 		if err := removeAll(p); err != nil {

@@ -60,9 +60,11 @@ type UserConfig struct {
 		Color *bool  `toml:"color"`
 	} `toml:"ui"`
 	MaxJobs int `toml:"max-jobs"`
-	// Projects holds settings per project, by project name: [projects.NAME.options].
+	// Projects holds settings per project, by project name: [projects.NAME.options],
+	// and strict = false for non-strict sessions (ResolveNonStrict; nil: strict).
 	Projects map[string]struct {
 		Options map[string]any `toml:"options"`
+		Strict  *bool          `toml:"strict"`
 	} `toml:"projects"`
 	// ProjectOptions are the option settings of Projects, checked, by project name.
 	ProjectOptions map[string][]OptionSetting `toml:"-"`
@@ -73,12 +75,21 @@ type UserConfig struct {
 
 var userConfigKeys = map[string][]string{
 	"":          {"scheduler", "cache", "remote", "ui", "max-jobs", "projects", "mirrors", "default-mirror"},
-	"projects":  {"options"},
+	"projects":  {"options", "strict"},
 	"scheduler": {"builders", "fetchers", "pushers", "network-retries", "on-error"},
 	"cache":     {"dir", "quota"},
 	"remote":    remoteKeys,
 	"ui":        {"mode", "color"},
 	"mirrors":   mirrorKeys,
+}
+
+// Strict says whether sessions of project are strict by the user configuration: true
+// unless [projects.NAME] sets strict = false.
+func (c *UserConfig) Strict(project string) bool {
+	if s := c.Projects[project].Strict; s != nil {
+		return *s
+	}
+	return true
 }
 
 // DefaultUserConfigPath returns $XDG_CONFIG_HOME/gantry/config.toml (~/.config by default).

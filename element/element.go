@@ -52,7 +52,8 @@ type Config struct {
 }
 
 // Element is one loaded element. After Load its fields are never modified except the
-// graph links and Key, which the graph sets once.
+// graph links and the keys, which the graph sets (and a non-strict session's
+// ResolveNonStrict resets: Key, Reused).
 type Element struct {
 	Name           string // path under element-path: "base/gcc.toml"; in a sub-project, after its junction path: "sdk.toml:base/gcc.toml"
 	File           string // path shown to users: "elements/base/gcc.toml"
@@ -83,8 +84,17 @@ type Element struct {
 	BuildDeps []*Element // depends ∪ build-depends, in declaration order
 	RunDeps   []*Element // depends ∪ runtime-depends, in declaration order
 	Key       string     // full cache key; "" when some source (here or below) has no ref
-	NoRef     bool       // some source of this element itself has no ref
-	Workspace string     // the directory of its open workspace, which it builds from; "" for none
+	// StrictKey is the key strict mode gives it; Key differs from it only in a non-strict
+	// session (ResolveNonStrict): an artifact found by WeakKey, or a build against those.
+	StrictKey string
+	// WeakKey is the key of its own inputs with only the names of what its build stages
+	// (weakKey): what a non-strict session looks its artifacts up by.
+	WeakKey string
+	// Reused: Key is an artifact a non-strict session found by WeakKey, built against
+	// other dependencies than the current ones.
+	Reused    bool
+	NoRef     bool   // some source of this element itself has no ref
+	Workspace string // the directory of its open workspace, which it builds from; "" for none
 
 	position   int               // index in Graph.Order
 	resolved   *Resolved         // config and environment expanded with keyPaths
@@ -96,6 +106,7 @@ type Element struct {
 	named      map[string]string // graph name -> the name its file gives, for dependencies a junction's override resolved
 	depNames   map[string]string // the reverse: the name its file gives -> graph name
 	sourceKeys []string          // unique key per source; "" for a source without a ref
+	run        runDigests        // what a build that stages it stages of it, for its dependants' keys
 }
 
 func (e *Element) String() string { return e.Name }

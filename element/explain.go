@@ -23,9 +23,10 @@ type Inputs struct {
 	Defs    map[string]string `json:"defs,omitempty"`
 	Config  *Resolved         `json:"config,omitempty"`
 	Sources []SourceInput     `json:"sources,omitempty"`
-	// Deps are the build and runtime dependencies' keys, by the names the element's own
-	// project gives them (as its key does): the same record whether it was built
-	// through a junction or in its project directly.
+	// Deps are the keys of what its build stages (StageDeps: its own runtime-only
+	// dependencies are not in its key), by the names the element's own project gives
+	// them (as its key does): the same record whether it was built through a junction
+	// or in its project directly.
 	Deps map[string]string `json:"deps,omitempty"`
 	// OwnNames says Deps is by those names. Records made before name a sub-project
 	// element's dependencies as the top project of that build did (base.toml:util.toml
@@ -58,7 +59,7 @@ func (in *Inputs) HashFiles() {
 // Inputs returns what e's key is computed from, local files not yet hashed one by one
 // (HashFiles does).
 func (g *Graph) Inputs(e *Element) *Inputs {
-	in := &Inputs{Kind: e.Kind.Name, Sandbox: g.sandboxClass(e), Config: g.resolvedConfig(e), Deps: e.DepKeys(), OwnNames: true}
+	in := &Inputs{Kind: e.Kind.Name, Sandbox: g.sandboxClass(e), Config: g.resolvedConfig(e), Deps: e.depKeys(g.StageDeps(e)), OwnNames: true}
 	vars := e.Variables(g.Project, keyPaths())
 	if all, err := vars.All(); err == nil {
 		in.Variables = all
@@ -387,13 +388,14 @@ func firstDiff(what string, old, cur map[string]string) *Change {
 	return nil
 }
 
-// changedDep returns the first dependency of e (in declaration order) whose key is not
-// the one old recorded, with the key old recorded, or the Change when a dependency was
-// added or removed. Dependencies are compared by the names e's own project gives them
+// changedDep returns the first staged dependency of e (its build dependencies in
+// declaration order, then their runtime dependencies) whose key is not the one old
+// recorded, with the key old recorded, or the Change when a dependency was added or
+// removed. Dependencies are compared by the names e's own project gives them
 // (Inputs.Deps) and reported by the graph's.
 func (g *Graph) changedDep(e *Element, old, cur *Inputs) (*Element, string, *Change) {
 	recorded := e.ownDeps(old)
-	for _, d := range append(slices.Clone(e.BuildDeps), e.RunDeps...) {
+	for _, d := range slices.Concat(e.BuildDeps, g.StageDeps(e)) {
 		name := e.unqualify(d.Name)
 		key, had := recorded[name]
 		if !had {

@@ -39,6 +39,7 @@ type Graph struct {
 	Order    []*Element // every loaded element, dependencies before dependants
 
 	parseCache *ParseCache // where keys computed are remembered (nil for none)
+	nonStrict  bool        // keys were resolved for a non-strict session (ResolveNonStrict)
 	keyContext string      // keyContext(Project)
 	// contexts are the projects loaded, by junction path ("" for Project; see
 	// junction.go); made one by one between rounds of parallel loading, read only in them.

@@ -60,6 +60,8 @@ func TestJunctionNamesAndKeys(t *testing.T) {
 	} {
 		if e := g.Elements[c.through]; e.Key == "" || e.Key != c.direct.Key {
 			t.Errorf("%s: key %q through the junction, %q directly", c.through, e.Key, c.direct.Key)
+		} else if e.WeakKey != c.direct.WeakKey || e.run != c.direct.run {
+			t.Errorf("%s: weak key %q and run digests %v through the junction, %q and %v directly", c.through, e.WeakKey, e.run, c.direct.WeakKey, c.direct.run)
 		}
 	}
 }

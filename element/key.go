@@ -14,8 +14,11 @@ import (
 
 // keyVersion changes whenever the key encoding changes, so old artifacts are not reused;
 // or what a build runs with does: 2 gave every command the fixed environment of
-// sandbox.FixedEnv (HOME, TZ, LC_ALL, SOURCE_DATE_EPOCH).
-const keyVersion = 2
+// sandbox.FixedEnv (HOME, TZ, LC_ALL, SOURCE_DATE_EPOCH); 3 took an element's own
+// runtime-only dependencies out of its key (BuildStream's semantics): a build
+// dependency enters with what it stages, its own key and its runtime dependencies'
+// (runKey).
+const keyVersion = 3
 
 // keyInput is everything that affects an element's build. encoding/json writes map keys
 // sorted, so the encoding is canonical.
@@ -25,11 +28,14 @@ type keyInput struct {
 	// Sandbox is "bwrap" when the element's commands run in the hermetic bwrap sandbox
 	// (sandboxClass), empty otherwise: a host artifact never has the key of a hermetic
 	// build, so a hermetic request never accepts one, locally or from a remote.
-	Sandbox   string            `json:"sandbox,omitempty"`
-	Config    *Resolved         `json:"config"`
-	Sources   []string          `json:"sources"`
+	Sandbox string    `json:"sandbox,omitempty"`
+	Config  *Resolved `json:"config"`
+	Sources []string  `json:"sources"`
+	// BuildDeps: each build dependency's name -> the key of what a build stages of it
+	// (runKey): its own key, with its runtime dependencies' when it has any. An element's
+	// own runtime-only dependencies are not in its key: they reach its dependants' keys
+	// through what those stage.
 	BuildDeps map[string]string `json:"build-deps"`
-	RunDeps   map[string]string `json:"run-deps"`
 }
 
 // encodeConfig sets e.configJSON from e's resolved config. Loading does it for every
@@ -85,12 +91,19 @@ func (g *Graph) computeKeys() {
 	}
 }
 
-// ComputeKey sets e's cache key from its configuration, its sources' keys and its
-// dependencies' keys, which must be current; or reuses the key last computed from the
-// same inputs (keyMemo). It leaves Key empty when a source of e
-// lacks a ref or a dependency has no key.
+// ComputeKey sets e's cache key, its weak key and the digests of what a build stages
+// of it (runDigests) from its configuration, its sources' keys and its dependencies'
+// keys, which must be current; or reuses those last computed from the same inputs
+// (keyMemo). It leaves them empty when a source of e lacks a ref or a dependency (build
+// or runtime) has no key. Outside a non-strict session (ResolveNonStrict) StrictKey is
+// Key.
 func (g *Graph) ComputeKey(e *Element) {
-	e.Key = ""
+	e.Key, e.WeakKey, e.run = "", "", runDigests{}
+	defer func() {
+		if !g.nonStrict {
+			e.StrictKey = e.Key
+		}
+	}()
 	if e.NoRef {
 		return
 	}
@@ -111,12 +124,79 @@ func (g *Graph) ComputeKey(e *Element) {
 	if e.configJSON == nil {
 		e.encodeConfig(g)
 	}
-	data := appendKeyInput(make([]byte, 0, 256+len(e.configJSON)), e.Kind.Name, g.sandboxClass(e), e.configJSON, e.sourceKeys, e.unqualify, e.BuildDeps, e.RunDeps)
-	sum := sha256.Sum256(data)
-	e.Key = hex.EncodeToString(sum[:])
+	e.Key = g.strongKey(e)
+	e.WeakKey = g.weakKey(e)
+	e.setRunDigests()
 	if memo {
 		g.rememberKey(e, inputs)
 	}
+}
+
+// runDigests are what a build that stages an element stages of it, for the keys of the
+// elements that build on it: the element and, transitively, its runtime dependencies.
+// An element without runtime dependencies stages only itself: key is its Key, names
+// "", weak its WeakKey.
+type runDigests struct {
+	key   string // its key and its runtime dependencies' run keys (strong keys)
+	names string // its runtime dependencies' names, and theirs (weak keys)
+	weak  string // its weak key and its runtime dependencies' run weak keys (weak keys of strict-rebuild kinds)
+}
+
+// stagedKey, stagedNames and stagedWeak are what a dependency d contributes to the keys
+// of an element that stages it.
+func stagedKey(d *Element) string   { return d.run.key }
+func stagedNames(d *Element) string { return d.run.names }
+func stagedWeak(d *Element) string  { return d.run.weak }
+
+// strongKey is e's key from its build dependencies' current run keys: what strict mode
+// uses, and what a build in a non-strict session is stored under. e.configJSON is set.
+func (g *Graph) strongKey(e *Element) string {
+	data := appendKeyInput(make([]byte, 0, 256+len(e.configJSON)), e.Kind.Name, g.sandboxClass(e), e.configJSON, e.sourceKeys, e.unqualify, e.BuildDeps, stagedKey)
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:])
+}
+
+// weakKey is e's key from its own inputs and only the names of what its build stages
+// (BuildStream's weak key): a change below that changes no name leaves it. Kinds that
+// only rearrange their dependencies' files (Kind.StrictRebuild) take their weak keys
+// instead: their artifact is stale as soon as one of those would be rebuilt. It is the
+// encoding of strongKey with other dependency values, hashed after "weak:".
+func (g *Graph) weakKey(e *Element) string {
+	value := stagedNames
+	if e.Kind.StrictRebuild {
+		value = stagedWeak
+	}
+	data := appendKeyInput(append(make([]byte, 0, 256+len(e.configJSON)), "weak:"...), e.Kind.Name, g.sandboxClass(e), e.configJSON, e.sourceKeys, e.unqualify, e.BuildDeps, value)
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:])
+}
+
+// setRunDigests sets e.run from e's keys and its runtime dependencies' run digests,
+// which must be current.
+func (e *Element) setRunDigests() {
+	if len(e.RunDeps) == 0 {
+		e.run = runDigests{key: e.Key, weak: e.WeakKey}
+		return
+	}
+	e.run = runDigests{
+		key:   runDigest(e, "key", e.Key, stagedKey),
+		names: runDigest(e, "names", "", stagedNames),
+		weak:  runDigest(e, "weak", e.WeakKey, stagedWeak),
+	}
+}
+
+// runDigest hashes {"label":own,"run-deps":{name:value(d)}} over e's runtime
+// dependencies, named in e's own project.
+func runDigest(e *Element, label, own string, value func(*Element) string) string {
+	b := make([]byte, 0, 128+80*len(e.RunDeps))
+	b = append(b, `{"`...)
+	b = append(b, label...)
+	b = append(b, `":`...)
+	b = appendJSONString(b, own)
+	b = append(b, `,"run-deps":`...)
+	b = appendDepValues(b, e.unqualify, e.RunDeps, value)
+	sum := sha256.Sum256(append(b, '}'))
+	return hex.EncodeToString(sum[:])
 }
 
 // hermeticSandbox is the sandbox class of a hermetic build (keyInput.Sandbox).
@@ -138,9 +218,13 @@ func (g *Graph) sandboxClass(e *Element) string {
 // KeyInput returns the canonical JSON the key of e is computed from (for debugging and
 // `show --format %{key-input}`).
 func (g *Graph) KeyInput(e *Element) []byte {
+	deps := map[string]string{}
+	for _, d := range e.BuildDeps {
+		deps[e.unqualify(d.Name)] = stagedKey(d)
+	}
 	// Strings, numbers, lists and maps of them only: the encoding cannot fail.
 	data, _ := json.MarshalIndent(keyInput{Version: keyVersion, Kind: e.Kind.Name, Sandbox: g.sandboxClass(e), Config: g.resolvedConfig(e),
-		Sources: e.sourceKeys, BuildDeps: e.depKeys(e.BuildDeps), RunDeps: e.depKeys(e.RunDeps)}, "", "  ")
+		Sources: e.sourceKeys, BuildDeps: deps}, "", "  ")
 	return data
 }
 
@@ -150,7 +234,8 @@ func (g *Graph) KeyInput(e *Element) []byte {
 // most of ComputeKey's time. TestKeyInputEncoding holds it to json.Marshal's bytes.
 // Dependencies are named as name gives them: in the depending element's own project
 // (Element.unqualify), so that no key says which junction its project was reached by.
-func appendKeyInput(b []byte, kind, sandbox string, config []byte, sources []string, name func(string) string, buildDeps, runDeps []*Element) []byte {
+// Each build dependency d enters as value(d) (stagedKey for the key).
+func appendKeyInput(b []byte, kind, sandbox string, config []byte, sources []string, name func(string) string, buildDeps []*Element, value func(*Element) string) []byte {
 	b = append(b, `{"v":`...)
 	b = strconv.AppendInt(b, keyVersion, 10)
 	b = append(b, `,"kind":`...)
@@ -175,17 +260,15 @@ func appendKeyInput(b []byte, kind, sandbox string, config []byte, sources []str
 		b = append(b, ']')
 	}
 	b = append(b, `,"build-deps":`...)
-	b = appendDepKeys(b, name, buildDeps)
-	b = append(b, `,"run-deps":`...)
-	b = appendDepKeys(b, name, runDeps)
+	b = appendDepValues(b, name, buildDeps, value)
 	return append(b, '}')
 }
 
-// appendDepKeys appends deps as a JSON object of name(d.Name) to key, names sorted and
-// each once, as encoding/json writes a map. name only removes a prefix that all of deps
+// appendDepValues appends deps as a JSON object of name(d.Name) to value(d), names
+// sorted and each once, as encoding/json writes a map. name only removes a prefix that all of deps
 // share (an element's dependencies are all in its own project, or deeper), so the order
 // of the names is that of the qualified names.
-func appendDepKeys(b []byte, name func(string) string, deps []*Element) []byte {
+func appendDepValues(b []byte, name func(string) string, deps []*Element, value func(*Element) string) []byte {
 	sorted := deps
 	if !slices.IsSortedFunc(deps, byName) {
 		sorted = slices.SortedFunc(slices.Values(deps), byName)
@@ -200,7 +283,7 @@ func appendDepKeys(b []byte, name func(string) string, deps []*Element) []byte {
 		}
 		b = appendJSONString(b, name(d.Name))
 		b = append(b, ':')
-		b = appendJSONString(b, d.Key)
+		b = appendJSONString(b, value(d))
 	}
 	return append(b, '}')
 }

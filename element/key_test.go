@@ -241,20 +241,22 @@ build-commands = ["a && b > c < d", "é \"q\""]
 `)
 	files["files/lib/lib.c"] = "int lib;\n"
 	dir := writeProject(t, files)
-	// keyVersion 2 (the fixed build environment) changed every key; a hermetic build
-	// (--sandbox bwrap) has keys of its own for the elements that run commands.
+	// keyVersion 2 (the fixed build environment) and 3 (runtime-only dependencies out
+	// of keys) changed every key; a hermetic build (--sandbox bwrap) has keys of its own
+	// for the elements that run commands.
 	want := map[bool]map[string]string{
 		false: {
-			"app.toml":  "548ea5af3a9995e0020810eee033314beca4eeecdf764f1e1ecd36afe7566f18",
-			"lib.toml":  "1685be0c856403f608c9efe2e49efc557162b415349c935cc15f596f87f765f1",
-			"tool.toml": "55c65a4aded8476cdce61767806ede3e7b4e22acd3fd91f7681c8a9998ec08bb",
+			"app.toml":  "153590b2b5e89441c60d257ee0ddbb38064864276df931f2273c5f4c18189e2c",
+			"lib.toml":  "932f9b93b824c625c5e13a50a728270b876a23bf806e7516a9578b76bda5c929",
+			"tool.toml": "b304633583b5c019fdb2724206e95db4fb554ea41e9684184f5c5967ebfdedb7",
 		},
 		true: {
-			"app.toml":  "bc39c3951615ae1fe703e967758168d037ec030f00e5786a120910e2967513ff",
-			"lib.toml":  "149946e30f9d5d89168b323f725bed53c83c9a2dae2df9844182aacb12dc02c8",
-			"tool.toml": "55c65a4aded8476cdce61767806ede3e7b4e22acd3fd91f7681c8a9998ec08bb", // runs no commands
+			"app.toml":  "55e6486640016c666fe09621baf415c7d23989d8dd592d50590c8a85659cee83",
+			"lib.toml":  "c45c20e8d3d3c566ecfed4030a9505d2fd60894f304dc73006abece2fc9d497f",
+			"tool.toml": "b304633583b5c019fdb2724206e95db4fb554ea41e9684184f5c5967ebfdedb7", // runs no commands
 		},
 	}
+	weakWant := map[bool]string{false: "c055279316d8b90953e2816d559bff1c6238894b392611659e1e6b65e868344c", true: "1ced084108a44ca1d4d225eac6f4f637b99326ce8bf74fe0a7fae6d5f1f6ac22"}
 	for _, hermetic := range []bool{false, true} {
 		p, err := loadProject(dir)
 		if err != nil {
@@ -269,6 +271,9 @@ build-commands = ["a && b > c < d", "é \"q\""]
 			if got := g.Elements[name].Key; got != k {
 				t.Errorf("hermetic %v: key of %s = %s, want %s", hermetic, name, got, k)
 			}
+		}
+		if got, want := g.Elements["app.toml"].WeakKey, weakWant[hermetic]; got != want {
+			t.Errorf("hermetic %v: weak key of app.toml = %s, want %s", hermetic, got, want)
 		}
 	}
 }
@@ -286,7 +291,7 @@ func TestKeyInputEncoding(t *testing.T) {
 		for j, sources := range [][]string{nil, {}, {name, "abc"}} {
 			sandbox := []string{"", hermeticSandbox, name}[j]
 			want, err := json.Marshal(keyInput{Version: keyVersion, Kind: name, Sandbox: sandbox, Config: config, Sources: sources,
-				BuildDeps: depKeys(deps), RunDeps: depKeys(deps[:i%2])})
+				BuildDeps: depKeys(deps[:1+i%3])})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -294,7 +299,7 @@ func TestKeyInputEncoding(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := appendKeyInput(nil, name, sandbox, configJSON, sources, func(n string) string { return n }, deps, deps[:i%2])
+			got := appendKeyInput(nil, name, sandbox, configJSON, sources, func(n string) string { return n }, deps[:1+i%3], func(d *Element) string { return d.Key })
 			if string(got) != string(want) {
 				t.Errorf("name %q, sources %#v:\n got %s\nwant %s", name, sources, got, want)
 			}
@@ -346,8 +351,8 @@ func joinElementNames(list []*Element) string {
 	return strings.Join(out, " ")
 }
 
-// The parse cache's key memo never gives a hermetic load (--sandbox bwrap) the keys of a
-// host load, nor the other way round: the sandbox is one of the project's settings the
+// The parse cache's key memo (keys, weak keys and run digests) never gives a hermetic
+// load (--sandbox bwrap) the keys of a host load, nor the other way round: the sandbox is one of the project's settings the
 // memo is kept with (keyContext). The e2e tests cannot see it: their element files are
 // too fresh to be memoized.
 func TestKeyMemoKeepsTheSandbox(t *testing.T) {
@@ -372,7 +377,7 @@ func TestKeyMemoKeepsTheSandbox(t *testing.T) {
 		}
 		keys := map[string]string{}
 		for name, e := range g.Elements {
-			keys[name] = e.Key
+			keys[name] = e.Key + " " + e.WeakKey + " " + e.run.key + " " + e.run.names + " " + e.run.weak
 		}
 		if !cached {
 			return keys, 0
@@ -391,11 +396,89 @@ func TestKeyMemoKeepsTheSandbox(t *testing.T) {
 			}
 		}
 	}
-	if _, reused := load(true, true); reused == 0 {
+	got, reused := load(true, true)
+	if reused == 0 {
 		t.Fatal("no key reused: the test needs the memo")
 	}
+	if want, _ := load(true, false); !maps.Equal(got, want) {
+		t.Errorf("keys reused from the memo %v, want %v", got, want)
+	}
 	host, _ := load(false, false)
-	if hermetic, _ := load(true, false); host["app.toml"] == hermetic["app.toml"] {
+	if hermetic, _ := load(true, false); strings.Fields(host["app.toml"])[0] == strings.Fields(hermetic["app.toml"])[0] {
 		t.Fatal("app.toml has one key on the host and under bwrap")
+	}
+}
+
+var runtimeFiles = map[string]string{
+	"project.toml":       "name = \"rt\"\n",
+	"elements/rd.toml":   "kind = \"import\"\n[[sources]]\nkind = \"local\"\npath = \"files/rd\"\n",
+	"elements/rd2.toml":  "kind = \"stack\"\n",
+	"elements/b.toml":    "kind = \"manual\"\nruntime-depends = [\"rd.toml\"]\n[config]\nbuild-commands = [\"true\"]\n",
+	"elements/a.toml":    "kind = \"manual\"\nbuild-depends = [\"b.toml\"]\n[config]\nbuild-commands = [\"true\"]\n",
+	"elements/c.toml":    "kind = \"compose\"\nbuild-depends = [\"b.toml\"]\n",
+	"elements/d.toml":    "kind = \"stack\"\nruntime-depends = [\"b.toml\"]\n",
+	"elements/all.toml":  "kind = \"stack\"\ndepends = [\"a.toml\", \"c.toml\", \"d.toml\", \"rd2.toml\"]\n",
+	"files/rd/share/rd":  "1\n",
+	"files/rd/share/rd2": "2\n",
+}
+
+// strongAndWeak are the key and weak key of every element of a project of files.
+func strongAndWeak(t *testing.T, files map[string]string) (keys, weak map[string]string) {
+	t.Helper()
+	g := mustGraph(t, writeProject(t, files), "all.toml")
+	keys, weak = map[string]string{}, map[string]string{}
+	for name, e := range g.Elements {
+		if e.Key == "" || e.WeakKey == "" || e.WeakKey == e.Key || e.StrictKey != e.Key {
+			t.Fatalf("%s: key %q, weak key %q, strict key %q", name, e.Key, e.WeakKey, e.StrictKey)
+		}
+		keys[name], weak[name] = e.Key, e.WeakKey
+	}
+	return keys, weak
+}
+
+// An element's own runtime-only dependencies are not in its key (BuildStream's
+// semantics): editing rd.toml leaves b.toml's key, and changes the key of what builds on
+// b.toml, which stages rd.toml with it. A weak key holds only the names of what a build
+// stages: it changes with an element's own inputs and with the set of staged names, but
+// not with a staged element's content, except for compose (a strict rebuild).
+func TestRuntimeOnlyDependenciesLeaveTheKey(t *testing.T) {
+	baseKeys, baseWeak := strongAndWeak(t, runtimeFiles)
+	b := runtimeFiles["elements/b.toml"]
+	cases := []struct {
+		name                  string
+		files                 map[string]string
+		keyChanged, keySame   []string
+		weakChanged, weakSame []string
+	}{
+		{"runtime-only dependency edited", with(runtimeFiles, "files/rd/share/rd", "one\n"),
+			[]string{"rd.toml", "a.toml", "c.toml"}, []string{"b.toml", "d.toml", "rd2.toml"},
+			[]string{"rd.toml", "c.toml"}, []string{"b.toml", "a.toml", "d.toml"}},
+		{"runtime-only dependency added", with(runtimeFiles, "elements/b.toml", replace(b, `["rd.toml"]`, `["rd.toml", "rd2.toml"]`)),
+			[]string{"a.toml", "c.toml"}, []string{"b.toml", "d.toml", "rd.toml"},
+			[]string{"a.toml", "c.toml"}, []string{"b.toml", "d.toml"}},
+		{"own input edited", with(runtimeFiles, "elements/b.toml", replace(b, `["true"]`, `["true", "true"]`)),
+			[]string{"b.toml", "a.toml", "c.toml"}, []string{"rd.toml", "d.toml"},
+			[]string{"b.toml", "c.toml"}, []string{"a.toml", "d.toml"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			keys, weak := strongAndWeak(t, tc.files)
+			for _, check := range []struct {
+				what          string
+				got, base     map[string]string
+				changed, same []string
+			}{{"key", keys, baseKeys, tc.keyChanged, tc.keySame}, {"weak key", weak, baseWeak, tc.weakChanged, tc.weakSame}} {
+				for _, n := range check.changed {
+					if check.got[n] == check.base[n] {
+						t.Errorf("%s: %s did not change", n, check.what)
+					}
+				}
+				for _, n := range check.same {
+					if check.got[n] != check.base[n] {
+						t.Errorf("%s: %s changed", n, check.what)
+					}
+				}
+			}
+		})
 	}
 }

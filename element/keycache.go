@@ -17,8 +17,10 @@ import (
 //     environment;
 //   - the element's source keys, recomputed on every load (a local source's content is
 //     hashed each time), which carry gantry.lock's refs and an open workspace's content;
-//   - the keys of its build and run dependencies, just computed: a Merkle chain, so a
-//     dependency whose key changed changes its dependants'.
+//   - the run keys of its build and run dependencies (runDigests.key), just computed: a
+//     Merkle chain, so a dependency whose key changed changes its dependants'. Its weak
+//     key and run digests follow from the same inputs (the names and weak keys below
+//     it are in those run keys' preimages), so they are kept with the key.
 //
 // Anything else that enters a key (kinds, keyPaths' use, the key's encoding) is in the
 // gantry build, which the cache file's stamp names.
@@ -32,6 +34,8 @@ type keyMemo struct {
 	Inputs  string // keyInputs when the key was computed (32 bytes)
 	Key     string // "" for no memo
 	Context string // keyContext when the key was computed (32 bytes)
+	// Weak and the run digests (runDigests) computed with Key.
+	Weak, RunKey, RunNames, RunWeak string
 }
 
 // keyContext is the digest of the project's settings for keyInputs: all of project.toml
@@ -53,8 +57,9 @@ func keyContext(p *Project) string {
 }
 
 // keyInputs is the digest of what e's key depends on beyond its file: the project's
-// settings, e's source keys and its dependencies' keys (build, then run, in declaration
-// order), each string with its length. The dependencies' keys must be current.
+// settings, e's source keys and its dependencies' run keys (build, then run, in
+// declaration order), each string with its length. The dependencies' keys must be
+// current.
 func (g *Graph) keyInputs(e *Element) string {
 	var buf [1024]byte // on the stack: most elements' inputs fit
 	b := buf[:0]
@@ -67,8 +72,8 @@ func (g *Graph) keyInputs(e *Element) string {
 	for _, list := range [][]*Element{e.BuildDeps, e.RunDeps} {
 		b = binary.AppendUvarint(b, uint64(len(list)))
 		for _, d := range list {
-			b = binary.AppendUvarint(b, uint64(len(d.Key)))
-			b = append(b, d.Key...)
+			b = binary.AppendUvarint(b, uint64(len(d.run.key)))
+			b = append(b, d.run.key...)
 		}
 	}
 	sum := sha256.Sum256(b)
@@ -81,13 +86,15 @@ func (g *Graph) reuseKey(e *Element, inputs string) bool {
 	if e.keyMemo == nil || e.keyMemo.Inputs != inputs {
 		return false
 	}
-	e.Key = e.keyMemo.Key
+	m := e.keyMemo
+	e.Key, e.WeakKey, e.run = m.Key, m.Weak, runDigests{key: m.RunKey, names: m.RunNames, weak: m.RunWeak}
 	g.parseCache.keys.Add(1)
 	return true
 }
 
 // rememberKey keeps e's key, just computed from inputs, with its file's parse.
 func (g *Graph) rememberKey(e *Element, inputs string) {
-	e.keyMemo = &keyMemo{Inputs: inputs, Key: e.Key, Context: g.keyContextOf(e)}
+	e.keyMemo = &keyMemo{Inputs: inputs, Key: e.Key, Context: g.keyContextOf(e),
+		Weak: e.WeakKey, RunKey: e.run.key, RunNames: e.run.names, RunWeak: e.run.weak}
 	g.parseCache.rememberKey(e.cacheName, e.fileID, e.keyMemo)
 }

@@ -16,6 +16,10 @@ type Kind struct {
 	DefaultCommands map[string][]string
 	// Variables are the preset's default variables (project and element override them).
 	Variables map[string]string
+	// StrictRebuild kinds only rearrange their dependencies' files: their weak key holds
+	// their dependencies' weak keys, not just names, so a non-strict session rebuilds
+	// them whenever one of those is rebuilt (BuildStream's BST_STRICT_REBUILD).
+	StrictRebuild bool
 }
 
 // CommandSteps returns the command lists of a manual-like kind, in the order they run.
@@ -30,9 +34,9 @@ var kinds = map[string]*Kind{
 	"stack":  {Name: "stack"},
 	// A junction holds another project in its sources (junction.go): it is not built.
 	junctionKind: {Name: junctionKind, ConfigKeys: []string{"options", "overrides"}},
-	"compose":    {Name: "compose", ConfigKeys: []string{"include", "exclude", "include-orphans", "integrate"}},
+	"compose":    {Name: "compose", ConfigKeys: []string{"include", "exclude", "include-orphans", "integrate"}, StrictRebuild: true},
 	// A filter keeps split domains of its one build dependency's artifact (public.go).
-	"filter": {Name: "filter", ConfigKeys: []string{"include", "exclude", "include-orphans"}},
+	"filter": {Name: "filter", ConfigKeys: []string{"include", "exclude", "include-orphans"}, StrictRebuild: true},
 	"manual": {Name: "manual", Commands: true, ConfigKeys: commandSteps},
 	"make": {Name: "make", Commands: true, ConfigKeys: commandSteps,
 		Variables: map[string]string{"make-args": "-j%{max-jobs}"},

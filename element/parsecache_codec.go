@@ -51,6 +51,10 @@ func encodeParseCache(out io.Writer, stamp string, files map[string]*cachedFile)
 			entry.Str(c.Key.Inputs)
 			entry.Str(c.Key.Key)
 			entry.Str(c.Key.Context)
+			entry.Str(c.Key.Weak)
+			entry.Str(c.Key.RunKey)
+			entry.Str(c.Key.RunNames)
+			entry.Str(c.Key.RunWeak)
 			entry.Str(c.Options)
 			entry.Str(c.Kinds)
 			entry.Uint(uint64(len(c.Includes)))
@@ -122,7 +126,7 @@ func (c *cachedFile) decode() bool {
 		r := bincode.NewStringReader(c.raw)
 		c.ID = fileid.Read(r)
 		readParsed(r, &c.Parsed)
-		c.Key = keyMemo{Inputs: r.Str(), Key: r.Str(), Context: r.Str()}
+		c.Key = keyMemo{Inputs: r.Str(), Key: r.Str(), Context: r.Str(), Weak: r.Str(), RunKey: r.Str(), RunNames: r.Str(), RunWeak: r.Str()}
 		c.Options = r.Str()
 		c.Kinds = r.Str()
 		if n := r.Count(); n > 0 {

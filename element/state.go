@@ -9,6 +9,7 @@ const (
 	StateFetchNeeded State = "fetch-needed" // sources are not in the source cache
 	StateBuildable   State = "buildable"    // everything needed to build is at hand
 	StateCached      State = "cached"       // a successful artifact is in the local cache
+	StateReused      State = "reused"       // cached by its weak key: a non-strict session reuses it although a dependency changed
 	StateFailed      State = "failed"       // a failed build is cached (`build --retry-failed`)
 	StateJunction    State = "junction"     // a junction with a ref: it holds a project, never built
 )
@@ -94,6 +95,9 @@ func (g *Graph) state(e *Element, status func(*Element) ArtifactStatus, ready fu
 	}
 	switch status(e) {
 	case ArtifactSuccess:
+		if e.Reused {
+			return StateReused
+		}
 		return StateCached
 	case ArtifactFailure:
 		return StateFailed

@@ -147,8 +147,9 @@ func recordDigest(c *cache.Cache, project, element, key string) (cache.Digest, e
 }
 
 // PushArtifact uploads the successful artifact a to store: the blobs the remote
-// lacks first, then the entry. If the remote already has an entry for a's key, it
-// pushes nothing and reports pushed false. Every blob is hashed as it is read
+// lacks first, then the entry, then its weak entry (weak.go). If the remote already
+// has an entry for a's key, it pushes nothing but a missing weak entry and reports
+// pushed false. Every blob is hashed as it is read
 // for the upload: a blob of a that is missing or damaged locally stops the push
 // before the remote stores it or the entry, with a *BlobError (a damaged blob is
 // removed from the cache; the caller drops a, see DropArtifact).
@@ -156,8 +157,8 @@ func PushArtifact(ctx context.Context, c *cache.Cache, store Store, a *cache.Art
 	if !a.Success {
 		return t, false, fmt.Errorf("pushing %s: only successful artifacts are pushed", a.Name())
 	}
-	if _, err := store.GetEntry(ctx, a.Key); err == nil {
-		return t, false, nil
+	if e, err := store.GetEntry(ctx, a.Key); err == nil {
+		return t, false, pushWeakEntry(ctx, store, a, e)
 	} else if !errors.Is(err, cache.ErrNotFound) && !IsKind(err, Corrupt) {
 		return t, false, err
 	}
@@ -173,9 +174,13 @@ func PushArtifact(ctx context.Context, c *cache.Cache, store Store, a *cache.Art
 	if err := uploadBlobs(ctx, c, store, a, ab, missing, m); err != nil {
 		return m.transfer(), false, err
 	}
-	// The entry last: a remote never names a blob it does not have.
+	// The entry last: a remote never names a blob it does not have. Then its weak
+	// entry, naming the same blobs.
 	if err := store.UpdateEntry(ctx, a.Key, &ab.entry); err != nil {
 		return m.transfer(), false, err
+	}
+	if err := pushWeakEntry(ctx, store, a, &ab.entry); err != nil {
+		return m.transfer(), true, err
 	}
 	m.report(true)
 	return m.transfer(), true, nil

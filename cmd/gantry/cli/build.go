@@ -193,6 +193,10 @@ func runBuild(opts *buildOptions) error {
 	}
 	defer rs.Close()
 	if len(specs) > 0 && !opts.track {
+		if !s.strictSession() {
+			// Non-strict: the remotes' artifacts, by key and by weak key, too.
+			actions.ResolveNonStrict(g, c, rs)
+		}
 		// Keys are known now: ask the remotes what they have while planning.
 		planOpts.OnRemote = rs.Lookup
 	}

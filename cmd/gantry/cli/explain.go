@@ -28,7 +28,8 @@ would build, one line: never built; its own input changed (a source's ref, a loc
 a variable with its old and new value, a command, its kind); or a dependency's key
 changed, followed down to the first element whose own input did; its sandbox (a build
 with --sandbox bwrap never takes an artifact built on the host). The comparison is with
-the most recent artifact of the same element in the local cache.`,
+the most recent artifact of the same element in the local cache. In a non-strict session
+(--no-strict) also each element reused although a dependency changed, naming it.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.args = args
 			if runF != nil {

@@ -21,6 +21,8 @@ type globalOptions struct {
 	verbose  bool
 	options  []string    // --option NAME=VALUE, in the order given
 	mirrors  mirrorFlags // of the commands that fetch or track
+	// strict, noStrict: --strict, --no-strict (over the user configuration's strict).
+	strict, noStrict bool
 
 	s *session // made by the first command that asks (session)
 }
@@ -55,6 +57,8 @@ Run 'gantry init' to start one, 'gantry show' to inspect it.`,
 	f.StringVar(&opts.ui, "ui", "auto", "progress display: auto, tui, plain or json")
 	f.BoolVarP(&opts.verbose, "verbose", "v", false, "show more detail")
 	f.StringArrayVarP(&opts.options, "option", "o", nil, "set project option `NAME=VALUE` (repeatable; the last wins)")
+	f.BoolVar(&opts.noStrict, "no-strict", false, "reuse an artifact whose weak key matches although a dependency changed (docs/non-strict.md; not for CI)")
+	f.BoolVar(&opts.strict, "strict", false, "rebuild whatever a changed dependency reaches, over the user configuration's strict = false (the default)")
 
 	root.AddCommand(
 		newShowCmd(opts, nil),

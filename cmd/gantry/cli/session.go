@@ -270,6 +270,9 @@ func (s *session) loadGraphUnsaved(args []string) (*element.Graph, func() error,
 	if err != nil {
 		return nil, nil, err
 	}
+	if err := s.resolveStrictness(g); err != nil {
+		return nil, nil, err
+	}
 	save := func() error {
 		if _, err := cache.Attach(root); err != nil {
 			return nil // not made yet (or not a cache): a read-only command writes nothing
@@ -412,4 +415,29 @@ func commandLineOptions(values []string) ([]element.OptionSetting, error) {
 		out = append(out, element.OptionSetting{Name: name, Value: value})
 	}
 	return out, nil
+}
+
+// resolveStrictness keys g for a non-strict session when the command runs one:
+// --no-strict, or strict = false for the project in the user configuration without
+// --strict (actions.ResolveNonStrict). Strict is the default.
+func (s *session) resolveStrictness(g *element.Graph) error {
+	o := s.opts
+	if o.strict && o.noStrict {
+		return usagef("--strict and --no-strict contradict each other: give one")
+	}
+	if s.strictSession() {
+		return nil
+	}
+	c, err := s.findCache() // a cache not made yet: nothing to reuse
+	if err != nil {
+		return err
+	}
+	actions.ResolveNonStrict(g, c, nil)
+	return nil
+}
+
+// strictSession says whether the command's session is strict (resolveStrictness).
+func (s *session) strictSession() bool {
+	o := s.opts
+	return o.strict || (!o.noStrict && s.user.Strict(s.project.Name))
 }

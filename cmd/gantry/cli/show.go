@@ -24,7 +24,7 @@ type showOptions struct {
 const defaultShowFormat = "%{state: >12} %{short-key} %{name}"
 
 var showPlaceholders = []string{"name", "key", "full-key", "short-key", "state", "kind", "description",
-	"deps", "build-deps", "runtime-deps", "run-deps", "workspace", "junction-project", "junction-dir"}
+	"deps", "build-deps", "runtime-deps", "run-deps", "workspace", "junction-project", "junction-dir", "weak-key", "strict-key"}
 
 // newShowCmd is `gantry show`; runF, when not nil, runs instead of runShow (tests).
 func newShowCmd(g *globalOptions, runF func(*showOptions) error) *cobra.Command {
@@ -35,11 +35,15 @@ func newShowCmd(g *globalOptions, runF func(*showOptions) error) *cobra.Command 
 		Long: `Show prints one line per element, dependencies first.
 
 States: no-ref (run 'gantry track'), waiting (a dependency is not built), fetch-needed,
-buildable, cached, failed; junction for a junction named itself (it holds a project and
-is never built).
+buildable, cached, failed; reused (non-strict: cached by its weak key although a
+dependency changed); junction for a junction named itself (it holds a project and is
+never built).
 
 Format placeholders: %{name} %{key} (also %{full-key}) %{short-key} %{state} %{kind}
-%{description}; the direct dependencies as a YAML list, as BuildStream prints them:
+%{description}; %{weak-key} (its own inputs and the names of what it stages) and
+%{strict-key} (the key strict mode gives: %{key} differs only in a non-strict session,
+where it is the reused artifact's key, or the key a build against those is stored
+under); the direct dependencies as a YAML list, as BuildStream prints them:
 %{deps} %{build-deps} %{runtime-deps}; %{run-deps} is the runtime ones comma-separated;
 %{workspace} is the directory of its open workspace, if any (the default format marks
 workspace elements); %{junction-project} and %{junction-dir} are, for a junction, the
@@ -122,8 +126,9 @@ func runShow(opts *showOptions) error {
 		}
 		if asJSON {
 			d := directDeps(e)
-			if err := enc.Encode(showJSON{Name: e.Name, Key: e.Key, State: string(states[i]), Kind: e.Kind.Name,
-				Description: e.Description, Deps: d.all, BuildDeps: d.build, RuntimeDeps: d.runtime, Junction: j}); err != nil {
+			if err := enc.Encode(showJSON{Name: e.Name, Key: e.Key, WeakKey: e.WeakKey, StrictKey: e.StrictKey, State: string(states[i]), Kind: e.Kind.Name,
+				Description: e.Description, Deps: d.all, BuildDeps: d.build, RuntimeDeps: d.runtime,
+				Junction: j}); err != nil {
 				return err
 			}
 			continue
@@ -177,6 +182,10 @@ func showValue(name string, e *element.Element, state element.State, j *showJunc
 		if j != nil {
 			return j.Dir
 		}
+	case "weak-key":
+		return e.WeakKey
+	case "strict-key":
+		return e.StrictKey
 	}
 	return "" // parseFormat accepts showPlaceholders only
 }
@@ -191,6 +200,8 @@ type showJSON struct {
 	Deps        []string      `json:"deps"`
 	BuildDeps   []string      `json:"build-deps"`
 	RuntimeDeps []string      `json:"runtime-deps"`
+	WeakKey     string        `json:"weak-key"`           // "" when key is ""
+	StrictKey   string        `json:"strict-key"`         // key, but in a non-strict session
 	Junction    *showJunction `json:"junction,omitempty"` // for a junction
 }
 
