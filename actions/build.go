@@ -545,7 +545,9 @@ func build(ctx context.Context, c *cache.Cache, spec *buildSpec, r *job.Reporter
 // stageSources stages sources in their order into so.BuildRoot, each at its
 // directory, as a build stages them: a patch applies to what the sources before it
 // staged. before, when not nil, runs first for each source (a status, a fetch).
-// Builds, shells, workspaces and source checkouts stage through it.
+// Then everything in so.BuildRoot gets source.StagedTime, tar members and patched
+// files too, as BuildStream does. Builds, shells, workspaces and source checkouts
+// stage through it.
 func stageSources(ctx context.Context, sources []source.Spec, so source.StageOptions, before func(*source.Spec) error) error {
 	for i := range sources {
 		s := &sources[i]
@@ -558,7 +560,10 @@ func stageSources(ctx context.Context, sources []source.Spec, so source.StageOpt
 			return fmt.Errorf("source %d: %w", i+1, err)
 		}
 	}
-	return nil
+	if len(sources) == 0 {
+		return nil
+	}
+	return source.SetStagedTimes(so.BuildRoot)
 }
 
 // buildEnv is the build commands' environment (commandEnv), with HOME on the host an
