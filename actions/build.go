@@ -522,10 +522,20 @@ func build(ctx context.Context, c *cache.Cache, spec *buildSpec, r *job.Reporter
 	if err != nil {
 		return nil, &infraError{err} // it names the sandbox: a fault of the machine, not the element's
 	}
+	conf := decideConfigure(spec, kind, resolved) // nil but for a workspace: see build_configure.go
 	if err := waitForBuilder(ctx, r); err != nil {
 		return runner, err
 	}
 	for _, step := range element.CommandSteps() {
+		if step == configureStep && conf != nil {
+			r.Log(step + ": " + conf.reason)
+			if !conf.run {
+				continue
+			}
+			if err := conf.begin(); err != nil {
+				return runner, err
+			}
+		}
 		stepStarted := time.Now()
 		for _, cmd := range resolved.Commands[step] {
 			r.Status(strings.TrimSuffix(step, "-commands") + ": " + firstLine(cmd))
@@ -537,6 +547,11 @@ func build(ctx context.Context, c *cache.Cache, spec *buildSpec, r *job.Reporter
 		}
 		if len(resolved.Commands[step]) > 0 {
 			r.Log(fmt.Sprintf("%s done in %s", step, since(stepStarted)))
+		}
+		if step == configureStep && conf != nil {
+			if err := conf.done(); err != nil {
+				return runner, err
+			}
 		}
 	}
 	return runner, nil
