@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/gantry-build/gantry/cache"
 	"github.com/gantry-build/gantry/element"
+	"github.com/gantry-build/gantry/internal/testtree"
 	"github.com/gantry-build/gantry/sandbox"
 	"github.com/gantry-build/gantry/source"
 )
@@ -106,15 +106,8 @@ func TestSourceCheckoutRefusesClashingDirectories(t *testing.T) {
 // that building from it by hand regenerates nothing; a workspace's files keep theirs.
 func TestSourceCheckoutKeepsStagedTimes(t *testing.T) {
 	root := t.TempDir()
-	for _, name := range []string{"files/app/aclocal.m4", "files/app/configure.ac", "files/app/src/main.c", "ws/edited.c"} {
-		p := filepath.Join(root, name)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(name), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	testtree.Write(t, root, map[string]string{"files/app/aclocal.m4": "file:dnl", "files/app/configure.ac": "file:AC_INIT",
+		"files/app/src/main.c": "file:int main;", "ws/edited.c": "file:int x;"}, nil)
 	edited := time.Date(2024, 2, 3, 4, 5, 6, 0, time.UTC)
 	if err := os.Chtimes(filepath.Join(root, "ws/edited.c"), edited, edited); err != nil {
 		t.Fatal(err)
@@ -130,23 +123,7 @@ func TestSourceCheckoutKeepsStagedTimes(t *testing.T) {
 		if err := sc.ToDir(context.Background(), out); err != nil {
 			t.Fatal(err)
 		}
-		got := map[string]time.Time{}
-		err := filepath.WalkDir(out, func(p string, d fs.DirEntry, err error) error {
-			if err != nil {
-				return err
-			}
-			info, err := d.Info()
-			if err != nil {
-				return err
-			}
-			rel, _ := filepath.Rel(out, p)
-			got[filepath.ToSlash(rel)] = info.ModTime()
-			return nil
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return got
+		return testtree.Times(t, out)
 	}
 	got := times(&element.Element{Name: "app.toml", Sources: []source.Spec{{Kind: source.Local, Path: "files/app"}}})
 	if len(got) != 5 {

@@ -7,13 +7,13 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"io"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/gantry-build/gantry/internal/testtree"
 	"github.com/gantry-build/gantry/source"
 )
 
@@ -29,21 +29,11 @@ func TestStageSourcesGivesOneTime(t *testing.T) {
 		t.Skip("patch is missing: install patch to run this test (CI=true makes this a failure)")
 	}
 	project := t.TempDir()
-	write := func(name, data string) {
-		p := filepath.Join(project, filepath.FromSlash(name))
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write("files/app/Makefile.in", "all:\n")
-	write("files/app/aclocal.m4", "dnl\n")
-	write("files/app/configure.ac", "AC_INIT\n")
-	write("files/app/src/main.c", "int main(void) { return 0; }\n")
-	write("fix.patch", "--- a/src/main.c\n+++ b/src/main.c\n@@ -1 +1 @@\n-int main(void) { return 0; }\n+int main(void) { return 1; }\n")
-	write("data.txt", "remote\n")
+	testtree.Write(t, project, map[string]string{
+		"files/app/Makefile.in": "file:all:\n", "files/app/aclocal.m4": "file:dnl\n", "files/app/configure.ac": "file:AC_INIT\n",
+		"files/app/src/main.c": "file:int main(void) { return 0; }\n", "data.txt": "file:remote\n",
+		"fix.patch": "file:--- a/src/main.c\n+++ b/src/main.c\n@@ -1 +1 @@\n-int main(void) { return 0; }\n+int main(void) { return 1; }\n",
+	}, nil)
 
 	// An archive whose configure.ac is newer than the files generated from it.
 	var archive bytes.Buffer
@@ -93,26 +83,13 @@ func TestStageSourcesGivesOneTime(t *testing.T) {
 	if data, err := os.ReadFile(filepath.Join(build, "src", "main.c")); err != nil || string(data) != "int main(void) { return 1; }\n" {
 		t.Fatalf("the patch was not applied: %q, %v", data, err)
 	}
-	var n int
-	err := filepath.WalkDir(build, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
+	times := testtree.Times(t, build)
+	for rel, mtime := range times {
+		if !mtime.Equal(source.StagedTime) {
+			t.Errorf("%s: mtime %v, want %v", rel, mtime.UTC(), source.StagedTime)
 		}
-		n++
-		info, err := os.Lstat(p)
-		if err != nil {
-			return err
-		}
-		if !info.ModTime().Equal(source.StagedTime) {
-			rel, _ := filepath.Rel(build, p)
-			t.Errorf("%s: mtime %v, want %v", rel, info.ModTime().UTC(), source.StagedTime)
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
-	if n != 13 {
-		t.Errorf("staged %d entries, want 13 (the top, 4 directories, 8 files)", n)
+	if len(times) != 13 {
+		t.Errorf("staged %d entries, want 13 (the top, 4 directories, 8 files)", len(times))
 	}
 }
