@@ -557,6 +557,7 @@ func build(ctx context.Context, c *cache.Cache, spec *buildSpec, r *job.Reporter
 	if kind == sandbox.Bwrap {
 		resolved = spec.Bwrap
 	}
+	conf := decideConfigure(spec, kind, resolved) // nil but for a workspace: see build_configure.go
 	if err := waitForBuilder(ctx, r); err != nil {
 		return runner, err
 	}
@@ -564,6 +565,15 @@ func build(ctx context.Context, c *cache.Cache, spec *buildSpec, r *job.Reporter
 		return runner, err
 	}
 	for _, step := range element.CommandSteps() {
+		if step == configureStep && conf != nil {
+			r.Log(step + ": " + conf.reason)
+			if !conf.run {
+				continue
+			}
+			if err := conf.begin(); err != nil {
+				return runner, err
+			}
+		}
 		stepStarted := time.Now()
 		for _, cmd := range resolved.Commands[step] {
 			r.Status(strings.TrimSuffix(step, "-commands") + ": " + firstLine(cmd))
@@ -575,6 +585,11 @@ func build(ctx context.Context, c *cache.Cache, spec *buildSpec, r *job.Reporter
 		}
 		if len(resolved.Commands[step]) > 0 {
 			r.Log(fmt.Sprintf("%s done in %s", step, since(stepStarted)))
+		}
+		if step == configureStep && conf != nil {
+			if err := conf.done(); err != nil {
+				return runner, err
+			}
 		}
 	}
 	return runner, nil
@@ -620,7 +635,9 @@ func prepareCommands(ctx context.Context, c *cache.Cache, spec *buildSpec, t tre
 // stageSources stages sources in their order into so.BuildRoot, each at its
 // directory, as a build stages them: a patch applies to what the sources before it
 // staged. before, when not nil, runs first for each source (a status, a fetch).
-// Builds, shells, workspaces and source checkouts stage through it.
+// Then everything in so.BuildRoot gets source.StagedTime, tar members and patched
+// files too, as BuildStream does. Builds, shells, workspaces and source checkouts
+// stage through it.
 func stageSources(ctx context.Context, sources []source.Spec, so source.StageOptions, before func(*source.Spec) error) error {
 	for i := range sources {
 		s := &sources[i]
@@ -633,7 +650,10 @@ func stageSources(ctx context.Context, sources []source.Spec, so source.StageOpt
 			return fmt.Errorf("source %d: %w", i+1, err)
 		}
 	}
-	return nil
+	if len(sources) == 0 {
+		return nil
+	}
+	return source.SetStagedTimes(so.BuildRoot)
 }
 
 // buildEnv is the build commands' environment (commandEnv), with HOME on the host an

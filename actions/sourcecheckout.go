@@ -96,7 +96,7 @@ func (sc SourceCheckout) stageElement(ctx context.Context, e *element.Element, d
 		return err
 	}
 	defer root.Close()
-	if err := source.CopyTree(e.Workspace, root, "."); err != nil {
+	if err := source.CopyTreeKeepTimes(e.Workspace, root, "."); err != nil {
 		return fmt.Errorf("copying its workspace %s: %w", e.Workspace, err)
 	}
 	return nil
@@ -115,7 +115,7 @@ func (sc SourceCheckout) ToDir(ctx context.Context, dir string) error {
 		return fmt.Errorf("checking out sources into %s: %w", dir, err)
 	}
 	defer root.Close()
-	if err := source.CopyTree(staged, root, "."); err != nil {
+	if err := source.CopyTreeKeepTimes(staged, root, "."); err != nil {
 		return fmt.Errorf("checking out sources into %s: %w", dir, err)
 	}
 	return nil

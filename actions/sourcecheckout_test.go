@@ -14,6 +14,7 @@ import (
 
 	"github.com/gantry-build/gantry/cache"
 	"github.com/gantry-build/gantry/element"
+	"github.com/gantry-build/gantry/internal/testtree"
 	"github.com/gantry-build/gantry/sandbox"
 	"github.com/gantry-build/gantry/source"
 )
@@ -98,5 +99,43 @@ func TestSourceCheckoutRefusesClashingDirectories(t *testing.T) {
 	err := sc.Check()
 	if err == nil || err.Error() != "the sources of a-b.toml and a/b.toml would both go into a-b/: check them out one at a time with --deps none" {
 		t.Errorf("Check() = %v", err)
+	}
+}
+
+// A directory checkout keeps the time staging gave the sources (source.StagedTime), so
+// that building from it by hand regenerates nothing; a workspace's files keep theirs.
+func TestSourceCheckoutKeepsStagedTimes(t *testing.T) {
+	root := t.TempDir()
+	testtree.Write(t, root, map[string]string{"files/app/aclocal.m4": "file:dnl", "files/app/configure.ac": "file:AC_INIT",
+		"files/app/src/main.c": "file:int main;", "ws/edited.c": "file:int x;"}, nil)
+	edited := time.Date(2024, 2, 3, 4, 5, 6, 0, time.UTC)
+	if err := os.Chtimes(filepath.Join(root, "ws/edited.c"), edited, edited); err != nil {
+		t.Fatal(err)
+	}
+	c, err := cache.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	times := func(e *element.Element) map[string]time.Time {
+		t.Helper()
+		out := filepath.Join(t.TempDir(), "out")
+		sc := SourceCheckout{Cache: c, ProjectRoot: root, Elements: []*element.Element{e}, Log: io.Discard}
+		if err := sc.ToDir(context.Background(), out); err != nil {
+			t.Fatal(err)
+		}
+		return testtree.Times(t, out)
+	}
+	got := times(&element.Element{Name: "app.toml", Sources: []source.Spec{{Kind: source.Local, Path: "files/app"}}})
+	if len(got) != 5 {
+		t.Errorf("checked out %v, want the top, src and 3 files", got)
+	}
+	for name, mtime := range got {
+		if !mtime.Equal(source.StagedTime) {
+			t.Errorf("%s: mtime %v, want the staged %v", name, mtime.UTC(), source.StagedTime)
+		}
+	}
+	ws := times(&element.Element{Name: "app.toml", Workspace: filepath.Join(root, "ws")})
+	if !ws["edited.c"].Equal(edited) {
+		t.Errorf("a workspace file checked out with %v, want its own %v", ws["edited.c"].UTC(), edited)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/gantry-build/gantry/source"
 )
@@ -102,9 +103,10 @@ func (g *Graph) keyWorkspace(e *Element, dir string) error {
 
 // SyncWorkspace brings buildDir, the build directory a workspace element keeps between
 // builds, up to date with the workspace dir: only entries whose content, type or
-// executable bit changed since the last sync are written (so untouched files keep
-// their times and make rebuilds only what changed), entries gone from dir are removed,
-// and whatever the build produced stays. The last sync is recorded in manifest.
+// executable bit changed since the last sync are written, each with the workspace
+// file's time (see syncedTime), so untouched files keep their times and make rebuilds
+// only what changed; entries gone from dir are removed, and whatever the build produced
+// stays. The last sync is recorded in manifest.
 func SyncWorkspace(dir, buildDir, manifest string) error {
 	cur, err := source.HashFiles(dir)
 	if err != nil {
@@ -154,7 +156,9 @@ func SyncWorkspace(dir, buildDir, manifest string) error {
 		if err != nil {
 			return fmt.Errorf("reading the workspace: %w", err)
 		}
+		var replaced fs.FileInfo // the copy this one replaces
 		if old, err := root.Lstat(name); err == nil && !(info.IsDir() && old.IsDir()) {
+			replaced = old
 			if err := root.RemoveAll(name); err != nil {
 				return fmt.Errorf("replacing %s in the workspace build directory: %w", rel, err)
 			}
@@ -168,10 +172,32 @@ func SyncWorkspace(dir, buildDir, manifest string) error {
 		if err := source.CopyTree(src, root, filepath.Dir(name)); err != nil {
 			return fmt.Errorf("syncing %s into the workspace build directory: %w", rel, err)
 		}
+		if info.Mode().IsRegular() {
+			_, known := prev[rel]
+			t := syncedTime(info.ModTime(), replaced, known)
+			if err := root.Chtimes(name, t, t); err != nil {
+				return fmt.Errorf("syncing %s into the workspace build directory: %w", rel, err)
+			}
+		}
 	}
 	data, err := json.Marshal(cur)
 	if err != nil {
 		return err
 	}
 	return WriteFileAtomic(manifest, data, 0o644)
+}
+
+// syncedTime is the time a file copied from the workspace, last changed at edited, gets
+// in the build directory: edited itself, so that make compares the edit with what the
+// earlier builds made there. But a file whose content changed (known: the last sync's
+// manifest says so) and whose time is not after the copy it replaces (an older version
+// put back with its time: cp -p, tar, rsync -a) gets the time of the sync: with its own,
+// make would keep what was built from the newer copy. Without a manifest, a copy with
+// the very same time is taken for the same file.
+func syncedTime(edited time.Time, replaced fs.FileInfo, known bool) time.Time {
+	if replaced == nil || !replaced.Mode().IsRegular() || edited.After(replaced.ModTime()) ||
+		(!known && edited.Equal(replaced.ModTime())) {
+		return edited
+	}
+	return time.Now()
 }

@@ -364,12 +364,9 @@ func (x *extractor) member(h *tar.Header, r io.Reader, prefix string) error {
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
-	if err != nil {
-		return err
-	}
-	// Keep the archive's times: make compares them (a configure older than configure.ac
-	// would run autoconf).
-	return x.root.Chtimes(rel, h.ModTime, h.ModTime)
+	// The archive's times are not kept: staging gives every file one time
+	// (SetStagedTimes), so that no order of them can make make regenerate a file.
+	return err
 }
 
 // makeRoom makes room for a member at rel: an existing file or link is removed (a link is

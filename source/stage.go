@@ -181,7 +181,18 @@ func remoteFilename(rawURL string) string {
 // keeping modes and symbolic links. Links below src are copied as links, never
 // followed; every write goes through dst, so a link created earlier (by an earlier
 // source, or by this copy) cannot lead a write out of it. Existing files are replaced.
+// What it writes gets the time of the copy.
 func CopyTree(src string, dst *os.Root, dir string) error {
+	return copyTree(src, dst, dir, false)
+}
+
+// CopyTreeKeepTimes is CopyTree keeping the modification times of the files and
+// directories it copies (not of links): a copy of staged sources stays as staged.
+func CopyTreeKeepTimes(src string, dst *os.Root, dir string) error {
+	return copyTree(src, dst, dir, true)
+}
+
+func copyTree(src string, dst *os.Root, dir string, keepTimes bool) error {
 	info, err := os.Lstat(src)
 	if err != nil {
 		return err
@@ -190,9 +201,15 @@ func CopyTree(src string, dst *os.Root, dir string) error {
 		if err := dst.MkdirAll(dir, 0o755); err != nil {
 			return escapeError(err)
 		}
-		return copyEntry(src, dst, filepath.Join(dir, filepath.Base(src)), info)
+		target := filepath.Join(dir, filepath.Base(src))
+		if err := copyEntry(src, dst, target, info); err != nil {
+			return err
+		}
+		return keepTime(dst, target, info, keepTimes)
 	}
-	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+	var dirs []string // their times are set once what they hold is written
+	var times []fs.FileInfo
+	err = filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -203,10 +220,29 @@ func CopyTree(src string, dst *os.Root, dir string) error {
 			return err
 		}
 		if d.IsDir() {
+			dirs, times = append(dirs, target), append(times, info)
 			return escapeError(dst.MkdirAll(target, info.Mode().Perm()|0o700))
 		}
-		return copyEntry(p, dst, target, info)
+		if err := copyEntry(p, dst, target, info); err != nil {
+			return err
+		}
+		return keepTime(dst, target, info, keepTimes)
 	})
+	for i := range dirs {
+		if err == nil {
+			err = keepTime(dst, dirs[i], times[i], keepTimes)
+		}
+	}
+	return err
+}
+
+// keepTime gives name in dst the modification time of info, a regular file or a
+// directory, when keep is set.
+func keepTime(dst *os.Root, name string, info fs.FileInfo, keep bool) error {
+	if !keep || !(info.Mode().IsRegular() || info.IsDir()) {
+		return nil
+	}
+	return dst.Chtimes(name, info.ModTime(), info.ModTime())
 }
 
 // copyEntry copies the file or link src to name in dst, replacing what is there.

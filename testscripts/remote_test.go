@@ -45,8 +45,19 @@ func haveBST() bool {
 	return exec.Command(bstPython, "-c", "import buildstream._artifactcache.casserver").Run() == nil
 }
 
+// haveTools reports whether every one of tools is on PATH.
+func haveTools(tools ...string) bool {
+	for _, t := range tools {
+		if _, err := exec.LookPath(t); err != nil {
+			return false
+		}
+	}
+	return true
+}
+
 // scriptCondition adds [nginx], [bst] (bst-artifact-server), [sandbox] (bwrap and a
-// static busybox: sandboxMissing), [git], [patch] and [tar]: true when the tool is
+// static busybox: sandboxMissing), [git], [patch], [tar] and [autotools] (autoconf,
+// automake, make and a C compiler): true when the tool is
 // installed, and always with CI=true, so that a CI machine without it fails the script
 // (`[!nginx] skip 'install nginx'`) instead of skipping it.
 func scriptCondition(cond string) (bool, error) {
@@ -61,6 +72,8 @@ func scriptCondition(cond string) (bool, error) {
 	case "git", "patch", "tar":
 		_, err := exec.LookPath(cond)
 		return err == nil || ci, nil
+	case "autotools": // autoreconf generates the test's project; make and cc build it
+		return haveTools("autoreconf", "automake", "make", "cc") || ci, nil
 	}
 	return false, fmt.Errorf("unknown condition %q", cond)
 }

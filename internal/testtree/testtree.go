@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // Write creates files described as path -> spec, where spec is
@@ -46,6 +47,29 @@ func Write(t testing.TB, root string, spec map[string]string, order []string) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// Times maps every entry of the tree at root ("." for root itself) to its
+// modification time, a link's own.
+func Times(t testing.TB, root string) map[string]time.Time {
+	t.Helper()
+	got := map[string]time.Time{}
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		got[filepath.ToSlash(rel)] = info.ModTime()
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
 }
 
 // Read describes the tree at root in Write's notation.
