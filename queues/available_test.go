@@ -17,10 +17,12 @@ func (j *fakeJob) Available(data string) {
 	j.onMessage(job.Message{Type: job.MessageAvailable, Time: time.Now(), Data: json.RawMessage(data)})
 }
 
-// availableSeen waits until the loop has published that j's element is available.
+// availableSeen waits until the loop has published that j's element is available,
+// and j's JobEnd, which comes with it.
 func (h *session) availableSeen(j *fakeJob) {
 	h.t.Helper()
 	waitEvent(h.t, h.events, func(e JobMessage) bool { return e.JobID == j.Spec.ID && e.Kind == string(job.MessageAvailable) })
+	h.ended(j)
 }
 
 // A build job that says its artifact is available gives its builder to the next

@@ -3,6 +3,7 @@ package queues
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -373,6 +374,13 @@ func (h *session) sync(j *fakeJob) {
 	h.t.Helper()
 	h.barrier++
 	text := fmt.Sprintf("sync %d", h.barrier)
+	if slices.ContainsFunc(eventsOf[JobEnd](h.events), func(e JobEnd) bool { return e.JobID == j.Spec.ID }) {
+		// Past its JobEnd (its tail) a job's status lines are not published: a
+		// notice is.
+		j.onMessage(job.Message{Type: job.MessageNotice, Time: time.Now(), Text: text})
+		waitEvent(h.t, h.events, func(e Notice) bool { return e.Text == text })
+		return
+	}
 	j.Say(text)
 	waitEvent(h.t, h.events, func(e JobMessage) bool { return e.JobID == j.Spec.ID && e.Text == text })
 }

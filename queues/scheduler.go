@@ -544,6 +544,7 @@ func (s *Scheduler) handle(m any) bool {
 			msg := JobMessage{Base: Base{m.msg.Time}, JobID: a.id, Action: a.qs.q.Action(), Element: a.item.Name(),
 				Key: a.item.Element.Key, Kind: string(m.msg.Type), Text: m.msg.Text, Done: m.msg.Done, Total: m.msg.Total}
 			switch {
+			case a.ended: // after its JobEnd (its tail): only its log has it
 			case a.announced:
 				s.cfg.Publish(msg)
 			case m.msg.Type == job.MessageLog:
