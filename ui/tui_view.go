@@ -67,7 +67,7 @@ func (m tuiModel) size() (width, height int) {
 // help. Every line is cut to the terminal's width. After SessionEnd, and while the
 // failure prompt's shell runs, it is empty.
 func (m tuiModel) View() string {
-	if m.st.finished || m.shellOpen {
+	if m.st.finished || m.shellOpen || m.stopped.resume || m.stopped.size {
 		return ""
 	}
 	w, h := m.size()
@@ -83,6 +83,20 @@ func (m tuiModel) View() string {
 		lines[i] = ansi.Truncate(l, w, "…")
 	}
 	return strings.Join(lines, "\n")
+}
+
+// drawn is the live area as the renderer drew it: the view, but no more lines than
+// the terminal's height (the renderer drops those at the top), and a blank for an
+// empty view.
+func (m tuiModel) drawn() string {
+	v := m.View()
+	if v == "" {
+		return " "
+	}
+	if lines := strings.Split(v, "\n"); m.height > 0 && len(lines) > m.height {
+		v = strings.Join(lines[len(lines)-m.height:], "\n")
+	}
+	return v
 }
 
 // layout gives the log view the rows that the header and footer leave.
