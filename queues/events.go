@@ -174,8 +174,10 @@ type QueueStats struct {
 	Processed int
 	Skipped   int
 	Failed    int
-	Running   int // jobs running now (0 in a summary)
-	Waiting   int // elements waiting in the queue, retries included (0 in a summary)
+	Running   int // jobs between their JobStart and JobEnd now (0 in a summary)
+	// Waiting: elements waiting in the queue, retries and builds waiting at their
+	// gates for a builder included (0 in a summary).
+	Waiting int
 }
 
 // FailedElement is an element whose job failed, with the log to read.

@@ -127,6 +127,11 @@ func TestGatedBuildsWaitAtTheirGates(t *testing.T) {
 	if got := maxStarted(h.events.all()); got != builders {
 		t.Errorf("%d builds between their JobStart and JobEnd at once, want %d", got, builders)
 	}
+	for _, c := range eventsOf[Counts](h.events) {
+		if q := c.Queues[0]; q.Running > builders || q.Running+q.Waiting+q.Processed != len(g.Order) {
+			t.Errorf("counts %+v: want at most %d running, and every build running, waiting or done", q, builders)
+		}
+	}
 	checkBuiltOnce(t, h.runner, Build, names(g)...)
 	checkTokensFree(t, pool, resources.Process, resources.Cache)
 

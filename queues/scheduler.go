@@ -931,7 +931,7 @@ func (s *Scheduler) unfail(qs *queueState, it *Item) {
 func (s *Scheduler) publishCounts() {
 	stats := func(qs *queueState) QueueStats {
 		return QueueStats{Action: qs.q.Action(), Processed: qs.processed, Skipped: qs.skipped,
-			Failed: qs.failed, Running: qs.running, Waiting: len(qs.wait) + qs.ready + qs.parked}
+			Failed: qs.failed, Running: qs.running, Waiting: len(qs.wait) + qs.ready + qs.parked + len(qs.gated)}
 	}
 	changed := s.done != s.lastCounts.Done || len(s.lastCounts.Queues) != len(s.queues)
 	for i := 0; !changed && i < len(s.queues); i++ {
