@@ -12,9 +12,11 @@ import (
 // "time" (RFC 3339) and "event"; job events carry "action", "element", "key" and
 // "job"; job-end carries "result" (success, failure, terminated, skipped) and
 // "duration" in seconds to the millisecond; each element the session never started
-// has an "element-not-started" event with the reason in "text". A build that
-// starts while the builders are busy has "gated": true in its job-start: it stages,
-// then waits for a free builder, and job-opened says when it got one. An element
+// has an "element-not-started" event with the reason in "text". A job-start comes
+// when the job holds its builder: a build that staged while the builders were busy
+// has "gated": true in it. A build's job-end comes when its artifact is available,
+// before any job-start of what stages it; nothing of a job comes before its
+// job-start or after its job-end (docs/usage.md, "What the log guarantees"). An element
 // that waits for another gantry process's build of it on the same cache has an
 // "element-waiting" event, what it waits for in "text"; its end is the
 // element-skipped (reused) or the failure that follows. Under --ui json everything gantry writes to stderr is such
@@ -54,8 +56,7 @@ type jsonEvent struct {
 	Cleanup  *jsonCleanup    `json:"cleanup,omitempty"`
 	// Workspace: a build from this open workspace.
 	Workspace string `json:"workspace,omitempty"`
-	// Gated, with job-start: the job prepares and waits for a free slot; job-opened
-	// says when it got one.
+	// Gated, with job-start: the job staged, waiting for a free builder, before it.
 	Gated bool `json:"gated,omitempty"`
 }
 
