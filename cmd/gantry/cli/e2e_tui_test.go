@@ -150,6 +150,27 @@ func (tp *tmuxPane) waitScreenIs(what, re string, want bool) string {
 	}
 }
 
+// stopAndContinue types Ctrl-Z, waits until gantry is stopped, writes shell (what a
+// shell would print meanwhile, below the display) to the terminal, waits until the
+// screen matches shown, and sends gantry SIGCONT, as fg does.
+func (tp *tmuxPane) stopAndContinue(shell, shown string) {
+	tp.t.Helper()
+	gantry := tp.gantryPid()
+	tp.keys("C-z")
+	eventually(tp.t, e2eTimeout, "gantry is stopped (state T)", func() bool {
+		pi, ok := proctest.Read(gantry)
+		return ok && pi.State == 'T'
+	})
+	tty, err := os.OpenFile(tp.format("#{pane_tty}"), os.O_WRONLY, 0)
+	if err != nil {
+		tp.t.Fatal(err)
+	}
+	fmt.Fprint(tty, shell)
+	tty.Close()
+	tp.waitScreen("the shell's lines", shown)
+	syscall.Kill(gantry, syscall.SIGCONT)
+}
+
 // TestE2ETUI: the header and the running job appear; s stops the job's processes and s
 // resumes them; Ctrl-C suspends and asks, c continues; Ctrl-Z stops jobs and gantry,
 // SIGCONT resumes; the session ends with the summary, exit code 0 and a clean terminal.
@@ -305,20 +326,7 @@ func TestE2ETUILogViewAndRedraw(t *testing.T) {
 	tp.waitScreen("the log view", `(?s)log of build tick\.toml.*tick 3\b`)
 	tp.waitScreen("the log view growing", `tick 30\b`)
 
-	gantry := tp.gantryPid()
-	tp.keys("C-z")
-	eventually(t, e2eTimeout, "gantry is stopped (state T)", func() bool {
-		pi, ok := proctest.Read(gantry)
-		return ok && pi.State == 'T'
-	})
-	tty, err := os.OpenFile(tp.format("#{pane_tty}"), os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fmt.Fprint(tty, "\r\n[1]+  Stopped   STALE-LINE-1\r\n$ fg STALE-LINE-2\r\n")
-	tty.Close()
-	tp.waitScreen("the shell's lines", `STALE-LINE-2`)
-	syscall.Kill(gantry, syscall.SIGCONT)
+	tp.stopAndContinue("\r\n[1]+  Stopped   STALE-LINE-1\r\n$ fg STALE-LINE-2\r\n", `STALE-LINE-2`)
 	screen := tp.waitScreenIs("the screen redrawn without the shell's lines", `STALE-LINE`, false)
 	if n := strings.Count(screen, "log of build tick.toml"); n != 1 {
 		t.Errorf("the log view's title is on the screen %d times, want once:\n%s", n, screen)
@@ -378,20 +386,7 @@ func TestE2ETUINoGhostLinesAfterResizeOrStop(t *testing.T) {
 	tp.run("resize-window", "-t", "gantry", "-x", "100")
 	once("after the terminal got wider", tp.waitScreen("the counters on one line", `wait │ build \d+ ok`))
 
-	gantry := tp.gantryPid()
-	tp.keys("C-z")
-	eventually(t, e2eTimeout, "gantry is stopped (state T)", func() bool {
-		pi, ok := proctest.Read(gantry)
-		return ok && pi.State == 'T'
-	})
-	tty, err := os.OpenFile(tp.format("#{pane_tty}"), os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fmt.Fprint(tty, "\r\n[1]+  Stopped   gantry build\r\n$ fg\r\n")
-	tty.Close()
-	tp.waitScreen("the shell's lines", `\$ fg`)
-	syscall.Kill(gantry, syscall.SIGCONT)
+	tp.stopAndContinue("\r\n[1]+  Stopped   gantry build\r\n$ fg\r\n", `\$ fg`)
 	once("after Ctrl-Z and fg", tp.waitScreen("the live area after fg", `(?s)all jobs resumed.*\] e2e .*build +a\.toml.*build +b\.toml`))
 
 	if err := os.WriteFile(release, nil, 0o644); err != nil {
