@@ -90,13 +90,15 @@ type JobEnd struct {
 }
 
 // JobDurable: a job whose JobEnd came when its element was available has made
-// it durable and is over (for the trace; displays need not show it). If that
-// failed, a Notice says so and the element fails.
+// it durable (its ref is written and synced) and is over: the last event of such a
+// job (JSON shows it; the trace ends the job there). If that failed, a Notice
+// says so instead and the element fails.
 type JobDurable struct {
 	Base
 	JobID   string
 	Action  Action
 	Element string
+	Key     string
 }
 
 // ElementSkipped: a queue had nothing to do for an element (cached, no push remote, ...).
@@ -174,7 +176,7 @@ type QueueStats struct {
 	Processed int
 	Skipped   int
 	Failed    int
-	Running   int // jobs between their JobStart and JobEnd now (0 in a summary)
+	Running   int // jobs holding their tokens, up to their JobEnd (0 in a summary)
 	// Waiting: elements waiting in the queue, retries and builds waiting at their
 	// gates for a builder included (0 in a summary).
 	Waiting int

@@ -33,6 +33,9 @@ type fakeRunner struct {
 	gated     map[string]int // jobs waiting at their gates, per action
 	startErr  func(spec job.Spec) error
 	signalErr error // returned by every Suspend, Resume, Terminate and Kill when set
+	// unbegun: the jobs' workers do not begin them (job.MessageStart) until the
+	// test says so (fakeJob.begin); else they do at once.
+	unbegun bool
 }
 
 func newFakeRunner() *fakeRunner {
@@ -63,9 +66,18 @@ func (r *fakeRunner) Start(spec job.Spec, onMessage func(job.Message)) (Running,
 	} else {
 		r.activate(spec.Action)
 	}
+	unbegun := r.unbegun
 	r.mu.Unlock()
+	if !unbegun {
+		j.begin() // queued: the loop reads it after Start returns
+	}
 	r.started <- j
 	return j, nil
+}
+
+// begin sends what a job's worker sends as it begins the job.
+func (j *fakeJob) begin() {
+	j.onMessage(job.Message{Type: job.MessageStart, Time: time.Now(), Text: j.Spec.Action + " " + j.Spec.Element})
 }
 
 // activate counts a job of action that does its work now. r.mu must be held.

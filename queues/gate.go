@@ -50,13 +50,14 @@ func (qs *queueState) firstGated() *activeJob {
 }
 
 // open gives a its queue's gate token and opens its gate: the job is announced
-// then (its JobStart, with Gated and Prepared). It returns false, doing nothing,
-// when the token is not free.
+// then (its JobStart, with Gated and Prepared), or when its worker begins it if it
+// has not yet. It returns false, doing nothing, when the token is not free.
 func (s *Scheduler) open(qs *queueState, a *activeJob) bool {
 	if !a.tokens.take(gateToken(qs)) {
 		return false
 	}
 	s.ungate(a)
+	s.count(a)
 	now := time.Now()
 	a.gateWait = s.elapsed(now) - a.startedAt
 	if err := a.running.Open(); err != nil {
@@ -66,7 +67,9 @@ func (s *Scheduler) open(qs *queueState, a *activeJob) bool {
 			Text: fmt.Sprintf("%s job %s: opening its gate: %v", action, a.id, err)})
 		return true
 	}
-	s.announce(a, now)
+	if a.begun {
+		s.announce(a, now) // else when it begins
+	}
 	return true
 }
 

@@ -153,12 +153,16 @@ type activeJob struct {
 	gated    bool
 	gateWait time.Duration
 	prepared time.Time // a job started gated: when it was (its start); zero for another
-	// announced: its JobStart is published (see announce), and held are its log
-	// lines from before (a gated job's, while it prepared at its gate); ended: its
-	// JobEnd is published, which for a job whose element was available comes before
-	// the job ends (see available).
-	announced, ended bool
-	held             []JobMessage
+	// begun: its worker began it (job.MessageStart). announced: its JobStart is
+	// published (see announce), and held are its log lines from before (a gated
+	// job's, while it prepared at its gate). ended: its JobEnd is published, which
+	// for a job whose element was available comes before the job ends (see
+	// available).
+	begun, announced, ended bool
+	held                    []JobMessage
+	// counted: it is counted in its queue's running jobs (Counts): from when it
+	// holds its tokens (its spawn, or its gate's opening) to its JobEnd.
+	counted bool
 }
 
 // Inbox messages.
@@ -450,11 +454,11 @@ func (s *Scheduler) spawn(qs *queueState, it *Item, refused *[]resources.Request
 		if err = s.startJob(a, action, it.Name(), payload); err == nil {
 			if gated {
 				a.prepared = a.started
-				qs.gated = append(qs.gated, a) // announced when its gate opens
+				qs.gated = append(qs.gated, a)
 			} else {
-				s.announce(a, a.started)
+				s.count(a)
 			}
-			return true
+			return true // announced once it has begun, and its gate opened
 		}
 	}
 	// Could not start: the item fails like a job would.
@@ -465,18 +469,18 @@ func (s *Scheduler) spawn(qs *queueState, it *Item, refused *[]resources.Request
 }
 
 // announce publishes a's JobStart, once: when the job holds every token it works
-// with — at its spawn, or, for a job started gated, when its gate opens (see open)
-// — so that a START is never shown for a job that only waits for a builder. A
-// gated job that ends or is available without passing its gate (a failure while it
-// prepared, a stack) is announced just before that. The log lines it sent before
-// (held) follow its JobStart; its status lines from then ("staged, waiting for a
-// builder") are not shown. A job withdrawn at its gate is never announced.
+// with and runs — its worker began it (job.MessageStart) and, for a job started
+// gated, its gate opened (see open) — so that a START is never shown for a job
+// that only waits for a builder, or for a worker. A job that ends or is available
+// before that (a failure while it prepared, a stack) is announced just before. The
+// log lines it sent before (held) follow its JobStart; its status lines from then
+// ("staged, waiting for a builder") are not shown. A job terminated before it ran
+// (withdrawn at its gate, or before its worker began it) is never announced.
 func (s *Scheduler) announce(a *activeJob, at time.Time) {
 	if a.announced {
 		return
 	}
 	a.announced = true
-	a.qs.running++
 	it := a.item
 	start := JobStart{Base: Base{at}, JobID: a.id, Action: a.qs.q.Action(), Element: it.Name(),
 		Key: it.Element.Key, LogPath: a.logPath, Attempt: it.attempt}
@@ -534,6 +538,11 @@ func (s *Scheduler) handle(m any) bool {
 			return false
 		}
 		switch m.msg.Type {
+		case job.MessageStart:
+			a.begun = true
+			if !a.gated {
+				s.announce(a, time.Now())
+			}
 		case job.MessageAvailable:
 			return s.available(a, m.msg)
 		case job.MessageSlotDone:
@@ -582,17 +591,21 @@ func (s *Scheduler) finish(a *activeJob, out job.Outcome) {
 	// Released once its end is booked and the hook ran: what a waiting session
 	// finds is what this job committed.
 	defer s.unclaim(it)
-	withdrawn := s.ungate(a) && out.Terminated
+	atGate := s.ungate(a)
 	s.wake(it)
 	// Its duration is the time it held its slot: not what it waited at its gate.
 	end := JobEnd{Base: Base{time.Now()}, JobID: a.id, Action: qs.q.Action(), Element: it.Name(), Key: it.Element.Key,
 		Duration: max(out.Elapsed-a.gateWait, 0), LogPath: a.logPath, Error: out.Result.Error}
-	if withdrawn {
-		// Stopped at its gate (quit, terminate): nothing of its work ran, and it did
-		// not start as far as the session is concerned: it was never announced, so
-		// no JobEnd either; the summary lists it as not started. The hook still
-		// sees its end (a lease goes back).
-		end.Result, end.Error = ResultTerminated, "withdrawn at its gate, before its work began: the session is stopping"
+	if out.Terminated && !a.announced {
+		// Stopped at its gate or before its worker began it (quit, terminate):
+		// nothing of its work ran, and it did not start as far as the session is
+		// concerned: no JobStart, so no JobEnd either; the summary lists it as not
+		// started. The hook still sees its end (a lease goes back).
+		end.Result = ResultTerminated
+		if atGate {
+			end.Error = "withdrawn at its gate, before its work began: the session is stopping"
+		}
+		s.uncount(a)
 		s.jobEndHook(end)
 		s.add(qs, it)
 		return
@@ -679,7 +692,7 @@ func (s *Scheduler) available(a *activeJob, m job.Message) bool {
 	}
 	s.wake(it)
 	now := time.Now()
-	s.announce(a, now) // available without passing its gate
+	s.announce(a, now) // available without passing its gate: a stack
 	a.availableAfter = s.elapsed(now) - a.startedAt - a.gateWait
 	s.cfg.Publish(JobMessage{Base: Base{now}, JobID: a.id, Action: qs.q.Action(), Element: it.Name(), Key: it.Element.Key,
 		Kind: string(job.MessageAvailable), Text: "available; making it durable"})
@@ -708,13 +721,13 @@ func (s *Scheduler) doneWarning(a *activeJob, res job.Result) {
 // endTail books the end of a job whose JobEnd came when its element was available
 // (see available): its tail, making its output durable, is over. On success its
 // element goes on (even if a terminate came during the tail: its artifact is in the
-// cache); a tail that failed or was stopped leaves the element uncached, failed or
-// stopped, which a Notice says, since its JobEnd said success. JobDurable tells the
-// trace when it ended.
+// cache), and JobDurable says so; a tail that failed or was stopped leaves the
+// element uncached, failed or stopped, which a Notice says, since its JobEnd said
+// success.
 func (s *Scheduler) endTail(a *activeJob, out job.Outcome, end JobEnd) {
 	it, qs := a.item, a.qs
-	s.cfg.Publish(JobDurable{Base: end.Base, JobID: a.id, Action: end.Action, Element: end.Element})
 	if out.Result.OK {
+		s.cfg.Publish(JobDurable{Base: end.Base, JobID: a.id, Action: end.Action, Element: end.Element, Key: end.Key})
 		s.succeeded(a, out.Result)
 		s.doneWarning(a, out.Result)
 		return
@@ -770,9 +783,25 @@ func (s *Scheduler) retryAfter(qs *queueState, it *Item, wait time.Duration) {
 func (s *Scheduler) jobEnded(a *activeJob, end JobEnd) {
 	s.announce(a, end.Time)
 	a.ended = true
-	a.qs.running--
+	s.uncount(a)
 	s.jobEndHook(end)
 	s.cfg.Publish(end)
+}
+
+// count counts a among its queue's running jobs: it holds its tokens.
+func (s *Scheduler) count(a *activeJob) {
+	if !a.counted {
+		a.counted = true
+		a.qs.running++
+	}
+}
+
+// uncount takes a off its queue's running jobs, if it was counted.
+func (s *Scheduler) uncount(a *activeJob) {
+	if a.counted {
+		a.counted = false
+		a.qs.running--
+	}
 }
 
 // jobEndHook runs the OnJobEnd hook; an error is published as a warning.

@@ -13,10 +13,12 @@ import (
 // "job"; job-end carries "result" (success, failure, terminated, skipped) and
 // "duration" in seconds to the millisecond; each element the session never started
 // has an "element-not-started" event with the reason in "text". A job-start comes
-// when the job holds its builder: a build that staged while the builders were busy
-// has "gated": true in it. A build's job-end comes when its artifact is available,
-// before any job-start of what stages it; nothing of a job comes before its
-// job-start or after its job-end (docs/usage.md, "What the log guarantees"). An element
+// when the job holds its builder and runs: a build that staged while the builders
+// were busy has "gated": true in it. A build's job-end comes when its artifact is
+// available, before any job-start of what stages it, and a job-durable when its
+// artifact is committed (its ref written and synced) and its job is over; nothing
+// else of a job comes before its job-start or after its job-end (docs/usage.md,
+// "What the log guarantees"). An element
 // that waits for another gantry process's build of it on the same cache has an
 // "element-waiting" event, what it waits for in "text"; its end is the
 // element-skipped (reused) or the failure that follows. Under --ui json everything gantry writes to stderr is such
@@ -120,6 +122,8 @@ func (j *JSON) Handle(e queues.Event) {
 	case queues.JobEnd:
 		o = jsonEvent{Time: e.Time, Event: "job-end", Action: e.Action, Element: e.Element, Key: e.Key, Job: e.JobID,
 			Result: string(e.Result), Duration: seconds(e.Duration), Error: e.Error, Log: e.LogPath, Retry: e.WillRetry}
+	case queues.JobDurable:
+		o = jsonEvent{Time: e.Time, Event: "job-durable", Action: e.Action, Element: e.Element, Key: e.Key, Job: e.JobID}
 	case queues.ElementSkipped:
 		o = jsonEvent{Time: e.Time, Event: "element-skipped", Action: e.Action, Element: e.Element, Key: e.Key, Text: e.Reason}
 	case queues.ElementWaiting:

@@ -14,7 +14,8 @@ import (
 
 // logRecord is one line of a session's log about a build job, as the order rules
 // see it: "start", "end" (with its result), "slot-done" (JSON only: the job gave its
-// builder back) or "other" (any other line about the job: status, log, available).
+// builder back), "durable" (JSON only: the job is over, after its end) or "other"
+// (any other line about the job: status, log, available).
 type logRecord struct {
 	what, element, result, line string
 }
@@ -44,20 +45,22 @@ func layeredProject(p *e2eProject, layers, width int) map[string][]string {
 
 // checkLogOrder checks the order rules on the build records of one session:
 //   - every job has one start, and one end after it, and nothing about it comes
-//     before its start or after its end;
+//     before its start or after its end but its durable, at most once;
 //   - a build starts only after the SUCCESS (job-end) of the builds of what it
 //     depends on;
 //   - at a start, at most maxHolding builds hold a builder: those started and
 //     neither ended nor past their slot (slot-done).
 func checkLogOrder(t *testing.T, what string, recs []logRecord, deps map[string][]string, maxHolding int) {
 	t.Helper()
-	started, ended := map[string]bool{}, map[string]string{}
+	started, ended, durable := map[string]bool{}, map[string]string{}, map[string]bool{}
 	holding := map[string]bool{}
 	for _, r := range recs {
 		switch {
 		case r.what != "start" && !started[r.element]:
 			t.Errorf("%s: %s of %s before its start: %s", what, r.what, r.element, r.line)
-		case r.what != "end" && ended[r.element] != "":
+		case r.what == "durable" && (ended[r.element] != "success" || durable[r.element]):
+			t.Errorf("%s: %s durable but not once after its success: %s", what, r.element, r.line)
+		case r.what != "end" && r.what != "durable" && ended[r.element] != "":
 			t.Errorf("%s: %s of %s after its end: %s", what, r.what, r.element, r.line)
 		}
 		switch r.what {
@@ -77,6 +80,8 @@ func checkLogOrder(t *testing.T, what string, recs []logRecord, deps map[string]
 			}
 		case "slot-done":
 			delete(holding, r.element)
+		case "durable":
+			durable[r.element] = true
 		case "end":
 			if ended[r.element] != "" {
 				t.Errorf("%s: %s ended twice: %s", what, r.element, r.line)
@@ -108,6 +113,8 @@ func jsonBuildRecords(t *testing.T, stderr string) []logRecord {
 			r.what, r.result = "end", e.Result
 		case "job-slot-done":
 			r.what = "slot-done"
+		case "job-durable":
+			r.what = "durable"
 		}
 		recs = append(recs, r)
 	}
@@ -156,6 +163,9 @@ func TestE2ELogOrder(t *testing.T) {
 		t.Errorf("json: %d build job-starts, want %d", n, len(deps))
 	}
 	checkLogOrder(t, "json", recs, deps, builders)
+	if n := countRecords(recs, "durable"); n != len(deps) {
+		t.Errorf("json: %d build job-durables, want %d", n, len(deps))
+	}
 
 	if err := os.RemoveAll(p.cache); err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -374,10 +375,15 @@ func TestE2EInterruptBeforeWorkerStartsJob(t *testing.T) {
 	if _, err := os.Stat(p.scratch(waiting + ".ran")); err == nil {
 		t.Errorf("%s's command ran after the interrupt that terminated its job\n%s", waiting, g.output())
 	}
-	end, ok := findEvent(g.snapshot(), "job-end", "build", waiting+".toml")
-	if !ok || end.Result != "terminated" || !strings.Contains(end.Error, "terminated before it started") {
-		t.Errorf("job-end of %s.toml: result %q, error %q; want terminated before it started\n%s",
-			waiting, end.Result, end.Error, g.output())
+	// Its worker never began it: it never ran, and no display says it started or was
+	// terminated; it did not start.
+	for _, e := range g.snapshot() {
+		if e.Element == waiting+".toml" && strings.HasPrefix(e.Event, "job-") {
+			t.Errorf("an event of %s's job, which never ran: %s", waiting, e.Raw)
+		}
+	}
+	if ns, ok := findEvent(g.snapshot(), "element-not-started", "", waiting+".toml"); !ok || ns.Text != "session terminated" {
+		t.Errorf("element-not-started of %s.toml %q, want the reason \"session terminated\"\n%s", waiting, ns.Raw, g.output())
 	}
 	eventually(t, e2eTimeout, fmt.Sprintf("worker %d is gone", idle), func() bool { return !proctest.Alive(idle) })
 	eventually(t, e2eTimeout, fmt.Sprintf("%s's job group %d is gone", running, busy), func() bool { return len(proctest.Group(busy)) == 0 })
@@ -398,7 +404,7 @@ func (p *e2eProject) buildWithStoppedIdleWorker(t *testing.T, bCommands func(b s
 		p.write("elements/"+b+".toml", manualElement([]string{"a.toml", "c.toml"}, bCommands(b)...))
 	}
 	g := p.start("build", "--ui", "json", "--sandbox", "host", "--builders", "2")
-	g.waitEvent("job-end", "build", "a.toml")
+	g.waitEvent("job-durable", "build", "a.toml") // its job is over: its worker idle
 	idle := p.jobPids()["a.toml"]
 	if idle == 0 {
 		t.Fatalf("a.toml's build log names no worker\n%s", g.output())
@@ -417,8 +423,21 @@ func (p *e2eProject) buildWithStoppedIdleWorker(t *testing.T, bCommands func(b s
 		t.Fatal(err)
 	}
 	// c's worker, idle last, takes one of them, a's stopped worker the other.
-	g.waitEvent("job-start", "build", "b1.toml")
-	g.waitEvent("job-start", "build", "b2.toml")
+	// The one in c's worker begins (job-start); the one handed to the stopped worker
+	// cannot: its log file, made as it is handed over, says it was.
+	g.waitFor("b1 or b2 begun", func(evs []e2eEvent) bool {
+		return slices.ContainsFunc(evs, func(e e2eEvent) bool {
+			return e.is("job-start", "build", "b1.toml") || e.is("job-start", "build", "b2.toml")
+		})
+	})
+	eventually(t, e2eTimeout, "both b's jobs handed to workers (their logs made)", func() bool {
+		for _, b := range []string{"b1", "b2"} {
+			if logs, _ := filepath.Glob(filepath.Join(p.cache, "logs", "e2e", b, "*-build.log")); len(logs) == 0 {
+				return false
+			}
+		}
+		return true
+	})
 	return g, idle
 }
 
