@@ -64,8 +64,8 @@ func (m tuiModel) size() (width, height int) {
 }
 
 // View draws the live area: header, running jobs or a log, then notes, prompts and
-// help. Every line is cut to the terminal's width. After SessionEnd, and while the
-// failure prompt's shell runs, it is empty.
+// help. Every line is cut to the terminal's width. After SessionEnd, while the
+// failure prompt's shell runs and while gantry is stopped (Ctrl-Z), it is empty.
 func (m tuiModel) View() string {
 	if m.st.finished || m.shellOpen || m.stopped.resume || m.stopped.size {
 		return ""
