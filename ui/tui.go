@@ -75,7 +75,7 @@ func (t *TUI) Start(ctl Controller) {
 	out := t.opts.Out
 	if f, ok := out.(*os.File); ok {
 		t.live = &liveOutput{File: f}
-		out = t.live
+		m.live, out = t.live, t.live
 	}
 	t.prog = tea.NewProgram(m,
 		tea.WithInput(t.opts.In),
@@ -91,16 +91,15 @@ func (t *TUI) Start(ctl Controller) {
 // the renderer and the model see it. An event: it tells Handle that the event got
 // there. A new terminal size: it books the repair of the live area drawn at the old
 // one (see liveOutput), before the renderer draws at the new one.
-func (t *TUI) filter(m tea.Model, msg tea.Msg) tea.Msg {
+func (t *TUI) filter(_ tea.Model, msg tea.Msg) tea.Msg {
 	switch msg := msg.(type) {
 	case eventMsg:
 		if msg.ack != nil {
 			close(msg.ack)
 		}
 	case tea.WindowSizeMsg:
-		// The first size comes before anything is drawn.
-		if tm, ok := m.(tuiModel); ok && t.live != nil && tm.width > 0 {
-			t.live.before(reflowErase(tm.drawn(), msg.Width))
+		if t.live != nil {
+			t.live.resized(msg.Width)
 		}
 	}
 	return msg

@@ -14,18 +14,25 @@ import (
 // that were wider than that onto more rows than the renderer knows of, and the
 // renderer, moving up only over the lines it drew, left copies of the header and
 // counters above its next frame. Before that frame, liveOutput writes what
-// reflowErase made: up over every row of the old frame, erase below, and back.
+// reflowErase made of the frame on the screen: up over every row of it, erase
+// below, and back.
+//
+// The frame on the screen is the view the model made last when the renderer last
+// wrote (its buffer always holds the latest view): the model tells each view it
+// makes (latest), each write books it as shown.
 type liveOutput struct {
 	*os.File
 	mu      sync.Mutex
+	view    string // the latest view, as the renderer draws it (see tuiModel.drawn)
+	shown   string // the view on the screen; "" until one is drawn
 	pending string // written before the next write
 }
 
-// Write writes the pending repair, if any, then b.
+// Write writes the pending repair, if any, then b, which draws the latest view.
 func (o *liveOutput) Write(b []byte) (int, error) {
 	o.mu.Lock()
 	pending := o.pending
-	o.pending = ""
+	o.pending, o.shown = "", o.view
 	o.mu.Unlock()
 	if pending != "" {
 		if _, err := o.File.WriteString(pending); err != nil {
@@ -35,11 +42,24 @@ func (o *liveOutput) Write(b []byte) (int, error) {
 	return o.File.Write(b)
 }
 
-// before books seq to be written before the next write, in place of any booked
-// earlier (a later resize knows better).
-func (o *liveOutput) before(seq string) {
+// WriteString is Write: the embedded file's would bypass it.
+func (o *liveOutput) WriteString(s string) (int, error) { return o.Write([]byte(s)) }
+
+// latest books the view the model made last.
+func (o *liveOutput) latest(view string) {
 	o.mu.Lock()
-	o.pending = seq
+	o.view = view
+	o.mu.Unlock()
+}
+
+// resized books the repair of the frame on the screen, now that the terminal is
+// width columns wide, for the next write: in place of one booked before, which was
+// made of the same frame (nothing was written since) at an older width.
+func (o *liveOutput) resized(width int) {
+	o.mu.Lock()
+	if o.shown != "" {
+		o.pending = reflowErase(o.shown, width)
+	}
 	o.mu.Unlock()
 }
 

@@ -1,6 +1,8 @@
 package ui
 
 import (
+	"io"
+	"os"
 	"testing"
 
 	tea "github.com/charmbracelet/bubbletea"
@@ -59,5 +61,33 @@ func TestTUIStopErasesTheLiveArea(t *testing.T) {
 		}
 		tt.send(order[1])
 		tt.wantView("elements")
+	}
+}
+
+// liveOutput repairs the frame on the screen — the view the model made last when
+// the renderer last wrote — however many sizes come before the next write: a second
+// resize (the terminal sends two) must not take the new view, not yet drawn, for
+// the old one. Nothing is repaired before a frame is drawn.
+func TestLiveOutputRepairsTheFrameOnTheScreen(t *testing.T) {
+	f, err := os.CreateTemp(t.TempDir(), "tty")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	o := &liveOutput{File: f}
+	wide := "[00:00:03] demo  3/5 elements ██████████░░░░░░  ? keys\n  build a.toml"
+	o.resized(100) // the program's first size: nothing drawn yet
+	o.latest(wide)
+	io.WriteString(o, "<frame at 100>")
+	o.latest("[00:00:03] demo  3/5 elements ██████░░░░  ? keys\n  build a.toml") // made at 50, not drawn
+	o.resized(50)
+	o.resized(50)
+	io.WriteString(o, "<frame at 50>")
+	b, err := os.ReadFile(f.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "<frame at 100>" + reflowErase(wide, 50) + "<frame at 50>"; string(b) != want {
+		t.Errorf("written %q, want %q", b, want)
 	}
 }

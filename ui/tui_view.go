@@ -67,6 +67,15 @@ func (m tuiModel) size() (width, height int) {
 // help. Every line is cut to the terminal's width. After SessionEnd, while the
 // failure prompt's shell runs and while gantry is stopped (Ctrl-Z), it is empty.
 func (m tuiModel) View() string {
+	v := m.view()
+	if m.live != nil {
+		m.live.latest(m.drawn(v))
+	}
+	return v
+}
+
+// view is View's text.
+func (m tuiModel) view() string {
 	if m.st.finished || m.shellOpen || m.stopped.resume || m.stopped.size {
 		return ""
 	}
@@ -85,11 +94,9 @@ func (m tuiModel) View() string {
 	return strings.Join(lines, "\n")
 }
 
-// drawn is the live area as the renderer drew it: the view, but no more lines than
-// the terminal's height (the renderer drops those at the top), and a blank for an
-// empty view.
-func (m tuiModel) drawn() string {
-	v := m.View()
+// drawn is the view v as the renderer draws it: no more lines than the terminal's
+// height (the renderer drops those at the top), and a blank for an empty view.
+func (m tuiModel) drawn(v string) string {
 	if v == "" {
 		return " "
 	}
