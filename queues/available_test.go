@@ -17,16 +17,19 @@ func (j *fakeJob) Available(data string) {
 	j.onMessage(job.Message{Type: job.MessageAvailable, Time: time.Now(), Data: json.RawMessage(data)})
 }
 
-// availableSeen waits until the loop has published that j's element is available.
+// availableSeen waits until the loop has published that j's element is available,
+// and j's JobEnd, which comes with it.
 func (h *session) availableSeen(j *fakeJob) {
 	h.t.Helper()
 	waitEvent(h.t, h.events, func(e JobMessage) bool { return e.JobID == j.Spec.ID && e.Kind == string(job.MessageAvailable) })
+	h.ended(j)
 }
 
 // A build job that says its artifact is available gives its builder to the next
 // build and lets its dependants start while it goes on (making the artifact
-// durable). Its JobEnd comes when it ends, its Duration lasting until it was
-// available; the element goes on to the next queue, and the session ends, only then.
+// durable). Its JobEnd comes then, before any dependant's JobStart, its Duration
+// lasting until it was available; a JobDurable says when the job ended; the
+// element goes on to the next queue, and the session ends, only then.
 func TestAvailableFreesTheBuilderAndStartsDependants(t *testing.T) {
 	g := newGraph(t, "a", "b: a", "c")
 	pool := buildPool(1)
@@ -44,7 +47,19 @@ func TestAvailableFreesTheBuilderAndStartsDependants(t *testing.T) {
 	h.noStart() // one builder, held by a
 	a.Available(`{"files":"x"}`)
 	h.availableSeen(a)
+	end := h.ended(a)
+	if end.Result != ResultSuccess {
+		t.Errorf("a's JobEnd at available = %+v, want a success", end)
+	}
 	started := h.nextN(1)
+	for _, e := range h.events.all() {
+		if s, ok := e.(JobStart); ok && s.Element != "a" {
+			t.Errorf("%s's JobStart came before a's JobEnd", s.Element)
+		}
+		if e, ok := e.(JobEnd); ok && e.JobID == a.Spec.ID {
+			break
+		}
+	}
 	if started["b"] == nil && started["c"] == nil {
 		t.Fatalf("after a said it was available, started %v; want b or c on the freed builder", started)
 	}
@@ -74,11 +89,15 @@ func TestAvailableFreesTheBuilderAndStartsDependants(t *testing.T) {
 		t.Fatalf("session ended while a's build job was running: %+v", sum)
 	default:
 	}
-	if ends := eventsOf[JobEnd](h.events); slices.ContainsFunc(ends, func(e JobEnd) bool { return e.JobID == a.Spec.ID }) {
-		t.Errorf("a's JobEnd was published before its job ended")
+	if ds := eventsOf[JobDurable](h.events); len(ds) != 0 {
+		t.Errorf("JobDurable %+v published before a's job ended", ds)
 	}
 	a.Finish(t, job.Outcome{Result: job.Result{OK: true}, Elapsed: time.Hour})
-	if end := h.ended(a); end.Result != ResultSuccess || end.Duration >= time.Hour {
+	waitEvent(t, h.events, func(e JobDurable) bool { return e.JobID == a.Spec.ID })
+	if ends := eventsOf[JobEnd](h.events); slices.ContainsFunc(ends, func(e JobEnd) bool { return e.JobID == a.Spec.ID && e != end }) {
+		t.Errorf("a has a second JobEnd after its job ended")
+	}
+	if end.Duration >= time.Hour {
 		t.Errorf("a's JobEnd = %+v, want a success lasting until it was available, not the job's hour", end)
 	}
 	h.expect(Push, "a").Succeed(t)
@@ -118,6 +137,13 @@ func TestAvailableThenFailed(t *testing.T) {
 	}
 	if starts := h.runner.startsOf(Push); starts["a"] != 0 {
 		t.Errorf("a was pushed though its build job failed")
+	}
+	// Its JobEnd said success when it was available: a Notice says what came after.
+	notices := eventsOf[Notice](h.events)
+	if !slices.ContainsFunc(notices, func(n Notice) bool {
+		return n.Level == "error" && n.Element == "a" && strings.Contains(n.Text, "making the artifact durable after the build job succeeded")
+	}) {
+		t.Errorf("no error notice about a's failed tail; notices: %+v", notices)
 	}
 	checkTokensFree(t, pool, resources.Process, resources.Cache)
 }

@@ -9,7 +9,10 @@ import (
 
 // The session's ETA: how long the builds left should take, from each element's
 // learned build time (Item.Estimate) and the critical path through what is left
-// (Item.Priority). Called only from the scheduler goroutine.
+// (Item.Priority). It is known only while every element left to build has a
+// learned build time: one never built before (Item.Unlearned) makes it unknown,
+// rather than a guess (a first build of a big element would show "~6s left" for
+// minutes). Called only from the scheduler goroutine.
 //
 // It is kept incrementally, so that a loop turn pays O(running builds), not a walk
 // over every item: left holds the items to build that have not left the Build queue
@@ -23,6 +26,7 @@ type etaState struct {
 	work       time.Duration
 	byPriority []*Item
 	next       int
+	unlearned  int // items left whose build time was never learned: no ETA
 }
 
 // startETA sets the ETA up once the items are queued.
@@ -39,6 +43,9 @@ func (s *Scheduler) startETA() {
 			e.left[it] = true
 			e.work += it.Estimate
 			e.byPriority = append(e.byPriority, it)
+			if it.Unlearned {
+				e.unlearned++
+			}
 		}
 	}
 	slices.SortStableFunc(e.byPriority, func(a, b *Item) int { return int(b.Priority - a.Priority) })
@@ -49,15 +56,19 @@ func (s *Scheduler) leaving(it *Item) {
 	if s.eta.left[it] {
 		delete(s.eta.left, it)
 		s.eta.work -= it.Estimate
+		if it.Unlearned {
+			s.eta.unlearned--
+		}
 	}
 }
 
 // remaining is the estimated build time left at now: the longer of the critical
 // path through the elements still to build and their total build time shared among
-// the builders (a running build counts what its estimate has left).
+// the builders (a running build counts what its estimate has left); 0 when it is
+// unknown (an element left was never built before) or nothing is left.
 func (s *Scheduler) remaining(now time.Time) time.Duration {
 	e := &s.eta
-	if !e.started || e.build < 0 {
+	if !e.started || e.build < 0 || e.unlearned > 0 {
 		return 0
 	}
 	work, critical := e.work, time.Duration(0)
@@ -65,8 +76,11 @@ func (s *Scheduler) remaining(now time.Time) time.Duration {
 	for _, a := range s.active {
 		if a.item != nil && a.qs == s.queues[e.build] {
 			elapsed := now.Sub(a.started) - a.gateWait
-			if a.gated { // waiting at its gate: none of its work is done
+			switch {
+			case a.gated: // waiting at its gate: none of its work is done
 				elapsed = 0
+			case a.ended: // available, making it durable: all of it is done
+				elapsed = a.item.Estimate
 			}
 			running[a.item] = true
 			work -= min(a.item.Estimate, elapsed)

@@ -70,3 +70,39 @@ func TestETA(t *testing.T) {
 		})
 	}
 }
+
+// TestETAUnknownWithoutLearnedTimes: an element never built before has no learned
+// build time, and the ETA says nothing (Remaining 0) rather than guess while it is
+// left to build; once it is built, the learned times of the others give it again.
+func TestETAUnknownWithoutLearnedTimes(t *testing.T) {
+	estimates := map[string]time.Duration{"a": 60 * time.Second, "b": 30 * time.Second}
+	g := newGraph(t, "a", "b: a", "c")
+	items := plan(t, g, PlanOptions{Estimate: func(e *element.Element) (time.Duration, bool) {
+		d, ok := estimates[e.Name]
+		return d, ok
+	}})
+	for _, it := range items {
+		if want := it.Name() == "c"; it.Unlearned != want {
+			t.Errorf("%s unlearned %v, want %v", it.Name(), it.Unlearned, want)
+		}
+	}
+	h := startSession(t, Config{Queues: []Queue{buildQueue()}, Items: items, Pool: buildPool(2)})
+	running := h.nextN(2)
+	for _, j := range running {
+		h.sync(j)
+	}
+	for _, c := range eventsOf[Counts](h.events) {
+		if c.Remaining != 0 {
+			t.Fatalf("ETA %v while c, never built before, is left to build; want none (0)", c.Remaining)
+		}
+	}
+	running["c"].Succeed(t)
+	done := waitEvent(t, h.events, func(c Counts) bool { return c.Done == 1 })
+	// a (60 s, running) then b (30 s): 90 s along the critical path.
+	if got, want := done.Remaining, 90*time.Second; got > want || got < want-timeout {
+		t.Errorf("ETA %v once c is built, want %v from the learned times", got, want)
+	}
+	running["a"].Succeed(t)
+	h.next().Succeed(t)
+	h.wait()
+}

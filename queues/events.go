@@ -26,7 +26,10 @@ type SessionStart struct {
 	NameLen  int // the longest element name in the plan, for displays that align columns
 }
 
-// JobStart: a job was spawned.
+// JobStart: a job holds every token it works with and starts its work. A job
+// started gated (see Gater) prepared at its gate before: its JobStart comes when
+// the gate opens, with Gated and Prepared set. A job withdrawn at its gate never
+// started: it has neither JobStart nor JobEnd.
 type JobStart struct {
 	Base
 	JobID   string
@@ -35,9 +38,9 @@ type JobStart struct {
 	Key     string
 	LogPath string
 	Attempt int // 1 for the first try
-	// Gated: it starts at its gate, preparing while it waits for a free slot; a
-	// JobMessage of kind KindOpened says when it got one (see Gater).
-	Gated bool
+	// Gated: it prepared at its gate, from Prepared, until it got its slot now.
+	Gated    bool
+	Prepared time.Time
 	// Workspace: a build from the element's open workspace, this directory. Set by the
 	// command that runs the session (the scheduler does not know about workspaces).
 	Workspace string
@@ -69,7 +72,10 @@ const (
 	ResultWaiting JobResult = "waiting"
 )
 
-// JobEnd: a job finished.
+// JobEnd: a job finished, as far as the session is concerned: one per JobStart,
+// after it. A build whose artifact is available before the job is over (see
+// Availer) has its JobEnd then, before the builds that stage it start; a
+// JobDurable follows when the job is over.
 type JobEnd struct {
 	Base
 	JobID     string
@@ -81,6 +87,18 @@ type JobEnd struct {
 	Duration  time.Duration // excluding suspended time
 	LogPath   string
 	WillRetry bool
+}
+
+// JobDurable: a job whose JobEnd came when its element was available has made
+// it durable (its ref is written and synced) and is over: the last event of such a
+// job (JSON shows it; the trace ends the job there). If that failed, a Notice
+// says so instead and the element fails.
+type JobDurable struct {
+	Base
+	JobID   string
+	Action  Action
+	Element string
+	Key     string
 }
 
 // ElementSkipped: a queue had nothing to do for an element (cached, no push remote, ...).
@@ -140,8 +158,9 @@ type Counts struct {
 	Done   int // elements through the whole pipeline, failed or skipped
 	Total  int // elements in the session
 	// Remaining is the estimated build time left at Time (see Scheduler.remaining);
-	// displays count it down from Time until the next Counts. 0: nothing left to
-	// build, or no Build queue.
+	// displays count it down from Time until the next Counts. 0: not known (an
+	// element left to build has no learned build time), nothing left to build, or
+	// no Build queue.
 	Remaining time.Duration
 }
 
@@ -157,8 +176,10 @@ type QueueStats struct {
 	Processed int
 	Skipped   int
 	Failed    int
-	Running   int // jobs running now (0 in a summary)
-	Waiting   int // elements waiting in the queue, retries included (0 in a summary)
+	Running   int // jobs holding their tokens, up to their JobEnd (0 in a summary)
+	// Waiting: elements waiting in the queue, retries and builds waiting at their
+	// gates for a builder included (0 in a summary).
+	Waiting int
 }
 
 // FailedElement is an element whose job failed, with the log to read.

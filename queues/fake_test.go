@@ -3,6 +3,7 @@ package queues
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -32,6 +33,9 @@ type fakeRunner struct {
 	gated     map[string]int // jobs waiting at their gates, per action
 	startErr  func(spec job.Spec) error
 	signalErr error // returned by every Suspend, Resume, Terminate and Kill when set
+	// unbegun: the jobs' workers do not begin them (job.MessageStart) until the
+	// test says so (fakeJob.begin); else they do at once.
+	unbegun bool
 }
 
 func newFakeRunner() *fakeRunner {
@@ -62,9 +66,18 @@ func (r *fakeRunner) Start(spec job.Spec, onMessage func(job.Message)) (Running,
 	} else {
 		r.activate(spec.Action)
 	}
+	unbegun := r.unbegun
 	r.mu.Unlock()
+	if !unbegun {
+		j.begin() // queued: the loop reads it after Start returns
+	}
 	r.started <- j
 	return j, nil
+}
+
+// begin sends what a job's worker sends as it begins the job.
+func (j *fakeJob) begin() {
+	j.onMessage(job.Message{Type: job.MessageStart, Time: time.Now(), Text: j.Spec.Action + " " + j.Spec.Element})
 }
 
 // activate counts a job of action that does its work now. r.mu must be held.
@@ -373,6 +386,13 @@ func (h *session) sync(j *fakeJob) {
 	h.t.Helper()
 	h.barrier++
 	text := fmt.Sprintf("sync %d", h.barrier)
+	if slices.ContainsFunc(eventsOf[JobEnd](h.events), func(e JobEnd) bool { return e.JobID == j.Spec.ID }) {
+		// Past its JobEnd (its tail) a job's status lines are not published: a
+		// notice is.
+		j.onMessage(job.Message{Type: job.MessageNotice, Time: time.Now(), Text: text})
+		waitEvent(h.t, h.events, func(e Notice) bool { return e.Text == text })
+		return
+	}
 	j.Say(text)
 	waitEvent(h.t, h.events, func(e JobMessage) bool { return e.JobID == j.Spec.ID && e.Text == text })
 }

@@ -9,10 +9,6 @@ import (
 	"github.com/gantry-build/gantry/resources"
 )
 
-// KindOpened is the JobMessage kind that says a gated job's gate was opened: from
-// then on it holds its queue's GateOn token and does its work (see Gater).
-const KindOpened = "opened"
-
 // gatedRequest is req without the token qs's jobs wait for at their gate, when a job
 // for it may start gated: qs is a Gater whose token req asks for, and fewer of its
 // jobs than the token's limit wait at their gates.
@@ -53,13 +49,15 @@ func (qs *queueState) firstGated() *activeJob {
 	return first
 }
 
-// open gives a its queue's gate token and opens its gate. It returns false, doing
-// nothing, when the token is not free.
+// open gives a its queue's gate token and opens its gate: the job is announced
+// then (its JobStart, with Gated and Prepared), or when its worker begins it if it
+// has not yet. It returns false, doing nothing, when the token is not free.
 func (s *Scheduler) open(qs *queueState, a *activeJob) bool {
 	if !a.tokens.take(gateToken(qs)) {
 		return false
 	}
 	s.ungate(a)
+	s.count(a)
 	now := time.Now()
 	a.gateWait = s.elapsed(now) - a.startedAt
 	if err := a.running.Open(); err != nil {
@@ -69,8 +67,9 @@ func (s *Scheduler) open(qs *queueState, a *activeJob) bool {
 			Text: fmt.Sprintf("%s job %s: opening its gate: %v", action, a.id, err)})
 		return true
 	}
-	s.cfg.Publish(JobMessage{Base: Base{now}, JobID: a.id, Action: qs.q.Action(), Element: a.item.Name(),
-		Key: a.item.Element.Key, Kind: KindOpened, Text: "started after waiting " + a.gateWait.Round(time.Millisecond).String() + " for a free slot"})
+	if a.begun {
+		s.announce(a, now) // else when it begins
+	}
 	return true
 }
 

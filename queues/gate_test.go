@@ -10,23 +10,32 @@ import (
 	"github.com/gantry-build/gantry/resources"
 )
 
-// workStarts lists the jobs among events that began their work, in order: those
-// started ungated and those whose gate was opened.
+// workStarts lists the jobs among events that began their work, in order: their
+// JobStarts, which for a gated job come when its gate opens.
 func workStarts(events []Event) []string {
 	var ids []string
 	for _, e := range events {
-		switch e := e.(type) {
-		case JobStart:
-			if !e.Gated {
-				ids = append(ids, e.JobID)
-			}
-		case JobMessage:
-			if e.Kind == KindOpened {
-				ids = append(ids, e.JobID)
-			}
+		if e, ok := e.(JobStart); ok {
+			ids = append(ids, e.JobID)
 		}
 	}
 	return ids
+}
+
+// maxStarted is the most jobs among events that were between their JobStart and
+// their JobEnd at once.
+func maxStarted(events []Event) int {
+	running, most := 0, 0
+	for _, e := range events {
+		switch e.(type) {
+		case JobStart:
+			running++
+			most = max(most, running)
+		case JobEnd:
+			running--
+		}
+	}
+	return most
 }
 
 // nthWorkStart waits until n jobs began their work and returns the nth (1-based).
@@ -113,6 +122,16 @@ func TestGatedBuildsWaitAtTheirGates(t *testing.T) {
 	if got := h.runner.maxWaitingAtGate(Build); got != builders {
 		t.Errorf("%d builds waited at their gates at once, want %d", got, builders)
 	}
+	// The events tell the same: a JobStart when a build has its builder, so never
+	// more builds between their JobStart and their JobEnd than the builders.
+	if got := maxStarted(h.events.all()); got != builders {
+		t.Errorf("%d builds between their JobStart and JobEnd at once, want %d", got, builders)
+	}
+	for _, c := range eventsOf[Counts](h.events) {
+		if q := c.Queues[0]; q.Running > builders || q.Running+q.Waiting+q.Processed != len(g.Order) {
+			t.Errorf("counts %+v: want at most %d running, and every build running, waiting or done", q, builders)
+		}
+	}
 	checkBuiltOnce(t, h.runner, Build, names(g)...)
 	checkTokensFree(t, pool, resources.Process, resources.Cache)
 
@@ -174,7 +193,7 @@ func urgentFirst(t *testing.T, h *session, pool *resources.Pool, x *fakeJob) {
 		t.Fatalf("after a: c gated %v, x's calls %v; want c to take the builder and x to wait", c.Spec.Gated, x.Calls())
 	}
 	c.Succeed(t)
-	waitEvent(t, h.events, func(e JobMessage) bool { return e.JobID == x.Spec.ID && e.Kind == KindOpened })
+	waitEvent(t, h.events, func(e JobStart) bool { return e.JobID == x.Spec.ID && e.Gated })
 	x.Succeed(t)
 	if sum := h.wait(); !sum.OK() {
 		t.Errorf("summary not OK: %+v", sum)
@@ -226,6 +245,19 @@ func TestStopWithdrawsGatedBuilds(t *testing.T) {
 					t.Errorf("b counted as failed: %+v", f)
 				}
 			}
+			// It never started: no START, and no TERMINATED, for it.
+			for _, e := range h.events.all() {
+				switch e := e.(type) {
+				case JobStart:
+					if e.JobID == b.Spec.ID {
+						t.Errorf("b, withdrawn at its gate, has a JobStart: %+v", e)
+					}
+				case JobEnd:
+					if e.JobID == b.Spec.ID {
+						t.Errorf("b, withdrawn at its gate, has a JobEnd: %+v", e)
+					}
+				}
+			}
 			checkTokensFree(t, pool, resources.Process, resources.Cache)
 		})
 	}
@@ -247,7 +279,7 @@ func TestSlotDoneOpensTheNextGate(t *testing.T) {
 	a := h.expect(Build, "a")
 	b := h.expect(Build, "b")
 	a.slotDone()
-	waitEvent(t, h.events, func(e JobMessage) bool { return e.JobID == b.Spec.ID && e.Kind == KindOpened })
+	waitEvent(t, h.events, func(e JobStart) bool { return e.JobID == b.Spec.ID && e.Gated })
 	c := h.expect(Build, "c") // b's place at the gate
 	if !c.Spec.Gated {
 		t.Fatal("c did not start gated")
@@ -259,7 +291,7 @@ func TestSlotDoneOpensTheNextGate(t *testing.T) {
 		t.Fatalf("c was opened while b held the builder past its slot, a being in its tail")
 	}
 	b.Succeed(t)
-	waitEvent(t, h.events, func(e JobMessage) bool { return e.JobID == c.Spec.ID && e.Kind == KindOpened })
+	waitEvent(t, h.events, func(e JobStart) bool { return e.JobID == c.Spec.ID && e.Gated })
 	a.Succeed(t)
 	c.Succeed(t)
 	if sum := h.wait(); !sum.OK() {

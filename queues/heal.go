@@ -80,7 +80,7 @@ func (s *Scheduler) heal(a *activeJob, res job.Result, end JobEnd) bool {
 	}
 	s.requeue(it, slices.Index(s.queues, a.qs))
 	end.Result, end.WillRetry = ResultFailure, true
-	s.jobEnded(end)
+	s.jobEnded(a, end)
 	return true
 }
 

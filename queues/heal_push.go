@@ -37,6 +37,6 @@ func (s *Scheduler) healPush(a *activeJob, res job.Result, end JobEnd) bool {
 	s.cfg.Publish(Notice{Base: Base{time.Now()}, Level: "warning", Element: it.Name(),
 		Text: fmt.Sprintf("the artifact of %s was damaged (%s): it was not uploaded; building it again, then pushing it", it.Name(), damaged.Problem)})
 	end.Result, end.WillRetry = ResultFailure, true
-	s.jobEnded(end)
+	s.jobEnded(a, end)
 	return true
 }

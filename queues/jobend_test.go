@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/gantry-build/gantry/element"
 	"github.com/gantry-build/gantry/job"
@@ -145,4 +146,63 @@ func TestCachedFailureIsCountedInATrackedPlan(t *testing.T) {
 	if got := sum.Queues[2]; got.Action != Build || got.Failed != 1 {
 		t.Errorf("summary build queue %+v, want failed 1", got)
 	}
+}
+
+// A job's JobStart comes when its worker has begun it (job.MessageStart), not when
+// it is handed to one: a job terminated before its worker began it never ran, and
+// has neither JobStart nor JobEnd; its element did not start. A job begun later is
+// announced then, its log lines from before after its JobStart.
+func TestJobStartWhenItsWorkerBeginsIt(t *testing.T) {
+	g := newGraph(t, "a", "b")
+	pool := buildPool(2)
+	h := startSession(t, Config{Queues: []Queue{buildQueue()}, Items: plan(t, g, PlanOptions{}), Pool: pool},
+		func(r *fakeRunner) { r.unbegun = true })
+	jobs := h.nextN(2)
+	a, b := jobs["a"], jobs["b"]
+	b.onMessage(job.Message{Type: job.MessageLog, Time: time.Now(), Text: "reading the job"})
+	a.begin()
+	waitEvent(t, h.events, func(e JobStart) bool { return e.JobID == a.Spec.ID })
+	b.begin()
+	waitEvent(t, h.events, func(e JobStart) bool { return e.JobID == b.Spec.ID })
+	if log := waitEvent(t, h.events, func(e JobMessage) bool { return e.JobID == b.Spec.ID }); log.Text != "reading the job" {
+		t.Errorf("b's first message after its JobStart: %+v, want its held log line", log)
+	}
+	b.Succeed(t)
+	h.ended(b)
+	h.s.Send(CmdTerminate)
+	sum := h.wait()
+	// a had begun: it was terminated.
+	if ends := eventsOf[JobEnd](h.events); !slices.ContainsFunc(ends, func(e JobEnd) bool { return e.JobID == a.Spec.ID && e.Result == ResultTerminated }) {
+		t.Errorf("no terminated JobEnd for a, which had begun: %+v", ends)
+	}
+	if len(sum.NotStarted) != 1 || sum.NotStarted[0] != (NotStarted{Element: "a", Reason: "terminated"}) {
+		t.Errorf("not started %+v, want a terminated", sum.NotStarted)
+	}
+	checkTokensFree(t, pool, resources.Process, resources.Cache)
+}
+
+// A job terminated before its worker began it never ran: no JobStart, no JobEnd,
+// and its element is listed as not started because the session was terminated.
+func TestJobTerminatedBeforeItsWorkerBeganItNeverStarted(t *testing.T) {
+	g := newGraph(t, "a")
+	pool := buildPool(1)
+	h := startSession(t, Config{Queues: []Queue{buildQueue()}, Items: plan(t, g, PlanOptions{}), Pool: pool},
+		func(r *fakeRunner) { r.unbegun = true })
+	a := h.next()
+	a.onMessage(job.Message{Type: job.MessageStatus, Time: time.Now(), Text: "not begun"})
+	h.s.Send(CmdTerminate)
+	sum := h.wait()
+	for _, e := range h.events.all() {
+		switch e := e.(type) {
+		case JobStart, JobEnd, JobMessage:
+			t.Errorf("an event of a job that never ran: %+v", e)
+		}
+	}
+	if len(sum.NotStarted) != 1 || sum.NotStarted[0] != (NotStarted{Element: "a", Reason: "session terminated"}) {
+		t.Errorf("not started %+v, want a: session terminated", sum.NotStarted)
+	}
+	if got := sum.Queues[0]; got.Processed != 0 || got.Failed != 0 {
+		t.Errorf("build stats %+v, want nothing processed or failed", got)
+	}
+	checkTokensFree(t, pool, resources.Process, resources.Cache)
 }

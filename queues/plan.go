@@ -167,16 +167,16 @@ func setPriorities(order []*Item, estimate func(*element.Element) (time.Duration
 	}
 	for i := len(order) - 1; i >= 0; i-- {
 		it := order[i]
-		own := time.Duration(0)
+		own, unlearned := time.Duration(0), false
 		if !it.Cached && !it.Failed {
-			own = defaultEstimate
+			own, unlearned = defaultEstimate, true
 			if estimate != nil {
 				if d, ok := estimate(it.Element); ok {
-					own = d
+					own, unlearned = d, false
 				}
 			}
 		}
-		it.Estimate = own
+		it.Estimate, it.Unlearned = own, unlearned
 		it.Priority += own
 		for _, d := range it.Stage {
 			d.Priority = max(d.Priority, it.Priority)

@@ -67,6 +67,9 @@ type Item struct {
 	// Estimate is its own expected build time (learned durations): 0 for an element
 	// cached or failed at planning. The session's ETA adds these up.
 	Estimate time.Duration
+	// Unlearned: no build time was learned for it: Estimate is a guess, good for
+	// ordering the builds, not for telling the user how long they take (eta.go).
+	Unlearned bool
 	// Stage lists the items its build stages (build dependencies and their runtime
 	// dependencies).
 	Stage []*Item

@@ -152,6 +152,17 @@ type activeJob struct {
 	// token (see Gater); gateWait is how long it waited there until it was opened.
 	gated    bool
 	gateWait time.Duration
+	prepared time.Time // a job started gated: when it was (its start); zero for another
+	// begun: its worker began it (job.MessageStart). announced: its JobStart is
+	// published (see announce), and held are its log lines from before (a gated
+	// job's, while it prepared at its gate). ended: its JobEnd is published, which
+	// for a job whose element was available comes before the job ends (see
+	// available).
+	begun, announced, ended bool
+	held                    []JobMessage
+	// counted: it is counted in its queue's running jobs (Counts): from when it
+	// holds its tokens (its spawn, or its gate's opening) to its JobEnd.
+	counted bool
 }
 
 // Inbox messages.
@@ -441,13 +452,13 @@ func (s *Scheduler) spawn(qs *queueState, it *Item, refused *[]resources.Request
 	payload, err := qs.q.Payload(it)
 	if err == nil {
 		if err = s.startJob(a, action, it.Name(), payload); err == nil {
-			qs.running++
 			if gated {
+				a.prepared = a.started
 				qs.gated = append(qs.gated, a)
+			} else {
+				s.count(a)
 			}
-			s.cfg.Publish(JobStart{Base: Base{a.started}, JobID: a.id, Action: action, Element: it.Name(),
-				Key: it.Element.Key, LogPath: a.logPath, Attempt: it.attempt, Gated: gated})
-			return true
+			return true // announced once it has begun, and its gate opened
 		}
 	}
 	// Could not start: the item fails like a job would.
@@ -455,6 +466,32 @@ func (s *Scheduler) spawn(qs *queueState, it *Item, refused *[]resources.Request
 	s.unclaim(it)
 	s.fail(qs, it, fmt.Sprintf("cannot start %s job: %v", action, err), "")
 	return true
+}
+
+// announce publishes a's JobStart, once: when the job holds every token it works
+// with and runs — its worker began it (job.MessageStart) and, for a job started
+// gated, its gate opened (see open) — so that a START is never shown for a job
+// that only waits for a builder, or for a worker. A job that ends or is available
+// before that (a failure while it prepared, a stack) is announced just before. The
+// log lines it sent before (held) follow its JobStart; its status lines from then
+// ("staged, waiting for a builder") are not shown. A job terminated before it ran
+// (withdrawn at its gate, or before its worker began it) is never announced.
+func (s *Scheduler) announce(a *activeJob, at time.Time) {
+	if a.announced {
+		return
+	}
+	a.announced = true
+	it := a.item
+	start := JobStart{Base: Base{at}, JobID: a.id, Action: a.qs.q.Action(), Element: it.Name(),
+		Key: it.Element.Key, LogPath: a.logPath, Attempt: it.attempt}
+	if !a.prepared.IsZero() {
+		start.Gated, start.Prepared = true, a.prepared
+	}
+	s.cfg.Publish(start)
+	for _, m := range a.held {
+		s.cfg.Publish(m)
+	}
+	a.held = nil
 }
 
 // nextJobID names a new job of action: "build-12".
@@ -501,6 +538,11 @@ func (s *Scheduler) handle(m any) bool {
 			return false
 		}
 		switch m.msg.Type {
+		case job.MessageStart:
+			a.begun = true
+			if !a.gated {
+				s.announce(a, time.Now())
+			}
 		case job.MessageAvailable:
 			return s.available(a, m.msg)
 		case job.MessageSlotDone:
@@ -508,8 +550,15 @@ func (s *Scheduler) handle(m any) bool {
 		case job.MessageNotice:
 			s.jobNotice(a.item.Name(), m.msg)
 		case job.MessageStatus, job.MessageLog, job.MessageProgress:
-			s.cfg.Publish(JobMessage{Base: Base{m.msg.Time}, JobID: a.id, Action: a.qs.q.Action(), Element: a.item.Name(),
-				Key: a.item.Element.Key, Kind: string(m.msg.Type), Text: m.msg.Text, Done: m.msg.Done, Total: m.msg.Total})
+			msg := JobMessage{Base: Base{m.msg.Time}, JobID: a.id, Action: a.qs.q.Action(), Element: a.item.Name(),
+				Key: a.item.Element.Key, Kind: string(m.msg.Type), Text: m.msg.Text, Done: m.msg.Done, Total: m.msg.Total}
+			switch {
+			case a.ended: // after its JobEnd (its tail): only its log has it
+			case a.announced:
+				s.cfg.Publish(msg)
+			case m.msg.Type == job.MessageLog:
+				a.held = append(a.held, msg)
+			}
 		}
 		return false
 	case jobDone:
@@ -542,38 +591,37 @@ func (s *Scheduler) finish(a *activeJob, out job.Outcome) {
 	// Released once its end is booked and the hook ran: what a waiting session
 	// finds is what this job committed.
 	defer s.unclaim(it)
-	qs.running--
-	withdrawn := s.ungate(a) && out.Terminated
+	atGate := s.ungate(a)
 	s.wake(it)
 	// Its duration is the time it held its slot: not what it waited at its gate.
 	end := JobEnd{Base: Base{time.Now()}, JobID: a.id, Action: qs.q.Action(), Element: it.Name(), Key: it.Element.Key,
 		Duration: max(out.Elapsed-a.gateWait, 0), LogPath: a.logPath, Error: out.Result.Error}
-	if withdrawn {
-		// Stopped at its gate (quit, terminate): nothing of its work ran, and it did
-		// not start as far as the session's summary is concerned.
-		end.Result, end.Error = ResultTerminated, "withdrawn at its gate, before its work began: the session is stopping"
-		s.jobEnded(end)
+	if out.Terminated && !a.announced {
+		// Stopped at its gate or before its worker began it (quit, terminate):
+		// nothing of its work ran, and it did not start as far as the session is
+		// concerned: no JobStart, so no JobEnd either; the summary lists it as not
+		// started. The hook still sees its end (a lease goes back).
+		end.Result = ResultTerminated
+		if atGate {
+			end.Error = "withdrawn at its gate, before its work began: the session is stopping"
+		}
+		s.uncount(a)
+		s.jobEndHook(end)
 		s.add(qs, it)
 		return
 	}
-	terminated := out.Terminated
 	if a.tail {
 		qs.tails--
 	}
-	if a.available {
-		if out.Result.OK {
-			// Its artifact is in the cache, even if a terminate came during its tail;
-			// the builds after it could start when it was available.
-			terminated, end.Duration = false, a.availableAfter
-		} else {
-			it.Cached, it.Built = false, false // not in the cache after all
-		}
+	if a.ended {
+		s.endTail(a, out, end)
+		return
 	}
 	switch {
-	case terminated:
+	case out.Terminated:
 		qs.move(it, stateStopped)
 		end.Result = ResultTerminated
-		s.jobEnded(end)
+		s.jobEnded(a, end)
 	case out.Result.OK && out.Result.Skipped:
 		warning := ""
 		if r, ok := qs.q.(Recoverer); ok {
@@ -583,33 +631,28 @@ func (s *Scheduler) finish(a *activeJob, out job.Outcome) {
 		qs.skipped++
 		qs.pass(it)
 		end.Result = ResultSkipped
-		s.jobEnded(end)
+		s.jobEnded(a, end)
 		s.warn(it, warning)
 	case out.Result.OK:
-		qs.processed++
-		qs.q.Done(it, out.Result)
-		s.pullEnded(qs, it, false)
-		qs.pass(it)
+		s.succeeded(a, out.Result)
 		end.Result = ResultSuccess
-		s.jobEnded(end)
-		if w, ok := qs.q.(Warner); ok {
-			s.warn(it, w.Warning(it, out.Result))
-		}
+		s.jobEnded(a, end)
+		s.doneWarning(a, out.Result)
 	case !out.Result.OK && out.Result.WaitMs > 0 && !s.quitting:
 		it.attempt = 0 // a wait is not a failed attempt: the network retries stay whole
 		s.retryAfter(qs, it, time.Duration(out.Result.WaitMs)*time.Millisecond)
 		end.Result = ResultWaiting
-		s.jobEnded(end)
+		s.jobEnded(a, end)
 	case out.Result.Temporary && it.attempt <= qs.q.Retries() && !s.quitting:
 		s.retryAfter(qs, it, s.cfg.Backoff(it.attempt))
 		end.Result, end.WillRetry = ResultFailure, true
-		s.jobEnded(end)
+		s.jobEnded(a, end)
 	case s.heal(a, out.Result, end):
 	case s.healPush(a, out.Result, end):
-	case s.recover(qs, it, out.Result, &end):
+	case s.recover(a, out.Result, &end):
 	default:
 		end.Result = ResultFailure
-		s.jobEnded(end)
+		s.jobEnded(a, end)
 		s.fail(qs, it, out.Result.Error, a.logPath)
 		if s.cfg.OnError == element.OnErrorAsk && !s.terminating {
 			s.hold(held{qs, it, Held{Base: Base{end.Time}, JobID: a.id, Action: end.Action, Element: it.Name(),
@@ -649,10 +692,60 @@ func (s *Scheduler) available(a *activeJob, m job.Message) bool {
 	}
 	s.wake(it)
 	now := time.Now()
+	s.announce(a, now) // available without passing its gate: a stack
 	a.availableAfter = s.elapsed(now) - a.startedAt - a.gateWait
 	s.cfg.Publish(JobMessage{Base: Base{now}, JobID: a.id, Action: qs.q.Action(), Element: it.Name(), Key: it.Element.Key,
 		Kind: string(job.MessageAvailable), Text: "available; making it durable"})
+	// Its end as far as the session is concerned: its dependants start after it.
+	s.jobEnded(a, JobEnd{Base: Base{now}, JobID: a.id, Action: qs.q.Action(), Element: it.Name(), Key: it.Element.Key,
+		Result: ResultSuccess, Duration: a.availableAfter, LogPath: a.logPath})
 	return true
+}
+
+// succeeded books the success of a's job: its queue is done with its item.
+func (s *Scheduler) succeeded(a *activeJob, res job.Result) {
+	it, qs := a.item, a.qs
+	qs.processed++
+	qs.q.Done(it, res)
+	s.pullEnded(qs, it, false)
+	qs.pass(it)
+}
+
+// doneWarning publishes the warning a Warner queue has about a's success, if any.
+func (s *Scheduler) doneWarning(a *activeJob, res job.Result) {
+	if w, ok := a.qs.q.(Warner); ok {
+		s.warn(a.item, w.Warning(a.item, res))
+	}
+}
+
+// endTail books the end of a job whose JobEnd came when its element was available
+// (see available): its tail, making its output durable, is over. On success its
+// element goes on (even if a terminate came during the tail: its artifact is in the
+// cache), and JobDurable says so; a tail that failed or was stopped leaves the
+// element uncached, failed or stopped, which a Notice says, since its JobEnd said
+// success.
+func (s *Scheduler) endTail(a *activeJob, out job.Outcome, end JobEnd) {
+	it, qs := a.item, a.qs
+	if out.Result.OK {
+		s.cfg.Publish(JobDurable{Base: end.Base, JobID: a.id, Action: end.Action, Element: end.Element, Key: end.Key})
+		s.succeeded(a, out.Result)
+		s.doneWarning(a, out.Result)
+		return
+	}
+	it.Cached, it.Built = false, false // not in the cache after all
+	if out.Terminated {
+		end.Result = ResultTerminated
+		s.jobEndHook(end)
+		qs.move(it, stateStopped)
+		s.cfg.Publish(Notice{Base: end.Base, Level: "warning", Element: it.Name(),
+			Text: fmt.Sprintf("the %s job %s was terminated while it made its artifact durable: it is not cached", end.Action, a.id)})
+		return
+	}
+	end.Result = ResultFailure
+	s.jobEndHook(end)
+	msg := fmt.Sprintf("making the artifact durable after the %s job succeeded: %s", end.Action, out.Result.Error)
+	s.cfg.Publish(Notice{Base: end.Base, Level: "error", Element: it.Name(), Text: msg})
+	s.fail(qs, it, msg, a.logPath)
 }
 
 // beginTail starts a's tail, the part of it that needs no builder (see available
@@ -685,19 +778,46 @@ func (s *Scheduler) retryAfter(qs *queueState, it *Item, wait time.Duration) {
 
 // jobEnded runs the OnJobEnd hook, then publishes end: whoever sees the event sees
 // the hook's effects.
-func (s *Scheduler) jobEnded(end JobEnd) {
+// A job is announced first (see announce) if it was not: every JobEnd follows its
+// job's JobStart. Called once per job.
+func (s *Scheduler) jobEnded(a *activeJob, end JobEnd) {
+	s.announce(a, end.Time)
+	a.ended = true
+	s.uncount(a)
+	s.jobEndHook(end)
+	s.cfg.Publish(end)
+}
+
+// count counts a among its queue's running jobs: it holds its tokens.
+func (s *Scheduler) count(a *activeJob) {
+	if !a.counted {
+		a.counted = true
+		a.qs.running++
+	}
+}
+
+// uncount takes a off its queue's running jobs, if it was counted.
+func (s *Scheduler) uncount(a *activeJob) {
+	if a.counted {
+		a.counted = false
+		a.qs.running--
+	}
+}
+
+// jobEndHook runs the OnJobEnd hook; an error is published as a warning.
+func (s *Scheduler) jobEndHook(end JobEnd) {
 	if s.cfg.OnJobEnd != nil {
 		if err := s.cfg.OnJobEnd(end); err != nil {
 			s.cfg.Publish(Notice{Base: Base{time.Now()}, Level: "warning", Element: end.Element,
 				Text: fmt.Sprintf("after the %s job %s ended: %v", end.Action, end.JobID, err)})
 		}
 	}
-	s.cfg.Publish(end)
 }
 
 // recover lets a Recoverer queue turn a failure into a skip: the element goes on to
 // the next queue, with a warning when the queue gives one.
-func (s *Scheduler) recover(qs *queueState, it *Item, res job.Result, end *JobEnd) bool {
+func (s *Scheduler) recover(a *activeJob, res job.Result, end *JobEnd) bool {
+	qs, it := a.qs, a.item
 	r, ok := qs.q.(Recoverer)
 	if !ok || s.terminating {
 		return false
@@ -710,7 +830,7 @@ func (s *Scheduler) recover(qs *queueState, it *Item, res job.Result, end *JobEn
 	qs.skipped++
 	qs.pass(it)
 	end.Result = ResultSkipped
-	s.jobEnded(*end)
+	s.jobEnded(a, *end)
 	s.warn(it, warning)
 	return true
 }
@@ -840,7 +960,7 @@ func (s *Scheduler) unfail(qs *queueState, it *Item) {
 func (s *Scheduler) publishCounts() {
 	stats := func(qs *queueState) QueueStats {
 		return QueueStats{Action: qs.q.Action(), Processed: qs.processed, Skipped: qs.skipped,
-			Failed: qs.failed, Running: qs.running, Waiting: len(qs.wait) + qs.ready + qs.parked}
+			Failed: qs.failed, Running: qs.running, Waiting: len(qs.wait) + qs.ready + qs.parked + len(qs.gated)}
 	}
 	changed := s.done != s.lastCounts.Done || len(s.lastCounts.Queues) != len(s.queues)
 	for i := 0; !changed && i < len(s.queues); i++ {

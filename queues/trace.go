@@ -21,6 +21,7 @@ type Recorder struct {
 	stage    map[string][]string // element -> elements its build stages
 	spans    []*Span
 	open     map[string]*Span // by job ID
+	tails    map[string]*Span // by job ID: ended when available, not yet durable
 	slots    map[Action][]bool
 	lastEnd  map[string]time.Time // element -> end of its last successful job
 	builtAt  map[string]time.Time // element -> end of its successful build
@@ -37,9 +38,9 @@ type Span struct {
 	Slot    int // 0-based index among its queue's jobs running at once
 	Attempt int
 	Ready   time.Time // when nothing but a free slot kept it from starting
-	Start   time.Time // when it began its work: its JobStart, or its gate's opening
-	// Prepared: a gated job's JobStart (see Gater), when it began to prepare, waiting
-	// for a slot; zero for another job.
+	Start   time.Time // when it began its work (its JobStart: for a gated job, its gate's opening)
+	// Prepared: a gated job's (JobStart.Prepared, see Gater): when it began to
+	// prepare, waiting for a slot; zero for another job.
 	Prepared time.Time
 	End      time.Time
 	Result   JobResult
@@ -66,7 +67,7 @@ type PathLink struct {
 // NewRecorder follows a session over items (their Stage links tell when a build could
 // start).
 func NewRecorder(items []*Item) *Recorder {
-	r := &Recorder{stage: map[string][]string{}, open: map[string]*Span{}, slots: map[Action][]bool{},
+	r := &Recorder{stage: map[string][]string{}, open: map[string]*Span{}, tails: map[string]*Span{}, slots: map[Action][]bool{},
 		lastEnd: map[string]time.Time{}, builtAt: map[string]time.Time{}}
 	for _, it := range items {
 		for _, d := range it.Stage {
@@ -88,19 +89,15 @@ func (r *Recorder) Observe(e Event) {
 		sp := &Span{JobID: e.JobID, Action: e.Action, Element: e.Element, Key: e.Key, Attempt: e.Attempt,
 			Start: e.Time, Ready: r.ready(e.Action, e.Element), Slot: -1}
 		if e.Gated {
-			sp.Prepared = e.Time // its slot comes with its gate's opening
-		} else {
-			r.takeSlot(sp)
+			sp.Prepared = e.Prepared // its slot came with its gate's opening
 		}
+		r.takeSlot(sp)
 		r.open[e.JobID] = sp
 		r.spans = append(r.spans, sp)
 	case JobMessage:
 		sp := r.open[e.JobID]
 		switch {
 		case sp == nil:
-		case e.Kind == KindOpened:
-			sp.Start = e.Time
-			r.takeSlot(sp)
 		case e.Kind == KindSlotDone:
 			sp.SlotDone = e.Time
 			r.freeSlot(sp)
@@ -120,9 +117,8 @@ func (r *Recorder) Observe(e Event) {
 			return
 		}
 		delete(r.open, e.JobID)
-		if sp.Slot < 0 { // ended at its gate, or without passing it (nothing to do)
-			sp.Start = e.Time
-			r.takeSlot(sp)
+		if !sp.Available.IsZero() {
+			r.tails[e.JobID] = sp // its end comes with its JobDurable
 		}
 		if sp.Available.IsZero() && sp.SlotDone.IsZero() {
 			r.freeSlot(sp)
@@ -138,6 +134,12 @@ func (r *Recorder) Observe(e Event) {
 			}
 		} else if !sp.Available.IsZero() && sp.Action == Build {
 			delete(r.builtAt, sp.Element) // not built after all
+		}
+	case JobDurable:
+		if sp := r.tails[e.JobID]; sp != nil {
+			delete(r.tails, e.JobID)
+			sp.End = e.Time
+			r.lastEnd[sp.Element] = e.Time // its next stage starts after that
 		}
 	case Suspended:
 		r.pausedAt = e.Time

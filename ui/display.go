@@ -137,14 +137,14 @@ func writeSummary(w io.Writer, s *queues.Summary) {
 }
 
 // etaText is what is left of a session's estimated build time, "~1m30s left", given
-// how much session time passed since the Counts c; "" when nothing is left to build.
+// how much session time passed since the Counts c. It is "" — no guess — when
+// nothing is left to build, when the scheduler does not know (an element never
+// built before is left: Counts.Remaining 0), and when the estimate has run out
+// while builds go on (they take longer than they did before: nothing says how much).
 func etaText(c queues.Counts, since time.Duration) string {
 	left := c.Remaining - since
-	if c.Remaining <= 0 || c.Done >= c.Total {
+	if c.Remaining <= 0 || c.Done >= c.Total || left < time.Second {
 		return ""
-	}
-	if left < time.Second {
-		return "almost done"
 	}
 	return "~" + left.Round(time.Second).String() + " left"
 }

@@ -181,3 +181,26 @@ func TestCleanupSaysWhatItKeptForOtherSessions(t *testing.T) {
 	wantContains(t, "plain output", plain.String(), "kept 3 artifacts (1.0 MiB) other running sessions need")
 	wantContains(t, "json", js.String(), `"live":3,"live-bytes":1048576`)
 }
+
+// The ETA is what the scheduler estimated from learned build times, counted down;
+// no guess when it does not know (Remaining 0: an element never built before is
+// left), when the countdown has run out while builds go on, or when all is done.
+func TestETATextSaysNothingRatherThanGuess(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		c     queues.Counts
+		since time.Duration
+		want  string
+	}{
+		{"learned", queues.Counts{Done: 1, Total: 4, Remaining: 90 * time.Second}, 0, "~1m30s left"},
+		{"counted down", queues.Counts{Done: 1, Total: 4, Remaining: 90 * time.Second}, 30 * time.Second, "~1m0s left"},
+		{"unknown at the start", queues.Counts{Done: 0, Total: 4}, 47 * time.Second, ""},
+		{"estimate run out", queues.Counts{Done: 0, Total: 4, Remaining: 6 * time.Second}, 47 * time.Second, ""},
+		{"under a second left", queues.Counts{Done: 3, Total: 4, Remaining: 2 * time.Second}, 1500 * time.Millisecond, ""},
+		{"all done", queues.Counts{Done: 4, Total: 4, Remaining: time.Minute}, 0, ""},
+	} {
+		if got := etaText(tc.c, tc.since); got != tc.want {
+			t.Errorf("%s: etaText(%+v, %v) = %q, want %q", tc.name, tc.c, tc.since, got, tc.want)
+		}
+	}
+}

@@ -12,9 +12,13 @@ import (
 // "time" (RFC 3339) and "event"; job events carry "action", "element", "key" and
 // "job"; job-end carries "result" (success, failure, terminated, skipped) and
 // "duration" in seconds to the millisecond; each element the session never started
-// has an "element-not-started" event with the reason in "text". A build that
-// starts while the builders are busy has "gated": true in its job-start: it stages,
-// then waits for a free builder, and job-opened says when it got one. An element
+// has an "element-not-started" event with the reason in "text". A job-start comes
+// when the job holds its builder and runs: a build that staged while the builders
+// were busy has "gated": true in it. A build's job-end comes when its artifact is
+// available, before any job-start of what stages it, and a job-durable when its
+// artifact is committed (its ref written and synced) and its job is over; nothing
+// else of a job comes before its job-start or after its job-end (docs/usage.md,
+// "What the log guarantees"). An element
 // that waits for another gantry process's build of it on the same cache has an
 // "element-waiting" event, what it waits for in "text"; its end is the
 // element-skipped (reused) or the failure that follows. Under --ui json everything gantry writes to stderr is such
@@ -54,8 +58,7 @@ type jsonEvent struct {
 	Cleanup  *jsonCleanup    `json:"cleanup,omitempty"`
 	// Workspace: a build from this open workspace.
 	Workspace string `json:"workspace,omitempty"`
-	// Gated, with job-start: the job prepares and waits for a free slot; job-opened
-	// says when it got one.
+	// Gated, with job-start: the job staged, waiting for a free builder, before it.
 	Gated bool `json:"gated,omitempty"`
 }
 
@@ -119,6 +122,8 @@ func (j *JSON) Handle(e queues.Event) {
 	case queues.JobEnd:
 		o = jsonEvent{Time: e.Time, Event: "job-end", Action: e.Action, Element: e.Element, Key: e.Key, Job: e.JobID,
 			Result: string(e.Result), Duration: seconds(e.Duration), Error: e.Error, Log: e.LogPath, Retry: e.WillRetry}
+	case queues.JobDurable:
+		o = jsonEvent{Time: e.Time, Event: "job-durable", Action: e.Action, Element: e.Element, Key: e.Key, Job: e.JobID}
 	case queues.ElementSkipped:
 		o = jsonEvent{Time: e.Time, Event: "element-skipped", Action: e.Action, Element: e.Element, Key: e.Key, Text: e.Reason}
 	case queues.ElementWaiting:

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"sync"
 	"sync/atomic"
@@ -47,6 +48,7 @@ type TUI struct {
 	runErr error              // why the program ended before the session did; set before exited closes
 	hook   func(queues.Event) // tests only: given to the model, runs before it applies an event
 	width  atomic.Int64       // the terminal's width as the program last saw it; 0: unknown
+	live   *liveOutput        // the terminal the program draws on; nil when Out is no file
 
 	// Owned by the goroutine that calls Handle.
 	hist  history
@@ -70,21 +72,35 @@ func (t *TUI) Start(ctl Controller) {
 	m := newTUIModel(answerWatch{t}, t.opts, newTUIStyles(newRenderer(t.opts.Out, t.opts.NoColor)))
 	m.hook = t.hook
 	m.onResize = func(w int) { t.width.Store(int64(w)) }
+	out := t.opts.Out
+	if f, ok := out.(*os.File); ok {
+		t.live = &liveOutput{File: f}
+		m.live, out = t.live, t.live
+	}
 	t.prog = tea.NewProgram(m,
 		tea.WithInput(t.opts.In),
-		tea.WithOutput(t.opts.Out),
+		tea.WithOutput(out),
 		tea.WithoutSignalHandler(), // the CLI turns SIGINT, SIGTERM and SIGTSTP into commands
 		tea.WithFPS(10),
-		tea.WithFilter(acknowledge),
+		tea.WithFilter(t.filter),
 	)
 	go t.run()
 }
 
-// acknowledge runs in the program's loop as soon as it has received a message: it
-// tells Handle that the event got there.
-func acknowledge(_ tea.Model, msg tea.Msg) tea.Msg {
-	if e, ok := msg.(eventMsg); ok && e.ack != nil {
-		close(e.ack)
+// filter runs in the program's loop as soon as it has received a message, before
+// the renderer and the model see it. An event: it tells Handle that the event got
+// there. A new terminal size: it books the repair of the live area drawn at the old
+// one (see liveOutput), before the renderer draws at the new one.
+func (t *TUI) filter(_ tea.Model, msg tea.Msg) tea.Msg {
+	switch msg := msg.(type) {
+	case eventMsg:
+		if msg.ack != nil {
+			close(msg.ack)
+		}
+	case tea.WindowSizeMsg:
+		if t.live != nil {
+			t.live.resized(msg.Width)
+		}
 	}
 	return msg
 }

@@ -60,6 +60,8 @@ type tuiModel struct {
 	// onResize tells the TUI the terminal's width, for the lines it prints above the
 	// live area; nil: nobody asks.
 	onResize func(width int)
+	// live is told every view View makes, as drawn (see liveOutput); nil: none.
+	live *liveOutput
 
 	width, height int    // the terminal's size; 0 until a WindowSizeMsg says
 	sel           int    // index in st.jobs of the selected job
@@ -70,6 +72,11 @@ type tuiModel struct {
 	note          string // what the user asked for last ("quitting: …"), shown until replaced
 	log           logView
 	shellOpen     bool // the failure prompt's shell has the terminal: no live area
+	// stopped: after Ctrl-Z no live area is drawn until the program has the
+	// terminal back (tea.ResumeMsg) and knows its size (the WindowSizeMsg that
+	// follows, in either order): the first frame after fg is drawn from where the
+	// cursor is, at the size the terminal has then.
+	stopped struct{ resume, size bool }
 
 	quota      int64                 // cache quota; 0: usage is not shown
 	usage      func() (int64, error) // measures the cache's usage
@@ -133,6 +140,10 @@ func (m tuiModel) update(msg tea.Msg) (tuiModel, tea.Cmd) {
 		if m.onResize != nil {
 			m.onResize(msg.Width)
 		}
+		m.stopped.size = false
+		return m, nil
+	case tea.ResumeMsg:
+		m.stopped.resume = false
 		return m, nil
 	case tea.KeyMsg:
 		return m.key(msg)
@@ -227,6 +238,10 @@ func (m tuiModel) key(msg tea.KeyMsg) (tuiModel, tea.Cmd) {
 	case "ctrl+c":
 		return m.interrupt()
 	case "ctrl+z":
+		// The live area is erased before the program gives the terminal up: the
+		// shell writes below where it began, and the area drawn again on fg starts
+		// there, with no copy of it left above.
+		m.stopped.resume, m.stopped.size = true, true
 		return m, tea.Suspend
 	}
 	switch {

@@ -64,10 +64,19 @@ func (m tuiModel) size() (width, height int) {
 }
 
 // View draws the live area: header, running jobs or a log, then notes, prompts and
-// help. Every line is cut to the terminal's width. After SessionEnd, and while the
-// failure prompt's shell runs, it is empty.
+// help. Every line is cut to the terminal's width. After SessionEnd, while the
+// failure prompt's shell runs and while gantry is stopped (Ctrl-Z), it is empty.
 func (m tuiModel) View() string {
-	if m.st.finished || m.shellOpen {
+	v := m.view()
+	if m.live != nil {
+		m.live.latest(m.drawn(v))
+	}
+	return v
+}
+
+// view is View's text.
+func (m tuiModel) view() string {
+	if m.st.finished || m.shellOpen || m.stopped.resume || m.stopped.size {
 		return ""
 	}
 	w, h := m.size()
@@ -83,6 +92,18 @@ func (m tuiModel) View() string {
 		lines[i] = ansi.Truncate(l, w, "…")
 	}
 	return strings.Join(lines, "\n")
+}
+
+// drawn is the view v as the renderer draws it: no more lines than the terminal's
+// height (the renderer drops those at the top), and a blank for an empty view.
+func (m tuiModel) drawn(v string) string {
+	if v == "" {
+		return " "
+	}
+	if lines := strings.Split(v, "\n"); m.height > 0 && len(lines) > m.height {
+		v = strings.Join(lines[len(lines)-m.height:], "\n")
+	}
+	return v
 }
 
 // layout gives the log view the rows that the header and footer leave.

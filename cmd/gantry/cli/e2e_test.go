@@ -262,10 +262,10 @@ func TestE2EKill9ThenRebuildReusesArtifacts(t *testing.T) {
 	}
 
 	g := p.start("build", "--ui", "json", "--sandbox", "host", "--builders", "2")
-	g.waitFor("e1–e3 built and e4 started", func(evs []e2eEvent) bool {
+	g.waitFor("e1–e3 built and durable, and e4 started", func(evs []e2eEvent) bool {
 		n := 0
 		for _, e := range evs {
-			if e.is("job-end", "build", "") && e.Result == "success" && (e.Element == "e1.toml" || e.Element == "e2.toml" || e.Element == "e3.toml") {
+			if e.is("job-durable", "build", "") && (e.Element == "e1.toml" || e.Element == "e2.toml" || e.Element == "e3.toml") {
 				n++
 			}
 		}

@@ -150,6 +150,27 @@ func (tp *tmuxPane) waitScreenIs(what, re string, want bool) string {
 	}
 }
 
+// stopAndContinue types Ctrl-Z, waits until gantry is stopped, writes shell (what a
+// shell would print meanwhile, below the display) to the terminal, waits until the
+// screen matches shown, and sends gantry SIGCONT, as fg does.
+func (tp *tmuxPane) stopAndContinue(shell, shown string) {
+	tp.t.Helper()
+	gantry := tp.gantryPid()
+	tp.keys("C-z")
+	eventually(tp.t, e2eTimeout, "gantry is stopped (state T)", func() bool {
+		pi, ok := proctest.Read(gantry)
+		return ok && pi.State == 'T'
+	})
+	tty, err := os.OpenFile(tp.format("#{pane_tty}"), os.O_WRONLY, 0)
+	if err != nil {
+		tp.t.Fatal(err)
+	}
+	fmt.Fprint(tty, shell)
+	tty.Close()
+	tp.waitScreen("the shell's lines", shown)
+	syscall.Kill(gantry, syscall.SIGCONT)
+}
+
 // TestE2ETUI: the header and the running job appear; s stops the job's processes and s
 // resumes them; Ctrl-C suspends and asks, c continues; Ctrl-Z stops jobs and gantry,
 // SIGCONT resumes; the session ends with the summary, exit code 0 and a clean terminal.
@@ -305,20 +326,7 @@ func TestE2ETUILogViewAndRedraw(t *testing.T) {
 	tp.waitScreen("the log view", `(?s)log of build tick\.toml.*tick 3\b`)
 	tp.waitScreen("the log view growing", `tick 30\b`)
 
-	gantry := tp.gantryPid()
-	tp.keys("C-z")
-	eventually(t, e2eTimeout, "gantry is stopped (state T)", func() bool {
-		pi, ok := proctest.Read(gantry)
-		return ok && pi.State == 'T'
-	})
-	tty, err := os.OpenFile(tp.format("#{pane_tty}"), os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fmt.Fprint(tty, "\r\n[1]+  Stopped   STALE-LINE-1\r\n$ fg STALE-LINE-2\r\n")
-	tty.Close()
-	tp.waitScreen("the shell's lines", `STALE-LINE-2`)
-	syscall.Kill(gantry, syscall.SIGCONT)
+	tp.stopAndContinue("\r\n[1]+  Stopped   STALE-LINE-1\r\n$ fg STALE-LINE-2\r\n", `STALE-LINE-2`)
 	screen := tp.waitScreenIs("the screen redrawn without the shell's lines", `STALE-LINE`, false)
 	if n := strings.Count(screen, "log of build tick.toml"); n != 1 {
 		t.Errorf("the log view's title is on the screen %d times, want once:\n%s", n, screen)
@@ -332,6 +340,54 @@ func TestE2ETUILogViewAndRedraw(t *testing.T) {
 	if n := strings.Count(screen, "log of build tick.toml"); n != 1 {
 		t.Errorf("after the resize the log view's title is on the screen %d times, want once:\n%s", n, screen)
 	}
+
+	if err := os.WriteFile(release, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, screen := tp.waitExit(); code != 0 {
+		t.Errorf("gantry exited with status %d, want 0; the screen:\n%s", code, screen)
+	}
+}
+
+// TestE2ETUINoGhostLinesAfterResizeOrStop: the live area (header, counters, two
+// running builds, under the lines of three finished ones) is on the screen once — no
+// copy of the header or the counters is left above it — after the terminal gets
+// narrower (the terminal reflows the wide lines onto more rows than were drawn),
+// wider again, and after Ctrl-Z with the shell writing its lines below the display,
+// then fg (SIGCONT).
+func TestE2ETUINoGhostLinesAfterResizeOrStop(t *testing.T) {
+	t.Parallel()
+	requireTmux(t)
+	p := newE2EProject(t, map[string]string{"project.toml": projectTOML("a.toml", "b.toml")})
+	release := p.scratch("release")
+	first := []string{"c1.toml", "c2.toml", "c3.toml"}
+	for _, name := range first {
+		p.write("elements/"+name, manualElement(nil, "true"))
+	}
+	for _, name := range []string{"a", "b"} {
+		p.write("elements/"+name+".toml", manualElement(first,
+			fmt.Sprintf("i=0; while [ ! -e %s ]; do i=$((i+1)); echo %s $i; sleep 0.05; done", release, name)))
+	}
+	tp := p.startInTmux("build", "--sandbox", "host", "--builders", "2")
+	header, counters := regexp.MustCompile(`\] e2e +\d+/5 elements`), regexp.MustCompile(`fetch \d+ ok`)
+	once := func(when, screen string) {
+		t.Helper()
+		for _, rx := range []*regexp.Regexp{header, counters} {
+			if n := len(rx.FindAllString(screen, -1)); n != 1 {
+				t.Errorf("%s: /%s/ is on the screen %d times, want once:\n%s", when, rx, n, screen)
+			}
+		}
+	}
+	once("at the start", tp.waitScreen("the finished builds, the header and both builds", `(?s)\] e2e +3/5 elements.*build +[ab]\.toml.*build +[ab]\.toml`))
+
+	// Narrower than the counters' line: they are drawn on two lines.
+	tp.run("resize-window", "-t", "gantry", "-x", "50")
+	once("after the terminal got narrower", tp.waitScreen("the counters on two lines", `(?m)^build \d+ ok`))
+	tp.run("resize-window", "-t", "gantry", "-x", "100")
+	once("after the terminal got wider", tp.waitScreen("the counters on one line", `wait │ build \d+ ok`))
+
+	tp.stopAndContinue("\r\n[1]+  Stopped   gantry build\r\n$ fg\r\n", `\$ fg`)
+	once("after Ctrl-Z and fg", tp.waitScreen("the live area after fg", `(?s)all jobs resumed.*\] e2e .*build +[ab]\.toml.*build +[ab]\.toml`))
 
 	if err := os.WriteFile(release, nil, 0o644); err != nil {
 		t.Fatal(err)

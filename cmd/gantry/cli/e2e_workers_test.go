@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -374,10 +375,15 @@ func TestE2EInterruptBeforeWorkerStartsJob(t *testing.T) {
 	if _, err := os.Stat(p.scratch(waiting + ".ran")); err == nil {
 		t.Errorf("%s's command ran after the interrupt that terminated its job\n%s", waiting, g.output())
 	}
-	end, ok := findEvent(g.snapshot(), "job-end", "build", waiting+".toml")
-	if !ok || end.Result != "terminated" || !strings.Contains(end.Error, "terminated before it started") {
-		t.Errorf("job-end of %s.toml: result %q, error %q; want terminated before it started\n%s",
-			waiting, end.Result, end.Error, g.output())
+	// Its worker never began it: it never ran, and no display says it started or was
+	// terminated; it did not start.
+	for _, e := range g.snapshot() {
+		if e.Element == waiting+".toml" && strings.HasPrefix(e.Event, "job-") {
+			t.Errorf("an event of %s's job, which never ran: %s", waiting, e.Raw)
+		}
+	}
+	if ns, ok := findEvent(g.snapshot(), "element-not-started", "", waiting+".toml"); !ok || ns.Text != "session terminated" {
+		t.Errorf("element-not-started of %s.toml %q, want the reason \"session terminated\"\n%s", waiting, ns.Raw, g.output())
 	}
 	eventually(t, e2eTimeout, fmt.Sprintf("worker %d is gone", idle), func() bool { return !proctest.Alive(idle) })
 	eventually(t, e2eTimeout, fmt.Sprintf("%s's job group %d is gone", running, busy), func() bool { return len(proctest.Group(busy)) == 0 })
@@ -398,7 +404,7 @@ func (p *e2eProject) buildWithStoppedIdleWorker(t *testing.T, bCommands func(b s
 		p.write("elements/"+b+".toml", manualElement([]string{"a.toml", "c.toml"}, bCommands(b)...))
 	}
 	g := p.start("build", "--ui", "json", "--sandbox", "host", "--builders", "2")
-	g.waitEvent("job-end", "build", "a.toml")
+	g.waitEvent("job-durable", "build", "a.toml") // its job is over: its worker idle
 	idle := p.jobPids()["a.toml"]
 	if idle == 0 {
 		t.Fatalf("a.toml's build log names no worker\n%s", g.output())
@@ -417,14 +423,28 @@ func (p *e2eProject) buildWithStoppedIdleWorker(t *testing.T, bCommands func(b s
 		t.Fatal(err)
 	}
 	// c's worker, idle last, takes one of them, a's stopped worker the other.
-	g.waitEvent("job-start", "build", "b1.toml")
-	g.waitEvent("job-start", "build", "b2.toml")
+	// The one in c's worker begins (job-start); the one handed to the stopped worker
+	// cannot: its log file, made as it is handed over, says it was.
+	g.waitFor("b1 or b2 begun", func(evs []e2eEvent) bool {
+		return slices.ContainsFunc(evs, func(e e2eEvent) bool {
+			return e.is("job-start", "build", "b1.toml") || e.is("job-start", "build", "b2.toml")
+		})
+	})
+	eventually(t, e2eTimeout, "both b's jobs handed to workers (their logs made)", func() bool {
+		for _, b := range []string{"b1", "b2"} {
+			if logs, _ := filepath.Glob(filepath.Join(p.cache, "logs", "e2e", b, "*-build.log")); len(logs) == 0 {
+				return false
+			}
+		}
+		return true
+	})
 	return g, idle
 }
 
 // A build that becomes ready while the only builder is busy starts gated: its job
-// stages and waits at its gate, and its commands run only once the builder is free.
-// JSON says so (job-start "gated", the gate's status, job-opened) and so does its log.
+// stages and waits at its gate (its log says so), and its commands run only once the
+// builder is free. JSON shows it only then: its job-start, "gated", comes when its
+// gate opens, after a gave the builder back.
 func TestE2EGatedBuildStagesWhileTheBuilderIsBusy(t *testing.T) {
 	t.Parallel()
 	p := newE2EProject(t, map[string]string{"project.toml": projectTOML("a.toml", "b.toml")})
@@ -432,22 +452,22 @@ func TestE2EGatedBuildStagesWhileTheBuilderIsBusy(t *testing.T) {
 	p.write("elements/a.toml", manualElement(nil, fmt.Sprintf("while [ ! -e %s ]; do sleep 0.02; done", release)))
 	p.write("elements/b.toml", manualElement(nil, "echo ran > "+ran))
 	g := p.start("build", "--ui", "json", "--sandbox", "host", "--builders", "1")
-	g.waitFor("b's gate status", func(evs []e2eEvent) bool {
-		for _, e := range evs {
-			if e.is("job-status", "build", "b.toml") && e.Text == "staged, waiting for a builder" {
-				return true
-			}
+	bLog := func() string {
+		logs, _ := filepath.Glob(filepath.Join(p.cache, "logs", "e2e", "b", "*-build.log"))
+		if len(logs) != 1 {
+			return ""
 		}
-		return false
-	})
-	if start, _ := findEvent(g.snapshot(), "job-start", "build", "b.toml"); !strings.Contains(start.Raw, `"gated":true`) {
-		t.Errorf("b's job-start %s does not say it is gated", start.Raw)
+		b, _ := os.ReadFile(logs[0])
+		return string(b)
 	}
+	eventually(t, e2eTimeout, "b's log says it waits at its gate", func() bool {
+		return strings.Contains(bLog(), "[gate] staged, waiting for a builder")
+	})
 	if _, err := os.Stat(ran); err == nil {
 		t.Fatalf("b's command ran while a held the only builder\n%s", g.output())
 	}
-	if _, opened := findEvent(g.snapshot(), "job-opened", "build", "b.toml"); opened {
-		t.Fatalf("b's gate opened while a held the only builder\n%s", g.output())
+	if start, started := findEvent(g.snapshot(), "job-start", "build", "b.toml"); started {
+		t.Fatalf("b's job-start %s came while a held the only builder\n%s", start.Raw, g.output())
 	}
 	if err := os.WriteFile(release, nil, 0o644); err != nil {
 		t.Fatal(err)
@@ -464,18 +484,17 @@ func TestE2EGatedBuildStagesWhileTheBuilderIsBusy(t *testing.T) {
 		switch {
 		case freed < 0 && (e.is("job-slot-done", "build", "a.toml") || e.is("job-available", "build", "a.toml") || e.is("job-end", "build", "a.toml")):
 			freed = i
-		case e.is("job-opened", "build", "b.toml"):
+		case e.is("job-start", "build", "b.toml"):
 			opened = i
+			if !strings.Contains(e.Raw, `"gated":true`) {
+				t.Errorf("b's job-start %s does not say it waited at its gate", e.Raw)
+			}
 		}
 	}
 	if freed < 0 || opened < freed {
-		t.Errorf("b's gate opened at event %d, a gave its builder back at event %d\n%s", opened, freed, g.output())
+		t.Errorf("b's job-start is event %d, a gave its builder back at event %d\n%s", opened, freed, g.output())
 	}
-	logs, _ := filepath.Glob(filepath.Join(p.cache, "logs", "e2e", "b", "*-build.log"))
-	if len(logs) != 1 {
-		t.Fatalf("b's build logs: %v", logs)
-	}
-	if b, _ := os.ReadFile(logs[0]); !strings.Contains(string(b), "[gate] opened after") {
-		t.Errorf("b's log does not say when its gate opened:\n%s", b)
+	if log := bLog(); !strings.Contains(log, "[gate] opened after") {
+		t.Errorf("b's log does not say when its gate opened:\n%s", log)
 	}
 }
