@@ -28,7 +28,7 @@ type optionScope struct {
 	aliases     map[string]string         // project.toml's [aliases]
 }
 
-// optionScope is the scope p's element files are read in: the one LoadProjectWith
+// optionScope is the scope p's element files are read in: the one LoadProjectFor
 // made, shared by every element (Element.scope), or a new one for a Project made
 // otherwise (tests).
 func (p *Project) optionScope() *optionScope {

@@ -135,7 +135,7 @@ func TestJunctionOptionsMergeByOption(t *testing.T) {
 		"base/elements/lib.toml": "kind = \"manual\"\n[config]\ninstall-commands = [\"echo %{debug} %{level}\"]\n",
 	})
 	g := mustGraph(t, dir, "base.toml:lib.toml")
-	p, err := LoadProjectWith(filepath.Join(dir, "base"), func(string) [][]OptionSetting {
+	p, err := loadProjectWith(filepath.Join(dir, "base"), func(string) [][]OptionSetting {
 		return [][]OptionSetting{{{Name: "debug", Value: "true"}, {Name: "level", Value: "high"}}}
 	})
 	if err != nil {
@@ -169,7 +169,7 @@ func junctionOptionFiles(file string) map[string]string {
 // graphWithOptions loads the graph of targets in dir with the top project's options
 // set as --option would.
 func graphWithOptions(dir string, settings []OptionSetting, targets ...string) (*Graph, error) {
-	p, err := LoadProjectWith(dir, layers(settings...))
+	p, err := loadProjectWith(dir, layers(settings...))
 	if err != nil {
 		return nil, err
 	}

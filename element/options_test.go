@@ -78,7 +78,7 @@ func keysWith(t *testing.T, dir string, settings ...OptionSetting) map[string]st
 // loadWithOptions loads app.toml with settings, through a parse cache in cacheDir that
 // remembers files however fresh when cacheDir is not "", and saves it.
 func loadWithOptions(dir, cacheDir string, settings ...OptionSetting) (*Graph, *ParseCache, error) {
-	p, err := LoadProjectWith(dir, layers(settings...))
+	p, err := loadProjectWith(dir, layers(settings...))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -191,7 +191,7 @@ func TestOptionSettingErrors(t *testing.T) {
 		{set("features", "docs,test"), `--option features=docs,test: "test" is not a flag of option "features" (did you mean "tests"?): expected a comma-separated list of tests, docs`},
 		{OptionSetting{Name: "debug", Value: "1", File: "config.toml", Line: 3}, `config.toml:3: option debug=1: option "debug" is a bool: expected true or false`},
 	} {
-		_, err := LoadProjectWith(dir, layers(c.s))
+		_, err := loadProjectWith(dir, layers(c.s))
 		if err == nil || err.Error() != c.want {
 			t.Errorf("%s:\n got %v\nwant %s", c.s, err, c.want)
 		}
@@ -202,7 +202,7 @@ func TestOptionSettingErrors(t *testing.T) {
 // flags are kept in their declared order.
 func TestOptionPrecedence(t *testing.T) {
 	dir := writeProject(t, optionsProject)
-	p, err := LoadProjectWith(dir, func(name string) [][]OptionSetting {
+	p, err := loadProjectWith(dir, func(name string) [][]OptionSetting {
 		if name != "opts" {
 			t.Errorf("layers asked for project %q", name)
 		}
@@ -273,7 +273,7 @@ variables.opt = "-O0"
 environment.DEBUG = "1"
 `})
 	for _, c := range []struct{ debug, opt, env string }{{"false", "-O2", ""}, {"true", "-O0", "1"}} {
-		p, err := LoadProjectWith(dir, layers(set("debug", c.debug)))
+		p, err := loadProjectWith(dir, layers(set("debug", c.debug)))
 		if err != nil {
 			t.Fatal(err)
 		}

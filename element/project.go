@@ -116,11 +116,6 @@ func FindProject(dir string) (string, error) {
 // would give its own the same way. Later layers win; unset options keep their defaults.
 type OptionLayers func(project string) [][]OptionSetting
 
-// LoadProjectWith reads root/project.toml with the option settings layers gives (nil
-// for none: every option at its default).
-func LoadProjectWith(root string, layers OptionLayers) (*Project, error) {
-	return LoadProjectFor(root, LoadOptions{Layers: layers})
-}
 
 // LoadOptions are what a project is loaded with from outside it.
 type LoadOptions struct {

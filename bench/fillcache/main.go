@@ -35,7 +35,7 @@ func main() {
 }
 
 func run(dir, cacheDir string, workers int, targets []string) error {
-	p, err := element.LoadProjectWith(dir, nil)
+	p, err := element.LoadProjectFor(dir, element.LoadOptions{})
 	if err != nil {
 		return err
 	}

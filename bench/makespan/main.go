@@ -224,7 +224,7 @@ func fitOverhead(span func(time.Duration) (time.Duration, error), target time.Du
 
 // load loads the project in dir with its default targets.
 func load(dir string) (*element.Graph, error) {
-	p, err := element.LoadProjectWith(dir, nil)
+	p, err := element.LoadProjectFor(dir, element.LoadOptions{})
 	if err != nil {
 		return nil, err
 	}

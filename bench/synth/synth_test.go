@@ -432,7 +432,7 @@ func TestJunctionsSplit(t *testing.T) {
 		if err := g.Write(dir, false); err != nil {
 			t.Fatal(err)
 		}
-		p, err := element.LoadProjectWith(dir, nil)
+		p, err := element.LoadProjectFor(dir, element.LoadOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
