@@ -116,7 +116,6 @@ func FindProject(dir string) (string, error) {
 // would give its own the same way. Later layers win; unset options keep their defaults.
 type OptionLayers func(project string) [][]OptionSetting
 
-
 // LoadOptions are what a project is loaded with from outside it.
 type LoadOptions struct {
 	Layers OptionLayers // option settings (nil: every option at its default)
