@@ -1,0 +1,246 @@
+package testreapi
+
+import (
+	"context"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/longrunning/autogen/longrunningpb"
+	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// action is an Action of cmd over the input root files (see Blobs.Dir), its
+// blobs added to b.
+func action(t *testing.T, b Blobs, cmd *repb.Command, files map[string]string) *repb.Digest {
+	t.Helper()
+	return b.AddMessage(t, &repb.Action{
+		CommandDigest:   b.AddMessage(t, cmd),
+		InputRootDigest: b.Dir(t, files),
+		Timeout:         durationpb.New(time.Minute),
+	})
+}
+
+// shell is a Command running script with /bin/sh.
+func shell(script string) *repb.Command {
+	return &repb.Command{Arguments: []string{"/bin/sh", "-c", script},
+		EnvironmentVariables: []*repb.Command_EnvironmentVariable{{Name: "PATH", Value: "/usr/bin:/bin"}}}
+}
+
+// execute uploads b, executes the action and returns the operations the stream
+// sent, the last one's response, and the stream's error.
+func execute(t *testing.T, ctx context.Context, conn *grpc.ClientConn, instance string, b Blobs, act *repb.Digest) ([]*longrunningpb.Operation, *repb.ExecuteResponse, error) {
+	t.Helper()
+	b.Upload(t, ctx, conn, instance)
+	stream, err := repb.NewExecutionClient(conn).Execute(ctx, &repb.ExecuteRequest{InstanceName: instance, ActionDigest: act})
+	if err != nil {
+		return nil, nil, err
+	}
+	var ops []*longrunningpb.Operation
+	for {
+		op, err := stream.Recv()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return ops, nil, err
+		}
+		ops = append(ops, op)
+	}
+	if len(ops) == 0 || !ops[len(ops)-1].Done {
+		t.Fatalf("the stream ended without a finished operation: %v", ops)
+	}
+	resp := &repb.ExecuteResponse{}
+	if err := ops[len(ops)-1].GetResponse().UnmarshalTo(resp); err != nil {
+		t.Fatal(err)
+	}
+	return ops, resp, nil
+}
+
+// TestBazelWorker runs the Bazel remote worker and checks the quirks gantry's
+// remote execution must live with, each found here: if one goes away with a newer
+// worker, the documentation of it in docs/remote-execution.md goes too.
+func TestBazelWorker(t *testing.T) {
+	w := StartBazelWorker(t, WorkerOptions{})
+	conn := Dial(t, w.Addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	t.Run("RunsACommandWithLegacyOutputFields", func(t *testing.T) {
+		ctx := WithMetadata(t, ctx, "legacy")
+		b := Blobs{}
+		cmd := shell("echo hi > out/x")
+		cmd.OutputFiles = []string{"out/x"}
+		_, resp, err := execute(t, ctx, conn, "", b, action(t, b, cmd, map[string]string{"out/": ""}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := resp.Result
+		if resp.Status.GetCode() != 0 || r.ExitCode != 0 || len(r.OutputFiles) != 1 || r.OutputFiles[0].Path != "out/x" {
+			t.Fatalf("response %v", resp)
+		}
+		if got := string(Read(t, ctx, conn, "", r.OutputFiles[0].Digest)); got != "hi\n" {
+			t.Errorf("out/x = %q, want %q", got, "hi\n")
+		}
+	})
+
+	t.Run("HasNoBatchReadBlobs", func(t *testing.T) {
+		_, err := repb.NewContentAddressableStorageClient(conn).BatchReadBlobs(WithMetadata(t, ctx, "batch-read"), &repb.BatchReadBlobsRequest{})
+		if status.Code(err) != codes.Unimplemented {
+			t.Fatalf("BatchReadBlobs: %v, want UNIMPLEMENTED", err)
+		}
+	})
+
+	t.Run("RefusesCallsWithoutRequestMetadata", func(t *testing.T) {
+		_, err := repb.NewCapabilitiesClient(conn).GetCapabilities(ctx, &repb.GetCapabilitiesRequest{})
+		want := "rpc error: code = InvalidArgument desc = RequestMetadata not received from the client for build.bazel.remote.execution.v2.Capabilities/GetCapabilities"
+		if err == nil || err.Error() != want {
+			t.Errorf("Capabilities without metadata: %v, want %s", err, want)
+		}
+		b := Blobs{}
+		cmd := shell("true")
+		act := action(t, b, cmd, nil)
+		b.Upload(t, WithMetadata(t, ctx, "upload"), conn, "")
+		stream, err := repb.NewExecutionClient(conn).Execute(ctx, &repb.ExecuteRequest{ActionDigest: act})
+		if err == nil {
+			_, err = stream.Recv()
+		}
+		want = "rpc error: code = InvalidArgument desc = RequestMetadata not received from the client for build.bazel.remote.execution.v2.Execution/Execute"
+		if err == nil || err.Error() != want {
+			t.Errorf("Execute without metadata: %v, want %s", err, want)
+		}
+	})
+
+	t.Run("IgnoresOutputPaths", func(t *testing.T) {
+		ctx := WithMetadata(t, ctx, "output-paths")
+		b := Blobs{}
+		cmd := shell("echo hi > out/x")
+		cmd.OutputPaths = []string{"out/x"}
+		_, resp, err := execute(t, ctx, conn, "", b, action(t, b, cmd, map[string]string{"out/": ""}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.Status.GetCode() != 0 || resp.Result.GetExitCode() != 0 || len(resp.Result.GetOutputFiles()) != 0 || len(resp.Result.GetOutputSymlinks()) != 0 {
+			t.Fatalf("response %v", resp)
+		}
+	})
+
+	t.Run("DropsInputSymlinks", func(t *testing.T) {
+		ctx := WithMetadata(t, ctx, "symlinks")
+		b := Blobs{}
+		cmd := shell("if [ -L link ]; then echo link; elif [ -e link ]; then echo other; else echo absent; fi > out/x")
+		cmd.OutputFiles = []string{"out/x"}
+		_, resp, err := execute(t, ctx, conn, "", b, action(t, b, cmd, map[string]string{"out/": "", "target": "t", "link": "->target"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := string(Read(t, ctx, conn, "", resp.Result.OutputFiles[0].Digest)); got != "absent\n" {
+			t.Errorf("the input symlink is %q, want %q", got, "absent\n")
+		}
+	})
+
+	t.Run("RejectsOutputsInTheInputRoot", func(t *testing.T) {
+		ctx := WithMetadata(t, ctx, "existing-output")
+		b := Blobs{}
+		cmd := shell("echo hi > out/x")
+		cmd.OutputFiles = []string{"out/x"}
+		_, resp, err := execute(t, ctx, conn, "", b, action(t, b, cmd, map[string]string{"out/x": "old"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.Status.GetCode() != int32(codes.Internal) || !strings.HasPrefix(resp.Status.GetMessage(), "Output file already exists: "+w.WorkPath+"/build-") {
+			t.Fatalf("response %v, want INTERNAL: Output file already exists: %s/build-…/out/x", resp, w.WorkPath)
+		}
+	})
+
+	t.Run("ExecuteDoesNotConsultTheActionCache", func(t *testing.T) {
+		ctx := WithMetadata(t, ctx, "action-cache")
+		b := Blobs{}
+		cmd := shell("echo ran > out/x")
+		cmd.OutputFiles = []string{"out/x"}
+		act := action(t, b, cmd, map[string]string{"out/": ""})
+		b.Upload(t, ctx, conn, "")
+		canned := &repb.ActionResult{ExitCode: 42}
+		if _, err := repb.NewActionCacheClient(conn).UpdateActionResult(ctx, &repb.UpdateActionResultRequest{ActionDigest: act, ActionResult: canned}); err != nil {
+			t.Fatal(err)
+		}
+		_, resp, err := execute(t, ctx, conn, "", b, act)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.CachedResult || resp.Result.GetExitCode() != 0 {
+			t.Fatalf("Execute answered from the action cache: %v", resp)
+		}
+	})
+
+	t.Run("ForgetsFinishedOperations", func(t *testing.T) {
+		ctx := WithMetadata(t, ctx, "wait")
+		b := Blobs{}
+		ops, _, err := execute(t, ctx, conn, "", b, action(t, b, shell("true"), nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ops[0].Metadata != nil {
+			t.Errorf("the first operation has metadata %v, want none", ops[0].Metadata)
+		}
+		stream, err := repb.NewExecutionClient(conn).WaitExecution(ctx, &repb.WaitExecutionRequest{Name: ops[0].Name})
+		if err == nil {
+			_, err = stream.Recv()
+		}
+		if status.Code(err) != codes.NotFound {
+			t.Fatalf("WaitExecution of a finished operation: %v, want NOT_FOUND", err)
+		}
+	})
+
+	t.Run("BindsAllInterfaces", func(t *testing.T) {
+		if !listensOnAll(t, w.Port) {
+			t.Fatalf("the worker does not listen on every interface on port %d", w.Port)
+		}
+	})
+
+	t.Run("Kill", func(t *testing.T) {
+		pid := w.cmd.Process.Pid
+		w.Kill()
+		if err := syscall.Kill(-pid, 0); err != syscall.ESRCH {
+			t.Errorf("the worker's process group is still there after Kill (%v)", err)
+		}
+		_, err := repb.NewCapabilitiesClient(conn).GetCapabilities(WithMetadata(t, ctx, "killed"), &repb.GetCapabilitiesRequest{})
+		if status.Code(err) != codes.Unavailable {
+			t.Errorf("Capabilities of a killed worker: %v, want UNAVAILABLE", err)
+		}
+	})
+}
+
+// listensOnAll reports whether a socket listens on port on every interface
+// (0.0.0.0 or ::), from /proc/net/tcp and tcp6.
+func listensOnAll(t *testing.T, port int) bool {
+	hexPort := strings.ToUpper(strconv.FormatInt(int64(port), 16))
+	for len(hexPort) < 4 {
+		hexPort = "0" + hexPort
+	}
+	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(data), "\n")[1:] {
+			fields := strings.Fields(line)
+			if len(fields) < 4 || fields[3] != "0A" { // LISTEN
+				continue
+			}
+			addr, p, ok := strings.Cut(fields[1], ":")
+			if ok && p == hexPort && strings.Trim(addr, "0") == "" {
+				return true
+			}
+		}
+	}
+	return false
+}
