@@ -159,10 +159,10 @@ func (w *Worker) waitReady(t testing.TB) error {
 	}()
 	conn := Dial(t, w.Addr)
 	caps := repb.NewCapabilitiesClient(conn)
-	ctx = WithMetadata(t, ctx, "capabilities")
+	callCtx := WithMetadata(t, ctx, "capabilities")
 	pause := 20 * time.Millisecond
 	for {
-		_, err := caps.GetCapabilities(ctx, &repb.GetCapabilitiesRequest{})
+		_, err := caps.GetCapabilities(callCtx, &repb.GetCapabilitiesRequest{})
 		if err == nil {
 			return nil
 		}
@@ -199,23 +199,25 @@ var compiled struct {
 // directory under the user's cache named by a hash of the sources and the jar (or
 // under the temporary directory when there is no user cache), and returns it.
 func compileWorker() (string, error) {
-	compiled.once.Do(func() { compiled.dir, compiled.err = compileWorkerOnce() })
+	compiled.once.Do(func() { compiled.dir, compiled.err = compileWorkerFrom(workerSources, workerJar) })
 	return compiled.dir, compiled.err
 }
 
-func compileWorkerOnce() (string, error) {
+// compileWorkerFrom compiles the sources under dir against jar, or finds them
+// compiled in the cache.
+func compileWorkerFrom(dir, jar string) (string, error) {
 	for _, tool := range []string{"java", "javac"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			return "", fmt.Errorf("the Bazel remote worker needs a JDK: %s %w", tool, errMissing)
 		}
 	}
-	for _, p := range []string{workerSources, workerJar} {
+	for _, p := range []string{dir, jar} {
 		if _, err := os.Stat(p); err != nil {
 			return "", fmt.Errorf("the Bazel remote worker needs %s: %w", p, errMissing)
 		}
 	}
 	var sources []string
-	err := filepath.WalkDir(workerSources, func(path string, d fs.DirEntry, err error) error {
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 		if err == nil && !d.IsDir() && filepath.Ext(path) == ".java" {
 			sources = append(sources, path)
 		}
@@ -226,7 +228,7 @@ func compileWorkerOnce() (string, error) {
 	}
 	sort.Strings(sources)
 	h := sha256.New()
-	for _, p := range append(sources, workerJar) {
+	for _, p := range append(sources, jar) {
 		f, err := os.Open(p)
 		if err != nil {
 			return "", err
@@ -242,33 +244,33 @@ func compileWorkerOnce() (string, error) {
 	if err != nil {
 		base = os.TempDir()
 	}
-	dir := filepath.Join(base, "gantry-tests", "bazel-worker-"+hex.EncodeToString(h.Sum(nil))[:16])
-	if _, err := os.Stat(filepath.Join(dir, "done")); err == nil {
-		return dir, nil
+	out := filepath.Join(base, "gantry-tests", "bazel-worker-"+hex.EncodeToString(h.Sum(nil))[:16])
+	if _, err := os.Stat(filepath.Join(out, "done")); err == nil {
+		return out, nil
 	}
-	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		return "", err
 	}
 	// Compiled beside and renamed into place, so that test binaries compiling at
 	// once never see half a directory.
-	tmp, err := os.MkdirTemp(filepath.Dir(dir), "compiling-")
+	tmp, err := os.MkdirTemp(filepath.Dir(out), "compiling-")
 	if err != nil {
 		return "", err
 	}
 	defer os.RemoveAll(tmp)
-	args := append([]string{"-nowarn", "-d", tmp, "-cp", workerJar}, sources...)
+	args := append([]string{"-nowarn", "-d", tmp, "-cp", jar}, sources...)
 	if out, err := exec.Command("javac", args...).CombinedOutput(); err != nil {
 		return "", fmt.Errorf("compiling the Bazel remote worker: %v\n%s", err, out)
 	}
 	if err := os.WriteFile(filepath.Join(tmp, "done"), nil, 0o644); err != nil {
 		return "", err
 	}
-	if err := os.Rename(tmp, dir); err != nil {
-		if _, statErr := os.Stat(filepath.Join(dir, "done")); statErr != nil {
+	if err := os.Rename(tmp, out); err != nil {
+		if _, statErr := os.Stat(filepath.Join(out, "done")); statErr != nil {
 			return "", err
 		}
 	}
-	return dir, nil
+	return out, nil
 }
 
 // lockedBuffer is a bytes.Buffer safe for the process's writes and the test's

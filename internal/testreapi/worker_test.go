@@ -2,8 +2,11 @@ package testreapi
 
 import (
 	"context"
+	"errors"
 	"io"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -65,6 +68,24 @@ func execute(t *testing.T, ctx context.Context, conn *grpc.ClientConn, instance 
 	return ops, resp, nil
 }
 
+// runOn executes cmd over the input root files on conn's default instance.
+func runOn(t *testing.T, ctx context.Context, conn *grpc.ClientConn, cmd *repb.Command, files map[string]string) *repb.ExecuteResponse {
+	t.Helper()
+	b := Blobs{}
+	_, resp, err := execute(t, ctx, conn, "", b, action(t, b, cmd, files))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
+// toOutX is a shell command declaring out/x in the legacy output_files.
+func toOutX(script string) *repb.Command {
+	cmd := shell(script)
+	cmd.OutputFiles = []string{"out/x"}
+	return cmd
+}
+
 // TestBazelWorker runs the Bazel remote worker and checks the quirks gantry's
 // remote execution must live with, each found here: if one goes away with a newer
 // worker, the documentation of it in docs/remote-execution.md goes too.
@@ -75,14 +96,9 @@ func TestBazelWorker(t *testing.T) {
 	defer cancel()
 
 	t.Run("RunsACommandWithLegacyOutputFields", func(t *testing.T) {
+		// out/ is not in the input root: the worker creates the outputs' parents.
 		ctx := WithMetadata(t, ctx, "legacy")
-		b := Blobs{}
-		cmd := shell("echo hi > out/x")
-		cmd.OutputFiles = []string{"out/x"}
-		_, resp, err := execute(t, ctx, conn, "", b, action(t, b, cmd, map[string]string{"out/": ""}))
-		if err != nil {
-			t.Fatal(err)
-		}
+		resp := runOn(t, ctx, conn, toOutX("echo hi > out/x"), nil)
 		r := resp.Result
 		if resp.Status.GetCode() != 0 || r.ExitCode != 0 || len(r.OutputFiles) != 1 || r.OutputFiles[0].Path != "out/x" {
 			t.Fatalf("response %v", resp)
@@ -120,14 +136,9 @@ func TestBazelWorker(t *testing.T) {
 	})
 
 	t.Run("IgnoresOutputPaths", func(t *testing.T) {
-		ctx := WithMetadata(t, ctx, "output-paths")
-		b := Blobs{}
 		cmd := shell("echo hi > out/x")
 		cmd.OutputPaths = []string{"out/x"}
-		_, resp, err := execute(t, ctx, conn, "", b, action(t, b, cmd, map[string]string{"out/": ""}))
-		if err != nil {
-			t.Fatal(err)
-		}
+		resp := runOn(t, WithMetadata(t, ctx, "output-paths"), conn, cmd, map[string]string{"out/": ""})
 		if resp.Status.GetCode() != 0 || resp.Result.GetExitCode() != 0 || len(resp.Result.GetOutputFiles()) != 0 || len(resp.Result.GetOutputSymlinks()) != 0 {
 			t.Fatalf("response %v", resp)
 		}
@@ -135,27 +146,15 @@ func TestBazelWorker(t *testing.T) {
 
 	t.Run("DropsInputSymlinks", func(t *testing.T) {
 		ctx := WithMetadata(t, ctx, "symlinks")
-		b := Blobs{}
-		cmd := shell("if [ -L link ]; then echo link; elif [ -e link ]; then echo other; else echo absent; fi > out/x")
-		cmd.OutputFiles = []string{"out/x"}
-		_, resp, err := execute(t, ctx, conn, "", b, action(t, b, cmd, map[string]string{"out/": "", "target": "t", "link": "->target"}))
-		if err != nil {
-			t.Fatal(err)
-		}
+		cmd := toOutX("if [ -L link ]; then echo link; elif [ -e link ]; then echo other; else echo absent; fi > out/x")
+		resp := runOn(t, ctx, conn, cmd, map[string]string{"target": "t", "link": "->target"})
 		if got := string(Read(t, ctx, conn, "", resp.Result.OutputFiles[0].Digest)); got != "absent\n" {
 			t.Errorf("the input symlink is %q, want %q", got, "absent\n")
 		}
 	})
 
 	t.Run("RejectsOutputsInTheInputRoot", func(t *testing.T) {
-		ctx := WithMetadata(t, ctx, "existing-output")
-		b := Blobs{}
-		cmd := shell("echo hi > out/x")
-		cmd.OutputFiles = []string{"out/x"}
-		_, resp, err := execute(t, ctx, conn, "", b, action(t, b, cmd, map[string]string{"out/x": "old"}))
-		if err != nil {
-			t.Fatal(err)
-		}
+		resp := runOn(t, WithMetadata(t, ctx, "existing-output"), conn, toOutX("echo hi > out/x"), map[string]string{"out/x": "old"})
 		if resp.Status.GetCode() != int32(codes.Internal) || !strings.HasPrefix(resp.Status.GetMessage(), "Output file already exists: "+w.WorkPath+"/build-") {
 			t.Fatalf("response %v, want INTERNAL: Output file already exists: %s/build-…/out/x", resp, w.WorkPath)
 		}
@@ -164,9 +163,7 @@ func TestBazelWorker(t *testing.T) {
 	t.Run("ExecuteDoesNotConsultTheActionCache", func(t *testing.T) {
 		ctx := WithMetadata(t, ctx, "action-cache")
 		b := Blobs{}
-		cmd := shell("echo ran > out/x")
-		cmd.OutputFiles = []string{"out/x"}
-		act := action(t, b, cmd, map[string]string{"out/": ""})
+		act := action(t, b, toOutX("echo ran > out/x"), nil)
 		b.Upload(t, ctx, conn, "")
 		canned := &repb.ActionResult{ExitCode: 42}
 		if _, err := repb.NewActionCacheClient(conn).UpdateActionResult(ctx, &repb.UpdateActionResultRequest{ActionDigest: act, ActionResult: canned}); err != nil {
@@ -243,4 +240,50 @@ func listensOnAll(t *testing.T, port int) bool {
 		}
 	}
 	return false
+}
+
+func TestCompileWorkerMissingSources(t *testing.T) {
+	if _, err := exec.LookPath("javac"); err != nil {
+		t.Skip("no JDK: the sources are not looked at")
+	}
+	missing := filepath.Join(t.TempDir(), "no-sources")
+	_, err := compileWorkerFrom(missing, workerJar)
+	want := "the Bazel remote worker needs " + missing + ": missing"
+	if err == nil || err.Error() != want || !errors.Is(err, errMissing) {
+		t.Errorf("compiling from missing sources: %v, want %s (errMissing, so the test skips outside CI)", err, want)
+	}
+}
+
+// TestCompileWorkerIsCached compiles the worker into an empty user cache, then
+// finds it there without compiling again.
+func TestCompileWorkerIsCached(t *testing.T) {
+	if _, err := compileWorker(); err != nil { // skips or fails as StartBazelWorker does
+		StartBazelWorker(t, WorkerOptions{})
+	}
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	dir, err := compileWorkerFrom(workerSources, workerJar)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(dir, os.Getenv("XDG_CACHE_HOME")+"/gantry-tests/bazel-worker-") {
+		t.Errorf("compiled into %s, want under $XDG_CACHE_HOME/gantry-tests", dir)
+	}
+	done := filepath.Join(dir, "done")
+	before, err := os.Stat(done)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "com/google/devtools/build/remote/worker/RemoteWorker.class")); err != nil {
+		t.Error(err)
+	}
+	again, err := compileWorkerFrom(workerSources, workerJar)
+	if err != nil || again != dir {
+		t.Fatalf("second compile: %s %v, want %s", again, err, dir)
+	}
+	if after, err := os.Stat(done); err != nil || !os.SameFile(before, after) || !after.ModTime().Equal(before.ModTime()) {
+		t.Error("the second compile did not reuse the cached classes")
+	}
+	if entries, _ := os.ReadDir(filepath.Dir(dir)); len(entries) != 1 {
+		t.Errorf("the cache holds %d entries, want the compiled directory only", len(entries))
+	}
 }
