@@ -3,6 +3,7 @@ package testreapi
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -18,6 +19,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
@@ -176,6 +178,79 @@ func TestBazelWorker(t *testing.T) {
 		if resp.CachedResult || resp.Result.GetExitCode() != 0 {
 			t.Fatalf("Execute answered from the action cache: %v", resp)
 		}
+	})
+
+	t.Run("RecordsOnlySuccessesInTheActionCache", func(t *testing.T) {
+		ctx := WithMetadata(t, ctx, "records")
+		ac := repb.NewActionCacheClient(conn)
+		for _, c := range []struct {
+			script string
+			want   codes.Code
+		}{{"echo ok > out/x", codes.OK}, {"echo failed > out/x; exit 1", codes.NotFound}} {
+			b := Blobs{}
+			act := action(t, b, toOutX(c.script), nil)
+			if _, _, err := execute(t, ctx, conn, "", b, act); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := ac.GetActionResult(ctx, &repb.GetActionResultRequest{ActionDigest: act}); status.Code(err) != c.want {
+				t.Errorf("GetActionResult after %q: %v, want %v", c.script, err, c.want)
+			}
+		}
+	})
+
+	t.Run("KeepsTheOutputsOfAFailedCommand", func(t *testing.T) {
+		ctx := WithMetadata(t, ctx, "failed")
+		r := runOn(t, ctx, conn, toOutX("echo partial > out/x; exit 3"), nil).Result
+		if r.GetExitCode() != 3 || len(r.GetOutputFiles()) != 1 || string(Read(t, ctx, conn, "", r.OutputFiles[0].Digest)) != "partial\n" {
+			t.Fatalf("result %v, want exit code 3 and out/x", r)
+		}
+	})
+
+	t.Run("FollowsAbsoluteSymlinksInOutputDirectories", func(t *testing.T) {
+		ctx := WithMetadata(t, ctx, "output-symlinks")
+		host := filepath.Join(t.TempDir(), "on-the-host")
+		if err := os.WriteFile(host, []byte("host file\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cmd := shell("mkdir -p out/d/s && echo f > out/d/f && ln -s f out/d/rel && ln -s s out/d/reldir && ln -s " + host + " out/d/abs")
+		cmd.OutputDirectories = []string{"out/d"}
+		r := runOn(t, ctx, conn, cmd, nil).Result
+		if len(r.GetOutputDirectories()) != 1 {
+			t.Fatalf("result %v", r)
+		}
+		tree := &repb.Tree{}
+		if err := proto.Unmarshal(Read(t, ctx, conn, "", r.OutputDirectories[0].TreeDigest), tree); err != nil {
+			t.Fatal(err)
+		}
+		var links, files []string
+		for _, l := range tree.Root.Symlinks {
+			links = append(links, l.Name+"->"+l.Target)
+		}
+		for _, f := range tree.Root.Files {
+			files = append(files, f.Name+"="+string(Read(t, ctx, conn, "", f.Digest)))
+		}
+		if got, want := fmt.Sprint(links), "[rel->f reldir->s]"; got != want {
+			t.Errorf("symlinks %s, want %s", got, want)
+		}
+		if got, want := fmt.Sprint(files), "[abs=host file\n f=f\n]"; got != want {
+			t.Errorf("files %q, want %q (the absolute symlink followed on the worker's host)", got, want)
+		}
+	})
+
+	t.Run("ReportsATimeoutWhenTheCommandEnds", func(t *testing.T) {
+		ctx := WithMetadata(t, ctx, "timeout")
+		b := Blobs{}
+		slow := b.AddMessage(t, &repb.Action{CommandDigest: b.AddMessage(t, shell("exec sleep 2")), InputRootDigest: b.Dir(t, nil), Timeout: durationpb.New(time.Second)})
+		start := time.Now()
+		_, resp, err := execute(t, ctx, conn, "", b, slow)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := "Command:\n[/bin/sh, -c, exec sleep 2]\nexceeded deadline of 1.000000 seconds."
+		if resp.Status.GetCode() != int32(codes.DeadlineExceeded) || resp.Status.GetMessage() != want || resp.Result.GetExitCode() != -1 {
+			t.Errorf("response %v, want DEADLINE_EXCEEDED: %s and exit code -1", resp, want)
+		}
+		t.Logf("a 1 s timeout of a 2 s command answered after %v", time.Since(start).Round(10*time.Millisecond))
 	})
 
 	t.Run("ForgetsFinishedOperations", func(t *testing.T) {
