@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strings"
 	"testing"
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
@@ -123,9 +124,10 @@ func Read(t testing.TB, ctx context.Context, conn *grpc.ClientConn, instance str
 	}
 }
 
-// Tree describes an input root: files by slash-separated path (a path ending in
-// "/" is an empty directory, content starting with "->" a symlink to the rest).
-// Dir adds its Directory messages and files to b and returns the root's digest.
+// Dir adds the Directory messages and files of an input root to b and returns
+// the root's digest. files are by slash-separated path: a path ending in "/" is an
+// empty directory, one ending in "*" an executable file (the "*" is not part of
+// its name), content starting with "->" a symlink to the rest.
 func (b Blobs) Dir(t testing.TB, files map[string]string) *repb.Digest {
 	t.Helper()
 	type node struct {
@@ -156,11 +158,12 @@ func (b Blobs) Dir(t testing.TB, files map[string]string) *repb.Digest {
 		dir := &repb.Directory{}
 		for _, name := range sortedKeys(n.files) {
 			c := n.files[name]
-			if len(c) >= 2 && c[:2] == "->" {
+			if strings.HasPrefix(c, "->") {
 				dir.Symlinks = append(dir.Symlinks, &repb.SymlinkNode{Name: name, Target: c[2:]})
 				continue
 			}
-			dir.Files = append(dir.Files, &repb.FileNode{Name: name, Digest: b.Add([]byte(c))})
+			base, exec := strings.CutSuffix(name, "*")
+			dir.Files = append(dir.Files, &repb.FileNode{Name: base, Digest: b.Add([]byte(c)), IsExecutable: exec})
 		}
 		for _, name := range sortedKeys(n.dirs) {
 			dir.Directories = append(dir.Directories, &repb.DirectoryNode{Name: name, Digest: put(n.dirs[name])})

@@ -66,12 +66,20 @@ func (w *Worker) URL() string { return "grpc://" + w.Addr }
 func (w *Worker) Log() string { return w.log.String() }
 
 // Kill kills the worker's process group and waits until the worker is gone, as a
-// crashed server; the test's cleanup does the same.
+// crashed server; the test's cleanup does the same. The commands the worker ran
+// die with it: Kill waits (up to 10 s) until no process of the group is left.
 func (w *Worker) Kill() {
 	w.once.Do(func() {
 		syscall.Kill(-w.cmd.Process.Pid, syscall.SIGKILL)
 	})
 	<-w.exited
+	// The kernel says nothing when the last process of a group is gone (the
+	// worker's children are reaped by another parent): poll.
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if syscall.Kill(-w.cmd.Process.Pid, 0) == syscall.ESRCH {
+			return
+		}
+	}
 }
 
 // StartBazelWorker compiles Bazel's remote worker (once per test binary run, cached

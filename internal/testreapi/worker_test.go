@@ -253,6 +253,33 @@ func TestBazelWorker(t *testing.T) {
 		t.Logf("a 1 s timeout of a 2 s command answered after %v", time.Since(start).Round(10*time.Millisecond))
 	})
 
+	t.Run("RunsUnderBwrapWithTheInputRootAsSlash", func(t *testing.T) {
+		ctx := WithMetadata(t, ctx, "bwrap")
+		busybox := requireBwrap(t)
+		cmd := &repb.Command{
+			Arguments: []string{"bwrap", "--unshare-all", "--die-with-parent", "--bind", ".", "/",
+				"--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--chdir", "/build", "--",
+				"/bin/busybox", "sh", "-e", "-c", "/bin/busybox mkdir /install && /bin/busybox ls / > /install/root && /bin/busybox cat input > /install/copy"},
+			EnvironmentVariables: []*repb.Command_EnvironmentVariable{{Name: "PATH", Value: "/usr/bin:/bin"}},
+			OutputDirectories:    []string{"install"},
+		}
+		r := runOn(t, ctx, conn, cmd, map[string]string{"bin/busybox*": busybox, "build/input": "in\n", "dev/": "", "proc/": "", "tmp/": ""}).Result
+		if r.GetExitCode() != 0 || len(r.OutputDirectories) != 1 {
+			t.Fatalf("result %v (stderr %q)", r, Read(t, ctx, conn, "", r.GetStderrDigest()))
+		}
+		tree := &repb.Tree{}
+		if err := proto.Unmarshal(Read(t, ctx, conn, "", r.OutputDirectories[0].TreeDigest), tree); err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]string{}
+		for _, f := range tree.Root.Files {
+			got[f.Name] = string(Read(t, ctx, conn, "", f.Digest))
+		}
+		if want := "bin\nbuild\ndev\ninstall\nproc\ntmp\n"; got["root"] != want || got["copy"] != "in\n" {
+			t.Errorf("/ under bwrap lists %q and the copy is %q, want %q and %q", got["root"], got["copy"], want, "in\n")
+		}
+	})
+
 	t.Run("ForgetsFinishedOperations", func(t *testing.T) {
 		ctx := WithMetadata(t, ctx, "wait")
 		b := Blobs{}
@@ -361,4 +388,24 @@ func TestCompileWorkerIsCached(t *testing.T) {
 	if entries, _ := os.ReadDir(filepath.Dir(dir)); len(entries) != 1 {
 		t.Errorf("the cache holds %d entries, want the compiled directory only", len(entries))
 	}
+}
+
+// requireBwrap returns a static busybox's content when bwrap works here; it skips
+// the test otherwise, or fails it under CI=true.
+func requireBwrap(t *testing.T) string {
+	t.Helper()
+	missing := func(why string) {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("bwrap with a static busybox is needed: %s", why)
+		}
+		t.Skipf("bwrap with a static busybox is needed: %s; install bubblewrap and busybox-static to run this test, CI=true makes this a failure", why)
+	}
+	if out, err := exec.Command("bwrap", "--dev-bind", "/", "/", "true").CombinedOutput(); err != nil {
+		missing(fmt.Sprintf("%v: %s", err, out))
+	}
+	data, err := os.ReadFile("/bin/busybox")
+	if err != nil {
+		missing(err.Error())
+	}
+	return string(data)
 }
