@@ -90,7 +90,8 @@ func StartBazelWorker(t testing.TB, opts WorkerOptions) *Worker {
 	t.Helper()
 	classes, err := compileWorker()
 	if err != nil {
-		if errors.Is(err, errMissing) {
+		var m missingError
+		if errors.As(err, &m) {
 			if os.Getenv("CI") == "true" {
 				t.Fatal(err)
 			}
@@ -194,8 +195,10 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// errMissing marks a missing JDK or missing worker sources.
-var errMissing = errors.New("missing")
+// missingError is a missing JDK or missing worker sources: the test skips.
+type missingError string
+
+func (m missingError) Error() string { return string(m) }
 
 var compiled struct {
 	once sync.Once
@@ -216,12 +219,12 @@ func compileWorker() (string, error) {
 func compileWorkerFrom(dir, jar string) (string, error) {
 	for _, tool := range []string{"java", "javac"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			return "", fmt.Errorf("the Bazel remote worker needs a JDK: %s %w", tool, errMissing)
+			return "", missingError(fmt.Sprintf("the Bazel remote worker needs a JDK: %s is not on PATH", tool))
 		}
 	}
 	for _, p := range []string{dir, jar} {
 		if _, err := os.Stat(p); err != nil {
-			return "", fmt.Errorf("the Bazel remote worker needs %s: %w", p, errMissing)
+			return "", missingError(fmt.Sprintf("the Bazel remote worker needs %s, which does not exist", p))
 		}
 	}
 	var sources []string

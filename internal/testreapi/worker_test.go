@@ -350,9 +350,10 @@ func TestCompileWorkerMissingSources(t *testing.T) {
 	}
 	missing := filepath.Join(t.TempDir(), "no-sources")
 	_, err := compileWorkerFrom(missing, workerJar)
-	want := "the Bazel remote worker needs " + missing + ": missing"
-	if err == nil || err.Error() != want || !errors.Is(err, errMissing) {
-		t.Errorf("compiling from missing sources: %v, want %s (errMissing, so the test skips outside CI)", err, want)
+	want := "the Bazel remote worker needs " + missing + ", which does not exist"
+	var m missingError
+	if err == nil || err.Error() != want || !errors.As(err, &m) {
+		t.Errorf("compiling from missing sources: %v, want %s (a missingError, so the test skips outside CI)", err, want)
 	}
 }
 
