@@ -43,6 +43,9 @@ type FakeOptions struct {
 	// Worker is the worker name results carry in ExecutedActionMetadata (default
 	// "testreapi-fake").
 	Worker string
+	// Unimplemented are methods (by short name) answered UNIMPLEMENTED, as a
+	// server lacking them: the Bazel worker has no "BatchReadBlobs".
+	Unimplemented []string
 }
 
 // Faults are the fake's fault hooks; change them with Fake.Faults, at any time.
@@ -223,6 +226,9 @@ func (f *Fake) admit(ctx context.Context, fullMethod string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, Call{Method: method, Metadata: md})
+	if contains(f.opts.Unimplemented, method) {
+		return status.Errorf(codes.Unimplemented, "Method %s is unimplemented", strings.TrimPrefix(fullMethod, "/"))
+	}
 	if md == nil && f.opts.RequireMetadata {
 		return status.Errorf(codes.InvalidArgument, "RequestMetadata not received from the client for %s", strings.TrimPrefix(fullMethod, "/"))
 	}

@@ -209,6 +209,20 @@ func TestFakeCAS(t *testing.T) {
 	}
 }
 
+func TestFakeUnimplemented(t *testing.T) {
+	f := StartFake(t, FakeOptions{Unimplemented: []string{"BatchReadBlobs"}})
+	conn, ctx := Dial(t, f.Addr), testContext(t)
+	_, err := repb.NewContentAddressableStorageClient(conn).BatchReadBlobs(ctx, &repb.BatchReadBlobsRequest{})
+	want := "rpc error: code = Unimplemented desc = Method build.bazel.remote.execution.v2.ContentAddressableStorage/BatchReadBlobs is unimplemented"
+	if err == nil || err.Error() != want {
+		t.Errorf("BatchReadBlobs: %v, want %s", err, want)
+	}
+	d := f.PutBlob("", []byte("via ByteStream"))
+	if got := Read(t, ctx, conn, "", d); string(got) != "via ByteStream" {
+		t.Errorf("ByteStream read %q", got)
+	}
+}
+
 // startHeld executes a shell action with Faults.Hold set, returning the stream
 // once it said EXECUTING, with the operation's name, and the channel releasing it.
 func startHeld(t *testing.T, f *Fake, conn *grpc.ClientConn, ctx context.Context) (repb.Execution_ExecuteClient, string, chan struct{}) {
