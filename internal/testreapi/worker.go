@@ -146,7 +146,12 @@ func startWorker(t testing.TB, classes, dir string, opts WorkerOptions) (*Worker
 		w.cmd.Wait()
 		close(w.exited)
 	}()
-	t.Cleanup(w.Kill)
+	t.Cleanup(func() {
+		w.Kill()
+		if t.Failed() {
+			t.Logf("the Bazel remote worker on %s printed:\n%s", w.Addr, w.Log())
+		}
+	})
 	if err := w.waitReady(t); err != nil {
 		w.Kill()
 		return nil, err
