@@ -16,6 +16,7 @@ import (
 
 	"cloud.google.com/go/longrunning/autogen/longrunningpb"
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
+	"github.com/gantry-build/gantry/internal/proctest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -305,13 +306,41 @@ func TestBazelWorker(t *testing.T) {
 		}
 	})
 
-	t.Run("Kill", func(t *testing.T) {
+	t.Run("KillMidAction", func(t *testing.T) {
+		ctx := WithMetadata(t, ctx, "killed")
+		// The command says its PID in a file of the host, then sleeps.
+		pidFile := filepath.Join(t.TempDir(), "pid")
+		b := Blobs{}
+		act := action(t, b, shell("echo $$ > "+pidFile+".tmp && mv "+pidFile+".tmp "+pidFile+" && exec sleep 60"), nil)
+		b.Upload(t, ctx, conn, "")
+		stream, err := repb.NewExecutionClient(conn).Execute(ctx, &repb.ExecuteRequest{ActionDigest: act})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := stream.Recv(); err != nil { // the operation's name
+			t.Fatal(err)
+		}
+		var data []byte
+		proctest.Eventually(t, "the command to start", func() bool {
+			data, err = os.ReadFile(pidFile)
+			return err == nil
+		})
+		sleeper, err := strconv.Atoi(strings.TrimSpace(string(data)))
+		if err != nil {
+			t.Fatal(err)
+		}
 		pid := w.cmd.Process.Pid
 		w.Kill()
+		if _, err := stream.Recv(); status.Code(err) != codes.Unavailable {
+			t.Errorf("the Execute stream of a killed worker: %v, want UNAVAILABLE", err)
+		}
 		if err := syscall.Kill(-pid, 0); err != syscall.ESRCH {
 			t.Errorf("the worker's process group is still there after Kill (%v)", err)
 		}
-		_, err := repb.NewCapabilitiesClient(conn).GetCapabilities(WithMetadata(t, ctx, "killed"), &repb.GetCapabilitiesRequest{})
+		if err := syscall.Kill(sleeper, 0); err != syscall.ESRCH {
+			t.Errorf("the command the worker ran (pid %d) outlived it (%v)", sleeper, err)
+		}
+		_, err = repb.NewCapabilitiesClient(conn).GetCapabilities(ctx, &repb.GetCapabilitiesRequest{})
 		if status.Code(err) != codes.Unavailable {
 			t.Errorf("Capabilities of a killed worker: %v, want UNAVAILABLE", err)
 		}
