@@ -117,7 +117,8 @@ func checkService(doc *tomlDoc, key string, s *remote.Spec, dir string) error {
 			Hint: `add a line like url = "grpcs://cluster.example:443"`}
 	}
 	if err := CheckServiceURL(s.URL); err != nil {
-		return doc.valueError(key+".url", "%v", err) // not the line: it may hold a password
+		// Not the offending line: it may hold a password.
+		return &ProjectError{File: doc.display, Line: doc.lineOf(key + ".url"), Msg: fmt.Sprintf("key %q: %v", key+".url", err)}
 	}
 	if (s.ClientCert == "") != (s.ClientKey == "") {
 		return doc.valueError(key+".client-cert", "client-cert and client-key must be given together")

@@ -755,12 +755,21 @@ func (s *Scheduler) beginTail(a *activeJob) bool {
 	if a.tail {
 		return true
 	}
-	if limit := s.cfg.Pool.Limit(resources.Process); limit != 0 && a.qs.tails >= limit {
+	if limit := s.cfg.Pool.Limit(tailToken(a.qs)); limit != 0 && a.qs.tails >= limit {
 		return false
 	}
 	a.tail = true
 	a.qs.tails++
 	return true
+}
+
+// tailToken is the token whose limit bounds the jobs of qs in their tails: its gate
+// token (the builders, or the remote execution slots), else the builders.
+func tailToken(qs *queueState) resources.Resource {
+	if t := gateToken(qs); t != "" {
+		return t
+	}
+	return resources.Process
 }
 
 // retryAfter puts it back in its queue, to run again once wait has passed.
