@@ -60,3 +60,49 @@ func TestRemoteSlotsBoundBuildsWhateverTheBuilders(t *testing.T) {
 		})
 	}
 }
+
+// TestSuspendWithRemoteExecutionSaysSo: a suspend in a session with remote execution
+// says that no new remote action starts and that those on the cluster run on; none
+// starts until resumed. Without remote execution it says nothing of the kind.
+func TestSuspendWithRemoteExecutionSaysSo(t *testing.T) {
+	g := newGraph(t, "a", "b", "c")
+	pool := resources.NewPool(map[resources.Resource]int{resources.Process: 1, resources.Remote: 2, resources.Cache: 0})
+	h := startSession(t, Config{Queues: []Queue{remoteBuildQueue()}, Items: plan(t, g, PlanOptions{}), Pool: pool})
+	jobs := h.nextN(3)
+	h.sync(jobs["a"])
+	h.s.Send(CmdSuspend)
+	waitEvent(t, h.events, func(Suspended) bool { return true })
+	notices := eventsOf[Notice](h.events)
+	want := "suspending: no new remote action starts; the 2 on the cluster run on there (a cluster cannot pause them)"
+	if len(notices) != 1 || notices[0].Text != want {
+		t.Errorf("notices %v, want one: %s", notices, want)
+	}
+	jobs["a"].Succeed(t) // a slot frees while suspended: c stays at its gate
+	h.ended(jobs["a"])
+	h.sync(jobs["b"])
+	if jobs["c"].Opened() {
+		t.Errorf("c's gate opened while suspended")
+	}
+	h.s.Send(CmdResume)
+	for _, n := range []string{"b", "c"} {
+		h.nthWorkStart(3)
+		jobs[n].Succeed(t)
+		h.ended(jobs[n])
+	}
+	if sum := h.wait(); !sum.OK() {
+		t.Errorf("summary %+v", sum)
+	}
+
+	// Builders only: a suspend says nothing of remote actions.
+	h = startSession(t, Config{Queues: []Queue{gatedBuildQueue()}, Items: plan(t, newGraph(t, "a"), PlanOptions{}), Pool: buildPool(1)})
+	j := h.next()
+	h.sync(j)
+	h.s.Send(CmdSuspend)
+	waitEvent(t, h.events, func(Suspended) bool { return true })
+	if n := eventsOf[Notice](h.events); len(n) != 0 {
+		t.Errorf("notices without remote execution: %v", n)
+	}
+	h.s.Send(CmdResume)
+	j.Succeed(t)
+	h.wait()
+}
