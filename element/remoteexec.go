@@ -229,3 +229,49 @@ func RemoteExecutionConfig(project, user *RemoteExecution, executor string) (rex
 	}
 	return c, nil
 }
+
+// ElementRemoteExecution is an element's [remote-execution]: platform properties over
+// the session's ("" removes one) and its Action's timeout (0: the session's).
+type ElementRemoteExecution struct {
+	Platform map[string]string
+	Timeout  time.Duration
+}
+
+// elementRemoteExecKeys are the keys of an element's [remote-execution].
+var elementRemoteExecKeys = []string{"platform", "timeout"}
+
+// parseElementRemoteExecution reads an element file's [remote-execution] table (nil:
+// none), as a plain table: the file may have it from a kind's defaults or an include.
+func parseElementRemoteExecution(doc *tomlDoc, t map[string]any) (ElementRemoteExecution, error) {
+	var r ElementRemoteExecution
+	for _, k := range sortedKeys(t) {
+		path := "remote-execution." + k
+		switch k {
+		case "platform":
+			m, ok := t[k].(map[string]any)
+			if !ok {
+				return r, doc.valueError(path, "expected a table of properties, found %s", tomlTypeName(t[k]))
+			}
+			r.Platform = make(map[string]string, len(m))
+			for _, name := range sortedKeys(m) {
+				v, ok := m[name].(string)
+				if !ok {
+					return r, doc.valueError(path+"."+name, "expected a string, found %s", tomlTypeName(m[name]))
+				}
+				r.Platform[name] = v
+			}
+		case "timeout":
+			s, ok := t[k].(string)
+			if !ok {
+				return r, doc.valueError(path, "expected a duration such as \"6h\", found %s", tomlTypeName(t[k]))
+			}
+			var err error
+			if r.Timeout, err = parseActionTimeout(s); err != nil {
+				return r, doc.valueError(path, "%v", err)
+			}
+		default:
+			return r, doc.keyError(path, k, elementRemoteExecKeys)
+		}
+	}
+	return r, nil
+}

@@ -195,3 +195,60 @@ func TestRemoteExecutionUserConfigErrors(t *testing.T) {
 		t.Errorf("got %v\nwant %s", err, want)
 	}
 }
+
+// An element's [remote-execution] (platform properties, timeout) is read from its
+// file and through the parse cache alike, and changes no key: it says where the
+// element builds, not what.
+func TestElementRemoteExecution(t *testing.T) {
+	files := map[string]string{
+		"project.toml":       "name = \"demo\"\n",
+		"elements/big.toml":  "kind = \"manual\"\n[remote-execution]\ntimeout = \"6h\"\n[remote-execution.platform]\nISA = \"aarch64\"\nOSFamily = \"\"\n",
+		"elements/kind.toml": "kind = \"manual\"\n",
+		"elements/app.toml":  "kind = \"stack\"\ndepends = [\"big.toml\", \"kind.toml\"]\n",
+	}
+	dir := writeProject(t, files)
+	cacheDir := t.TempDir()
+	for _, pass := range []string{"parsed", "from the parse cache"} {
+		g, _, err := loadThroughCache(dir, cacheDir, "app.toml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		big, kind := g.Elements["big.toml"].RemoteExecution, g.Elements["kind.toml"].RemoteExecution
+		if big.Timeout != 6*time.Hour || !maps.Equal(big.Platform, map[string]string{"ISA": "aarch64", "OSFamily": ""}) {
+			t.Errorf("%s: big.toml %+v", pass, big)
+		}
+		if kind.Timeout != 0 || kind.Platform != nil {
+			t.Errorf("%s: kind.toml (none) %+v", pass, kind)
+		}
+	}
+	plain := maps.Clone(files)
+	plain["elements/big.toml"] = "kind = \"manual\"\n"
+	with, without := mustGraph(t, dir, "app.toml"), mustGraph(t, writeProject(t, plain), "app.toml")
+	for _, name := range []string{"big.toml", "kind.toml", "app.toml"} {
+		if with.Elements[name].Key != without.Elements[name].Key {
+			t.Errorf("%s: key %s with [remote-execution], %s without", name, with.Elements[name].Key, without.Elements[name].Key)
+		}
+	}
+}
+
+// Mistakes in an element's [remote-execution] name the file, line and key.
+func TestElementRemoteExecutionErrors(t *testing.T) {
+	for _, tt := range []struct{ body, want string }{
+		{"[remote-execution]\nplatfrom = { ISA = \"x\" }\n",
+			`elements/a.toml:3: unknown key "platfrom" in [remote-execution] (did you mean "platform"?)` + "\nknown keys: platform, timeout"},
+		{"[remote-execution]\ntimeout = \"soon\"\n",
+			`elements/a.toml:3: key "remote-execution.timeout": "soon" is not a duration above 0: write one like "90m" or "6h"`},
+		{"[remote-execution]\ntimeout = 60\n",
+			`elements/a.toml:3: key "remote-execution.timeout": expected a duration such as "6h", found an integer`},
+		{"[remote-execution.platform]\nISA = 64\n",
+			`elements/a.toml:3: key "remote-execution.platform.ISA": expected a string, found an integer`},
+		{"remote-execution = 1\n",
+			`elements/a.toml:2: key "remote-execution": expected a table, found an integer`},
+	} {
+		dir := writeProject(t, map[string]string{"project.toml": "name = \"demo\"\n", "elements/a.toml": "kind = \"manual\"\n" + tt.body})
+		_, err := loadGraph(t, dir, "a.toml")
+		if err == nil || stripText(err) != tt.want {
+			t.Errorf("%q: got %v\nwant %s", tt.body, err, tt.want)
+		}
+	}
+}
