@@ -3,7 +3,9 @@ package queues
 import (
 	"fmt"
 	"testing"
+	"time"
 
+	"github.com/gantry-build/gantry/element"
 	"github.com/gantry-build/gantry/resources"
 )
 
@@ -104,5 +106,27 @@ func TestSuspendWithRemoteExecutionSaysSo(t *testing.T) {
 	}
 	h.s.Send(CmdResume)
 	j.Succeed(t)
+	h.wait()
+}
+
+// TestETAWithRemoteSlots: with remote execution the work left is shared among the
+// remote slots, not the builders: three independent 60 s builds on three slots and one
+// builder take 60 s, not 180 s.
+func TestETAWithRemoteSlots(t *testing.T) {
+	g := newGraph(t, "a", "b", "c")
+	items := plan(t, g, PlanOptions{Estimate: func(*element.Element) (time.Duration, bool) { return time.Minute, true }})
+	pool := resources.NewPool(map[resources.Resource]int{resources.Process: 1, resources.Remote: 3, resources.Cache: 0})
+	h := startSession(t, Config{Queues: []Queue{remoteBuildQueue()}, Items: items, Pool: pool})
+	jobs := h.nextN(3)
+	for _, j := range jobs {
+		h.sync(j)
+	}
+	counts := eventsOf[Counts](h.events)
+	if got := counts[len(counts)-1].Remaining; got > time.Minute || got < time.Minute-timeout {
+		t.Errorf("ETA %v, want 1m0s", got)
+	}
+	for _, j := range jobs {
+		j.Succeed(t)
+	}
 	h.wait()
 }
