@@ -58,8 +58,8 @@ func checkRemoteExecution(c rexec.Config, items []*queues.Item) error {
 		if err != nil {
 			return fmt.Errorf("remote execution: the %s does not answer: %v\nnothing was built: start it, or %s", sv.Key, err, fix)
 		}
-		if ec := caps.GetExecutionCapabilities(); sv.Key == "execution-service" && ec != nil && !ec.GetExecEnabled() {
-			return fmt.Errorf("remote execution: the execution-service %s does not execute actions (its capabilities say exec_enabled = false)\nnothing was built: point execution-service at an execution server, or %s", sv.Spec.Display(), fix)
+		if sv.Key == "execution-service" && !caps.GetExecutionCapabilities().GetExecEnabled() {
+			return fmt.Errorf("remote execution: the execution-service %s does not execute actions (its capabilities do not say exec_enabled): is it only a cache?\nnothing was built: point it at an execution server, or %s", sv.Spec.Display(), fix)
 		}
 	}
 	return nil
