@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"maps"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -172,7 +171,8 @@ func CheckServiceURL(raw string) error {
 // RemoteExecutionConfig is the session's remote execution: the user config's
 // [remote-execution] over project.toml's, key by key (a service as a whole, platform
 // properties one by one), and a --remote-executor url (executor, "" for none) over
-// both, serving all three services. The zero Config: none.
+// both, serving all three services. A platform property set to "" is removed. Without
+// any configuration: none (Enabled and CacheOnly false), with the defaults.
 func RemoteExecutionConfig(project, user *RemoteExecution, executor string) (rexec.Config, error) {
 	var c rexec.Config
 	var storageFrom string
@@ -196,7 +196,13 @@ func RemoteExecutionConfig(project, user *RemoteExecution, executor string) (rex
 			if c.Platform == nil {
 				c.Platform = rexec.DefaultPlatform()
 			}
-			maps.Copy(c.Platform, r.Platform)
+			for k, v := range r.Platform {
+				if v == "" {
+					delete(c.Platform, k) // removes a default or the project's
+				} else {
+					c.Platform[k] = v
+				}
+			}
 		}
 		if r.RemoteJobs != nil {
 			c.RemoteJobs = *r.RemoteJobs

@@ -22,7 +22,8 @@ func writeRemoteExecProject(t *testing.T, body string) string {
 }
 
 // [remote-execution] of project.toml and of the user config merge key by key, the
-// user's winning (a service as a whole, platform properties one by one); paths are
+// user's winning (a service as a whole, platform properties one by one, "" removing
+// one); paths are
 // made absolute beside their file; the defaults fill what neither sets.
 func TestRemoteExecutionUserConfigWins(t *testing.T) {
 	dir := writeRemoteExecProject(t, `
@@ -53,6 +54,7 @@ pool = "big"
 remote-jobs = 3
 execution-service = { url = "grpc://user.example:8980" }
 platform.pool = "small"
+platform.ISA = ""
 `), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +72,7 @@ platform.pool = "small"
 	if c.Storage.URL != "grpcs://cas.example:443" || c.Storage.TokenFile != filepath.Join(dir, "token") {
 		t.Errorf("storage service %+v: want the project's, its token-file beside project.toml", c.Storage)
 	}
-	if want := map[string]string{"OSFamily": "Linux", "ISA": "x86-64", "pool": "small"}; !maps.Equal(c.Platform, want) {
+	if want := map[string]string{"OSFamily": "Linux", "pool": "small"}; !maps.Equal(c.Platform, want) {
 		t.Errorf("platform %v, want %v", c.Platform, want)
 	}
 	if c.RemoteJobs != 3 || c.Wrap != "bwrap" || c.Timeout != 2*time.Hour {
