@@ -10,8 +10,8 @@ import (
 	rexec "github.com/gantry-build/gantry/remote/exec"
 )
 
-// writeProject writes project.toml (name demo, then body) in a new directory and
-// returns it.
+// writeRemoteExecProject writes project.toml (name demo, then body) in a new
+// directory and returns it.
 func writeRemoteExecProject(t *testing.T, body string) string {
 	t.Helper()
 	dir := t.TempDir()
@@ -23,8 +23,8 @@ func writeRemoteExecProject(t *testing.T, body string) string {
 
 // [remote-execution] of project.toml and of the user config merge key by key, the
 // user's winning (a service as a whole, platform properties one by one, "" removing
-// one); paths are
-// made absolute beside their file; the defaults fill what neither sets.
+// one); paths are made absolute beside their file; the defaults fill what neither
+// sets.
 func TestRemoteExecutionUserConfigWins(t *testing.T) {
 	dir := writeRemoteExecProject(t, `
 [remote-execution]
