@@ -44,7 +44,7 @@ pool = "big"
 	if err := os.WriteFile(filepath.Join(dir, "token"), []byte("t0ken\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	p, err := LoadProjectWith(dir, nil)
+	p, err := LoadProjectFor(dir, LoadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +116,7 @@ func TestRemoteExecutionDefaults(t *testing.T) {
 // builds run here, their results are looked up and recorded there.
 func TestRemoteExecutionCacheOnly(t *testing.T) {
 	dir := writeRemoteExecProject(t, "[remote-execution.action-cache-service]\nurl = \"grpc://ac.example:9092\"\ninstance = \"ci\"\n")
-	p, err := LoadProjectWith(dir, nil)
+	p, err := LoadProjectFor(dir, LoadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +129,7 @@ func TestRemoteExecutionCacheOnly(t *testing.T) {
 	}
 	// A storage service alone serves nothing.
 	dir = writeRemoteExecProject(t, "[remote-execution.storage-service]\nurl = \"grpc://cas.example:9092\"\n")
-	if p, err = LoadProjectWith(dir, nil); err != nil {
+	if p, err = LoadProjectFor(dir, LoadOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	_, err = RemoteExecutionConfig(p.RemoteExecution, nil, "")
@@ -173,7 +173,7 @@ func TestRemoteExecutionErrors(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := writeRemoteExecProject(t, tt.body)
-			_, err := LoadProjectWith(dir, nil)
+			_, err := LoadProjectFor(dir, LoadOptions{})
 			want := tt.want
 			if i := len("project.toml:4: key \"remote-execution.execution-service.server-ca\": "); tt.name == "missing file" {
 				want = want[:i] + filepath.Join(dir, "ca.pem") + ": no such file"
