@@ -22,6 +22,7 @@ import (
 	"github.com/gantry-build/gantry/element"
 	"github.com/gantry-build/gantry/job"
 	"github.com/gantry-build/gantry/queues"
+	rexec "github.com/gantry-build/gantry/remote/exec"
 	"github.com/gantry-build/gantry/resources"
 	"github.com/gantry-build/gantry/sandbox"
 	"github.com/gantry-build/gantry/source"
@@ -177,8 +178,13 @@ type Build struct {
 	MaxJobs     int    // the builds' %{max-jobs}
 	RetryFailed bool   // build cached failures again
 	Stats       *cache.Stats
-	staged      stagedDigests // each dependency looked up once per session
-	claims      *buildClaims  // made at the first claim
+	// Remote is the session's remote execution: when Enabled, a build holds a remote
+	// slot (resources.Remote, remote-jobs of them) instead of a builder; when
+	// CacheOnly, builds run here and their results are looked up and recorded in its
+	// action cache (docs/remote-execution.md).
+	Remote rexec.Config
+	staged stagedDigests // each dependency looked up once per session
+	claims *buildClaims  // made at the first claim
 }
 
 func (*Build) Action() queues.Action { return queues.Build }
@@ -211,9 +217,10 @@ func uncachedStage(it *queues.Item) *queues.Item {
 	return nil
 }
 
-// Resources: a builder, the cache, and the element's pool if it names one.
-func (*Build) Resources(it *queues.Item) resources.Request {
-	req := resources.Request{Shared: []resources.Resource{resources.Process, resources.Cache}}
+// Resources: a builder (a remote slot with remote execution), the cache, and the
+// element's pool if it names one.
+func (b *Build) Resources(it *queues.Item) resources.Request {
+	req := resources.Request{Shared: []resources.Resource{b.GateOn(), resources.Cache}}
 	if p := it.Element.Pool; p != "" {
 		req.Shared = append(req.Shared, resources.PoolResource(p))
 	}
@@ -221,8 +228,15 @@ func (*Build) Resources(it *queues.Item) resources.Request {
 }
 
 // GateOn makes Build a Gater: a build stages while the builders are busy, and its
-// commands start the moment one is free (buildJob waits at its gate for it).
-func (*Build) GateOn() resources.Resource { return resources.Process }
+// commands start the moment one is free (buildJob waits at its gate for it). With
+// remote execution the slot is a remote one: the cluster's actions in flight, not
+// this machine's builders, bound the builds.
+func (b *Build) GateOn() resources.Resource {
+	if b.Remote.Enabled() {
+		return resources.Remote
+	}
+	return resources.Process
+}
 
 // Claim makes Build a Claimer: sessions sharing the cache build each artifact once
 // (build_claims.go).

@@ -7,9 +7,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gantry-build/gantry/cache/remote"
 	"github.com/gantry-build/gantry/element"
 	"github.com/gantry-build/gantry/job"
 	"github.com/gantry-build/gantry/queues"
+	rexec "github.com/gantry-build/gantry/remote/exec"
 	"github.com/gantry-build/gantry/resources"
 )
 
@@ -107,6 +109,24 @@ func TestBuildQueueTakesThePoolToken(t *testing.T) {
 	}
 	if req := (&Build{}).Resources(&queues.Item{Element: &element.Element{Name: "b.toml"}}); len(req.Shared) != 2 {
 		t.Errorf("element without pool asks for %v", req)
+	}
+}
+
+// With remote execution a build holds a remote slot, not a builder, and waits at its
+// gate for one; the action-cache-only mode builds here, with builders.
+func TestBuildQueueTakesARemoteSlotWithRemoteExecution(t *testing.T) {
+	it := &queues.Item{Element: &element.Element{Name: "a.toml", Pool: "lic"}}
+	b := &Build{Remote: rexec.Config{Execution: remote.Spec{URL: "grpc://cluster:8980"}}}
+	req := b.Resources(it)
+	if want := []resources.Resource{resources.Remote, resources.Cache, resources.PoolResource("lic")}; !slices.Equal(req.Shared, want) {
+		t.Errorf("remote build request %v, want %v", req.Shared, want)
+	}
+	if b.GateOn() != resources.Remote {
+		t.Errorf("remote builds gate on %q, want the remote slots", b.GateOn())
+	}
+	b = &Build{Remote: rexec.Config{ActionCache: remote.Spec{URL: "grpc://ac:9092"}}}
+	if req := b.Resources(it); req.Shared[0] != resources.Process || b.GateOn() != resources.Process {
+		t.Errorf("action-cache-only build request %v, gate %q: want a builder", req, b.GateOn())
 	}
 }
 

@@ -55,7 +55,10 @@ type UserConfig struct {
 	Scheduler SchedulerConfig `toml:"scheduler"`
 	Cache     CacheConfig     `toml:"cache"`
 	Remotes   []remote.Spec   `toml:"remote"`
-	UI        struct {
+	// RemoteExecution is [remote-execution]: its keys win over project.toml's
+	// (RemoteExecutionConfig); nil: none.
+	RemoteExecution *RemoteExecution `toml:"remote-execution"`
+	UI              struct {
 		Mode  string `toml:"mode"`
 		Color *bool  `toml:"color"`
 	} `toml:"ui"`
@@ -74,7 +77,7 @@ type UserConfig struct {
 }
 
 var userConfigKeys = map[string][]string{
-	"":          {"scheduler", "cache", "remote", "ui", "max-jobs", "projects", "mirrors", "default-mirror"},
+	"":          {"scheduler", "cache", "remote", "remote-execution", "ui", "max-jobs", "projects", "mirrors", "default-mirror"},
 	"projects":  {"options", "strict"},
 	"scheduler": {"builders", "fetchers", "pushers", "network-retries", "on-error"},
 	"cache":     {"dir", "quota"},
@@ -130,11 +133,17 @@ func LoadUserConfig(path string, explicit bool) (*UserConfig, error) {
 		if len(parent) == 0 {
 			return userConfigKeys[""]
 		}
+		if parent[0] == "remote-execution" {
+			return remoteExecCandidates(parent)
+		}
 		return userConfigKeys[parent[0]]
 	}); err != nil {
 		return nil, err
 	}
 	if err := checkRemotes(doc, c.Remotes, filepath.Dir(path)); err != nil {
+		return nil, err
+	}
+	if err := checkRemoteExecution(doc, c.RemoteExecution, filepath.Dir(path)); err != nil {
 		return nil, err
 	}
 	if c.ProjectOptions, err = userOptionSettings(doc, c); err != nil {

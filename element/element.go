@@ -31,9 +31,11 @@ type elementFile struct {
 	If             []toml.Primitive  `toml:"if"`
 	Include        []string          `toml:"include"`
 	Public         toml.Primitive    `toml:"public"`
+	// RemoteExecution is read by hand (parseElementRemoteExecution).
+	RemoteExecution map[string]any `toml:"remote-execution"`
 }
 
-var elementKeys = []string{"include", "kind", "description", "depends", "build-depends", "runtime-depends", "pool", "variables", "environment", "sources", "config", "if", "public"}
+var elementKeys = []string{"include", "kind", "description", "depends", "build-depends", "runtime-depends", "pool", "variables", "environment", "sources", "config", "if", "public", "remote-execution"}
 
 // Config is an element's kind-specific configuration, unexpanded.
 type Config struct {
@@ -65,6 +67,9 @@ type Element struct {
 	Pool           string
 	Sources        []source.Spec
 	Config         Config
+	// RemoteExecution is the element's [remote-execution]: its platform properties and
+	// action timeout under remote execution. Where it builds, not what: in no key.
+	RemoteExecution ElementRemoteExecution
 
 	public Public            // [public] as written (public.go)
 	vars   map[string]string // project variables + kind defaults + element variables (raw)
@@ -123,17 +128,18 @@ func (e *Element) ShortKey() string {
 // needs that depends on nothing but the file's bytes, so that it can be remembered
 // (ParseCache) for as long as the file is unchanged.
 type parsedFile struct {
-	Kind           string
-	Description    string
-	Depends        []string
-	BuildDepends   []string
-	RuntimeDepends []string
-	Pool           string
-	Variables      map[string]string
-	Environment    map[string]string
-	Sources        []source.Spec // as written: Pinned set, no ref from gantry.lock
-	Config         Config        // Commands: only the steps the file sets
-	Public         Public
+	Kind            string
+	Description     string
+	Depends         []string
+	BuildDepends    []string
+	RuntimeDepends  []string
+	Pool            string
+	Variables       map[string]string
+	Environment     map[string]string
+	Sources         []source.Spec // as written: Pinned set, no ref from gantry.lock
+	Config          Config        // Commands: only the steps the file sets
+	Public          Public
+	RemoteExecution ElementRemoteExecution
 }
 
 // elementDir is where element files are read from: the element directory opened as a
@@ -197,7 +203,8 @@ func loadElement(p *Project, dir elementDir, lock *Lock, name string, pc *ParseC
 	}
 	e := &Element{Name: name, local: name, project: p, File: display, Description: pf.Description, Pool: pf.Pool,
 		Depends: pf.Depends, BuildDepends: pf.BuildDepends, RuntimeDepends: pf.RuntimeDepends,
-		root: p.Root, rel: rel, doc: doc, scope: scope, origin: dir.origin, fileID: id, keyMemo: memo, cacheName: cacheName, public: pf.Public}
+		root: p.Root, rel: rel, doc: doc, scope: scope, origin: dir.origin, fileID: id, keyMemo: memo, cacheName: cacheName, public: pf.Public,
+		RemoteExecution: pf.RemoteExecution}
 	e.Kind, _ = LookupKind(pf.Kind) // parseElement checked it
 	if e.Pool != "" {
 		if _, ok := p.Pools[e.Pool]; !ok {
@@ -322,11 +329,11 @@ func parseElementFile(data []byte, display string, scope optionScope, origin inc
 	// Top-level typos first ("kinds" should not be reported as a missing "kind"); the
 	// kind-specific tables are checked key by key below.
 	if !known {
-		if err := doc.unknownKeys(topLevel, "sources", "config", "if", "public"); err != nil {
+		if err := doc.unknownKeys(topLevel, "sources", "config", "if", "public", "remote-execution"); err != nil {
 			return nil, nil, err
 		}
 	}
-	if err := doc.checkTables("variables", "environment", "config", "public"); err != nil {
+	if err := doc.checkTables("variables", "environment", "config", "public", "remote-execution"); err != nil {
 		return nil, nil, err
 	}
 	if f.Kind == "" {
@@ -366,10 +373,13 @@ func parseElementFile(data []byte, display string, scope optionScope, origin inc
 	if pf.Public, err = parsePublic(doc, public); err != nil {
 		return nil, nil, err
 	}
+	if pf.RemoteExecution, err = parseElementRemoteExecution(doc, f.RemoteExecution); err != nil {
+		return nil, nil, err
+	}
 	// Checked last: the kind-specific tables above mark their keys as decoded. The
 	// [[if]] blocks' keys were checked by applyBlocks.
 	if !known {
-		if err := doc.unknownKeys(topLevel, "if", "public"); err != nil {
+		if err := doc.unknownKeys(topLevel, "if", "public", "remote-execution"); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -411,6 +421,8 @@ func plainElementFile(doc any, f *elementFile, sources *[]any, config *any, bloc
 			*blocks, ok = plainTables(v)
 		case "public":
 			*public, ok = v.(map[string]any)
+		case "remote-execution":
+			f.RemoteExecution, ok = v.(map[string]any)
 		case "include":
 			_, ok = plainStrings(v)
 		default:

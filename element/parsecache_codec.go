@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"math"
+	"time"
 
 	"github.com/gantry-build/gantry/internal/bincode"
 	"github.com/gantry-build/gantry/internal/fileid"
@@ -156,6 +157,8 @@ func writeParsed(w *bincode.Writer, pf *parsedFile) {
 	w.Strs(pf.BuildDepends)
 	w.Strs(pf.RuntimeDepends)
 	w.Str(pf.Pool)
+	w.StrMap(pf.RemoteExecution.Platform)
+	w.Int(int64(pf.RemoteExecution.Timeout))
 	w.StrMap(pf.Variables)
 	w.StrMap(pf.Environment)
 	w.Uint(uint64(len(pf.Sources)))
@@ -259,6 +262,8 @@ func readParsed(r *bincode.Reader, pf *parsedFile) {
 	pf.BuildDepends = r.Strs()
 	pf.RuntimeDepends = r.Strs()
 	pf.Pool = r.Str()
+	pf.RemoteExecution.Platform = r.StrMap()
+	pf.RemoteExecution.Timeout = time.Duration(r.Int())
 	pf.Variables = r.StrMap()
 	pf.Environment = r.StrMap()
 	if n := r.Count(); n > 0 {

@@ -342,7 +342,7 @@ func TestParseCacheCodecRoundTrips(t *testing.T) {
 			v.SetString(fmt.Sprintf("s%d", n))
 		case reflect.Bool:
 			v.SetBool(true)
-		case reflect.Int:
+		case reflect.Int, reflect.Int64:
 			v.SetInt(int64(-n))
 		case reflect.Slice:
 			v.Set(reflect.MakeSlice(v.Type(), 2, 2))

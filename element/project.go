@@ -33,6 +33,9 @@ type Project struct {
 	Environment    map[string]string `toml:"environment"`
 	Pools          map[string]int    `toml:"pools"`
 	Remotes        []remote.Spec     `toml:"remote"`
+	// RemoteExecution is [remote-execution] (remoteexec.go); nil: none. Where builds
+	// run is not what they make: in no key.
+	RemoteExecution *RemoteExecution `toml:"remote-execution" json:"-"`
 	// Aliases and Mirrors: see aliases.go. Neither reaches a key (json "-": not in
 	// keyContext either); mirrors is the order fetch tries them in (UseMirrors).
 	Aliases map[string]string `toml:"aliases" json:"-"`
@@ -77,7 +80,7 @@ type Project struct {
 	junctionIncludes bool
 }
 
-var projectKeys = []string{"name", "element-path", "default-targets", "variables", "environment", "pools", "remote", "workspace-dir", "options", "if", "aliases", "mirrors", "kinds", "include", "split-rules", "fatal-warnings"}
+var projectKeys = []string{"name", "element-path", "default-targets", "variables", "environment", "pools", "remote", "remote-execution", "workspace-dir", "options", "if", "aliases", "mirrors", "kinds", "include", "split-rules", "fatal-warnings"}
 
 // WarningOverlaps is the warning of a path staged by two artifacts (staging.md).
 const WarningOverlaps = "overlaps"
@@ -174,6 +177,8 @@ func readProject(root string, o LoadOptions, resolve includeResolver) (*Project,
 			return projectKeys
 		case parent[0] == "remote":
 			return remoteKeys
+		case parent[0] == "remote-execution":
+			return remoteExecCandidates(parent)
 		case parent[0] == "options" && len(parent) == 2:
 			return optionKeys
 		case parent[0] == "mirrors":
@@ -207,6 +212,9 @@ func readProject(root string, o LoadOptions, resolve includeResolver) (*Project,
 		}
 	}
 	if err := checkRemotes(doc, p.Remotes, root); err != nil {
+		return nil, err
+	}
+	if err := checkRemoteExecution(doc, p.RemoteExecution, root); err != nil {
 		return nil, err
 	}
 	if err := checkAliases(doc, p); err != nil {

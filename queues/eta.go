@@ -3,8 +3,6 @@ package queues
 import (
 	"slices"
 	"time"
-
-	"github.com/gantry-build/gantry/resources"
 )
 
 // The session's ETA: how long the builds left should take, from each element's
@@ -99,7 +97,7 @@ func (s *Scheduler) remaining(now time.Time) time.Duration {
 	}
 	builders := 1
 	if s.cfg.Pool != nil {
-		builders = max(1, s.cfg.Pool.Limit(resources.Process))
+		builders = max(1, s.cfg.Pool.Limit(tailToken(s.queues[e.build]))) // the builders, or the remote slots
 	}
 	return max(critical, work/time.Duration(builders))
 }

@@ -755,12 +755,21 @@ func (s *Scheduler) beginTail(a *activeJob) bool {
 	if a.tail {
 		return true
 	}
-	if limit := s.cfg.Pool.Limit(resources.Process); limit != 0 && a.qs.tails >= limit {
+	if limit := s.cfg.Pool.Limit(tailToken(a.qs)); limit != 0 && a.qs.tails >= limit {
 		return false
 	}
 	a.tail = true
 	a.qs.tails++
 	return true
+}
+
+// tailToken is the token whose limit bounds the jobs of qs in their tails: its gate
+// token (the builders, or the remote execution slots), else the builders.
+func tailToken(qs *queueState) resources.Resource {
+	if t := gateToken(qs); t != "" {
+		return t
+	}
+	return resources.Process
 }
 
 // retryAfter puts it back in its queue, to run again once wait has passed.
@@ -860,12 +869,40 @@ func (s *Scheduler) fail(qs *queueState, it *Item, msg, logPath string) {
 	}
 }
 
+// remoteSuspendText is what a suspend says in a session with remote execution (a
+// queue's jobs wait at their gates for resources.Remote): no new remote action starts,
+// and those on the cluster go on, as a cluster cannot pause them. "" without remote
+// execution.
+func (s *Scheduler) remoteSuspendText() string {
+	if !slices.ContainsFunc(s.queues, func(qs *queueState) bool { return gateToken(qs) == resources.Remote }) {
+		return ""
+	}
+	running := 0
+	for _, a := range s.active {
+		if a.tokens.holds(resources.Remote) {
+			running++
+		}
+	}
+	text := "suspending: no new remote action starts"
+	switch running {
+	case 0:
+	case 1:
+		text += "; the one on the cluster runs on there (a cluster cannot pause it)"
+	default:
+		text += fmt.Sprintf("; the %d on the cluster run on there (a cluster cannot pause them)", running)
+	}
+	return text
+}
+
 func (s *Scheduler) command(c Command) {
 	now := time.Now()
 	switch c {
 	case CmdSuspend:
 		if s.suspended {
 			return
+		}
+		if text := s.remoteSuspendText(); text != "" {
+			s.cfg.Publish(Notice{Base: Base{now}, Level: "info", Text: text})
 		}
 		s.signalJobs((Running).Suspend)
 		s.suspended, s.suspendedAt = true, now

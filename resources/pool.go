@@ -18,6 +18,7 @@ type Resource string
 // The built-in resources. Project pools are made with PoolResource.
 const (
 	Process  Resource = "process"  // builders
+	Remote   Resource = "remote"   // remote execution slots: actions in flight on the cluster (remote-jobs)
 	Download Resource = "download" // fetchers, trackers, pullers
 	Upload   Resource = "upload"   // pushers
 	Cache    Resource = "cache"    // unlimited shared lock on the local cache; cleanup takes it exclusively

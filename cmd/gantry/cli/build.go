@@ -55,6 +55,7 @@ type buildOptions struct {
 	trace       string // --trace FILE
 	explain     bool   // --explain
 	deps        string
+	executor    string   // --remote-executor URL
 	args        []string // the targets
 }
 
@@ -86,6 +87,7 @@ job and gantry; 'fg' resumes them.`,
 	cmd.Flags().BoolVar(&opts.explain, "explain", false, "say why each element needs building before the session starts")
 	cmd.Flags().StringVar(&opts.deps, "deps", "run", "which elements to build: the targets with none or run (and what they need), build (what they build on, not them), all (every dependency, cached targets or not)")
 	g.mirrors.register(cmd, true)
+	cmd.Flags().StringVar(&opts.executor, "remote-executor", "", "build on this REAPI execution service (`URL`: grpc(s)://HOST:PORT; it serves the storage and action cache too) instead of the configured [remote-execution] services")
 	cmd.Flags().BoolVar(&opts.track, "track", false, "track every source the targets depend on (writes gantry.lock) and build with the new refs, in one session")
 	return cmd
 }
@@ -163,6 +165,9 @@ func runBuild(opts *buildOptions) error {
 	if err != nil {
 		return usagef("%v", err)
 	}
+	if err := checkRemoteExecutorFlag(opts.executor); err != nil {
+		return err
+	}
 	p, err := opts.session().pipeline(&opts.schedulerFlags, opts.args, readOutcomes|readStats)
 	if err != nil {
 		return err
@@ -216,6 +221,14 @@ func runBuild(opts *buildOptions) error {
 	if err := checkSandbox(opts.sandbox, items); err != nil {
 		return err
 	}
+	rx, err := s.remoteExecution(opts.executor)
+	if err != nil {
+		return err
+	}
+	if err := checkRemoteExecution(rx, items); err != nil {
+		return err
+	}
+	remoteLimits(limits, rx)
 	if rs.HasPush() && slices.ContainsFunc(items, func(it *queues.Item) bool { return !it.Cached && !it.Remote }) {
 		rs.ProbeLeases() // something is to be built: another session may be building it
 	}
@@ -230,7 +243,7 @@ func runBuild(opts *buildOptions) error {
 			opts.ios.Info("explain: " + x.Text)
 		}
 	}
-	build := &actions.Build{Cache: c, Graph: g, Sandbox: opts.sandbox, MaxJobs: maxJobs, RetryFailed: opts.retryFailed, Stats: stats}
+	build := &actions.Build{Cache: c, Graph: g, Sandbox: opts.sandbox, MaxJobs: maxJobs, RetryFailed: opts.retryFailed, Stats: stats, Remote: rx}
 	cleanup, err := s.cleanupConfig(opts.quota, c, g)
 	if err != nil {
 		return err
