@@ -1,0 +1,3 @@
+// Package testreapi starts real remote execution servers for tests and talks REAPI to
+// them.
+package testreapi
