@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"runtime"
-	"strings"
 	"testing"
 	"time"
 
@@ -235,7 +234,8 @@ func TestBuildGridMissingSkipsOrFails(t *testing.T) {
 	for _, ci := range []string{"", "true"} {
 		t.Run("CI="+ci, func(t *testing.T) {
 			t.Setenv("CI", ci)
-			t.Setenv(BuildGridVenvEnv, t.TempDir())
+			venv := t.TempDir()
+			t.Setenv(BuildGridVenvEnv, venv)
 			rec := &recordTB{TB: t}
 			done := make(chan struct{})
 			go func() { // Skip and Fatal end the goroutine, as they would a test's
@@ -243,9 +243,12 @@ func TestBuildGridMissingSkipsOrFails(t *testing.T) {
 				StartBuildGrid(rec)
 			}()
 			<-done
-			wantPrefix := "BuildGrid 0.9.1 is not installed (no "
-			if !strings.HasPrefix(rec.msg, wantPrefix) || !strings.Contains(rec.msg, "pip install buildgrid==0.9.1 -c .ci/buildgrid-constraints.txt") {
-				t.Fatalf("message %q, want %q… with the install line", rec.msg, wantPrefix)
+			want := "BuildGrid 0.9.1 is not installed (no " + venv + "/bin/bgd): bash .ci/run installs it; " +
+				"by hand: python3.13 -m venv DIR && DIR/bin/pip install buildgrid==0.9.1 -c .ci/buildgrid-constraints.txt, " +
+				"then GANTRY_BUILDGRID_VENV=DIR (default /var/cache/gantry-ci/buildgrid-0.9.1); " +
+				"its scheduler needs PostgreSQL: apt-get install postgresql"
+			if rec.msg != want {
+				t.Fatalf("message\n%s\nwant\n%s", rec.msg, want)
 			}
 			if want := ci != "true"; rec.skipped != want {
 				t.Fatalf("skipped=%v failed=%v, want skipped=%v", rec.skipped, rec.failed, want)
