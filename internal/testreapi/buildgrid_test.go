@@ -17,7 +17,6 @@ import (
 	bspb "google.golang.org/genproto/googleapis/bytestream"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protodesc"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -99,32 +98,50 @@ func TestBuildGrid(t *testing.T) {
 		action := bgMarshal(t, &repb.Action{CommandDigest: bgDigest(cmd), InputRootDigest: bgDigest(root), DoNotCache: true})
 		bgUpload(ctx, t, cas, bg.Instance, cmd, root, action)
 
-		// No bot ever connects: the operation is queued and stays so. The deadline is
-		// how long "stays" is watched; BuildGrid sends nothing more meanwhile.
-		watch, stop := context.WithTimeout(ctx, 3*time.Second)
-		defer stop()
-		stream, err := repb.NewExecutionClient(conn).Execute(watch, &repb.ExecuteRequest{
+		// No bot ever connects: the operation is queued and stays so for the 3s it is
+		// watched after its first message; BuildGrid sends nothing more meanwhile.
+		streamCtx, stopStream := context.WithCancel(ctx)
+		defer stopStream()
+		stream, err := repb.NewExecutionClient(conn).Execute(streamCtx, &repb.ExecuteRequest{
 			InstanceName: bg.Instance, ActionDigest: bgDigest(action), SkipCacheLookup: true})
 		if err != nil {
 			t.Fatal(err)
 		}
-		var name string
-		for {
-			op, err := stream.Recv()
-			if status.Code(err) == codes.DeadlineExceeded {
-				break
+		first, err := stream.Recv()
+		if err != nil {
+			t.Fatalf("Execute stream: %v", err)
+		}
+		name := first.GetName()
+		updates := make(chan *longrunningpb.Operation)
+		go func() {
+			defer close(updates)
+			for {
+				op, err := stream.Recv()
+				if err != nil {
+					return
+				}
+				select {
+				case updates <- op:
+				case <-streamCtx.Done():
+					return
+				}
 			}
-			if err != nil {
-				t.Fatalf("Execute stream: %v", err)
-			}
-			name = op.GetName()
+		}()
+		watch := time.After(3 * time.Second)
+		for op, open := first, true; open; {
 			if stage := bgStage(t, op); op.GetDone() || stage != repb.ExecutionStage_QUEUED {
 				t.Fatalf("operation %s: done=%v stage %v with no bot, want QUEUED", name, op.GetDone(), stage)
 			}
+			select {
+			case op, open = <-updates:
+				if !open {
+					t.Fatalf("the Execute stream of %s ended while queued", name)
+				}
+			case <-watch:
+				open = false
+			}
 		}
-		if name == "" {
-			t.Fatal("Execute sent no operation within 3s")
-		}
+		stopStream()
 
 		ops := longrunningpb.NewOperationsClient(conn)
 		if _, err := ops.CancelOperation(ctx, &longrunningpb.CancelOperationRequest{Name: name}); err != nil {
