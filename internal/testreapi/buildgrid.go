@@ -2,7 +2,6 @@ package testreapi
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -14,7 +13,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -53,7 +51,7 @@ const buildGridStartTimeout = 90 * time.Second
 type BuildGrid struct {
 	Addr     string // host:port of the gRPC server
 	Instance string // the REAPI instance name
-	log      *bgLog
+	log      *lockedBuffer
 }
 
 // URL is the server's address as gantry's remote options take it.
@@ -96,7 +94,7 @@ func StartBuildGrid(t testing.TB) *BuildGrid {
 		buildGridMissing(t, "PostgreSQL is not installed (no /usr/lib/postgresql/*/bin/postgres)")
 	}
 
-	b := &BuildGrid{Instance: "", log: &bgLog{}}
+	b := &BuildGrid{Instance: "", log: &lockedBuffer{}}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("BuildGrid's output:\n%s", b.log.String())
@@ -187,7 +185,7 @@ instances:
 // startPostgres runs a PostgreSQL of the test's own, listening only on a Unix socket in
 // a new directory, and returns BuildGrid's connection string for it. PostgreSQL refuses
 // to run as root: as root it runs as the postgres user.
-func startPostgres(t testing.TB, pgBin string, log *bgLog) string {
+func startPostgres(t testing.TB, pgBin string, log *lockedBuffer) string {
 	t.Helper()
 	// Not under t.TempDir(): the postgres user must reach it, and a socket path is
 	// limited to 107 bytes.
@@ -292,7 +290,7 @@ func startBuildGridProcess(t testing.TB, cmd *exec.Cmd, name string, stop syscal
 // runBounded runs a setup command to its end, for at most buildGridStartTimeout.
 func runBounded(t testing.TB, cmd *exec.Cmd, what string) {
 	t.Helper()
-	var out bgLog
+	var out lockedBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	exited := startBuildGridProcess(t, cmd, what, syscall.SIGKILL)
 	start := time.Now()
@@ -343,22 +341,4 @@ func freeLocalPort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-// bgLog collects the output of BuildGrid's processes.
-type bgLog struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *bgLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *bgLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
 }
