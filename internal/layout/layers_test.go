@@ -16,6 +16,7 @@ var layers = [][]string{
 	{"cache/serve"},
 	{"queues", "queues/queuestest"},
 	{"element"},
+	{"remote/exec"},
 	{"cache/remote"},
 	{"source"},
 	{"cache", "cache/internal/..."},
