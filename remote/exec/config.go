@@ -29,7 +29,7 @@ type Config struct {
 	// root "/", for executors that run commands in a plain directory.
 	Wrap string `toml:"wrap" json:"wrap,omitempty"`
 	// Timeout is Action.timeout of a build (0: DefaultTimeout).
-	Timeout time.Duration `toml:"-" json:"timeout,omitempty"`
+	Timeout time.Duration `toml:"timeout" json:"timeout,omitempty"`
 }
 
 // DefaultRemoteJobs is remote-jobs when unset.

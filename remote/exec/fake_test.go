@@ -62,12 +62,16 @@ type fakeREAPI struct {
 	cancelled []string
 	commands  []*repb.Command
 	actions   []*repb.Action
+	// execInstances is the instance name of each Execute call.
+	execInstances []string
 }
 
 // call is one call the server received and the RequestMetadata it carried.
 type call struct {
-	method string
-	md     *repb.RequestMetadata // nil: none
+	method   string
+	md       *repb.RequestMetadata // nil: none
+	auth     string                // the authorization header
+	instance string                // the request's instance name (unary calls and Execute)
 }
 
 func newFakeREAPI() *fakeREAPI {
@@ -76,19 +80,19 @@ func newFakeREAPI() *fakeREAPI {
 }
 
 // start serves srv on 127.0.0.1 until the test ends and returns its grpc:// URL.
-func (srv *fakeREAPI) start(t testing.TB) string {
+func (srv *fakeREAPI) start(t testing.TB, opts ...grpc.ServerOption) string {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	gs := grpc.NewServer(grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	gs := grpc.NewServer(append(opts, grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 		srv.record(ctx, info.FullMethod, req)
 		return h(ctx, req)
 	}), grpc.ChainStreamInterceptor(func(s any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
 		srv.record(ss.Context(), info.FullMethod, nil)
 		return h(s, ss)
-	}))
+	}))...)
 	repb.RegisterContentAddressableStorageServer(gs, srv)
 	repb.RegisterActionCacheServer(gs, srv)
 	repb.RegisterCapabilitiesServer(gs, srv)
@@ -104,7 +108,13 @@ func (srv *fakeREAPI) record(ctx context.Context, method string, req any) {
 	if r, ok := req.(*repb.GetActionResultRequest); ok && cache.DigestFromProto(r.ActionDigest) == remote.Key("") {
 		c.method += "(probe)" // cache/remote's look for an action cache
 	}
+	if r, ok := req.(interface{ GetInstanceName() string }); ok {
+		c.instance = r.GetInstanceName()
+	}
 	if md, ok := metadata.FromIncomingContext(ctx); ok {
+		if v := md.Get("authorization"); len(v) > 0 {
+			c.auth = v[0]
+		}
 		if v := md.Get(RequestMetadataKey); len(v) > 0 {
 			c.md = &repb.RequestMetadata{}
 			if proto.Unmarshal([]byte(v[0]), c.md) != nil {
@@ -266,6 +276,7 @@ func (srv *fakeREAPI) GetActionResult(_ context.Context, req *repb.GetActionResu
 // Execute runs the action (work), after its faults.
 func (srv *fakeREAPI) Execute(req *repb.ExecuteRequest, stream repb.Execution_ExecuteServer) error {
 	srv.mu.Lock()
+	srv.execInstances = append(srv.execInstances, req.InstanceName)
 	n := len(srv.ops) + 1
 	if srv.unavailable > 0 {
 		srv.unavailable--

@@ -2,6 +2,8 @@ package exec
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"os"
 	"path/filepath"
@@ -12,7 +14,10 @@ import (
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 	"github.com/gantry-build/gantry/cache"
+	"github.com/gantry-build/gantry/internal/testpki"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 )
 
@@ -469,5 +474,67 @@ func TestDialChecksCapabilities(t *testing.T) {
 	_, err := Dial(context.Background(), Config{Execution: Service{URL: "grpc://127.0.0.1:1"}, Wrap: "docker"})
 	if want := `remote execution: wrap = "docker": the only wrapper is "bwrap"`; err == nil || err.Error() != want {
 		t.Errorf("Dial: %v, want %s", err, want)
+	}
+}
+
+func TestRunOverMutualTLSWithATokenAndAnInstance(t *testing.T) {
+	pki := testpki.New(t)
+	cert, err := tls.LoadX509KeyPair(pki.ServerCert, pki.ServerKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caPEM, err := os.ReadFile(pki.CA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caPEM)
+	creds := credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}, ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert})
+	srv := newFakeREAPI()
+	srv.work = installWork(map[string]string{"usr/bin/hello": "ELF"})
+	url := strings.Replace(srv.start(t, grpc.Creds(creds)), "grpc://", "grpcs://", 1)
+	token := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(token, []byte("s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	svc := Service{URL: url, Instance: "main", ServerCA: pki.CA, ClientCert: pki.ClientCert, ClientKey: pki.ClientKey, TokenFile: token}
+	cl := dial(t, url, Config{Execution: svc})
+	c := openTestCache(t)
+	if _, err := cl.Run(context.Background(), c, testBuild(t, c)); err != nil {
+		t.Fatal(err)
+	}
+	for _, call := range srv.calls {
+		if call.auth != "Bearer s3cret" {
+			t.Errorf("%s: authorization %q, want Bearer s3cret", call.method, call.auth)
+		}
+		if call.instance != "" && call.instance != "main" {
+			t.Errorf("%s: instance %q, want main", call.method, call.instance)
+		}
+	}
+	if !slices.Equal(srv.execInstances, []string{"main"}) {
+		t.Errorf("Execute instances %q, want [main]", srv.execInstances)
+	}
+
+	svc.TokenFile = filepath.Join(t.TempDir(), "absent")
+	_, err = Dial(context.Background(), Config{Execution: svc})
+	if want := "remote execution: remote " + url + ": reading token-file: open " + svc.TokenFile + ": no such file or directory"; err == nil || err.Error() != want {
+		t.Errorf("Dial: %v, want %s", err, want)
+	}
+}
+
+func TestRunImportsARootDirectoryDigestOnly(t *testing.T) {
+	srv := newFakeREAPI()
+	srv.work = func(s *fakeREAPI, cmd *repb.Command, _ *repb.Directory) *repb.ActionResult {
+		_, root := s.putTree(map[string]string{"usr/share/doc/x": "doc"})
+		return &repb.ActionResult{OutputDirectories: []*repb.OutputDirectory{{Path: outputNamed(cmd, "install"), RootDirectoryDigest: root.Proto()}}}
+	}
+	cl := dial(t, srv.start(t), Config{})
+	c := openTestCache(t)
+	res, err := cl.Run(context.Background(), c, testBuild(t, c))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := paths(t, c, res.Install), []string{"usr/", "usr/share/", "usr/share/doc/", "usr/share/doc/x = doc"}; !slices.Equal(got, want) {
+		t.Errorf("install tree %q, want %q", got, want)
 	}
 }
