@@ -22,6 +22,7 @@ import (
 	"github.com/gantry-build/gantry/element"
 	"github.com/gantry-build/gantry/job"
 	"github.com/gantry-build/gantry/queues"
+	rexec "github.com/gantry-build/gantry/remote/exec"
 	"github.com/gantry-build/gantry/resources"
 	"github.com/gantry-build/gantry/sandbox"
 	"github.com/gantry-build/gantry/source"
@@ -50,6 +51,8 @@ type buildSpec struct {
 	Workspace *workspaceBuild `json:"workspace,omitempty"`
 	// FatalOverlaps: the element's project makes overlaps an error (fatal-warnings).
 	FatalOverlaps bool `json:"fatal-overlaps,omitempty"`
+	// Remote: the build runs on this execution service (build_remote.go); nil: here.
+	Remote *rexec.Config `json:"remote,omitempty"`
 }
 
 // workspaceBuild says where a workspace element builds.
@@ -492,6 +495,9 @@ func build(ctx context.Context, c *cache.Cache, spec *buildSpec, r *job.Reporter
 		// Its dependencies reach its dependants through their own staging.
 		r.Log("stack: nothing to stage, no commands: an empty artifact")
 		return nil, nil
+	}
+	if spec.runsRemotely() {
+		return nil, buildRemote(ctx, c, spec, t, r, out)
 	}
 	// Staging holds the cache lock shared: a cleanup waits until it is done, and
 	// what was staged (copies, or hard links) stays if a cleanup comes later.
