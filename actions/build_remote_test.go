@@ -11,6 +11,7 @@ import (
 
 	"github.com/gantry-build/gantry/cache"
 	"github.com/gantry-build/gantry/element"
+	"github.com/gantry-build/gantry/internal/testtree"
 	rexec "github.com/gantry-build/gantry/remote/exec"
 )
 
@@ -82,12 +83,7 @@ func TestApplyRemoteResult(t *testing.T) {
 	}
 	tree := func(files map[string]string) cache.Digest {
 		dir := t.TempDir()
-		for p, content := range files {
-			os.MkdirAll(filepath.Join(dir, filepath.Dir(p)), 0o755)
-			if err := os.WriteFile(filepath.Join(dir, p), []byte(content), 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
+		testtree.Write(t, dir, files, nil)
 		d, err := c.StoreTree(dir)
 		if err != nil {
 			t.Fatal(err)
@@ -103,7 +99,7 @@ func TestApplyRemoteResult(t *testing.T) {
 	var log []string
 	var out bytes.Buffer
 	res := rexec.Result{ExitCode: 2, Worker: "bot-3", FailedCommand: "build-commands 1/2", Stdout: []byte("out\n"), Stderr: []byte("err\n"),
-		Install: tree(map[string]string{"usr/half": "h"}), BuildTree: tree(map[string]string{"main.o": "o"}),
+		Install: tree(map[string]string{"usr/half": "file:h"}), BuildTree: tree(map[string]string{"main.o": "file:o"}),
 		Flagged: []string{"../install/usr/x -> /etc/x"}, Action: cache.Digest{Hash: "ab", Size: 3}}
 	err = applyRemoteResult(c, res, wt, func(s string) { log = append(log, s) }, &out)
 	if want := "build-commands 1/2 failed on worker bot-3 with exit code 2"; err == nil || err.Error() != want {

@@ -201,7 +201,7 @@ func (s *grpcStore) writeStream(ctx context.Context, op string, d cache.Digest, 
 	if err != nil {
 		return s.fail(ctx, op, err)
 	}
-	name := s.resource("uploads", newUUID(), "blobs", d.Hash, strconv.FormatInt(d.Size, 10))
+	name := s.resource("uploads", NewUUID(), "blobs", d.Hash, strconv.FormatInt(d.Size, 10))
 	buf := make([]byte, min(d.Size, streamChunk))
 	for off := int64(0); off < d.Size; {
 		// open is a hashedUpload's: content longer, shorter or other than d
@@ -232,8 +232,9 @@ func (s *grpcStore) writeStream(ctx context.Context, op string, d cache.Digest, 
 	return nil
 }
 
-// newUUID returns a random (version 4) UUID for an upload's resource name.
-func newUUID() string {
+// NewUUID returns a random (version 4) UUID: an upload's resource name, a
+// remote execution session's invocation id.
+func NewUUID() string {
 	var u [16]byte
 	rand.Read(u[:])
 	u[6] = u[6]&0x0f | 0x40

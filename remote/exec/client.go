@@ -10,7 +10,6 @@ package exec
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"runtime/debug"
@@ -77,7 +76,7 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 		return nil, fmt.Errorf("remote execution: wrap = %q: the only wrapper is \"bwrap\"", cfg.Wrap)
 	}
 	cl := &Client{cfg: cfg, name: remote.RedactURL(cfg.Execution.URL), instance: cfg.Execution.Instance,
-		invocation: newInvocationID(), retryBase: time.Second, attempts: 4}
+		invocation: remote.NewUUID(), retryBase: time.Second, attempts: 4}
 	opts := []grpc.DialOption{grpc.WithChainUnaryInterceptor(cl.unaryMetadata), grpc.WithChainStreamInterceptor(cl.streamMetadata)}
 	conn, err := remote.DialGRPC(cfg.Execution.spec(), opts...)
 	if err != nil {
@@ -158,15 +157,6 @@ func (cl *Client) capabilities(ctx context.Context) error {
 func statusText(err error) string {
 	st := status.Convert(err)
 	return st.Code().String() + ": " + st.Message()
-}
-
-// newInvocationID is a random UUID.
-func newInvocationID() string {
-	var u [16]byte
-	rand.Read(u[:])
-	u[6] = u[6]&0x0f | 0x40
-	u[8] = u[8]&0x3f | 0x80
-	return fmt.Sprintf("%x-%x-%x-%x-%x", u[0:4], u[4:6], u[6:8], u[8:10], u[10:16])
 }
 
 // actionContext is ctx carrying the RequestMetadata of a call made for the

@@ -15,6 +15,7 @@ import (
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 	"github.com/gantry-build/gantry/cache"
 	"github.com/gantry-build/gantry/internal/testpki"
+	"github.com/gantry-build/gantry/internal/testtree"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -34,24 +35,18 @@ func openTestCache(t testing.TB) *cache.Cache {
 // symlink) in c and returns its root's digest.
 func storeTree(t testing.TB, c *cache.Cache, files map[string]string) cache.Digest {
 	t.Helper()
-	dir := t.TempDir()
+	spec := map[string]string{}
 	for p, content := range files {
-		full := filepath.Join(dir, filepath.FromSlash(p))
-		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		var err error
 		if target, ok := strings.CutPrefix(content, "->"); ok {
-			err = os.Symlink(target, full)
+			spec[p] = "symlink:" + target
 		} else if strings.HasSuffix(p, "/") {
-			err = os.MkdirAll(full, 0o755)
+			spec[strings.TrimSuffix(p, "/")] = "dir"
 		} else {
-			err = os.WriteFile(full, []byte(content), 0o644)
-		}
-		if err != nil {
-			t.Fatal(err)
+			spec[p] = "file:" + content
 		}
 	}
+	dir := t.TempDir()
+	testtree.Write(t, dir, spec, nil)
 	d, err := c.StoreTree(dir)
 	if err != nil {
 		t.Fatal(err)
