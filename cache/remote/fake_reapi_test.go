@@ -54,6 +54,9 @@ type testREAPI struct {
 	// breakReads is how many ByteStream.Read calls fail with UNAVAILABLE
 	// after their first message, like a connection reset.
 	breakReads int
+	// noBatchReads answers BatchReadBlobs UNIMPLEMENTED, as Bazel's remote
+	// worker does.
+	noBatchReads bool
 	// readGate, when set, holds every BatchReadBlobs call until it is closed;
 	// readArrived receives one value per call held.
 	readGate    chan struct{}
@@ -153,8 +156,11 @@ func (srv *testREAPI) FindMissingBlobs(ctx context.Context, req *repb.FindMissin
 func (srv *testREAPI) BatchReadBlobs(ctx context.Context, req *repb.BatchReadBlobsRequest) (*repb.BatchReadBlobsResponse, error) {
 	srv.mu.Lock()
 	srv.batchReads = append(srv.batchReads, len(req.Digests))
-	gate, arrived := srv.readGate, srv.readArrived
+	gate, arrived, refuse := srv.readGate, srv.readArrived, srv.noBatchReads
 	srv.mu.Unlock()
+	if refuse {
+		return nil, status.Error(codes.Unimplemented, "BatchReadBlobs is not implemented")
+	}
 	if gate != nil {
 		arrived <- struct{}{}
 		<-gate

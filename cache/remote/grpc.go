@@ -91,7 +91,10 @@ type grpcInfo struct {
 	api        entryAPI // where artifact entries live
 	canUpdate  bool     // the entry API accepts updates from us
 	reads      *batcher // small-blob reads, packed into BatchReadBlobs
-	writes     *batcher // small-blob writes, packed into BatchUpdateBlobs
+	// noBatchReads is set once BatchReadBlobs answered UNIMPLEMENTED: reads go
+	// over ByteStream.
+	noBatchReads atomic.Bool
+	writes       *batcher // small-blob writes, packed into BatchUpdateBlobs
 }
 
 // The client's keep-alive: a call that hears nothing for keepalivePing pings the

@@ -14,6 +14,7 @@ import (
 	"github.com/gantry-build/gantry/cache"
 	bspb "google.golang.org/genproto/googleapis/bytestream"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
 
@@ -79,11 +80,17 @@ func (s *grpcStore) ReadBlob(ctx context.Context, d cache.Digest, w io.Writer) e
 		return err
 	}
 	op := "reading blob " + d.String()
-	if !info.reads.fits(d) {
+	if !info.reads.fits(d) || info.noBatchReads.Load() {
 		return s.readStream(ctx, op, d, w)
 	}
 	b := &batchOp{d: d}
 	if err := info.reads.do(ctx, b); err != nil {
+		if status.Code(err) == codes.Unimplemented && ctx.Err() == nil {
+			// A server without BatchReadBlobs (Bazel's remote worker): ByteStream
+			// for this blob and every read after it.
+			info.noBatchReads.Store(true)
+			return s.readStream(ctx, op, d, w)
+		}
 		return s.batchFailure(ctx, op, err)
 	}
 	if _, err := w.Write(b.data); err != nil {
