@@ -54,6 +54,9 @@ type testREAPI struct {
 	// breakReads is how many ByteStream.Read calls fail with UNAVAILABLE
 	// after their first message, like a connection reset.
 	breakReads int
+	// anonymousWrites answers BatchUpdateBlobs without the digests, in the
+	// order asked, as Bazel's remote worker does.
+	anonymousWrites bool
 	// noBatchReads answers BatchReadBlobs UNIMPLEMENTED, as Bazel's remote
 	// worker does.
 	noBatchReads bool
@@ -192,7 +195,11 @@ func (srv *testREAPI) BatchUpdateBlobs(ctx context.Context, req *repb.BatchUpdat
 		if err := srv.put(cache.DigestFromProto(r.Digest), r.Data); err != nil {
 			st = status.Convert(err)
 		}
-		resp.Responses = append(resp.Responses, &repb.BatchUpdateBlobsResponse_Response{Digest: r.Digest, Status: st.Proto()})
+		d := r.Digest
+		if srv.anonymousWrites {
+			d = nil
+		}
+		resp.Responses = append(resp.Responses, &repb.BatchUpdateBlobsResponse_Response{Digest: d, Status: st.Proto()})
 	}
 	if total > srv.batchLimit {
 		return nil, status.Errorf(codes.InvalidArgument, "batch of %d bytes over the limit of %d", total, srv.batchLimit)

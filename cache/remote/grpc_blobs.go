@@ -290,8 +290,14 @@ func (s *grpcStore) sendWrites(ops []*batchOp) {
 		resp, err = s.cas.BatchUpdateBlobs(ctx, req)
 		return err
 	})
-	for _, r := range resp.GetResponses() {
-		_, group, rerr := s.answer(want, r.Digest, r.Status, "writing")
+	for i, r := range resp.GetResponses() {
+		pd := r.Digest
+		if pd.GetHash() == "" && len(resp.GetResponses()) == len(req.Requests) {
+			// A server that names no digest in its answers (Bazel's remote
+			// worker) answers in the order asked.
+			pd = req.Requests[i].Digest
+		}
+		_, group, rerr := s.answer(want, pd, r.Status, "writing")
 		for _, op := range group {
 			op.err = rerr
 		}

@@ -564,6 +564,21 @@ func TestGRPCReadsOverByteStreamWithoutBatchReads(t *testing.T) {
 	})
 }
 
+func TestGRPCWritesToAServerNamingNoDigests(t *testing.T) {
+	t.Parallel()
+	srv := newTestREAPI()
+	srv.anonymousWrites = true
+	s := openGRPC(t, Spec{URL: "grpc://" + srv.start(t)})
+	ctx := context.Background()
+	blobs := testBlobs(20)
+	if err := putBlobs(ctx, s, blobs); err != nil {
+		t.Fatalf("writing to a server whose batch answers name no digests: %v", err)
+	}
+	if err := checkBlobs(ctx, s, blobs); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestGRPCStall(t *testing.T) {
 	t.Parallel()
 	srv := newTestREAPI()
