@@ -64,6 +64,8 @@ type fakeREAPI struct {
 	actions   []*repb.Action
 	// execInstances is the instance name of each Execute call.
 	execInstances []string
+	// skipLookups is the skip_cache_lookup of each Execute call.
+	skipLookups []bool
 }
 
 // call is one call the server received and the RequestMetadata it carried.
@@ -277,6 +279,7 @@ func (srv *fakeREAPI) GetActionResult(_ context.Context, req *repb.GetActionResu
 func (srv *fakeREAPI) Execute(req *repb.ExecuteRequest, stream repb.Execution_ExecuteServer) error {
 	srv.mu.Lock()
 	srv.execInstances = append(srv.execInstances, req.InstanceName)
+	srv.skipLookups = append(srv.skipLookups, req.SkipCacheLookup)
 	n := len(srv.ops) + 1
 	if srv.unavailable > 0 {
 		srv.unavailable--

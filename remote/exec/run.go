@@ -91,20 +91,26 @@ func (cl *Client) Run(ctx context.Context, c *cache.Cache, b Build) (Result, err
 	}
 	if ar != nil {
 		res.Cached = true
-	} else {
-		say(Uploading)
-		if err := cl.upload(ctx, c, root, cmdDigest, actDigest); err != nil {
+		say(Fetching)
+		err := cl.results(ctx, c, ar, b, &res)
+		if !errors.Is(err, cache.ErrNotFound) {
 			return res, err
 		}
-		resp, err := cl.execute(ctx, c, actDigest, root, cmdDigest, say)
-		if err != nil {
-			return res, err
-		}
-		ar = resp.Result
-		res.Cached = resp.CachedResult
+		// The action cache names outputs the CAS no longer has: build again,
+		// without a lookup that would answer the same.
+		res = Result{Overlaps: overlaps, Action: actDigest}
 	}
+	say(Uploading)
+	if err := cl.upload(ctx, c, root, cmdDigest, actDigest); err != nil {
+		return res, err
+	}
+	resp, err := cl.execute(ctx, c, actDigest, root, cmdDigest, ar != nil, say)
+	if err != nil {
+		return res, err
+	}
+	res.Cached = resp.CachedResult
 	say(Fetching)
-	if err := cl.results(ctx, c, ar, b, &res); err != nil {
+	if err := cl.results(ctx, c, resp.Result, b, &res); err != nil {
 		return res, err
 	}
 	return res, nil
@@ -189,8 +195,9 @@ func (cl *Client) storeFailure(ctx context.Context, op string, err error) error 
 // stream breaks, WaitExecution on the operation; when the operation is gone
 // (NOT_FOUND), Execute again (the action is deterministic: idempotent). An
 // unavailable service is retried with backoff, so is a result whose status is
-// not OK; when ctx ends, the operation is cancelled.
-func (cl *Client) execute(ctx context.Context, c *cache.Cache, act, root, cmd cache.Digest, say func(Stage)) (*repb.ExecuteResponse, error) {
+// not OK; when ctx ends, the operation is cancelled. skipCache asks the server
+// not to answer from its action cache.
+func (cl *Client) execute(ctx context.Context, c *cache.Cache, act, root, cmd cache.Digest, skipCache bool, say func(Stage)) (*repb.ExecuteResponse, error) {
 	var (
 		name     string // the operation being followed; "" to Execute
 		attempt  int    // failures in a row
@@ -199,7 +206,7 @@ func (cl *Client) execute(ctx context.Context, c *cache.Cache, act, root, cmd ca
 		uploaded bool
 	)
 	for {
-		resp, progress, err := cl.attempt(ctx, act, &name, say)
+		resp, progress, err := cl.attempt(ctx, act, skipCache, &name, say)
 		if ctx.Err() != nil {
 			cl.cancel(ctx, name)
 			return nil, context.Cause(ctx)
@@ -256,13 +263,13 @@ func (cl *Client) execute(ctx context.Context, c *cache.Cache, act, root, cmd ca
 
 // attempt makes one Execute call, or WaitExecution when *name is set, and
 // follows its stream (follow).
-func (cl *Client) attempt(ctx context.Context, act cache.Digest, name *string, say func(Stage)) (*repb.ExecuteResponse, bool, error) {
+func (cl *Client) attempt(ctx context.Context, act cache.Digest, skipCache bool, name *string, say func(Stage)) (*repb.ExecuteResponse, bool, error) {
 	ctx, stop := context.WithCancel(ctx) // ends the stream, read to its end or not
 	defer stop()
 	var stream grpc.ServerStreamingClient[longrunningpb.Operation]
 	var err error
 	if *name == "" {
-		stream, err = cl.exec.Execute(ctx, &repb.ExecuteRequest{InstanceName: cl.instance, ActionDigest: act.Proto()})
+		stream, err = cl.exec.Execute(ctx, &repb.ExecuteRequest{InstanceName: cl.instance, ActionDigest: act.Proto(), SkipCacheLookup: skipCache})
 	} else {
 		stream, err = cl.exec.WaitExecution(ctx, &repb.WaitExecutionRequest{Name: *name})
 	}

@@ -231,6 +231,27 @@ func TestRunActionCacheHitSkipsExecute(t *testing.T) {
 	}
 }
 
+func TestRunExecutesAgainWhenTheCachedOutputsAreGone(t *testing.T) {
+	srv := newFakeREAPI()
+	srv.work = installWork(map[string]string{"usr/bin/hello": "ELF"})
+	url := srv.start(t)
+	c := openTestCache(t)
+	if _, err := dial(t, url, Config{}).Run(context.Background(), c, testBuild(t, c)); err != nil {
+		t.Fatal(err)
+	}
+	srv.mu.Lock()
+	delete(srv.blobs, cache.DigestOf([]byte("ELF"))) // evicted: the action cache names it still
+	srv.mu.Unlock()
+	c2 := openTestCache(t)
+	res, err := dial(t, url, Config{}).Run(context.Background(), c2, testBuild(t, c2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(srv.skipLookups, []bool{false, true}) || res.Cached || !c2.HasBlob(cache.DigestOf([]byte("ELF"))) {
+		t.Errorf("Execute calls skipping the cache %v, cached %v: want a second Execute skipping it, and its outputs", srv.skipLookups, res.Cached)
+	}
+}
+
 func TestRunUploadsOnlyMissingBlobs(t *testing.T) {
 	srv := newFakeREAPI()
 	srv.work = installWork(map[string]string{"usr/bin/hello": "ELF"})
