@@ -95,6 +95,18 @@ func installWork(files map[string]string) func(*fakeREAPI, *repb.Command, *repb.
 	}
 }
 
+// startHello starts a fake whose builds install usr/bin/hello, set by knobs,
+// and returns it, a client of it and a local cache.
+func startHello(t *testing.T, knobs func(*fakeREAPI)) (*fakeREAPI, *Client, *cache.Cache) {
+	t.Helper()
+	srv := newFakeREAPI()
+	srv.work = installWork(map[string]string{"usr/bin/hello": "ELF"})
+	if knobs != nil {
+		knobs(srv)
+	}
+	return srv, dial(t, srv.start(t), Config{}), openTestCache(t)
+}
+
 // outputNamed is the output path of cmd ending in name.
 func outputNamed(cmd *repb.Command, name string) string {
 	for _, p := range cmd.OutputPaths {
@@ -253,10 +265,7 @@ func TestRunExecutesAgainWhenTheCachedOutputsAreGone(t *testing.T) {
 }
 
 func TestRunUploadsOnlyMissingBlobs(t *testing.T) {
-	srv := newFakeREAPI()
-	srv.work = installWork(map[string]string{"usr/bin/hello": "ELF"})
-	cl := dial(t, srv.start(t), Config{})
-	c := openTestCache(t)
+	srv, cl, c := startHello(t, nil)
 	b := testBuild(t, c)
 	have := srv.put([]byte("#!busybox")) // the server has bin/sh already
 	if _, err := cl.Run(context.Background(), c, b); err != nil {
@@ -282,11 +291,9 @@ func TestRunUploadsOnlyMissingBlobs(t *testing.T) {
 }
 
 func TestRunBrokenStreamWaitsForTheExecution(t *testing.T) {
-	srv := newFakeREAPI()
-	srv.work = installWork(map[string]string{"usr/bin/hello": "ELF"})
-	srv.breakStreams = 1
-	cl := dial(t, srv.start(t), Config{})
-	c := openTestCache(t)
+	srv, cl, c := startHello(t, func(s *fakeREAPI) {
+		s.breakStreams = 1
+	})
 	res, err := cl.Run(context.Background(), c, testBuild(t, c))
 	if err != nil {
 		t.Fatal(err)
@@ -300,11 +307,9 @@ func TestRunBrokenStreamWaitsForTheExecution(t *testing.T) {
 }
 
 func TestRunOperationGoneExecutesAgain(t *testing.T) {
-	srv := newFakeREAPI()
-	srv.work = installWork(map[string]string{"usr/bin/hello": "ELF"})
-	srv.breakStreams, srv.waitNotFound = 1, 1
-	cl := dial(t, srv.start(t), Config{})
-	c := openTestCache(t)
+	srv, cl, c := startHello(t, func(s *fakeREAPI) {
+		s.breakStreams, s.waitNotFound = 1, 1
+	})
 	if _, err := cl.Run(context.Background(), c, testBuild(t, c)); err != nil {
 		t.Fatal(err)
 	}
@@ -314,11 +319,9 @@ func TestRunOperationGoneExecutesAgain(t *testing.T) {
 }
 
 func TestRunCancelledCancelsTheOperation(t *testing.T) {
-	srv := newFakeREAPI()
-	srv.work = installWork(map[string]string{"usr/bin/hello": "ELF"})
-	srv.hold = true
-	cl := dial(t, srv.start(t), Config{})
-	c := openTestCache(t)
+	srv, cl, c := startHello(t, func(s *fakeREAPI) {
+		s.hold = true
+	})
 	b := testBuild(t, c)
 	ctx, cancel := context.WithCancel(context.Background())
 	b.Status = func(s Stage) {
@@ -344,11 +347,9 @@ func TestRunCancelledCancelsTheOperation(t *testing.T) {
 }
 
 func TestRunBacksOffWhileUnavailable(t *testing.T) {
-	srv := newFakeREAPI()
-	srv.work = installWork(map[string]string{"usr/bin/hello": "ELF"})
-	srv.unavailable = 2
-	cl := dial(t, srv.start(t), Config{})
-	c := openTestCache(t)
+	srv, cl, c := startHello(t, func(s *fakeREAPI) {
+		s.unavailable = 2
+	})
 	if _, err := cl.Run(context.Background(), c, testBuild(t, c)); err != nil {
 		t.Fatal(err)
 	}
@@ -433,11 +434,9 @@ func TestRunFlagsEscapingSymlinks(t *testing.T) {
 }
 
 func TestEveryCallCarriesRequestMetadata(t *testing.T) {
-	srv := newFakeREAPI()
-	srv.work = installWork(map[string]string{"usr/bin/hello": "ELF"})
-	srv.breakStreams = 1
-	cl := dial(t, srv.start(t), Config{})
-	c := openTestCache(t)
+	srv, cl, c := startHello(t, func(s *fakeREAPI) {
+		s.breakStreams = 1
+	})
 	if _, err := cl.Run(context.Background(), c, testBuild(t, c)); err != nil {
 		t.Fatal(err)
 	}
