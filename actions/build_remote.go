@@ -151,6 +151,9 @@ func applyRemoteResult(c *cache.Cache, res rexec.Result, t tree, log func(string
 	default:
 		log("remote build: action " + res.Action.String() + " ran on " + workerName(res.Worker))
 	}
+	if res.Message != "" {
+		log("remote build: the execution service says: " + res.Message)
+	}
 	for _, f := range res.Flagged {
 		log("warning: remote build: an output symlink is absolute or leads out of its directory (kept as it is, never followed): " + f)
 	}

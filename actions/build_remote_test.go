@@ -100,7 +100,7 @@ func TestApplyRemoteResult(t *testing.T) {
 	var out bytes.Buffer
 	res := rexec.Result{ExitCode: 2, Worker: "bot-3", FailedCommand: "build-commands 1/2", Stdout: []byte("out\n"), Stderr: []byte("err\n"),
 		Install: tree(map[string]string{"usr/half": "file:h"}), BuildTree: tree(map[string]string{"main.o": "file:o"}),
-		Flagged: []string{"../install/usr/x -> /etc/x"}, Action: cache.Digest{Hash: "ab", Size: 3}}
+		Flagged: []string{"../install/usr/x -> /etc/x"}, Action: cache.Digest{Hash: "ab", Size: 3}, Message: "see http://grid/op/1"}
 	err = applyRemoteResult(c, res, wt, func(s string) { log = append(log, s) }, &out)
 	if want := "build-commands 1/2 failed on worker bot-3 with exit code 2"; err == nil || err.Error() != want {
 		t.Errorf("error %v, want %s", err, want)
@@ -108,7 +108,7 @@ func TestApplyRemoteResult(t *testing.T) {
 	if out.String() != "out\nerr\n" {
 		t.Errorf("output %q", out.String())
 	}
-	wantLog := []string{"remote build: action ab/3 ran on worker bot-3",
+	wantLog := []string{"remote build: action ab/3 ran on worker bot-3", "remote build: the execution service says: see http://grid/op/1",
 		"warning: remote build: an output symlink is absolute or leads out of its directory (kept as it is, never followed): ../install/usr/x -> /etc/x"}
 	if !slices.Equal(log, wantLog) {
 		t.Errorf("log %q, want %q", log, wantLog)

@@ -337,7 +337,7 @@ func (srv *fakeREAPI) run(ad *repb.Digest, name string) (*longrunningpb.Operatio
 	srv.commands = append(srv.commands, cmd)
 	srv.actions = append(srv.actions, act)
 	srv.mu.Unlock()
-	resp := &repb.ExecuteResponse{Status: status.New(codes.OK, "").Proto()}
+	resp := &repb.ExecuteResponse{Status: status.New(codes.OK, "").Proto(), Message: "details: http://fake/" + name}
 	if srv.badStatus != nil {
 		resp.Status = srv.badStatus.Proto()
 	} else {

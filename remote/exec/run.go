@@ -45,6 +45,9 @@ type Result struct {
 	// Flagged are the output symlinks that are absolute or escape their
 	// output root ("usr/lib/x -> /etc/x"): imported as they are, never followed.
 	Flagged []string
+	// Message is what the server said of the execution for the user (a link
+	// to its own page of it, say); "" when nothing.
+	Message string
 	// FailedCommand is the label of the command that failed ("build-commands
 	// 2/3"), from the script's marker lines; "" when unknown or none failed.
 	FailedCommand string
@@ -108,7 +111,7 @@ func (cl *Client) Run(ctx context.Context, c *cache.Cache, b Build) (Result, err
 	if err != nil {
 		return res, err
 	}
-	res.Cached = resp.CachedResult
+	res.Cached, res.Message = resp.CachedResult, resp.GetMessage()
 	say(Fetching)
 	if err := cl.results(ctx, c, resp.Result, b, &res); err != nil {
 		return res, err

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -132,6 +133,9 @@ func TestRunExecutesTheActionAndImportsItsOutputs(t *testing.T) {
 	}
 	if res.ExitCode != 0 || res.Worker != "worker-7" || string(res.Stdout) != "built\n" || res.Cached {
 		t.Errorf("result: exit %d, worker %q, stdout %q, cached %v; want 0, worker-7, built, false", res.ExitCode, res.Worker, res.Stdout, res.Cached)
+	}
+	if res.Message != "details: http://fake/operations/x" {
+		t.Errorf("message %q, want the server's", res.Message)
 	}
 	if want := []Stage{Uploading, Queued, Fetching}; !slices.Equal(stages, want) {
 		t.Errorf("stages %v, want %v", stages, want)
@@ -551,5 +555,20 @@ func TestRunImportsARootDirectoryDigestOnly(t *testing.T) {
 	}
 	if got, want := paths(t, c, res.Install), []string{"usr/", "usr/share/", "usr/share/doc/", "usr/share/doc/x = doc"}; !slices.Equal(got, want) {
 		t.Errorf("install tree %q, want %q", got, want)
+	}
+}
+
+func TestDialUnreachableIsAnInfrastructureFailure(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "grpc://" + lis.Addr().String()
+	lis.Close() // nothing listens there now
+	_, err = Dial(context.Background(), Config{Execution: Service{URL: url}})
+	var infra *InfraError
+	want := "remote execution: asking the execution service " + url + " its capabilities: Unavailable: "
+	if !errors.As(err, &infra) || !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("Dial: %v, want an *InfraError starting %q", err, want)
 	}
 }
