@@ -3,6 +3,7 @@ module github.com/gantry-build/gantry
 go 1.26.0
 
 require (
+	cloud.google.com/go/longrunning v0.8.0
 	github.com/BurntSushi/toml v1.6.0
 	github.com/bazelbuild/remote-apis v0.0.0-20260908115904-76ddd98e1f92
 	github.com/charmbracelet/bubbles v1.0.0
@@ -21,7 +22,6 @@ require (
 )
 
 require (
-	cloud.google.com/go/longrunning v0.8.0 // indirect
 	github.com/aymanbagabas/go-osc52/v2 v2.0.1 // indirect
 	github.com/charmbracelet/colorprofile v0.4.1 // indirect
 	github.com/charmbracelet/harmonica v0.2.0 // indirect

@@ -51,6 +51,11 @@ type buildSpec struct {
 	Workspace *workspaceBuild `json:"workspace,omitempty"`
 	// FatalOverlaps: the element's project makes overlaps an error (fatal-warnings).
 	FatalOverlaps bool `json:"fatal-overlaps,omitempty"`
+	// Remote: the build runs on this execution service (build_remote.go); nil: here.
+	// RemotePlatform and RemoteTimeout are the element's own [remote-execution].
+	Remote         *rexec.Config     `json:"remote,omitempty"`
+	RemotePlatform map[string]string `json:"remote-platform,omitempty"`
+	RemoteTimeout  time.Duration     `json:"remote-timeout,omitempty"`
 }
 
 // workspaceBuild says where a workspace element builds.
@@ -266,6 +271,10 @@ func (b *Build) Payload(it *queues.Item) (json.RawMessage, error) {
 	work := b.Cache.TempName("build")
 	spec, err := newBuildSpec(b.Graph, it.Element, b.Cache.Root, work, b.Sandbox, b.MaxJobs)
 	if err == nil {
+		if b.Remote.Enabled() {
+			remote := b.Remote
+			spec.Remote, spec.RemotePlatform, spec.RemoteTimeout = &remote, it.Element.RemoteExecution.Platform, it.Element.RemoteExecution.Timeout
+		}
 		b.staged.Fill(b.Cache, spec)
 		err = spec.checkStagedShell(b.Cache)
 	}
@@ -506,6 +515,9 @@ func build(ctx context.Context, c *cache.Cache, spec *buildSpec, r *job.Reporter
 		// Its dependencies reach its dependants through their own staging.
 		r.Log("stack: nothing to stage, no commands: an empty artifact")
 		return nil, nil
+	}
+	if spec.runsRemotely() {
+		return nil, buildRemote(ctx, c, spec, t, r, out)
 	}
 	// Staging holds the cache lock shared: a cleanup waits until it is done, and
 	// what was staged (copies, or hard links) stays if a cleanup comes later.

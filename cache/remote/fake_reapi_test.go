@@ -54,6 +54,12 @@ type testREAPI struct {
 	// breakReads is how many ByteStream.Read calls fail with UNAVAILABLE
 	// after their first message, like a connection reset.
 	breakReads int
+	// anonymousWrites answers BatchUpdateBlobs without the digests, in the
+	// order asked, as Bazel's remote worker does.
+	anonymousWrites bool
+	// noBatchReads answers BatchReadBlobs UNIMPLEMENTED, as Bazel's remote
+	// worker does.
+	noBatchReads bool
 	// readGate, when set, holds every BatchReadBlobs call until it is closed;
 	// readArrived receives one value per call held.
 	readGate    chan struct{}
@@ -153,8 +159,11 @@ func (srv *testREAPI) FindMissingBlobs(ctx context.Context, req *repb.FindMissin
 func (srv *testREAPI) BatchReadBlobs(ctx context.Context, req *repb.BatchReadBlobsRequest) (*repb.BatchReadBlobsResponse, error) {
 	srv.mu.Lock()
 	srv.batchReads = append(srv.batchReads, len(req.Digests))
-	gate, arrived := srv.readGate, srv.readArrived
+	gate, arrived, refuse := srv.readGate, srv.readArrived, srv.noBatchReads
 	srv.mu.Unlock()
+	if refuse {
+		return nil, status.Error(codes.Unimplemented, "BatchReadBlobs is not implemented")
+	}
 	if gate != nil {
 		arrived <- struct{}{}
 		<-gate
@@ -186,7 +195,11 @@ func (srv *testREAPI) BatchUpdateBlobs(ctx context.Context, req *repb.BatchUpdat
 		if err := srv.put(cache.DigestFromProto(r.Digest), r.Data); err != nil {
 			st = status.Convert(err)
 		}
-		resp.Responses = append(resp.Responses, &repb.BatchUpdateBlobsResponse_Response{Digest: r.Digest, Status: st.Proto()})
+		d := r.Digest
+		if srv.anonymousWrites {
+			d = nil
+		}
+		resp.Responses = append(resp.Responses, &repb.BatchUpdateBlobsResponse_Response{Digest: d, Status: st.Proto()})
 	}
 	if total > srv.batchLimit {
 		return nil, status.Errorf(codes.InvalidArgument, "batch of %d bytes over the limit of %d", total, srv.batchLimit)

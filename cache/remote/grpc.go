@@ -91,7 +91,10 @@ type grpcInfo struct {
 	api        entryAPI // where artifact entries live
 	canUpdate  bool     // the entry API accepts updates from us
 	reads      *batcher // small-blob reads, packed into BatchReadBlobs
-	writes     *batcher // small-blob writes, packed into BatchUpdateBlobs
+	// noBatchReads is set once BatchReadBlobs answered UNIMPLEMENTED: reads go
+	// over ByteStream.
+	noBatchReads atomic.Bool
+	writes       *batcher // small-blob writes, packed into BatchUpdateBlobs
 }
 
 // The client's keep-alive: a call that hears nothing for keepalivePing pings the
@@ -106,32 +109,10 @@ const (
 // newGRPCStore returns the Store of a grpc(s):// remote. It does not
 // connect: the first call does.
 func newGRPCStore(spec Spec, u *url.URL) (Store, error) {
-	name := spec.Display()
-	s := &grpcStore{name: name, instance: spec.Instance, idle: spec.idleTimeout()}
-	if u.Port() == "" {
-		return nil, fmt.Errorf("remote %s: no port: write %s://HOST:PORT", name, u.Scheme)
-	}
-	if strings.Trim(u.Path, "/") != "" || u.RawQuery != "" {
-		return nil, fmt.Errorf("remote %s: a %s:// url is HOST:PORT only; set the REAPI instance name with the remote's instance key", name, u.Scheme)
-	}
-	creds, err := s.transport(spec, u)
+	s := &grpcStore{name: spec.Display(), instance: spec.Instance, idle: spec.idleTimeout()}
+	conn, err := dialGRPC(spec, u, &s.certAsked)
 	if err != nil {
 		return nil, err
-	}
-	auth, err := grpcAuthorization(spec, u)
-	if err != nil {
-		return nil, err
-	}
-	opts := []grpc.DialOption{
-		grpc.WithTransportCredentials(creds), grpc.WithUserAgent("gantry"),
-		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: keepalivePing, Timeout: keepaliveAck}),
-	}
-	if auth != "" {
-		opts = append(opts, grpc.WithPerRPCCredentials(auth))
-	}
-	conn, err := grpc.NewClient(u.Host, opts...)
-	if err != nil {
-		return nil, fmt.Errorf("remote %s: %w", name, err)
 	}
 	s.conn = conn
 	s.caps, s.cas, s.ac = repb.NewCapabilitiesClient(conn), repb.NewContentAddressableStorageClient(conn), repb.NewActionCacheClient(conn)
@@ -140,13 +121,63 @@ func newGRPCStore(spec Spec, u *url.URL) (Store, error) {
 	return s, nil
 }
 
+// DialGRPC returns a connection to the grpc(s):// remote of spec, secured and
+// authenticated as a grpc remote's (server-ca, client-cert/key, token-file or
+// the URL's user:password), with opts added (interceptors). It does not
+// connect: the first call does. For clients of other REAPI services on the
+// same servers (remote execution).
+func DialGRPC(spec Spec, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
+	u, err := url.Parse(spec.URL)
+	if err != nil {
+		return nil, fmt.Errorf("remote %s: invalid url: %w", RedactURL(spec.URL), err)
+	}
+	if u.Scheme != "grpc" && u.Scheme != "grpcs" {
+		return nil, fmt.Errorf("remote %s: unsupported scheme %q: use grpc:// or grpcs://", spec.Display(), u.Scheme)
+	}
+	return dialGRPC(spec, u, new(atomic.Bool), opts...)
+}
+
+// dialGRPC is DialGRPC of a parsed URL; certAsked is set when a TLS server
+// asks for a client certificate and none is configured. spec.DialOptions
+// come before opts.
+func dialGRPC(spec Spec, u *url.URL, certAsked *atomic.Bool, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
+	name := spec.Display()
+	if u.Port() == "" {
+		return nil, fmt.Errorf("remote %s: no port: write %s://HOST:PORT", name, u.Scheme)
+	}
+	if strings.Trim(u.Path, "/") != "" || u.RawQuery != "" {
+		return nil, fmt.Errorf("remote %s: a %s:// url is HOST:PORT only; set the REAPI instance name with the remote's instance key", name, u.Scheme)
+	}
+	creds, err := transport(spec, u, certAsked)
+	if err != nil {
+		return nil, err
+	}
+	auth, err := grpcAuthorization(spec, u)
+	if err != nil {
+		return nil, err
+	}
+	all := []grpc.DialOption{
+		grpc.WithTransportCredentials(creds), grpc.WithUserAgent("gantry"),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: keepalivePing, Timeout: keepaliveAck}),
+	}
+	if auth != "" {
+		all = append(all, grpc.WithPerRPCCredentials(auth))
+	}
+	all = append(append(all, spec.DialOptions...), opts...)
+	conn, err := grpc.NewClient(u.Host, all...)
+	if err != nil {
+		return nil, fmt.Errorf("remote %s: %w", name, err)
+	}
+	return conn, nil
+}
+
 // transport returns the connection security of the remote: TLS for grpcs://
 // (with its server-ca and client certificate, else the system's roots),
 // plaintext for grpc://.
-func (s *grpcStore) transport(spec Spec, u *url.URL) (credentials.TransportCredentials, error) {
+func transport(spec Spec, u *url.URL, certAsked *atomic.Bool) (credentials.TransportCredentials, error) {
 	if u.Scheme != "grpcs" {
 		if spec.ServerCA != "" || spec.ClientCert != "" || spec.ClientKey != "" {
-			return nil, fmt.Errorf("remote %s: server-ca, client-cert and client-key need TLS: use grpcs://", s.name)
+			return nil, fmt.Errorf("remote %s: server-ca, client-cert and client-key need TLS: use grpcs://", spec.Display())
 		}
 		return insecure.NewCredentials(), nil
 	}
@@ -159,7 +190,7 @@ func (s *grpcStore) transport(spec Spec, u *url.URL) (credentials.TransportCrede
 	}
 	if len(cfg.Certificates) == 0 {
 		cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
-			s.certAsked.Store(true)
+			certAsked.Store(true)
 			return &tls.Certificate{}, nil // none: the server may still accept us
 		}
 	}

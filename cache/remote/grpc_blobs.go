@@ -14,6 +14,7 @@ import (
 	"github.com/gantry-build/gantry/cache"
 	bspb "google.golang.org/genproto/googleapis/bytestream"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
 
@@ -79,11 +80,17 @@ func (s *grpcStore) ReadBlob(ctx context.Context, d cache.Digest, w io.Writer) e
 		return err
 	}
 	op := "reading blob " + d.String()
-	if !info.reads.fits(d) {
+	if !info.reads.fits(d) || info.noBatchReads.Load() {
 		return s.readStream(ctx, op, d, w)
 	}
 	b := &batchOp{d: d}
 	if err := info.reads.do(ctx, b); err != nil {
+		if status.Code(err) == codes.Unimplemented && ctx.Err() == nil {
+			// A server without BatchReadBlobs (Bazel's remote worker): ByteStream
+			// for this blob and every read after it.
+			info.noBatchReads.Store(true)
+			return s.readStream(ctx, op, d, w)
+		}
 		return s.batchFailure(ctx, op, err)
 	}
 	if _, err := w.Write(b.data); err != nil {
@@ -201,7 +208,7 @@ func (s *grpcStore) writeStream(ctx context.Context, op string, d cache.Digest, 
 	if err != nil {
 		return s.fail(ctx, op, err)
 	}
-	name := s.resource("uploads", newUUID(), "blobs", d.Hash, strconv.FormatInt(d.Size, 10))
+	name := s.resource("uploads", NewUUID(), "blobs", d.Hash, strconv.FormatInt(d.Size, 10))
 	buf := make([]byte, min(d.Size, streamChunk))
 	for off := int64(0); off < d.Size; {
 		// open is a hashedUpload's: content longer, shorter or other than d
@@ -232,8 +239,9 @@ func (s *grpcStore) writeStream(ctx context.Context, op string, d cache.Digest, 
 	return nil
 }
 
-// newUUID returns a random (version 4) UUID for an upload's resource name.
-func newUUID() string {
+// NewUUID returns a random (version 4) UUID: an upload's resource name, a
+// remote execution session's invocation id.
+func NewUUID() string {
 	var u [16]byte
 	rand.Read(u[:])
 	u[6] = u[6]&0x0f | 0x40
@@ -282,8 +290,14 @@ func (s *grpcStore) sendWrites(ops []*batchOp) {
 		resp, err = s.cas.BatchUpdateBlobs(ctx, req)
 		return err
 	})
-	for _, r := range resp.GetResponses() {
-		_, group, rerr := s.answer(want, r.Digest, r.Status, "writing")
+	for i, r := range resp.GetResponses() {
+		pd := r.Digest
+		if pd.GetHash() == "" && len(resp.GetResponses()) == len(req.Requests) {
+			// A server that names no digest in its answers (Bazel's remote
+			// worker) answers in the order asked.
+			pd = req.Requests[i].Digest
+		}
+		_, group, rerr := s.answer(want, pd, r.Status, "writing")
 		for _, op := range group {
 			op.err = rerr
 		}

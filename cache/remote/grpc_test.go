@@ -533,6 +533,52 @@ func TestGRPCResumesBrokenReads(t *testing.T) {
 	}
 }
 
+func TestGRPCReadsOverByteStreamWithoutBatchReads(t *testing.T) {
+	t.Parallel()
+	srv := newTestREAPI()
+	srv.noBatchReads = true
+	s := openGRPC(t, Spec{URL: "grpc://" + srv.start(t)})
+	ctx := context.Background()
+	blobs := testBlobs(20)
+	if err := putBlobs(ctx, s, blobs); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkBlobs(ctx, s, blobs); err != nil {
+		t.Fatalf("reading small blobs from a server without BatchReadBlobs: %v", err)
+	}
+	var batches int
+	srv.locked(func() { batches = len(srv.batchReads) })
+	if batches == 0 || batches >= len(blobs) {
+		t.Errorf("%d BatchReadBlobs calls for %d blobs: the first refusal sends the reads after it to ByteStream", batches, len(blobs))
+	}
+	if err := checkBlobs(ctx, s, blobs); err != nil {
+		t.Fatal(err)
+	}
+	srv.locked(func() {
+		if len(srv.batchReads) != batches {
+			t.Errorf("%d more BatchReadBlobs calls after the server refused them", len(srv.batchReads)-batches)
+		}
+		if len(srv.readOffsets) < len(blobs) {
+			t.Errorf("%d ByteStream reads, want one per blob at least (%d)", len(srv.readOffsets), len(blobs))
+		}
+	})
+}
+
+func TestGRPCWritesToAServerNamingNoDigests(t *testing.T) {
+	t.Parallel()
+	srv := newTestREAPI()
+	srv.anonymousWrites = true
+	s := openGRPC(t, Spec{URL: "grpc://" + srv.start(t)})
+	ctx := context.Background()
+	blobs := testBlobs(20)
+	if err := putBlobs(ctx, s, blobs); err != nil {
+		t.Fatalf("writing to a server whose batch answers name no digests: %v", err)
+	}
+	if err := checkBlobs(ctx, s, blobs); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestGRPCStall(t *testing.T) {
 	t.Parallel()
 	srv := newTestREAPI()

@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/gantry-build/gantry/cache"
+	"google.golang.org/grpc"
 )
 
 // Spec is one configured remote, from [[remote]] in the user config or
@@ -43,6 +44,11 @@ type Spec struct {
 	// body bytes, a stream message) before it fails as unavailable (a stall); 0 means
 	// defaultIdle. Not a file setting: gantry sets it from GANTRY_NET_IDLE_TIMEOUT.
 	IdleTimeout time.Duration `toml:"-" json:"idle-timeout,omitempty"`
+
+	// DialOptions are added to a grpc(s):// remote's connection (interceptors:
+	// remote execution attaches its RequestMetadata to every call). Not a
+	// file setting.
+	DialOptions []grpc.DialOption `toml:"-" json:"-"`
 }
 
 // defaultIdle is the idle timeout of exchanges with remotes.

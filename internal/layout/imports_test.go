@@ -38,6 +38,7 @@ var rules = []rule{
 	{from: []string{"source/..."}, never: []string{"cache/..."}},
 	{from: []string{"job/...", "sandbox/..."}, never: []string{"queues/...", "element/...", "cache/..."}},
 	{from: []string{"ui/..."}, never: []string{"cmd/...", "actions/..."}},
+	{from: []string{"remote/exec"}, never: []string{"actions/...", "queues/...", "ui/...", "cmd/...", "element/...", "sandbox/...", "job/..."}},
 	{from: []string{"..."}, except: []string{"cmd/..."}, never: []string{"cmd/..."}},
 }
 
