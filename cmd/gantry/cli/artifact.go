@@ -399,10 +399,9 @@ func runArtifactDelete(opts *artifactDeleteOptions) error {
 	var remove []cache.ArtifactRef
 	for _, t := range targets {
 		if _, err := c.Lookup(t.ref.Project, t.ref.Element, t.ref.Key); errors.Is(err, cache.ErrNotFound) {
-			if len(targets) == 1 {
-				return fmt.Errorf("%s is not in the cache at key %s: nothing to delete", t.ref.Element, shortKey(t.ref.Key))
-			}
-			fmt.Fprintf(opts.ios.ErrOut, "%s/%s is not cached\n", t.ref.Element, shortKey(t.ref.Key))
+			// A warning, whether alone or beside cached elements: deleting what is not
+			// there leaves the cache as asked (BuildStream warns and succeeds too).
+			opts.ios.Message("warning", fmt.Sprintf("%s is not in the cache at key %s: nothing to delete", t.ref.Element, shortKey(t.ref.Key)))
 			continue
 		}
 		remove = append(remove, t.ref)
