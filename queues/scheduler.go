@@ -517,9 +517,15 @@ func (s *Scheduler) startJob(a *activeJob, action Action, element string, payloa
 
 func (s *Scheduler) logPath(it *Item, action Action) string {
 	name := strings.TrimSuffix(it.Name(), ".toml")
-	file := fmt.Sprintf("%s-%s.log", it.Element.ShortKey(), action)
+	// KEY-ACTION.log; an element with no key yet (tracking one without a ref) has
+	// ACTION-TIME.log instead, the time in UTC, beside its other logs.
+	stem := fmt.Sprintf("%s-%s", it.Element.ShortKey(), action)
+	if it.Element.Key == "" {
+		stem = fmt.Sprintf("%s-%s", action, time.Now().UTC().Format("20060102-150405"))
+	}
+	file := stem + ".log"
 	if it.attempt > 1 {
-		file = fmt.Sprintf("%s-%s.%d.log", it.Element.ShortKey(), action, it.attempt)
+		file = fmt.Sprintf("%s.%d.log", stem, it.attempt)
 	}
 	return filepath.Join(s.cfg.LogDir, s.cfg.Project, filepath.FromSlash(name), file)
 }
