@@ -69,30 +69,65 @@ func TestBuildFlagDefaults(t *testing.T) {
 
 func TestPushAndPullFlagsBind(t *testing.T) {
 	for _, c := range []struct {
-		name string
-		new  func(*globalOptions, func(*transferOptions) error) *cobra.Command
-		push bool
+		name    string
+		new     func(*globalOptions, func(*transferOptions) error) *cobra.Command
+		push    bool
+		jobs    string // the flag of its jobs at once
+		pushers int
 	}{
-		{"push", newPushCmd, true},
-		{"pull", newPullCmd, false},
+		{"push", newPushCmd, true, "--pushers", 6},
+		{"pull", newPullCmd, false, "--fetchers", 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var got *transferOptions
 			cmd := c.new(testOptions(), func(o *transferOptions) error { got = o; return nil })
-			if err := execute(t, cmd, "--remote", "https://cache.example", "--deps", "run", "--pushers", "6", "app.toml"); err != nil {
+			if err := execute(t, cmd, "--remote", "https://cache.example", "--deps", "run", c.jobs, "6", "app.toml"); err != nil {
 				t.Fatal(err)
 			}
-			if got.push != c.push || got.deps != "run" || got.pushers != 6 || !slices.Equal(got.urls, []string{"https://cache.example"}) ||
+			if got.push != c.push || got.deps != "run" || got.pushers != c.pushers || !slices.Equal(got.urls, []string{"https://cache.example"}) ||
 				!slices.Equal(got.args, []string{"app.toml"}) {
 				t.Errorf("options = push %v deps %q pushers %d remotes %q args %q", got.push, got.deps, got.pushers, got.urls, got.args)
 			}
-			// Every scheduler command registers the scheduler flags, used or not.
-			for _, f := range []string{"builders", "max-jobs", "sandbox", "fetchers", "on-error", "cache-quota", "no-remote"} {
-				if cmd.Flags().Lookup(f) == nil {
-					t.Errorf("%s has no --%s", c.name, f)
-				}
-			}
 		})
+	}
+}
+
+// Each scheduler command has the scheduler flags it uses and no other: --help lists
+// what changes something. --sandbox of a command that builds nothing picks which
+// artifacts the keys name.
+func TestSchedulerFlagsPerCommand(t *testing.T) {
+	all := []string{"on-error", "builders", "fetchers", "pushers", "max-jobs", "sandbox", "cache-quota"}
+	g := testOptions()
+	for _, c := range []struct {
+		cmd  *cobra.Command
+		want []string
+	}{
+		{newBuildCmd(g, nil), all},
+		{newFetchCmd(g, nil), []string{"on-error", "fetchers", "sandbox"}},
+		{newTrackCmd(g, nil), []string{"on-error", "fetchers"}},
+		{newPullCmd(g, nil), []string{"on-error", "fetchers", "sandbox"}},
+		{newPushCmd(g, nil), []string{"on-error", "pushers", "sandbox"}},
+	} {
+		var has []string
+		for _, f := range all {
+			if c.cmd.Flags().Lookup(f) != nil {
+				has = append(has, f)
+			}
+		}
+		if !slices.Equal(has, c.want) {
+			t.Errorf("%s has --%s, want --%s", c.cmd.Name(), strings.Join(has, " --"), strings.Join(c.want, " --"))
+		}
+	}
+}
+
+func TestCommandsWithoutSandboxFlagUseTheDefault(t *testing.T) {
+	t.Setenv("GANTRY_SANDBOX", "bwrap")
+	var got *trackOptions
+	if err := execute(t, newTrackCmd(testOptions(), func(o *trackOptions) error { got = o; return nil })); err != nil {
+		t.Fatal(err)
+	}
+	if got.sandbox != "bwrap" {
+		t.Errorf("track's sandbox = %q, want $GANTRY_SANDBOX's bwrap", got.sandbox)
 	}
 }
 
