@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"errors"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -198,15 +199,39 @@ func TestSessionLoadsNothingUntilAsked(t *testing.T) {
 }
 
 func TestWorkspaceOpenFlagsBind(t *testing.T) {
-	g := testOptions()
-	var got *workspaceOpenOptions
-	cmd := newWorkspaceOpenCmd(g, func(o *workspaceOpenOptions) error { got = o; return nil })
-	if err := execute(t, cmd, "--directory", "ws/app", "-C", "proj", "app.toml"); err != nil {
-		t.Fatal(err)
-	}
-	// --directory is the workspace's; -C is still the global one, which finds the project.
-	if got.element != "app.toml" || got.into != "ws/app" || g.dir != "proj" {
-		t.Errorf("options = element %q directory %q; -C = %q", got.element, got.into, g.dir)
+	proj := t.TempDir() // no project.toml in it
+	gone := filepath.Join(proj, "gone")
+	for _, c := range []struct {
+		name           string
+		args           []string
+		into, dir, err string // the workspace's directory, -C, what it says on stderr
+	}{
+		{"DIR argument", []string{"-C", proj, "app.toml", "ws/app"}, "ws/app", proj, ""},
+		{"--directory is the global one", []string{"--directory", proj, "app.toml", "ws/app"}, "ws/app", proj, ""},
+		{"-C to a directory without project.toml", []string{"-C", proj, "app.toml"}, "", proj,
+			"-C/--directory " + proj + " is where the project is looked up from; to open the workspace in " + proj + ", give it as the second argument (`gantry workspace open app.toml " + proj + "`)\n"},
+		{"old --directory of a directory to make", []string{"--directory", gone, "app.toml"}, gone, "",
+			"gantry: warning: workspace open --directory " + gone + ": the workspace's directory is the second argument now (`gantry workspace open app.toml " + gone + "`); -C/--directory is where the project is looked up from, as for every command\n"},
+		{"-C PROJECT, old --directory", []string{"--directory", gone, "app.toml", "-C", proj}, gone, proj,
+			"gantry: warning: workspace open --directory " + gone + ": the workspace's directory is the second argument now (`gantry workspace open app.toml " + gone + "`); -C/--directory is where the project is looked up from, as for every command\n"},
+		{"--chdir", []string{"--chdir", gone, "app.toml", "ws/app"}, "ws/app", gone, "Flag --chdir has been deprecated, use -C/--directory\n"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			g := testOptions()
+			var got *workspaceOpenOptions
+			root := &cobra.Command{Use: "gantry"}
+			root.PersistentFlags().VarP(&dirFlag{&g.dir, &g.dirs}, "directory", "C", "")
+			open := newWorkspaceOpenCmd(g, func(o *workspaceOpenOptions) error { got = o; return nil })
+			root.AddCommand(open)
+			if err := execute(t, root, append([]string{"open"}, c.args...)...); err != nil {
+				t.Fatal(err)
+			}
+			// cobra prints a deprecated flag's notice to the command's output.
+			stderr := open.OutOrStdout().(*bytes.Buffer).String() + g.ios.ErrOut.(*bytes.Buffer).String()
+			if got.element != "app.toml" || got.into != c.into || g.dir != c.dir || stderr != c.err {
+				t.Errorf("element %q DIR %q -C %q stderr %q, want DIR %q -C %q stderr %q", got.element, got.into, g.dir, stderr, c.into, c.dir, c.err)
+			}
+		})
 	}
 }
 
