@@ -53,18 +53,30 @@ func shortKey(k string) string {
 	return k[:8]
 }
 
-// tail returns the last n lines of the file at path (best effort).
-func tail(path string, n int) []string {
+// excerptLines is what a failed job's log excerpt shows: its last n lines from its
+// first "[status] " line on (the commands, the failing one last; not the header
+// before, which lists the build environment), or, without one, its last n lines but
+// the environment's "env: " lines; gantry's internal markers never
+// (job.IsInternalLogLine). The log stamps are trimmed.
+func excerptLines(path string, n int) []string {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil
 	}
 	defer f.Close()
 	var lines []string
+	command := false // a "[status] " line was seen
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
-		lines = append(lines, sc.Text())
+		l := job.TrimLogStamp(sc.Text())
+		switch {
+		case job.IsInternalLogLine(l), !command && strings.HasPrefix(l, "env: "):
+			continue
+		case !command && strings.HasPrefix(l, "[status] "):
+			lines, command = lines[:0], true
+		}
+		lines = append(lines, l)
 		if len(lines) > n {
 			lines = lines[1:]
 		}
@@ -72,15 +84,15 @@ func tail(path string, n int) []string {
 	return lines
 }
 
-// logExcerpt is the tail of a failed job's log, indented, followed by where the whole
-// log is; "" when there is no log.
+// logExcerpt is the excerpt of a failed job's log (excerptLines), indented, followed
+// by where the whole log is; "" when there is no log.
 func logExcerpt(logPath string, n int) string {
 	if logPath == "" {
 		return ""
 	}
 	var b strings.Builder
-	for _, l := range tail(logPath, n) {
-		fmt.Fprintf(&b, "    %s\n", job.TrimLogStamp(l))
+	for _, l := range excerptLines(logPath, n) {
+		fmt.Fprintf(&b, "    %s\n", l)
 	}
 	fmt.Fprintf(&b, "    (full log: %s)\n", logPath)
 	return b.String()

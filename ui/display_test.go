@@ -204,3 +204,44 @@ func TestETATextSaysNothingRatherThanGuess(t *testing.T) {
 		}
 	}
 }
+
+// A failed job's excerpt shows the last lines of the commands, the failing one's
+// last, and never gantry's internal markers nor the log's header with the build
+// environment's env lines.
+func TestFailureExcerptShowsTheFailingCommand(t *testing.T) {
+	log := filepath.Join(t.TempDir(), "build.log")
+	text := `[10:00:00.000] [start] build bad.toml (job build-1, pid 1)
+[10:00:00.000] element: bad.toml, key: 6f77, project: demo
+[10:00:00.000] env: HOME=/tmp/home
+[10:00:00.000] env: TZ=UTC
+[10:00:00.001] [gate] opened after 1ms
+[10:00:00.001] [status] build: echo one
+[10:00:00.001] + echo one
+[10:00:00.001] one
+[10:00:00.002] [status] build: make
+[10:00:00.002] + make
+[10:00:00.003] cc -c a.c
+[10:00:00.003] a.c:1: error
+[10:00:00.004] [slot done]
+[10:00:00.004] error: build-commands: command failed with exit code 2: make
+`
+	if err := os.WriteFile(log, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	want := "    [status] build: echo one\n    + echo one\n    one\n    [status] build: make\n    + make\n    cc -c a.c\n    a.c:1: error\n    error: build-commands: command failed with exit code 2: make\n    (full log: " + log + ")\n"
+	if got := logExcerpt(log, 20); got != want {
+		t.Errorf("excerpt:\n%s\nwant:\n%s", got, want)
+	}
+	want = "    a.c:1: error\n    error: build-commands: command failed with exit code 2: make\n    (full log: " + log + ")\n"
+	if got := logExcerpt(log, 2); got != want {
+		t.Errorf("excerpt of 2 lines:\n%s\nwant:\n%s", got, want)
+	}
+	// Without a command: the last lines, but the environment and the markers.
+	if err := os.WriteFile(log, []byte("[start] fetch\nenv: A=1\n[available]\nfetching failed\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	want = "    [start] fetch\n    fetching failed\n    (full log: " + log + ")\n"
+	if got := logExcerpt(log, 20); got != want {
+		t.Errorf("excerpt without a command:\n%s\nwant:\n%s", got, want)
+	}
+}
