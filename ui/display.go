@@ -23,6 +23,16 @@ type Display interface {
 type Options struct {
 	Verbose    bool
 	ErrorLines int // lines of a failed job's log to show (default 20)
+	// CI, when not nil, has plain output speak GitHub Actions' workflow commands: each
+	// failed job's log excerpt in a ::group::, one ::error line per failed element.
+	CI *CIAnnotations
+}
+
+// CIAnnotations say how plain output annotates failures for a CI.
+type CIAnnotations struct {
+	// File is the file of the element named, relative to the repository (or the
+	// project), for an ::error line's file=.
+	File func(element string) string
 }
 
 func (o Options) errorLines() int {

@@ -245,3 +245,36 @@ func TestFailureExcerptShowsTheFailingCommand(t *testing.T) {
 		t.Errorf("excerpt without a command:\n%s\nwant:\n%s", got, want)
 	}
 }
+
+// For a CI, plain output folds each failed job's excerpt into a group and ends with one
+// ::error line per failed element, its message and properties escaped as GitHub
+// Actions' workflow commands need.
+func TestPlainCIAnnotations(t *testing.T) {
+	log := writeLog(t)
+	var out bytes.Buffer
+	d := NewPlain(&out, Options{ErrorLines: 5, CI: &CIAnnotations{File: func(e string) string { return "proj/elements/" + e }}})
+	for _, e := range session(log) {
+		if end, ok := e.(queues.SessionEnd); ok {
+			end.Summary.Failed = append(end.Summary.Failed, queues.FailedElement{Element: "a,b:c.toml", Action: queues.Build, Error: "line one\nline 100%", Cached: true})
+		}
+		d.Handle(e)
+	}
+	got := out.String()
+	wantContains(t, "plain output for a CI", got,
+		"FAILURE  build-commands: `make` exited with status 2\n::group::build of app.toml failed: its log\n",
+		"    make: *** [all] Error 2\n    (full log: "+log+")\n::endgroup::\n",
+		"\n::error file=proj/elements/app.toml,title=build of app.toml failed::build-commands: `make` exited with status 2",
+		"\n::error file=proj/elements/a%2Cb%3Ac.toml,title=build of a%2Cb%3Ac.toml failed::line one%0Aline 100%25\n")
+	if n := strings.Count(got, "::error "); n != 2 {
+		t.Errorf("%d ::error lines, want 2:\n%s", n, got)
+	}
+	// Without CI, none of it.
+	out.Reset()
+	d = NewPlain(&out, Options{ErrorLines: 5})
+	for _, e := range session(log) {
+		d.Handle(e)
+	}
+	if strings.Contains(out.String(), "::") {
+		t.Errorf("plain output without CI has workflow commands:\n%s", out.String())
+	}
+}
