@@ -1016,7 +1016,7 @@ func (s *Scheduler) signalJobs(f func(Running) error) {
 // and any element stuck for no reason, which is a bug worth reporting loudly.
 func (s *Scheduler) summarize() *Summary {
 	now := time.Now()
-	sum := &Summary{Project: s.cfg.Project, Failed: s.failed, Elapsed: s.elapsed(now),
+	sum := &Summary{Project: s.cfg.Project, Failed: s.failed, Elapsed: s.elapsed(now), Suspended: now.Sub(s.start) - s.elapsed(now),
 		Interrupted: s.interrupted, Quit: s.quitting}
 	for _, it := range s.cfg.Items {
 		if it.Failed && !slices.ContainsFunc(s.failed, func(f FailedElement) bool { return f.Element == it.Name() }) {

@@ -115,7 +115,11 @@ const minShownWait = 10 * time.Millisecond
 // writeSummary prints the end-of-session summary (plain and TUI displays).
 func writeSummary(w io.Writer, s *queues.Summary) {
 	var b strings.Builder
-	fmt.Fprintf(&b, "\nSession summary: %s, %s\n", s.Project, formatDuration(s.Elapsed))
+	fmt.Fprintf(&b, "\nSession summary: %s, %s", s.Project, formatDuration(s.Elapsed))
+	if s.Suspended >= time.Second/10 {
+		fmt.Fprintf(&b, " (suspended %s, not counted)", formatDuration(s.Suspended))
+	}
+	b.WriteString("\n")
 	for _, q := range s.Queues {
 		fmt.Fprintf(&b, "  %-6s processed %d, skipped %d, failed %d\n", q.Action+":", q.Processed, q.Skipped, q.Failed)
 	}

@@ -278,3 +278,18 @@ func TestPlainCIAnnotations(t *testing.T) {
 		t.Errorf("plain output without CI has workflow commands:\n%s", out.String())
 	}
 }
+
+// The summary says how long the session was suspended, beside its elapsed time
+// (which, like the critical path, leaves it out); nothing when it was not.
+func TestSummarySaysSuspendedTime(t *testing.T) {
+	var out bytes.Buffer
+	writeSummary(&out, &queues.Summary{Project: "demo", Elapsed: 35 * time.Second, Suspended: 6 * time.Second})
+	if got := out.String(); !strings.HasPrefix(got, "\nSession summary: demo, 35s (suspended 6s, not counted)\n") {
+		t.Errorf("summary:\n%s", got)
+	}
+	out.Reset()
+	writeSummary(&out, &queues.Summary{Project: "demo", Elapsed: 35 * time.Second})
+	if got := out.String(); !strings.HasPrefix(got, "\nSession summary: demo, 35s\n") {
+		t.Errorf("summary of a session never suspended:\n%s", got)
+	}
+}
