@@ -74,6 +74,7 @@ func typeName(t string) string {
 // convert turns a BurntSushi error into a ProjectError showing file:line:col and the line.
 func (d *tomlDoc) convert(err error) error {
 	var pe toml.ParseError
+	parsed := true // a ParseError: its byte offset places it
 	if p := new(toml.ParseError); errors.As(err, p) {
 		pe = *p
 	} else if pp := new(*toml.ParseError); errors.As(err, pp) {
@@ -84,6 +85,7 @@ func (d *tomlDoc) convert(err error) error {
 		pe.Position.Line = pe.Line
 		pe.LastKey, pe.Message = m[2], m[3]
 		pe.Position.Col = valueColumn(d.line(pe.Line))
+		parsed = false
 	} else {
 		return &ProjectError{File: d.display, Msg: err.Error()}
 	}
@@ -97,22 +99,28 @@ func (d *tomlDoc) convert(err error) error {
 	if line == 0 && pe.Line > 0 {
 		line = pe.Line
 	}
-	if col == 0 && line > 0 && line <= len(d.textLines()) && pe.Position.Start > 0 {
-		// BurntSushi gives a byte offset; turn it into a column on that line.
-		col = columnOf(d.textLines(), line, pe.Position.Start)
+	if parsed {
+		// The line and column come from the byte offset: BurntSushi's column is one
+		// line off at a line's start, and its line one ahead at a newline, so that
+		// neither would agree with the line shown.
+		if l, c := lineColumnOf(d.textLines(), pe.Position.Start); l > 0 && (pe.Position.Start > 0 || line <= 1) {
+			line, col = l, c
+		}
 	}
 	return &ProjectError{File: d.display, Line: line, Col: col, Msg: "invalid TOML: " + msg, Text: d.line(line)}
 }
 
-func columnOf(lines []string, line, offset int) int {
+// lineColumnOf is the 1-based line and byte column of offset in lines (a newline is
+// the column after its line's last character); 0, 0 past the end.
+func lineColumnOf(lines []string, offset int) (line, col int) {
 	start := 0
-	for i := 0; i < line-1 && i < len(lines); i++ {
-		start += len(lines[i]) + 1
+	for i, l := range lines {
+		if offset <= start+len(l) {
+			return i + 1, offset - start + 1
+		}
+		start += len(l) + 1
 	}
-	if offset < start || offset-start > len(lines[line-1]) {
-		return 0
-	}
-	return offset - start + 1
+	return 0, 0
 }
 
 func (d *tomlDoc) line(n int) string {

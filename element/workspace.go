@@ -52,7 +52,7 @@ func LoadWorkspaces(root string) ([]Workspace, error) {
 		if err == nil {
 			err = fmt.Errorf("version %d, this gantry reads version %d", f.Version, workspacesVersion)
 		}
-		return nil, fmt.Errorf("reading %s: %w (fix or remove it: the workspace directories stay, `gantry workspace open --directory DIR` records one again)", path, err)
+		return nil, fmt.Errorf("reading %s: %w (fix or remove it: the workspace directories stay, `gantry workspace open ELEMENT DIR` records one again)", path, err)
 	}
 	return f.Workspaces, nil
 }

@@ -417,6 +417,23 @@ func (r *Reporter) writeLog(line string) {
 	_, _ = io.WriteString(r.log, logStamp(time.Now())+line+"\n") // a log that cannot be written must not fail the job
 }
 
+// internalMarkers begin the lines a job writes to its log for gantry's own
+// bookkeeping (where its slot was given back, its output made available, its gate):
+// the log file keeps them, the logs shown to users leave them out.
+var internalMarkers = []string{"[slot done]", "[available]", "[gate]"}
+
+// IsInternalLogLine says whether a job log's line (stamped or not) is one of gantry's
+// internal markers, which displays of a log leave out.
+func IsInternalLogLine(line string) bool {
+	line = TrimLogStamp(line)
+	for _, m := range internalMarkers {
+		if strings.HasPrefix(line, m) {
+			return true
+		}
+	}
+	return false
+}
+
 // logStamp begins each line of a job log: the local time to the millisecond, so
 // that a log shows where a job spent its time and lines from logs of jobs that
 // ran together can be merged in order.

@@ -196,11 +196,13 @@ type Summary struct {
 	Project     string
 	Queues      []QueueStats
 	Failed      []FailedElement
-	NotStarted  []NotStarted // elements never reached because of a failure or a stop
-	Elapsed     time.Duration
-	Interrupted bool // terminated by the user or a signal
-	Quit        bool // stopped starting new work after a failure or the user's quit
-	// CriticalPath is the chain of jobs that set the wall time (see Recorder).
+	NotStarted  []NotStarted  // elements never reached because of a failure or a stop
+	Elapsed     time.Duration // the session's run time, its suspended time left out
+	Suspended   time.Duration // how long it was suspended (Ctrl-Z, the s key, a held failure)
+	Interrupted bool          // terminated by the user or a signal
+	Quit        bool          // stopped starting new work after a failure or the user's quit
+	// CriticalPath is the chain of jobs that set the wall time (see Recorder), on the
+	// clock of Elapsed: suspended time left out.
 	CriticalPath []PathLink
 }
 

@@ -2,6 +2,8 @@ package queues
 
 import (
 	"errors"
+	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -205,4 +207,27 @@ func TestJobTerminatedBeforeItsWorkerBeganItNeverStarted(t *testing.T) {
 		t.Errorf("build stats %+v, want nothing processed or failed", got)
 	}
 	checkTokensFree(t, pool, resources.Process, resources.Cache)
+}
+
+// The log of a job on an element with no key yet (tracking one with no ref) is named
+// by the action and the time it started, beside the element's other logs: never by
+// the key's placeholder.
+func TestLogOfAnElementWithoutAKeyIsNamedByTime(t *testing.T) {
+	g := newGraph(t, "a")
+	a := g.Elements["a"]
+	a.Sources = []source.Spec{{Kind: source.Git, URL: "https://example.com/a", Track: "main"}}
+	a.NoRef = true
+	g.ComputeKey(a)
+	if a.Key != "" {
+		t.Fatalf("a has key %q before tracking, want none", a.Key)
+	}
+	track := trackQueue(func(it *Item, _ job.Result) {})
+	pool := resources.NewPool(map[resources.Resource]int{resources.Download: 1, resources.Cache: 0})
+	h := startSession(t, Config{Queues: []Queue{track}, Items: PlanTracked(g, []*element.Element{a}, PlanOptions{}), Pool: pool})
+	j := h.expect(Track, "a")
+	if dir, file := filepath.Split(j.Spec.LogPath); dir != "/logs/test/a/" || !regexp.MustCompile(`^track-\d{8}-\d{6}\.log$`).MatchString(file) {
+		t.Errorf("track log %s, want /logs/test/a/track-YYYYMMDD-HHMMSS.log", j.Spec.LogPath)
+	}
+	j.Succeed(t)
+	h.wait()
 }

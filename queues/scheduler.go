@@ -517,9 +517,15 @@ func (s *Scheduler) startJob(a *activeJob, action Action, element string, payloa
 
 func (s *Scheduler) logPath(it *Item, action Action) string {
 	name := strings.TrimSuffix(it.Name(), ".toml")
-	file := fmt.Sprintf("%s-%s.log", it.Element.ShortKey(), action)
+	// KEY-ACTION.log; an element with no key yet (tracking one without a ref) has
+	// ACTION-TIME.log instead, the time in UTC, beside its other logs.
+	stem := fmt.Sprintf("%s-%s", it.Element.ShortKey(), action)
+	if it.Element.Key == "" {
+		stem = fmt.Sprintf("%s-%s", action, time.Now().UTC().Format("20060102-150405"))
+	}
+	file := stem + ".log"
 	if it.attempt > 1 {
-		file = fmt.Sprintf("%s-%s.%d.log", it.Element.ShortKey(), action, it.attempt)
+		file = fmt.Sprintf("%s.%d.log", stem, it.attempt)
 	}
 	return filepath.Join(s.cfg.LogDir, s.cfg.Project, filepath.FromSlash(name), file)
 }
@@ -1047,7 +1053,7 @@ func (s *Scheduler) signalJobs(f func(Running) error) {
 // and any element stuck for no reason, which is a bug worth reporting loudly.
 func (s *Scheduler) summarize() *Summary {
 	now := time.Now()
-	sum := &Summary{Project: s.cfg.Project, Failed: s.failed, Elapsed: s.elapsed(now),
+	sum := &Summary{Project: s.cfg.Project, Failed: s.failed, Elapsed: s.elapsed(now), Suspended: now.Sub(s.start) - s.elapsed(now),
 		Interrupted: s.interrupted, Quit: s.quitting}
 	for _, it := range s.cfg.Items {
 		if it.Failed && !slices.ContainsFunc(s.failed, func(f FailedElement) bool { return f.Element == it.Name() }) {

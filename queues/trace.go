@@ -223,10 +223,33 @@ func (r *Recorder) CriticalPath() []PathLink {
 	links := make([]PathLink, len(chain))
 	prevEnd := r.start
 	for i, sp := range chain {
-		links[i] = PathLink{Action: sp.Action, Element: sp.Element, Duration: sp.usable().Sub(sp.Start), Wait: max(sp.Start.Sub(prevEnd), 0)}
+		links[i] = PathLink{Action: sp.Action, Element: sp.Element, Duration: r.running(sp.Start, sp.usable()), Wait: r.running(prevEnd, sp.Start)}
 		prevEnd = sp.usable()
 	}
 	return links
+}
+
+// running is the time from a to b the session was not suspended (0 if b is before a):
+// the critical path counts the clock the session's elapsed time counts.
+func (r *Recorder) running(a, b time.Time) time.Duration {
+	d := max(b.Sub(a), 0)
+	suspends := r.suspends
+	if !r.pausedAt.IsZero() {
+		suspends = append(slices.Clip(suspends), interval{r.pausedAt, b})
+	}
+	for _, s := range suspends {
+		lo, hi := s.start, s.end
+		if lo.Before(a) {
+			lo = a
+		}
+		if hi.After(b) {
+			hi = b
+		}
+		if hi.After(lo) {
+			d -= hi.Sub(lo)
+		}
+	}
+	return max(d, 0)
 }
 
 // predecessor is the job sp waited for last: among the element's earlier jobs and, for a

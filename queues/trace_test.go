@@ -3,6 +3,8 @@ package queues
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -46,7 +48,8 @@ func TestRecorderCriticalPathAndSlots(t *testing.T) {
 	for _, l := range summary.CriticalPath {
 		got = append(got, string(l.Action)+" "+l.Element+" "+l.Duration.String())
 	}
-	want := []string{"fetch base 1s", "build base 2s", "build right 4s", "build top 1.5s"}
+	// right's build ran 4s, 0.25s of it suspended, which the path does not count.
+	want := []string{"fetch base 1s", "build base 2s", "build right 3.75s", "build top 1.5s"}
 	if len(got) != len(want) {
 		t.Fatalf("critical path %q, want %q", got, want)
 	}
@@ -131,5 +134,56 @@ func TestRecorderCriticalPathThroughAvailable(t *testing.T) {
 	}
 	if want := []string{"base 2s after 0s", "app 1.75s after 250ms"}; len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
 		t.Errorf("critical path %q, want %q", got, want)
+	}
+}
+
+// The critical path counts the session's clock: a job's time and a wait leave out
+// the time the session was suspended, also a suspension still open at the end.
+func TestRecorderCriticalPathLeavesOutSuspendedTime(t *testing.T) {
+	a := &Item{Element: &element.Element{Name: "a"}}
+	b := &Item{Element: &element.Element{Name: "b"}, Stage: []*Item{a}}
+	r := NewRecorder([]*Item{a, b})
+	t0 := time.Unix(1000, 0)
+	at := func(s float64) Base { return Base{t0.Add(time.Duration(s * float64(time.Second)))} }
+	summary := &Summary{}
+	for _, e := range []Event{
+		SessionStart{Base: at(0)},
+		Suspended{Base: at(0.5)}, Resumed{Base: at(1.5)}, // before a started: its wait
+		JobStart{Base: at(2), JobID: "a", Action: Build, Element: "a", Attempt: 1},
+		Suspended{Base: at(3)}, Resumed{Base: at(9)}, // during a's build: 6s of 10s
+		JobEnd{Base: at(12), JobID: "a", Action: Build, Element: "a", Result: ResultSuccess},
+		JobStart{Base: at(12), JobID: "b", Action: Build, Element: "b", Attempt: 1},
+		Suspended{Base: at(13)}, // never resumed: the session ended suspended
+		JobEnd{Base: at(14), JobID: "b", Action: Build, Element: "b", Result: ResultTerminated},
+		SessionEnd{Base: at(14), Summary: summary},
+	} {
+		r.Observe(e)
+	}
+	var got []string
+	for _, l := range summary.CriticalPath {
+		got = append(got, fmt.Sprintf("%s %s %v (waited %v)", l.Action, l.Element, l.Duration, l.Wait))
+	}
+	want := []string{"build a 4s (waited 1s)", "build b 1s (waited 0s)"}
+	if !slices.Equal(got, want) {
+		t.Errorf("critical path %q, want %q", got, want)
+	}
+	if d := r.running(at(12).Time, at(14).Time); d != time.Second {
+		t.Errorf("b ran %v of the session's clock, want 1s (suspended from 13s to the end)", d)
+	}
+}
+
+// The summary says how long the session was suspended; its elapsed time leaves it out.
+func TestSummarySaysHowLongTheSessionWasSuspended(t *testing.T) {
+	g := newGraph(t, "a")
+	h := startSession(t, Config{Queues: []Queue{buildQueue()}, Items: plan(t, g, PlanOptions{}), Pool: buildPool(1)})
+	a := h.expect(Build, "a")
+	h.s.Send(CmdSuspend)
+	suspended := waitEvent(t, h.events, func(Suspended) bool { return true })
+	h.s.Send(CmdResume)
+	resumed := waitEvent(t, h.events, func(Resumed) bool { return true })
+	a.Succeed(t)
+	sum := h.wait()
+	if want := resumed.Time.Sub(suspended.Time); sum.Suspended != want || want <= 0 {
+		t.Errorf("summary says suspended %v, want %v", sum.Suspended, want)
 	}
 }

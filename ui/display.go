@@ -23,6 +23,16 @@ type Display interface {
 type Options struct {
 	Verbose    bool
 	ErrorLines int // lines of a failed job's log to show (default 20)
+	// CI, when not nil, has plain output speak GitHub Actions' workflow commands: each
+	// failed job's log excerpt in a ::group::, one ::error line per failed element.
+	CI *CIAnnotations
+}
+
+// CIAnnotations say how plain output annotates failures for a CI.
+type CIAnnotations struct {
+	// File is the file of the element named, relative to the repository (or the
+	// project), for an ::error line's file=.
+	File func(element string) string
 }
 
 func (o Options) errorLines() int {
@@ -53,18 +63,30 @@ func shortKey(k string) string {
 	return k[:8]
 }
 
-// tail returns the last n lines of the file at path (best effort).
-func tail(path string, n int) []string {
+// excerptLines is what a failed job's log excerpt shows: its last n lines from its
+// first "[status] " line on (the commands, the failing one last; not the header
+// before, which lists the build environment), or, without one, its last n lines but
+// the environment's "env: " lines; gantry's internal markers never
+// (job.IsInternalLogLine). The log stamps are trimmed.
+func excerptLines(path string, n int) []string {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil
 	}
 	defer f.Close()
 	var lines []string
+	command := false // a "[status] " line was seen
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
-		lines = append(lines, sc.Text())
+		l := job.TrimLogStamp(sc.Text())
+		switch {
+		case job.IsInternalLogLine(l), !command && strings.HasPrefix(l, "env: "):
+			continue
+		case !command && strings.HasPrefix(l, "[status] "):
+			lines, command = lines[:0], true
+		}
+		lines = append(lines, l)
 		if len(lines) > n {
 			lines = lines[1:]
 		}
@@ -72,15 +94,15 @@ func tail(path string, n int) []string {
 	return lines
 }
 
-// logExcerpt is the tail of a failed job's log, indented, followed by where the whole
-// log is; "" when there is no log.
+// logExcerpt is the excerpt of a failed job's log (excerptLines), indented, followed
+// by where the whole log is; "" when there is no log.
 func logExcerpt(logPath string, n int) string {
 	if logPath == "" {
 		return ""
 	}
 	var b strings.Builder
-	for _, l := range tail(logPath, n) {
-		fmt.Fprintf(&b, "    %s\n", job.TrimLogStamp(l))
+	for _, l := range excerptLines(logPath, n) {
+		fmt.Fprintf(&b, "    %s\n", l)
 	}
 	fmt.Fprintf(&b, "    (full log: %s)\n", logPath)
 	return b.String()
@@ -93,7 +115,11 @@ const minShownWait = 10 * time.Millisecond
 // writeSummary prints the end-of-session summary (plain and TUI displays).
 func writeSummary(w io.Writer, s *queues.Summary) {
 	var b strings.Builder
-	fmt.Fprintf(&b, "\nSession summary: %s, %s\n", s.Project, formatDuration(s.Elapsed))
+	fmt.Fprintf(&b, "\nSession summary: %s, %s", s.Project, formatDuration(s.Elapsed))
+	if s.Suspended >= time.Second/10 {
+		fmt.Fprintf(&b, " (suspended %s, not counted)", formatDuration(s.Suspended))
+	}
+	b.WriteString("\n")
 	for _, q := range s.Queues {
 		fmt.Fprintf(&b, "  %-6s processed %d, skipped %d, failed %d\n", q.Action+":", q.Processed, q.Skipped, q.Failed)
 	}

@@ -204,3 +204,92 @@ func TestETATextSaysNothingRatherThanGuess(t *testing.T) {
 		}
 	}
 }
+
+// A failed job's excerpt shows the last lines of the commands, the failing one's
+// last, and never gantry's internal markers nor the log's header with the build
+// environment's env lines.
+func TestFailureExcerptShowsTheFailingCommand(t *testing.T) {
+	log := filepath.Join(t.TempDir(), "build.log")
+	text := `[10:00:00.000] [start] build bad.toml (job build-1, pid 1)
+[10:00:00.000] element: bad.toml, key: 6f77, project: demo
+[10:00:00.000] env: HOME=/tmp/home
+[10:00:00.000] env: TZ=UTC
+[10:00:00.001] [gate] opened after 1ms
+[10:00:00.001] [status] build: echo one
+[10:00:00.001] + echo one
+[10:00:00.001] one
+[10:00:00.002] [status] build: make
+[10:00:00.002] + make
+[10:00:00.003] cc -c a.c
+[10:00:00.003] a.c:1: error
+[10:00:00.004] [slot done]
+[10:00:00.004] error: build-commands: command failed with exit code 2: make
+`
+	if err := os.WriteFile(log, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	want := "    [status] build: echo one\n    + echo one\n    one\n    [status] build: make\n    + make\n    cc -c a.c\n    a.c:1: error\n    error: build-commands: command failed with exit code 2: make\n    (full log: " + log + ")\n"
+	if got := logExcerpt(log, 20); got != want {
+		t.Errorf("excerpt:\n%s\nwant:\n%s", got, want)
+	}
+	want = "    a.c:1: error\n    error: build-commands: command failed with exit code 2: make\n    (full log: " + log + ")\n"
+	if got := logExcerpt(log, 2); got != want {
+		t.Errorf("excerpt of 2 lines:\n%s\nwant:\n%s", got, want)
+	}
+	// Without a command: the last lines, but the environment and the markers.
+	if err := os.WriteFile(log, []byte("[start] fetch\nenv: A=1\n[available]\nfetching failed\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	want = "    [start] fetch\n    fetching failed\n    (full log: " + log + ")\n"
+	if got := logExcerpt(log, 20); got != want {
+		t.Errorf("excerpt without a command:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+// For a CI, plain output folds each failed job's excerpt into a group and ends with one
+// ::error line per failed element, its message and properties escaped as GitHub
+// Actions' workflow commands need.
+func TestPlainCIAnnotations(t *testing.T) {
+	log := writeLog(t)
+	var out bytes.Buffer
+	d := NewPlain(&out, Options{ErrorLines: 5, CI: &CIAnnotations{File: func(e string) string { return "proj/elements/" + e }}})
+	for _, e := range session(log) {
+		if end, ok := e.(queues.SessionEnd); ok {
+			end.Summary.Failed = append(end.Summary.Failed, queues.FailedElement{Element: "a,b:c.toml", Action: queues.Build, Error: "line one\nline 100%", Cached: true})
+		}
+		d.Handle(e)
+	}
+	got := out.String()
+	wantContains(t, "plain output for a CI", got,
+		"FAILURE  build-commands: `make` exited with status 2\n::group::build of app.toml failed: its log\n",
+		"    make: *** [all] Error 2\n    (full log: "+log+")\n::endgroup::\n",
+		"\n::error file=proj/elements/app.toml,title=build of app.toml failed::build-commands: `make` exited with status 2",
+		"\n::error file=proj/elements/a%2Cb%3Ac.toml,title=build of a%2Cb%3Ac.toml failed::line one%0Aline 100%25\n")
+	if n := strings.Count(got, "::error "); n != 2 {
+		t.Errorf("%d ::error lines, want 2:\n%s", n, got)
+	}
+	// Without CI, none of it.
+	out.Reset()
+	d = NewPlain(&out, Options{ErrorLines: 5})
+	for _, e := range session(log) {
+		d.Handle(e)
+	}
+	if strings.Contains(out.String(), "::") {
+		t.Errorf("plain output without CI has workflow commands:\n%s", out.String())
+	}
+}
+
+// The summary says how long the session was suspended, beside its elapsed time
+// (which, like the critical path, leaves it out); nothing when it was not.
+func TestSummarySaysSuspendedTime(t *testing.T) {
+	var out bytes.Buffer
+	writeSummary(&out, &queues.Summary{Project: "demo", Elapsed: 35 * time.Second, Suspended: 6 * time.Second})
+	if got := out.String(); !strings.HasPrefix(got, "\nSession summary: demo, 35s (suspended 6s, not counted)\n") {
+		t.Errorf("summary:\n%s", got)
+	}
+	out.Reset()
+	writeSummary(&out, &queues.Summary{Project: "demo", Elapsed: 35 * time.Second})
+	if got := out.String(); !strings.HasPrefix(got, "\nSession summary: demo, 35s\n") {
+		t.Errorf("summary of a session never suspended:\n%s", got)
+	}
+}

@@ -78,6 +78,7 @@ func WriteJSONError(w io.Writer, text string, exitCode int) {
 type jsonSummary struct {
 	OK          bool                   `json:"ok"`
 	Elapsed     float64                `json:"elapsed"`
+	Suspended   float64                `json:"suspended,omitempty"` // seconds suspended, not in elapsed
 	Queues      []jsonQueue            `json:"queues"`
 	Failed      []queues.FailedElement `json:"failed"`
 	NotStarted  []queues.NotStarted    `json:"not-started"`
@@ -138,7 +139,7 @@ func (j *JSON) Handle(e queues.Event) {
 		o = jsonEvent{Time: e.Time, Event: "resumed"}
 	case queues.SessionEnd:
 		s := e.Summary
-		js := &jsonSummary{OK: s.OK(), Elapsed: *seconds(s.Elapsed), Failed: s.Failed, NotStarted: s.NotStarted, Interrupted: s.Interrupted}
+		js := &jsonSummary{OK: s.OK(), Elapsed: *seconds(s.Elapsed), Suspended: *seconds(s.Suspended), Failed: s.Failed, NotStarted: s.NotStarted, Interrupted: s.Interrupted}
 		if js.Failed == nil {
 			js.Failed = []queues.FailedElement{}
 		}

@@ -114,12 +114,39 @@ func (p *Plain) Handle(e queues.Event) {
 		p.line(clock(e.Time.Sub(p.start)), "", "", "", "STATUS", msg)
 	case queues.SessionEnd:
 		writeSummary(p.w, e.Summary)
+		if p.opts.CI != nil {
+			p.annotate(e.Summary)
+		}
 	}
 }
 
-// failureDetail prints the tail of a failed job's log, indented, and where the log is.
+// failureDetail prints the tail of a failed job's log, indented, and where the log is;
+// for a CI, in a group that its log folds.
 func (p *Plain) failureDetail(e queues.JobEnd) {
-	io.WriteString(p.w, logExcerpt(e.LogPath, p.opts.errorLines()))
+	excerpt := logExcerpt(e.LogPath, p.opts.errorLines())
+	if p.opts.CI == nil || excerpt == "" {
+		io.WriteString(p.w, excerpt)
+		return
+	}
+	fmt.Fprintf(p.w, "::group::%s of %s failed: its log\n%s::endgroup::\n", e.Action, e.Element, excerpt)
+}
+
+// annotate prints one ::error line per failed element, which a CI shows on the
+// element's file and on the run's page.
+func (p *Plain) annotate(s *queues.Summary) {
+	for _, f := range s.Failed {
+		fmt.Fprintf(p.w, "::error file=%s,title=%s::%s\n", ciProperty(p.opts.CI.File(f.Element)),
+			ciProperty(fmt.Sprintf("%s of %s failed", f.Action, f.Element)), ciMessage(f.Error))
+	}
+}
+
+// ciMessage escapes a workflow command's message; ciProperty one of its properties.
+func ciMessage(s string) string {
+	return strings.NewReplacer("%", "%25", "\r", "%0D", "\n", "%0A").Replace(s)
+}
+
+func ciProperty(s string) string {
+	return strings.NewReplacer(":", "%3A", ",", "%2C").Replace(ciMessage(s))
 }
 
 func joinActions(a []queues.Action) string {

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bufio"
 	"cmp"
 	"encoding/json"
 	"errors"
@@ -15,6 +16,7 @@ import (
 	"github.com/gantry-build/gantry/actions"
 	"github.com/gantry-build/gantry/cache"
 	"github.com/gantry-build/gantry/element"
+	"github.com/gantry-build/gantry/job"
 )
 
 func newArtifactCmd(g *globalOptions) *cobra.Command {
@@ -209,8 +211,20 @@ func runArtifactLog(opts *artifactLogOptions) error {
 		return fmt.Errorf("reading the build log of %s: %w", a.Element, err)
 	}
 	defer f.Close()
-	_, err = io.Copy(opts.ios.Out, f)
-	return err
+	// The log as the build wrote it, but gantry's internal markers.
+	r, w := bufio.NewReader(f), bufio.NewWriter(opts.ios.Out)
+	for {
+		line, err := r.ReadString('\n')
+		if line != "" && !job.IsInternalLogLine(line) {
+			w.WriteString(line)
+		}
+		if err == io.EOF {
+			return w.Flush()
+		}
+		if err != nil {
+			return fmt.Errorf("reading the build log of %s: %w", a.Element, err)
+		}
+	}
 }
 
 type artifactListOptions struct {
@@ -399,10 +413,9 @@ func runArtifactDelete(opts *artifactDeleteOptions) error {
 	var remove []cache.ArtifactRef
 	for _, t := range targets {
 		if _, err := c.Lookup(t.ref.Project, t.ref.Element, t.ref.Key); errors.Is(err, cache.ErrNotFound) {
-			if len(targets) == 1 {
-				return fmt.Errorf("%s is not in the cache at key %s: nothing to delete", t.ref.Element, shortKey(t.ref.Key))
-			}
-			fmt.Fprintf(opts.ios.ErrOut, "%s/%s is not cached\n", t.ref.Element, shortKey(t.ref.Key))
+			// A warning, whether alone or beside cached elements: deleting what is not
+			// there leaves the cache as asked (BuildStream warns and succeeds too).
+			opts.ios.Message("warning", fmt.Sprintf("%s is not in the cache at key %s: nothing to delete", t.ref.Element, shortKey(t.ref.Key)))
 			continue
 		}
 		remove = append(remove, t.ref)

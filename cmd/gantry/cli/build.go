@@ -24,7 +24,8 @@ import (
 	"github.com/gantry-build/gantry/ui"
 )
 
-// schedulerFlags are the flags of every command that runs the scheduler.
+// schedulerFlags are the flags of the commands that run the scheduler; each command
+// registers those it uses (register), the others keep their defaults.
 type schedulerFlags struct {
 	onError  string
 	builders int
@@ -35,15 +36,48 @@ type schedulerFlags struct {
 	quota    string // --cache-quota
 }
 
-func (f *schedulerFlags) register(cmd *cobra.Command) {
+// schedFlag names a scheduler flag, for register.
+type schedFlag uint8
+
+const (
+	flagOnError  schedFlag = 1 << iota // --on-error: every job can fail
+	flagBuilders                       // --builders: build jobs
+	flagFetchers                       // --fetchers: download jobs (fetch, track, pull)
+	flagPushers                        // --pushers: upload jobs
+	flagMaxJobs                        // --max-jobs: inside a build
+	flagSandbox                        // --sandbox: builds, and which artifacts the keys name
+	flagQuota                          // --cache-quota: kept by a build session's cleanup
+
+	allSchedFlags = flagOnError | flagBuilders | flagFetchers | flagPushers | flagMaxJobs | flagSandbox | flagQuota
+)
+
+// register adds the scheduler flags in which to cmd. --sandbox of a command that
+// builds nothing picks the artifacts of builds in that sandbox (sandboxUse says so):
+// a bwrap build's keys differ from a host build's.
+func (f *schedulerFlags) register(cmd *cobra.Command, which schedFlag, sandboxUse string) {
+	f.sandbox = defaultSandbox() // also the value of a command without the flag
 	fl := cmd.Flags()
-	fl.StringVar(&f.onError, "on-error", "", "what to do when a job fails: continue, quit or terminate (default quit)")
-	fl.IntVar(&f.builders, "builders", 0, "build jobs at once (default 4, or the number of CPUs if fewer)")
-	fl.IntVar(&f.fetchers, "fetchers", 0, fmt.Sprintf("fetch jobs at once (default %d)", defaultFetchers))
-	fl.IntVar(&f.pushers, "pushers", 0, fmt.Sprintf("push jobs at once (default %d)", defaultPushers))
-	fl.IntVar(&f.maxJobs, "max-jobs", 0, "parallelism inside one build, %{max-jobs} (default: the CPUs shared among the builders, so that builders × max-jobs ≈ CPUs)")
-	fl.StringVar(&f.sandbox, "sandbox", defaultSandbox(), "build sandbox: auto, host or bwrap (default $GANTRY_SANDBOX, else auto)")
-	fl.StringVar(&f.quota, "cache-quota", "", "keep the local cache under `SIZE` (500M, 10G, 50%): least recently used artifacts are cleaned up")
+	if which&flagOnError != 0 {
+		fl.StringVar(&f.onError, "on-error", "", "what to do when a job fails: continue, quit or terminate (default quit)")
+	}
+	if which&flagBuilders != 0 {
+		fl.IntVar(&f.builders, "builders", 0, "build jobs at once (default 4, or the number of CPUs if fewer)")
+	}
+	if which&flagFetchers != 0 {
+		fl.IntVar(&f.fetchers, "fetchers", 0, fmt.Sprintf("download jobs at once (default %d)", defaultFetchers))
+	}
+	if which&flagPushers != 0 {
+		fl.IntVar(&f.pushers, "pushers", 0, fmt.Sprintf("push jobs at once (default %d)", defaultPushers))
+	}
+	if which&flagMaxJobs != 0 {
+		fl.IntVar(&f.maxJobs, "max-jobs", 0, "parallelism inside one build, %{max-jobs} (default: the CPUs shared among the builders, so that builders × max-jobs ≈ CPUs)")
+	}
+	if which&flagSandbox != 0 {
+		fl.StringVar(&f.sandbox, "sandbox", defaultSandbox(), sandboxUse+": auto, host or bwrap (default $GANTRY_SANDBOX, else auto)")
+	}
+	if which&flagQuota != 0 {
+		fl.StringVar(&f.quota, "cache-quota", "", "keep the local cache under `SIZE` (500M, 10G, 50%): least recently used artifacts are cleaned up")
+	}
 }
 
 type buildOptions struct {
@@ -80,7 +114,7 @@ job and gantry; 'fg' resumes them.`,
 			return runBuild(opts)
 		},
 	}
-	opts.schedulerFlags.register(cmd)
+	opts.schedulerFlags.register(cmd, allSchedFlags, "build sandbox")
 	opts.remoteFlags.register(cmd, "pulled from, not pushed to")
 	cmd.Flags().BoolVar(&opts.retryFailed, "retry-failed", false, "build elements whose failed build is cached")
 	cmd.Flags().StringVar(&opts.trace, "trace", "", "write the session as a Chrome trace (Perfetto, chrome://tracing) to `FILE`")

@@ -100,7 +100,9 @@ func newE2EProject(t *testing.T, files map[string]string) *e2eProject {
 	}
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(k, "GANTRY_") || strings.HasPrefix(k, "XDG_") || k == "HOME" {
+		// CI and GITHUB_ACTIONS (set where the tests run in CI) would turn on the CI
+		// annotations of plain output, which tests that want them set themselves.
+		if strings.HasPrefix(k, "GANTRY_") || strings.HasPrefix(k, "XDG_") || k == "HOME" || k == "CI" || k == "GITHUB_ACTIONS" {
 			continue
 		}
 		p.env = append(p.env, kv)

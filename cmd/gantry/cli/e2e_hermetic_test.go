@@ -160,11 +160,11 @@ build-commands = ` + tomlList(
 
 // Every command that reads artifact keys refuses a --sandbox (default $GANTRY_SANDBOX)
 // other than auto, host or bwrap: a misspelt bwrap would have it read the keys
-// of host builds.
+// of host builds. (track reads none: it has no --sandbox.)
 func TestE2EUnknownSandboxIsRefused(t *testing.T) {
 	t.Parallel()
 	p := newE2EProject(t, map[string]string{"project.toml": projectTOML("a.toml"), "elements/a.toml": manualElement(nil, "true")})
-	for _, args := range [][]string{{"build"}, {"fetch"}, {"track"}, {"pull"}, {"push"}, {"explain"}, {"shell", "a.toml", "--", "true"}} {
+	for _, args := range [][]string{{"build"}, {"fetch"}, {"pull"}, {"push"}, {"explain"}, {"shell", "a.toml", "--", "true"}} {
 		_, stderr := p.mustRun(exitUsage, append([]string{args[0], "--sandbox", "bwarp"}, args[1:]...)...)
 		if !strings.Contains(stderr, `--sandbox "bwarp": use auto, host or bwrap`) {
 			t.Errorf("gantry %s --sandbox bwarp: %s", args[0], stderr)

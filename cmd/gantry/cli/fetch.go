@@ -35,7 +35,7 @@ fetched: the version of the project it holds.`,
 			return runFetch(opts)
 		},
 	}
-	opts.schedulerFlags.register(cmd)
+	opts.schedulerFlags.register(cmd, flagOnError|flagFetchers|flagSandbox, "fetch the sources of what builds in this sandbox would build (its keys say what is cached)")
 	g.mirrors.register(cmd, false)
 	cmd.Flags().StringVar(&opts.deps, "deps", "plan", "which elements: plan (what a build needs), none, run, build or all")
 	return cmd

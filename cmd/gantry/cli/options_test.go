@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"errors"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -69,30 +70,65 @@ func TestBuildFlagDefaults(t *testing.T) {
 
 func TestPushAndPullFlagsBind(t *testing.T) {
 	for _, c := range []struct {
-		name string
-		new  func(*globalOptions, func(*transferOptions) error) *cobra.Command
-		push bool
+		name    string
+		new     func(*globalOptions, func(*transferOptions) error) *cobra.Command
+		push    bool
+		jobs    string // the flag of its jobs at once
+		pushers int
 	}{
-		{"push", newPushCmd, true},
-		{"pull", newPullCmd, false},
+		{"push", newPushCmd, true, "--pushers", 6},
+		{"pull", newPullCmd, false, "--fetchers", 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var got *transferOptions
 			cmd := c.new(testOptions(), func(o *transferOptions) error { got = o; return nil })
-			if err := execute(t, cmd, "--remote", "https://cache.example", "--deps", "run", "--pushers", "6", "app.toml"); err != nil {
+			if err := execute(t, cmd, "--remote", "https://cache.example", "--deps", "run", c.jobs, "6", "app.toml"); err != nil {
 				t.Fatal(err)
 			}
-			if got.push != c.push || got.deps != "run" || got.pushers != 6 || !slices.Equal(got.urls, []string{"https://cache.example"}) ||
+			if got.push != c.push || got.deps != "run" || got.pushers != c.pushers || !slices.Equal(got.urls, []string{"https://cache.example"}) ||
 				!slices.Equal(got.args, []string{"app.toml"}) {
 				t.Errorf("options = push %v deps %q pushers %d remotes %q args %q", got.push, got.deps, got.pushers, got.urls, got.args)
 			}
-			// Every scheduler command registers the scheduler flags, used or not.
-			for _, f := range []string{"builders", "max-jobs", "sandbox", "fetchers", "on-error", "cache-quota", "no-remote"} {
-				if cmd.Flags().Lookup(f) == nil {
-					t.Errorf("%s has no --%s", c.name, f)
-				}
-			}
 		})
+	}
+}
+
+// Each scheduler command has the scheduler flags it uses and no other: --help lists
+// what changes something. --sandbox of a command that builds nothing picks which
+// artifacts the keys name.
+func TestSchedulerFlagsPerCommand(t *testing.T) {
+	all := []string{"on-error", "builders", "fetchers", "pushers", "max-jobs", "sandbox", "cache-quota"}
+	g := testOptions()
+	for _, c := range []struct {
+		cmd  *cobra.Command
+		want []string
+	}{
+		{newBuildCmd(g, nil), all},
+		{newFetchCmd(g, nil), []string{"on-error", "fetchers", "sandbox"}},
+		{newTrackCmd(g, nil), []string{"on-error", "fetchers"}},
+		{newPullCmd(g, nil), []string{"on-error", "fetchers", "sandbox"}},
+		{newPushCmd(g, nil), []string{"on-error", "pushers", "sandbox"}},
+	} {
+		var has []string
+		for _, f := range all {
+			if c.cmd.Flags().Lookup(f) != nil {
+				has = append(has, f)
+			}
+		}
+		if !slices.Equal(has, c.want) {
+			t.Errorf("%s has --%s, want --%s", c.cmd.Name(), strings.Join(has, " --"), strings.Join(c.want, " --"))
+		}
+	}
+}
+
+func TestCommandsWithoutSandboxFlagUseTheDefault(t *testing.T) {
+	t.Setenv("GANTRY_SANDBOX", "bwrap")
+	var got *trackOptions
+	if err := execute(t, newTrackCmd(testOptions(), func(o *trackOptions) error { got = o; return nil })); err != nil {
+		t.Fatal(err)
+	}
+	if got.sandbox != "bwrap" {
+		t.Errorf("track's sandbox = %q, want $GANTRY_SANDBOX's bwrap", got.sandbox)
 	}
 }
 
@@ -163,15 +199,39 @@ func TestSessionLoadsNothingUntilAsked(t *testing.T) {
 }
 
 func TestWorkspaceOpenFlagsBind(t *testing.T) {
-	g := testOptions()
-	var got *workspaceOpenOptions
-	cmd := newWorkspaceOpenCmd(g, func(o *workspaceOpenOptions) error { got = o; return nil })
-	if err := execute(t, cmd, "--directory", "ws/app", "-C", "proj", "app.toml"); err != nil {
-		t.Fatal(err)
-	}
-	// --directory is the workspace's; -C is still the global one, which finds the project.
-	if got.element != "app.toml" || got.into != "ws/app" || g.dir != "proj" {
-		t.Errorf("options = element %q directory %q; -C = %q", got.element, got.into, g.dir)
+	proj := t.TempDir() // no project.toml in it
+	gone := filepath.Join(proj, "gone")
+	for _, c := range []struct {
+		name           string
+		args           []string
+		into, dir, err string // the workspace's directory, -C, what it says on stderr
+	}{
+		{"DIR argument", []string{"-C", proj, "app.toml", "ws/app"}, "ws/app", proj, ""},
+		{"--directory is the global one", []string{"--directory", proj, "app.toml", "ws/app"}, "ws/app", proj, ""},
+		{"-C to a directory without project.toml", []string{"-C", proj, "app.toml"}, "", proj,
+			"-C/--directory " + proj + " is where the project is looked up from; to open the workspace in " + proj + ", give it as the second argument (`gantry workspace open app.toml " + proj + "`)\n"},
+		{"old --directory of a directory to make", []string{"--directory", gone, "app.toml"}, gone, "",
+			"gantry: warning: workspace open --directory " + gone + ": the workspace's directory is the second argument now (`gantry workspace open app.toml " + gone + "`); -C/--directory is where the project is looked up from, as for every command\n"},
+		{"-C PROJECT, old --directory", []string{"--directory", gone, "app.toml", "-C", proj}, gone, proj,
+			"gantry: warning: workspace open --directory " + gone + ": the workspace's directory is the second argument now (`gantry workspace open app.toml " + gone + "`); -C/--directory is where the project is looked up from, as for every command\n"},
+		{"--chdir", []string{"--chdir", gone, "app.toml", "ws/app"}, "ws/app", gone, "Flag --chdir has been deprecated, use -C/--directory\n"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			g := testOptions()
+			var got *workspaceOpenOptions
+			root := &cobra.Command{Use: "gantry"}
+			root.PersistentFlags().VarP(&dirFlag{&g.dir, &g.dirs}, "directory", "C", "")
+			open := newWorkspaceOpenCmd(g, func(o *workspaceOpenOptions) error { got = o; return nil })
+			root.AddCommand(open)
+			if err := execute(t, root, append([]string{"open"}, c.args...)...); err != nil {
+				t.Fatal(err)
+			}
+			// cobra prints a deprecated flag's notice to the command's output.
+			stderr := open.OutOrStdout().(*bytes.Buffer).String() + g.ios.ErrOut.(*bytes.Buffer).String()
+			if got.element != "app.toml" || got.into != c.into || g.dir != c.dir || stderr != c.err {
+				t.Errorf("element %q DIR %q -C %q stderr %q, want DIR %q -C %q stderr %q", got.element, got.into, g.dir, stderr, c.into, c.dir, c.err)
+			}
+		})
 	}
 }
 

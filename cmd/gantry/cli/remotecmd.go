@@ -67,7 +67,11 @@ func (o *transferOptions) runE(runF func(*transferOptions) error) func(*cobra.Co
 }
 
 func (o *transferOptions) register(cmd *cobra.Command, what string) {
-	o.schedulerFlags.register(cmd)
+	if o.push {
+		o.schedulerFlags.register(cmd, flagOnError|flagPushers|flagSandbox, "push the artifacts of builds in this sandbox")
+	} else {
+		o.schedulerFlags.register(cmd, flagOnError|flagFetchers|flagSandbox, "pull the artifacts of builds in this sandbox")
+	}
 	o.remoteFlags.register(cmd, what)
 	cmd.Flags().StringVar(&o.deps, "deps", "none", "which elements: none (the targets), run (and what they need at run time) or all")
 }

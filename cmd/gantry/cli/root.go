@@ -13,7 +13,8 @@ import (
 // globalOptions are the flags every command shares.
 type globalOptions struct {
 	ios      *IOStreams
-	dir      string // -C
+	dir      string   // -C
+	dirs     []string // every -C/--directory given, in order (workspace open reads an old spelling)
 	cacheDir string
 	config   string
 	ui       string
@@ -51,7 +52,7 @@ Run 'gantry init' to start one, 'gantry show' to inspect it.`,
 		return usagef("%v (see '%s --help')", err, c.CommandPath())
 	})
 	f := root.PersistentFlags()
-	f.StringVarP(&opts.dir, "directory", "C", "", "run as if started in `DIR` (the project is found upward from there)")
+	f.VarP(&dirFlag{&opts.dir, &opts.dirs}, "directory", "C", "run as if started in `DIR` (the project is found upward from there)")
 	f.StringVar(&opts.cacheDir, "cache-dir", "", "local cache `DIR` (default $GANTRY_CACHE_DIR, else $XDG_CACHE_HOME/gantry)")
 	f.StringVar(&opts.config, "config", "", "user configuration `FILE` (default $XDG_CONFIG_HOME/gantry/config.toml)")
 	f.StringVar(&opts.ui, "ui", "auto", "progress display: auto, tui, plain or json")
@@ -134,6 +135,21 @@ func earlyUIMode(flag *pflag.Flag) string {
 	}
 	return os.Getenv("GANTRY_UI")
 }
+
+// dirFlag is -C/--directory: the last value wins; every value is kept.
+type dirFlag struct {
+	dir  *string
+	dirs *[]string
+}
+
+func (d *dirFlag) String() string {
+	if d.dir == nil {
+		return ""
+	}
+	return *d.dir
+}
+func (d *dirFlag) Set(v string) error { *d.dir, *d.dirs = v, append(*d.dirs, v); return nil }
+func (d *dirFlag) Type() string       { return "string" }
 
 // startDir is where project lookup begins.
 func (o *globalOptions) startDir() string {

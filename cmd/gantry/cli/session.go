@@ -392,9 +392,9 @@ func (s *session) display() (ui.Display, error) {
 		if s.wantTUI() {
 			return s.tui(uo)
 		}
-		return ui.NewPlain(o.ios.ErrOut, uo), nil
+		return ui.NewPlain(o.ios.ErrOut, s.ciAnnotations(uo, false)), nil
 	case "plain":
-		return ui.NewPlain(o.ios.ErrOut, uo), nil
+		return ui.NewPlain(o.ios.ErrOut, s.ciAnnotations(uo, true)), nil
 	case "json":
 		o.ios.jsonErr = true
 		return ui.NewJSON(o.ios.ErrOut, uo), nil
@@ -402,6 +402,40 @@ func (s *session) display() (ui.Display, error) {
 		return s.tui(uo)
 	}
 	return nil, usagef("--ui %q: use auto, tui, plain or json", mode)
+}
+
+// ciAnnotations turns on GitHub Actions' workflow commands in plain output (ui.CIAnnotations)
+// under GITHUB_ACTIONS=true, or under CI=true when plain output was asked for: another
+// CI's log shows them as they are, which --ui plain accepts.
+func (s *session) ciAnnotations(uo ui.Options, plain bool) ui.Options {
+	if os.Getenv("GITHUB_ACTIONS") == "true" || plain && os.Getenv("CI") == "true" {
+		uo.CI = &ui.CIAnnotations{File: s.elementFile}
+	}
+	return uo
+}
+
+// elementFile is the file of the element named (of a junction's element, the
+// junction's), relative to the repository holding the project, else to the project.
+func (s *session) elementFile(name string) string {
+	if i := strings.IndexByte(name, ':'); i >= 0 {
+		name = name[:i]
+	}
+	p := s.project
+	path := filepath.Join(p.Root, p.ElementPath, filepath.FromSlash(name))
+	base := p.Root
+	for d := p.Root; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, ".git")); err == nil {
+			base = d
+			break
+		}
+		if filepath.Dir(d) == d {
+			break
+		}
+	}
+	if rel, err := filepath.Rel(base, path); err == nil {
+		return filepath.ToSlash(rel)
+	}
+	return path
 }
 
 // commandLineOptions reads --option NAME=VALUE values; one without '=' is a usage error.

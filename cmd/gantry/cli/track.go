@@ -41,7 +41,7 @@ ref goes to this project's lock, and the next load uses that version of its proj
 			return runTrack(opts)
 		},
 	}
-	opts.schedulerFlags.register(cmd)
+	opts.schedulerFlags.register(cmd, flagOnError|flagFetchers, "")
 	g.mirrors.register(cmd, true)
 	cmd.Flags().StringVar(&opts.deps, "deps", "none", "also track dependencies: none, run, build (what the targets build on, not them) or all")
 	return cmd

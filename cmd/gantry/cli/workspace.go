@@ -34,7 +34,7 @@ between builds, so make recompiles only what changed. Workspaces are recorded in
 type workspaceOpenOptions struct {
 	*globalOptions
 	element string // ELEMENT
-	into    string // --directory
+	into    string // DIR
 }
 
 // newWorkspaceOpenCmd is `gantry workspace open`; runF, when not nil, runs instead of
@@ -42,11 +42,23 @@ type workspaceOpenOptions struct {
 func newWorkspaceOpenCmd(g *globalOptions, runF func(*workspaceOpenOptions) error) *cobra.Command {
 	opts := &workspaceOpenOptions{globalOptions: g}
 	cmd := &cobra.Command{
-		Use:   "open ELEMENT",
+		Use:   "open ELEMENT [DIR]",
 		Short: "Stage an element's sources into a directory and build it from there",
-		Args:  elementArgs(1, 1),
+		Long: `Open stages the element's sources (patches applied) into DIR (default:
+workspaces/ELEMENT beside project.toml, or project.toml's workspace-dir), relative to
+where gantry was started; the element then builds from DIR.
+
+-C/--directory is the global option here too: where the project is looked up from.
+The old spelling 'workspace open --directory DIR ELEMENT' of the workspace's directory
+still works when DIR does not exist yet, with a warning.`,
+		Args: elementArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.element = args[0]
+			if len(args) == 2 {
+				opts.into = args[1]
+			} else if g.dir != "" {
+				opts.oldDirectory()
+			}
 			if runF != nil {
 				return runF(opts)
 			}
@@ -54,11 +66,38 @@ func newWorkspaceOpenCmd(g *globalOptions, runF func(*workspaceOpenOptions) erro
 		},
 	}
 	g.mirrors.register(cmd, false) // it fetches the sources it opens
-	cmd.Flags().StringVar(&opts.into, "directory", "", "where to open it (default: workspaces/ELEMENT beside project.toml, or project.toml's workspace-dir)")
-	// --directory here is the workspace's (as in BuildStream), which hides the global
-	// --directory; -C keeps finding the project.
-	cmd.Flags().StringVarP(&g.dir, "chdir", "C", "", "run as if started in `DIR` (the project is found upward from there)")
+	// --chdir was this command's spelling of -C while --directory was the workspace's.
+	cmd.Flags().StringVar(&g.dir, "chdir", "", "run as if started in `DIR`")
+	cmd.Flags().MarkDeprecated("chdir", "use -C/--directory")
 	return cmd
+}
+
+// oldDirectory reads a -C/--directory DIR given without the DIR argument the old way,
+// as the workspace's directory, when DIR does not exist: the project cannot be looked
+// up from there. Given twice (`-C PROJECT workspace open --directory DIR`), the one
+// that exists is where the project is looked up from. An existing DIR keeps the
+// global meaning; one without project.toml may have been meant as the workspace's,
+// which a notice says.
+func (o *workspaceOpenOptions) oldDirectory() {
+	dirs := o.dirs
+	if len(dirs) == 0 {
+		dirs = []string{o.dir} // --chdir
+	}
+	for i := len(dirs) - 1; i >= 0; i-- {
+		dir := dirs[i]
+		if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		o.into, o.dir = dir, ""
+		for _, d := range slices.Delete(slices.Clone(dirs), i, i+1) {
+			o.dir = d // the last other one
+		}
+		o.ios.Message("warning", fmt.Sprintf("workspace open --directory %s: the workspace's directory is the second argument now (`gantry workspace open %s %s`); -C/--directory is where the project is looked up from, as for every command", dir, o.element, dir))
+		return
+	}
+	if _, err := os.Stat(filepath.Join(o.dir, "project.toml")); err != nil {
+		o.ios.Info(fmt.Sprintf("-C/--directory %s is where the project is looked up from; to open the workspace in %s, give it as the second argument (`gantry workspace open %s %s`)", o.dir, o.dir, o.element, o.dir))
+	}
 }
 
 type workspaceListOptions struct {
@@ -222,7 +261,7 @@ func runWorkspaceOpen(ctx context.Context, opts *workspaceOpenOptions) error {
 		return err
 	}
 	if entries, err := os.ReadDir(dir); err == nil && len(entries) > 0 {
-		return usagef("opening a workspace for %s: %s is not empty: choose another with --directory, or empty it", name, dir)
+		return usagef("opening a workspace for %s: %s is not empty: give another as the second argument (`gantry workspace open %s DIR`), or empty it", name, dir, arg)
 	}
 	c, err := st.s.openCache()
 	if err != nil {
