@@ -9,6 +9,7 @@ import (
 	"github.com/charmbracelet/bubbles/viewport"
 	tea "github.com/charmbracelet/bubbletea"
 	"github.com/charmbracelet/x/ansi"
+	"github.com/gantry-build/gantry/job"
 )
 
 const (
@@ -38,7 +39,8 @@ type logView struct {
 	title   string // "build app.toml"
 	path    string
 	vp      viewport.Model
-	text    string // the log read so far, escape sequences removed
+	text    string // the log read so far, escape sequences and internal markers removed
+	partial string // the last line read, not ended yet: shown once it is
 	offset  int64  // where the next read starts
 	reading bool
 	err     error
@@ -71,7 +73,7 @@ func (lv logView) add(c logChunkMsg) logView {
 		return lv
 	}
 	follow := lv.vp.AtBottom() || lv.text == ""
-	lv.text += c.text
+	lv.text += lv.shownLines(c.text)
 	if len(lv.text) > logKeepMax {
 		cut := len(lv.text) - logKeepMax
 		if i := strings.IndexByte(lv.text[cut:], '\n'); i >= 0 {
@@ -85,6 +87,23 @@ func (lv logView) add(c logChunkMsg) logView {
 		lv.vp.GotoBottom()
 	}
 	return lv
+}
+
+// shownLines is the ended lines of text, after what was held of the last read, without
+// gantry's internal markers (job.IsInternalLogLine), which logs users read leave out;
+// a line not ended yet is held for the next read.
+func (lv *logView) shownLines(text string) string {
+	text, lv.partial = lv.partial+text, ""
+	if i := strings.LastIndexByte(text, '\n'); i < len(text)-1 {
+		text, lv.partial = text[:i+1], text[i+1:]
+	}
+	var b strings.Builder
+	for line := range strings.Lines(text) {
+		if !job.IsInternalLogLine(strings.TrimSuffix(line, "\n")) {
+			b.WriteString(line)
+		}
+	}
+	return b.String()
 }
 
 // resize gives the viewport its size; it stays at the bottom if it was there.

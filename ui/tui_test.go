@@ -361,6 +361,14 @@ func TestTUILogViewFollowsTheLog(t *testing.T) {
 	tt.wantView("log of build app.toml: "+log, "configure: ok", "make: entering", "esc back")
 	tt.wantNotView("base.toml")
 
+	// gantry's internal markers are left out, a line is shown once it is ended.
+	writeFile(t, log, "[12:00:00.000] [slot done]\n[12:00:00.001] [available] x\nhalf a ")
+	tt.tick(t0.Add(time.Second / 2))
+	tt.wantNotView("[slot done]", "[available]", "half a")
+	writeFile(t, log, "line\n")
+	tt.tick(t0.Add(time.Second * 3 / 4))
+	tt.wantView("half a line")
+
 	writeFile(t, log, "cc -c main.c\n")
 	tt.wantNotView("cc -c main.c")
 	tt.tick(t0.Add(time.Second))
