@@ -85,7 +85,7 @@ func buildRemote(ctx context.Context, c *cache.Cache, spec *buildSpec, t tree, r
 	case errors.As(err, &conflict):
 		return &stagingError{err}
 	case errors.As(err, &infra):
-		return &infraError{err}
+		return &infraError{fmt.Errorf("%w; not cached as the element's failure: build again to retry", err)}
 	case err != nil:
 		return err
 	}
