@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/gantry-build/gantry/internal/testreapi"
+	"github.com/gantry-build/gantry/internal/testtree"
 )
 
 // remoteTimeout bounds a whole remote session: a JVM worker on a loaded
@@ -112,43 +113,6 @@ func twentyElements(marker string) map[string]string {
 	return files
 }
 
-// treeOf describes every file of dir: type, mode bits and content (or link target).
-func treeOf(t *testing.T, dir string) map[string]string {
-	t.Helper()
-	out := map[string]string{}
-	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(dir, path)
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
-		switch {
-		case d.Type()&fs.ModeSymlink != 0:
-			target, err := os.Readlink(path)
-			if err != nil {
-				return err
-			}
-			out[rel] = "symlink " + target
-		case d.IsDir():
-			out[rel] = fmt.Sprintf("dir %v", info.Mode().Perm())
-		default:
-			b, err := os.ReadFile(path)
-			if err != nil {
-				return err
-			}
-			out[rel] = fmt.Sprintf("file %v %x", info.Mode().Perm(), b)
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
 // remoteLogLine matches the log line of a remote build's action.
 var remoteLogLine = regexp.MustCompile(`remote build: action [0-9a-f]{64}/\d+ ran on the execution service \(it names no worker\)`)
 
@@ -191,19 +155,12 @@ func TestE2ERemoteExecutionOnBazelWorker(t *testing.T) {
 		rout, lout := filepath.Join(rp.tmp, "out"), filepath.Join(lp.tmp, "out")
 		rp.mustRun(0, "artifact", "checkout", "--deps", "all", "e19.toml", rout)
 		lp.mustRun(0, "artifact", "checkout", "--deps", "all", "e19.toml", lout)
-		rt, lt := treeOf(t, rout), treeOf(t, lout)
-		for name, want := range lt {
-			if got := rt[name]; got != want {
-				t.Errorf("checkout of the remote build: %s is %.80q, locally %.80q", name, got, want)
-			}
+		rt := testtree.Read(t, rout)
+		if d := testtree.Diff(testtree.Read(t, lout), rt); d != "" {
+			t.Errorf("the checkout of the remote build differs from the local one's (want: local, got: remote):\n%.4000s", d)
 		}
-		for name := range rt {
-			if _, ok := lt[name]; !ok {
-				t.Errorf("checkout of the remote build: %s is not in the local build's", name)
-			}
-		}
-		if got := rt["share/e19/out.txt"]; !strings.Contains(got, fmt.Sprintf("%x", "e00\ne01\ne04\ne09\n")) {
-			t.Errorf("e19 did not see its dependencies' files: %s", got)
+		if got, want := rt["share/e19/out.txt"], "file:e00\ne01\ne04\ne09\n"; !strings.HasPrefix(got, want) {
+			t.Errorf("e19's out.txt is %q, want it to start with %q: its dependencies' files", got, want)
 		}
 
 		// A second, clean cache: every action is in the worker's action cache.
@@ -217,8 +174,8 @@ func TestE2ERemoteExecutionOnBazelWorker(t *testing.T) {
 			}
 		}
 		second.mustRun(0, "artifact", "checkout", "--deps", "all", "e19.toml", filepath.Join(second.tmp, "out"))
-		if st := treeOf(t, filepath.Join(second.tmp, "out")); fmt.Sprint(st) != fmt.Sprint(rt) {
-			t.Errorf("the action cache's artifacts differ from the first remote build's")
+		if d := testtree.Diff(rt, testtree.Read(t, filepath.Join(second.tmp, "out"))); d != "" {
+			t.Errorf("the action cache's artifacts differ from the first remote build's (want: first, got: second):\n%.4000s", d)
 		}
 	})
 
