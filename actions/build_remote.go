@@ -89,6 +89,10 @@ func buildRemote(ctx context.Context, c *cache.Cache, spec *buildSpec, t tree, r
 	case err != nil:
 		return err
 	}
+	spec.builtOn = cl.Name()
+	if res.Worker != "" {
+		spec.builtOn += " (worker " + res.Worker + ")"
+	}
 	return applyRemoteResult(c, res, t, r.Log, out)
 }
 

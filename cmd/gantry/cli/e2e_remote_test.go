@@ -201,6 +201,10 @@ func TestE2ERemoteExecutionOnBazelWorker(t *testing.T) {
 		if st := p.state("bad.toml"); st != "failed" {
 			t.Errorf("bad.toml is %q, want failed", st)
 		}
+		wantExplain := "bad.toml: its build at this key failed on " + worker.URL() + " and is cached: 'gantry build --retry-failed' builds it again\n"
+		if out, _ := p.mustRun(0, "explain"); out != wantExplain {
+			t.Errorf("explain says %q, want %q", out, wantExplain)
+		}
 		out, _ := p.mustRun(0, "shell", "--build", "bad.toml", "--", "sh", "-c", "cat partial.txt")
 		if out != "partial\n" {
 			t.Errorf("shell --build in the failed build tree: cat partial.txt = %q, want %q", out, "partial\n")
