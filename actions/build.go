@@ -56,6 +56,10 @@ type buildSpec struct {
 	Remote         *rexec.Config     `json:"remote,omitempty"`
 	RemotePlatform map[string]string `json:"remote-platform,omitempty"`
 	RemoteTimeout  time.Duration     `json:"remote-timeout,omitempty"`
+
+	// builtOn is where the remote build ran, set by buildRemote for the artifact
+	// (cache.Artifact.BuiltOn).
+	builtOn string
 }
 
 // workspaceBuild says where a workspace element builds.
@@ -443,7 +447,7 @@ func buildJob(ctx context.Context, js job.Spec, r *job.Reporter) (res job.Result
 	}
 	defer lock.Unlock()
 	a := &cache.Artifact{Project: spec.Project, Element: spec.Element, Key: spec.Key, WeakKey: spec.WeakKey, Success: buildErr == nil,
-		Dependencies: spec.DepKeys, Inputs: inputs, Started: started, Finished: time.Now()}
+		Dependencies: spec.DepKeys, Inputs: inputs, Started: started, Finished: time.Now(), BuiltOn: spec.builtOn}
 	a.BuildDuration = a.Finished.Sub(started)
 	// Counted before the install root's files are moved into the cache.
 	added := cachedBytes(spec.WorkDir, buildErr != nil, js.LogPath)

@@ -85,9 +85,13 @@ func buildRemote(ctx context.Context, c *cache.Cache, spec *buildSpec, t tree, r
 	case errors.As(err, &conflict):
 		return &stagingError{err}
 	case errors.As(err, &infra):
-		return &infraError{err}
+		return &infraError{fmt.Errorf("%w; not cached as the element's failure: build again to retry", err)}
 	case err != nil:
 		return err
+	}
+	spec.builtOn = cl.Name()
+	if res.Worker != "" {
+		spec.builtOn += " (worker " + res.Worker + ")"
 	}
 	return applyRemoteResult(c, res, t, r.Log, out)
 }

@@ -28,7 +28,11 @@ func Explain(g *element.Graph, c *cache.Cache, elements []*element.Element) []el
 		case err == nil && a.Success:
 			continue
 		case err == nil:
-			x.Reason, x.Text = "failed", e.Name+": its build at this key failed and is cached: 'gantry build --retry-failed' builds it again"
+			where := ""
+			if a.BuiltOn != "" {
+				where = " on " + a.BuiltOn
+			}
+			x.Reason, x.Text = "failed", e.Name+": its build at this key failed"+where+" and is cached: 'gantry build --retry-failed' builds it again"
 		default:
 			x = g.Explain(e, h)
 		}

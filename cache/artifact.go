@@ -32,6 +32,9 @@ type Artifact struct {
 	// BuildTree is the root Directory of a failed build's build directory, kept for
 	// `gantry shell --build`; zero for successful builds.
 	BuildTree Digest
+	// BuiltOn is where a remote build ran: its execution service and, when the
+	// service names it, the worker ("" for a build on this machine).
+	BuiltOn string
 
 	Dependencies map[string]string // element name -> cache key it was built against
 	// Inputs is what the key was computed from (element.Inputs, compact JSON), for
@@ -67,6 +70,7 @@ type record struct {
 	Files           Digest            `json:"files"`
 	Log             Digest            `json:"log,omitzero"`
 	BuildTree       Digest            `json:"build_tree,omitzero"`
+	BuiltOn         string            `json:"built_on,omitempty"`
 	Dependencies    map[string]string `json:"dependencies,omitempty"`
 	Inputs          json.RawMessage   `json:"inputs,omitempty"`
 	BuildDurationNS int64             `json:"build_duration_ns"`
@@ -185,6 +189,7 @@ func (c *Cache) Commit(a *Artifact) error {
 		Files:           a.Files,
 		Log:             a.Log,
 		BuildTree:       a.BuildTree,
+		BuiltOn:         a.BuiltOn,
 		Dependencies:    a.Dependencies,
 		Inputs:          a.Inputs,
 		BuildDurationNS: int64(a.BuildDuration),
@@ -438,6 +443,7 @@ func DecodeRecord(data []byte, rd Digest, project, element, key string) (*Artifa
 		Files:         r.Files,
 		Log:           r.Log,
 		BuildTree:     r.BuildTree,
+		BuiltOn:       r.BuiltOn,
 		Dependencies:  r.Dependencies,
 		Inputs:        r.Inputs,
 		BuildDuration: time.Duration(r.BuildDurationNS),

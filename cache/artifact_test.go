@@ -74,7 +74,7 @@ func TestCommitLookup(t *testing.T) {
 
 func TestCommitFailedArtifact(t *testing.T) {
 	c := openTestCache(t)
-	a := &Artifact{Project: "demo", Element: "app.toml", Key: "k", Error: "command exited with status 2"}
+	a := &Artifact{Project: "demo", Element: "app.toml", Key: "k", Error: "command exited with status 2", BuiltOn: "grpc://127.0.0.1:8980 (worker bot-3)"}
 	if err := c.Commit(a); err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +82,7 @@ func TestCommitFailedArtifact(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Success || got.Error != a.Error || got.Files != DigestOf(nil) || !got.Log.IsZero() {
+	if got.Success || got.Error != a.Error || got.Files != DigestOf(nil) || !got.Log.IsZero() || got.BuiltOn != a.BuiltOn {
 		t.Errorf("failed artifact read back as %+v", got)
 	}
 	var n int

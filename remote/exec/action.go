@@ -126,10 +126,16 @@ func FailedCommand(stderr []byte) string {
 	return ""
 }
 
-// bwrapPrefix is what wrap = "bwrap" puts before the command: the input root
-// (the working directory) becomes "/", as a local bwrap build sees it.
+// wrapRoot is the directory of a wrapped action's input root that bwrap makes
+// "/": the build's tree lies one level down, so that files an executor puts in
+// the action's directory (Bazel's worker writes its stdout-UUID and
+// stderr-UUID there) are not in the build's "/", as they are not locally.
+const wrapRoot = "root"
+
+// bwrapPrefix is what wrap = "bwrap" puts before the command: wrapRoot of the
+// input root (the working directory) becomes "/", as a local bwrap build sees it.
 func bwrapPrefix(buildRoot string) []string {
-	return []string{"bwrap", "--unshare-all", "--die-with-parent", "--bind", ".", "/", "--dev", "/dev",
+	return []string{"bwrap", "--unshare-all", "--die-with-parent", "--bind", wrapRoot, "/", "--dev", "/dev",
 		"--proc", "/proc", "--tmpfs", "/tmp", "--chdir", buildRoot, "--"}
 }
 
@@ -167,12 +173,24 @@ func command(cfg Config, b Build) *repb.Command {
 	for _, name := range slices.Sorted(maps.Keys(b.Env)) {
 		cmd.EnvironmentVariables = append(cmd.EnvironmentVariables, &repb.Command_EnvironmentVariable{Name: name, Value: b.Env[name]})
 	}
-	outs := []string{rel(wd, b.InstallRoot), rel(wd, failedBuildTree(b.BuildRoot))}
+	install, failed := outputNames(cfg, b)
+	outs := []string{install, failed}
 	slices.Sort(outs)
 	cmd.OutputPaths = outs
 	cmd.OutputDirectories = outs
 	cmd.Platform = platform(cfg, b.Platform)
 	return cmd
+}
+
+// outputNames are the names of the install root and the failed build's tree in
+// the Command's outputs: relative to its working directory, the build root, or
+// with wrap, to the input root, where the build's tree is under wrapRoot.
+func outputNames(cfg Config, b Build) (install, failed string) {
+	if cfg.Wrap == WrapBwrap {
+		return path.Join(wrapRoot, rel("/", b.InstallRoot)), path.Join(wrapRoot, rel("/", failedBuildTree(b.BuildRoot)))
+	}
+	wd := cleanAbs(b.BuildRoot)
+	return rel(wd, b.InstallRoot), rel(wd, failedBuildTree(b.BuildRoot))
 }
 
 // platform is the properties of cfg (PlatformFor) with the element's over them,
@@ -200,11 +218,17 @@ func action(cfg Config, b Build, cmd, root cache.Digest) *repb.Action {
 
 // inputRoot merges b's input root in c: the dependencies, the sources at the
 // build root, empty /dev, /proc and /tmp; without the install root and the
-// failed build's tree.
-func inputRoot(c *cache.Cache, b Build) (cache.Digest, []Overlap, error) {
+// failed build's tree. With wrap it is the one directory wrapRoot of the
+// input root.
+func inputRoot(c *cache.Cache, cfg Config, b Build) (cache.Digest, []Overlap, error) {
 	layers := slices.Clone(b.Deps)
 	if !b.Sources.IsZero() {
 		layers = append(layers, Layer{Name: b.Element + " (sources)", Files: b.Sources, At: b.BuildRoot})
 	}
-	return MergeTrees(c, layers, []string{"/dev", "/proc", "/tmp", b.BuildRoot}, []string{b.InstallRoot, failedBuildTree(b.BuildRoot)})
+	root, overlaps, err := MergeTrees(c, layers, []string{"/dev", "/proc", "/tmp", b.BuildRoot}, []string{b.InstallRoot, failedBuildTree(b.BuildRoot)})
+	if err != nil || cfg.Wrap != WrapBwrap {
+		return root, overlaps, err
+	}
+	root, err = c.PutDirectory(&repb.Directory{Directories: []*repb.DirectoryNode{{Name: wrapRoot, Digest: root.Proto()}}})
+	return root, overlaps, err
 }

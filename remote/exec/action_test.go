@@ -79,13 +79,13 @@ func TestScriptSucceeds(t *testing.T) {
 
 func TestCommandWithBwrapRunsInTheInputRoot(t *testing.T) {
 	cmd := command(Config{Wrap: "bwrap"}, Build{BuildRoot: "/gantry/build", InstallRoot: "/gantry/install"})
-	want := []string{"bwrap", "--unshare-all", "--die-with-parent", "--bind", ".", "/", "--dev", "/dev", "--proc", "/proc",
+	want := []string{"bwrap", "--unshare-all", "--die-with-parent", "--bind", "root", "/", "--dev", "/dev", "--proc", "/proc",
 		"--tmpfs", "/tmp", "--chdir", "/gantry/build", "--", "/bin/sh", "-e", "-c"}
 	if !slices.Equal(cmd.Arguments[:len(want)], want) {
 		t.Errorf("arguments %q, want %q and the script", cmd.Arguments, want)
 	}
-	if cmd.WorkingDirectory != "" || !slices.Equal(cmd.OutputPaths, []string{"gantry/failed-build", "gantry/install"}) {
-		t.Errorf("working directory %q, outputs %v: want the input root, gantry/failed-build and gantry/install", cmd.WorkingDirectory, cmd.OutputPaths)
+	if cmd.WorkingDirectory != "" || !slices.Equal(cmd.OutputPaths, []string{"root/gantry/failed-build", "root/gantry/install"}) {
+		t.Errorf("working directory %q, outputs %v: want the input root, root/gantry/failed-build and root/gantry/install", cmd.WorkingDirectory, cmd.OutputPaths)
 	}
 }
 

@@ -66,7 +66,7 @@ func (cl *Client) Run(ctx context.Context, c *cache.Cache, b Build) (Result, err
 			b.Status(s)
 		}
 	}
-	root, overlaps, err := inputRoot(c, b)
+	root, overlaps, err := inputRoot(c, cl.cfg, b)
 	if err != nil {
 		return Result{}, err
 	}
@@ -356,11 +356,7 @@ func (cl *Client) results(ctx context.Context, c *cache.Cache, ar *repb.ActionRe
 	if res.Stderr, err = cl.output(ctx, ar.GetStderrRaw(), ar.GetStderrDigest()); err != nil {
 		return cl.storeFailure(ctx, "reading the build's stderr", err)
 	}
-	wd := cleanAbs(b.BuildRoot)
-	if cl.cfg.Wrap == WrapBwrap {
-		wd = "/"
-	}
-	install, failed := rel(wd, b.InstallRoot), rel(wd, failedBuildTree(b.BuildRoot))
+	install, failed := outputNames(cl.cfg, b)
 	for _, od := range ar.GetOutputDirectories() {
 		var into *cache.Digest
 		switch od.GetPath() {

@@ -60,17 +60,22 @@ func busyboxSysroot(t *testing.T, c *cache.Cache) cache.Digest {
 
 // runWrapped checks out b's input root and runs its wrap = "bwrap" Command
 // there, as an executor running commands in a plain directory does. It
-// returns the input root's directory, the exit code and stderr.
+// returns the directory the build saw as "/", the exit code and stderr.
 func runWrapped(t *testing.T, c *cache.Cache, b Build) (string, int, string) {
 	t.Helper()
 	_, err := osexec.LookPath("bwrap")
 	needTool(t, err == nil, "no bwrap")
-	root, _, err := inputRoot(c, b)
+	root, _, err := inputRoot(c, Config{Wrap: "bwrap"}, b)
 	if err != nil {
 		t.Fatal(err)
 	}
 	dir := filepath.Join(t.TempDir(), "input")
 	if err := c.Checkout(root, dir, cache.CheckoutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// What an executor writes beside the input root's files (Bazel's worker:
+	// stdout-UUID and stderr-UUID in the action's directory).
+	if err := os.WriteFile(filepath.Join(dir, "stdout-executor"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	cmd := command(Config{Wrap: "bwrap"}, b)
@@ -88,7 +93,7 @@ func runWrapped(t *testing.T, c *cache.Cache, b Build) (string, int, string) {
 		t.Fatal(err)
 	}
 	needTool(t, !bytes.Contains(stderr.Bytes(), []byte("bwrap:")), "bwrap does not work here: "+stderr.String())
-	return dir, run.ProcessState.ExitCode(), stderr.String()
+	return filepath.Join(dir, wrapRoot), run.ProcessState.ExitCode(), stderr.String()
 }
 
 func TestWrappedCommandSeesTheInputRootAsSlash(t *testing.T) {
@@ -97,7 +102,7 @@ func TestWrappedCommandSeesTheInputRootAsSlash(t *testing.T) {
 		Sources: storeTree(t, c, map[string]string{"input.txt": "source\n"}), BuildRoot: "/gantry/build", InstallRoot: "/gantry/install",
 		Env: map[string]string{"PATH": "/bin"},
 		Steps: []Step{
-			{Name: "build-commands", Commands: []string{"cat input.txt /etc/motd > out.txt"}},
+			{Name: "build-commands", Commands: []string{"cat input.txt /etc/motd > out.txt", "test ! -e /stdout-executor"}},
 			{Name: "install-commands", Commands: []string{"mkdir -p /gantry/install/share && cp out.txt /gantry/install/share/"}},
 		}}
 	dir, code, stderr := runWrapped(t, c, b)
