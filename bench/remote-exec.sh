@@ -5,9 +5,10 @@
 #     built locally under bubblewrap with --builders LOCAL (default 2);
 #   - the same N elements of ~1 ms builds (`true`): the wall time per element, remote
 #     and local, and where a remote build's time goes (its log's timestamps).
-# Each element depends on a sysroot of busybox copies (the worker drops symlinks of
-# an input root) and builds with wrap = "bwrap". Every run starts from an empty local
-# cache and builds actions the worker has never seen (a per-run salt in the command).
+# Each element depends on a sysroot of two busybox copies, sh and sleep (the worker
+# drops symlinks of an input root), and builds with wrap = "bwrap". Every run starts
+# from an empty local cache and builds actions the worker has never seen (a per-run
+# salt in the command).
 #
 #   bench/remote-exec.sh [N]
 #
@@ -50,7 +51,7 @@ fi
 project() {
 	local p=$1 cmd=$2
 	mkdir -p "$p/elements" "$p/sysroot/bin" "$p/sysroot/dev" "$p/sysroot/proc" "$p/sysroot/tmp"
-	for a in sh sleep true; do cp "$BUSYBOX" "$p/sysroot/bin/$a"; done
+	for a in sh sleep; do cp "$BUSYBOX" "$p/sysroot/bin/$a"; done
 	printf 'name = "rexec"\nelement-path = "elements"\ndefault-targets = ["all.toml"]\n\n[variables]\nsalt = "0"\n\n[remote-execution]\nremote-jobs = %d\nwrap = "bwrap"\n' "$JOBS" >"$p/project.toml"
 	printf 'kind = "import"\n[[sources]]\nkind = "local"\npath = "sysroot"\n' >"$p/elements/sysroot.toml"
 	local all=()
@@ -88,11 +89,11 @@ run() {
 
 load0=$(cut -d' ' -f1-3 /proc/loadavg)
 for r in $(seq "$ROUNDS"); do
+	rm -rf "$TMP"/cache-*
 	run "local-slow" "$TMP/slow" --builders "$LOCAL" --sandbox bwrap
 	run "remote-slow" "$TMP/slow" --remote-executor "$URL"
 	run "local-fast" "$TMP/fast" --builders "$LOCAL" --sandbox bwrap
 	run "remote-fast" "$TMP/fast" --remote-executor "$URL"
-	rm -rf "$TMP"/cache-*
 done | tee "$TMP/runs" >&2
 
 echo "# n=$N rounds=$ROUNDS remote-jobs=$JOBS builders=$LOCAL slow=${SLOW}s host=$(uname -srm) cpus=$(nproc)"
@@ -107,25 +108,31 @@ for t in local-slow remote-slow local-fast remote-fast; do
 	printf "%-14s  %s            %s            %s\n" "$t" "$(stats 2 "$t")" "$(stats 3 "$t")" "$(stats 2 "$t" "$(awk -v n="$N" 'BEGIN { print 1000 / n }')" "%6.1f")"
 done
 
-# Where a remote build's time goes: its job's status events (the last round's fast
-# remote run), median and total over the N element builds.
-python3 - "$TMP/remote-fast.json" <<'PY'
-import json, statistics, sys
-from datetime import datetime
-phases = [("job-start", "dial, stage and store the sources"), ("uploading inputs", "upload, execute, wait"),
-          ("fetching outputs", "fetch the outputs"), ("caching artifact", "cache the artifact")]
-t = {}
-for line in open(sys.argv[1]):
-    e = json.loads(line)
-    if e.get("action") != "build" or not e.get("element", "").startswith("e"):
-        continue
-    ts = datetime.fromisoformat(e["time"][:26].rstrip("Z")).timestamp()
-    key = e["event"] if e["event"] in ("job-start", "job-end") else e.get("text")
-    t.setdefault(e["element"], {})[key] = ts
-print("# remote, ~1 ms builds: phase of a build job     median (ms)   sum over jobs (s)")
-for i, (mark, what) in enumerate(phases):
-    end = phases[i + 1][0] if i + 1 < len(phases) else "job-end"
-    d = [v[end] - v[mark] for v in t.values() if mark in v and end in v]
-    if d:
-        print("%-46s %10.1f %15.2f" % (what, 1000 * statistics.median(d), sum(d)))
+# Where a remote build's time goes: the timestamps of its job logs (the last round's
+# fast remote run), from the remote slot's gate opening to the job's end; median and
+# total over the N element builds.
+python3 - "$TMP"/cache-remote-fast-*/logs/rexec/e*/*-build.log <<'PY'
+import re, statistics, sys
+marks = [("[gate] opened", "dial the services, store the sources"),
+         ("building remotely on", "merge the input root, action cache lookup"),
+         ("[status] uploading inputs", "upload, Execute until the result"),
+         ("[status] fetching outputs", "fetch the outputs"),
+         ("[status] caching artifact", "cache the artifact"), ("[success]", None)]
+d = {m: [] for m, _ in marks}
+for f in sys.argv[1:]:
+    t = {}
+    for line in open(f):
+        m = re.match(r"\[(\d+):(\d+):(\d+\.\d+)\] (.*)", line)
+        if m:
+            s = 3600 * int(m[1]) + 60 * int(m[2]) + float(m[3])
+            for mark, _ in marks:
+                if m[4].startswith(mark):
+                    t.setdefault(mark, s)
+    for (a, _), (b, _) in zip(marks, marks[1:]):
+        if a in t and b in t:
+            d[a].append(t[b] - t[a])
+print("# remote, ~1 ms builds: a build job after its slot   median (ms)   sum over jobs (s)")
+for mark, what in marks[:-1]:
+    if d[mark]:
+        print("%-50s %10.1f %15.2f" % (what, 1000 * statistics.median(d[mark]), sum(d[mark])))
 PY
