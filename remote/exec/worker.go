@@ -385,6 +385,9 @@ func (b *bot) execute(ctx context.Context, id string, lease *rwapipb.Lease) (*re
 	}
 	fetched := time.Now()
 	wd := path.Clean("/" + command.GetWorkingDirectory())[1:]
+	if err := os.MkdirAll(filepath.Join(inputRoot, wd), 0o755); err != nil {
+		return nil, status.Errorf(codes.Internal, "creating the working directory %s: %v", wd, err)
+	}
 	outputs := commandOutputs(command)
 	for _, o := range outputs {
 		if err := os.MkdirAll(filepath.Join(inputRoot, wd, filepath.Dir(o.path)), 0o755); err != nil {

@@ -44,8 +44,9 @@ func (b *lockedBuffer) String() string {
 }
 
 // startGantryWorker runs `gantry worker` (the real binary) against bg with args and
-// returns once its bot session exists. SIGTERM stops it when the test ends.
-func startGantryWorker(t *testing.T, bg *testreapi.BuildGrid, botID string, args ...string) *lockedBuffer {
+// returns once its bot session exists, with a function stopping it (SIGTERM; it
+// must exit 0), which also runs when the test ends.
+func startGantryWorker(t *testing.T, bg *testreapi.BuildGrid, botID string, args ...string) (*lockedBuffer, func()) {
 	t.Helper()
 	cmd := exec.Command(gantryBinary(t), append([]string{"worker", "--bots", bg.URL(), "--bot-id", botID,
 		"--work-dir", t.TempDir()}, args...)...)
@@ -57,21 +58,25 @@ func startGantryWorker(t *testing.T, bg *testreapi.BuildGrid, botID string, args
 	}
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-			if code := cmd.ProcessState.ExitCode(); code != 0 {
-				t.Errorf("gantry worker exited %d after SIGTERM:\n%s", code, log.String())
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-exited:
+				if code := cmd.ProcessState.ExitCode(); code != 0 {
+					t.Errorf("gantry worker exited %d after SIGTERM:\n%s", code, log.String())
+				}
+			case <-time.After(15 * time.Second):
+				t.Errorf("gantry worker did not stop within 15s of SIGTERM:\n%s", log.String())
 			}
-		case <-time.After(15 * time.Second):
-			t.Errorf("gantry worker did not stop within 15s of SIGTERM:\n%s", log.String())
-		}
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		if t.Failed() {
-			t.Logf("gantry worker's output:\n%s", log.String())
-		}
-	})
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			if t.Failed() {
+				t.Logf("gantry worker's output:\n%s", log.String())
+			}
+		})
+	}
+	t.Cleanup(stop)
 	deadline := time.Now().Add(60 * time.Second)
 	for !strings.Contains(log.String(), "bot session ") {
 		select {
@@ -83,7 +88,7 @@ func startGantryWorker(t *testing.T, bg *testreapi.BuildGrid, botID string, args
 			t.Fatalf("gantry worker has no bot session after 60s:\n%s", log.String())
 		}
 	}
-	return log
+	return log, stop
 }
 
 // bgExecute uploads blobs, executes the action through BuildGrid and returns the
@@ -135,7 +140,7 @@ func TestWorkerBuildGrid(t *testing.T) {
 	conn := bg.Conn(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	startGantryWorker(t, bg, "gantry-host-bot", "--sandbox", "host", "--slots", "2")
+	_, stopHost := startGantryWorker(t, bg, "gantry-host-bot", "--sandbox", "host", "--slots", "2")
 
 	t.Run("OutputsAndStdout", func(t *testing.T) {
 		blobs := testreapi.Blobs{}
@@ -252,6 +257,42 @@ func TestWorkerBuildGrid(t *testing.T) {
 				t.Fatalf("the cancelled action's process %d still runs 10s after CancelOperation:\n%s\n%s", pid, st, out)
 			}
 			time.Sleep(10 * time.Millisecond)
+		}
+	})
+
+	// Last: the host worker stops, a bwrap worker takes the next action.
+	t.Run("BwrapInputRootIsSlash", func(t *testing.T) {
+		requireSandboxTools(t)
+		busybox, err := os.ReadFile("/bin/busybox")
+		if err != nil {
+			t.Fatal(err)
+		}
+		stopHost()
+		startGantryWorker(t, bg, "gantry-bwrap-bot", "--sandbox", "bwrap")
+		blobs := testreapi.Blobs{}
+		cmd := &repb.Command{Arguments: []string{"/bin/sh", "-c", "/bin/busybox ls / > out/root && /bin/busybox cat input > out/copy"},
+			WorkingDirectory: "build", OutputPaths: []string{"out/root", "out/copy"},
+			EnvironmentVariables: []*repb.Command_EnvironmentVariable{{Name: "PATH", Value: "/bin"}}}
+		root := blobs.Dir(t, map[string]string{"bin/busybox*": string(busybox), "bin/sh": "->busybox", "build/input": "in\n",
+			"dev/": "", "proc/": "", "tmp/": ""})
+		action := blobs.AddMessage(t, &repb.Action{CommandDigest: blobs.AddMessage(t, cmd), InputRootDigest: root, DoNotCache: true})
+		_, wait := bgExecute(t, ctx, conn, bg, blobs, action)
+		resp := wait()
+		r := resp.GetResult()
+		if resp.GetStatus().GetCode() != 0 || r.GetExitCode() != 0 {
+			t.Fatalf("status %v, exit code %d, stderr %q; want OK and 0", resp.GetStatus(), r.GetExitCode(),
+				testreapi.Read(t, ctx, conn, bg.Instance, r.GetStderrDigest()))
+		}
+		if got := r.GetExecutionMetadata().GetWorker(); got != "gantry-bwrap-bot" {
+			t.Errorf("worker %q, want gantry-bwrap-bot", got)
+		}
+		got := map[string]string{}
+		for _, f := range r.GetOutputFiles() {
+			got[f.GetPath()] = string(testreapi.Read(t, ctx, conn, bg.Instance, f.GetDigest()))
+		}
+		want := map[string]string{"out/root": "bin\nbuild\ndev\nproc\ntmp\n", "out/copy": "in\n"}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("outputs %q, want %q: the input root as /", got, want)
 		}
 	})
 }
