@@ -260,6 +260,43 @@ func TestWorkerBuildGrid(t *testing.T) {
 		}
 	})
 
+	// The worker stopped mid-action kills it and hands the lease back: BuildGrid
+	// gives it to the next worker.
+	t.Run("StoppedWorkerHandsTheLeaseBack", func(t *testing.T) {
+		tmp := t.TempDir()
+		pidFile, marker := filepath.Join(tmp, "pid"), filepath.Join(tmp, "marker")
+		blobs := testreapi.Blobs{}
+		action := bgAction(t, blobs, map[string]string{}, []string{"/bin/sh", "-c",
+			"if [ -e " + marker + " ]; then echo second run; exit 0; fi; touch " + marker +
+				"; echo $$ > " + pidFile + ".tmp && mv " + pidFile + ".tmp " + pidFile + " && exec sleep 600"})
+		_, wait := bgExecute(t, ctx, conn, bg, blobs, action)
+		var pid int
+		eventually(t, 60*time.Second, "the action to start", func() bool {
+			data, err := os.ReadFile(pidFile)
+			if err != nil {
+				return false
+			}
+			pid, _ = strconv.Atoi(strings.TrimSpace(string(data)))
+			return pid > 0
+		})
+		stopHost() // SIGTERM: must exit 0 within 15s
+		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+			t.Fatalf("the action's process %d outlived the stopped worker (kill -0: %v)", pid, err)
+		}
+		_, stopHost = startGantryWorker(t, bg, "gantry-host-bot-2", "--sandbox", "host")
+		resp := wait()
+		r := resp.GetResult()
+		if resp.GetStatus().GetCode() != 0 || r.GetExitCode() != 0 {
+			t.Fatalf("status %v, exit code %d; want the retry's OK and 0", resp.GetStatus(), r.GetExitCode())
+		}
+		if got := r.GetExecutionMetadata().GetWorker(); got != "gantry-host-bot-2" {
+			t.Errorf("worker %q, want gantry-host-bot-2 (the retry)", got)
+		}
+		if got := testreapi.Read(t, ctx, conn, bg.Instance, r.GetStdoutDigest()); string(got) != "second run\n" {
+			t.Errorf("stdout %q, want the retry's", got)
+		}
+	})
+
 	// Last: the host worker stops, a bwrap worker takes the next action.
 	t.Run("BwrapInputRootIsSlash", func(t *testing.T) {
 		requireSandboxTools(t)
