@@ -6,12 +6,14 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"sort"
 	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
 
 	"github.com/gantry-build/gantry/cache/remote"
+	"github.com/gantry-build/gantry/element"
 	rexec "github.com/gantry-build/gantry/remote/exec"
 	"github.com/gantry-build/gantry/sandbox"
 )
@@ -22,6 +24,9 @@ type workerOptions struct {
 	platform                                     []string
 	slots                                        int
 	serverCA, clientCert, clientKey, tokenFile   string
+	// botsSpec and casSpec are the services of the user configuration's [worker]
+	// when their flag was not given; the flags given go over them.
+	botsSpec, casSpec *remote.Spec
 }
 
 func newWorkerCmd(g *globalOptions) *cobra.Command {
@@ -37,7 +42,13 @@ ActionResult. docs/remote-execution.md ("gantry worker") has the details.
 
 SIGTERM or SIGINT: kill the running actions, hand their leases back, exit 0.`,
 		Args: noArgs,
-		RunE: func(cmd *cobra.Command, args []string) error { return runWorker(g, o) },
+		RunE: func(cmd *cobra.Command, args []string) error {
+			user, err := g.session().userConfig()
+			if err != nil {
+				return err
+			}
+			return runWorker(g, workerDefaults(o, user.Worker, cmd.Flags().Changed))
+		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.bots, "bots", "", "the Bots service: grpc://HOST:PORT or grpcs://HOST:PORT (required)")
@@ -55,6 +66,46 @@ SIGTERM or SIGINT: kill the running actions, hand their leases back, exit 0.`,
 	return cmd
 }
 
+// workerDefaults fills the flags not given (changed says which were) from the user
+// configuration's [worker] (nil: none). A service's url, instance and credentials
+// come from the flags if --bots (--cas) is given, else from the configuration with
+// the flags given over them.
+func workerDefaults(o workerOptions, w *element.WorkerConfig, changed func(string) bool) workerOptions {
+	if w == nil {
+		return o
+	}
+	if !changed("slots") && w.Slots > 0 {
+		o.slots = w.Slots
+	}
+	if !changed("sandbox") && w.Sandbox != "" {
+		o.sandbox = w.Sandbox
+	}
+	if !changed("work-dir") {
+		o.workDir = w.WorkDir
+	}
+	if !changed("bot-id") {
+		o.botID = w.BotID
+	}
+	// Configured properties first: those of --platform go over them.
+	keys := make([]string, 0, len(w.Platform))
+	for k := range w.Platform {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var platform []string
+	for _, k := range keys {
+		platform = append(platform, k+"="+w.Platform[k])
+	}
+	o.platform = append(platform, o.platform...)
+	if !changed("bots") && w.Bots != nil {
+		o.bots, o.botsSpec = w.Bots.URL, w.Bots
+	}
+	if !changed("cas") && w.CAS != nil {
+		o.cas, o.casSpec = w.CAS.URL, w.CAS
+	}
+	return o
+}
+
 // workerConfig checks o and turns it into the bot's configuration.
 func workerConfig(o workerOptions) (rexec.WorkerConfig, error) {
 	cfg := rexec.WorkerConfig{Slots: o.slots, Sandbox: sandbox.Kind(o.sandbox), WorkDir: o.workDir, BotID: o.botID,
@@ -62,19 +113,28 @@ func workerConfig(o workerOptions) (rexec.WorkerConfig, error) {
 	if o.bots == "" {
 		return cfg, usagef("worker: --bots URL is required (the Bots service: grpc://HOST:PORT)")
 	}
-	spec := func(flag, u string) (remote.Spec, error) {
+	spec := func(flag, u string, configured *remote.Spec) (remote.Spec, error) {
 		if !strings.HasPrefix(u, "grpc://") && !strings.HasPrefix(u, "grpcs://") {
 			return remote.Spec{}, usagef("worker: %s %q: not a grpc://HOST:PORT or grpcs://HOST:PORT url", flag, remote.RedactURL(u))
 		}
-		return remote.Spec{URL: u, Instance: o.instance, ServerCA: o.serverCA, ClientCert: o.clientCert,
-			ClientKey: o.clientKey, TokenFile: o.tokenFile}, nil
+		s := remote.Spec{URL: u}
+		if configured != nil {
+			s = *configured
+		}
+		for _, f := range []struct{ field, flag *string }{{&s.Instance, &o.instance}, {&s.ServerCA, &o.serverCA},
+			{&s.ClientCert, &o.clientCert}, {&s.ClientKey, &o.clientKey}, {&s.TokenFile, &o.tokenFile}} {
+			if *f.flag != "" {
+				*f.field = *f.flag
+			}
+		}
+		return s, nil
 	}
 	var err error
-	if cfg.Bots, err = spec("--bots", o.bots); err != nil {
+	if cfg.Bots, err = spec("--bots", o.bots, o.botsSpec); err != nil {
 		return cfg, err
 	}
 	if o.cas != "" {
-		if cfg.CAS, err = spec("--cas", o.cas); err != nil {
+		if cfg.CAS, err = spec("--cas", o.cas, o.casSpec); err != nil {
 			return cfg, err
 		}
 	}
