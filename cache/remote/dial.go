@@ -28,7 +28,21 @@ func DialGRPC(spec Spec) (*grpc.ClientConn, error) {
 	if strings.Trim(u.Path, "/") != "" || u.RawQuery != "" {
 		return nil, fmt.Errorf("remote %s: a %s:// url is HOST:PORT only; set the REAPI instance name apart", name, u.Scheme)
 	}
-	creds, err := (&grpcStore{name: name}).transport(spec, u)
+	opts, err := (&grpcStore{name: name}).dialOptions(spec, u)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := grpc.NewClient(u.Host, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("remote %s: %w", name, err)
+	}
+	return conn, nil
+}
+
+// dialOptions are the options of a connection to the remote of spec: its security,
+// its credentials, gantry's user agent and keepalive.
+func (s *grpcStore) dialOptions(spec Spec, u *url.URL) ([]grpc.DialOption, error) {
+	creds, err := s.transport(spec, u)
 	if err != nil {
 		return nil, err
 	}
@@ -43,9 +57,5 @@ func DialGRPC(spec Spec) (*grpc.ClientConn, error) {
 	if auth != "" {
 		opts = append(opts, grpc.WithPerRPCCredentials(auth))
 	}
-	conn, err := grpc.NewClient(u.Host, opts...)
-	if err != nil {
-		return nil, fmt.Errorf("remote %s: %w", name, err)
-	}
-	return conn, nil
+	return opts, nil
 }

@@ -23,7 +23,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
@@ -114,20 +113,9 @@ func newGRPCStore(spec Spec, u *url.URL) (Store, error) {
 	if strings.Trim(u.Path, "/") != "" || u.RawQuery != "" {
 		return nil, fmt.Errorf("remote %s: a %s:// url is HOST:PORT only; set the REAPI instance name with the remote's instance key", name, u.Scheme)
 	}
-	creds, err := s.transport(spec, u)
+	opts, err := s.dialOptions(spec, u)
 	if err != nil {
 		return nil, err
-	}
-	auth, err := grpcAuthorization(spec, u)
-	if err != nil {
-		return nil, err
-	}
-	opts := []grpc.DialOption{
-		grpc.WithTransportCredentials(creds), grpc.WithUserAgent("gantry"),
-		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: keepalivePing, Timeout: keepaliveAck}),
-	}
-	if auth != "" {
-		opts = append(opts, grpc.WithPerRPCCredentials(auth))
 	}
 	conn, err := grpc.NewClient(u.Host, opts...)
 	if err != nil {

@@ -25,33 +25,28 @@ import (
 	"github.com/gantry-build/gantry/internal/testreapi"
 )
 
-// lockedBuffer is a worker's stderr, read while it runs.
-type lockedBuffer struct {
+// workerLog is a worker's output, read while it runs.
+type workerLog struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
 }
 
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
+func (l *workerLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
 }
 
 // startGantryWorker runs `gantry worker` (the real binary) against bg with args and
 // returns once its bot session exists, with a function stopping it (SIGTERM; it
 // must exit 0), which also runs when the test ends.
-func startGantryWorker(t *testing.T, bg *testreapi.BuildGrid, botID string, args ...string) (*lockedBuffer, func()) {
+func startGantryWorker(t *testing.T, bg *testreapi.BuildGrid, botID string, args ...string) (*workerLog, func()) {
 	t.Helper()
 	cmd := exec.Command(gantryBinary(t), append([]string{"worker", "--bots", bg.URL(), "--bot-id", botID,
 		"--work-dir", t.TempDir()}, args...)...)
-	log := &lockedBuffer{}
-	cmd.Stdout, cmd.Stderr = log, log
+	log := &workerLog{}
+	cmd.Stdout = lockedWriter{&log.mu, &log.buf}
+	cmd.Stderr = cmd.Stdout
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -122,6 +117,21 @@ func bgExecute(t *testing.T, ctx context.Context, conn *grpc.ClientConn, bg *tes
 		}
 		return &resp
 	}
+}
+
+// waitPidFile waits for an action to write its pid into path.
+func waitPidFile(t *testing.T, path string) int {
+	t.Helper()
+	var pid int
+	eventually(t, 60*time.Second, "the action to start", func() bool {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return false
+		}
+		pid, _ = strconv.Atoi(strings.TrimSpace(string(data)))
+		return pid > 0
+	})
+	return pid
 }
 
 // bgAction is the Action running argv in the input root described as for
@@ -234,15 +244,7 @@ func TestWorkerBuildGrid(t *testing.T) {
 		blobs := testreapi.Blobs{}
 		action := bgAction(t, blobs, map[string]string{}, []string{"/bin/sh", "-c", "echo $$ > " + pidFile + ".tmp && mv " + pidFile + ".tmp " + pidFile + " && exec sleep 600"})
 		name, wait := bgExecute(t, ctx, conn, bg, blobs, action)
-		var pid int
-		eventually(t, 60*time.Second, "the action to start", func() bool {
-			data, err := os.ReadFile(pidFile)
-			if err != nil {
-				return false
-			}
-			pid, _ = strconv.Atoi(strings.TrimSpace(string(data)))
-			return pid > 0
-		})
+		pid := waitPidFile(t, pidFile)
 		if _, err := longrunningpb.NewOperationsClient(conn).CancelOperation(ctx, &longrunningpb.CancelOperationRequest{Name: name}); err != nil {
 			t.Fatalf("CancelOperation %s: %v", name, err)
 		}
@@ -270,15 +272,7 @@ func TestWorkerBuildGrid(t *testing.T) {
 			"if [ -e " + marker + " ]; then echo second run; exit 0; fi; touch " + marker +
 				"; echo $$ > " + pidFile + ".tmp && mv " + pidFile + ".tmp " + pidFile + " && exec sleep 600"})
 		_, wait := bgExecute(t, ctx, conn, bg, blobs, action)
-		var pid int
-		eventually(t, 60*time.Second, "the action to start", func() bool {
-			data, err := os.ReadFile(pidFile)
-			if err != nil {
-				return false
-			}
-			pid, _ = strconv.Atoi(strings.TrimSpace(string(data)))
-			return pid > 0
-		})
+		pid := waitPidFile(t, pidFile)
 		stopHost() // SIGTERM: must exit 0 within 15s
 		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
 			t.Fatalf("the action's process %d outlived the stopped worker (kill -0: %v)", pid, err)
