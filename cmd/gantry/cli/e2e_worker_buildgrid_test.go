@@ -37,10 +37,16 @@ func (l *workerLog) String() string {
 	return l.buf.String()
 }
 
+// gantryWorker is a running `gantry worker`.
+type gantryWorker struct {
+	log  *workerLog
+	stop func() // SIGTERM; it must exit 0 within 15s
+	kill func() // SIGKILL, as a crash
+}
+
 // startGantryWorker runs `gantry worker` (the real binary) against bg with args and
-// returns once its bot session exists, with a function stopping it (SIGTERM; it
-// must exit 0), which also runs when the test ends.
-func startGantryWorker(t *testing.T, bg *testreapi.BuildGrid, botID string, args ...string) (*workerLog, func()) {
+// returns once its bot session exists. It is stopped when the test ends.
+func startGantryWorker(t *testing.T, bg *testreapi.BuildGrid, botID string, args ...string) *gantryWorker {
 	t.Helper()
 	cmd := exec.Command(gantryBinary(t), append([]string{"worker", "--bots", bg.URL(), "--bot-id", botID,
 		"--work-dir", t.TempDir()}, args...)...)
@@ -54,12 +60,13 @@ func startGantryWorker(t *testing.T, bg *testreapi.BuildGrid, botID string, args
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
 	var once sync.Once
+	killed := false
 	stop := func() {
 		once.Do(func() {
 			_ = cmd.Process.Signal(syscall.SIGTERM)
 			select {
 			case <-exited:
-				if code := cmd.ProcessState.ExitCode(); code != 0 {
+				if code := cmd.ProcessState.ExitCode(); code != 0 && !killed {
 					t.Errorf("gantry worker exited %d after SIGTERM:\n%s", code, log.String())
 				}
 			case <-time.After(15 * time.Second):
@@ -83,7 +90,12 @@ func startGantryWorker(t *testing.T, bg *testreapi.BuildGrid, botID string, args
 			t.Fatalf("gantry worker has no bot session after 60s:\n%s", log.String())
 		}
 	}
-	return log, stop
+	kill := func() {
+		killed = true
+		_ = cmd.Process.Kill()
+		<-exited
+	}
+	return &gantryWorker{log: log, stop: stop, kill: kill}
 }
 
 // bgExecute uploads blobs, executes the action through BuildGrid and returns the
@@ -150,7 +162,7 @@ func TestWorkerBuildGrid(t *testing.T) {
 	conn := bg.Conn(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	_, stopHost := startGantryWorker(t, bg, "gantry-host-bot", "--sandbox", "host", "--slots", "2")
+	stopHost := startGantryWorker(t, bg, "gantry-host-bot", "--sandbox", "host", "--slots", "2").stop
 
 	t.Run("OutputsAndStdout", func(t *testing.T) {
 		blobs := testreapi.Blobs{}
@@ -277,7 +289,7 @@ func TestWorkerBuildGrid(t *testing.T) {
 		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
 			t.Fatalf("the action's process %d outlived the stopped worker (kill -0: %v)", pid, err)
 		}
-		_, stopHost = startGantryWorker(t, bg, "gantry-host-bot-2", "--sandbox", "host")
+		stopHost = startGantryWorker(t, bg, "gantry-host-bot-2", "--sandbox", "host").stop
 		resp := wait()
 		r := resp.GetResult()
 		if resp.GetStatus().GetCode() != 0 || r.GetExitCode() != 0 {
@@ -291,7 +303,7 @@ func TestWorkerBuildGrid(t *testing.T) {
 		}
 	})
 
-	// Last: the host worker stops, a bwrap worker takes the next action.
+	// The host worker stops, a bwrap worker takes the next action.
 	t.Run("BwrapInputRootIsSlash", func(t *testing.T) {
 		requireSandboxTools(t)
 		busybox, err := os.ReadFile("/bin/busybox")
@@ -325,5 +337,26 @@ func TestWorkerBuildGrid(t *testing.T) {
 		if fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Errorf("outputs %q, want %q: the input root as /", got, want)
 		}
+	})
+
+	// Last: kill -9 of the worker; the action's process dies with it. BuildGrid
+	// re-queues the lease once the bot session expires (its keepalive, 120 s), and
+	// meanwhile assigns new actions to the dead bot: nothing runs after this.
+	t.Run("KilledWorkerLeavesNothingRunning", func(t *testing.T) {
+		stopHost() // the worker of the previous subtest, if it still runs
+		w := startGantryWorker(t, bg, "gantry-host-bot-3", "--sandbox", "host")
+		pidFile := filepath.Join(t.TempDir(), "pid")
+		blobs := testreapi.Blobs{}
+		action := bgAction(t, blobs, map[string]string{}, []string{"/bin/sh", "-c",
+			"echo $$ > " + pidFile + ".tmp && mv " + pidFile + ".tmp " + pidFile + " && exec sleep 600"})
+		name, _ := bgExecute(t, ctx, conn, bg, blobs, action)
+		defer func() { // not for the next worker
+			_, _ = longrunningpb.NewOperationsClient(conn).CancelOperation(ctx, &longrunningpb.CancelOperationRequest{Name: name})
+		}()
+		pid := waitPidFile(t, pidFile)
+		w.kill()
+		eventually(t, 10*time.Second, "the killed worker's action to die", func() bool {
+			return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH)
+		})
 	})
 }
