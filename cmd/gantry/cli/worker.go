@@ -15,6 +15,7 @@ import (
 	"github.com/gantry-build/gantry/cache/remote"
 	"github.com/gantry-build/gantry/element"
 	rexec "github.com/gantry-build/gantry/remote/exec"
+	rworker "github.com/gantry-build/gantry/remote/exec/worker"
 	"github.com/gantry-build/gantry/sandbox"
 )
 
@@ -107,8 +108,8 @@ func workerDefaults(o workerOptions, w *element.WorkerConfig, changed func(strin
 }
 
 // workerConfig checks o and turns it into the bot's configuration.
-func workerConfig(o workerOptions) (rexec.WorkerConfig, error) {
-	cfg := rexec.WorkerConfig{Slots: o.slots, Sandbox: sandbox.Kind(o.sandbox), WorkDir: o.workDir, BotID: o.botID,
+func workerConfig(o workerOptions) (rworker.Config, error) {
+	cfg := rworker.Config{Slots: o.slots, Sandbox: sandbox.Kind(o.sandbox), WorkDir: o.workDir, BotID: o.botID,
 		Platform: rexec.DefaultPlatform()}
 	if o.bots == "" {
 		return cfg, usagef("worker: --bots URL is required (the Bots service: grpc://HOST:PORT)")
@@ -180,5 +181,5 @@ func runWorker(g *globalOptions, o workerOptions) error {
 	cfg.Log = g.ios.ErrOut
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	return rexec.RunWorker(ctx, cfg)
+	return rworker.Run(ctx, cfg)
 }

@@ -1,4 +1,8 @@
-package exec
+// Package worker is `gantry worker`: a Remote Workers API bot (BuildGrid's Bots
+// service) running a cluster's Actions in gantry's sandbox. It is apart from
+// remote/exec, the execution client, which the project model imports and which must
+// not reach the sandbox.
+package worker
 
 import (
 	"bytes"
@@ -29,9 +33,9 @@ import (
 	"github.com/gantry-build/gantry/sandbox"
 )
 
-// WorkerConfig is a `gantry worker`: a Remote Workers API bot serving a cluster's
+// Config is a `gantry worker`: a Remote Workers API bot serving a cluster's
 // leases (BuildGrid's) with gantry's sandbox.
-type WorkerConfig struct {
+type Config struct {
 	// Bots is the server of the Bots service; its Instance is the farm (the
 	// CreateBotSession parent, BuildGrid's instance name).
 	Bots remote.Spec
@@ -64,9 +68,9 @@ var (
 	workerCallLimit  = 10 * time.Second
 )
 
-// RunWorker runs the bot until ctx ends: it then kills the running actions, hands
+// Run runs the bot until ctx ends: it then kills the running actions, hands
 // their leases back (UNAVAILABLE, which BuildGrid re-queues) and returns nil.
-func RunWorker(ctx context.Context, cfg WorkerConfig) error {
+func Run(ctx context.Context, cfg Config) error {
 	if cfg.Slots < 1 {
 		cfg.Slots = 1
 	}
@@ -103,7 +107,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 }
 
 type bot struct {
-	cfg    WorkerConfig
+	cfg    Config
 	bots   rwapipb.BotsClient
 	store  remote.Store
 	cas    *cache.Cache
