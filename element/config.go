@@ -58,7 +58,9 @@ type UserConfig struct {
 	// RemoteExecution is [remote-execution]: its keys win over project.toml's
 	// (RemoteExecutionConfig); nil: none.
 	RemoteExecution *RemoteExecution `toml:"remote-execution"`
-	UI              struct {
+	// Worker is [worker]: `gantry worker`'s defaults (nil: none).
+	Worker *WorkerConfig `toml:"worker"`
+	UI     struct {
 		Mode  string `toml:"mode"`
 		Color *bool  `toml:"color"`
 	} `toml:"ui"`
@@ -77,7 +79,7 @@ type UserConfig struct {
 }
 
 var userConfigKeys = map[string][]string{
-	"":          {"scheduler", "cache", "remote", "remote-execution", "ui", "max-jobs", "projects", "mirrors", "default-mirror"},
+	"":          {"scheduler", "cache", "remote", "remote-execution", "ui", "max-jobs", "projects", "mirrors", "default-mirror", "worker"},
 	"projects":  {"options", "strict"},
 	"scheduler": {"builders", "fetchers", "pushers", "network-retries", "on-error"},
 	"cache":     {"dir", "quota"},
@@ -136,6 +138,9 @@ func LoadUserConfig(path string, explicit bool) (*UserConfig, error) {
 		if parent[0] == "remote-execution" {
 			return remoteExecCandidates(parent)
 		}
+		if parent[0] == "worker" {
+			return workerCandidates(parent)
+		}
 		return userConfigKeys[parent[0]]
 	}); err != nil {
 		return nil, err
@@ -144,6 +149,9 @@ func LoadUserConfig(path string, explicit bool) (*UserConfig, error) {
 		return nil, err
 	}
 	if err := checkRemoteExecution(doc, c.RemoteExecution, filepath.Dir(path)); err != nil {
+		return nil, err
+	}
+	if err := checkWorker(doc, c.Worker, filepath.Dir(path)); err != nil {
 		return nil, err
 	}
 	if c.ProjectOptions, err = userOptionSettings(doc, c); err != nil {

@@ -1,8 +1,9 @@
 //go:build ignore
 
 // descset writes the FileDescriptorSet of remote_execution.proto and everything
-// it imports, as compiled into the remote-apis Go module, so that protoc can
-// resolve buildstream.proto's import without a checkout of googleapis.
+// it imports, as compiled into the remote-apis Go module, and field_mask.proto, so
+// that protoc can resolve the imports of buildstream.proto (and of
+// remote/exec/internal/rwapipb's bots.proto) without a checkout of googleapis.
 //
 //	go run descset.go OUT
 package main
@@ -16,6 +17,7 @@ import (
 	"google.golang.org/protobuf/reflect/protodesc"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/descriptorpb"
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
 )
 
 func main() {
@@ -37,6 +39,7 @@ func main() {
 		set.File = append(set.File, protodesc.ToFileDescriptorProto(f))
 	}
 	add(repb.File_build_bazel_remote_execution_v2_remote_execution_proto)
+	add(fieldmaskpb.File_google_protobuf_field_mask_proto)
 	data, err := proto.Marshal(set)
 	if err != nil {
 		log.Fatal(err)

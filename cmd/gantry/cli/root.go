@@ -77,6 +77,7 @@ Run 'gantry init' to start one, 'gantry show' to inspect it.`,
 		newGraphCmd(opts, nil),
 		newInitCmd(opts, nil),
 		newVersionCmd(opts),
+		newWorkerCmd(opts),
 	)
 	root.InitDefaultCompletionCmd()
 	completeElementArgs(opts, root)
