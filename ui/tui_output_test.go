@@ -3,10 +3,14 @@ package ui
 import (
 	"io"
 	"os"
+	"strings"
 	"testing"
+	"time"
 
 	tea "github.com/charmbracelet/bubbletea"
 	"github.com/charmbracelet/x/ansi"
+
+	"github.com/gantry-build/gantry/queues"
 )
 
 // reflowErase goes up over every row the last frame takes once the terminal has
@@ -89,5 +93,53 @@ func TestLiveOutputRepairsTheFrameOnTheScreen(t *testing.T) {
 	}
 	if want := "<frame at 100>" + reflowErase(wide, 50) + "<frame at 50>"; string(b) != want {
 		t.Errorf("written %q, want %q", b, want)
+	}
+}
+
+// The resize repair counts the rows each line of the frame takes once the terminal
+// has reflowed it from the line's text, but a terminal (tmux) reflows a row as wide
+// as the widest text it held since it was last erased whole: a job's line cut to
+// the full width, later "a 2" on the same row, still takes two rows at half the
+// width. So each line of the live area erases its row whole before it is drawn, and
+// the repair erases every row of the frame. rows models such a terminal.
+func TestLiveViewRowsAreAsWideAsTheirText(t *testing.T) {
+	f, err := os.CreateTemp(t.TempDir(), "tty")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	tt := newTester(t, TUIOptions{NoColor: true}, false) // 80 columns
+	tt.m.live = &liveOutput{File: f}
+	var rows []int // the widest text each row held since it was last erased whole
+	draw := func() string {
+		v := tt.view()
+		for i, l := range strings.Split(v, "\n") {
+			if i == len(rows) {
+				rows = append(rows, 0)
+			}
+			if strings.HasPrefix(l, ansi.EraseEntireLine) {
+				rows[i] = 0
+			}
+			rows[i] = max(rows[i], ansi.StringWidth(l))
+		}
+		return v
+	}
+	tt.events(start(), jobStart("b1", queues.Build, "a.toml", 0), status("b1", "build: "+strings.Repeat("make -j8 all ", 20), 0),
+		jobStart("b2", queues.Build, "b.toml", 0), status("b2", "b 1", 0))
+	draw()
+	if rows[2] != 80 {
+		t.Fatalf("the job's line takes %d columns, want the full 80:\n%s", rows[2], tt.view())
+	}
+	tt.events(queues.JobMessage{Base: at(time.Second), JobID: "b1", Kind: "log", Text: "a 2\n"})
+	frame := draw()
+	const narrower = 40
+	lines := strings.Split(frame, "\n")
+	up := 0
+	for _, w := range rows[:len(lines)-1] {
+		up += max(1, (w+narrower-1)/narrower)
+	}
+	want := "\r" + ansi.CursorUp(up) + ansi.EraseScreenBelow + ansi.CursorDown(len(lines)-1)
+	if got := reflowErase(tt.m.live.view, narrower); got != want {
+		t.Errorf("at %d columns the repair is %q, want %q: the terminal's rows %v, the frame:\n%q", narrower, got, want, rows, frame)
 	}
 }
