@@ -68,10 +68,12 @@ func TestTUIStopErasesTheLiveArea(t *testing.T) {
 	}
 }
 
-// liveOutput repairs the frame on the screen — the view the model made last when
-// the renderer last wrote — however many sizes come before the next write: a second
-// resize (the terminal sends two) must not take the new view, not yet drawn, for
-// the old one. Nothing is repaired before a frame is drawn.
+// liveOutput repairs the frame the renderer wrote last, which its write names by
+// the view's mark: the renderer's ticker can write the view made before the latest
+// one (it fires between the model's View and the renderer taking the view), and a
+// second resize (the terminal sends two) must not take the latest view, not yet
+// drawn, for the one on the screen. Nothing is repaired before a frame is drawn;
+// an unchanged view keeps its mark; no mark reaches the terminal.
 func TestLiveOutputRepairsTheFrameOnTheScreen(t *testing.T) {
 	f, err := os.CreateTemp(t.TempDir(), "tty")
 	if err != nil {
@@ -79,11 +81,18 @@ func TestLiveOutputRepairsTheFrameOnTheScreen(t *testing.T) {
 	}
 	defer f.Close()
 	o := &liveOutput{File: f}
-	wide := "[00:00:03] demo  3/5 elements ██████████░░░░░░  ? keys\n  build a.toml"
+	header := "[00:00:03] demo  3/5 elements ██████████░░░░░░  ? keys"
+	first := header + "\n> build  a.toml  00:00:00  env: HOME=/tmp\n  build  b.toml"
+	wide := header + "\n> build  a.toml  00:00:00  " + strings.Repeat("make -j8 ", 8) + "\n  build  b.toml"
+	short := header + "\n> build  a.toml  00:00:00  a 2\n  build  b.toml"
 	o.resized(100) // the program's first size: nothing drawn yet
-	o.latest(wide)
-	io.WriteString(o, "<frame at 100>")
-	o.latest("[00:00:03] demo  3/5 elements ██████░░░░  ? keys\n  build a.toml") // made at 50, not drawn
+	io.WriteString(o, "<up>"+o.mark(first, first))
+	wideMarked := o.mark(wide, wide)
+	shortMarked := o.mark(short, short)
+	if again := o.mark(short, short); again != shortMarked {
+		t.Errorf("the same view marked again is %q, want %q as before", again, shortMarked)
+	}
+	io.WriteString(o, "<up>"+wideMarked) // the ticker wrote the view before the latest
 	o.resized(50)
 	o.resized(50)
 	io.WriteString(o, "<frame at 50>")
@@ -91,7 +100,7 @@ func TestLiveOutputRepairsTheFrameOnTheScreen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := "<frame at 100>" + reflowErase(wide, 50) + "<frame at 50>"; string(b) != want {
+	if want := "<up>" + first + "<up>" + wide + reflowErase(wide, 50) + "<frame at 50>"; string(b) != want {
 		t.Errorf("written %q, want %q", b, want)
 	}
 }
@@ -139,7 +148,7 @@ func TestLiveViewRowsAreAsWideAsTheirText(t *testing.T) {
 		up += max(1, (w+narrower-1)/narrower)
 	}
 	want := "\r" + ansi.CursorUp(up) + ansi.EraseScreenBelow + ansi.CursorDown(len(lines)-1)
-	if got := reflowErase(tt.m.live.view, narrower); got != want {
+	if got := reflowErase(tt.m.live.made[len(tt.m.live.made)-1].drawn, narrower); got != want {
 		t.Errorf("at %d columns the repair is %q, want %q: the terminal's rows %v, the frame:\n%q", narrower, got, want, rows, frame)
 	}
 }

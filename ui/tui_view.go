@@ -78,7 +78,7 @@ func (m tuiModel) View() string {
 	v := m.view()
 	if m.live != nil {
 		v = eraseRows(v)
-		m.live.latest(m.drawn(v))
+		v = m.live.mark(v, m.drawn(v))
 	}
 	return v
 }
