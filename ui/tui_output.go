@@ -29,7 +29,7 @@ import (
 type liveOutput struct {
 	*os.File
 	mu      sync.Mutex
-	made    []markedView // the views made since the one on the screen, the latest last (at most two)
+	made    []markedView // the view on the screen and those made since, the latest last (at most three)
 	next    int          // the number of the next view made
 	shown   string       // the view on the screen; "" until one is drawn
 	pending string       // written before the next write
@@ -55,8 +55,8 @@ func (o *liveOutput) mark(v, drawn string) string {
 	if len(o.made) == 0 || o.made[len(o.made)-1].drawn != drawn {
 		o.made = append(o.made, markedView{n: o.next, drawn: drawn})
 		o.next++
-		if len(o.made) > 2 { // the renderer holds the latest view, or is writing the one before
-			o.made = o.made[len(o.made)-2:]
+		if len(o.made) > 3 { // the renderer writes the latest view or the one before, or again the one it wrote
+			o.made = o.made[len(o.made)-3:]
 		}
 	}
 	m := markPrefix + strconv.Itoa(o.made[len(o.made)-1].n) + markEnd
@@ -77,7 +77,7 @@ func (o *liveOutput) Write(b []byte) (int, error) {
 			out = slices.Concat(b[:i], b[i+j+len(markEnd):])
 			for k, v := range o.made {
 				if err == nil && v.n == n {
-					o.shown, o.made = v.drawn, o.made[k+1:]
+					o.shown, o.made = v.drawn, o.made[k:]
 					break
 				}
 			}

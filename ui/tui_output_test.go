@@ -103,6 +103,10 @@ func TestLiveOutputRepairsTheFrameOnTheScreen(t *testing.T) {
 	if want := "<up>" + first + "<up>" + wide + reflowErase(wide, 50) + "<frame at 50>"; string(b) != want {
 		t.Errorf("written %q, want %q", b, want)
 	}
+	io.WriteString(o, shortMarked) // the latest view drawn: made again, it draws nothing new
+	if again := o.mark(short, short); again != shortMarked {
+		t.Errorf("the view on the screen marked again is %q, want %q as it was drawn", again, shortMarked)
+	}
 }
 
 // The resize repair counts the rows each line of the frame takes once the terminal
