@@ -60,7 +60,7 @@ type tuiModel struct {
 	// onResize tells the TUI the terminal's width, for the lines it prints above the
 	// live area; nil: nobody asks.
 	onResize func(width int)
-	// live is told every view View makes, as drawn (see liveOutput); nil: none.
+	// live marks every view View makes (see liveOutput); nil: none.
 	live *liveOutput
 
 	width, height int    // the terminal's size; 0 until a WindowSizeMsg says

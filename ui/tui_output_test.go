@@ -3,10 +3,14 @@ package ui
 import (
 	"io"
 	"os"
+	"strings"
 	"testing"
+	"time"
 
 	tea "github.com/charmbracelet/bubbletea"
 	"github.com/charmbracelet/x/ansi"
+
+	"github.com/gantry-build/gantry/queues"
 )
 
 // reflowErase goes up over every row the last frame takes once the terminal has
@@ -64,10 +68,12 @@ func TestTUIStopErasesTheLiveArea(t *testing.T) {
 	}
 }
 
-// liveOutput repairs the frame on the screen — the view the model made last when
-// the renderer last wrote — however many sizes come before the next write: a second
-// resize (the terminal sends two) must not take the new view, not yet drawn, for
-// the old one. Nothing is repaired before a frame is drawn.
+// liveOutput repairs the frame the renderer wrote last, which its write names by
+// the view's mark: the renderer's ticker can write the view made before the latest
+// one (it fires between the model's View and the renderer taking the view), and a
+// second resize (the terminal sends two) must not take the latest view, not yet
+// drawn, for the one on the screen. Nothing is repaired before a frame is drawn;
+// an unchanged view keeps its mark; no mark reaches the terminal.
 func TestLiveOutputRepairsTheFrameOnTheScreen(t *testing.T) {
 	f, err := os.CreateTemp(t.TempDir(), "tty")
 	if err != nil {
@@ -75,11 +81,18 @@ func TestLiveOutputRepairsTheFrameOnTheScreen(t *testing.T) {
 	}
 	defer f.Close()
 	o := &liveOutput{File: f}
-	wide := "[00:00:03] demo  3/5 elements ██████████░░░░░░  ? keys\n  build a.toml"
+	header := "[00:00:03] demo  3/5 elements ██████████░░░░░░  ? keys"
+	first := header + "\n> build  a.toml  00:00:00  env: HOME=/tmp\n  build  b.toml"
+	wide := header + "\n> build  a.toml  00:00:00  " + strings.Repeat("make -j8 ", 8) + "\n  build  b.toml"
+	short := header + "\n> build  a.toml  00:00:00  a 2\n  build  b.toml"
 	o.resized(100) // the program's first size: nothing drawn yet
-	o.latest(wide)
-	io.WriteString(o, "<frame at 100>")
-	o.latest("[00:00:03] demo  3/5 elements ██████░░░░  ? keys\n  build a.toml") // made at 50, not drawn
+	io.WriteString(o, "<up>"+o.mark(first, first))
+	wideMarked := o.mark(wide, wide)
+	shortMarked := o.mark(short, short)
+	if again := o.mark(short, short); again != shortMarked {
+		t.Errorf("the same view marked again is %q, want %q as before", again, shortMarked)
+	}
+	io.WriteString(o, "<up>"+wideMarked) // the ticker wrote the view before the latest
 	o.resized(50)
 	o.resized(50)
 	io.WriteString(o, "<frame at 50>")
@@ -87,7 +100,59 @@ func TestLiveOutputRepairsTheFrameOnTheScreen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := "<frame at 100>" + reflowErase(wide, 50) + "<frame at 50>"; string(b) != want {
+	if want := "<up>" + first + "<up>" + wide + reflowErase(wide, 50) + "<frame at 50>"; string(b) != want {
 		t.Errorf("written %q, want %q", b, want)
+	}
+	io.WriteString(o, shortMarked) // the latest view drawn: made again, it draws nothing new
+	if again := o.mark(short, short); again != shortMarked {
+		t.Errorf("the view on the screen marked again is %q, want %q as it was drawn", again, shortMarked)
+	}
+}
+
+// The resize repair counts the rows each line of the frame takes once the terminal
+// has reflowed it from the line's text, but a terminal (tmux) reflows a row as wide
+// as the widest text it held since it was last erased whole: a job's line cut to
+// the full width, later "a 2" on the same row, still takes two rows at half the
+// width. So each line of the live area erases its row whole before it is drawn, and
+// the repair erases every row of the frame. rows models such a terminal.
+func TestLiveViewRowsAreAsWideAsTheirText(t *testing.T) {
+	f, err := os.CreateTemp(t.TempDir(), "tty")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	tt := newTester(t, TUIOptions{NoColor: true}, false) // 80 columns
+	tt.m.live = &liveOutput{File: f}
+	var rows []int // the widest text each row held since it was last erased whole
+	draw := func() string {
+		v := tt.view()
+		for i, l := range strings.Split(v, "\n") {
+			if i == len(rows) {
+				rows = append(rows, 0)
+			}
+			if strings.HasPrefix(l, ansi.EraseEntireLine) {
+				rows[i] = 0
+			}
+			rows[i] = max(rows[i], ansi.StringWidth(l))
+		}
+		return v
+	}
+	tt.events(start(), jobStart("b1", queues.Build, "a.toml", 0), status("b1", "build: "+strings.Repeat("make -j8 all ", 20), 0),
+		jobStart("b2", queues.Build, "b.toml", 0), status("b2", "b 1", 0))
+	draw()
+	if rows[2] != 80 {
+		t.Fatalf("the job's line takes %d columns, want the full 80:\n%s", rows[2], tt.view())
+	}
+	tt.events(queues.JobMessage{Base: at(time.Second), JobID: "b1", Kind: "log", Text: "a 2\n"})
+	frame := draw()
+	const narrower = 40
+	lines := strings.Split(frame, "\n")
+	up := 0
+	for _, w := range rows[:len(lines)-1] {
+		up += max(1, (w+narrower-1)/narrower)
+	}
+	want := "\r" + ansi.CursorUp(up) + ansi.EraseScreenBelow + ansi.CursorDown(len(lines)-1)
+	if got := reflowErase(tt.m.live.made[len(tt.m.live.made)-1].drawn, narrower); got != want {
+		t.Errorf("at %d columns the repair is %q, want %q: the terminal's rows %v, the frame:\n%q", narrower, got, want, rows, frame)
 	}
 }

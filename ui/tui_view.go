@@ -66,12 +66,30 @@ func (m tuiModel) size() (width, height int) {
 // View draws the live area: header, running jobs or a log, then notes, prompts and
 // help. Every line is cut to the terminal's width. After SessionEnd, while the
 // failure prompt's shell runs and while gantry is stopped (Ctrl-Z), it is empty.
+//
+// On a terminal (live set), each line starts by erasing its whole row, for the
+// resize repair (see liveOutput): a terminal reflows a row as wide as the widest
+// text it held since it was last erased whole — tmux does — not as the text on it
+// now, so a row where a job's line once took the full width and now shows "a 2"
+// would take two rows after the terminal got half as wide, one more than
+// reflowErase counts, and the header's first row was left above the live area.
+// Erased whole before each line is drawn, every row is as wide as its text.
 func (m tuiModel) View() string {
 	v := m.view()
 	if m.live != nil {
-		m.live.latest(m.drawn(v))
+		v = eraseRows(v)
+		v = m.live.mark(v, m.drawn(v))
 	}
 	return v
+}
+
+// eraseRows starts each line of v by erasing the whole row it is drawn on; ""
+// stays "" (the renderer draws the empty view as a blank).
+func eraseRows(v string) string {
+	if v == "" {
+		return v
+	}
+	return ansi.EraseEntireLine + strings.ReplaceAll(v, "\n", "\n"+ansi.EraseEntireLine)
 }
 
 // view is View's text.
