@@ -123,14 +123,15 @@ func newBuildSpec(g *element.Graph, e *element.Element, cacheDir, workDir, sandb
 	project, name := e.ArtifactName(g.Project.Name) // a sub-project's element: as a direct build of it
 	spec := &buildSpec{CacheDir: cacheDir, Project: project, ProjectRoot: projectRoot(g.Project.Root, e), Element: name,
 		Key: e.Key, WeakKey: e.WeakKey, Kind: e.Kind.Name, Sandbox: sandboxKind, Sources: e.Sources, WorkDir: workDir, DepKeys: e.DepKeys()}
-	for _, d := range g.StageDeps(e) {
+	stage := g.StageDeps(e) // once: the payload is made on the scheduler goroutine
+	for _, d := range stage {
 		project, name := d.ArtifactName(spec.Project)
 		if project == spec.Project {
 			project = ""
 		}
 		spec.Stage = append(spec.Stage, stagedArtifact{Project: project, Element: name, Key: d.Key})
 	}
-	spec.Inputs = g.Inputs(e)
+	spec.Inputs = g.InputsStaging(e, stage)
 	jobs := strconv.Itoa(max(maxJobs, 1))
 	buildRoot := filepath.Join(workDir, "build")
 	if e.Workspace != "" {
@@ -146,26 +147,26 @@ func newBuildSpec(g *element.Graph, e *element.Element, cacheDir, workDir, sandb
 	if spec.Bwrap, err = e.Resolve(g.Project, t.paths(sandbox.Bwrap, jobs)); err != nil {
 		return nil, err
 	}
-	if err := spec.stagingRules(g, e); err != nil {
+	if err := spec.stagingRules(g, e, stage); err != nil {
 		return nil, err
 	}
-	if err := addPublicData(g, e, spec, t, jobs); err != nil {
+	if err := addPublicData(g, e, spec, stage, t, jobs); err != nil {
 		return nil, err
 	}
 	return spec, nil
 }
 
 // stagingRules sets what the job needs to judge overlaps (staging.go): whether e's
-// project makes them fatal, who each staged dependency is and what it may overwrite;
-// and stages nothing for a stack, which runs no commands.
-func (spec *buildSpec) stagingRules(g *element.Graph, e *element.Element) error {
+// project makes them fatal, who each staged dependency (stage, spec.Stage's elements) is
+// and what it may overwrite; and stages nothing for a stack, which runs no commands.
+func (spec *buildSpec) stagingRules(g *element.Graph, e *element.Element, stage []*element.Element) error {
 	if e.Kind.Name == "stack" {
 		spec.Stage = nil
 		return nil
 	}
 	own := cmp.Or(e.Project(), g.Project)
 	spec.FatalOverlaps = own.Fatal(element.WarningOverlaps)
-	for i, d := range g.StageDeps(e) { // spec.Stage, in the same order
+	for i, d := range stage { // spec.Stage, in the same order
 		whitelist, err := d.OverlapWhitelist(own)
 		if err != nil {
 			return err

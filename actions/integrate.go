@@ -57,10 +57,10 @@ func selects(r *element.Resolved, kind string) bool {
 // addPublicData sets the public data of the elements spec stages that the build of e
 // uses: their integration commands when e runs commands (or is a compose that
 // integrates), expanded in each one's own context with the paths of e's build tree t;
-// their split rules when e is a compose or filter that selects. A filter stages only
-// its one build dependency's artifact, not what that one stages.
-func addPublicData(g *element.Graph, e *element.Element, spec *buildSpec, t tree, jobs string) error {
-	stage := g.StageDeps(e)
+// their split rules when e is a compose or filter that selects. stage is what e's
+// build stages (StageDeps). A filter stages only its one build dependency's artifact,
+// not what that one stages.
+func addPublicData(g *element.Graph, e *element.Element, spec *buildSpec, stage []*element.Element, t tree, jobs string) error {
 	if e.Kind.Name == "filter" {
 		stage = e.BuildDeps // one: checked at load
 		spec.Stage = slices.DeleteFunc(spec.Stage, func(s stagedArtifact) bool { return s.ref() != stagedRef(spec, stage[0]) })

@@ -58,8 +58,12 @@ func (in *Inputs) HashFiles() {
 
 // Inputs returns what e's key is computed from, local files not yet hashed one by one
 // (HashFiles does).
-func (g *Graph) Inputs(e *Element) *Inputs {
-	in := &Inputs{Kind: e.Kind.Name, Sandbox: g.sandboxClass(e), Config: g.resolvedConfig(e), Deps: e.depKeys(g.StageDeps(e)), OwnNames: true}
+func (g *Graph) Inputs(e *Element) *Inputs { return g.InputsStaging(e, g.StageDeps(e)) }
+
+// InputsStaging is Inputs of e, whose build stages stage (StageDeps, computed once by a
+// caller that needs it too).
+func (g *Graph) InputsStaging(e *Element, stage []*Element) *Inputs {
+	in := &Inputs{Kind: e.Kind.Name, Sandbox: g.sandboxClass(e), Config: g.resolvedConfig(e), Deps: e.depKeys(stage), OwnNames: true}
 	vars := e.Variables(g.Project, keyPaths())
 	if all, err := vars.All(); err == nil {
 		in.Variables = all
