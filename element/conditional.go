@@ -159,7 +159,7 @@ func applyBlocks(doc *tomlDoc, blocks []any, scope optionScope, kind *Kind, f *e
 			}
 			for k, v := range blockConfig {
 				doc.moved["config."+k] = t.keyPath("config." + k)
-				if entries, ok := v.(map[string]any); ok && kind.Name == junctionKind {
+				if entries, ok := v.(map[string]any); ok && slices.Contains(kind.TableKeys, k) {
 					// merged entry by entry (mergeConfig): each at the block's line
 					for name := range entries {
 						if strings.Contains(name, ".") {

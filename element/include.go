@@ -439,9 +439,9 @@ func mergeLayer(base, over map[string]any, doc *tomlDoc, kind *Kind) (map[string
 
 // mergeConfig is the config table over (written at path in doc) layered on base, key
 // by key, over winning: a list over writes { prepend, append } composes with base's,
-// else with the kind's default (composeList). A junction's config holds tables
-// ([config.options], [config.overrides]), merged a level deeper: an [[if]] block that
-// sets one option keeps the others.
+// else with the kind's default (composeList). A kind's table keys (Kind.TableKeys: a
+// junction's [config.options], [config.overrides]) merge a level deeper: an [[if]]
+// block that sets one option keeps the others.
 func mergeConfig(doc *tomlDoc, path string, base, over map[string]any, kind *Kind) (map[string]any, error) {
 	out := maps.Clone(base)
 	if out == nil {
@@ -449,7 +449,7 @@ func mergeConfig(doc *tomlDoc, path string, base, over map[string]any, kind *Kin
 	}
 	for _, k := range slices.Sorted(maps.Keys(over)) {
 		v := over[k]
-		if kind.Name == junctionKind {
+		if slices.Contains(kind.TableKeys, k) {
 			if c, ok := v.(map[string]any); ok {
 				if b, ok := out[k].(map[string]any); ok {
 					m := maps.Clone(b)

@@ -12,6 +12,10 @@ type Kind struct {
 	Commands bool
 	// ConfigKeys are the keys allowed in [config].
 	ConfigKeys []string
+	// TableKeys are the ConfigKeys whose values are tables (a junction's options and
+	// overrides): layers merge them entry by entry, where a table over a list key is a
+	// { prepend, append } composition.
+	TableKeys []string
 	// DefaultCommands are the preset's commands, overridable key by key.
 	DefaultCommands map[string][]string
 	// Variables are the preset's default variables (project and element override them).
@@ -33,7 +37,7 @@ var kinds = map[string]*Kind{
 	"import": {Name: "import", ConfigKeys: []string{"source", "target"}},
 	"stack":  {Name: "stack"},
 	// A junction holds another project in its sources (junction.go): it is not built.
-	junctionKind: {Name: junctionKind, ConfigKeys: []string{"options", "overrides"}},
+	junctionKind: {Name: junctionKind, ConfigKeys: []string{"options", "overrides"}, TableKeys: []string{"options", "overrides"}},
 	"compose":    {Name: "compose", ConfigKeys: []string{"include", "exclude", "include-orphans", "integrate"}, StrictRebuild: true},
 	// A filter keeps split domains of its one build dependency's artifact (public.go).
 	"filter": {Name: "filter", ConfigKeys: []string{"include", "exclude", "include-orphans"}, StrictRebuild: true},
