@@ -22,6 +22,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/gantry-build/gantry/internal/proctest"
 	"github.com/gantry-build/gantry/internal/testreapi"
 )
 
@@ -263,15 +264,13 @@ func TestWorkerBuildGrid(t *testing.T) {
 		if code := codes.Code(wait().GetStatus().GetCode()); code != codes.Canceled {
 			t.Errorf("cancelled operation: status %v, want CANCELLED", code)
 		}
-		deadline := time.Now().Add(10 * time.Second)
-		for !errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
-			if time.Now().After(deadline) {
+		proctest.EventuallyDescribed(t, fmt.Sprintf("the cancelled action's process %d to end", pid),
+			func() bool { return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) },
+			func() string {
 				st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 				out, _ := exec.Command("ps", "-ef", "--forest").CombinedOutput()
-				t.Fatalf("the cancelled action's process %d still runs 10s after CancelOperation:\n%s\n%s", pid, st, out)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+				return fmt.Sprintf("%s\n%s", st, out)
+			})
 	})
 
 	// The worker stopped mid-action kills it and hands the lease back: BuildGrid
