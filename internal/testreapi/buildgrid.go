@@ -76,10 +76,14 @@ func (b *BuildGrid) Conn(t testing.TB) *grpc.ClientConn {
 	return conn
 }
 
+// BuildGridOptions change how StartBuildGrid configures the server; the zero value is
+// a plaintext server with BuildGrid's own defaults.
+type BuildGridOptions struct{}
+
 // StartBuildGrid starts BuildGrid on a free port of 127.0.0.1 and returns once it
 // answers a Capabilities call. Without BuildGrid's venv or PostgreSQL the test skips
 // with the install line, or fails with CI=true.
-func StartBuildGrid(t testing.TB) *BuildGrid {
+func StartBuildGrid(t testing.TB, opts BuildGridOptions) *BuildGrid {
 	t.Helper()
 	venv := os.Getenv(BuildGridVenvEnv)
 	if venv == "" {

@@ -29,7 +29,7 @@ import (
 // TestBuildGrid starts one BuildGrid and talks REAPI and the Remote Workers API to it.
 // The subtests run in order: the queued action is cancelled before a bot exists.
 func TestBuildGrid(t *testing.T) {
-	bg := StartBuildGrid(t)
+	bg := StartBuildGrid(t, BuildGridOptions{})
 	conn := bg.Conn(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -257,7 +257,7 @@ func TestBuildGridMissingSkipsOrFails(t *testing.T) {
 			done := make(chan struct{})
 			go func() { // Skip and Fatal end the goroutine, as they would a test's
 				defer close(done)
-				StartBuildGrid(rec)
+				StartBuildGrid(rec, BuildGridOptions{})
 			}()
 			<-done
 			want := "BuildGrid 0.9.1 is not installed (no " + venv + "/bin/bgd): bash .ci/run installs it; " +

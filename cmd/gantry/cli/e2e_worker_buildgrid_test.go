@@ -159,7 +159,7 @@ func bgAction(t *testing.T, blobs testreapi.Blobs, root map[string]string, argv 
 // actions through BuildGrid's Execution service with the REAPI client.
 func TestWorkerBuildGrid(t *testing.T) {
 	gantryBinary(t)
-	bg := testreapi.StartBuildGrid(t)
+	bg := testreapi.StartBuildGrid(t, testreapi.BuildGridOptions{})
 	conn := bg.Conn(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
