@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/url"
 	"time"
 
 	"github.com/gantry-build/gantry/cache/remote"
@@ -39,14 +38,15 @@ const (
 	minRenewEvery = 10 * time.Millisecond
 )
 
-// ProbeLeases finds the first push remote (HTTP: leases are not offered over gRPC)
-// that grants leases, by giving up a lease nobody holds: gantry's server answers it,
-// others answer 404 or 405. Called before the session, when something is to be built.
-func (rs *Remotes) ProbeLeases() {
+// ProbeLeases finds the first push remote that grants leases (over HTTP or gRPC), by
+// giving up a lease nobody holds: gantry's server answers it, others answer 404 or
+// 405 (HTTP) or UNIMPLEMENTED (gRPC). slots is how many builds the session runs at
+// once (builders and remote-execution slots): it holds and asks for at most that
+// many leases, so that what it leases it starts building at once and the rest is
+// left for other sessions. Called before the session, when something is to be built.
+func (rs *Remotes) ProbeLeases(slots int) {
+	rs.slots = max(slots, 1)
 	for _, spec := range rs.up(true) {
-		if u, err := url.Parse(spec.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") {
-			continue
-		}
 		leaser, ok := rs.store(spec).(remote.Leaser)
 		if !ok {
 			continue
@@ -59,6 +59,12 @@ func (rs *Remotes) ProbeLeases() {
 			return
 		}
 	}
+}
+
+// leaseSlotFree says whether the session may ask for one more lease: the leases it
+// holds (each an element it builds or pushes) and the asks in flight leave a slot.
+func (rs *Remotes) leaseSlotFree() bool {
+	return len(rs.leases)+len(rs.asking) < rs.slots
 }
 
 // leasing says whether a pull of it asks for its lease (PullQueue.leasing):
@@ -89,14 +95,15 @@ func (rs *Remotes) bookLease(it *queues.Item, pr pullResult) {
 	}()
 }
 
-// LeaseJobEnded counts a pull's waits, and releases the lease of an element whose
+// LeaseJobEnded ends a pull's ask, and releases the lease of an element whose
 // push ended, or that failed for good or was stopped (the build command's OnJobEnd,
 // on the scheduler goroutine). A job that will be retried keeps the lease.
 func (rs *Remotes) LeaseJobEnded(end queues.JobEnd) {
+	if end.Action == queues.Pull {
+		delete(rs.asking, end.Key)
+	}
 	switch {
-	case end.Result == queues.ResultWaiting:
-		rs.waits[end.Key]++
-	case end.WillRetry:
+	case end.Result == queues.ResultWaiting, end.WillRetry:
 	case end.Action == queues.Push || end.Result == queues.ResultTerminated || end.Result == queues.ResultFailure:
 		rs.release(end.Key)
 	}
@@ -181,19 +188,14 @@ func askLease(ctx context.Context, ps *pullSpec, pr *pullResult, r *job.Reporter
 	}
 	why := fmt.Sprintf("waiting for another builder of %s (lease held by %s on %s)", ps.Element, holder, store.Name())
 	r.Log(why)
-	return job.Result{Error: why, WaitMs: leaseWait(reply.WaitMs, ps.Waits)}, false
+	return job.Result{Error: why, WaitMs: leaseWait(reply.WaitMs)}, false
 }
 
-// leaseWait is how long a pull waits before asking again: the server's wait, doubled
-// with each wait before (up to 8×), at least minLeaseWait, at most maxLeaseWait unless
-// the server asks for more. A long build elsewhere then costs a job every few seconds, not every second.
-func leaseWait(serverMs int64, waits int) int64 {
-	ms := max(serverMs, minLeaseWait.Milliseconds())
-	return max(ms, min(ms<<min(waits, 3), maxLeaseWait.Milliseconds()))
-}
+// leaseWait is how long a pull waits before asking again: the server's wait (gantry's
+// server says the time left on the holder's lease, at most a second, so that a
+// finished build is pulled and an expired lease taken over at once), at least
+// minLeaseWait.
+func leaseWait(serverMs int64) int64 { return max(serverMs, minLeaseWait.Milliseconds()) }
 
-// minLeaseWait and maxLeaseWait bound the backoff of leaseWait.
-const (
-	minLeaseWait = 50 * time.Millisecond
-	maxLeaseWait = 5 * time.Second
-)
+// minLeaseWait is the shortest wait of leaseWait.
+const minLeaseWait = 50 * time.Millisecond

@@ -132,7 +132,6 @@ type pullSpec struct {
 	// Fence, the token of the lease the session holds, to it.
 	Lease *remote.Spec `json:"lease,omitempty"`
 	Fence uint64       `json:"fence,omitempty"`
-	Waits int          `json:"waits,omitempty"` // how often the pull waited already (askLease)
 	// Repair: a push sends the artifact again in full to these remotes (by
 	// Display), which served wrong bytes for it: the blobs named, or its entry.
 	Repair map[string][]cache.Digest `json:"repair,omitempty"`
@@ -197,7 +196,8 @@ func (rs *Remotes) payload(c *cache.Cache, it *queues.Item, push bool) (json.Raw
 	if l := rs.leases[it.Element.Key]; push && l != nil {
 		ps.Lease, ps.Fence = rs.lease, l.token
 	} else if !push && rs.leasing(it) {
-		ps.Lease, ps.Waits = rs.lease, rs.waits[it.Element.Key]
+		ps.Lease = rs.lease
+		rs.asking[it.Element.Key] = true
 	}
 	// A pull with every remote down runs and is skipped: the element is built.
 	return json.Marshal(ps)
@@ -275,6 +275,8 @@ func (q *PullQueue) Status(it *queues.Item) (queues.Status, string) {
 		return queues.Skip, "not on a remote"
 	case q.leasing(it) && uncachedStage(it) != nil:
 		return queues.Wait, "waiting for dependencies before asking for the build-once lease"
+	case q.leasing(it) && !q.rs.leaseSlotFree():
+		return queues.Wait, "waiting for a free builder before asking for the build-once lease"
 	}
 	return queues.Ready, ""
 }
@@ -286,6 +288,10 @@ func (q *PullQueue) Status(it *queues.Item) (queues.Status, string) {
 // build dependencies are cached: a session holds the lease only of what it can
 // build now, and never of what a failed dependency stops.
 func (q *PullQueue) leasing(it *queues.Item) bool { return q.found && !it.Remote && q.rs.leasing(it) }
+
+// Volatile makes PullQueue a queues.Volatile while it asks for leases: each ask takes
+// one of the session's lease slots, so the next item's Status changes when one starts.
+func (q *PullQueue) Volatile() bool { return q.found && q.rs.lease != nil }
 
 // WaitsOn is, for an item waiting to ask for its lease, the first build dependency
 // not yet cached; nil otherwise.

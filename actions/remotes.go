@@ -33,7 +33,8 @@ type Remotes struct {
 	// lease is the push remote that grants build-once leases (ProbeLeases); nil: none.
 	lease    *remote.Spec
 	leases   map[string]*heldLease // the leases this session holds, by cache key
-	waits    map[string]int        // how often each key's pull waited for another session's lease
+	asking   map[string]bool       // the keys whose pull job is asking for the lease now
+	slots    int                   // builder and remote-execution slots: leases held and asked for at once, at most
 	renewing sync.WaitGroup        // their renew goroutines
 	// wrong is, by cache key, the push remotes that served wrong bytes for its
 	// artifact and the blobs they were wrong about (none: its entry): a push
@@ -54,7 +55,7 @@ func NewRemotes(project string, specs []remote.Spec, retries int, backoff func()
 	}
 	specs = withIdleTimeout(specs, idle)
 	return &Remotes{project: project, specs: specs, down: map[string]bool{}, warn: warn, stores: map[string]remote.Store{}, retries: retries, backoff: backoff,
-		from: map[*queues.Item]string{}, leases: map[string]*heldLease{}, waits: map[string]int{}, wrong: map[string]map[string][]cache.Digest{}}, nil
+		from: map[*queues.Item]string{}, leases: map[string]*heldLease{}, asking: map[string]bool{}, wrong: map[string]map[string][]cache.Digest{}}, nil
 }
 
 // HasPush says whether a remote is pushed to.

@@ -124,7 +124,7 @@ func TestPullQueueStatus(t *testing.T) {
 	check(build, tool, queues.Skip, "not on a remote")
 	check(command, tool, queues.Ready, "")
 
-	rs.lease = &lease // the lease remote grants leases (ProbeLeases)
+	rs.lease, rs.slots = &lease, 1 // the lease remote grants leases (ProbeLeases), one builder
 	check(build, tool, queues.Ready, "")
 	tool.Stage = []*queues.Item{sdk}
 	check(build, tool, queues.Wait, "waiting for dependencies before asking for the build-once lease")
@@ -140,6 +140,23 @@ func TestPullQueueStatus(t *testing.T) {
 	}
 	check(build, tool, queues.Ready, "")
 	check(build, sdk, queues.Skip, "cached")
+
+	// One builder: while a lease is held, or a pull is asking for one, no other
+	// pull asks; the ask's end frees the slot.
+	const free, busy = "", "waiting for a free builder before asking for the build-once lease"
+	rs.leases["other"] = &heldLease{key: "other", stop: make(chan struct{})}
+	check(build, tool, queues.Wait, busy)
+	if dep := build.WaitsOn(tool); dep != nil {
+		t.Errorf("tool, waiting for a builder, waits on %v; want nothing (asked every turn)", dep)
+	}
+	rs.release("other")
+	check(build, tool, queues.Ready, free)
+	if _, err := rs.PullQueue(&cache.Cache{Root: t.TempDir()}, true).Payload(tool); err != nil {
+		t.Fatal(err)
+	}
+	check(build, tool, queues.Wait, busy) // its own ask is in flight
+	rs.LeaseJobEnded(queues.JobEnd{Action: queues.Pull, Key: tool.Element.Key, Result: queues.ResultWaiting})
+	check(build, tool, queues.Ready, free)
 }
 
 // A pull that skips (the remotes lack it) always recovers; a failure recovers only in

@@ -178,6 +178,14 @@ type Gater interface {
 	GateOn() resources.Resource // "": the queue's jobs start only with every token
 }
 
+// Volatile is implemented by a queue in which starting one item's job can change
+// another item's Status within the same turn (a pull that asks for a build-once
+// lease takes one of the session's slots): while Volatile says so, the loop asks an
+// item's Status again right before starting it, not once per turn.
+type Volatile interface {
+	Volatile() bool
+}
+
 // Runner starts jobs. The real one runs them in gantry's worker processes; the
 // scheduler's unit tests use a fake that finishes jobs when the test says so. A Runner
 // that is also an io.Closer is closed when the session ends (Run returns).

@@ -227,7 +227,7 @@ func (s *Scheduler) startReady(qs *queueState, refused *[]resources.Request) {
 			break
 		}
 		it := best.entries[0].it
-		if it.slot.turn != s.turn {
+		if it.slot.turn != s.turn || qs.volatile() {
 			if st, reason := s.status(qs, it); st != Ready {
 				qs.move(it, stateWaiting)
 				if !s.place(qs, it, st, reason) {
@@ -243,6 +243,13 @@ func (s *Scheduler) startReady(qs *queueState, refused *[]resources.Request) {
 	for _, g := range qs.groups {
 		g.refused = false
 	}
+}
+
+// volatile says whether qs's Status must be asked again right before each start
+// (Volatile).
+func (qs *queueState) volatile() bool {
+	v, ok := qs.q.(Volatile)
+	return ok && v.Volatile()
 }
 
 // requeue returns it to the wait list, keeping its place in the queue's order.

@@ -1,10 +1,12 @@
 package queues
 
 import (
+	"encoding/json"
 	"fmt"
 	"sync/atomic"
 	"testing"
 
+	"github.com/gantry-build/gantry/job"
 	"github.com/gantry-build/gantry/resources"
 )
 
@@ -90,5 +92,48 @@ func TestSkipWakesParked(t *testing.T) {
 	h.expect(Build, "x").Succeed(t)
 	if sum := h.wait(); !sum.OK() || len(sum.NotStarted) > 0 {
 		t.Errorf("summary %+v, not started %+v", sum, sum.NotStarted)
+	}
+}
+
+// volatileQueue is a queue of which one job may run at a time, whatever the tokens:
+// each start takes the one slot (as a pull asking for a build-once lease takes one
+// of the session's), so Status changes within a turn.
+type volatileQueue struct {
+	*testQueue
+	volatile bool
+	running  int
+}
+
+func (q *volatileQueue) Volatile() bool { return q.volatile }
+
+func (q *volatileQueue) Status(it *Item) (Status, string) {
+	if q.running > 0 {
+		return Wait, "the slot is taken"
+	}
+	return Ready, ""
+}
+
+func (q *volatileQueue) Payload(*Item) (json.RawMessage, error) {
+	q.running++
+	return nil, nil
+}
+
+func (q *volatileQueue) Done(*Item, job.Result) { q.running-- }
+
+// TestVolatileStatusAskedBeforeEachStart: three items ready in the same turn with
+// tokens for all three; a Volatile queue's Status is asked again before each start,
+// so the second waits while the first runs. Asked once per turn, all three started.
+func TestVolatileStatusAskedBeforeEachStart(t *testing.T) {
+	g := newGraph(t, "a", "b", "c")
+	q := &volatileQueue{testQueue: &testQueue{action: Build, resources: needs([]resources.Resource{resources.Process})}, volatile: true}
+	h := startSession(t, Config{Queues: []Queue{q}, Items: plan(t, g, PlanOptions{}), Pool: buildPool(3)})
+	for range 3 {
+		j := h.next()
+		h.sync(j)
+		h.noStart()
+		j.Succeed(t)
+	}
+	if sum := h.wait(); !sum.OK() {
+		t.Errorf("summary %+v", sum)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 	"github.com/gantry-build/gantry/cache"
 	"github.com/gantry-build/gantry/cache/internal/bstpb"
+	"github.com/gantry-build/gantry/cache/internal/leasepb"
 	"github.com/gantry-build/gantry/internal/netx"
 	bspb "google.golang.org/genproto/googleapis/bytestream"
 	"google.golang.org/grpc"
@@ -64,12 +65,13 @@ type grpcStore struct {
 	instance string
 	idle     time.Duration // bounds each unary call and the wait for each stream message (Spec.IdleTimeout): a stalled server fails the call instead of hanging the job
 
-	conn *grpc.ClientConn
-	caps repb.CapabilitiesClient
-	cas  repb.ContentAddressableStorageClient
-	ac   repb.ActionCacheClient
-	bs   bspb.ByteStreamClient
-	refs bstpb.ReferenceStorageClient
+	conn   *grpc.ClientConn
+	caps   repb.CapabilitiesClient
+	cas    repb.ContentAddressableStorageClient
+	ac     repb.ActionCacheClient
+	bs     bspb.ByteStreamClient
+	refs   bstpb.ReferenceStorageClient
+	leases leasepb.LeasesClient
 
 	// ctx is the store's lifetime, for batch calls made on behalf of several
 	// callers; Close cancels it.
@@ -117,6 +119,7 @@ func newGRPCStore(spec Spec, u *url.URL) (Store, error) {
 	s.conn = conn
 	s.caps, s.cas, s.ac = repb.NewCapabilitiesClient(conn), repb.NewContentAddressableStorageClient(conn), repb.NewActionCacheClient(conn)
 	s.bs, s.refs = bspb.NewByteStreamClient(conn), bstpb.NewReferenceStorageClient(conn)
+	s.leases = leasepb.NewLeasesClient(conn)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	return s, nil
 }

@@ -8,11 +8,18 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/gantry-build/gantry/cache/internal/leasepb"
 )
 
 // The client side of build-once leases (docs/serve.md, "Build-once leases"). Only gantry's
-// own server offers them, over HTTP: a Leaser is an HTTP store; against any other
-// server the asker gets ErrNoLeases and simply builds.
+// own server offers them, over HTTP ([/PREFIX]/lease/<sha256>) and gRPC
+// (gantry.lease.v1.Leases on the REAPI port): both stores are Leasers; against any
+// other server the asker gets ErrNoLeases and simply builds.
 
 // ErrNoLeases: the remote does not offer build-once leases (it is not gantry's server).
 var ErrNoLeases = errors.New("the remote offers no build-once leases (it is not gantry cache serve)")
@@ -45,11 +52,12 @@ func fencingToken(ctx context.Context) uint64 {
 	return t
 }
 
-// leaseURL is /lease/<Key hash>: leases live at the server's root, whatever
-// instance prefix the remote's URL has.
+// leaseURL is [/PREFIX]/lease/<Key hash>: under the remote's path, as its cas/ and
+// ac/, so that a path-prefix proxy passes it on and a request never leaves the
+// remote's prefix on a shared host.
 func (s *httpStore) leaseURL(key string, token uint64) string {
 	u := *s.base
-	u.Path = "/lease/" + Key(key).Hash
+	u.Path = strings.TrimSuffix(u.Path, "/") + "/lease/" + Key(key).Hash
 	if token != 0 {
 		u.RawQuery = "token=" + strconv.FormatUint(token, 10)
 	}
@@ -98,4 +106,41 @@ func (s *httpStore) leaseRequest(ctx context.Context, op, method, rawURL string)
 		return 0, nil, x.fail(0, err)
 	}
 	return resp.StatusCode, body, nil
+}
+
+// Lease: gantry.lease.v1.Leases/Acquire.
+func (s *grpcStore) Lease(ctx context.Context, key string, token uint64) (LeaseReply, error) {
+	op := "asking for the build-once lease of key " + key
+	var r *leasepb.LeaseReply
+	err := s.leaseCall(ctx, op, func(ctx context.Context) (err error) {
+		r, err = s.leases.Acquire(ctx, &leasepb.AcquireRequest{InstanceName: s.instance, KeyHash: Key(key).Hash, Token: token})
+		return err
+	})
+	if err != nil {
+		return LeaseReply{}, err
+	}
+	return LeaseReply{Granted: r.Granted, Token: r.Token, Present: r.Present, TTLms: r.TtlMs, WaitMs: r.WaitMs, Holder: r.Holder}, nil
+}
+
+// ReleaseLease: gantry.lease.v1.Leases/Release.
+func (s *grpcStore) ReleaseLease(ctx context.Context, key string, token uint64) error {
+	return s.leaseCall(ctx, "giving up the build-once lease of key "+key, func(ctx context.Context) error {
+		_, err := s.leases.Release(ctx, &leasepb.ReleaseRequest{InstanceName: s.instance, KeyHash: Key(key).Hash, Token: token})
+		return err
+	})
+}
+
+// leaseCall makes a lease call; a server without the Leases service (any REAPI
+// server but gantry's) answers UNIMPLEMENTED: ErrNoLeases.
+func (s *grpcStore) leaseCall(ctx context.Context, op string, f func(ctx context.Context) error) error {
+	unimplemented := false
+	err := s.call(ctx, op, func(ctx context.Context) error {
+		err := f(ctx)
+		unimplemented = status.Code(err) == codes.Unimplemented
+		return err
+	})
+	if unimplemented {
+		return fmt.Errorf("remote %s: %s: %w", s.name, op, ErrNoLeases)
+	}
+	return err
 }

@@ -12,6 +12,7 @@ import (
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 	smpb "github.com/bazelbuild/remote-apis/build/bazel/semver"
 	"github.com/gantry-build/gantry/cache"
+	"github.com/gantry-build/gantry/cache/internal/leasepb"
 	"github.com/gantry-build/gantry/cache/remote"
 	bspb "google.golang.org/genproto/googleapis/bytestream"
 	"google.golang.org/grpc"
@@ -63,6 +64,8 @@ var grpcWrites = map[string]bool{
 	"/build.bazel.remote.execution.v2.ActionCache/UpdateActionResult":             true,
 	"/google.bytestream.ByteStream/Write":                                         true,
 	"/google.bytestream.ByteStream/QueryWriteStatus":                              true,
+	"/gantry.lease.v1.Leases/Acquire":                                             true,
+	"/gantry.lease.v1.Leases/Release":                                             true,
 }
 
 func (s *Server) grpcAuthorize(ctx context.Context, method string) (context.Context, error) {
@@ -128,6 +131,7 @@ func (s *Server) newGRPCServer() *grpc.Server {
 	repb.RegisterContentAddressableStorageServer(g, svc)
 	repb.RegisterActionCacheServer(g, svc)
 	bspb.RegisterByteStreamServer(g, svc)
+	leasepb.RegisterLeasesServer(g, &leaseService{s: s})
 	return g
 }
 

@@ -27,7 +27,8 @@ import (
 //	                                  X-Gantry-Fencing-Token is checked against leases (409)
 //
 // and gantry's own endpoints: GET /status (JSON), GET /metrics (Prometheus
-// text), POST and DELETE /lease/<sha256> (build-once leases, JSON). Writes need
+// text), POST and DELETE [/PREFIX]/lease/<sha256> (build-once leases, JSON; over gRPC,
+// gantry.lease.v1.Leases). Writes need
 // credentials (401 without, 403 when refused); reads too, unless
 // --allow-anonymous-read.
 
@@ -74,7 +75,7 @@ func (s *Server) httpHandler() http.Handler {
 			return
 		}
 		switch {
-		case kind == "lease" && len(parts) == 2:
+		case kind == "lease":
 			s.serveLease(w, r, client, hash)
 		case kind == "cas":
 			s.serveCAS(w, r, client, hash)
@@ -307,12 +308,7 @@ func (s *Server) serveLease(w http.ResponseWriter, r *http.Request, client, hash
 	}
 	switch r.Method {
 	case http.MethodPost:
-		var reply remote.LeaseReply
-		if _, _, err := s.lookupAC(cache.Digest{Hash: hash}); err == nil {
-			reply = remote.LeaseReply{Present: true, TTLms: s.opts.LeaseTTL.Milliseconds()}
-		} else {
-			reply = s.leases.acquire(hash, client, token, time.Now())
-		}
+		reply := s.askLease(hash, client, token)
 		s.metrics.request("http", "lease", client, 0, 0)
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(reply)

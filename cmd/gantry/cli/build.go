@@ -264,7 +264,11 @@ func runBuild(opts *buildOptions) error {
 	}
 	remoteLimits(limits, rx)
 	if rs.HasPush() && slices.ContainsFunc(items, func(it *queues.Item) bool { return !it.Cached && !it.Remote }) {
-		rs.ProbeLeases() // something is to be built: another session may be building it
+		slots := limits[resources.Process]
+		if rx.Enabled() {
+			slots += limits[resources.Remote]
+		}
+		rs.ProbeLeases(slots) // something is to be built: another session may be building it
 	}
 	if opts.explain {
 		var todo []*element.Element
