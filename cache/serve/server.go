@@ -58,7 +58,7 @@ type Options struct {
 // The defaults of Options' zero fields (the command's flags show the same).
 const (
 	DefaultMaxStreams        = 16               // concurrent transfers per client
-	DefaultLeaseTTL          = 3 * time.Second // a build-once lease without renewal: a killed holder is replaced within about this long
+	DefaultLeaseTTL          = 3 * time.Second  // a build-once lease without renewal: a killed holder is replaced within about this long
 	DefaultShutdownGrace     = 30 * time.Second // requests in flight at SIGTERM
 	DefaultAuthRetryInterval = time.Second      // one password check per client and user, past the burst
 	DefaultIdleTimeout       = time.Minute      // an idle connection, a stalled request body
