@@ -7,7 +7,10 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 	"google.golang.org/protobuf/proto"
@@ -53,8 +56,15 @@ func (c *Cache) Verify() (*VerifyReport, error) {
 		rep.noteRefDir(p)
 	}
 
-	checked := map[Digest]error{} // every blob is hashed once
+	// Every blob is hashed once: those of cas/ first, on every core (hashAll), then
+	// whatever a ref or entry names that was not there, one by one.
+	checked, err := c.hashAll(runtime.GOMAXPROCS(0))
+	if err != nil {
+		return nil, fmt.Errorf("verifying cache %s: %w", c.Root, err)
+	}
+	reached := map[Digest]bool{} // what refs and entries named
 	check := func(d Digest) error {
+		reached[d] = true
 		err, ok := checked[d]
 		if !ok {
 			err = c.checkBlob(d)
@@ -75,7 +85,7 @@ func (c *Cache) Verify() (*VerifyReport, error) {
 		return nil, fmt.Errorf("verifying cache %s: %w", c.Root, err)
 	}
 
-	if err := c.verifyUnreferenced(checked, check, rep); err != nil {
+	if err := c.verifyUnreferenced(reached, checked, rep); err != nil {
 		return nil, fmt.Errorf("verifying cache %s: %w", c.Root, err)
 	}
 	rep.Blobs = len(checked)
@@ -88,6 +98,41 @@ func (c *Cache) Verify() (*VerifyReport, error) {
 		return nil, fmt.Errorf("verifying cache %s: %w", c.Root, err)
 	}
 	return rep, nil
+}
+
+// hashAll hashes every blob in place in cas/ with workers goroutines and returns
+// what each check said, by digest (name and size on disk). Hashing is most of a
+// verify's time, and the walks of refs and trees that ask for blobs one at a time
+// then find them checked. A blob gone meanwhile (a concurrent gc) is left out: a ref
+// that still names it is checked, and reported missing, when walked.
+func (c *Cache) hashAll(workers int) (map[Digest]error, error) {
+	var ds []Digest
+	err := walkShards(filepath.Join(c.Root, CASDir), "in the CAS", &VerifyReport{}, func(_ string, d Digest, _ fs.FileInfo, inPlace bool) {
+		if inPlace {
+			ds = append(ds, d)
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing the CAS: %w", err)
+	}
+	errs := make([]error, len(ds))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range max(workers, 1) {
+		wg.Go(func() {
+			for i := int(next.Add(1) - 1); i < len(ds); i = int(next.Add(1) - 1) {
+				errs[i] = c.checkBlob(ds[i])
+			}
+		})
+	}
+	wg.Wait()
+	checked := make(map[Digest]error, len(ds))
+	for i, d := range ds {
+		if !errors.Is(errs[i], fs.ErrNotExist) && !errors.Is(errs[i], ErrNotFound) {
+			checked[d] = errs[i]
+		}
+	}
+	return checked, nil
 }
 
 // verifyRef checks one ref and everything it reaches.
@@ -168,22 +213,27 @@ func (c *Cache) auditTree(root Digest, good map[Digest]bool, check func(Digest) 
 	walk(root, "")
 }
 
-// verifyUnreferenced hashes the blobs in cas/ that no ref reached, and
-// reports files that are not blobs at all.
-func (c *Cache) verifyUnreferenced(checked map[Digest]error, check func(Digest) error, rep *VerifyReport) error {
-	reached := make(map[string]bool, len(checked))
-	for d := range checked {
-		reached[d.Hash] = true
+// verifyUnreferenced reports the blobs in cas/ that no ref or entry reached and that
+// are damaged (hashAll checked them), and files that are not blobs at all.
+func (c *Cache) verifyUnreferenced(reached map[Digest]bool, checked map[Digest]error, rep *VerifyReport) error {
+	reachedHash := make(map[string]bool, len(reached))
+	for d := range reached {
+		reachedHash[d.Hash] = true
 	}
 	return walkShards(filepath.Join(c.Root, CASDir), "in the CAS", rep, func(p string, d Digest, _ fs.FileInfo, inPlace bool) {
 		if !inPlace {
 			rep.Problems = append(rep.Problems, fmt.Sprintf("%s: unexpected file in the CAS", p))
 			return
 		}
-		if reached[d.Hash] {
+		if reachedHash[d.Hash] {
 			return // reached from a ref, already reported if bad
 		}
-		if err := check(d); err != nil {
+		err, ok := checked[d]
+		if !ok { // new since hashAll listed the CAS
+			err = c.checkBlob(d)
+			checked[d] = err
+		}
+		if err != nil && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, ErrNotFound) {
 			rep.Problems = append(rep.Problems, fmt.Sprintf("unreferenced blob: %v", err))
 		}
 	})
