@@ -83,18 +83,7 @@ func TestReferenceStorageOverGRPC(t *testing.T) {
 	if err := os.WriteFile(tokens, []byte("s3cret ci\nlook-only dev read\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	srv, err := New(Options{Dir: dir, GRPCAddr: "127.0.0.1:0", TokenFile: tokens, AllowAnonymousRead: true, ShutdownGrace: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Listen(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	_, addr := srv.Addrs()
+	_, addr := serveForTest(t, Options{Dir: dir, GRPCAddr: "127.0.0.1:0", TokenFile: tokens, AllowAnonymousRead: true})
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -167,7 +156,11 @@ func TestReferenceStorageOverGRPC(t *testing.T) {
 			}
 		}
 	}
-	if rep, err := srv.c.Verify(); err != nil || !rep.Clean() || rep.ACEntries != 2 {
+	store, err := cache.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := store.Verify(); err != nil || !rep.Clean() || rep.ACEntries != 2 {
 		t.Errorf("cache verify of the store: %+v, %v; want clean with 2 entries", rep, err)
 	}
 }
