@@ -32,7 +32,9 @@ type bstClient struct {
 }
 
 // writeBstProject writes a BuildStream 1.x project: hello.bst imports files
-// (a subdirectory, an executable), stack.bst depends on it.
+// (a subdirectory, an executable, two files with the same content, and one of
+// 1.5 MiB, which bst sends and fetches over ByteStream rather than in a batch),
+// stack.bst depends on it.
 func writeBstProject(t *testing.T) string {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "project")
@@ -44,6 +46,7 @@ func writeBstProject(t *testing.T) string {
 		"files/sub/deeper/x.txt":  "deep\n",
 		"files/bin/run":           "#!/bin/sh\necho run\n",
 		"files/bin/same-as-hello": "hello from bst\n",
+		"files/big.bin":           strings.Repeat("0123456789abcdef", 3<<15),
 	} {
 		p := filepath.Join(dir, name)
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
@@ -122,7 +125,7 @@ func (b *bstClient) checkCheckout(s *serveProc) {
 	b.t.Helper()
 	dest := filepath.Join(b.home, "checkout")
 	b.mustRun(s, []string{"checkout", "stack.bst", dest})
-	for _, name := range []string{"hello.txt", "sub/deeper/x.txt", "bin/run", "bin/same-as-hello"} {
+	for _, name := range []string{"hello.txt", "sub/deeper/x.txt", "bin/run", "bin/same-as-hello", "big.bin"} {
 		want, _ := os.ReadFile(filepath.Join(b.project, "files", name))
 		got, err := os.ReadFile(filepath.Join(dest, name))
 		if err != nil || string(got) != string(want) {
