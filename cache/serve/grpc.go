@@ -12,6 +12,7 @@ import (
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 	smpb "github.com/bazelbuild/remote-apis/build/bazel/semver"
 	"github.com/gantry-build/gantry/cache"
+	"github.com/gantry-build/gantry/cache/internal/bstpb"
 	"github.com/gantry-build/gantry/cache/internal/leasepb"
 	"github.com/gantry-build/gantry/cache/remote"
 	bspb "google.golang.org/genproto/googleapis/bytestream"
@@ -52,11 +53,14 @@ type grpcService struct {
 
 type clientKey struct{}
 
-// grpcClient is the client an interceptor identified.
-func grpcClient(ctx context.Context) string {
-	c, _ := ctx.Value(clientKey{}).(string)
-	return c
+// grpcIdentity is the client an interceptor identified.
+func grpcIdentity(ctx context.Context) identity {
+	id, _ := ctx.Value(clientKey{}).(identity)
+	return id
 }
+
+// grpcClient is the name of the client an interceptor identified.
+func grpcClient(ctx context.Context) string { return grpcIdentity(ctx).name }
 
 // grpcWrites are the methods that change the store.
 var grpcWrites = map[string]bool{
@@ -66,6 +70,7 @@ var grpcWrites = map[string]bool{
 	"/google.bytestream.ByteStream/QueryWriteStatus":                              true,
 	"/gantry.lease.v1.Leases/Acquire":                                             true,
 	"/gantry.lease.v1.Leases/Release":                                             true,
+	"/buildstream.v2.ReferenceStorage/UpdateReference":                            true,
 }
 
 func (s *Server) grpcAuthorize(ctx context.Context, method string) (context.Context, error) {
@@ -89,7 +94,7 @@ func (s *Server) grpcAuthorize(ctx context.Context, method string) (context.Cont
 	if d := s.authorize(id, grpcWrites[method]); d != nil {
 		return nil, status.Error(d.grpc, d.msg)
 	}
-	return context.WithValue(ctx, clientKey{}, id.name), nil
+	return context.WithValue(ctx, clientKey{}, id), nil
 }
 
 type wrappedStream struct {
@@ -132,6 +137,7 @@ func (s *Server) newGRPCServer() *grpc.Server {
 	repb.RegisterActionCacheServer(g, svc)
 	bspb.RegisterByteStreamServer(g, svc)
 	leasepb.RegisterLeasesServer(g, &leaseService{s: s})
+	bstpb.RegisterReferenceStorageServer(g, &refStorage{s: s}) // BuildStream 1.x: refstorage.go
 	return g
 }
 

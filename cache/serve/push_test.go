@@ -42,7 +42,19 @@ func startGantryServer(t *testing.T) (dir string, specs map[string]remote.Spec) 
 	if err := os.WriteFile(tokenFile, []byte("s3cret\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	srv, err := New(Options{Dir: dir, HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", TokenFile: tokens, ShutdownGrace: time.Second})
+	h, g := serveForTest(t, Options{Dir: dir, HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", TokenFile: tokens})
+	return dir, map[string]remote.Spec{
+		"http": {URL: "http://" + h, TokenFile: tokenFile},
+		"grpc": {URL: "grpc://" + g, TokenFile: tokenFile},
+	}
+}
+
+// serveForTest serves opts until the test ends and returns the HTTP and gRPC
+// addresses.
+func serveForTest(t *testing.T, opts Options) (httpAddr, grpcAddr string) {
+	t.Helper()
+	opts.ShutdownGrace = time.Second
+	srv, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,11 +68,7 @@ func startGantryServer(t *testing.T) (dir string, specs map[string]remote.Spec) 
 		cancel()
 		<-done
 	})
-	h, g := srv.Addrs()
-	return dir, map[string]remote.Spec{
-		"http": {URL: "http://" + h, TokenFile: tokenFile},
-		"grpc": {URL: "grpc://" + g, TokenFile: tokenFile},
-	}
+	return srv.Addrs()
 }
 
 // TestPushToGantryServerNeverUploadsADamagedBlob: against gantry's own server,

@@ -1,5 +1,6 @@
 // Package serve is `gantry cache serve`: the HTTP cache protocol and REAPI v2
-// (CAS, ActionCache, ByteStream, Capabilities) over a store (package cache),
+// (CAS, ActionCache, ByteStream, Capabilities) and BuildStream 1.x's
+// ReferenceStorage over a store (package cache),
 // with authentication, admission, eviction to a quota, build-once leases and
 // metrics. The wire names it shares with the clients are package remote's (cache/remote/wire.go).
 package serve
@@ -184,6 +185,11 @@ func tlsConfig(opts Options) (*tls.Config, error) {
 		}
 		conf.ClientCAs = pool
 		conf.ClientAuth = tls.RequireAndVerifyClientCert
+		if opts.AllowAnonymousRead {
+			// A client without a certificate is anonymous: it may read (BuildStream
+			// 1.x pulling, which has no other credential), never write.
+			conf.ClientAuth = tls.VerifyClientCertIfGiven
+		}
 	}
 	return conf, nil
 }

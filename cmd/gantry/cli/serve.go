@@ -22,8 +22,8 @@ func newCacheServeCmd(g *globalOptions) *cobra.Command {
 		Use:   "serve --dir DIR [--http ADDR] [--grpc ADDR]",
 		Short: "Serve an artifact cache over the HTTP cache protocol and REAPI v2 (gRPC)",
 		Long: `Serve one store on disk (the local cache's CAS layout, with action cache entries
-under DIR/ac/) to gantry, Bazel and any client of bazel-remote's HTTP protocol or of
-REAPI v2. Writes need credentials (--token-file, --htpasswd or client certificates
+under DIR/ac/) to gantry, Bazel, BuildStream 1.x and any client of bazel-remote's HTTP
+protocol or of REAPI v2. Writes need credentials (--token-file, --htpasswd or client certificates
 with --client-ca) that may write; reads too unless --allow-anonymous-read.
 docs/serve.md says what holds under abuse: timeouts, password limits, read-only credentials.
 
@@ -90,7 +90,7 @@ exit 0. SIGHUP: reread the token and htpasswd files.`,
 	fl.BoolVar(&o.AllowAnonymousRead, "allow-anonymous-read", false, "let clients without credentials read")
 	fl.StringVar(&o.TLSCert, "tls-cert", "", "serve TLS with this certificate (PEM)")
 	fl.StringVar(&o.TLSKey, "tls-key", "", "the key of --tls-cert (PEM)")
-	fl.StringVar(&o.ClientCA, "client-ca", "", "require client certificates signed by this CA (PEM): mutual TLS")
+	fl.StringVar(&o.ClientCA, "client-ca", "", "verify client certificates against this CA (PEM): mutual TLS; a certificate is required unless --allow-anonymous-read")
 	fl.StringVar(&quota, "quota", "", "keep the store under `SIZE` (500M, 10G, 50%): least recently used entries are evicted")
 	fl.StringVar(&maxBlob, "max-blob-size", "", "refuse uploads over `SIZE`")
 	fl.IntVar(&o.MaxStreams, "max-streams", serve.DefaultMaxStreams, "concurrent transfers per client")
