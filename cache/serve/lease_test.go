@@ -60,7 +60,7 @@ func TestLeaseTable(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			lt := newLeaseTable(ttl)
+			lt := newLeaseTable(ttl, newMetrics(), discardLog)
 			for i, s := range tc.steps {
 				now := t0.Add(s.at)
 				switch s.op {
