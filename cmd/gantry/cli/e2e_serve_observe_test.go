@@ -61,6 +61,9 @@ func TestServeObservability(t *testing.T) {
 	if !strings.Contains(string(metrics), `gantry_serve_requests_total{method="PUT",protocol="http",status="200"} 1`) {
 		t.Errorf("/metrics does not count the PUT:\n%s", metrics)
 	}
+	if n := s.metric("gantry_serve_store_size_bytes"); n < 2000 {
+		t.Errorf("gantry_serve_store_size_bytes = %d without a quota, want the 2000 bytes stored and more", n)
+	}
 	s.stop()
 
 	var put, check map[string]any

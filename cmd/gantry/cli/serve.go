@@ -26,6 +26,8 @@ under DIR/ac/) to gantry, Bazel and any client of bazel-remote's HTTP protocol o
 REAPI v2. Writes need credentials (--token-file, --htpasswd or client certificates
 with --client-ca) that may write; reads too unless --allow-anonymous-read.
 docs/serve.md says what holds under abuse: timeouts, password limits, read-only credentials.
+GET /metrics (Prometheus) and /status need credentials; GET /healthz, /readyz and gRPC's
+health service do not. One log line per request on stderr (--log-format text|json).
 
 SIGTERM or SIGINT: stop accepting, finish the requests in flight (up to --shutdown-grace),
 exit 0. SIGHUP: reread the token and htpasswd files.`,
