@@ -41,6 +41,7 @@ type observed struct {
 	t          *testing.T
 	srv        *Server
 	http, grpc string
+	tokens     string // the token file
 	logMu      sync.Mutex
 	logBuf     bytes.Buffer
 	cancel     context.CancelFunc
@@ -70,7 +71,7 @@ func startObserved(t *testing.T, dir string, opts Options) *observed {
 	if err := os.WriteFile(tokens, []byte(obsToken+" ci\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	o := &observed{t: t, done: make(chan error, 1)}
+	o := &observed{t: t, tokens: tokens, done: make(chan error, 1)}
 	opts.Dir, opts.HTTPAddr, opts.GRPCAddr, opts.TokenFile = dir, "127.0.0.1:0", "127.0.0.1:0", tokens
 	opts.Log, opts.LogFormat, opts.ShutdownGrace = o, LogJSON, 5*time.Second
 	srv, err := New(opts)
@@ -496,5 +497,31 @@ func TestServeReadyOverQuota(t *testing.T) {
 	})
 	if !strings.Contains(o.log(), `"msg":"the store is still over its quota after eviction`) {
 		t.Errorf("the log does not say the store is still over its quota:\n%s", o.log())
+	}
+}
+
+// TestServeReloadFailureLogged: a token file that SIGHUP cannot reread is
+// logged, as an error line of the log's format, and the old tokens stay.
+func TestServeReloadFailureLogged(t *testing.T) {
+	o := startObserved(t, "", Options{})
+	if err := os.WriteFile(o.tokens, []byte(obsToken+" ci sometimes\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cause := o.tokens + `:1: "sometimes" is not an access: lines are TOKEN [NAME [read|write]] (a name has no spaces)`
+	if err := o.srv.ReloadCredentials(); err == nil || err.Error() != "cache serve: reloading credentials: "+cause {
+		t.Errorf("ReloadCredentials = %v, want the file's line named", err)
+	}
+	if code, _ := o.request("GET", "/status", nil, true); code != http.StatusOK {
+		t.Errorf("GET /status with the old token after a failed reload: %d, want 200", code)
+	}
+	o.stop()
+	var found bool
+	for _, l := range o.logLines() {
+		if l["msg"] == "reloading credentials failed: the previous credentials stay in force" {
+			found = l["level"] == "ERROR" && l["error"] == cause
+		}
+	}
+	if !found {
+		t.Errorf("no ERROR line for the failed reload with its cause in:\n%s", o.log())
 	}
 }

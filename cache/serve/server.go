@@ -236,9 +236,11 @@ func (s *Server) Addrs() (httpAddr, grpcAddr string) {
 	return
 }
 
-// ReloadCredentials rereads the token and htpasswd files (SIGHUP).
+// ReloadCredentials rereads the token and htpasswd files (SIGHUP), and logs
+// what became of it.
 func (s *Server) ReloadCredentials() error {
 	if err := s.auth.reload(); err != nil {
+		s.log.Error("reloading credentials failed: the previous credentials stay in force", "error", err)
 		return fmt.Errorf("cache serve: reloading credentials: %w", err)
 	}
 	s.log.Info("credentials reloaded")
