@@ -28,6 +28,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/gantry-build/gantry/cache"
+	"github.com/gantry-build/gantry/internal/proctest"
 )
 
 // discardLog is a logger for parts tested without a server.
@@ -200,18 +201,6 @@ func (o *observed) logLines() []map[string]any {
 	return lines
 }
 
-// waitFor waits for cond, up to 10 s, saying what it waited for.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // TestServeMetricsPromtool: GET /metrics passes Prometheus's own `promtool
 // check metrics`, and its series move with what the server does: a request
 // counted by protocol, method and status, its latency observed, its bytes
@@ -250,7 +239,7 @@ func TestServeMetricsPromtool(t *testing.T) {
 	if status.Code(err) != codes.Unimplemented || status.Convert(err).Message() != "unknown service made.up.Service" {
 		t.Errorf("a made-up method: %v, want Unimplemented: unknown service made.up.Service", err)
 	}
-	waitFor(t, "an eviction", func() bool {
+	proctest.Eventually(t, "an eviction", func() bool {
 		_, fams := o.scrape()
 		return value(fams, "gantry_serve_evictions_total", nil) > 0
 	})
@@ -337,7 +326,7 @@ func TestServeAccessLogJSON(t *testing.T) {
 	}
 	other := bytes.Repeat([]byte("y"), 1000)
 	o.request("PUT", "/cas/"+cache.DigestOf(other).Hash, other, true)
-	waitFor(t, "the eviction's log line", func() bool { return strings.Contains(o.log(), "evicted to keep the quota") })
+	proctest.Eventually(t, "the eviction's log line", func() bool { return strings.Contains(o.log(), "evicted to keep the quota") })
 	o.stop()
 
 	find := func(match func(l map[string]any) bool) map[string]any {
@@ -491,7 +480,7 @@ func TestServeReadyOverQuota(t *testing.T) {
 	}
 	o := startObserved(t, dir, Options{Quota: 2000})
 	want := "not ready: the store is over its quota after eviction (GET /status tells its size)\n"
-	waitFor(t, "/readyz to say the store is over its quota", func() bool {
+	proctest.Eventually(t, "/readyz to say the store is over its quota", func() bool {
 		code, body := o.request("GET", "/readyz", nil, false)
 		return code == http.StatusServiceUnavailable && body == want
 	})
