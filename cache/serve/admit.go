@@ -20,6 +20,7 @@ import (
 type admission struct {
 	mu           sync.Mutex
 	slots        int // free server-wide slots
+	total        int // server-wide slots
 	maxPerClient int
 	clock        float64
 	clients      map[string]*clientQueue
@@ -61,7 +62,7 @@ func (h *waitHeap) Pop() any {
 	return w
 }
 func newAdmission(maxPerClient int) *admission {
-	return &admission{slots: 4 * maxPerClient, maxPerClient: maxPerClient, clients: map[string]*clientQueue{}}
+	return &admission{slots: 4 * maxPerClient, total: 4 * maxPerClient, maxPerClient: maxPerClient, clients: map[string]*clientQueue{}}
 }
 
 const emaAlpha = 0.3
@@ -132,4 +133,11 @@ func (a *admission) dispatch() {
 	for _, w := range blocked {
 		heap.Push(&a.waiting, w)
 	}
+}
+
+// depth returns how many transfers wait for a slot and how many are admitted.
+func (a *admission) depth() (waiting, active int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.waiting.Len(), a.total - a.slots
 }

@@ -362,8 +362,8 @@ func (s *Server) authorize(id identity, write bool) *denial {
 	case id.result == authOK, !write && s.opts.AllowAnonymousRead:
 		return nil
 	case id.result == authLimited:
-		s.metrics.limited.Add(1)
-		s.metrics.rejected.Add(1)
+		s.metrics.limited.Inc()
+		s.metrics.rejected.Inc()
 		return &denial{http.StatusTooManyRequests, codes.ResourceExhausted,
 			fmt.Sprintf("too many password checks from this address or for this user: try again in %s", s.opts.AuthRetryInterval)}
 	case id.result == authRefused:
@@ -371,7 +371,7 @@ func (s *Server) authorize(id identity, write bool) *denial {
 	default:
 		d = &denial{http.StatusUnauthorized, codes.Unauthenticated, "credentials required"}
 	}
-	s.metrics.authRefused.Add(1)
-	s.metrics.rejected.Add(1)
+	s.metrics.authRefused.Inc()
+	s.metrics.rejected.Inc()
 	return d
 }

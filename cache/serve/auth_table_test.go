@@ -76,7 +76,7 @@ func TestAuthorize(t *testing.T) {
 		{"limited", identity{clientCredential{name: "anonymous"}, authLimited}, false, false, http.StatusTooManyRequests, "too many password checks"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := &Server{opts: Options{AllowAnonymousRead: tc.anonRead, AuthRetryInterval: time.Second}, metrics: newCounters()}
+			s := &Server{opts: Options{AllowAnonymousRead: tc.anonRead, AuthRetryInterval: time.Second}, metrics: newMetrics()}
 			d := s.authorize(tc.id, tc.write)
 			switch {
 			case tc.want == 0 && d != nil:

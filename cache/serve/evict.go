@@ -3,7 +3,7 @@ package serve
 import (
 	"context"
 	"io/fs"
-	"log"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
@@ -30,11 +30,12 @@ import (
 type evictor struct {
 	c       *cache.Cache
 	quota   int64
-	metrics *counters
-	log     *log.Logger
+	metrics *serverMetrics
+	log     *slog.Logger
 
 	size    atomic.Int64 // store size at the last scan, plus bytes written since
 	written atomic.Int64 // every byte ever stored: writes during a scan are not lost
+	over    atomic.Int64 // the store's size after the last scan's evictions, when still over the quota; else 0
 	kick    chan struct{}
 	scanned atomic.Int64 // scans done, for tests
 }
@@ -52,17 +53,14 @@ const evictLowWater = 0.9
 // brought back under its quota within it.
 const evictInterval = time.Minute
 
-func newEvictor(c *cache.Cache, quota int64, m *counters, l *log.Logger) *evictor {
+func newEvictor(c *cache.Cache, quota int64, m *serverMetrics, l *slog.Logger) *evictor {
 	return &evictor{c: c, quota: quota, metrics: m, log: l, kick: make(chan struct{}, 1)}
 }
 
 // wrote tells the evictor that n bytes were stored.
 func (e *evictor) wrote(n int64) {
-	if e.quota <= 0 {
-		return
-	}
 	e.written.Add(n)
-	if e.size.Add(n) > e.quota {
+	if e.size.Add(n) > e.quota && e.quota > 0 {
 		e.wake()
 	}
 }
@@ -78,24 +76,39 @@ func (e *evictor) wake() {
 // settle records the store's size after a scan that counted total: what was
 // written while it ran is added (a file written during the walk may be counted
 // twice, which can only cause an early scan), and a store still over the quota
-// gets another scan.
-func (e *evictor) settle(total, writtenAtStart int64) {
+// gets another scan, unless the scan evicted nothing and nothing was written
+// since (what is left was used after the scan began; another scan at once
+// would find the same: the next write or the minute's scan tries again).
+func (e *evictor) settle(total, writtenAtStart int64, evicted bool) {
 	size := total + e.written.Load() - writtenAtStart
 	e.size.Store(size)
-	if size > e.quota {
+	if e.quota <= 0 {
+		return
+	}
+	if total > e.quota {
+		e.over.Store(total)
+	} else {
+		e.over.Store(0)
+	}
+	if size > e.quota && (evicted || size > total) {
 		e.wake()
 	}
 }
 
+// run keeps the quota until ctx is done. Without a quota it only measures the
+// store once, for the size /metrics reports.
 func (e *evictor) run(ctx context.Context) {
 	if e.quota <= 0 {
+		if err := e.evict(); err != nil {
+			e.log.Error("measuring the store's size", "error", err)
+		}
 		return
 	}
 	tick := time.NewTicker(evictInterval)
 	defer tick.Stop()
 	for {
 		if err := e.evict(); err != nil {
-			e.log.Printf("keeping the quota: %v", err)
+			e.log.Error("keeping the quota: scanning the store failed; it is scanned again within a minute", "error", err)
 		}
 		select {
 		case <-ctx.Done():
@@ -160,6 +173,10 @@ func (e *evictor) evict() error {
 	}
 	if err := walk(filepath.Join(e.c.Root, cache.ACDir), func(p string, fi fs.FileInfo) {
 		u := &evictUnit{path: p, size: fi.Size(), mtime: fi.ModTime(), isAC: true}
+		if e.quota <= 0 { // measuring only: what an entry references does not matter
+			acs = append(acs, u)
+			return
+		}
 		if data, err := os.ReadFile(p); err == nil {
 			ar := &repb.ActionResult{}
 			if proto.Unmarshal(data, ar) == nil {
@@ -173,8 +190,8 @@ func (e *evictor) evict() error {
 	}); err != nil {
 		return err
 	}
-	if total <= e.quota {
-		e.settle(total, writtenAtStart)
+	if e.quota <= 0 || total <= e.quota {
+		e.settle(total, writtenAtStart, false)
 		return nil
 	}
 	refcount := map[string]int{}
@@ -191,6 +208,7 @@ func (e *evictor) evict() error {
 	}
 	sort.Slice(units, func(i, j int) bool { return units[i].mtime.Before(units[j].mtime) })
 	target := int64(float64(e.quota) * evictLowWater)
+	var evicted, evictedBytes int64
 	remove := func(u *evictUnit) {
 		if !u.isAC {
 			// Refreshed since the scan: in use again, keep it.
@@ -212,8 +230,11 @@ func (e *evictor) evict() error {
 			return
 		}
 		total -= freed
-		e.metrics.evictions.Add(1)
-		e.metrics.evictedBytes.Add(freed)
+		evicted++
+		evictedBytes += freed
+		e.metrics.evictions.Inc()
+		e.metrics.evictedBytes.Add(float64(freed))
+		e.log.Debug("evicted", "path", u.path, "bytes", freed)
 	}
 	for _, u := range units {
 		if total <= target {
@@ -226,6 +247,10 @@ func (e *evictor) evict() error {
 			}
 		}
 	}
-	e.settle(total, writtenAtStart)
+	e.log.Info("evicted to keep the quota", "units", evicted, "bytes", evictedBytes, "size_bytes", total, "quota_bytes", e.quota)
+	if total > e.quota {
+		e.log.Warn("the store is still over its quota after eviction: what is left was used since the scan began", "size_bytes", total, "quota_bytes", e.quota)
+	}
+	e.settle(total, writtenAtStart, evicted > 0)
 	return nil
 }

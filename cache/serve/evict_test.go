@@ -3,8 +3,6 @@ package serve
 import (
 	"crypto/rand"
 	"errors"
-	"io"
-	"log"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,6 +11,7 @@ import (
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 	"github.com/gantry-build/gantry/cache"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -68,8 +67,8 @@ func TestServeEvictionTakesTwins(t *testing.T) {
 	kept := []cache.Digest{old, put(time.Hour, false), put(time.Hour, false)}
 
 	// Four blobs and three twins: over a quota of five blobs only if twins count.
-	m := newCounters()
-	e := newEvictor(c, 5*unit, m, log.New(io.Discard, "", 0))
+	m := newMetrics()
+	e := newEvictor(c, 5*unit, m, discardLog)
 	if err := e.evict(); err != nil {
 		t.Fatal(err)
 	}
@@ -86,8 +85,8 @@ func TestServeEvictionTakesTwins(t *testing.T) {
 	if got, want := e.size.Load(), int64(4*unit); got != want {
 		t.Errorf("the store's size after eviction = %d, want %d (three blobs and a twin)", got, want)
 	}
-	if got, want := m.evictedBytes.Load(), int64(3*unit); got != want {
-		t.Errorf("evicted %d bytes, want %d (a blob and two twins)", got, want)
+	if got, want := testutil.ToFloat64(m.evictedBytes), float64(3*unit); got != want {
+		t.Errorf("evicted %v bytes, want %v (a blob and two twins)", got, want)
 	}
 	if rep, err := c.Verify(); err != nil || !rep.Clean() {
 		t.Errorf("Verify = %+v, %v; want clean", rep, err)
@@ -173,7 +172,7 @@ func TestEvictorTable(t *testing.T) {
 				paths["empty"] = c.BlobPath(d)
 				age(paths["empty"], 10*time.Hour)
 			}
-			e := newEvictor(c, int64(tc.quota*unit), newCounters(), log.New(io.Discard, "", 0))
+			e := newEvictor(c, int64(tc.quota*unit), newMetrics(), discardLog)
 			if err := e.evict(); err != nil {
 				t.Fatal(err)
 			}

@@ -74,6 +74,9 @@ var grpcWrites = map[string]bool{
 }
 
 func (s *Server) grpcAuthorize(ctx context.Context, method string) (context.Context, error) {
+	if strings.HasPrefix(method, healthService) {
+		return ctx, nil // probes need no credentials
+	}
 	var authz string
 	if md, ok := metadata.FromIncomingContext(ctx); ok {
 		if v := md.Get("authorization"); len(v) > 0 {
@@ -91,6 +94,7 @@ func (s *Server) grpcAuthorize(ctx context.Context, method string) (context.Cont
 		addr = p.Addr.String()
 	}
 	id := s.auth.identify(authz, addr, certs)
+	setClient(ctx, id.name)
 	if d := s.authorize(id, grpcWrites[method]); d != nil {
 		return nil, status.Error(d.grpc, d.msg)
 	}
@@ -108,6 +112,8 @@ func (s *Server) newGRPCServer() *grpc.Server {
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(batchLimit + 1<<20),
 		grpc.MaxConcurrentStreams(uint32(4 * s.opts.MaxStreams)),
+		grpc.StatsHandler(grpcObserver{s}),
+		grpc.UnknownServiceHandler(s.grpcUnknown),
 		grpc.UnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 			ctx, err := s.grpcAuthorize(ctx, info.FullMethod)
 			if err != nil {
@@ -116,7 +122,7 @@ func (s *Server) newGRPCServer() *grpc.Server {
 			resp, err := h(ctx, req)
 			return s.grpcReply(info.FullMethod, resp, err)
 		}),
-		grpc.StreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+		grpc.ChainStreamInterceptor(s.grpcObserveStream, func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
 			ctx, err := s.grpcAuthorize(ss.Context(), info.FullMethod)
 			if err != nil {
 				return err
@@ -138,6 +144,7 @@ func (s *Server) newGRPCServer() *grpc.Server {
 	bspb.RegisterByteStreamServer(g, svc)
 	leasepb.RegisterLeasesServer(g, &leaseService{s: s})
 	bstpb.RegisterReferenceStorageServer(g, &refStorage{s: s}) // BuildStream 1.x: refstorage.go
+	s.registerHealth(g)
 	return g
 }
 
@@ -164,7 +171,6 @@ func checkDigestFunction(f repb.DigestFunction_Value) error {
 }
 
 func (g *grpcService) GetCapabilities(ctx context.Context, _ *repb.GetCapabilitiesRequest) (*repb.ServerCapabilities, error) {
-	g.s.metrics.request("grpc", "capabilities", grpcClient(ctx), 0, 0)
 	return &repb.ServerCapabilities{
 		CacheCapabilities: &repb.CacheCapabilities{
 			DigestFunctions:                 []repb.DigestFunction_Value{repb.DigestFunction_SHA256},
@@ -200,7 +206,6 @@ func (g *grpcService) FindMissingBlobs(ctx context.Context, req *repb.FindMissin
 			resp.MissingBlobDigests = append(resp.MissingBlobDigests, p)
 		}
 	}
-	g.s.metrics.request("grpc", "find_missing", grpcClient(ctx), 0, 0)
 	return resp, nil
 }
 
@@ -230,7 +235,6 @@ func (g *grpcService) BatchUpdateBlobs(ctx context.Context, req *repb.BatchUpdat
 		}
 		resp.Responses = append(resp.Responses, &repb.BatchUpdateBlobsResponse_Response{Digest: r.Digest, Status: st.Proto()})
 	}
-	g.s.metrics.request("grpc", "batch_update", client, total, 0)
 	return resp, nil
 }
 
@@ -272,7 +276,6 @@ func (g *grpcService) BatchReadBlobs(ctx context.Context, req *repb.BatchReadBlo
 		sent += int64(len(data))
 		resp.Responses = append(resp.Responses, &repb.BatchReadBlobsResponse_Response{Digest: p, Data: data, Status: st.Proto()})
 	}
-	g.s.metrics.request("grpc", "batch_read", client, 0, sent)
 	return resp, nil
 }
 
@@ -314,7 +317,6 @@ func (g *grpcService) GetTree(req *repb.GetTreeRequest, stream repb.ContentAddre
 		resp.Directories = append(resp.Directories, dir)
 		size += len(data)
 	}
-	g.s.metrics.request("grpc", "get_tree", grpcClient(stream.Context()), 0, 0)
 	return stream.Send(resp)
 }
 
@@ -354,7 +356,6 @@ func (g *grpcService) Read(req *bspb.ReadRequest, stream bspb.ByteStream_ReadSer
 	f, err := g.s.c.OpenBlob(d)
 	g.s.metrics.lookup(err == nil)
 	if err != nil {
-		g.s.metrics.request("grpc", "read", client, 0, 0)
 		return grpcError(err)
 	}
 	defer f.Close()
@@ -371,7 +372,7 @@ func (g *grpcService) Read(req *bspb.ReadRequest, stream bspb.ByteStream_ReadSer
 		return grpcError(err)
 	}
 	var sent int64
-	defer func() { release(sent); g.s.metrics.request("grpc", "read", client, 0, sent) }()
+	defer func() { release(sent) }()
 	sent, err = sendBlob(f, d, req.ReadOffset, n, readChunk, func(b []byte) error { return stream.Send(&bspb.ReadResponse{Data: b}) })
 	if servedCorrupt(err) {
 		g.s.quarantine(f, d, err)
@@ -399,13 +400,12 @@ func (g *grpcService) Write(stream bspb.ByteStream_WriteServer) error {
 		return err
 	}
 	if g.s.opts.MaxBlobSize > 0 && d.Size > g.s.opts.MaxBlobSize {
-		g.s.metrics.rejected.Add(1)
+		g.s.metrics.rejected.Inc()
 		return status.Errorf(codes.InvalidArgument, "blob %s is over the server's limit of %d bytes", d, g.s.opts.MaxBlobSize)
 	}
 	if g.s.c.HasBlob(d) {
 		// Already stored: answer at once, as REAPI allows.
 		g.s.c.TouchBlob(d)
-		g.s.metrics.request("grpc", "write", client, 0, 0)
 		return stream.SendAndClose(&bspb.WriteResponse{CommittedSize: d.Size})
 	}
 	p, ok, err := g.s.uploads.take(name, func() (*cache.BlobImport, error) { return g.s.c.StartBlobImport(d) })
@@ -423,7 +423,6 @@ func (g *grpcService) Write(stream bspb.ByteStream_WriteServer) error {
 	start := p.u.Received()
 	defer func() {
 		release(p.u.Received() - start)
-		g.s.metrics.request("grpc", "write", client, p.u.Received()-start, 0)
 	}()
 	msg := first
 	for {
@@ -447,7 +446,7 @@ func (g *grpcService) Write(stream bspb.ByteStream_WriteServer) error {
 	}
 	g.s.uploads.done(name)
 	if err := p.u.Commit(); err != nil {
-		g.s.metrics.rejected.Add(1)
+		g.s.metrics.rejected.Inc()
 		return grpcError(err)
 	}
 	g.s.evictor.wrote(d.Size)
@@ -473,9 +472,8 @@ func (g *grpcService) GetActionResult(ctx context.Context, req *repb.GetActionRe
 	if err := key.Validate(); err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "action digest: %v", err)
 	}
-	ar, data, err := g.s.lookupAC(key)
+	ar, _, err := g.s.lookupAC(key)
 	g.s.metrics.lookup(err == nil)
-	g.s.metrics.request("grpc", "get_action_result", grpcClient(ctx), 0, int64(len(data)))
 	if err != nil {
 		return nil, grpcError(err)
 	}
@@ -501,9 +499,8 @@ func (g *grpcService) UpdateActionResult(ctx context.Context, req *repb.UpdateAc
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "action result: %v", err)
 	}
-	g.s.metrics.request("grpc", "update_action_result", grpcClient(ctx), int64(len(data)), 0)
 	if _, err := g.s.updateAC(key, data, token); err != nil {
-		g.s.metrics.rejected.Add(1)
+		g.s.metrics.rejected.Inc()
 		return nil, grpcError(err)
 	}
 	return req.ActionResult, nil

@@ -39,6 +39,7 @@ func (s *Server) httpHandler() http.Handler {
 			certs = r.TLS.PeerCertificates
 		}
 		id := s.auth.identify(r.Header.Get("Authorization"), r.RemoteAddr, certs)
+		setClient(r.Context(), id.name)
 		write := r.Method != http.MethodGet && r.Method != http.MethodHead
 		if d := s.authorize(id, write); d != nil {
 			switch d.http {
@@ -60,8 +61,7 @@ func (s *Server) httpHandler() http.Handler {
 			s.serveStatus(w)
 			return
 		case "metrics":
-			w.Header().Set("Content-Type", "text/plain; version=0.0.4")
-			s.metrics.write(w)
+			s.metrics.handler().ServeHTTP(w, r)
 			return
 		}
 		parts := strings.Split(path, "/")
@@ -93,10 +93,10 @@ func (s *Server) httpFail(w http.ResponseWriter, r *http.Request, err error) {
 	var tooBig *http.MaxBytesError
 	switch {
 	case errors.As(err, &tooBig):
-		s.metrics.rejected.Add(1)
+		s.metrics.rejected.Inc()
 		http.Error(w, fmt.Sprintf("blob is over the server's limit of %d bytes", tooBig.Limit), http.StatusRequestEntityTooLarge)
 	case errors.Is(err, cache.ErrDigestMismatch) || errors.Is(err, cache.ErrCorrupt):
-		s.metrics.rejected.Add(1)
+		s.metrics.rejected.Inc()
 		s.httpError(w, r, http.StatusBadRequest, err)
 	default:
 		s.httpError(w, r, http.StatusInternalServerError, err)
@@ -108,7 +108,7 @@ func (s *Server) httpFail(w http.ResponseWriter, r *http.Request, err error) {
 // names the store's path (redact).
 func (s *Server) httpError(w http.ResponseWriter, r *http.Request, code int, err error) {
 	if code == http.StatusInternalServerError {
-		s.log.Printf("%s %s: %v", r.Method, r.URL.Path, err)
+		s.log.Error("request failed: a fault of the server", "method", r.Method, "path", r.URL.Path, "error", err)
 	}
 	http.Error(w, s.redact(err.Error()), code)
 }
@@ -124,7 +124,6 @@ func (s *Server) serveCAS(w http.ResponseWriter, r *http.Request, client, hash s
 		f, err := os.Open(p)
 		if err != nil {
 			s.metrics.lookup(false)
-			s.metrics.request("http", "cas_get", client, 0, 0)
 			http.NotFound(w, r)
 			return
 		}
@@ -136,7 +135,6 @@ func (s *Server) serveCAS(w http.ResponseWriter, r *http.Request, client, hash s
 		}
 		if !fi.Mode().IsRegular() { // damage (a directory in the blob's place): a miss, which an upload replaces
 			s.metrics.lookup(false)
-			s.metrics.request("http", "cas_get", client, 0, 0)
 			http.NotFound(w, r)
 			return
 		}
@@ -145,7 +143,6 @@ func (s *Server) serveCAS(w http.ResponseWriter, r *http.Request, client, hash s
 		w.Header().Set("Content-Length", strconv.FormatInt(fi.Size(), 10))
 		w.Header().Set("Content-Type", "application/octet-stream")
 		if r.Method == http.MethodHead {
-			s.metrics.request("http", "cas_head", client, 0, 0)
 			return
 		}
 		release, err := s.admit.acquire(r.Context(), client, fi.Size())
@@ -155,10 +152,9 @@ func (s *Server) serveCAS(w http.ResponseWriter, r *http.Request, client, hash s
 		d := cache.Digest{Hash: hash, Size: fi.Size()}
 		n, err := sendBlob(f, d, 0, d.Size, httpChunk, s.stallWriter(w))
 		if stalled(err) {
-			s.log.Printf("GET %s: the client read nothing for %v: connection closed after %d of %d bytes", r.URL.Path, s.opts.IdleTimeout, n, d.Size)
+			s.log.Warn(fmt.Sprintf("GET %s: the client read nothing for %v: connection closed after %d of %d bytes", r.URL.Path, s.opts.IdleTimeout, n, d.Size))
 		}
 		release(n)
-		s.metrics.request("http", "cas_get", client, 0, n)
 		if servedCorrupt(err) {
 			s.quarantine(f, d, err)
 			abortHTTP(w)
@@ -166,7 +162,7 @@ func (s *Server) serveCAS(w http.ResponseWriter, r *http.Request, client, hash s
 	case http.MethodPut:
 		size := r.ContentLength
 		if s.opts.MaxBlobSize > 0 && size > s.opts.MaxBlobSize {
-			s.metrics.rejected.Add(1)
+			s.metrics.rejected.Inc()
 			http.Error(w, fmt.Sprintf("blob of %d bytes is over the server's limit of %d", size, s.opts.MaxBlobSize), http.StatusRequestEntityTooLarge)
 			return
 		}
@@ -180,7 +176,6 @@ func (s *Server) serveCAS(w http.ResponseWriter, r *http.Request, client, hash s
 		}
 		n, err := s.c.ImportBlob(cache.Digest{Hash: hash, Size: size}, body)
 		release(n)
-		s.metrics.request("http", "cas_put", client, n, 0)
 		if err != nil {
 			s.httpFail(w, r, err)
 			return
@@ -199,7 +194,6 @@ func (s *Server) serveAC(w http.ResponseWriter, r *http.Request, client, hash st
 		_, data, err := s.lookupAC(key)
 		s.metrics.lookup(err == nil)
 		if errors.Is(err, cache.ErrNotFound) {
-			s.metrics.request("http", "ac_get", client, 0, 0)
 			http.NotFound(w, r)
 			return
 		}
@@ -212,7 +206,6 @@ func (s *Server) serveAC(w http.ResponseWriter, r *http.Request, client, hash st
 		if r.Method == http.MethodGet {
 			w.Write(data)
 		}
-		s.metrics.request("http", "ac_get", client, 0, int64(len(data)))
 	case http.MethodPut:
 		var token uint64
 		if h := r.Header.Get(remote.FencingHeader); h != "" {
@@ -231,9 +224,8 @@ func (s *Server) serveAC(w http.ResponseWriter, r *http.Request, client, hash st
 			http.Error(w, "action cache entry over 4 MiB", http.StatusRequestEntityTooLarge)
 			return
 		}
-		s.metrics.request("http", "ac_put", client, int64(len(data)), 0)
 		if status, err := s.updateAC(key, data, token); err != nil {
-			s.metrics.rejected.Add(1)
+			s.metrics.rejected.Inc()
 			s.httpError(w, r, status, err)
 			return
 		}
@@ -309,7 +301,6 @@ func (s *Server) serveLease(w http.ResponseWriter, r *http.Request, client, hash
 	switch r.Method {
 	case http.MethodPost:
 		reply := s.askLease(hash, client, token)
-		s.metrics.request("http", "lease", client, 0, 0)
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(reply)
 	case http.MethodDelete:

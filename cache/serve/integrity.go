@@ -133,7 +133,7 @@ func (s *Server) quarantine(f *os.File, d cache.Digest, cause error) {
 	read, err1 := f.Stat()
 	now, err2 := os.Lstat(p)
 	if err1 != nil || err2 != nil || !os.SameFile(read, now) {
-		s.log.Printf("blob %s was found damaged (%v); it has been replaced or removed meanwhile", d, cause)
+		s.log.Warn(fmt.Sprintf("blob %s was found damaged; it has been replaced or removed meanwhile", d), "digest", d.String(), "error", cause)
 		return
 	}
 	dir := filepath.Join(s.c.Root, quarantineDir)
@@ -145,14 +145,14 @@ func (s *Server) quarantine(f *os.File, d cache.Digest, cause error) {
 	if err != nil {
 		// It must not be served again, kept or not.
 		if rerr := os.Remove(p); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
-			s.log.Printf("blob %s is damaged (%v), and could be neither quarantined (%v) nor removed: %v; run `gantry cache verify --dir %s --repair`", d, cause, err, rerr, s.c.Root)
+			s.log.Error(fmt.Sprintf("blob %s is damaged, and could be neither quarantined (%v) nor removed (%v): run `gantry cache verify --dir %s --repair`", d, err, rerr, s.c.Root), "digest", d.String(), "error", cause)
 			return
 		}
-		s.log.Printf("blob %s is damaged (%v): removed it (quarantining it failed: %v)", d, cause, err)
+		s.log.Warn(fmt.Sprintf("blob %s is damaged: removed it (quarantining it failed: %v)", d, err), "digest", d.String(), "error", cause)
 	} else {
-		s.log.Printf("blob %s is damaged (%v): moved it to %s; an upload of the right bytes stores it again", d, cause, dst)
+		s.log.Warn(fmt.Sprintf("blob %s is damaged: quarantined it; an upload of the right bytes stores it again", d), "digest", d.String(), "quarantine", dst, "error", cause)
 	}
-	s.metrics.quarantined.Add(1)
+	s.metrics.quarantined.Inc()
 	pruneQuarantine(dir, quarantineKeep, quarantineBytes)
 }
 
@@ -202,7 +202,7 @@ func (s *Server) lookupAC(key cache.Digest) (*repb.ActionResult, []byte, error) 
 		return ar, data, err
 	}
 	if s.c.DropActionResult(key, stale.Data) {
-		s.log.Printf("%v: removed the entry", err)
+		s.log.Info(fmt.Sprintf("%v: removed the entry", err))
 	}
 	if errors.Is(err, cache.ErrCorrupt) {
 		// A damaged tree must go too, or the client, told the store has

@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"log/slog"
 	"sync"
 	"time"
 
@@ -14,6 +15,8 @@ import (
 // so a holder that stalled past its TTL cannot overwrite its successor's work.
 type leaseTable struct {
 	ttl time.Duration
+	m   *serverMetrics
+	log *slog.Logger
 
 	mu     sync.Mutex
 	next   uint64
@@ -26,8 +29,28 @@ type lease struct {
 	expires time.Time
 }
 
-func newLeaseTable(ttl time.Duration) *leaseTable {
-	return &leaseTable{ttl: ttl, leases: map[string]*lease{}}
+func newLeaseTable(ttl time.Duration, m *serverMetrics, log *slog.Logger) *leaseTable {
+	return &leaseTable{ttl: ttl, m: m, log: log, leases: map[string]*lease{}}
+}
+
+// sweep forgets the leases expired at now, counting and logging each. Called
+// with t.mu held.
+func (t *leaseTable) sweep(now time.Time) {
+	for key, l := range t.leases {
+		if !now.Before(l.expires) {
+			delete(t.leases, key)
+			t.m.leasesExpired.Inc()
+			t.log.Info("lease expired", "key", key, "holder", l.holder, "token", l.token)
+		}
+	}
+}
+
+// held returns how many leases are held now.
+func (t *leaseTable) held() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.sweep(time.Now())
+	return len(t.leases)
 }
 
 // acquire grants the lease on key to holder if it is free or expired, or
@@ -35,17 +58,23 @@ func newLeaseTable(ttl time.Duration) *leaseTable {
 func (t *leaseTable) acquire(key, holder string, token uint64, now time.Time) remote.LeaseReply {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.sweep(now)
 	l := t.leases[key]
 	switch {
-	case l != nil && now.Before(l.expires) && !(l.holder == holder && l.token == token):
+	case l != nil && !(l.holder == holder && l.token == token):
 		wait := min(l.expires.Sub(now), time.Second)
+		t.m.leaseWaits.Inc()
+		t.log.Debug("lease wait", "key", key, "client", holder, "holder", l.holder)
 		return remote.LeaseReply{TTLms: t.ttl.Milliseconds(), WaitMs: max(wait.Milliseconds(), 50), Holder: l.holder}
-	case l != nil && now.Before(l.expires): // renewal
+	case l != nil: // renewal
 		l.expires = now.Add(t.ttl)
+		t.m.leaseRenewals.Inc()
 		return remote.LeaseReply{Granted: true, Token: l.token, TTLms: t.ttl.Milliseconds()}
 	}
 	t.next++
 	t.leases[key] = &lease{holder: holder, token: t.next, expires: now.Add(t.ttl)}
+	t.m.leasesGranted.Inc()
+	t.log.Info("lease granted", "key", key, "holder", holder, "token", t.next)
 	return remote.LeaseReply{Granted: true, Token: t.next, TTLms: t.ttl.Milliseconds()}
 }
 
@@ -55,6 +84,7 @@ func (t *leaseTable) release(key string, token uint64) {
 	defer t.mu.Unlock()
 	if l := t.leases[key]; l != nil && l.token == token {
 		delete(t.leases, key)
+		t.log.Info("lease released", "key", key, "holder", l.holder, "token", token)
 	}
 }
 
@@ -65,5 +95,10 @@ func (t *leaseTable) fenced(key string, token uint64) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	l := t.leases[key]
-	return token != 0 && l != nil && token < l.token
+	if token != 0 && l != nil && token < l.token {
+		t.m.fencingRefused.Inc()
+		t.log.Warn("action cache update refused: fencing token older than the lease's", "key", key, "token", token, "lease_token", l.token, "holder", l.holder)
+		return true
+	}
+	return false
 }

@@ -3,6 +3,9 @@ package serve
 import (
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // TestLeaseTable: a table of steps on one key, each at its own time, with the
@@ -60,7 +63,7 @@ func TestLeaseTable(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			lt := newLeaseTable(ttl)
+			lt := newLeaseTable(ttl, newMetrics(), discardLog)
 			for i, s := range tc.steps {
 				now := t0.Add(s.at)
 				switch s.op {
@@ -84,5 +87,30 @@ func TestLeaseTable(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestLeaseMetrics: the lease table counts what it grants, renews, makes wait,
+// lets expire and fences.
+func TestLeaseMetrics(t *testing.T) {
+	const ttl = 10 * time.Second
+	t0 := time.Unix(1_000_000, 0)
+	m := newMetrics()
+	lt := newLeaseTable(ttl, m, discardLog)
+	lt.acquire("k", "a", 0, t0)                  // granted, token 1
+	lt.acquire("k", "a", 1, t0.Add(time.Second)) // renewed
+	lt.acquire("k", "b", 0, t0.Add(time.Second)) // waits
+	lt.acquire("k", "b", 0, t0.Add(2*ttl))       // a's expired: b gets token 2
+	lt.fenced("k", 1)                            // a's late update: refused
+	lt.fenced("k", 2)
+	for name, c := range map[string]prometheus.Counter{"granted": m.leasesGranted, "renewals": m.leaseRenewals,
+		"waits": m.leaseWaits, "expired": m.leasesExpired, "fencing refused": m.fencingRefused} {
+		want := 1.0
+		if name == "granted" {
+			want = 2
+		}
+		if got := testutil.ToFloat64(c); got != want {
+			t.Errorf("%s = %v, want %v", name, got, want)
+		}
 	}
 }

@@ -23,7 +23,6 @@ func (l *leaseService) Acquire(ctx context.Context, req *leasepb.AcquireRequest)
 		return nil, status.Errorf(codes.InvalidArgument, "lease key: %v", err)
 	}
 	r := l.s.askLease(req.KeyHash, grpcClient(ctx), req.Token)
-	l.s.metrics.request("grpc", "lease", grpcClient(ctx), 0, 0)
 	return &leasepb.LeaseReply{Granted: r.Granted, Token: r.Token, Present: r.Present, TtlMs: r.TTLms, WaitMs: r.WaitMs, Holder: r.Holder}, nil
 }
 

@@ -1,103 +1,110 @@
 package serve
 
 import (
-	"fmt"
-	"io"
-	"sort"
-	"sync"
-	"sync/atomic"
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// counters are what GET /metrics reports (Prometheus text format).
-// Clients are labelled by name (token name, user, certificate subject), never
-// by credential.
-type counters struct {
-	hits, misses, evictions, evictedBytes, rejected atomic.Int64
-	authRefused, limited, passwordChecks            atomic.Int64
+// serverMetrics are what GET /metrics reports (docs/serve.md, "Metrics"), in a
+// registry of the server's own: never prometheus's global one, so that two
+// servers in one process (tests) keep apart. Requests, their latency and their
+// bytes are counted by the HTTP middleware and the gRPC stats handler
+// (observe.go), so every service on the server is covered without counting
+// anything itself. Clients are labelled by name (token name, user,
+// certificate subject, "anonymous"), never by credential.
+type serverMetrics struct {
+	reg *prometheus.Registry
 
-	quarantined atomic.Int64 // blobs found damaged while being served (integrity.go)
+	requests                *prometheus.CounterVec   // protocol, method, status
+	duration                *prometheus.HistogramVec // protocol, method, status
+	received, sent          *prometheus.CounterVec   // protocol
+	clientRequests          *prometheus.CounterVec   // client
+	clientIn, clientOut     *prometheus.CounterVec   // client
+	hits, misses            prometheus.Counter
+	evictions, evictedBytes prometheus.Counter
+	rejected, quarantined   prometheus.Counter
+	authRefused, limited    prometheus.Counter
+	passwordChecks          prometheus.Counter
 
-	mu      sync.Mutex
-	clients map[string]*clientCounters
-	ops     map[[2]string]int64 // {protocol, op} → requests
+	leasesGranted, leaseRenewals, leaseWaits prometheus.Counter
+	leasesExpired, fencingRefused            prometheus.Counter
 }
 
-type clientCounters struct{ requests, bytesIn, bytesOut int64 }
+// metricPrefix starts every metric of the server's own.
+const metricPrefix = "gantry_serve_"
 
-func newCounters() *counters {
-	return &counters{clients: map[string]*clientCounters{}, ops: map[[2]string]int64{}}
-}
+// durationBuckets cover a lookup (a millisecond) to a large blob (minutes).
+var durationBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300}
 
-// request counts one request of client, and the bytes it moved.
-func (m *counters) request(protocol, op, client string, in, out int64) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	cc := m.clients[client]
-	if cc == nil {
-		cc = &clientCounters{}
-		m.clients[client] = cc
+func newMetrics() *serverMetrics {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewGoCollector())
+	counter := func(name, help string) prometheus.Counter {
+		c := prometheus.NewCounter(prometheus.CounterOpts{Name: metricPrefix + name, Help: help})
+		reg.MustRegister(c)
+		return c
 	}
-	cc.requests++
-	cc.bytesIn += in
-	cc.bytesOut += out
-	m.ops[[2]string{protocol, op}]++
+	counterVec := func(name, help string, labels ...string) *prometheus.CounterVec {
+		c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: metricPrefix + name, Help: help}, labels)
+		reg.MustRegister(c)
+		return c
+	}
+	lookups := counterVec("lookups_total", "Lookups of blobs and action cache entries, by result (hit or miss).", "result")
+	m := &serverMetrics{
+		reg:            reg,
+		requests:       counterVec("requests_total", "Requests served, by protocol (http, grpc), method (HTTP method or RPC) and status (HTTP status or gRPC code).", "protocol", "method", "status"),
+		received:       counterVec("received_bytes_total", "Bytes received in request bodies (HTTP) and request messages (gRPC), by protocol.", "protocol"),
+		sent:           counterVec("sent_bytes_total", "Bytes sent in response bodies (HTTP) and response messages (gRPC), by protocol.", "protocol"),
+		clientRequests: counterVec("client_requests_total", "Requests by client (token name, user, certificate subject or anonymous).", "client"),
+		clientIn:       counterVec("client_received_bytes_total", "Bytes received by client.", "client"),
+		clientOut:      counterVec("client_sent_bytes_total", "Bytes sent by client.", "client"),
+		hits:           lookups.WithLabelValues("hit"),
+		misses:         lookups.WithLabelValues("miss"),
+		evictions:      counter("evictions_total", "Blobs and action cache entries evicted to keep the quota."),
+		evictedBytes:   counter("evicted_bytes_total", "Bytes evicted to keep the quota."),
+		rejected:       counter("rejected_total", "Requests refused: credentials, integrity, limits, fencing."),
+		quarantined:    counter("quarantined_blobs_total", "Blobs found damaged while being served, moved to quarantine/."),
+		authRefused:    counter("auth_refused_total", "Requests refused for their credentials: none, wrong, or read-only writing."),
+		limited:        counter("auth_limited_total", "Requests refused because their address or user ran out of password checks."),
+		passwordChecks: counter("password_checks_total", "Passwords checked with bcrypt (known and unknown users alike)."),
+		leasesGranted:  counter("leases_granted_total", "Build-once leases granted (a new holder, with a new fencing token)."),
+		leaseRenewals:  counter("lease_renewals_total", "Build-once leases renewed by their holder."),
+		leaseWaits:     counter("lease_waits_total", "Lease requests answered with a wait: another client holds the lease."),
+		leasesExpired:  counter("leases_expired_total", "Build-once leases that expired without being renewed or released."),
+		fencingRefused: counter("fencing_refused_total", "Action cache updates refused for a fencing token older than the key's lease."),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: metricPrefix + "request_duration_seconds",
+			Help: "Time from a request's arrival to the end of its response, by protocol, method and status.", Buckets: durationBuckets},
+			[]string{"protocol", "method", "status"}),
+	}
+	reg.MustRegister(m.duration)
+	return m
+}
+
+// gauges registers the values read when /metrics is scraped.
+func (m *serverMetrics) gauges(s *Server) {
+	gauge := func(name, help string, f func() float64) {
+		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: metricPrefix + name, Help: help}, f))
+	}
+	gauge("store_size_bytes", "The store's size: at its last scan, plus the bytes written since.", func() float64 { return float64(s.evictor.size.Load()) })
+	gauge("store_quota_bytes", "The store's quota (--quota); 0 when there is none.", func() float64 { return float64(s.opts.Quota) })
+	gauge("leases_held", "Build-once leases held now (not expired).", func() float64 { return float64(s.leases.held()) })
+	gauge("admission_waiting", "Transfers waiting for an admission slot (per-client fairness).", func() float64 { w, _ := s.admit.depth(); return float64(w) })
+	gauge("admission_active", "Transfers admitted and in progress.", func() float64 { _, a := s.admit.depth(); return float64(a) })
 }
 
 // lookup counts a hit or a miss.
-func (m *counters) lookup(hit bool) {
+func (m *serverMetrics) lookup(hit bool) {
 	if hit {
-		m.hits.Add(1)
+		m.hits.Inc()
 	} else {
-		m.misses.Add(1)
+		m.misses.Inc()
 	}
 }
 
-func (m *counters) write(w io.Writer) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var in, out int64
-	names := make([]string, 0, len(m.clients))
-	for n, cc := range m.clients {
-		names = append(names, n)
-		in += cc.bytesIn
-		out += cc.bytesOut
-	}
-	sort.Strings(names)
-	ops := make([][2]string, 0, len(m.ops))
-	for k := range m.ops {
-		ops = append(ops, k)
-	}
-	sort.Slice(ops, func(i, j int) bool { return ops[i][0]+ops[i][1] < ops[j][0]+ops[j][1] })
-
-	fmt.Fprintf(w, "# HELP gantry_serve_requests_total Requests served, by protocol and operation.\n# TYPE gantry_serve_requests_total counter\n")
-	for _, k := range ops {
-		fmt.Fprintf(w, "gantry_serve_requests_total{protocol=%q,op=%q} %d\n", k[0], k[1], m.ops[k])
-	}
-	counter := func(name, help string, v int64) {
-		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s counter\n%s %d\n", name, help, name, name, v)
-	}
-	counter("gantry_serve_received_bytes_total", "Bytes received in blobs and entries.", in)
-	counter("gantry_serve_sent_bytes_total", "Bytes sent in blobs and entries.", out)
-	counter("gantry_serve_hits_total", "Lookups of blobs and action cache entries that found them.", m.hits.Load())
-	counter("gantry_serve_misses_total", "Lookups of blobs and action cache entries that did not.", m.misses.Load())
-	counter("gantry_serve_evictions_total", "Blobs and entries evicted to keep the quota.", m.evictions.Load())
-	counter("gantry_serve_evicted_bytes_total", "Bytes evicted to keep the quota.", m.evictedBytes.Load())
-	counter("gantry_serve_rejected_total", "Requests refused: credentials, integrity, limits, fencing.", m.rejected.Load())
-	counter("gantry_serve_quarantined_blobs_total", "Blobs found damaged while being served, moved to quarantine/.", m.quarantined.Load())
-	counter("gantry_serve_auth_refused_total", "Requests refused for their credentials: none, wrong, or read-only writing.", m.authRefused.Load())
-	counter("gantry_serve_auth_limited_total", "Requests refused because their address or user ran out of password checks.", m.limited.Load())
-	counter("gantry_serve_password_checks_total", "Passwords checked with bcrypt (known and unknown users alike).", m.passwordChecks.Load())
-	for _, per := range []struct {
-		name, help string
-		v          func(*clientCounters) int64
-	}{
-		{"gantry_serve_client_requests_total", "Requests by client.", func(c *clientCounters) int64 { return c.requests }},
-		{"gantry_serve_client_received_bytes_total", "Bytes received by client.", func(c *clientCounters) int64 { return c.bytesIn }},
-		{"gantry_serve_client_sent_bytes_total", "Bytes sent by client.", func(c *clientCounters) int64 { return c.bytesOut }},
-	} {
-		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s counter\n", per.name, per.help, per.name)
-		for _, n := range names {
-			fmt.Fprintf(w, "%s{client=%q} %d\n", per.name, n, per.v(m.clients[n]))
-		}
-	}
+// handler serves GET /metrics.
+func (m *serverMetrics) handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
 }

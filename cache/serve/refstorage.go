@@ -51,9 +51,8 @@ func (r *refStorage) GetReference(ctx context.Context, req *bstpb.GetReferenceRe
 	if req.Key == "" {
 		return nil, status.Error(codes.InvalidArgument, "no reference name")
 	}
-	ar, data, err := r.s.lookupAC(refKey(req.Key))
+	ar, _, err := r.s.lookupAC(refKey(req.Key))
 	r.s.metrics.lookup(err == nil)
-	r.s.metrics.request("grpc", "get_reference", grpcClient(ctx), 0, int64(len(data)))
 	if errors.Is(err, cache.ErrNotFound) {
 		return nil, status.Errorf(codes.NotFound, "reference %s is not in the cache", req.Key)
 	}
@@ -89,7 +88,6 @@ func (r *refStorage) UpdateReference(ctx context.Context, req *bstpb.UpdateRefer
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "encoding the reference: %v", err)
 	}
-	r.s.metrics.request("grpc", "update_reference", grpcClient(ctx), int64(len(data)*len(req.Keys)), 0)
 	for _, k := range req.Keys {
 		if _, err := r.s.updateAC(refKey(k), data, 0); err != nil {
 			return nil, grpcError(fmt.Errorf("reference %s: %w", k, err))
@@ -99,7 +97,6 @@ func (r *refStorage) UpdateReference(ctx context.Context, req *bstpb.UpdateRefer
 }
 
 func (r *refStorage) Status(ctx context.Context, _ *bstpb.StatusRequest) (*bstpb.StatusResponse, error) {
-	r.s.metrics.request("grpc", "reference_status", grpcClient(ctx), 0, 0)
 	return &bstpb.StatusResponse{AllowUpdates: grpcIdentity(ctx).mayWrite()}, nil
 }
 

@@ -65,7 +65,7 @@ func (s *Server) redactStatus(method string, code codes.Code, msg *string) bool 
 		return false
 	}
 	if code == codes.Internal {
-		s.log.Printf("%s: %s", method, *msg)
+		s.log.Error("call failed: a fault of the server", "rpc", method, "error", *msg)
 	}
 	redacted := s.redact(*msg)
 	if redacted == *msg {

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/gantry-build/gantry/cache"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
 )
 
 // Options configure `gantry cache serve`.
@@ -53,7 +55,8 @@ type Options struct {
 	// take to send its request headers (HTTP) or its handshake (gRPC).
 	IdleTimeout, HeaderTimeout time.Duration
 
-	Log io.Writer // request errors and lifecycle; never a credential
+	Log       io.Writer // the access log, request errors, events and lifecycle; never a credential
+	LogFormat string    // LogText ("" too) or LogJSON
 }
 
 // The defaults of Options' zero fields (the command's flags show the same).
@@ -71,13 +74,19 @@ type Server struct {
 	opts    Options
 	c       *cache.Cache
 	auth    *authenticator
-	metrics *counters
+	metrics *serverMetrics
 	admit   *admission
 	leases  *leaseTable
 	uploads *uploadTable
 	evictor *evictor
-	log     *log.Logger
+	log     *slog.Logger
 	started time.Time
+
+	health    *health.Server
+	stopping  context.Context // done once the server stops (Serve's ctx is done)
+	stop      context.CancelFunc
+	knownOnce sync.Once
+	known     map[string]bool // the gRPC methods served (grpcMethods)
 
 	httpSrv *http.Server
 	grpcSrv *grpc.Server
@@ -115,6 +124,10 @@ func New(opts Options) (*Server, error) {
 	if opts.Log == nil {
 		opts.Log = io.Discard
 	}
+	logger, err := newLogger(opts.Log, opts.LogFormat)
+	if err != nil {
+		return nil, config(err)
+	}
 	auth, err := newAuthenticator(opts.TokenFile, opts.HtpasswdFile, opts.HtpasswdReadFile, opts.AuthRetryInterval)
 	if err != nil {
 		return nil, config(err)
@@ -140,22 +153,24 @@ func New(opts Options) (*Server, error) {
 		opts:    opts,
 		c:       c,
 		auth:    auth,
-		metrics: newCounters(),
+		metrics: newMetrics(),
 		uploads: newUploadTable(),
-		log:     log.New(opts.Log, "gantry cache serve: ", log.LstdFlags),
+		log:     logger,
 		started: time.Now(),
 		tlsConf: tlsConf,
 	}
-	auth.checks = func() { s.metrics.passwordChecks.Add(1) }
+	s.stopping, s.stop = context.WithCancel(context.Background())
+	auth.checks = func() { s.metrics.passwordChecks.Inc() }
 	s.admit = newAdmission(opts.MaxStreams)
-	s.leases = newLeaseTable(opts.LeaseTTL)
+	s.leases = newLeaseTable(opts.LeaseTTL, s.metrics, s.log)
 	// Best effort: a leftover costs space, never correctness.
 	if n, err := c.RemoveDeadBlobImports(); err != nil {
-		s.log.Printf("removing partial uploads of a server that was killed (%d removed): %v", n, err)
+		s.log.Error(fmt.Sprintf("removing partial uploads of a server that was killed (%d removed)", n), "error", err)
 	} else if n > 0 {
-		s.log.Printf("removed %d partial uploads of a server that was killed", n)
+		s.log.Info(fmt.Sprintf("removed %d partial uploads of a server that was killed", n))
 	}
 	s.evictor = newEvictor(c, opts.Quota, s.metrics, s.log)
+	s.metrics.gauges(s)
 	return s, nil
 }
 
@@ -227,12 +242,14 @@ func (s *Server) Addrs() (httpAddr, grpcAddr string) {
 	return
 }
 
-// ReloadCredentials rereads the token and htpasswd files (SIGHUP).
+// ReloadCredentials rereads the token and htpasswd files (SIGHUP), and logs
+// what became of it.
 func (s *Server) ReloadCredentials() error {
 	if err := s.auth.reload(); err != nil {
+		s.log.Error("reloading credentials failed: the previous credentials stay in force", "error", err)
 		return fmt.Errorf("cache serve: reloading credentials: %w", err)
 	}
-	s.log.Printf("credentials reloaded")
+	s.log.Info("credentials reloaded")
 	return nil
 }
 
@@ -249,7 +266,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	if l := s.lis[0]; l != nil {
 		// No ReadTimeout or WriteTimeout: a large blob may take long; a body that
 		// stalls is cut by stallReader instead.
-		s.httpSrv = &http.Server{Handler: s.httpHandler(), TLSConfig: s.tlsConf,
+		s.httpSrv = &http.Server{Handler: s.observeHTTP(s.healthHTTP(s.httpHandler())), TLSConfig: s.tlsConf,
 			ReadHeaderTimeout: s.opts.HeaderTimeout, IdleTimeout: s.opts.IdleTimeout,
 			ErrorLog: log.New(io.Discard, "", 0)} // TLS handshake noise; errors we report go through s.log
 		if s.tlsConf != nil {
@@ -262,10 +279,11 @@ func (s *Server) Serve(ctx context.Context) error {
 				errc <- fmt.Errorf("cache serve: http: %w", err)
 			}
 		}()
-		s.log.Printf("HTTP cache protocol on %s", s.lis[0].Addr())
+		s.log.Info("serving the HTTP cache protocol", "addr", s.lis[0].Addr().String())
 	}
 	if l := s.lis[1]; l != nil {
 		s.grpcSrv = s.newGRPCServer()
+		s.healthServing(s.grpcSrv)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -273,7 +291,7 @@ func (s *Server) Serve(ctx context.Context) error {
 				errc <- fmt.Errorf("cache serve: grpc: %w", err)
 			}
 		}()
-		s.log.Printf("REAPI v2 on %s", s.lis[1].Addr())
+		s.log.Info("serving REAPI v2", "addr", s.lis[1].Addr().String())
 	}
 	evictCtx, stopEvict := context.WithCancel(context.Background())
 	evictDone := make(chan struct{})
@@ -293,7 +311,11 @@ func (s *Server) Serve(ctx context.Context) error {
 
 // shutdown stops accepting and waits for requests in flight, up to ShutdownGrace.
 func (s *Server) shutdown() {
-	s.log.Printf("stopping: finishing requests in flight (up to %s)", s.opts.ShutdownGrace)
+	s.log.Info(fmt.Sprintf("stopping: finishing requests in flight (up to %s)", s.opts.ShutdownGrace))
+	s.stop()
+	if s.health != nil {
+		s.health.Shutdown() // NOT_SERVING, before the listeners close
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.opts.ShutdownGrace)
 	defer cancel()
 	var wg sync.WaitGroup

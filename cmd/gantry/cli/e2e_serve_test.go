@@ -152,8 +152,8 @@ func (s *serveProc) metric(name string) int64 {
 	_, body := s.request("GET", "/metrics", nil, true)
 	for _, line := range strings.Split(string(body), "\n") {
 		if v, ok := strings.CutPrefix(line, name+" "); ok {
-			n, _ := strconv.ParseInt(v, 10, 64)
-			return n
+			n, _ := strconv.ParseFloat(v, 64) // Prometheus's text writes 1e+06 for a million
+			return int64(n)
 		}
 	}
 	s.t.Fatalf("no metric %s in:\n%s", name, body)

@@ -26,6 +26,8 @@ under DIR/ac/) to gantry, Bazel, BuildStream 1.x and any client of bazel-remote'
 protocol or of REAPI v2. Writes need credentials (--token-file, --htpasswd or client certificates
 with --client-ca) that may write; reads too unless --allow-anonymous-read.
 docs/serve.md says what holds under abuse: timeouts, password limits, read-only credentials.
+GET /metrics (Prometheus) and /status need credentials; GET /healthz, /readyz and gRPC's
+health service do not. One log line per request on stderr (--log-format text|json).
 
 SIGTERM or SIGINT: stop accepting, finish the requests in flight (up to --shutdown-grace),
 exit 0. SIGHUP: reread the token and htpasswd files.`,
@@ -71,9 +73,7 @@ exit 0. SIGHUP: reread the token and htpasswd files.`,
 			}
 			go func() {
 				for range hup {
-					if err := srv.ReloadCredentials(); err != nil {
-						fmt.Fprintf(g.ios.ErrOut, "gantry: %v (the previous credentials stay in force)\n", err)
-					}
+					_ = srv.ReloadCredentials() // the server logs a failure, in --log-format
 				}
 			}()
 			return srv.Serve(ctx)
@@ -97,6 +97,7 @@ exit 0. SIGHUP: reread the token and htpasswd files.`,
 	fl.DurationVar(&o.LeaseTTL, "lease-ttl", serve.DefaultLeaseTTL, "how long a build-once lease lasts without renewal")
 	fl.DurationVar(&o.ShutdownGrace, "shutdown-grace", serve.DefaultShutdownGrace, "how long SIGTERM waits for requests in flight")
 	fl.DurationVar(&o.IdleTimeout, "idle-timeout", serve.DefaultIdleTimeout, "close connections idle, and request bodies stalled, this long")
+	fl.StringVar(&o.LogFormat, "log-format", serve.LogText, "write the log (stderr) as `FORMAT`: text or json (log/slog's, one line per request)")
 	fl.DurationVar(&o.HeaderTimeout, "header-timeout", serve.DefaultHeaderTimeout, "close new connections that have not sent their request headers (or gRPC handshake) within this")
 	return cmd
 }
