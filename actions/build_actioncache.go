@@ -99,9 +99,13 @@ func lookupActionCache(ctx context.Context, c *cache.Cache, spec *buildSpec, t t
 	case hit:
 		cl.Close()
 		return true, out, err
-	case errors.As(err, &infra) || errors.As(err, &conflict):
+	case errors.As(err, &infra):
 		cl.Close()
-		r.Log("warning: " + name + ": " + err.Error() + "; building here, not recorded")
+		r.Log("warning: " + name + ": " + infra.Op + ": " + infra.Err.Error() + "; building here, not recorded")
+		return false, out, nil
+	case errors.As(err, &conflict): // the local staging took it: it is the merge's
+		cl.Close()
+		r.Log("warning: " + name + ": describing the action: " + err.Error() + "; building here, not recorded")
 		return false, out, nil
 	case err != nil:
 		cl.Close()
@@ -148,7 +152,12 @@ func recordActionCache(ctx context.Context, c *cache.Cache, spec *buildSpec, ins
 	}
 	var refused *rexec.UpdateRefusedError
 	rep := actionCacheReport{Refused: errors.As(err, &refused), ActionCacheWarning: err.Error()}
-	if !rep.Refused {
+	var infra *rexec.InfraError
+	switch {
+	case rep.Refused:
+	case errors.As(err, &infra):
+		rep.ActionCacheWarning = fmt.Sprintf("action cache %s: %s of %s: %v (the build succeeded and is cached here)", ac.cl.Name(), infra.Op, spec.Element, infra.Err)
+	default:
 		rep.ActionCacheWarning = fmt.Sprintf("action cache %s: recording the result of %s: %v (the build succeeded and is cached here)", ac.cl.Name(), spec.Element, err)
 	}
 	r.Log("warning: " + rep.ActionCacheWarning)

@@ -98,7 +98,7 @@ func (cl *Client) CachedResult(ctx context.Context, c *cache.Cache, b Build, d D
 	case status.Code(err) == codes.NotFound:
 		return Result{}, false, nil
 	case err != nil:
-		return Result{}, false, &InfraError{Op: "looking action " + d.Action.String() + " up in the action cache " + cl.name, Err: errors.New(statusText(err))}
+		return Result{}, false, &InfraError{Op: "looking action " + d.Action.String() + " up", Err: errors.New(statusText(err))}
 	case ar.GetExitCode() != 0:
 		return Result{}, false, nil // a failure is not a result to reuse
 	}
@@ -175,7 +175,7 @@ func (cl *Client) Record(ctx context.Context, c *cache.Cache, b Build, d Describ
 	case code == codes.PermissionDenied || code == codes.Unimplemented:
 		return &UpdateRefusedError{Service: cl.name, Err: err}
 	default:
-		return &InfraError{Op: "recording action " + d.Action.String() + " in the action cache " + cl.name, Err: errors.New(statusText(err))}
+		return &InfraError{Op: "recording action " + d.Action.String(), Err: errors.New(statusText(err))}
 	}
 }
 

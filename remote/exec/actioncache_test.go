@@ -137,7 +137,7 @@ func TestActionCacheLookupFailures(t *testing.T) {
 	if ok || !errors.As(err, &infra) {
 		t.Fatalf("lookup on an unavailable action cache: hit %v, error %v; want an *InfraError", ok, err)
 	}
-	want := "remote execution: looking action " + d.Action.String() + " up in the action cache " + cl.Name() + ": Unavailable: the fake is unavailable for GetActionResult"
+	want := "remote execution: looking action " + d.Action.String() + " up: Unavailable: the fake is unavailable for GetActionResult"
 	if err.Error() != want {
 		t.Errorf("error %q, want %q", err, want)
 	}

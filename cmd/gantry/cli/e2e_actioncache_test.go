@@ -241,3 +241,47 @@ func TestE2EActionCacheRefusesUpdates(t *testing.T) {
 		t.Errorf("ref0.toml's log does not carry the warning:\n%s", log)
 	}
 }
+
+// The action cache is not the build: a lookup that fails builds here, a record
+// that fails is a warning, and the session succeeds; a host build takes no
+// part (it is not the Action).
+func TestE2EActionCacheFaultsAndHostBuilds(t *testing.T) {
+	t.Parallel()
+	requireSandboxTools(t)
+	f := testreapi.StartFake(t, testreapi.FakeOptions{RequireMetadata: true})
+	f.Faults(func(x *testreapi.Faults) {
+		x.Unavailable = map[string]int{"GetActionResult": 1, "UpdateActionResult": 1}
+	})
+	p := newRemoteProject(t, nil, tokenChain("flt"), "flt2.toml")
+	p.write("project.toml", cacheOnlyProjectTOML("grpc://"+f.Addr, "flt2.toml"))
+	_, stderr := p.runLong(0, "build", "--ui", "plain")
+	log0, _ := p.mustRun(0, "artifact", "log", "flt0.toml")
+	lookupFailed := regexp.MustCompile(`warning: action cache grpc://` + regexp.QuoteMeta(f.Addr) + `: looking action [0-9a-f]{64}/\d+ up: Unavailable: the fake is unavailable for GetActionResult; building here, not recorded\n`)
+	if !lookupFailed.MatchString(log0) || !localBuildLine.MatchString(log0) {
+		t.Errorf("flt0.toml's log does not say the lookup failed and it built here:\n%s", log0)
+	}
+	log1, _ := p.mustRun(0, "artifact", "log", "flt1.toml")
+	action := actionOf(t, acMissLine, log1, "flt1.toml")
+	want := "action cache grpc://" + f.Addr + ": recording action " + action + " of flt1.toml: Unavailable: the fake is unavailable for UpdateActionResult (the build succeeded and is cached here)"
+	if !strings.Contains(stderr, want) || !strings.Contains(log1, "warning: "+want) {
+		t.Errorf("neither the session nor flt1.toml's log says %q:\n%s\n%s", want, stderr, log1)
+	}
+	log2, _ := p.mustRun(0, "artifact", "log", "flt2.toml")
+	if actionOf(t, acRecordLine, log2, "flt2.toml") == "" {
+		t.Errorf("flt2.toml was not recorded:\n%s", log2)
+	}
+
+	g := testreapi.StartFake(t, testreapi.FakeOptions{})
+	host := newRemoteProject(t, nil, map[string]string{"elements/h.toml": "kind = \"manual\"\nbuild-depends = [\"sysroot.toml\"]\n[config]\nbuild-commands = [\"mkdir -p %{install-root}/x\"]\n"}, "h.toml")
+	host.write("project.toml", cacheOnlyProjectTOML("grpc://"+g.Addr, "h.toml"))
+	host.runLong(0, "build", "--ui", "plain", "--sandbox", "host")
+	log, _ := host.mustRun(0, "artifact", "log", "h.toml")
+	if want := "action cache grpc://" + g.Addr + ": not used: the build runs in the host sandbox, whose commands see the host's / rather than the input root a remote build's Action has (only bwrap builds take part)\n"; !strings.Contains(log, want) {
+		t.Errorf("h.toml's log does not say %q:\n%s", want, log)
+	}
+	for _, c := range g.Calls() {
+		if c.Method != "GetCapabilities" {
+			t.Errorf("a host build called %s on the action cache", c.Method)
+		}
+	}
+}
