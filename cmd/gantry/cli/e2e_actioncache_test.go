@@ -135,48 +135,48 @@ func TestE2EActionCacheOnBazelWorker(t *testing.T) {
 
 	// A cache-only build's record is a fully remote build's action cache hit
 	// (the same action digest), and a remote build's result a cache-only
-	// build's hit.
-	t.Run("shared with remote builds", func(t *testing.T) {
-		t.Parallel()
-		files := tokenChain("shr")
-		only := newRemoteProject(t, nil, files, "shr2.toml")
-		only.write("project.toml", cacheOnlyProjectTOML(worker.URL(), "shr2.toml"))
-		only.runLong(0, "build", "--ui", "plain")
-		full := newRemoteProject(t, worker, files, "shr2.toml")
-		full.runLong(0, "build", "--ui", "plain")
-		for i := 0; i < 3; i++ {
-			el := fmt.Sprintf("shr%d.toml", i)
-			a, _ := only.mustRun(0, "artifact", "log", el)
-			b, _ := full.mustRun(0, "artifact", "log", el)
-			if x, y := actionOf(t, acRecordLine, a, "cache-only "+el), actionOf(t, remoteHitLine, b, "remote "+el); x != y {
-				t.Errorf("%s: the remote build's hit is action %s, the cache-only build recorded %s", el, y, x)
+	// build's hit; the second build's artifacts are the first's, tokens too.
+	for _, order := range []struct {
+		tag               string
+		remoteFirst       bool
+		firstRe, secondRe *regexp.Regexp
+	}{
+		{"shr", false, acRecordLine, remoteHitLine},
+		{"rev", true, remoteRanLine, acHitByRemote},
+	} {
+		name := "cache-only then remote"
+		if order.remoteFirst {
+			name = "remote then cache-only"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			files := tokenChain(order.tag)
+			target := order.tag + "2.toml"
+			only := newRemoteProject(t, nil, files, target)
+			only.write("project.toml", cacheOnlyProjectTOML(worker.URL(), target))
+			full := newRemoteProject(t, worker, files, target)
+			first, second := only, full
+			if order.remoteFirst {
+				first, second = full, only
 			}
-		}
-		if d := testtree.Diff(checkoutAll(t, only, "shr2.toml", "out"), checkoutAll(t, full, "shr2.toml", "out")); d != "" {
-			t.Errorf("the remote build's artifacts differ from the cache-only build's (want: cache-only, got: remote):\n%.4000s", d)
-		}
-
-		files = tokenChain("rev")
-		remoteFirst := newRemoteProject(t, worker, files, "rev2.toml")
-		remoteFirst.runLong(0, "build", "--ui", "plain")
-		after := newRemoteProject(t, nil, files, "rev2.toml")
-		after.write("project.toml", cacheOnlyProjectTOML(worker.URL(), "rev2.toml"))
-		after.runLong(0, "build", "--ui", "plain")
-		for i := 0; i < 3; i++ {
-			el := fmt.Sprintf("rev%d.toml", i)
-			a, _ := remoteFirst.mustRun(0, "artifact", "log", el)
-			b, _ := after.mustRun(0, "artifact", "log", el)
-			if x, y := actionOf(t, remoteRanLine, a, "remote "+el), actionOf(t, acHitByRemote, b, "cache-only "+el); x != y {
-				t.Errorf("%s: the cache-only build's hit is action %s, the remote build ran %s", el, y, x)
+			first.runLong(0, "build", "--ui", "plain")
+			second.runLong(0, "build", "--ui", "plain")
+			for i := 0; i < 3; i++ {
+				el := fmt.Sprintf("%s%d.toml", order.tag, i)
+				a, _ := first.mustRun(0, "artifact", "log", el)
+				b, _ := second.mustRun(0, "artifact", "log", el)
+				if x, y := actionOf(t, order.firstRe, a, "first "+el), actionOf(t, order.secondRe, b, "second "+el); x != y {
+					t.Errorf("%s: the second build's hit is action %s, the first build's %s", el, y, x)
+				}
+				if strings.Contains(b, "sandbox: ") {
+					t.Errorf("%s built here the second time; its log:\n%s", el, b)
+				}
 			}
-			if strings.Contains(b, "sandbox: ") {
-				t.Errorf("%s built here after a remote build of it; its log:\n%s", el, b)
+			if d := testtree.Diff(checkoutAll(t, first, target, "out"), checkoutAll(t, second, target, "out")); d != "" {
+				t.Errorf("the second build's artifacts differ from the first's (want: first, got: second):\n%.4000s", d)
 			}
-		}
-		if d := testtree.Diff(checkoutAll(t, remoteFirst, "rev2.toml", "out"), checkoutAll(t, after, "rev2.toml", "out")); d != "" {
-			t.Errorf("the cache-only build's artifacts differ from the remote build's (want: remote, got: cache-only):\n%.4000s", d)
-		}
-	})
+		})
+	}
 }
 
 // A failing build is not recorded: the fake, which keeps whatever it is sent,
