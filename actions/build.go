@@ -56,10 +56,17 @@ type buildSpec struct {
 	Remote         *rexec.Config     `json:"remote,omitempty"`
 	RemotePlatform map[string]string `json:"remote-platform,omitempty"`
 	RemoteTimeout  time.Duration     `json:"remote-timeout,omitempty"`
+	// ActionCache: the build runs here, its result looked up and recorded in this
+	// action cache (build_actioncache.go); ActionCacheReadOnly: it refused a result
+	// this session, so none is recorded.
+	ActionCache         *rexec.Config `json:"action-cache,omitempty"`
+	ActionCacheReadOnly bool          `json:"action-cache-read-only,omitempty"`
 
 	// builtOn is where the remote build ran, set by buildRemote for the artifact
 	// (cache.Artifact.BuiltOn).
 	builtOn string
+	// actionCache is a cache-only build's Action, set by its lookup when it missed.
+	actionCache *actionCacheBuild
 }
 
 // workspaceBuild says where a workspace element builds.
@@ -195,6 +202,9 @@ type Build struct {
 	Remote rexec.Config
 	staged stagedDigests // each dependency looked up once per session
 	claims *buildClaims  // made at the first claim
+
+	// actionCacheRefused: the action cache refused a cache-only build's result.
+	actionCacheRefused bool
 }
 
 func (*Build) Action() queues.Action { return queues.Build }
@@ -280,6 +290,7 @@ func (b *Build) Payload(it *queues.Item) (json.RawMessage, error) {
 			remote := b.Remote
 			spec.Remote, spec.RemotePlatform, spec.RemoteTimeout = &remote, it.Element.RemoteExecution.Platform, it.Element.RemoteExecution.Timeout
 		}
+		b.actionCachePayload(spec, it)
 		b.staged.Fill(b.Cache, spec)
 		err = spec.checkStagedShell(b.Cache)
 	}
@@ -411,6 +422,7 @@ func buildJob(ctx context.Context, js job.Spec, r *job.Reporter) (res job.Result
 	out := &faultWatcher{w: r.Writer()}
 	runner, buildErr := build(ctx, c, &spec, r, out)
 	defer runner.Close()
+	defer spec.closeActionCache()
 	if ctx.Err() != nil {
 		// Terminated, or gantry died: cache nothing, the next session builds again. A command can die
 		// of the group's SIGTERM before this process sees its own; then a failure is
@@ -471,6 +483,7 @@ func buildJob(ctx context.Context, js job.Spec, r *job.Reporter) (res job.Result
 	if err != nil {
 		return job.Result{}, fmt.Errorf("caching the artifact of %s: %w", spec.Element, err)
 	}
+	var recorded json.RawMessage // a cache-only build's record's report
 	if buildErr == nil {
 		// Its files are in the cache: the builds that stage it can start while
 		// this job writes the record and makes it all durable (see Built).
@@ -479,6 +492,8 @@ func buildJob(ctx context.Context, js job.Spec, r *job.Reporter) (res job.Result
 			return job.Result{}, fmt.Errorf("caching the artifact of %s: %w", spec.Element, err)
 		}
 		r.Available(data)
+		// Before the log is stored: it says what came of the record.
+		recorded = recordActionCache(ctx, c, &spec, a.Files, r)
 	}
 	// What the commands wrote reaches the log before it is stored; a leftover
 	// process writing later gets EPIPE (Available killed them all on success).
@@ -496,7 +511,7 @@ func buildJob(ctx context.Context, js job.Spec, r *job.Reporter) (res job.Result
 	if buildErr != nil {
 		return job.Result{OK: false, Error: buildErr.Error(), CacheBytes: added}, nil
 	}
-	return job.Result{OK: true, CacheBytes: added}, nil
+	return job.Result{OK: true, CacheBytes: added, Data: recorded}, nil
 }
 
 // infraError is a failure of gantry or the machine (staging, disk), not of the build.
@@ -579,6 +594,10 @@ func build(ctx context.Context, c *cache.Cache, spec *buildSpec, r *job.Reporter
 		return nil, importFiles(spec, buildDir, installDir)
 	case "compose", "filter":
 		return composeJob(ctx, c, spec, deps, t, r, out)
+	}
+	var hit bool
+	if hit, out, err = lookupActionCache(ctx, c, spec, t, deps, r, out); hit || err != nil {
+		return nil, err
 	}
 	runner, kind, err := prepareCommands(ctx, c, spec, t, deps, links, r, out)
 	if err != nil {

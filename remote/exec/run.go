@@ -12,11 +12,9 @@ import (
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 	"github.com/gantry-build/gantry/cache"
 	"github.com/gantry-build/gantry/internal/backoff"
-	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 )
 
 // InfraError is a remote build that failed for the infrastructure, not the
@@ -66,26 +64,11 @@ func (cl *Client) Run(ctx context.Context, c *cache.Cache, b Build) (Result, err
 			b.Status(s)
 		}
 	}
-	root, overlaps, err := inputRoot(c, cl.cfg, b)
+	d, err := Describe(c, cl.cfg, b)
 	if err != nil {
 		return Result{}, err
 	}
-	cmdBlob, err := proto.MarshalOptions{Deterministic: true}.Marshal(command(cl.cfg, b))
-	if err != nil {
-		return Result{}, fmt.Errorf("encoding the command of %s: %w", b.Element, err)
-	}
-	cmdDigest, err := c.PutBlob(cmdBlob)
-	if err != nil {
-		return Result{}, err
-	}
-	actBlob, err := proto.MarshalOptions{Deterministic: true}.Marshal(action(cl.cfg, b, cmdDigest, root))
-	if err != nil {
-		return Result{}, fmt.Errorf("encoding the action of %s: %w", b.Element, err)
-	}
-	actDigest, err := c.PutBlob(actBlob)
-	if err != nil {
-		return Result{}, err
-	}
+	root, overlaps, cmdDigest, actDigest := d.InputRoot, d.Overlaps, d.Command, d.Action
 	res := Result{Overlaps: overlaps, Action: actDigest}
 
 	ar, err := cl.lookup(ctx, actDigest)
@@ -135,48 +118,11 @@ func (cl *Client) lookup(ctx context.Context, d cache.Digest) (*repb.ActionResul
 // upload sends the CAS what it lacks of the input root, the command and the
 // action.
 func (cl *Client) upload(ctx context.Context, c *cache.Cache, root, cmd, act cache.Digest) error {
-	all := []cache.Digest{act, cmd}
-	seen := map[cache.Digest]bool{}
-	var walk func(d cache.Digest) error
-	walk = func(d cache.Digest) error {
-		if seen[d] {
-			return nil
-		}
-		seen[d] = true
-		all = append(all, d)
-		dir, err := c.ReadDirectory(d)
-		if err != nil {
-			return c.BlobReadFailed(d, err)
-		}
-		for _, f := range dir.Files {
-			if fd := cache.DigestFromProto(f.Digest); !seen[fd] {
-				seen[fd] = true
-				all = append(all, fd)
-			}
-		}
-		for _, sub := range dir.Directories {
-			if err := walk(cache.DigestFromProto(sub.Digest)); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	if err := walk(root); err != nil {
+	_, all, err := treeBlobs(c, root)
+	if err != nil {
 		return fmt.Errorf("reading the input root: %w", err)
 	}
-	missing, err := cl.cas.FindMissing(ctx, all)
-	if err != nil {
-		return cl.storeFailure(ctx, "finding the blobs the CAS lacks", err)
-	}
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(8)
-	for _, d := range missing {
-		g.Go(func() error {
-			err := cl.cas.WriteBlob(gctx, d, func() (io.ReadCloser, error) { return c.OpenBlob(d) })
-			return cl.storeFailure(gctx, "uploading blob "+d.String(), err)
-		})
-	}
-	return g.Wait()
+	return cl.sendMissing(ctx, c, append(all, act, cmd))
 }
 
 // storeFailure is err of the CAS, an *InfraError when retrying may mend it.
