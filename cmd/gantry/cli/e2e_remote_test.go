@@ -22,14 +22,6 @@ import (
 	"github.com/gantry-build/gantry/internal/testtree"
 )
 
-// remoteTimeout bounds a whole remote session: a JVM worker on a loaded
-// two-core machine runs an action in about a second.
-const remoteTimeout = 3 * time.Minute
-
-// remoteApplets are the busybox applets the remote projects' commands and
-// gantry's remote script use.
-var remoteApplets = []string{"sh", "mkdir", "cp", "rm", "cat", "echo", "ls", "sleep", "test", "true", "printf"}
-
 // remoteProjectTOML is a project.toml building on the worker at url with wrap = "bwrap".
 func remoteProjectTOML(url string, targets ...string) string {
 	return projectTOML(targets...) + "\n[remote-execution]\nwrap = \"bwrap\"\n[remote-execution.execution-service]\nurl = \"" + url + "\"\n"
@@ -40,33 +32,10 @@ func remoteProjectTOML(url string, targets ...string) string {
 // it is not nil, else locally.
 func newRemoteProject(t *testing.T, worker *testreapi.Worker, files map[string]string, targets ...string) *e2eProject {
 	t.Helper()
-	all := map[string]string{"project.toml": projectTOML(targets...), "elements/sysroot.toml": localImport("files/sysroot")}
 	if worker != nil {
-		all["project.toml"] = remoteProjectTOML(worker.URL(), targets...)
+		return newBusyboxProject(t, remoteProjectTOML(worker.URL(), targets...), files)
 	}
-	for k, v := range files {
-		all[k] = v
-	}
-	p := newE2EProject(t, all)
-	bin := filepath.Join(p.root, "files", "sysroot", "bin")
-	if err := os.MkdirAll(bin, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for _, applet := range remoteApplets {
-		copyFile(t, "/bin/busybox", filepath.Join(bin, applet), 0o755)
-	}
-	return p
-}
-
-// runLong is run with remoteTimeout instead of e2eTimeout.
-func (p *e2eProject) runLong(want int, args ...string) (stdout, stderr string) {
-	p.t.Helper()
-	g := p.start(args...)
-	code := g.wait(remoteTimeout)
-	if code != want {
-		p.t.Fatalf("gantry %s: exit code %d, want %d\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), code, want, g.stdout.String(), g.output())
-	}
-	return g.stdout.String(), g.output()
+	return newBusyboxProject(t, projectTOML(targets...), files)
 }
 
 // startRemoteWorker starts Bazel's remote worker, with bwrap and busybox
@@ -75,42 +44,6 @@ func startRemoteWorker(t *testing.T, jobs int) *testreapi.Worker {
 	t.Helper()
 	requireSandboxTools(t)
 	return testreapi.StartBazelWorker(t, testreapi.WorkerOptions{Jobs: jobs})
-}
-
-// twentyElements is a project of twenty manual elements on the sysroot: a
-// binary tree under e00 and e19 on top of the leaves. Each writes its own file
-// after its dependencies' ones, what it sees as /, and tries a marker in /tmp.
-func twentyElements(marker string) map[string]string {
-	files := map[string]string{"files/src/hello.txt": "hello from the sources\n"}
-	for i := 0; i < 20; i++ {
-		var deps []string
-		switch {
-		case i == 19:
-			for j := 9; j <= 18; j++ {
-				deps = append(deps, fmt.Sprintf("e%02d.toml", j))
-			}
-		case i > 0:
-			deps = []string{fmt.Sprintf("e%02d.toml", (i-1)/2)}
-		}
-		dir := fmt.Sprintf("%%{install-root}/share/e%02d", i)
-		cmds := []string{"mkdir -p " + dir}
-		for _, d := range deps {
-			cmds = append(cmds, "cat /share/"+strings.TrimSuffix(d, ".toml")+"/out.txt >> "+dir+"/out.txt")
-		}
-		cmds = append(cmds, fmt.Sprintf("echo e%02d >> %s/out.txt", i, dir), "ls / > "+dir+"/root.txt",
-			"echo ran > "+marker)
-		s := "kind = \"manual\"\nbuild-depends = [\"sysroot.toml\"]\n"
-		if len(deps) > 0 {
-			s += "depends = " + tomlList(deps...) + "\n"
-		}
-		if i == 0 {
-			s += "[[sources]]\nkind = \"local\"\npath = \"files/src\"\n"
-			cmds = append(cmds, "cp hello.txt "+dir+"/hello.txt")
-		}
-		s += "[config]\nbuild-commands = " + tomlList(cmds...) + "\n"
-		files[fmt.Sprintf("elements/e%02d.toml", i)] = s
-	}
-	return files
 }
 
 // remoteLogLine matches the log line of a remote build's action.
@@ -272,27 +205,4 @@ func TestE2ERemoteWorkerKilled(t *testing.T) {
 	if st := p.state("long.toml"); st != "cached" {
 		t.Errorf("long.toml is %q after the rebuild, want cached", st)
 	}
-}
-
-// waitForSleep waits until a process `sleep ARG` runs on this machine (the
-// worker's command; the tests use a distinct ARG each).
-func waitForSleep(t *testing.T, arg string) {
-	t.Helper()
-	eventually(t, remoteTimeout, "the worker runs `sleep "+arg+"`", func() bool { return sleepRuns(arg) })
-}
-
-// sleepRuns reports whether a process `sleep ARG` runs.
-func sleepRuns(arg string) bool {
-	dirs, _ := os.ReadDir("/proc")
-	for _, d := range dirs {
-		b, err := os.ReadFile(filepath.Join("/proc", d.Name(), "cmdline"))
-		if err != nil {
-			continue
-		}
-		args := strings.Split(strings.TrimSuffix(string(b), "\x00"), "\x00")
-		if len(args) == 2 && filepath.Base(args[0]) == "sleep" && args[1] == arg {
-			return true
-		}
-	}
-	return false
 }
