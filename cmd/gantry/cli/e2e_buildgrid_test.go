@@ -16,7 +16,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -27,7 +26,6 @@ import (
 
 	"github.com/gantry-build/gantry/internal/proctest"
 	"github.com/gantry-build/gantry/internal/testreapi"
-	"github.com/gantry-build/gantry/internal/testtree"
 )
 
 // bgKeepalive is BuildGrid's bot keepalive in these tests: a killed worker's
@@ -82,18 +80,8 @@ func TestE2EBuildGridTwoWorkers(t *testing.T) {
 			t.Errorf("the marker the builds write is on the host (%v): a build ran here\n%s", err, stderr)
 		}
 		ranOn := map[string]int{}
-		for i := 0; i < 20; i++ {
-			el := fmt.Sprintf("e%02d.toml", i)
-			log, _ := rp.mustRun(0, "artifact", "log", el)
-			m := bgRanOn.FindStringSubmatch(log)
-			if !strings.Contains(log, "building remotely on "+bg.URL()) || m == nil {
-				t.Errorf("%s did not build on a gantry worker; its log:\n%s", el, log)
-				continue
-			}
-			ranOn[m[1]]++
-			if strings.Contains(log, "sandbox: ") || strings.Contains(log, "\n+ ") {
-				t.Errorf("%s ran a command here; its log:\n%s", el, log)
-			}
+		for _, w := range checkBuiltRemotely(t, rp, bg.URL(), bgRanOn) {
+			ranOn[w]++
 		}
 		for _, w := range bgWorkers {
 			if ranOn[w] == 0 {
@@ -104,74 +92,30 @@ func TestE2EBuildGridTwoWorkers(t *testing.T) {
 
 		lp := newBusyboxProject(t, bgProjectTOML("e19.toml"), files)
 		lp.runLong(0, "build", "--ui", "plain", "--sandbox", "bwrap")
-		keys := func(p *e2eProject) string {
-			out, _ := p.mustRun(0, "show", "--deps", "all", "--format", "%{name} %{key}", "e19.toml")
-			return out
-		}
-		if r, l := keys(rp), keys(lp); r != l {
-			t.Errorf("the keys of the remote build differ from the local one's:\nremote:\n%slocal:\n%s", r, l)
-		}
-		rout, lout := filepath.Join(rp.tmp, "out"), filepath.Join(lp.tmp, "out")
-		rp.mustRun(0, "artifact", "checkout", "--deps", "all", "e19.toml", rout)
-		lp.mustRun(0, "artifact", "checkout", "--deps", "all", "e19.toml", lout)
-		rt := testtree.Read(t, rout)
-		if d := testtree.Diff(testtree.Read(t, lout), rt); d != "" {
-			t.Errorf("the checkout of the remote build differs from the local one's (want: local, got: remote):\n%.4000s", d)
-		}
-		if got, want := rt["share/e19/out.txt"], "file:e00\ne01\ne04\ne09\n"; !strings.HasPrefix(got, want) {
-			t.Errorf("e19's out.txt is %q, want it to start with %q: its dependencies' files", got, want)
-		}
+		rt := checkAsLocal(t, rp, lp)
 
-		// A second, clean cache: every action is in BuildGrid's action cache.
+		// A second, clean cache: every action is in BuildGrid's action cache, and
+		// no worker accepts a lease.
 		leases := countLeases(workers)
 		second := newBusyboxProject(t, bgProjectTOML("e19.toml"), files)
 		build(second, 0, bg.URL())
-		for i := 0; i < 20; i++ {
-			el := fmt.Sprintf("e%02d.toml", i)
-			log, _ := second.mustRun(0, "artifact", "log", el)
-			if !strings.Contains(log, "remote build: the action cache had action ") || bgRanOn.MatchString(log) {
-				t.Errorf("%s was not an action cache hit; its log:\n%s", el, log)
-			}
-		}
+		checkFromActionCache(t, second, bgRanOn, rt)
 		if got := countLeases(workers); got != leases {
 			t.Errorf("the workers accepted %d leases during the build from the action cache, want none", got-leases)
-		}
-		second.mustRun(0, "artifact", "checkout", "--deps", "all", "e19.toml", filepath.Join(second.tmp, "out"))
-		if d := testtree.Diff(rt, testtree.Read(t, filepath.Join(second.tmp, "out"))); d != "" {
-			t.Errorf("the action cache's artifacts differ from the first remote build's (want: first, got: second):\n%.4000s", d)
 		}
 	})
 
 	// A failing command: exit 1, the log names the command and the worker, and
 	// the failed artifact's build tree opens with shell --build.
 	t.Run("Failure", func(t *testing.T) {
-		p := newBusyboxProject(t, bgProjectTOML("bad.toml"), map[string]string{
-			"elements/bad.toml": "kind = \"manual\"\nbuild-depends = [\"sysroot.toml\"]\n[config]\nbuild-commands = " +
-				tomlList("echo partial > partial.txt", "echo about to fail", "exit 3") + "\n",
-		})
+		p := newBusyboxProject(t, bgProjectTOML("bad.toml"), badElement)
 		stderr := build(p, 1, bg.URL())
 		failed := regexp.MustCompile(`build-commands 3/3 failed on worker (` + strings.Join(bgWorkers, "|") + `) with exit code 3`)
 		m := failed.FindStringSubmatch(stderr)
 		if m == nil {
 			t.Fatalf("the session's output does not match %s:\n%s", failed, stderr)
 		}
-		log, _ := p.mustRun(0, "artifact", "log", "bad.toml")
-		for _, w := range []string{m[0], "[gantry] build-commands 3/3: exit 3", "about to fail"} {
-			if !strings.Contains(log, w) {
-				t.Errorf("the failed build's log does not say %q:\n%s", w, log)
-			}
-		}
-		if st := p.state("bad.toml"); st != "failed" {
-			t.Errorf("bad.toml is %q, want failed", st)
-		}
-		wantExplain := "bad.toml: its build at this key failed on " + bg.URL() + " (worker " + m[1] + ") and is cached: 'gantry build --retry-failed' builds it again\n"
-		if out, _ := p.mustRun(0, "explain"); out != wantExplain {
-			t.Errorf("explain says %q, want %q", out, wantExplain)
-		}
-		out, _ := p.mustRun(0, "shell", "--build", "bad.toml", "--", "sh", "-c", "cat partial.txt")
-		if out != "partial\n" {
-			t.Errorf("shell --build in the failed build tree: cat partial.txt = %q, want %q", out, "partial\n")
-		}
+		checkRemoteFailure(t, p, m[0], bg.URL()+" (worker "+m[1]+")")
 	})
 
 	// Every connection between gantry and BuildGrid cut while the action runs:
@@ -214,28 +158,15 @@ func TestE2EBuildGridTwoWorkers(t *testing.T) {
 		p := newBusyboxProject(t, bgProjectTOML("interrupted.toml"), map[string]string{
 			"elements/interrupted.toml": "kind = \"manual\"\nbuild-depends = [\"sysroot.toml\"]\n[config]\nbuild-commands = [\"sleep 97.4\"]\n",
 		})
-		g := p.start("build", "--ui", "plain", "--remote-executor", bg.URL())
-		g.waitForSleep("97.4")
-		pids := sleepPids("97.4")
-		g.signal(syscall.SIGINT)
-		signalled := time.Now()
-		if code := g.wait(remoteTimeout); code != 130 {
-			t.Fatalf("exit code %d after SIGINT, want 130\n%s", code, g.output())
-		}
-		if d := g.exitedAt.Sub(signalled); d > 10*time.Second {
-			t.Errorf("gantry took %v to end after SIGINT", d)
-		}
+		p.interruptDuringSleep("interrupted.toml", "97.4", "build", "--ui", "plain", "--remote-executor", bg.URL())
 		ops := bgOperations(t, ctx, conn, bg, "interrupted.toml")
 		var resp repb.ExecuteResponse
 		if len(ops) != 1 || !ops[0].GetDone() || ops[0].GetResponse().UnmarshalTo(&resp) != nil || codes.Code(resp.GetStatus().GetCode()) != codes.Canceled {
 			t.Errorf("BuildGrid's operations for interrupted.toml: %v, want one, done and CANCELLED", ops)
 		}
-		proctest.EventuallyDescribed(t, fmt.Sprintf("the cancelled action (sleep 97.4, pids %v) to end on the worker", pids),
+		proctest.EventuallyDescribed(t, "the cancelled action (sleep 97.4) to end on the worker",
 			func() bool { return !sleepRuns("97.4") },
 			func() string { return psForest() })
-		if st := p.state("interrupted.toml"); st == "failed" || st == "cached" {
-			t.Errorf("interrupted.toml is %q after an interrupted remote build", st)
-		}
 	})
 
 	// kill -9 of the worker running the action: nothing of it is left running;

@@ -9,10 +9,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gantry-build/gantry/internal/testtree"
 )
 
 // remoteTimeout bounds a whole remote session: a JVM worker on a loaded
@@ -90,6 +94,103 @@ func twentyElements(marker string) map[string]string {
 	return files
 }
 
+// checkBuiltRemotely checks the logs of the twenty elements of p: each built on
+// the execution service at url, in an action the line ran names (its first
+// group, if any, is the worker, returned by element), and ran no command here.
+func checkBuiltRemotely(t *testing.T, p *e2eProject, url string, ran *regexp.Regexp) map[string]string {
+	t.Helper()
+	ranOn := map[string]string{}
+	for i := 0; i < 20; i++ {
+		el := fmt.Sprintf("e%02d.toml", i)
+		log, _ := p.mustRun(0, "artifact", "log", el)
+		m := ran.FindStringSubmatch(log)
+		if !strings.Contains(log, "building remotely on "+url) || m == nil {
+			t.Errorf("%s did not build on the execution service; its log:\n%s", el, log)
+		} else if len(m) > 1 {
+			ranOn[el] = m[1]
+		}
+		if strings.Contains(log, "sandbox: ") || strings.Contains(log, "\n+ ") {
+			t.Errorf("%s ran a command here; its log:\n%s", el, log)
+		}
+	}
+	return ranOn
+}
+
+// checkAsLocal checks that the twenty elements' keys and `artifact checkout
+// --deps all` of e19 are the same in the remotely built project rp and the
+// locally built lp, and returns rp's checkout.
+func checkAsLocal(t *testing.T, rp, lp *e2eProject) map[string]string {
+	t.Helper()
+	keys := func(p *e2eProject) string {
+		out, _ := p.mustRun(0, "show", "--deps", "all", "--format", "%{name} %{key}", "e19.toml")
+		return out
+	}
+	if r, l := keys(rp), keys(lp); r != l {
+		t.Errorf("the keys of the remote project differ from the local one's:\nremote:\n%slocal:\n%s", r, l)
+	}
+	rout, lout := filepath.Join(rp.tmp, "out"), filepath.Join(lp.tmp, "out")
+	rp.mustRun(0, "artifact", "checkout", "--deps", "all", "e19.toml", rout)
+	lp.mustRun(0, "artifact", "checkout", "--deps", "all", "e19.toml", lout)
+	rt := testtree.Read(t, rout)
+	if d := testtree.Diff(testtree.Read(t, lout), rt); d != "" {
+		t.Errorf("the checkout of the remote build differs from the local one's (want: local, got: remote):\n%.4000s", d)
+	}
+	if got, want := rt["share/e19/out.txt"], "file:e00\ne01\ne04\ne09\n"; !strings.HasPrefix(got, want) {
+		t.Errorf("e19's out.txt is %q, want it to start with %q: its dependencies' files", got, want)
+	}
+	return rt
+}
+
+// checkFromActionCache checks that the twenty elements of p, built in a clean
+// cache, all came from the action cache (no log line ran matches) and that the
+// checkout of e19 is want.
+func checkFromActionCache(t *testing.T, p *e2eProject, ran *regexp.Regexp, want map[string]string) {
+	t.Helper()
+	for i := 0; i < 20; i++ {
+		el := fmt.Sprintf("e%02d.toml", i)
+		log, _ := p.mustRun(0, "artifact", "log", el)
+		if !strings.Contains(log, "remote build: the action cache had action ") || ran.MatchString(log) {
+			t.Errorf("%s was not an action cache hit; its log:\n%s", el, log)
+		}
+	}
+	p.mustRun(0, "artifact", "checkout", "--deps", "all", "e19.toml", filepath.Join(p.tmp, "out"))
+	if d := testtree.Diff(want, testtree.Read(t, filepath.Join(p.tmp, "out"))); d != "" {
+		t.Errorf("the action cache's artifacts differ from the first remote build's (want: first, got: second):\n%.4000s", d)
+	}
+}
+
+// badElement is bad.toml, whose third command fails with exit code 3 after the
+// first wrote partial.txt in the build directory.
+var badElement = map[string]string{
+	"elements/bad.toml": "kind = \"manual\"\nbuild-depends = [\"sysroot.toml\"]\n[config]\nbuild-commands = " +
+		tomlList("echo partial > partial.txt", "echo about to fail", "exit 3") + "\n",
+}
+
+// checkRemoteFailure checks bad.toml of p after its remote build failed: its
+// log says failed (the session's line) and the command's marker lines, it is
+// cached as failed, explain says where (builtOn), and shell --build opens the
+// failed build tree.
+func checkRemoteFailure(t *testing.T, p *e2eProject, failed, builtOn string) {
+	t.Helper()
+	log, _ := p.mustRun(0, "artifact", "log", "bad.toml")
+	for _, w := range []string{failed, "[gantry] build-commands 3/3: exit 3", "about to fail"} {
+		if !strings.Contains(log, w) {
+			t.Errorf("the failed build's log does not say %q:\n%s", w, log)
+		}
+	}
+	if st := p.state("bad.toml"); st != "failed" {
+		t.Errorf("bad.toml is %q, want failed", st)
+	}
+	wantExplain := "bad.toml: its build at this key failed on " + builtOn + " and is cached: 'gantry build --retry-failed' builds it again\n"
+	if out, _ := p.mustRun(0, "explain"); out != wantExplain {
+		t.Errorf("explain says %q, want %q", out, wantExplain)
+	}
+	out, _ := p.mustRun(0, "shell", "--build", "bad.toml", "--", "sh", "-c", "cat partial.txt")
+	if out != "partial\n" {
+		t.Errorf("shell --build in the failed build tree: cat partial.txt = %q, want %q", out, "partial\n")
+	}
+}
+
 // waitForSleep waits until a process `sleep ARG` runs on this machine (the
 // worker's command; the tests use a distinct ARG each).
 func waitForSleep(t *testing.T, arg string) {
@@ -109,6 +210,26 @@ func (g *gantryProc) waitForSleep(arg string) {
 		}
 		return sleepRuns(arg)
 	})
+}
+
+// interruptDuringSleep runs `gantry ARGS`, sends it SIGINT once a process
+// `sleep ARG` runs (the worker's command), and checks that it exits with 130
+// within 10 s; the element must not be cached (failed or built).
+func (p *e2eProject) interruptDuringSleep(element, arg string, args ...string) {
+	p.t.Helper()
+	g := p.start(args...)
+	g.waitForSleep(arg)
+	g.signal(syscall.SIGINT)
+	signalled := time.Now()
+	if code := g.wait(remoteTimeout); code != 130 {
+		p.t.Fatalf("exit code %d after SIGINT, want 130\n%s", code, g.output())
+	}
+	if d := g.exitedAt.Sub(signalled); d > 10*time.Second {
+		p.t.Errorf("gantry took %v to end after SIGINT", d)
+	}
+	if st := p.state(element); st == "failed" || st == "cached" {
+		p.t.Errorf("%s is %q after an interrupted remote build", element, st)
+	}
 }
 
 // sleepRuns reports whether a process `sleep ARG` runs.

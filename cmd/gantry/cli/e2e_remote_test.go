@@ -14,12 +14,9 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/gantry-build/gantry/internal/testreapi"
-	"github.com/gantry-build/gantry/internal/testtree"
 )
 
 // remoteProjectTOML is a project.toml building on the worker at url with wrap = "bwrap".
@@ -65,83 +62,29 @@ func TestE2ERemoteExecutionOnBazelWorker(t *testing.T) {
 		if _, err := os.Stat(marker); !errors.Is(err, fs.ErrNotExist) {
 			t.Errorf("the marker the builds write is on the host (%v): a build ran here\n%s", err, stderr)
 		}
-		for i := 0; i < 20; i++ {
-			el := fmt.Sprintf("e%02d.toml", i)
-			log, _ := rp.mustRun(0, "artifact", "log", el)
-			if !strings.Contains(log, "building remotely on "+worker.URL()) || !remoteLogLine.MatchString(log) {
-				t.Errorf("%s did not build on the worker; its log:\n%s", el, log)
-			}
-			if strings.Contains(log, "sandbox: ") || strings.Contains(log, "\n+ ") {
-				t.Errorf("%s ran a command here; its log:\n%s", el, log)
-			}
-		}
+		checkBuiltRemotely(t, rp, worker.URL(), remoteLogLine)
 
 		lp := newRemoteProject(t, nil, files, "e19.toml")
 		lp.runLong(0, "build", "--ui", "plain", "--sandbox", "bwrap")
-		keys := func(p *e2eProject) string {
-			out, _ := p.mustRun(0, "show", "--deps", "all", "--format", "%{name} %{key}", "e19.toml")
-			return out
-		}
-		if r, l := keys(rp), keys(lp); r != l {
-			t.Errorf("the keys of the remote project differ from the local one's:\nremote:\n%slocal:\n%s", r, l)
-		}
-		rout, lout := filepath.Join(rp.tmp, "out"), filepath.Join(lp.tmp, "out")
-		rp.mustRun(0, "artifact", "checkout", "--deps", "all", "e19.toml", rout)
-		lp.mustRun(0, "artifact", "checkout", "--deps", "all", "e19.toml", lout)
-		rt := testtree.Read(t, rout)
-		if d := testtree.Diff(testtree.Read(t, lout), rt); d != "" {
-			t.Errorf("the checkout of the remote build differs from the local one's (want: local, got: remote):\n%.4000s", d)
-		}
-		if got, want := rt["share/e19/out.txt"], "file:e00\ne01\ne04\ne09\n"; !strings.HasPrefix(got, want) {
-			t.Errorf("e19's out.txt is %q, want it to start with %q: its dependencies' files", got, want)
-		}
+		rt := checkAsLocal(t, rp, lp)
 
 		// A second, clean cache: every action is in the worker's action cache.
 		second := newRemoteProject(t, worker, files, "e19.toml")
 		second.runLong(0, "build", "--ui", "plain")
-		for i := 0; i < 20; i++ {
-			el := fmt.Sprintf("e%02d.toml", i)
-			log, _ := second.mustRun(0, "artifact", "log", el)
-			if !strings.Contains(log, "remote build: the action cache had action ") || remoteLogLine.MatchString(log) {
-				t.Errorf("%s was not an action cache hit; its log:\n%s", el, log)
-			}
-		}
-		second.mustRun(0, "artifact", "checkout", "--deps", "all", "e19.toml", filepath.Join(second.tmp, "out"))
-		if d := testtree.Diff(rt, testtree.Read(t, filepath.Join(second.tmp, "out"))); d != "" {
-			t.Errorf("the action cache's artifacts differ from the first remote build's (want: first, got: second):\n%.4000s", d)
-		}
+		checkFromActionCache(t, second, remoteLogLine, rt)
 	})
 
 	// A failing command: exit 1, the log names the command, and the failed
 	// artifact's build tree opens with shell --build.
 	t.Run("failure", func(t *testing.T) {
 		t.Parallel()
-		p := newRemoteProject(t, worker, map[string]string{
-			"elements/bad.toml": "kind = \"manual\"\nbuild-depends = [\"sysroot.toml\"]\n[config]\nbuild-commands = " +
-				tomlList("echo partial > partial.txt", "echo about to fail", "exit 3") + "\n",
-		}, "bad.toml")
+		p := newRemoteProject(t, worker, badElement, "bad.toml")
 		_, stderr := p.runLong(1, "build", "--ui", "plain")
 		const want = "build-commands 3/3 failed on the execution service (it names no worker) with exit code 3"
 		if !strings.Contains(stderr, want) {
 			t.Errorf("the session's output does not say %q:\n%s", want, stderr)
 		}
-		log, _ := p.mustRun(0, "artifact", "log", "bad.toml")
-		for _, w := range []string{want, "[gantry] build-commands 3/3: exit 3", "about to fail"} {
-			if !strings.Contains(log, w) {
-				t.Errorf("the failed build's log does not say %q:\n%s", w, log)
-			}
-		}
-		if st := p.state("bad.toml"); st != "failed" {
-			t.Errorf("bad.toml is %q, want failed", st)
-		}
-		wantExplain := "bad.toml: its build at this key failed on " + worker.URL() + " and is cached: 'gantry build --retry-failed' builds it again\n"
-		if out, _ := p.mustRun(0, "explain"); out != wantExplain {
-			t.Errorf("explain says %q, want %q", out, wantExplain)
-		}
-		out, _ := p.mustRun(0, "shell", "--build", "bad.toml", "--", "sh", "-c", "cat partial.txt")
-		if out != "partial\n" {
-			t.Errorf("shell --build in the failed build tree: cat partial.txt = %q, want %q", out, "partial\n")
-		}
+		checkRemoteFailure(t, p, want, worker.URL())
 	})
 
 	// Ctrl-C during a long action ends the session at once with 130, nothing cached.
@@ -150,19 +93,7 @@ func TestE2ERemoteExecutionOnBazelWorker(t *testing.T) {
 		p := newRemoteProject(t, worker, map[string]string{
 			"elements/long.toml": "kind = \"manual\"\nbuild-depends = [\"sysroot.toml\"]\n[config]\nbuild-commands = [\"sleep 97.3\"]\n",
 		}, "long.toml")
-		g := p.start("build", "--ui", "plain")
-		waitForSleep(t, "97.3")
-		g.signal(syscall.SIGINT)
-		signalled := time.Now()
-		if code := g.wait(remoteTimeout); code != 130 {
-			t.Fatalf("exit code %d after SIGINT, want 130\n%s", code, g.output())
-		}
-		if d := g.exitedAt.Sub(signalled); d > 10*time.Second {
-			t.Errorf("gantry took %v to end after SIGINT", d)
-		}
-		if st := p.state("long.toml"); st == "failed" || st == "cached" {
-			t.Errorf("long.toml is %q after an interrupted remote build", st)
-		}
+		p.interruptDuringSleep("long.toml", "97.3", "build", "--ui", "plain")
 		// Bazel's worker serves no Operations: CancelOperation is refused and the
 		// command runs on until the worker ends (TestRunCancelledCancelsTheOperation
 		// shows the call against the fake).
