@@ -342,8 +342,10 @@ func TestWorkerBuildGrid(t *testing.T) {
 	})
 
 	// Last: kill -9 of the worker; the action's process dies with it. BuildGrid
-	// re-queues the lease once the bot session expires (its keepalive, 120 s), and
-	// meanwhile assigns new actions to the dead bot: nothing runs after this.
+	// re-queues the lease once the bot session expires (its keepalive, 600 s
+	// when unset: TestE2EBuildGridTwoWorkers/KilledWorker sets it short and sees
+	// the re-queue), and meanwhile assigns new actions to the dead bot: nothing
+	// runs after this.
 	t.Run("KilledWorkerLeavesNothingRunning", func(t *testing.T) {
 		stopHost() // the worker of the previous subtest, if it still runs
 		w := startGantryWorker(t, bg, "gantry-host-bot-3", "--sandbox", "host")
