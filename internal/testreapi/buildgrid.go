@@ -78,7 +78,40 @@ func (b *BuildGrid) Conn(t testing.TB) *grpc.ClientConn {
 
 // BuildGridOptions change how StartBuildGrid configures the server; the zero value is
 // a plaintext server with BuildGrid's own defaults.
-type BuildGridOptions struct{}
+type BuildGridOptions struct {
+	// BotKeepalive is the scheduler's bot-session-keepalive-timeout: how long a bot
+	// may go without an UpdateBotSession before BuildGrid closes its session and
+	// re-queues its leases (0: BuildGrid's default, 600 s). Whole seconds, at least
+	// 4 s: BuildGrid holds a bot's long poll for 80 % of it and assigns no lease to
+	// a poll held under 3 s. The expired sessions are then looked for every second,
+	// not every 10 s.
+	BotKeepalive time.Duration
+	// ThreadPoolSize is bgd's thread-pool-size, which is also its limit of
+	// concurrent RPCs (0: BuildGrid's default, 5 per CPU). Each Execute stream
+	// and each bot's long poll holds one; a call over the limit fails with
+	// ResourceExhausted: "Concurrent RPC limit exceeded!".
+	ThreadPoolSize int
+}
+
+// serverSettings are the top-level lines opts adds to bgd's configuration.
+func (opts BuildGridOptions) serverSettings() string {
+	if opts.ThreadPoolSize == 0 {
+		return ""
+	}
+	return fmt.Sprintf("thread-pool-size: %d\n", opts.ThreadPoolSize)
+}
+
+// schedulerSettings are the lines opts adds to the !sql-scheduler.
+func (opts BuildGridOptions) schedulerSettings(t testing.TB) string {
+	t.Helper()
+	if opts.BotKeepalive == 0 {
+		return ""
+	}
+	if opts.BotKeepalive < 4*time.Second || opts.BotKeepalive%time.Second != 0 {
+		t.Fatalf("BuildGridOptions.BotKeepalive %s: whole seconds, at least 4s (BuildGrid leases nothing to a poll held under 3s)", opts.BotKeepalive)
+	}
+	return fmt.Sprintf("    bot-session-keepalive-timeout: %d\n    session-expiry-timer-interval: 1\n", opts.BotKeepalive/time.Second)
+}
 
 // StartBuildGrid starts BuildGrid on a free port of 127.0.0.1 and returns once it
 // answers a Capabilities call. Without BuildGrid's venv or PostgreSQL the test skips
@@ -114,7 +147,7 @@ func StartBuildGrid(t testing.TB, opts BuildGridOptions) *BuildGrid {
 	}
 	b.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	config := filepath.Join(dir, "buildgrid.yml")
-	text := fmt.Sprintf(buildGridConfig, b.Addr, db, filepath.Join(dir, "cas"), b.Instance)
+	text := fmt.Sprintf(buildGridConfig, opts.serverSettings(), b.Addr, db, filepath.Join(dir, "cas"), opts.schedulerSettings(t), b.Instance)
 	if err := os.WriteFile(config, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -146,10 +179,12 @@ func StartBuildGrid(t testing.TB, opts BuildGridOptions) *BuildGrid {
 	return b
 }
 
-// buildGridConfig is bgd's configuration: address, database, CAS directory, instance.
+// buildGridConfig is bgd's configuration: further server settings (lines),
+// address, database, CAS directory, the scheduler's further settings (lines),
+// instance.
 // The execution service brings the Bots and Operations services; Capabilities is
 // always served.
-const buildGridConfig = `server:
+const buildGridConfig = `%sserver:
   - !channel
     address: "%s"
     insecure-mode: true
@@ -173,7 +208,7 @@ schedulers:
     sql: *sql
     action-cache: *ac
     storage: *cas
-instances:
+%sinstances:
   - name: "%s"
     services:
       - !action-cache

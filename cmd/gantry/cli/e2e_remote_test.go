@@ -14,21 +14,10 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/gantry-build/gantry/internal/testreapi"
-	"github.com/gantry-build/gantry/internal/testtree"
 )
-
-// remoteTimeout bounds a whole remote session: a JVM worker on a loaded
-// two-core machine runs an action in about a second.
-const remoteTimeout = 3 * time.Minute
-
-// remoteApplets are the busybox applets the remote projects' commands and
-// gantry's remote script use.
-var remoteApplets = []string{"sh", "mkdir", "cp", "rm", "cat", "echo", "ls", "sleep", "test", "true", "printf"}
 
 // remoteProjectTOML is a project.toml building on the worker at url with wrap = "bwrap".
 func remoteProjectTOML(url string, targets ...string) string {
@@ -40,33 +29,10 @@ func remoteProjectTOML(url string, targets ...string) string {
 // it is not nil, else locally.
 func newRemoteProject(t *testing.T, worker *testreapi.Worker, files map[string]string, targets ...string) *e2eProject {
 	t.Helper()
-	all := map[string]string{"project.toml": projectTOML(targets...), "elements/sysroot.toml": localImport("files/sysroot")}
 	if worker != nil {
-		all["project.toml"] = remoteProjectTOML(worker.URL(), targets...)
+		return newBusyboxProject(t, remoteProjectTOML(worker.URL(), targets...), files)
 	}
-	for k, v := range files {
-		all[k] = v
-	}
-	p := newE2EProject(t, all)
-	bin := filepath.Join(p.root, "files", "sysroot", "bin")
-	if err := os.MkdirAll(bin, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for _, applet := range remoteApplets {
-		copyFile(t, "/bin/busybox", filepath.Join(bin, applet), 0o755)
-	}
-	return p
-}
-
-// runLong is run with remoteTimeout instead of e2eTimeout.
-func (p *e2eProject) runLong(want int, args ...string) (stdout, stderr string) {
-	p.t.Helper()
-	g := p.start(args...)
-	code := g.wait(remoteTimeout)
-	if code != want {
-		p.t.Fatalf("gantry %s: exit code %d, want %d\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), code, want, g.stdout.String(), g.output())
-	}
-	return g.stdout.String(), g.output()
+	return newBusyboxProject(t, projectTOML(targets...), files)
 }
 
 // startRemoteWorker starts Bazel's remote worker, with bwrap and busybox
@@ -75,42 +41,6 @@ func startRemoteWorker(t *testing.T, jobs int) *testreapi.Worker {
 	t.Helper()
 	requireSandboxTools(t)
 	return testreapi.StartBazelWorker(t, testreapi.WorkerOptions{Jobs: jobs})
-}
-
-// twentyElements is a project of twenty manual elements on the sysroot: a
-// binary tree under e00 and e19 on top of the leaves. Each writes its own file
-// after its dependencies' ones, what it sees as /, and tries a marker in /tmp.
-func twentyElements(marker string) map[string]string {
-	files := map[string]string{"files/src/hello.txt": "hello from the sources\n"}
-	for i := 0; i < 20; i++ {
-		var deps []string
-		switch {
-		case i == 19:
-			for j := 9; j <= 18; j++ {
-				deps = append(deps, fmt.Sprintf("e%02d.toml", j))
-			}
-		case i > 0:
-			deps = []string{fmt.Sprintf("e%02d.toml", (i-1)/2)}
-		}
-		dir := fmt.Sprintf("%%{install-root}/share/e%02d", i)
-		cmds := []string{"mkdir -p " + dir}
-		for _, d := range deps {
-			cmds = append(cmds, "cat /share/"+strings.TrimSuffix(d, ".toml")+"/out.txt >> "+dir+"/out.txt")
-		}
-		cmds = append(cmds, fmt.Sprintf("echo e%02d >> %s/out.txt", i, dir), "ls / > "+dir+"/root.txt",
-			"echo ran > "+marker)
-		s := "kind = \"manual\"\nbuild-depends = [\"sysroot.toml\"]\n"
-		if len(deps) > 0 {
-			s += "depends = " + tomlList(deps...) + "\n"
-		}
-		if i == 0 {
-			s += "[[sources]]\nkind = \"local\"\npath = \"files/src\"\n"
-			cmds = append(cmds, "cp hello.txt "+dir+"/hello.txt")
-		}
-		s += "[config]\nbuild-commands = " + tomlList(cmds...) + "\n"
-		files[fmt.Sprintf("elements/e%02d.toml", i)] = s
-	}
-	return files
 }
 
 // remoteLogLine matches the log line of a remote build's action.
@@ -132,83 +62,29 @@ func TestE2ERemoteExecutionOnBazelWorker(t *testing.T) {
 		if _, err := os.Stat(marker); !errors.Is(err, fs.ErrNotExist) {
 			t.Errorf("the marker the builds write is on the host (%v): a build ran here\n%s", err, stderr)
 		}
-		for i := 0; i < 20; i++ {
-			el := fmt.Sprintf("e%02d.toml", i)
-			log, _ := rp.mustRun(0, "artifact", "log", el)
-			if !strings.Contains(log, "building remotely on "+worker.URL()) || !remoteLogLine.MatchString(log) {
-				t.Errorf("%s did not build on the worker; its log:\n%s", el, log)
-			}
-			if strings.Contains(log, "sandbox: ") || strings.Contains(log, "\n+ ") {
-				t.Errorf("%s ran a command here; its log:\n%s", el, log)
-			}
-		}
+		checkBuiltRemotely(t, rp, worker.URL(), remoteLogLine)
 
 		lp := newRemoteProject(t, nil, files, "e19.toml")
 		lp.runLong(0, "build", "--ui", "plain", "--sandbox", "bwrap")
-		keys := func(p *e2eProject) string {
-			out, _ := p.mustRun(0, "show", "--deps", "all", "--format", "%{name} %{key}", "e19.toml")
-			return out
-		}
-		if r, l := keys(rp), keys(lp); r != l {
-			t.Errorf("the keys of the remote project differ from the local one's:\nremote:\n%slocal:\n%s", r, l)
-		}
-		rout, lout := filepath.Join(rp.tmp, "out"), filepath.Join(lp.tmp, "out")
-		rp.mustRun(0, "artifact", "checkout", "--deps", "all", "e19.toml", rout)
-		lp.mustRun(0, "artifact", "checkout", "--deps", "all", "e19.toml", lout)
-		rt := testtree.Read(t, rout)
-		if d := testtree.Diff(testtree.Read(t, lout), rt); d != "" {
-			t.Errorf("the checkout of the remote build differs from the local one's (want: local, got: remote):\n%.4000s", d)
-		}
-		if got, want := rt["share/e19/out.txt"], "file:e00\ne01\ne04\ne09\n"; !strings.HasPrefix(got, want) {
-			t.Errorf("e19's out.txt is %q, want it to start with %q: its dependencies' files", got, want)
-		}
+		rt := checkAsLocal(t, rp, lp)
 
 		// A second, clean cache: every action is in the worker's action cache.
 		second := newRemoteProject(t, worker, files, "e19.toml")
 		second.runLong(0, "build", "--ui", "plain")
-		for i := 0; i < 20; i++ {
-			el := fmt.Sprintf("e%02d.toml", i)
-			log, _ := second.mustRun(0, "artifact", "log", el)
-			if !strings.Contains(log, "remote build: the action cache had action ") || remoteLogLine.MatchString(log) {
-				t.Errorf("%s was not an action cache hit; its log:\n%s", el, log)
-			}
-		}
-		second.mustRun(0, "artifact", "checkout", "--deps", "all", "e19.toml", filepath.Join(second.tmp, "out"))
-		if d := testtree.Diff(rt, testtree.Read(t, filepath.Join(second.tmp, "out"))); d != "" {
-			t.Errorf("the action cache's artifacts differ from the first remote build's (want: first, got: second):\n%.4000s", d)
-		}
+		checkFromActionCache(t, second, remoteLogLine, rt)
 	})
 
 	// A failing command: exit 1, the log names the command, and the failed
 	// artifact's build tree opens with shell --build.
 	t.Run("failure", func(t *testing.T) {
 		t.Parallel()
-		p := newRemoteProject(t, worker, map[string]string{
-			"elements/bad.toml": "kind = \"manual\"\nbuild-depends = [\"sysroot.toml\"]\n[config]\nbuild-commands = " +
-				tomlList("echo partial > partial.txt", "echo about to fail", "exit 3") + "\n",
-		}, "bad.toml")
+		p := newRemoteProject(t, worker, badElement, "bad.toml")
 		_, stderr := p.runLong(1, "build", "--ui", "plain")
 		const want = "build-commands 3/3 failed on the execution service (it names no worker) with exit code 3"
 		if !strings.Contains(stderr, want) {
 			t.Errorf("the session's output does not say %q:\n%s", want, stderr)
 		}
-		log, _ := p.mustRun(0, "artifact", "log", "bad.toml")
-		for _, w := range []string{want, "[gantry] build-commands 3/3: exit 3", "about to fail"} {
-			if !strings.Contains(log, w) {
-				t.Errorf("the failed build's log does not say %q:\n%s", w, log)
-			}
-		}
-		if st := p.state("bad.toml"); st != "failed" {
-			t.Errorf("bad.toml is %q, want failed", st)
-		}
-		wantExplain := "bad.toml: its build at this key failed on " + worker.URL() + " and is cached: 'gantry build --retry-failed' builds it again\n"
-		if out, _ := p.mustRun(0, "explain"); out != wantExplain {
-			t.Errorf("explain says %q, want %q", out, wantExplain)
-		}
-		out, _ := p.mustRun(0, "shell", "--build", "bad.toml", "--", "sh", "-c", "cat partial.txt")
-		if out != "partial\n" {
-			t.Errorf("shell --build in the failed build tree: cat partial.txt = %q, want %q", out, "partial\n")
-		}
+		checkRemoteFailure(t, p, want, worker.URL())
 	})
 
 	// Ctrl-C during a long action ends the session at once with 130, nothing cached.
@@ -217,19 +93,7 @@ func TestE2ERemoteExecutionOnBazelWorker(t *testing.T) {
 		p := newRemoteProject(t, worker, map[string]string{
 			"elements/long.toml": "kind = \"manual\"\nbuild-depends = [\"sysroot.toml\"]\n[config]\nbuild-commands = [\"sleep 97.3\"]\n",
 		}, "long.toml")
-		g := p.start("build", "--ui", "plain")
-		waitForSleep(t, "97.3")
-		g.signal(syscall.SIGINT)
-		signalled := time.Now()
-		if code := g.wait(remoteTimeout); code != 130 {
-			t.Fatalf("exit code %d after SIGINT, want 130\n%s", code, g.output())
-		}
-		if d := g.exitedAt.Sub(signalled); d > 10*time.Second {
-			t.Errorf("gantry took %v to end after SIGINT", d)
-		}
-		if st := p.state("long.toml"); st == "failed" || st == "cached" {
-			t.Errorf("long.toml is %q after an interrupted remote build", st)
-		}
+		p.interruptDuringSleep("long.toml", "97.3", "build", "--ui", "plain")
 		// Bazel's worker serves no Operations: CancelOperation is refused and the
 		// command runs on until the worker ends (TestRunCancelledCancelsTheOperation
 		// shows the call against the fake).
@@ -272,27 +136,4 @@ func TestE2ERemoteWorkerKilled(t *testing.T) {
 	if st := p.state("long.toml"); st != "cached" {
 		t.Errorf("long.toml is %q after the rebuild, want cached", st)
 	}
-}
-
-// waitForSleep waits until a process `sleep ARG` runs on this machine (the
-// worker's command; the tests use a distinct ARG each).
-func waitForSleep(t *testing.T, arg string) {
-	t.Helper()
-	eventually(t, remoteTimeout, "the worker runs `sleep "+arg+"`", func() bool { return sleepRuns(arg) })
-}
-
-// sleepRuns reports whether a process `sleep ARG` runs.
-func sleepRuns(arg string) bool {
-	dirs, _ := os.ReadDir("/proc")
-	for _, d := range dirs {
-		b, err := os.ReadFile(filepath.Join("/proc", d.Name(), "cmdline"))
-		if err != nil {
-			continue
-		}
-		args := strings.Split(strings.TrimSuffix(string(b), "\x00"), "\x00")
-		if len(args) == 2 && filepath.Base(args[0]) == "sleep" && args[1] == arg {
-			return true
-		}
-	}
-	return false
 }

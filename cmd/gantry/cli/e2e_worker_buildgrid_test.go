@@ -40,17 +40,20 @@ func (l *workerLog) String() string {
 
 // gantryWorker is a running `gantry worker`.
 type gantryWorker struct {
-	log  *workerLog
-	stop func() // SIGTERM; it must exit 0 within 15s
-	kill func() // SIGKILL, as a crash
+	log     *workerLog
+	stop    func() // SIGTERM; it must exit 0 within 15s
+	kill    func() // SIGKILL, as a crash
+	pid     int
+	workDir string // its --work-dir
 }
 
 // startGantryWorker runs `gantry worker` (the real binary) against bg with args and
 // returns once its bot session exists. It is stopped when the test ends.
 func startGantryWorker(t *testing.T, bg *testreapi.BuildGrid, botID string, args ...string) *gantryWorker {
 	t.Helper()
+	workDir := t.TempDir()
 	cmd := exec.Command(gantryBinary(t), append([]string{"worker", "--bots", bg.URL(), "--bot-id", botID,
-		"--work-dir", t.TempDir()}, args...)...)
+		"--work-dir", workDir}, args...)...)
 	log := &workerLog{}
 	cmd.Stdout = lockedWriter{&log.mu, &log.buf}
 	cmd.Stderr = cmd.Stdout
@@ -96,7 +99,7 @@ func startGantryWorker(t *testing.T, bg *testreapi.BuildGrid, botID string, args
 		_ = cmd.Process.Kill()
 		<-exited
 	}
-	return &gantryWorker{log: log, stop: stop, kill: kill}
+	return &gantryWorker{log: log, stop: stop, kill: kill, pid: cmd.Process.Pid, workDir: workDir}
 }
 
 // bgExecute uploads blobs, executes the action through BuildGrid and returns the
@@ -339,8 +342,10 @@ func TestWorkerBuildGrid(t *testing.T) {
 	})
 
 	// Last: kill -9 of the worker; the action's process dies with it. BuildGrid
-	// re-queues the lease once the bot session expires (its keepalive, 120 s), and
-	// meanwhile assigns new actions to the dead bot: nothing runs after this.
+	// re-queues the lease once the bot session expires (its keepalive, 600 s
+	// when unset: TestE2EBuildGridTwoWorkers/KilledWorker sets it short and sees
+	// the re-queue), and meanwhile assigns new actions to the dead bot: nothing
+	// runs after this.
 	t.Run("KilledWorkerLeavesNothingRunning", func(t *testing.T) {
 		stopHost() // the worker of the previous subtest, if it still runs
 		w := startGantryWorker(t, bg, "gantry-host-bot-3", "--sandbox", "host")
