@@ -74,11 +74,9 @@ project() {
 	mkdir -p "$p/elements" "$p/sysroot/bin" "$p/sysroot/dev" "$p/sysroot/proc" "$p/sysroot/tmp"
 	for a in sh sleep; do cp "$BUSYBOX" "$p/sysroot/bin/$a"; done
 	printf 'name = "rexec"\nelement-path = "elements"\ndefault-targets = ["all.toml"]\n\n[variables]\nsalt = "0"\n\n[remote-execution]\nremote-jobs = %d\n' "$JOBS" >"$p/project.toml"
-	# Bazel's worker runs commands in a plain directory; BuildGrid refuses an
-	# Action.timeout over its max-execution-timeout (2 h by default; gantry's is 24 h).
+	# Bazel's worker runs commands in a plain directory.
 	case $SERVER in
 	bazel) echo 'wrap = "bwrap"' >>"$p/project.toml" ;;
-	buildgrid) echo 'timeout = "2h"' >>"$p/project.toml" ;;
 	esac
 	printf 'kind = "import"\n[[sources]]\nkind = "local"\npath = "sysroot"\n' >"$p/elements/sysroot.toml"
 	local all=()

@@ -44,9 +44,11 @@ type Config struct {
 // Defaults of the keys a configuration leaves out.
 const (
 	DefaultRemoteJobs = 32
-	// DefaultTimeout is generous: a big element (a compiler, a browser) may build for
-	// hours on one worker, and a server may cap it lower.
-	DefaultTimeout = 24 * time.Hour
+	// DefaultTimeout is generous — a big element (a compiler, a browser) may build for
+	// hours on one worker — but no more than the usual servers accept by default:
+	// BuildGrid and Buildbarn refuse an Action.timeout above 7200 s unless configured
+	// otherwise. A longer build sets timeout, in [remote-execution] or the element.
+	DefaultTimeout = 2 * time.Hour
 	// WrapBwrap is the one value of wrap.
 	WrapBwrap = "bwrap"
 )

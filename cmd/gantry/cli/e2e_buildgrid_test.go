@@ -39,11 +39,12 @@ const bgKeepalive = 15 * time.Second
 // ResourceExhausted that BuildGrid answers over it.
 const bgThreads = 64
 
-// bgProjectTOML is a project.toml for BuildGrid: an Action.timeout within
-// BuildGrid's max-execution-timeout (7200 s by default; gantry's default of 24 h
-// is refused with InvalidArgument). The execution service is --remote-executor's.
+// bgProjectTOML is a project.toml for BuildGrid: no [remote-execution] settings, so
+// that gantry's defaults are shown to suit a default BuildGrid (its
+// max-execution-timeout of 7200 s refuses a longer Action.timeout with
+// InvalidArgument). The execution service is --remote-executor's.
 func bgProjectTOML(targets ...string) string {
-	return projectTOML(targets...) + "\n[remote-execution]\ntimeout = \"2h\"\n"
+	return projectTOML(targets...)
 }
 
 // bgWorkers are the names of the two workers.
