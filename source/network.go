@@ -15,6 +15,7 @@ import (
 
 	"github.com/gantry-build/gantry/internal/netx"
 	"github.com/gantry-build/gantry/internal/units"
+	"github.com/gantry-build/gantry/internal/version"
 )
 
 // NetworkError is a failed download or git remote operation. Temporary ones (connection
@@ -235,7 +236,7 @@ func downloadHTTP(parent context.Context, rawURL string, w io.Writer, o *FetchOp
 	// Ask for the bytes as stored: a transparently decompressed body would not match its
 	// checksum.
 	req.Header.Set("Accept-Encoding", "identity")
-	req.Header.Set("User-Agent", "gantry")
+	req.Header.Set("User-Agent", version.UserAgent())
 	client := o.httpClient()
 	if o.HTTPClient == nil {
 		defer client.CloseIdleConnections() // the client is this download's alone

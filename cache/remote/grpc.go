@@ -18,6 +18,7 @@ import (
 	"github.com/gantry-build/gantry/cache"
 	"github.com/gantry-build/gantry/cache/internal/bstpb"
 	"github.com/gantry-build/gantry/internal/netx"
+	"github.com/gantry-build/gantry/internal/version"
 	bspb "google.golang.org/genproto/googleapis/bytestream"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -157,7 +158,7 @@ func dialGRPC(spec Spec, u *url.URL, certAsked *atomic.Bool, opts ...grpc.DialOp
 		return nil, err
 	}
 	all := []grpc.DialOption{
-		grpc.WithTransportCredentials(creds), grpc.WithUserAgent("gantry"),
+		grpc.WithTransportCredentials(creds), grpc.WithUserAgent(version.UserAgent()),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: keepalivePing, Timeout: keepaliveAck}),
 	}
 	if auth != "" {

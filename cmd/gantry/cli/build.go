@@ -115,7 +115,8 @@ job and gantry; 'fg' resumes them.`,
 		},
 	}
 	opts.schedulerFlags.register(cmd, allSchedFlags, "build sandbox")
-	opts.remoteFlags.register(cmd, "pulled from, not pushed to")
+	opts.remoteFlags.register(cmd, "pulled from; pushed to with --remote-push")
+	opts.remoteFlags.registerPush(cmd)
 	cmd.Flags().BoolVar(&opts.retryFailed, "retry-failed", false, "build elements whose failed build is cached")
 	cmd.Flags().StringVar(&opts.trace, "trace", "", "write the session as a Chrome trace (Perfetto, chrome://tracing) to `FILE`")
 	cmd.Flags().BoolVar(&opts.explain, "explain", false, "say why each element needs building before the session starts")
