@@ -137,17 +137,17 @@ const (
 
 // limits resolves the scheduler settings: flag > environment > user config > default.
 func (s *session) limits(f *schedulerFlags) (map[resources.Resource]int, element.OnError, int, error) {
-	pick := func(flag int, env string, cfg, def int) (int, error) {
+	pick := func(flag int, name, env string, cfg, def int) (int, error) {
 		switch {
 		case flag < 0:
-			return 0, usagef("--%s must be at least 1", env)
+			return 0, usagef("%s %d: want a number of at least 1", name, flag)
 		case flag > 0:
 			return flag, nil
 		}
-		if v := os.Getenv("GANTRY_" + env); v != "" {
+		if v := os.Getenv(env); v != "" {
 			var n int
 			if _, err := fmt.Sscan(v, &n); err != nil || n < 1 {
-				return 0, usagef("GANTRY_%s=%q: want a number of at least 1", env, v)
+				return 0, usagef("%s=%q: want a number of at least 1", env, v)
 			}
 			return n, nil
 		}
@@ -158,30 +158,32 @@ func (s *session) limits(f *schedulerFlags) (map[resources.Resource]int, element
 	}
 	sc := s.user.Scheduler
 	cpus := runtime.NumCPU()
-	builders, err := pick(f.builders, "BUILDERS", sc.Builders, element.DefaultBuilders(cpus))
+	builders, err := pick(f.builders, "--builders", "GANTRY_BUILDERS", sc.Builders, element.DefaultBuilders(cpus))
 	if err != nil {
 		return nil, "", 0, err
 	}
-	fetchers, err := pick(f.fetchers, "FETCHERS", sc.Fetchers, defaultFetchers)
+	fetchers, err := pick(f.fetchers, "--fetchers", "GANTRY_FETCHERS", sc.Fetchers, defaultFetchers)
 	if err != nil {
 		return nil, "", 0, err
 	}
-	pushers, err := pick(f.pushers, "PUSHERS", sc.Pushers, defaultPushers)
+	pushers, err := pick(f.pushers, "--pushers", "GANTRY_PUSHERS", sc.Pushers, defaultPushers)
 	if err != nil {
 		return nil, "", 0, err
 	}
-	maxJobs, err := pick(f.maxJobs, "MAX_JOBS", s.user.MaxJobs, element.DefaultMaxJobs(cpus, builders))
+	maxJobs, err := pick(f.maxJobs, "--max-jobs", "GANTRY_MAX_JOBS", s.user.MaxJobs, element.DefaultMaxJobs(cpus, builders))
 	if err != nil {
 		return nil, "", 0, err
 	}
 	var onErr element.OnError // none given: the display decides (session.pipeline)
-	for _, v := range []string{f.onError, os.Getenv("GANTRY_ON_ERROR"), sc.OnError} {
-		if v == "" {
+	for _, v := range []struct{ format, value string }{
+		{"--on-error %q", f.onError}, {"GANTRY_ON_ERROR=%q", os.Getenv("GANTRY_ON_ERROR")}, {"on-error %q in the user configuration", sc.OnError},
+	} {
+		if v.value == "" {
 			continue
 		}
-		o, ok := element.ParseOnError(v)
+		o, ok := element.ParseOnError(v.value)
 		if !ok {
-			return nil, "", 0, usagef("on-error %q: use continue, quit or terminate", v)
+			return nil, "", 0, usagef(v.format+": use continue, quit or terminate", v.value)
 		}
 		onErr = o
 		break
@@ -325,6 +327,9 @@ func checkSandboxFlag(kind string) error {
 	switch kind {
 	case "auto", "host", "bwrap":
 		return nil
+	}
+	if kind == os.Getenv("GANTRY_SANDBOX") { // the default the flag took from it
+		return usagef("GANTRY_SANDBOX=%q: use auto, host or bwrap", kind)
 	}
 	return usagef("--sandbox %q: use auto, host or bwrap", kind)
 }

@@ -101,5 +101,8 @@ func remoteTokenFromEnv() (tokenEnv, tokenFile string, err error) {
 // newRemotes is the session's remotes of specs (actions.Remotes), with the session's
 // network retries and backoff; warn is told of a remote found down before it starts.
 func (s *session) newRemotes(specs []remote.Spec, warn func(string)) (*actions.Remotes, error) {
+	if _, err := actions.NetIdleTimeout(); err != nil {
+		return nil, usagef("%v", err) // a bad GANTRY_NET_IDLE_TIMEOUT
+	}
 	return actions.NewRemotes(s.project.Name, specs, s.networkRetries(), s.retryBackoff, warn)
 }

@@ -63,6 +63,7 @@ Run 'gantry init' to start one, 'gantry show' to inspect it.`,
 	f.BoolVarP(&opts.verbose, "verbose", "v", false, "show more detail")
 	f.StringArrayVarP(&opts.options, "option", "o", nil, "set project option `NAME=VALUE` (repeatable; the last wins)")
 	f.BoolVar(&opts.noStrict, "no-strict", false, "reuse an artifact whose weak key matches although a dependency changed (docs/non-strict.md; not for CI)")
+	root.Flags().Bool("version", false, "print gantry's version, as 'gantry version' does") // cobra's, with our text
 	f.BoolVar(&opts.strict, "strict", false, "rebuild whatever a changed dependency reaches, over the user configuration's strict = false (the default)")
 
 	root.AddCommand(
@@ -82,6 +83,7 @@ Run 'gantry init' to start one, 'gantry show' to inspect it.`,
 		newInitCmd(opts, nil),
 		newVersionCmd(opts),
 		newWorkerCmd(opts),
+		newEnvironmentTopic(),
 	)
 	root.InitDefaultCompletionCmd()
 	completeElementArgs(opts, root)
