@@ -112,11 +112,17 @@ type jsonQueue struct {
 	Failed    int           `json:"failed"`
 }
 
-// seconds is a duration in seconds to the millisecond (3.142, not 3.1415926535), as
-// the float nearest to that decimal, which JSON writes as the decimal: one division
-// of the milliseconds (Duration.Seconds adds two floats: 1.1179999999999999).
+// JSONSeconds is a duration in seconds to the millisecond (3.142, not 3.1415926535),
+// as the float nearest to that decimal, which JSON writes as the decimal: one
+// division of the milliseconds (Duration.Seconds adds two floats:
+// 1.1179999999999999). Every duration in gantry's JSON is one.
+func JSONSeconds(d time.Duration) float64 {
+	return float64(d.Round(time.Millisecond).Milliseconds()) / 1000
+}
+
+// seconds is JSONSeconds for an optional member.
 func seconds(d time.Duration) *float64 {
-	s := float64(d.Round(time.Millisecond).Milliseconds()) / 1000
+	s := JSONSeconds(d)
 	return &s
 }
 
