@@ -406,6 +406,11 @@ func (s *grpcStore) fail(ctx context.Context, op string, err error) error {
 		kind = Unavailable
 		if k, ok := tlsFailure(st.Message()); ok {
 			kind = k
+		} else if strings.Contains(st.Message(), "error reading server preface: EOF") && strings.HasPrefix(s.name, "grpc://") {
+			// The server hung up on the plaintext HTTP/2 preface: a TLS server
+			// refusing what is not a TLS handshake. Retrying cannot mend it.
+			kind = Refused
+			err = fmt.Errorf("the server closed the connection at once, refusing a connection without TLS: if it serves TLS, use grpcs:// (%w)", err)
 		} else if s.certAsked.Load() {
 			kind = Auth
 			err = fmt.Errorf("%w (the server asked for a client certificate and none is set)", err)
