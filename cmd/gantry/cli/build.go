@@ -27,13 +27,14 @@ import (
 // schedulerFlags are the flags of the commands that run the scheduler; each command
 // registers those it uses (register), the others keep their defaults.
 type schedulerFlags struct {
-	onError  string
-	builders int
-	fetchers int
-	pushers  int
-	maxJobs  int
-	sandbox  string
-	quota    string // --cache-quota
+	onError   string
+	keepGoing bool // -k/--keep-going: --on-error continue
+	builders  int
+	fetchers  int
+	pushers   int
+	maxJobs   int
+	sandbox   string
+	quota     string // --cache-quota
 }
 
 // schedFlag names a scheduler flag, for register.
@@ -59,9 +60,10 @@ func (f *schedulerFlags) register(cmd *cobra.Command, which schedFlag, sandboxUs
 	fl := cmd.Flags()
 	if which&flagOnError != 0 {
 		fl.StringVar(&f.onError, "on-error", "", "what to do when a job fails: continue, quit or terminate (default quit)")
+		fl.BoolVarP(&f.keepGoing, "keep-going", "k", false, "--on-error continue, as make -k and ninja -k")
 	}
 	if which&flagBuilders != 0 {
-		fl.IntVar(&f.builders, "builders", 0, "build jobs at once (default 4, or the number of CPUs if fewer)")
+		fl.IntVarP(&f.builders, "builders", "j", 0, "build jobs at once (default 4, or the number of CPUs if fewer)")
 	}
 	if which&flagFetchers != 0 {
 		fl.IntVar(&f.fetchers, "fetchers", 0, fmt.Sprintf("download jobs at once (default %d)", defaultFetchers))
@@ -173,6 +175,12 @@ func (s *session) limits(f *schedulerFlags) (map[resources.Resource]int, element
 	maxJobs, err := pick(f.maxJobs, "--max-jobs", "GANTRY_MAX_JOBS", s.user.MaxJobs, element.DefaultMaxJobs(cpus, builders))
 	if err != nil {
 		return nil, "", 0, err
+	}
+	if f.keepGoing {
+		if f.onError != "" && f.onError != string(element.OnErrorContinue) {
+			return nil, "", 0, usagef("-k (--keep-going) is --on-error continue: it contradicts --on-error %s", f.onError)
+		}
+		f.onError = string(element.OnErrorContinue)
 	}
 	var onErr element.OnError // none given: the display decides (session.pipeline)
 	for _, v := range []struct{ format, value string }{
