@@ -36,7 +36,8 @@ type JSON struct {
 // changes when a member changes meaning or moves (docs/usage.md lists the versions).
 //   - 1 (no "schema" member): job-end's skip or wait reason was in "error".
 //   - 2: "schema"; job-end's skip or wait reason is in "reason"; durations are exact
-//     to the millisecond; build sessions' "remote-down" notices.
+//     to the millisecond; a warning that marks a push remote down names it in
+//     "remote-down".
 const JSONSchema = 2
 
 // NewJSON returns a JSON-lines display writing to w.
@@ -71,6 +72,8 @@ type jsonEvent struct {
 	Workspace string `json:"workspace,omitempty"`
 	// Gated, with job-start: the job staged, waiting for a free builder, before it.
 	Gated bool `json:"gated,omitempty"`
+	// RemoteDown, with a warning notice: the push remote it marked down for the session.
+	RemoteDown string `json:"remote-down,omitempty"`
 }
 
 // WriteJSONNotice writes a notice event outside a session's event stream (a warning
@@ -152,7 +155,7 @@ func (j *JSON) Handle(e queues.Event) {
 	case queues.ElementWaiting:
 		o = jsonEvent{Time: e.Time, Event: "element-waiting", Action: e.Action, Element: e.Element, Key: e.Key, Text: e.Reason}
 	case queues.Notice:
-		o = jsonEvent{Time: e.Time, Event: "notice", Level: e.Level, Element: e.Element, Text: e.Text}
+		o = jsonEvent{Time: e.Time, Event: "notice", Level: e.Level, Element: e.Element, Text: e.Text, RemoteDown: e.RemoteDown}
 	case queues.CacheCleanup:
 		o = cleanupJSON(e)
 	case queues.Suspended:

@@ -296,8 +296,9 @@ func runBuild(opts *buildOptions) error {
 	summary, err := s.runScheduler(schedulerRun{
 		display: display, cache: c, limits: limits, onError: onErr, cleanup: cleanup,
 		queues: actions.BuildQueues(track, rs, s.sources(c).FetchQueue(), build), items: items, notices: warnings,
-		onJobEnd: func(end queues.JobEnd) error { rs.LeaseJobEnded(end); return build.JobEnded(end) },
-		trace:    opts.trace,
+		remoteDown: rs.PushDownWarnings(),
+		onJobEnd:   func(end queues.JobEnd) error { rs.LeaseJobEnded(end); return build.JobEnded(end) },
+		trace:      opts.trace,
 	})
 	if err != nil {
 		return err
@@ -366,7 +367,9 @@ type schedulerRun struct {
 	// cleanup keeps the cache under its quota; nil: no quota.
 	cleanup *queues.CleanupConfig
 	notices []string // warnings from before the session, shown once it starts
-	trace   string   // write the session's Chrome trace there; "": none
+	// remoteDown maps those of notices that marked a push remote down to the remote.
+	remoteDown map[string]string
+	trace      string // write the session's Chrome trace there; "": none
 }
 
 // runScheduler runs a session with signals forwarded, and waits until the display has
@@ -385,7 +388,7 @@ func (s *session) runScheduler(r schedulerRun) (*queues.Summary, error) {
 		r.display.Handle(e)
 		if _, ok := e.(queues.SessionStart); ok {
 			for _, n := range r.notices {
-				r.display.Handle(queues.Notice{Base: queues.Base{Time: queues.TimeOf(e)}, Level: "warning", Text: n})
+				r.display.Handle(queues.Notice{Base: queues.Base{Time: queues.TimeOf(e)}, Level: "warning", Text: n, RemoteDown: r.remoteDown[n]})
 			}
 		}
 	})
