@@ -145,9 +145,9 @@ type LimitError struct {
 
 func (e *LimitError) Error() string {
 	if e.Unpack {
-		return fmt.Sprintf("the archive unpacks to more than %d bytes, the limit (a decompression bomb? GANTRY_MAX_UNPACKED_SIZE raises it)", e.Limit)
+		return fmt.Sprintf("the archive unpacks to more than %s (%d bytes), the limit (a decompression bomb? GANTRY_MAX_UNPACKED_SIZE raises it)", units.Bytes(e.Limit), e.Limit)
 	}
-	return fmt.Sprintf("larger than %d bytes, the download limit (raise GANTRY_MAX_DOWNLOAD_SIZE if it is genuine)", e.Limit)
+	return fmt.Sprintf("larger than %s (%d bytes), the download limit (raise GANTRY_MAX_DOWNLOAD_SIZE if it is genuine)", units.Bytes(e.Limit), e.Limit)
 }
 
 func (o *FetchOptions) httpClient() *http.Client {
