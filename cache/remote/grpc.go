@@ -207,7 +207,11 @@ func grpcAuthorization(spec Spec, u *url.URL) (grpcAuth, error) {
 	}
 	switch {
 	case token != "" && u.User != nil:
-		return "", fmt.Errorf("remote %s: both token-file and a user:password in the url: keep one", spec.Display())
+		from := "token-file"
+		if spec.TokenEnv != "" {
+			from = spec.TokenEnv
+		}
+		return "", fmt.Errorf("remote %s: both %s and a user:password in the url: keep one", spec.Display(), from)
 	case token != "":
 		return grpcAuth("Bearer " + token), nil
 	case u.User != nil:
