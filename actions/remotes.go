@@ -24,12 +24,14 @@ type Remotes struct {
 	project string
 	specs   []remote.Spec
 	down    map[string]bool // by spec.Display()
-	warn    func(string)    // a warning before the session starts
-	mu      sync.Mutex      // guards down and stores during the plan's parallel lookups
-	stores  map[string]remote.Store
-	retries int
-	backoff func() func(attempt int) time.Duration // asked at each lookup for its retries' waits; a nil answer: from 1s, doubling
-	from    map[*queues.Item]string                // the remote each item was pulled from
+	// downWarned is, by spec.Display(), the warning that marked it down.
+	downWarned map[string]string
+	warn       func(string) // a warning before the session starts
+	mu         sync.Mutex   // guards down and stores during the plan's parallel lookups
+	stores     map[string]remote.Store
+	retries    int
+	backoff    func() func(attempt int) time.Duration // asked at each lookup for its retries' waits; a nil answer: from 1s, doubling
+	from       map[*queues.Item]string                // the remote each item was pulled from
 	// lease is the push remote that grants build-once leases (ProbeLeases); nil: none.
 	lease    *remote.Spec
 	leases   map[string]*heldLease // the leases this session holds, by cache key
@@ -54,7 +56,7 @@ func NewRemotes(project string, specs []remote.Spec, retries int, backoff func()
 		return nil, err
 	}
 	specs = withIdleTimeout(specs, idle)
-	return &Remotes{project: project, specs: specs, down: map[string]bool{}, warn: warn, stores: map[string]remote.Store{}, retries: retries, backoff: backoff,
+	return &Remotes{project: project, specs: specs, down: map[string]bool{}, downWarned: map[string]string{}, warn: warn, stores: map[string]remote.Store{}, retries: retries, backoff: backoff,
 		from: map[*queues.Item]string{}, leases: map[string]*heldLease{}, asking: map[string]bool{}, wrong: map[string]map[string][]cache.Digest{}}, nil
 }
 
@@ -170,7 +172,8 @@ func (rs *Remotes) store(spec remote.Spec) remote.Store {
 	st, err := remote.Open(spec)
 	if err != nil {
 		rs.down[name] = true
-		rs.warn(fmt.Sprintf("%v: not used in this session", err))
+		rs.downWarned[name] = fmt.Sprintf("%v: not used in this session", err)
+		rs.warn(rs.downWarned[name])
 		return nil
 	}
 	rs.stores[name] = st
@@ -185,7 +188,21 @@ func (rs *Remotes) markDown(spec remote.Spec, err error) {
 		return
 	}
 	rs.down[spec.Display()] = true
-	rs.warn(downWarning(err.Error()))
+	rs.downWarned[spec.Display()] = downWarning(err.Error())
+	rs.warn(rs.downWarned[spec.Display()])
+}
+
+// PushDownWarnings maps each warning that marked a push remote down to the remote
+// (its URL without userinfo): a build session reports those remotes apart (the JSON
+// notice's remote-down). Not for use while the plan's lookups run.
+func (rs *Remotes) PushDownWarnings() map[string]string {
+	out := map[string]string{}
+	for _, r := range rs.specs {
+		if w, ok := rs.downWarned[r.Display()]; ok && r.Push {
+			out[w] = r.Display()
+		}
+	}
+	return out
 }
 
 func downWarning(why string) string {

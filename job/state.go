@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/gantry-build/gantry/internal/units"
 )
 
 // maxWorkerRSS is the resident size above which a worker takes no further job:
@@ -113,7 +115,7 @@ func (s *workerState) restore(log *os.File) string {
 		return "its job changed which signals are ignored"
 	}
 	if rss := residentBytes(); rss > maxWorkerRSS {
-		return fmt.Sprintf("it holds %d MiB of memory", rss>>20)
+		return fmt.Sprintf("it holds %s of memory", units.Bytes(rss))
 	}
 	return ""
 }

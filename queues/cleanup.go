@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/gantry-build/gantry/internal/units"
 	"github.com/gantry-build/gantry/job"
 	"github.com/gantry-build/gantry/resources"
 )
@@ -247,8 +248,8 @@ func (s *Scheduler) finishCleanup(a *activeJob, out job.Outcome) {
 	if res.After > c.Quota && !s.clean.warned {
 		s.clean.warned = true
 		s.cfg.Publish(Notice{Base: Base{now}, Level: "warning", Text: fmt.Sprintf(
-			"the cache quota (%d bytes) is too small for this session: %d bytes are left after cleanup, all of them kept for the running build (or not artifacts: sources, logs); the build goes on over the quota — raise [cache] quota or --cache-quota",
-			c.Quota, res.After)})
+			"the cache quota (%s) is too small for this session: %s is left after cleanup, all of it kept for the running build (or not artifacts: sources, logs); the build goes on over the quota — raise [cache] quota or --cache-quota",
+			units.Bytes(c.Quota), units.Bytes(res.After))})
 	}
 }
 

@@ -3,6 +3,7 @@ package queues
 import (
 	"encoding/json"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -196,6 +197,10 @@ func TestCleanupTooSmallWarnsOnce(t *testing.T) {
 	for _, n := range eventsOf[Notice](h.events) {
 		if n.Level == "warning" {
 			warnings++
+			// sizes as every display writes them (units.Bytes)
+			if want := "the cache quota (100 B) is too small for this session: 150 B is left after cleanup"; !strings.HasPrefix(n.Text, want) {
+				t.Errorf("warning %q, want it to start %q", n.Text, want)
+			}
 		}
 	}
 	if warnings != 1 {

@@ -131,6 +131,9 @@ type Notice struct {
 	Level   string // "info", "warning", "error"
 	Element string // may be empty
 	Text    string
+	// RemoteDown is the push remote (its URL without userinfo) a warning marked down
+	// for the session: nothing is pushed to it. Empty for other notices.
+	RemoteDown string
 }
 
 // Suspended and Resumed bracket a pause of all jobs.

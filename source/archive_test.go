@@ -292,19 +292,19 @@ func TestUnpackLimit(t *testing.T) {
 	build := filepath.Join(root, "build")
 	s := &Spec{Kind: Tar, URL: "file:///bomb.tar.gz", Ref: sha(bomb)}
 	err := Stage(context.Background(), s, StageOptions{SourcesDir: sources, BuildRoot: build, MaxUnpacked: 6 << 20})
-	if err == nil || !strings.Contains(err.Error(), `tar member "b"`) || !strings.Contains(err.Error(), "more than 6291456 bytes") {
+	if err == nil || !strings.Contains(err.Error(), `tar member "b"`) || !strings.Contains(err.Error(), "more than 6.0 MiB (6291456 bytes)") {
 		t.Fatalf("want a refusal of member b past the limit, got %v", err)
 	}
 	// Members skipped (outside base-dir) count too: the bytes are decompressed anyway.
 	s.BaseDir = "nothing/*"
 	err = Stage(context.Background(), s, StageOptions{SourcesDir: sources, BuildRoot: build, MaxUnpacked: 6 << 20})
-	if err == nil || !strings.Contains(err.Error(), "more than 6291456 bytes") {
+	if err == nil || !strings.Contains(err.Error(), "more than 6.0 MiB (6291456 bytes)") {
 		t.Fatalf("want a refusal past the limit while looking for base-dir, got %v", err)
 	}
 	s.BaseDir = "*"
 	t.Setenv("GANTRY_MAX_UNPACKED_SIZE", "5M")
 	err = Stage(context.Background(), s, StageOptions{SourcesDir: sources, BuildRoot: filepath.Join(root, "b1")})
-	if err == nil || !strings.Contains(err.Error(), "more than 5242880 bytes") {
+	if err == nil || !strings.Contains(err.Error(), "more than 5.0 MiB (5242880 bytes)") {
 		t.Fatalf("want a refusal past GANTRY_MAX_UNPACKED_SIZE, got %v", err)
 	}
 	t.Setenv("GANTRY_MAX_UNPACKED_SIZE", "lots")
@@ -364,8 +364,8 @@ func TestXzTailCountsAgainstTheLimit(t *testing.T) {
 		limit         int64
 		wantErr       string
 	}{
-		{"over the limit", "", 1 << 20, "data goes on after the end of the tar archive: the archive unpacks to more than 1048576 bytes"},
-		{"over the limit, base-dir", "*", 1 << 20, "data goes on after the end of the tar archive: the archive unpacks to more than 1048576 bytes"},
+		{"over the limit", "", 1 << 20, "data goes on after the end of the tar archive: the archive unpacks to more than 1.0 MiB (1048576 bytes)"},
+		{"over the limit, base-dir", "*", 1 << 20, "data goes on after the end of the tar archive: the archive unpacks to more than 1.0 MiB (1048576 bytes)"},
 		{"within the limit", "*", 8 << 20, ""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

@@ -231,7 +231,7 @@ func TestFetchSizeLimit(t *testing.T) {
 	o.MaxDownload = 1 << 20
 	for _, path := range []string{"/big.tar", "/endless"} {
 		err := Fetch(context.Background(), &Spec{Kind: Tar, URL: srv.URL + path, Ref: sha(big)}, o)
-		if err == nil || !strings.Contains(err.Error(), "larger than 1048576 bytes, the download limit") {
+		if err == nil || !strings.Contains(err.Error(), "larger than 1.0 MiB (1048576 bytes), the download limit") {
 			t.Fatalf("%s: want the size error, got %v", path, err)
 		}
 		if IsTemporary(err) {
@@ -240,7 +240,7 @@ func TestFetchSizeLimit(t *testing.T) {
 	}
 	t.Setenv("GANTRY_MAX_DOWNLOAD_SIZE", "2M")
 	o.MaxDownload = 0
-	if err := Fetch(context.Background(), &Spec{Kind: Tar, URL: srv.URL + "/big.tar", Ref: sha(big)}, o); err == nil || !strings.Contains(err.Error(), "larger than 2097152 bytes") {
+	if err := Fetch(context.Background(), &Spec{Kind: Tar, URL: srv.URL + "/big.tar", Ref: sha(big)}, o); err == nil || !strings.Contains(err.Error(), "larger than 2.0 MiB (2097152 bytes)") {
 		t.Fatalf("want GANTRY_MAX_DOWNLOAD_SIZE applied, got %v", err)
 	}
 	if files, _ := os.ReadDir(filepath.Join(o.SourcesDir, "files")); len(files) != 0 {

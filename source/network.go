@@ -15,6 +15,7 @@ import (
 
 	"github.com/gantry-build/gantry/internal/netx"
 	"github.com/gantry-build/gantry/internal/units"
+	"github.com/gantry-build/gantry/internal/version"
 )
 
 // NetworkError is a failed download or git remote operation. Temporary ones (connection
@@ -144,9 +145,9 @@ type LimitError struct {
 
 func (e *LimitError) Error() string {
 	if e.Unpack {
-		return fmt.Sprintf("the archive unpacks to more than %d bytes, the limit (a decompression bomb? GANTRY_MAX_UNPACKED_SIZE raises it)", e.Limit)
+		return fmt.Sprintf("the archive unpacks to more than %s (%d bytes), the limit (a decompression bomb? GANTRY_MAX_UNPACKED_SIZE raises it)", units.Bytes(e.Limit), e.Limit)
 	}
-	return fmt.Sprintf("larger than %d bytes, the download limit (raise GANTRY_MAX_DOWNLOAD_SIZE if it is genuine)", e.Limit)
+	return fmt.Sprintf("larger than %s (%d bytes), the download limit (raise GANTRY_MAX_DOWNLOAD_SIZE if it is genuine)", units.Bytes(e.Limit), e.Limit)
 }
 
 func (o *FetchOptions) httpClient() *http.Client {
@@ -235,7 +236,7 @@ func downloadHTTP(parent context.Context, rawURL string, w io.Writer, o *FetchOp
 	// Ask for the bytes as stored: a transparently decompressed body would not match its
 	// checksum.
 	req.Header.Set("Accept-Encoding", "identity")
-	req.Header.Set("User-Agent", "gantry")
+	req.Header.Set("User-Agent", version.UserAgent())
 	client := o.httpClient()
 	if o.HTTPClient == nil {
 		defer client.CloseIdleConnections() // the client is this download's alone

@@ -47,6 +47,7 @@ func TestScripts(t *testing.T) {
 			"corrupt":    cmdCorrupt,
 			"deadport":   cmdDeadPort,
 			"busybox":    cmdBusybox,
+			"cacheserve": cmdCacheServe,
 
 			"setenv-stdout": cmdSetenvStdout,
 		},

@@ -32,6 +32,6 @@ type jsonCleanup struct {
 
 func cleanupJSON(e queues.CacheCleanup) jsonEvent {
 	return jsonEvent{Time: e.Time, Event: "cache-cleanup", Action: queues.Cleanup, Text: cleanupText(e), Cleanup: &jsonCleanup{
-		Freed: e.Freed, Before: e.Before, After: e.After, Quota: e.Quota, Artifacts: e.Artifacts, Duration: e.Duration.Seconds(),
+		Freed: e.Freed, Before: e.Before, After: e.After, Quota: e.Quota, Artifacts: e.Artifacts, Duration: *seconds(e.Duration),
 		Live: e.Live, LiveBytes: e.LiveBytes}}
 }

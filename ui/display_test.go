@@ -293,3 +293,50 @@ func TestSummarySaysSuspendedTime(t *testing.T) {
 		t.Errorf("summary of a session never suspended:\n%s", got)
 	}
 }
+
+// Durations are written exactly to the millisecond: 1.118, not 1.1179999999999999
+// (Duration.Seconds adds two floats), in job-end, the summary and its critical path.
+func TestJSONDurationsAreExactMilliseconds(t *testing.T) {
+	var out bytes.Buffer
+	d := NewJSON(&out, Options{})
+	d.Handle(queues.JobEnd{Base: queues.Base{Time: t0}, Action: queues.Build, Element: "app.toml", Result: queues.ResultSuccess,
+		Duration: 1118 * time.Millisecond})
+	d.Handle(queues.SessionEnd{Base: queues.Base{Time: t0}, Summary: &queues.Summary{Elapsed: 1122 * time.Millisecond,
+		CriticalPath: []queues.PathLink{{Action: queues.Build, Element: "app.toml", Duration: 1128 * time.Millisecond, Wait: 1136 * time.Millisecond}}}})
+	wantContains(t, "json", out.String(), `"duration":1.118`, `"elapsed":1.122`, `"duration":1.128,"wait":1.136`)
+}
+
+// A job that was skipped or waits says why under "reason": it is not an error.
+func TestJSONSkipAndWaitReasonsAreNotErrors(t *testing.T) {
+	var out bytes.Buffer
+	d := NewJSON(&out, Options{})
+	d.Handle(queues.JobEnd{Base: queues.Base{Time: t0}, Action: queues.Push, Element: "app.toml", Result: queues.ResultSkipped, Error: "the remotes have it already"})
+	d.Handle(queues.JobEnd{Base: queues.Base{Time: t0}, Action: queues.Pull, Element: "app.toml", Result: queues.ResultWaiting, Error: "waiting for another builder"})
+	d.Handle(queues.JobEnd{Base: queues.Base{Time: t0}, Action: queues.Build, Element: "app.toml", Result: queues.ResultFailure, Error: "exit status 1"})
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	wantContains(t, "skipped job-end", lines[0], `"reason":"the remotes have it already"`)
+	wantContains(t, "waiting job-end", lines[1], `"reason":"waiting for another builder"`)
+	wantContains(t, "failed job-end", lines[2], `"error":"exit status 1"`)
+	for _, l := range lines[:2] {
+		if strings.Contains(l, `"error"`) {
+			t.Errorf("a skip or a wait has an error member: %s", l)
+		}
+	}
+}
+
+// Every JSON line carries the format's schema version, events, notices and errors
+// written outside a session alike.
+func TestJSONEventsCarryTheSchemaVersion(t *testing.T) {
+	var out bytes.Buffer
+	d := NewJSON(&out, Options{})
+	for _, e := range session("/logs/app.log") {
+		d.Handle(e)
+	}
+	WriteJSONNotice(&out, "warning", "w")
+	WriteJSONError(&out, "e", 2)
+	for _, l := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		if !strings.HasPrefix(l, `{"schema":2,`) {
+			t.Errorf("a line without the schema version first: %s", l)
+		}
+	}
+}

@@ -9,9 +9,11 @@ import (
 )
 
 // JSON writes one JSON object per event and line, for CI tools. Every object has
-// "time" (RFC 3339) and "event"; job events carry "action", "element", "key" and
-// "job"; job-end carries "result" (success, failure, terminated, skipped) and
-// "duration" in seconds to the millisecond; each element the session never started
+// "schema" (JSONSchema), "time" (RFC 3339) and "event"; job events carry "action",
+// "element", "key" and "job"; job-end carries "result" (success, failure, terminated,
+// skipped, waiting), "duration" in seconds to the millisecond (exactly: 1.118, never
+// 1.1179999999999999), "error" when it failed and "reason" when it was skipped or
+// waits; each element the session never started
 // has an "element-not-started" event with the reason in "text". A job-start comes
 // when the job holds its builder and runs: a build that staged while the builders
 // were busy has "gated": true in it. A build's job-end comes when its artifact is
@@ -30,10 +32,19 @@ type JSON struct {
 	opts Options
 }
 
+// JSONSchema is the version of the JSON events' format, in every event's "schema"; it
+// changes when a member changes meaning or moves (docs/usage.md lists the versions).
+//   - 1 (no "schema" member): job-end's skip or wait reason was in "error".
+//   - 2: "schema"; job-end's skip or wait reason is in "reason"; durations are exact
+//     to the millisecond; a warning that marks a push remote down names it in
+//     "remote-down".
+const JSONSchema = 2
+
 // NewJSON returns a JSON-lines display writing to w.
 func NewJSON(w io.Writer, opts Options) *JSON { return &JSON{enc: json.NewEncoder(w), opts: opts} }
 
 type jsonEvent struct {
+	Schema   int             `json:"schema"` // JSONSchema
 	Time     time.Time       `json:"time"`
 	Event    string          `json:"event"`
 	Action   queues.Action   `json:"action,omitempty"`
@@ -44,6 +55,7 @@ type jsonEvent struct {
 	Result   string          `json:"result,omitempty"`
 	Duration *float64        `json:"duration,omitempty"`
 	Error    string          `json:"error,omitempty"`
+	Reason   string          `json:"reason,omitempty"` // job-end: why it was skipped, what it waits for
 	Log      string          `json:"log,omitempty"`
 	Text     string          `json:"text,omitempty"`
 	Level    string          `json:"level,omitempty"`
@@ -60,19 +72,21 @@ type jsonEvent struct {
 	Workspace string `json:"workspace,omitempty"`
 	// Gated, with job-start: the job staged, waiting for a free builder, before it.
 	Gated bool `json:"gated,omitempty"`
+	// RemoteDown, with a warning notice: the push remote it marked down for the session.
+	RemoteDown string `json:"remote-down,omitempty"`
 }
 
 // WriteJSONNotice writes a notice event outside a session's event stream (a warning
 // before or after it), so that stderr stays JSON lines only.
 func WriteJSONNotice(w io.Writer, level, text string) {
-	_ = json.NewEncoder(w).Encode(jsonEvent{Time: time.Now(), Event: "notice", Level: level, Text: text})
+	_ = json.NewEncoder(w).Encode(jsonEvent{Schema: JSONSchema, Time: time.Now(), Event: "notice", Level: level, Text: text})
 }
 
 // WriteJSONError writes the "error" event that ends a command which failed outside a
 // session's summary (a project that does not load, an unknown element, an
 // interruption), with the exit code gantry exits with.
 func WriteJSONError(w io.Writer, text string, exitCode int) {
-	_ = json.NewEncoder(w).Encode(jsonEvent{Time: time.Now(), Event: "error", Level: "error", Text: text, ExitCode: &exitCode})
+	_ = json.NewEncoder(w).Encode(jsonEvent{Schema: JSONSchema, Time: time.Now(), Event: "error", Level: "error", Text: text, ExitCode: &exitCode})
 }
 
 type jsonSummary struct {
@@ -101,9 +115,17 @@ type jsonQueue struct {
 	Failed    int           `json:"failed"`
 }
 
-// seconds is a duration in seconds to the millisecond (3.142, not 3.1415926535).
+// JSONSeconds is a duration in seconds to the millisecond (3.142, not 3.1415926535),
+// as the float nearest to that decimal, which JSON writes as the decimal: one
+// division of the milliseconds (Duration.Seconds adds two floats:
+// 1.1179999999999999). Every duration in gantry's JSON is one.
+func JSONSeconds(d time.Duration) float64 {
+	return float64(d.Round(time.Millisecond).Milliseconds()) / 1000
+}
+
+// seconds is JSONSeconds for an optional member.
 func seconds(d time.Duration) *float64 {
-	s := d.Round(time.Millisecond).Seconds()
+	s := JSONSeconds(d)
 	return &s
 }
 
@@ -123,6 +145,9 @@ func (j *JSON) Handle(e queues.Event) {
 	case queues.JobEnd:
 		o = jsonEvent{Time: e.Time, Event: "job-end", Action: e.Action, Element: e.Element, Key: e.Key, Job: e.JobID,
 			Result: string(e.Result), Duration: seconds(e.Duration), Error: e.Error, Log: e.LogPath, Retry: e.WillRetry}
+		if e.Result == queues.ResultSkipped || e.Result == queues.ResultWaiting {
+			o.Error, o.Reason = "", e.Error // not an error: why nothing was done
+		}
 	case queues.JobDurable:
 		o = jsonEvent{Time: e.Time, Event: "job-durable", Action: e.Action, Element: e.Element, Key: e.Key, Job: e.JobID}
 	case queues.ElementSkipped:
@@ -130,7 +155,7 @@ func (j *JSON) Handle(e queues.Event) {
 	case queues.ElementWaiting:
 		o = jsonEvent{Time: e.Time, Event: "element-waiting", Action: e.Action, Element: e.Element, Key: e.Key, Text: e.Reason}
 	case queues.Notice:
-		o = jsonEvent{Time: e.Time, Event: "notice", Level: e.Level, Element: e.Element, Text: e.Text}
+		o = jsonEvent{Time: e.Time, Event: "notice", Level: e.Level, Element: e.Element, Text: e.Text, RemoteDown: e.RemoteDown}
 	case queues.CacheCleanup:
 		o = cleanupJSON(e)
 	case queues.Suspended:
@@ -147,7 +172,7 @@ func (j *JSON) Handle(e queues.Event) {
 			js.NotStarted = []queues.NotStarted{}
 		}
 		for _, l := range s.CriticalPath {
-			js.CriticalPath = append(js.CriticalPath, jsonLink{Action: l.Action, Element: l.Element, Duration: l.Duration.Seconds(), Wait: l.Wait.Seconds()})
+			js.CriticalPath = append(js.CriticalPath, jsonLink{Action: l.Action, Element: l.Element, Duration: *seconds(l.Duration), Wait: *seconds(l.Wait)})
 		}
 		for _, q := range s.Queues {
 			js.Queues = append(js.Queues, jsonQueue{Action: q.Action, Processed: q.Processed, Skipped: q.Skipped, Failed: q.Failed})
@@ -155,11 +180,12 @@ func (j *JSON) Handle(e queues.Event) {
 		// An element the session never got to has its own event, as every other
 		// element has, before the summary that lists them all.
 		for _, ns := range s.NotStarted {
-			j.enc.Encode(jsonEvent{Time: e.Time, Event: "element-not-started", Element: ns.Element, Text: ns.Reason})
+			j.enc.Encode(jsonEvent{Schema: JSONSchema, Time: e.Time, Event: "element-not-started", Element: ns.Element, Text: ns.Reason})
 		}
 		o = jsonEvent{Time: e.Time, Event: "session-end", Project: s.Project, Summary: js}
 	default:
 		return
 	}
+	o.Schema = JSONSchema
 	j.enc.Encode(o)
 }

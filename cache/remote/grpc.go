@@ -19,6 +19,7 @@ import (
 	"github.com/gantry-build/gantry/cache/internal/bstpb"
 	"github.com/gantry-build/gantry/cache/internal/leasepb"
 	"github.com/gantry-build/gantry/internal/netx"
+	"github.com/gantry-build/gantry/internal/version"
 	bspb "google.golang.org/genproto/googleapis/bytestream"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -160,7 +161,7 @@ func dialGRPC(spec Spec, u *url.URL, certAsked *atomic.Bool, opts ...grpc.DialOp
 		return nil, err
 	}
 	all := []grpc.DialOption{
-		grpc.WithTransportCredentials(creds), grpc.WithUserAgent("gantry"),
+		grpc.WithTransportCredentials(creds), grpc.WithUserAgent(version.UserAgent()),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: keepalivePing, Timeout: keepaliveAck}),
 	}
 	if auth != "" {
@@ -209,7 +210,11 @@ func grpcAuthorization(spec Spec, u *url.URL) (grpcAuth, error) {
 	}
 	switch {
 	case token != "" && u.User != nil:
-		return "", fmt.Errorf("remote %s: both token-file and a user:password in the url: keep one", spec.Display())
+		from := "token-file"
+		if spec.TokenEnv != "" {
+			from = spec.TokenEnv
+		}
+		return "", fmt.Errorf("remote %s: both %s and a user:password in the url: keep one", spec.Display(), from)
 	case token != "":
 		return grpcAuth("Bearer " + token), nil
 	case u.User != nil:
@@ -408,6 +413,11 @@ func (s *grpcStore) fail(ctx context.Context, op string, err error) error {
 		kind = Unavailable
 		if k, ok := tlsFailure(st.Message()); ok {
 			kind = k
+		} else if strings.Contains(st.Message(), "error reading server preface: EOF") && strings.HasPrefix(s.name, "grpc://") {
+			// The server hung up on the plaintext HTTP/2 preface: a TLS server
+			// refusing what is not a TLS handshake. Retrying cannot mend it.
+			kind = Refused
+			err = fmt.Errorf("the server closed the connection at once, refusing a connection without TLS: if it serves TLS, use grpcs:// (%w)", err)
 		} else if s.certAsked.Load() {
 			kind = Auth
 			err = fmt.Errorf("%w (the server asked for a client certificate and none is set)", err)

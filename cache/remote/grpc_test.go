@@ -22,7 +22,10 @@ import (
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 	"github.com/gantry-build/gantry/cache"
 	"github.com/gantry-build/gantry/internal/testpki"
+	"github.com/gantry-build/gantry/internal/version"
 	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 )
 
 // openGRPC opens the grpc store of spec, closed when the test ends.
@@ -678,5 +681,39 @@ func TestGRPCOpenRefusesBadSettings(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "secret") {
 			t.Errorf("Open(%s) = %v, want an error about %q without the password", tc.spec.Display(), err, tc.want)
 		}
+	}
+}
+
+// A grpc:// (plaintext) client of a TLS server: the server hangs up on the HTTP/2
+// preface, and the error says so and what to use, instead of gRPC's "error reading
+// server preface: EOF"; retrying cannot mend it.
+func TestGRPCPlaintextToTLSServer(t *testing.T) {
+	t.Parallel()
+	addr := newTestREAPI().start(t, testServerTLS(t, testpki.New(t), false))
+	s := openGRPC(t, Spec{URL: "grpc://" + addr})
+	_, err := s.FindMissing(context.Background(), []cache.Digest{cache.DigestOf([]byte("x"))})
+	if !IsKind(err, Refused) || !strings.Contains(err.Error(), "the server closed the connection at once, refusing a connection without TLS: if it serves TLS, use grpcs://") {
+		t.Errorf("FindMissing over grpc:// on a TLS server = %v, want refused, saying to use grpcs://", err)
+	}
+}
+
+// gantry's gRPC clients say who they are: gantry and its version.
+func TestGRPCUserAgentHasGantrysVersion(t *testing.T) {
+	t.Parallel()
+	agent := make(chan string, 1)
+	addr := newTestREAPI().start(t, grpc.UnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		md, _ := metadata.FromIncomingContext(ctx)
+		select {
+		case agent <- strings.Join(md.Get("user-agent"), ","):
+		default:
+		}
+		return h(ctx, req)
+	}))
+	s := openGRPC(t, Spec{URL: "grpc://" + addr})
+	if _, err := s.FindMissing(context.Background(), []cache.Digest{cache.DigestOf([]byte("x"))}); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-agent; !strings.HasPrefix(got, version.UserAgent()+" grpc-go/") || !strings.HasPrefix(got, "gantry/") {
+		t.Errorf("user-agent = %q, want %q first", got, version.UserAgent())
 	}
 }

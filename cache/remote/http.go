@@ -17,6 +17,7 @@ import (
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 	"github.com/gantry-build/gantry/cache"
 	"github.com/gantry-build/gantry/internal/netx"
+	"github.com/gantry-build/gantry/internal/version"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/protobuf/proto"
 )
@@ -121,7 +122,7 @@ func (x *exchange) do(method, rawURL string, body func() (io.ReadCloser, error),
 			rd.Close()
 		}
 	}
-	req.Header.Set("User-Agent", "gantry")
+	req.Header.Set("User-Agent", version.UserAgent())
 	req.Header.Set("Accept-Encoding", "identity")
 	if t := fencingToken(x.ctx); t != 0 && method == http.MethodPut {
 		// Read by the server on the entry's PUT; the blobs' PUTs of a push carry it too.

@@ -16,6 +16,7 @@ import (
 	"github.com/gantry-build/gantry/cache"
 	"github.com/gantry-build/gantry/internal/testhttp"
 	"github.com/gantry-build/gantry/internal/testtree"
+	"github.com/gantry-build/gantry/internal/version"
 )
 
 // memRemote is a small HTTP cache server (bazel-remote's protocol) on 127.0.0.1,
@@ -293,5 +294,39 @@ func TestHTTPSRemoteWithServerCAAndToken(t *testing.T) {
 	defer plain.Close()
 	if _, err := plain.GetEntry(context.Background(), "k"); !IsKind(err, Refused) {
 		t.Fatalf("without server-ca: got %v, want the certificate refused", err)
+	}
+}
+
+// A spec's TokenEnv names the variable holding the bearer token (a --remote's
+// GANTRY_REMOTE_TOKEN): it is sent as the token-file's would be, and the User-Agent
+// says gantry and its version.
+func TestHTTPRemoteTokenFromEnvironmentAndUserAgent(t *testing.T) {
+	var mu sync.Mutex
+	var auth, agents []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		auth, agents = append(auth, r.Header.Get("Authorization")), append(agents, r.Header.Get("User-Agent"))
+		mu.Unlock()
+		http.NotFound(w, r)
+	}))
+	defer srv.Close()
+	t.Setenv("TEST_REMOTE_TOKEN", " env-t0ken\n")
+	store, err := Open(Spec{URL: srv.URL, TokenEnv: "TEST_REMOTE_TOKEN"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	if _, err := store.GetEntry(context.Background(), "k"); !errors.Is(err, cache.ErrNotFound) {
+		t.Fatalf("GetEntry = %v, want a miss", err)
+	}
+	if len(auth) != 1 || auth[0] != "Bearer env-t0ken" {
+		t.Errorf("authorization headers %q, want the variable's bearer token", auth)
+	}
+	if len(agents) != 1 || agents[0] != version.UserAgent() || !strings.HasPrefix(agents[0], "gantry/") {
+		t.Errorf("user agents %q, want %q", agents, version.UserAgent())
+	}
+	t.Setenv("TEST_REMOTE_TOKEN", "")
+	if _, err := Open(Spec{URL: srv.URL, TokenEnv: "TEST_REMOTE_TOKEN"}); err == nil || err.Error() != "remote "+srv.URL+": TEST_REMOTE_TOKEN must hold one token on one line" {
+		t.Errorf("an empty token variable: %v, want it named", err)
 	}
 }

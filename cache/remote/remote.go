@@ -39,6 +39,11 @@ type Spec struct {
 	ClientCert string `toml:"client-cert" json:"client-cert"` // PEM file: client certificate for mutual TLS
 	ClientKey  string `toml:"client-key" json:"client-key"`   // PEM file: its key
 	TokenFile  string `toml:"token-file" json:"token-file"`   // file holding a bearer token (sent as Authorization: Bearer …)
+	// TokenEnv names the environment variable that holds the bearer token
+	// (GANTRY_REMOTE_TOKEN for a --remote): the token itself is in no spec, payload
+	// or file, and a job reads it from the environment it inherited. Not a file
+	// setting.
+	TokenEnv string `toml:"-" json:"token-env,omitempty"`
 
 	// IdleTimeout is how long an exchange may receive nothing (response headers,
 	// body bytes, a stream message) before it fails as unavailable (a stall); 0 means
@@ -243,8 +248,16 @@ func tlsConfig(spec Spec) (*tls.Config, error) {
 	return cfg, nil
 }
 
-// readToken reads the bearer token of spec's token-file ("" when none is set).
+// readToken reads the bearer token of spec's token variable or token-file ("" when
+// neither is set).
 func readToken(spec Spec) (string, error) {
+	if spec.TokenEnv != "" {
+		tok := strings.TrimSpace(os.Getenv(spec.TokenEnv))
+		if tok == "" || strings.ContainsAny(tok, "\r\n") {
+			return "", fmt.Errorf("remote %s: %s must hold one token on one line", spec.Display(), spec.TokenEnv)
+		}
+		return tok, nil
+	}
 	if spec.TokenFile == "" {
 		return "", nil
 	}

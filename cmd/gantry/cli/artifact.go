@@ -136,7 +136,7 @@ func runArtifactCheckout(opts *artifactCheckoutOptions) error {
 	defer lock.Unlock()
 	if d == element.DepsNone {
 		if !a.Success {
-			fmt.Fprintf(opts.ios.ErrOut, "gantry: %s@%s is a failed build: checking out what its install root held when it failed\n", a.Element, shortKey(a.Key))
+			opts.ios.Note(fmt.Sprintf("%s@%s is a failed build: checking out what its install root held when it failed", a.Element, shortKey(a.Key)))
 		}
 		// Copies, never hard links: the user's files must not alias the cache.
 		if err := c.Checkout(a.Files, dir, cache.CheckoutOptions{}); err != nil {
@@ -158,7 +158,7 @@ func runArtifactCheckout(opts *artifactCheckoutOptions) error {
 			return fmt.Errorf("checking out %s: the cached build of %s failed: see `gantry artifact log %s`", arg.current.Name, el.Name, el.Name)
 		}
 		if !da.Success {
-			fmt.Fprintf(opts.ios.ErrOut, "gantry: %s@%s is a failed build: checking out what its install root held when it failed\n", da.Element, shortKey(da.Key))
+			opts.ios.Note(fmt.Sprintf("%s@%s is a failed build: checking out what its install root held when it failed", da.Element, shortKey(da.Key)))
 		}
 		arts = append(arts, actions.Staged{Element: el, Artifact: da})
 	}
@@ -170,7 +170,7 @@ func runArtifactCheckout(opts *artifactCheckoutOptions) error {
 		c.Touch(sa.Artifact.Project, sa.Artifact.Element, sa.Artifact.Key)
 	}
 	if warning != "" {
-		fmt.Fprintf(opts.ios.ErrOut, "gantry: warning: checking out %s: %s\n", arg.current.Name, warning)
+		opts.ios.Message("warning", fmt.Sprintf("checking out %s: %s", arg.current.Name, warning))
 	}
 	return nil
 }
@@ -273,7 +273,7 @@ func runArtifactList(opts *artifactListOptions) error {
 	}
 	list, err := c.Usages(project)
 	if err != nil {
-		fmt.Fprintf(opts.ios.ErrOut, "gantry: warning: %v\n", err)
+		opts.ios.Message("warning", err.Error())
 	}
 	if opts.format == "json" {
 		enc := json.NewEncoder(opts.ios.Out)
@@ -360,8 +360,9 @@ func runArtifactFiles(opts *artifactFilesOptions) error {
 
 type artifactDeleteOptions struct {
 	*globalOptions
-	deps string
-	args []string // ELEMENT[@KEY]|GLOB...
+	deps   string
+	format outputFormat
+	args   []string // ELEMENT[@KEY]|GLOB...
 }
 
 // newArtifactDeleteCmd is `gantry artifact delete`; runF, when not nil, runs instead
@@ -385,6 +386,7 @@ are removed at once (with every other unreferenced blob), under the exclusive ca
 		},
 	}
 	cmd.Flags().StringVar(&opts.deps, "deps", "none", "also delete dependencies: none, run, build or all")
+	opts.format.register(cmd)
 	return cmd
 }
 
@@ -392,6 +394,9 @@ func runArtifactDelete(opts *artifactDeleteOptions) error {
 	d, err := element.ParseDeps(opts.deps)
 	if err != nil {
 		return usagef("--deps %q: use none, run, build or all", opts.deps)
+	}
+	if err := opts.format.check(); err != nil {
+		return err
 	}
 	s := opts.session()
 	c, err := s.projectCache()
@@ -411,11 +416,13 @@ func runArtifactDelete(opts *artifactDeleteOptions) error {
 	}
 	defer lock.Unlock()
 	var remove []cache.ArtifactRef
+	res := deleteResult{Deleted: []cache.ArtifactRef{}, NotCached: []cache.ArtifactRef{}}
 	for _, t := range targets {
 		if _, err := c.Lookup(t.ref.Project, t.ref.Element, t.ref.Key); errors.Is(err, cache.ErrNotFound) {
 			// A warning, whether alone or beside cached elements: deleting what is not
 			// there leaves the cache as asked (BuildStream warns and succeeds too).
 			opts.ios.Message("warning", fmt.Sprintf("%s is not in the cache at key %s: nothing to delete", t.ref.Element, shortKey(t.ref.Key)))
+			res.NotCached = append(res.NotCached, t.ref)
 			continue
 		}
 		remove = append(remove, t.ref)
@@ -424,9 +431,24 @@ func runArtifactDelete(opts *artifactDeleteOptions) error {
 	if err != nil {
 		return err
 	}
-	for _, a := range rep.Artifacts {
-		fmt.Fprintf(opts.ios.ErrOut, "deleted %s/%s\n", a.Element, shortKey(a.Key))
+	if opts.format.json() {
+		for _, a := range rep.Artifacts {
+			res.Deleted = append(res.Deleted, a.ArtifactRef)
+		}
+		res.Freed, res.Blobs = rep.Freed, rep.Blobs
+		return writeJSONLine(opts.ios.Out, res)
 	}
-	fmt.Fprintf(opts.ios.ErrOut, "freed %s (%d blobs)\n", units.Bytes(rep.Freed), rep.Blobs)
+	for _, a := range rep.Artifacts {
+		opts.ios.Info(fmt.Sprintf("deleted %s/%s", a.Element, shortKey(a.Key)))
+	}
+	opts.ios.Info(fmt.Sprintf("freed %s (%d blobs)", units.Bytes(rep.Freed), rep.Blobs))
 	return nil
+}
+
+// deleteResult is what `artifact delete --format json` writes.
+type deleteResult struct {
+	Deleted   []cache.ArtifactRef `json:"deleted"`
+	NotCached []cache.ArtifactRef `json:"not-cached"` // named, not in the cache: warned about
+	Freed     int64               `json:"freed"`      // bytes
+	Blobs     int                 `json:"blobs"`      // blobs removed
 }

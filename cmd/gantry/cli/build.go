@@ -27,13 +27,14 @@ import (
 // schedulerFlags are the flags of the commands that run the scheduler; each command
 // registers those it uses (register), the others keep their defaults.
 type schedulerFlags struct {
-	onError  string
-	builders int
-	fetchers int
-	pushers  int
-	maxJobs  int
-	sandbox  string
-	quota    string // --cache-quota
+	onError   string
+	keepGoing bool // -k/--keep-going: --on-error continue
+	builders  int
+	fetchers  int
+	pushers   int
+	maxJobs   int
+	sandbox   string
+	quota     string // --cache-quota
 }
 
 // schedFlag names a scheduler flag, for register.
@@ -59,9 +60,10 @@ func (f *schedulerFlags) register(cmd *cobra.Command, which schedFlag, sandboxUs
 	fl := cmd.Flags()
 	if which&flagOnError != 0 {
 		fl.StringVar(&f.onError, "on-error", "", "what to do when a job fails: continue, quit or terminate (default quit)")
+		fl.BoolVarP(&f.keepGoing, "keep-going", "k", false, "--on-error continue, as make -k and ninja -k")
 	}
 	if which&flagBuilders != 0 {
-		fl.IntVar(&f.builders, "builders", 0, "build jobs at once (default 4, or the number of CPUs if fewer)")
+		fl.IntVarP(&f.builders, "builders", "j", 0, "build jobs at once (default 4, or the number of CPUs if fewer)")
 	}
 	if which&flagFetchers != 0 {
 		fl.IntVar(&f.fetchers, "fetchers", 0, fmt.Sprintf("download jobs at once (default %d)", defaultFetchers))
@@ -115,7 +117,8 @@ job and gantry; 'fg' resumes them.`,
 		},
 	}
 	opts.schedulerFlags.register(cmd, allSchedFlags, "build sandbox")
-	opts.remoteFlags.register(cmd, "pulled from, not pushed to")
+	opts.remoteFlags.register(cmd, "pulled from; pushed to with --remote-push")
+	opts.remoteFlags.registerPush(cmd)
 	cmd.Flags().BoolVar(&opts.retryFailed, "retry-failed", false, "build elements whose failed build is cached")
 	cmd.Flags().StringVar(&opts.trace, "trace", "", "write the session as a Chrome trace (Perfetto, chrome://tracing) to `FILE`")
 	cmd.Flags().BoolVar(&opts.explain, "explain", false, "say why each element needs building before the session starts")
@@ -136,17 +139,17 @@ const (
 
 // limits resolves the scheduler settings: flag > environment > user config > default.
 func (s *session) limits(f *schedulerFlags) (map[resources.Resource]int, element.OnError, int, error) {
-	pick := func(flag int, env string, cfg, def int) (int, error) {
+	pick := func(flag int, name, env string, cfg, def int) (int, error) {
 		switch {
 		case flag < 0:
-			return 0, usagef("--%s must be at least 1", env)
+			return 0, usagef("%s %d: want a number of at least 1", name, flag)
 		case flag > 0:
 			return flag, nil
 		}
-		if v := os.Getenv("GANTRY_" + env); v != "" {
+		if v := os.Getenv(env); v != "" {
 			var n int
 			if _, err := fmt.Sscan(v, &n); err != nil || n < 1 {
-				return 0, usagef("GANTRY_%s=%q: want a number of at least 1", env, v)
+				return 0, usagef("%s=%q: want a number of at least 1", env, v)
 			}
 			return n, nil
 		}
@@ -157,30 +160,38 @@ func (s *session) limits(f *schedulerFlags) (map[resources.Resource]int, element
 	}
 	sc := s.user.Scheduler
 	cpus := runtime.NumCPU()
-	builders, err := pick(f.builders, "BUILDERS", sc.Builders, element.DefaultBuilders(cpus))
+	builders, err := pick(f.builders, "--builders", "GANTRY_BUILDERS", sc.Builders, element.DefaultBuilders(cpus))
 	if err != nil {
 		return nil, "", 0, err
 	}
-	fetchers, err := pick(f.fetchers, "FETCHERS", sc.Fetchers, defaultFetchers)
+	fetchers, err := pick(f.fetchers, "--fetchers", "GANTRY_FETCHERS", sc.Fetchers, defaultFetchers)
 	if err != nil {
 		return nil, "", 0, err
 	}
-	pushers, err := pick(f.pushers, "PUSHERS", sc.Pushers, defaultPushers)
+	pushers, err := pick(f.pushers, "--pushers", "GANTRY_PUSHERS", sc.Pushers, defaultPushers)
 	if err != nil {
 		return nil, "", 0, err
 	}
-	maxJobs, err := pick(f.maxJobs, "MAX_JOBS", s.user.MaxJobs, element.DefaultMaxJobs(cpus, builders))
+	maxJobs, err := pick(f.maxJobs, "--max-jobs", "GANTRY_MAX_JOBS", s.user.MaxJobs, element.DefaultMaxJobs(cpus, builders))
 	if err != nil {
 		return nil, "", 0, err
+	}
+	if f.keepGoing {
+		if f.onError != "" && f.onError != string(element.OnErrorContinue) {
+			return nil, "", 0, usagef("-k (--keep-going) is --on-error continue: it contradicts --on-error %s", f.onError)
+		}
+		f.onError = string(element.OnErrorContinue)
 	}
 	var onErr element.OnError // none given: the display decides (session.pipeline)
-	for _, v := range []string{f.onError, os.Getenv("GANTRY_ON_ERROR"), sc.OnError} {
-		if v == "" {
+	for _, v := range []struct{ format, value string }{
+		{"--on-error %q", f.onError}, {"GANTRY_ON_ERROR=%q", os.Getenv("GANTRY_ON_ERROR")}, {"on-error %q in the user configuration", sc.OnError},
+	} {
+		if v.value == "" {
 			continue
 		}
-		o, ok := element.ParseOnError(v)
+		o, ok := element.ParseOnError(v.value)
 		if !ok {
-			return nil, "", 0, usagef("on-error %q: use continue, quit or terminate", v)
+			return nil, "", 0, usagef(v.format+": use continue, quit or terminate", v.value)
 		}
 		onErr = o
 		break
@@ -289,8 +300,9 @@ func runBuild(opts *buildOptions) error {
 	summary, err := s.runScheduler(schedulerRun{
 		display: display, cache: c, limits: limits, onError: onErr, cleanup: cleanup,
 		queues: actions.BuildQueues(track, rs, s.sources(c).FetchQueue(), build), items: items, notices: warnings,
-		onJobEnd: func(end queues.JobEnd) error { rs.LeaseJobEnded(end); return build.JobEnded(end) },
-		trace:    opts.trace,
+		remoteDown: rs.PushDownWarnings(),
+		onJobEnd:   func(end queues.JobEnd) error { rs.LeaseJobEnded(end); return build.JobEnded(end) },
+		trace:      opts.trace,
 	})
 	if err != nil {
 		return err
@@ -329,6 +341,9 @@ func checkSandboxFlag(kind string) error {
 	case "auto", "host", "bwrap":
 		return nil
 	}
+	if kind == os.Getenv("GANTRY_SANDBOX") { // the default the flag took from it
+		return usagef("GANTRY_SANDBOX=%q: use auto, host or bwrap", kind)
+	}
 	return usagef("--sandbox %q: use auto, host or bwrap", kind)
 }
 
@@ -356,7 +371,9 @@ type schedulerRun struct {
 	// cleanup keeps the cache under its quota; nil: no quota.
 	cleanup *queues.CleanupConfig
 	notices []string // warnings from before the session, shown once it starts
-	trace   string   // write the session's Chrome trace there; "": none
+	// remoteDown maps those of notices that marked a push remote down to the remote.
+	remoteDown map[string]string
+	trace      string // write the session's Chrome trace there; "": none
 }
 
 // runScheduler runs a session with signals forwarded, and waits until the display has
@@ -375,7 +392,7 @@ func (s *session) runScheduler(r schedulerRun) (*queues.Summary, error) {
 		r.display.Handle(e)
 		if _, ok := e.(queues.SessionStart); ok {
 			for _, n := range r.notices {
-				r.display.Handle(queues.Notice{Base: queues.Base{Time: queues.TimeOf(e)}, Level: "warning", Text: n})
+				r.display.Handle(queues.Notice{Base: queues.Base{Time: queues.TimeOf(e)}, Level: "warning", Text: n, RemoteDown: r.remoteDown[n]})
 			}
 		}
 	})

@@ -16,6 +16,7 @@ import (
 	"github.com/gantry-build/gantry/actions"
 	"github.com/gantry-build/gantry/cache"
 	"github.com/gantry-build/gantry/element"
+	"github.com/gantry-build/gantry/ui"
 )
 
 func newCacheCmd(g *globalOptions) *cobra.Command {
@@ -34,12 +35,13 @@ func (g *globalOptions) lockCache(c *cache.Cache, mode cache.LockMode) (*cache.L
 }
 
 // cacheNotice says why a command waits for the cache (its lock).
-func (g *globalOptions) cacheNotice(msg string) { fmt.Fprintf(g.ios.ErrOut, "gantry: %s\n", msg) }
+func (g *globalOptions) cacheNotice(msg string) { g.ios.Note(msg) }
 
 type cacheVerifyOptions struct {
 	*globalOptions
 	repair bool
 	store  string // --dir
+	format outputFormat
 }
 
 // newCacheVerifyCmd is `gantry cache verify`; runF, when not nil, runs instead of
@@ -74,14 +76,22 @@ entries that are not. It may run while the server serves the store.`,
 	}
 	cmd.Flags().BoolVar(&opts.repair, "repair", false, "drop damaged artifacts and remove corrupt blobs")
 	cmd.Flags().StringVar(&opts.store, "dir", "", "verify the store at `DIR` (what `cache serve --dir` serves) instead of the cache")
+	opts.format.register(cmd)
 	return cmd
 }
 
 func runCacheVerify(opts *cacheVerifyOptions) error {
 	g, repair, dir := opts.globalOptions, opts.repair, opts.store
-	c, err := verifiedCache(g, dir)
-	if c == nil || err != nil {
+	if err := opts.format.check(); err != nil {
 		return err
+	}
+	c, err := verifiedCache(g, dir)
+	if err != nil {
+		return err
+	}
+	if c == nil { // a session's cache not made yet
+		res := verifyResult{Root: g.session().cacheRoot(), NoCache: true, Problems: []string{}, StrayTemp: []string{}, Clean: true}
+		return res.write(g.ios.Out, opts.format)
 	}
 	if repair {
 		lock, err := g.lockCache(c, cache.Exclusive)
@@ -94,48 +104,89 @@ func runCacheVerify(opts *cacheVerifyOptions) error {
 	if err != nil {
 		return err
 	}
-	out := g.ios.Out
-	for _, p := range rep.Problems {
-		fmt.Fprintf(out, "problem: %s\n", p)
+	res := verifyResult{Root: c.Root, Refs: rep.Refs, ACEntries: rep.ACEntries, Blobs: rep.Blobs, Twins: rep.Twins,
+		Problems: nonNil(rep.Problems), StrayTemp: nonNil(rep.StrayTemp), Clean: rep.Clean()}
+	var failed error
+	switch {
+	case rep.Clean():
+	case !repair && dir != "":
+		failed = &failedError{msg: "the store has problems: run `gantry cache verify --dir " + dir + " --repair` to drop the damaged entries"}
+	case !repair:
+		failed = &failedError{msg: "the cache has problems: run `gantry cache verify --repair` to drop the damaged artifacts, then build again"}
+	default:
+		res.Repaired, err = c.Repair(rep)
+		res.Repaired = nonNil(res.Repaired)
+		if err == nil {
+			var after *cache.VerifyReport
+			if after, err = c.Verify(); err == nil && !after.Clean() {
+				res.NotRepaired = after.Problems
+				failed = &failedError{msg: "some problems could not be repaired: see above"}
+			}
+		}
 	}
-	for _, t := range rep.StrayTemp {
-		fmt.Fprintf(out, "stray temp file (left by a crashed process, harmless): %s\n", t)
-	}
-	var entries string
-	if rep.ACEntries > 0 {
-		entries = fmt.Sprintf("%d action cache entries, ", rep.ACEntries)
-	}
-	fmt.Fprintf(out, "%s: %d refs, %s%d blobs and %d executable twins checked, %d problems\n", c.Root, rep.Refs, entries, rep.Blobs, rep.Twins, len(rep.Problems))
-	if rep.Clean() {
-		return nil
-	}
-	if !repair && dir != "" {
-		return &failedError{msg: "the store has problems: run `gantry cache verify --dir " + dir + " --repair` to drop the damaged entries"}
-	}
-	if !repair {
-		return &failedError{msg: "the cache has problems: run `gantry cache verify --repair` to drop the damaged artifacts, then build again"}
-	}
-	done, err := c.Repair(rep)
-	for _, d := range done {
-		fmt.Fprintf(out, "repaired: %s\n", d)
+	if werr := res.write(g.ios.Out, opts.format); err == nil {
+		err = werr
 	}
 	if err != nil {
 		return err
 	}
-	if after, err := c.Verify(); err != nil {
-		return err
-	} else if !after.Clean() {
-		for _, p := range after.Problems {
-			fmt.Fprintf(out, "not repaired: %s\n", p)
-		}
-		return &failedError{msg: "some problems could not be repaired: see above"}
+	return failed
+}
+
+// verifyResult is what `cache verify` found and repaired, as text or one JSON object.
+type verifyResult struct {
+	Root        string   `json:"root"`
+	NoCache     bool     `json:"no-cache,omitempty"` // no cache made at Root: nothing to verify
+	Refs        int      `json:"refs"`
+	ACEntries   int      `json:"action-cache-entries"`
+	Blobs       int      `json:"blobs"`
+	Twins       int      `json:"executable-twins"`
+	Problems    []string `json:"problems"`
+	StrayTemp   []string `json:"stray-temp"`
+	Repaired    []string `json:"repaired,omitempty"`     // with --repair
+	NotRepaired []string `json:"not-repaired,omitempty"` // with --repair: found again after it
+	Clean       bool     `json:"clean"`                  // no problem found (before any repair)
+}
+
+func (r *verifyResult) write(out io.Writer, f outputFormat) error {
+	if f.json() {
+		return writeJSONLine(out, r)
+	}
+	if r.NoCache {
+		fmt.Fprintf(out, "no cache at %s: nothing to verify\n", r.Root)
+		return nil
+	}
+	for _, p := range r.Problems {
+		fmt.Fprintf(out, "problem: %s\n", p)
+	}
+	for _, t := range r.StrayTemp {
+		fmt.Fprintf(out, "stray temp file (left by a crashed process, harmless): %s\n", t)
+	}
+	var entries string
+	if r.ACEntries > 0 {
+		entries = fmt.Sprintf("%d action cache entries, ", r.ACEntries)
+	}
+	fmt.Fprintf(out, "%s: %d refs, %s%d blobs and %d executable twins checked, %d problems\n", r.Root, r.Refs, entries, r.Blobs, r.Twins, len(r.Problems))
+	for _, d := range r.Repaired {
+		fmt.Fprintf(out, "repaired: %s\n", d)
+	}
+	for _, p := range r.NotRepaired {
+		fmt.Fprintf(out, "not repaired: %s\n", p)
 	}
 	return nil
 }
 
+// nonNil is list, or an empty list for nil: JSON says [] rather than null.
+func nonNil(list []string) []string {
+	if list == nil {
+		return []string{}
+	}
+	return list
+}
+
 // verifiedCache is the cache `cache verify` checks, its layout made: the store at
 // dir, else the session's cache. It is nil, with nothing to do, for a session's
-// cache not made yet (said on stdout); a store at dir must exist.
+// cache not made yet; a store at dir must exist.
 func verifiedCache(g *globalOptions, dir string) (*cache.Cache, error) {
 	if dir != "" {
 		c, err := cache.At(dir)
@@ -153,7 +204,6 @@ func verifiedCache(g *globalOptions, dir string) (*cache.Cache, error) {
 		return nil, err
 	}
 	if !c.Made() {
-		fmt.Fprintf(g.ios.Out, "no cache at %s: nothing to verify\n", c.Root)
 		return nil, nil
 	}
 	return c, s.prepareCache(c) // its layout, should a directory be gone
@@ -281,6 +331,7 @@ type gcOptions struct {
 	quota    string
 	keepDays int
 	dryRun   bool
+	format   outputFormat
 }
 
 // newCacheGCCmd is `gantry cache gc`; runF, when not nil, runs instead of runGC (tests).
@@ -310,6 +361,7 @@ how much it would free, and removes nothing.`,
 	cmd.Flags().StringVar(&opts.quota, "quota", "", "remove least recently used artifacts until the cache takes at most `SIZE` (500M, 10G, 50%)")
 	cmd.Flags().IntVar(&opts.keepDays, "keep-days", 0, "remove artifacts not used for `N` days")
 	cmd.Flags().BoolVarP(&opts.dryRun, "dry-run", "n", false, "only list what would be removed")
+	opts.format.register(cmd)
 	return cmd
 }
 
@@ -320,6 +372,9 @@ func runGC(opts *gcOptions) error {
 	}
 	if opts.keepDays < 0 {
 		return usagef("--keep-days %d: want a number of days of at least 1", opts.keepDays)
+	}
+	if err := opts.format.check(); err != nil {
+		return err
 	}
 	s := g.session()
 	c, err := s.configuredCacheLaidOut()
@@ -349,10 +404,26 @@ func runGC(opts *gcOptions) error {
 	if errors.Is(err, cache.ErrServerStore) {
 		return usagef("%v", err)
 	}
-	if rep != nil {
+	if rep != nil && opts.format.json() {
+		if rep.Artifacts == nil {
+			rep.Artifacts = []cache.RemovedArtifact{} // [], not null
+		}
+		if werr := writeJSONLine(g.ios.Out, gcResult{CleanupReport: rep, Duration: ui.JSONSeconds(rep.Duration)}); err == nil {
+			err = werr
+		}
+	} else if rep != nil {
 		writeCleanup(g.ios.Out, rep)
 	}
 	return err
+}
+
+// gcResult is what `cache gc --format json` writes: the cleanup's report with its
+// duration in seconds to the millisecond instead of its duration-ns (DurationNS,
+// always nil, hides it).
+type gcResult struct {
+	*cache.CleanupReport
+	DurationNS *struct{} `json:"duration-ns,omitempty"`
+	Duration   float64   `json:"duration"`
 }
 
 // writeCleanup lists what a cleanup removed (or would remove) and what it freed.

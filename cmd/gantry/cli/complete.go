@@ -11,7 +11,8 @@ import (
 
 // Shell completion (`gantry completion bash|zsh|fish`): cobra completes the
 // subcommands and flags; element arguments complete to the project's element names
-// (after JUNCTION:, to the names of the project the junction holds), --remote to the configured remotes' URLs.
+// (after JUNCTION:, to the names of the project the junction holds), --remote to the configured remotes' URLs,
+// and the flags with a fixed set of values (--deps, --on-error, --ui, --sandbox, --format) to those values.
 
 // completeElementArgs gives every command whose usage names an ELEMENT a completion
 // of element names: each argument for "[ELEMENT...]" and "GLOB...", the first one
@@ -20,6 +21,7 @@ func completeElementArgs(opts *globalOptions, cmd *cobra.Command) {
 	for _, sub := range cmd.Commands() {
 		completeElementArgs(opts, sub)
 	}
+	completeFlagValues(cmd)
 	if cmd.Flags().Lookup("remote") != nil {
 		cmd.RegisterFlagCompletionFunc("remote", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
 			return opts.remoteURLs(), cobra.ShellCompDirectiveNoFileComp
@@ -78,4 +80,41 @@ func (o *globalOptions) remoteURLs() []string {
 		}
 	}
 	return out
+}
+
+// completeFlagValues completes the values of cmd's own flags that take one of a fixed
+// set: the values the command accepts (fetch's --deps plan, pull's and push's no
+// build, the worker's sandboxes, show's --format json besides its templates).
+func completeFlagValues(cmd *cobra.Command) {
+	values := map[string][]string{
+		"deps":     {"none", "run", "build", "all"},
+		"on-error": {"continue", "quit", "terminate"},
+		"ui":       {"auto", "tui", "plain", "json"},
+		"sandbox":  {"auto", "host", "bwrap"},
+		"format":   {"text", "json"},
+	}
+	switch cmd.Name() {
+	case "fetch":
+		values["deps"] = []string{"plan", "none", "run", "build", "all"}
+	case "pull", "push":
+		values["deps"] = []string{"none", "run", "all"}
+	case "worker":
+		values["sandbox"] = []string{"bwrap", "host"}
+	case "show":
+		values["format"] = []string{"json"} // or a line template: nothing to offer
+	}
+	for name, vals := range values {
+		if cmd.Flags().Lookup(name) == nil && cmd.PersistentFlags().Lookup(name) == nil {
+			continue // not its own flag (an inherited one is completed where it is defined)
+		}
+		_ = cmd.RegisterFlagCompletionFunc(name, func(_ *cobra.Command, _ []string, prefix string) ([]string, cobra.ShellCompDirective) {
+			var out []string
+			for _, v := range vals {
+				if strings.HasPrefix(v, prefix) {
+					out = append(out, v)
+				}
+			}
+			return out, cobra.ShellCompDirectiveNoFileComp
+		})
+	}
 }

@@ -211,6 +211,7 @@ type e2eEvent struct {
 	Job      string `json:"job"`
 	Result   string `json:"result"`
 	Error    string `json:"error"`
+	Reason   string `json:"reason"`
 	Log      string `json:"log"`
 	Text     string `json:"text"`
 	Level    string `json:"level"`

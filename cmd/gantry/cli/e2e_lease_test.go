@@ -190,9 +190,9 @@ func TestE2ELeaseTakeoverAfterKill(t *testing.T) {
 	})
 	waiter := ps[1].start("build", "--ui", "json", "--sandbox", "host")
 	waited := waiter.waitEvent("job-end", "pull", "base.toml")
-	if waited.Result != "waiting" || !strings.Contains(waited.Error, "waiting for another builder of base.toml (lease held by ci") {
+	if waited.Result != "waiting" || !strings.Contains(waited.Reason, "waiting for another builder of base.toml (lease held by ci") {
 		t.Fatalf("the second session's first pull of base.toml ended %q (%s), want waiting for the lease holder\n%s",
-			waited.Result, waited.Error, waiter.output())
+			waited.Result, waited.Reason, waiter.output())
 	}
 	if err := syscall.Kill(holder.pid(), syscall.SIGKILL); err != nil {
 		t.Fatal(err)

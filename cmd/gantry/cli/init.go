@@ -18,6 +18,7 @@ type initOptions struct {
 	*globalOptions
 	name   string
 	force  bool
+	format outputFormat
 	target string // the project's directory
 }
 
@@ -41,12 +42,16 @@ func newInitCmd(g *globalOptions, runF func(*initOptions) error) *cobra.Command 
 	}
 	cmd.Flags().StringVar(&opts.name, "name", "", "project name (default: the directory's name)")
 	cmd.Flags().BoolVarP(&opts.force, "force", "f", false, "overwrite an existing project.toml")
+	opts.format.register(cmd)
 	return cmd
 }
 
 var nameChars = regexp.MustCompile(`[^a-z0-9._-]+`)
 
 func runInit(opts *initOptions) error {
+	if err := opts.format.check(); err != nil {
+		return err
+	}
 	dir := opts.target
 	abs, err := filepath.Abs(dir)
 	if err != nil {
@@ -73,6 +78,7 @@ func runInit(opts *initOptions) error {
 		{"elements/hello.toml", initElement, 0o644},
 		{"files/hello/hello.sh", initScript, 0o755},
 	}
+	written := []string{}
 	for _, f := range files {
 		p := filepath.Join(abs, f.path)
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
@@ -84,8 +90,16 @@ func runInit(opts *initOptions) error {
 		if err := element.WriteFileAtomic(p, []byte(f.data), f.mode); err != nil {
 			return fmt.Errorf("init: %w", err)
 		}
+		written = append(written, f.path)
 	}
-	fmt.Fprintf(opts.ios.ErrOut, "Created project %q in %s\nNext: gantry -C %s show, then gantry -C %s build\n", name, abs, dir, dir)
+	if opts.format.json() {
+		return writeJSONLine(opts.ios.Out, struct {
+			Project   string   `json:"project"`
+			Directory string   `json:"directory"`
+			Written   []string `json:"written"` // relative to Directory
+		}{name, abs, written})
+	}
+	opts.ios.Info(fmt.Sprintf("Created project %q in %s\nNext: gantry -C %s show, then gantry -C %s build", name, abs, dir, dir))
 	return nil
 }
 

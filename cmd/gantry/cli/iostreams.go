@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"os"
@@ -45,6 +46,44 @@ func (s *IOStreams) Message(level, text string) {
 		return
 	}
 	fmt.Fprintf(s.ErrOut, "gantry: %s: %s\n", level, text)
+}
+
+// Note writes "gantry: text" to ErrOut, what gantry says while it waits or works
+// (waiting for the cache lock), or under --ui json an info notice.
+func (s *IOStreams) Note(text string) {
+	if s.jsonErr {
+		ui.WriteJSONNotice(s.ErrOut, "info", text)
+		return
+	}
+	fmt.Fprintf(s.ErrOut, "gantry: %s\n", text)
+}
+
+// Lines is where a command's step writes what it prints as it works (patch's output):
+// ErrOut, or under --ui json a writer that makes each line an info notice.
+func (s *IOStreams) Lines() io.Writer {
+	if !s.jsonErr {
+		return s.ErrOut
+	}
+	return &noticeLines{ios: s}
+}
+
+// noticeLines writes each complete line as an info notice (IOStreams.Lines); a last
+// line without its newline is dropped.
+type noticeLines struct {
+	ios     *IOStreams
+	partial []byte
+}
+
+func (n *noticeLines) Write(p []byte) (int, error) {
+	n.partial = append(n.partial, p...)
+	for {
+		i := bytes.IndexByte(n.partial, '\n')
+		if i < 0 {
+			return len(p), nil
+		}
+		n.ios.Info(string(n.partial[:i]))
+		n.partial = n.partial[i+1:]
+	}
 }
 
 // System returns the process's streams with TTY detection.

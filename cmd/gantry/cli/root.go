@@ -3,11 +3,12 @@ package cli
 import (
 	"fmt"
 	"os"
-	"runtime/debug"
 	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/gantry-build/gantry/internal/version"
 )
 
 // globalOptions are the flags every command shares.
@@ -46,6 +47,9 @@ Run 'gantry init' to start one, 'gantry show' to inspect it.`,
 			ios.jsonErr = earlyUIMode(cmd.Flags().Lookup("ui")) == "json"
 		},
 	}
+	// --version prints what `gantry version` does.
+	root.Version = version.String()
+	root.SetVersionTemplate("gantry {{.Version}}\n")
 	root.SetOut(ios.Out)
 	root.SetErr(ios.ErrOut)
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
@@ -59,6 +63,7 @@ Run 'gantry init' to start one, 'gantry show' to inspect it.`,
 	f.BoolVarP(&opts.verbose, "verbose", "v", false, "show more detail")
 	f.StringArrayVarP(&opts.options, "option", "o", nil, "set project option `NAME=VALUE` (repeatable; the last wins)")
 	f.BoolVar(&opts.noStrict, "no-strict", false, "reuse an artifact whose weak key matches although a dependency changed (docs/non-strict.md; not for CI)")
+	root.Flags().Bool("version", false, "print gantry's version, as 'gantry version' does") // cobra's, with our text
 	f.BoolVar(&opts.strict, "strict", false, "rebuild whatever a changed dependency reaches, over the user configuration's strict = false (the default)")
 
 	root.AddCommand(
@@ -78,6 +83,7 @@ Run 'gantry init' to start one, 'gantry show' to inspect it.`,
 		newInitCmd(opts, nil),
 		newVersionCmd(opts),
 		newWorkerCmd(opts),
+		newEnvironmentTopic(),
 	)
 	root.InitDefaultCompletionCmd()
 	completeElementArgs(opts, root)
@@ -167,24 +173,10 @@ func newVersionCmd(opts *globalOptions) *cobra.Command {
 		Short: "Print gantry's version",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			fmt.Fprintf(opts.ios.Out, "gantry %s\n", version())
+			fmt.Fprintf(opts.ios.Out, "gantry %s\n", version.String())
 			return nil
 		},
 	}
-}
-
-func version() string {
-	info, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "(unknown)"
-	}
-	v := info.Main.Version
-	for _, s := range info.Settings {
-		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
-			v += " (" + s.Value[:12] + ")"
-		}
-	}
-	return v
 }
 
 func noArgs(cmd *cobra.Command, args []string) error {

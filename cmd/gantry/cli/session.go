@@ -378,12 +378,12 @@ func (s *session) pipeline(f *schedulerFlags, args []string, reads pipelineReads
 // Precedence: --ui > GANTRY_UI > the user config's [ui] mode > auto.
 func (s *session) display() (ui.Display, error) {
 	o := s.opts
-	mode := o.ui
+	mode, from := o.ui, "--ui %q"
 	if !o.uiSet {
 		if env := os.Getenv("GANTRY_UI"); env != "" {
-			mode = env
+			mode, from = env, "GANTRY_UI=%q"
 		} else if s.user.UI.Mode != "" {
-			mode = s.user.UI.Mode
+			mode, from = s.user.UI.Mode, "[ui] mode %q in the user configuration"
 		}
 	}
 	uo := ui.Options{Verbose: o.verbose}
@@ -401,7 +401,7 @@ func (s *session) display() (ui.Display, error) {
 	case "tui":
 		return s.tui(uo)
 	}
-	return nil, usagef("--ui %q: use auto, tui, plain or json", mode)
+	return nil, usagef(from+": use auto, tui, plain or json", mode)
 }
 
 // ciAnnotations turns on GitHub Actions' workflow commands in plain output (ui.CIAnnotations)

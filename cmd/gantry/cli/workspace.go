@@ -102,13 +102,14 @@ func (o *workspaceOpenOptions) oldDirectory() {
 
 type workspaceListOptions struct {
 	*globalOptions
+	format outputFormat
 }
 
 // newWorkspaceListCmd is `gantry workspace list`; runF, when not nil, runs instead of
 // runWorkspaceList (tests).
 func newWorkspaceListCmd(g *globalOptions, runF func(*workspaceListOptions) error) *cobra.Command {
 	opts := &workspaceListOptions{globalOptions: g}
-	return &cobra.Command{
+	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List the open workspaces: element and directory",
 		Args:  noArgs,
@@ -119,9 +120,14 @@ func newWorkspaceListCmd(g *globalOptions, runF func(*workspaceListOptions) erro
 			return runWorkspaceList(opts)
 		},
 	}
+	opts.format.register(cmd)
+	return cmd
 }
 
 func runWorkspaceList(opts *workspaceListOptions) error {
+	if err := opts.format.check(); err != nil {
+		return err
+	}
 	s := opts.session()
 	if err := s.loadProject(); err != nil {
 		return err
@@ -134,6 +140,15 @@ func runWorkspaceList(opts *workspaceListOptions) error {
 		opts.ios.Info("no open workspaces: `gantry workspace open ELEMENT` opens one")
 	}
 	for _, w := range ws {
+		if opts.format.json() {
+			if err := writeJSONLine(opts.ios.Out, struct {
+				Element   string `json:"element"`
+				Directory string `json:"directory"`
+			}{w.Element, w.Directory}); err != nil {
+				return err
+			}
+			continue
+		}
 		fmt.Fprintf(opts.ios.Out, "%s\t%s\n", w.Element, w.Directory)
 	}
 	return nil
@@ -267,7 +282,7 @@ func runWorkspaceOpen(ctx context.Context, opts *workspaceOpenOptions) error {
 	if err != nil {
 		return err
 	}
-	if err := actions.StageWorkspace(ctx, c, st.s.project.Root, e, dir, st.s.opts.ios.ErrOut); err != nil {
+	if err := actions.StageWorkspace(ctx, c, st.s.project.Root, e, dir, st.s.opts.ios.Lines()); err != nil {
 		return err
 	}
 	st.ws = append(st.ws, element.Workspace{Element: name, Directory: dir})
@@ -373,7 +388,7 @@ func runWorkspaceReset(ctx context.Context, opts *workspaceResetOptions) error {
 			os.Remove(aside)
 			return fmt.Errorf("resetting the workspace of %s: %w", name, err)
 		}
-		if err := actions.StageWorkspace(ctx, c, st.s.project.Root, e, dir, st.s.opts.ios.ErrOut); err != nil {
+		if err := actions.StageWorkspace(ctx, c, st.s.project.Root, e, dir, st.s.opts.ios.Lines()); err != nil {
 			if rerr := os.Rename(old, dir); rerr != nil {
 				err = errors.Join(err, fmt.Errorf("the edited workspace is in %s", old))
 			}
