@@ -128,6 +128,7 @@ func (s *Server) newGRPCServer() *grpc.Server {
 	repb.RegisterContentAddressableStorageServer(g, svc)
 	repb.RegisterActionCacheServer(g, svc)
 	bspb.RegisterByteStreamServer(g, svc)
+	s.registerAsset(g)
 	return g
 }
 

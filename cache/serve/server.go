@@ -52,6 +52,10 @@ type Options struct {
 	// take to send its request headers (HTTP) or its handshake (gRPC).
 	IdleTimeout, HeaderTimeout time.Duration
 
+	// AssetFetch lets the Remote Asset Fetch service download http(s) URIs it
+	// has no record of into the store (asset.go).
+	AssetFetch bool
+
 	Log io.Writer // request errors and lifecycle; never a credential
 }
 
