@@ -60,8 +60,12 @@ func (o *FetchOptions) missed(r AssetCache, err error) {
 		o.remoteMisses = append(o.remoteMisses, fmt.Sprintf("remote %s: not in its source cache", r.Name()))
 		return
 	}
-	o.logf("remote %s: %v; trying the source's urls", r.Name(), err)
-	o.remoteMisses = append(o.remoteMisses, fmt.Sprintf("remote %s: %v", r.Name(), err))
+	msg := err.Error()
+	if !strings.HasPrefix(msg, "remote "+r.Name()+": ") { // a *remote.Error names it already
+		msg = fmt.Sprintf("remote %s: %s", r.Name(), msg)
+	}
+	o.logf("%s; trying the source's urls", msg)
+	o.remoteMisses = append(o.remoteMisses, msg)
 }
 
 // RemotesMissedError is a source that neither the remotes keeping sources nor
