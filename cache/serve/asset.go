@@ -358,57 +358,63 @@ func (a *assetService) push(ctx context.Context, op string, uris []string, qs []
 	return nil
 }
 
-func (a *assetService) PushBlob(ctx context.Context, req *rapb.PushBlobRequest) (*rapb.PushBlobResponse, error) {
-	if err := checkDigestFunction(req.DigestFunction); err != nil {
-		return nil, err
+// pushRequest is PushBlob and PushDirectory: the record of kind for digest
+// (named digestField in the request).
+func (a *assetService) pushRequest(ctx context.Context, op, kind, digestField string, digest *repb.Digest, refBlobs, refDirs []*repb.Digest,
+	f repb.DigestFunction_Value, uris []string, qs []*rapb.Qualifier, expire *timestamppb.Timestamp) error {
+	if err := checkDigestFunction(f); err != nil {
+		return err
 	}
-	r := assetRecord{Kind: assetBlob}
+	r := assetRecord{Kind: kind}
 	var err error
-	if r.Digest, err = digestArg("blob_digest", req.BlobDigest); err != nil {
-		return nil, err
+	if r.Digest, err = digestArg(digestField, digest); err != nil {
+		return err
 	}
-	if r.RefBlobs, err = digestArgs("references_blobs", req.ReferencesBlobs); err != nil {
-		return nil, err
+	if r.RefBlobs, err = digestArgs("references_blobs", refBlobs); err != nil {
+		return err
 	}
-	if r.RefDirs, err = digestArgs("references_directories", req.ReferencesDirectories); err != nil {
-		return nil, err
+	if r.RefDirs, err = digestArgs("references_directories", refDirs); err != nil {
+		return err
 	}
-	if err := a.push(ctx, "push_blob", req.Uris, req.Qualifiers, req.ExpireAt, r); err != nil {
+	return a.push(ctx, op, uris, qs, expire, r)
+}
+
+func (a *assetService) PushBlob(ctx context.Context, req *rapb.PushBlobRequest) (*rapb.PushBlobResponse, error) {
+	if err := a.pushRequest(ctx, "push_blob", assetBlob, "blob_digest", req.BlobDigest, req.ReferencesBlobs, req.ReferencesDirectories,
+		req.DigestFunction, req.Uris, req.Qualifiers, req.ExpireAt); err != nil {
 		return nil, err
 	}
 	return &rapb.PushBlobResponse{}, nil
 }
 
 func (a *assetService) PushDirectory(ctx context.Context, req *rapb.PushDirectoryRequest) (*rapb.PushDirectoryResponse, error) {
-	if err := checkDigestFunction(req.DigestFunction); err != nil {
-		return nil, err
-	}
-	r := assetRecord{Kind: assetDirectory}
-	var err error
-	if r.Digest, err = digestArg("root_directory_digest", req.RootDirectoryDigest); err != nil {
-		return nil, err
-	}
-	if r.RefBlobs, err = digestArgs("references_blobs", req.ReferencesBlobs); err != nil {
-		return nil, err
-	}
-	if r.RefDirs, err = digestArgs("references_directories", req.ReferencesDirectories); err != nil {
-		return nil, err
-	}
-	if err := a.push(ctx, "push_directory", req.Uris, req.Qualifiers, req.ExpireAt, r); err != nil {
+	if err := a.pushRequest(ctx, "push_directory", assetDirectory, "root_directory_digest", req.RootDirectoryDigest, req.ReferencesBlobs,
+		req.ReferencesDirectories, req.DigestFunction, req.Uris, req.Qualifiers, req.ExpireAt); err != nil {
 		return nil, err
 	}
 	return &rapb.PushDirectoryResponse{}, nil
 }
 
-// fetchArgs checks what a Fetch request shares, and returns its key qualifiers.
-func fetchArgs(f repb.DigestFunction_Value, uris []string, qs []*rapb.Qualifier) ([]qualifier, error) {
+// fetchLookup checks what a Fetch request of kind shares and looks its asset
+// up: nil when there is no record to answer it.
+func (s *Server) fetchLookup(kind string, f repb.DigestFunction_Value, uris []string, qs []*rapb.Qualifier, oldest *timestamppb.Timestamp) ([]qualifier, *assetRecord, error) {
 	if err := checkDigestFunction(f); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := checkURIs(uris); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return keyQualifiers(qs)
+	kq, err := keyQualifiers(qs)
+	if err != nil {
+		return nil, nil, err
+	}
+	var since time.Time
+	if oldest != nil {
+		since = oldest.AsTime()
+	}
+	r := s.lookupAsset(kind, uris, kq, since)
+	s.metrics.lookup(r != nil)
+	return kq, r, nil
 }
 
 // notFound is the answer for an asset the server has no record of.
@@ -424,17 +430,11 @@ func expiresAt(r *assetRecord) *timestamppb.Timestamp {
 }
 
 func (a *assetService) FetchBlob(ctx context.Context, req *rapb.FetchBlobRequest) (*rapb.FetchBlobResponse, error) {
-	qs, err := fetchArgs(req.DigestFunction, req.Uris, req.Qualifiers)
+	qs, r, err := a.s.fetchLookup(assetBlob, req.DigestFunction, req.Uris, req.Qualifiers, req.OldestContentAccepted)
 	if err != nil {
 		return nil, err
 	}
-	var oldest time.Time
-	if req.OldestContentAccepted != nil {
-		oldest = req.OldestContentAccepted.AsTime()
-	}
 	client := grpcClient(ctx)
-	r := a.s.lookupAsset(assetBlob, req.Uris, qs, oldest)
-	a.s.metrics.lookup(r != nil)
 	if r == nil && a.s.opts.AssetFetch {
 		if r, err = a.s.fetchOrigin(ctx, req, qs); err != nil {
 			a.s.metrics.request("grpc", "fetch_blob", client, 0, 0)
@@ -454,16 +454,10 @@ func (a *assetService) FetchBlob(ctx context.Context, req *rapb.FetchBlobRequest
 }
 
 func (a *assetService) FetchDirectory(ctx context.Context, req *rapb.FetchDirectoryRequest) (*rapb.FetchDirectoryResponse, error) {
-	qs, err := fetchArgs(req.DigestFunction, req.Uris, req.Qualifiers)
+	_, r, err := a.s.fetchLookup(assetDirectory, req.DigestFunction, req.Uris, req.Qualifiers, req.OldestContentAccepted)
 	if err != nil {
 		return nil, err
 	}
-	var oldest time.Time
-	if req.OldestContentAccepted != nil {
-		oldest = req.OldestContentAccepted.AsTime()
-	}
-	r := a.s.lookupAsset(assetDirectory, req.Uris, qs, oldest)
-	a.s.metrics.lookup(r != nil)
 	a.s.metrics.request("grpc", "fetch_directory", grpcClient(ctx), 0, 0)
 	if r == nil {
 		return &rapb.FetchDirectoryResponse{Status: notFound(assetDirectory, req.Uris).Proto(), Uri: req.Uris[0]}, nil

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -43,6 +44,20 @@ func startAssetServer(t *testing.T, dir string, opts Options) *assetServer {
 		t.Fatal(err)
 	}
 	opts.Dir, opts.GRPCAddr, opts.TokenFile, opts.ShutdownGrace = dir, "127.0.0.1:0", tokens, time.Second
+	srv, stop := serveForTest(t, opts)
+	_, addr := srv.Addrs()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &assetServer{srv: srv, conn: conn, stop: func() { conn.Close(); stop() }}
+	t.Cleanup(func() { conn.Close() })
+	return a
+}
+
+// serveForTest serves New(opts) until stop or the test's end.
+func serveForTest(t *testing.T, opts Options) (srv *Server, stop func()) {
+	t.Helper()
 	srv, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
@@ -53,22 +68,10 @@ func startAssetServer(t *testing.T, dir string, opts Options) *assetServer {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ctx) }()
-	_, addr := srv.Addrs()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	stopped := false
-	a := &assetServer{srv: srv, conn: conn, stop: func() {
-		if !stopped {
-			stopped = true
-			conn.Close()
-			cancel()
-			<-done
-		}
-	}}
-	t.Cleanup(a.stop)
-	return a
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); <-done }) }
+	t.Cleanup(stop)
+	return srv, stop
 }
 
 // as returns a context carrying token ("" for none).

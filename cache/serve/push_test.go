@@ -42,20 +42,7 @@ func startGantryServer(t *testing.T) (dir string, specs map[string]remote.Spec) 
 	if err := os.WriteFile(tokenFile, []byte("s3cret\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	srv, err := New(Options{Dir: dir, HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", TokenFile: tokens, ShutdownGrace: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Listen(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
+	srv, _ := serveForTest(t, Options{Dir: dir, HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", TokenFile: tokens, ShutdownGrace: time.Second})
 	h, g := srv.Addrs()
 	return dir, map[string]remote.Spec{
 		"http": {URL: "http://" + h, TokenFile: tokenFile},
