@@ -2,6 +2,7 @@ package remote
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/url"
@@ -64,9 +65,17 @@ func qualifierList(qs [][2]string) []*rapb.Qualifier {
 // what it receives.
 func (a *Assets) GetAsset(ctx context.Context, uri string, qs [][2]string, w io.Writer) (found bool, err error) {
 	op := "fetching the asset " + uri
-	resp, err := a.fetch.FetchBlob(ctx, &rapb.FetchBlobRequest{InstanceName: a.store.instance, Uris: []string{uri}, Qualifiers: qualifierList(qs)})
+	var resp *rapb.FetchBlobResponse
+	err = a.store.call(ctx, op, func(ctx context.Context) error {
+		var err error
+		resp, err = a.fetch.FetchBlob(ctx, &rapb.FetchBlobRequest{InstanceName: a.store.instance, Uris: []string{uri}, Qualifiers: qualifierList(qs)})
+		return err
+	})
+	if errors.Is(err, cache.ErrNotFound) { // a server that answers a miss as an RPC error
+		return false, nil
+	}
 	if err != nil {
-		return false, a.store.fail(ctx, op, err)
+		return false, err
 	}
 	if st := status.FromProto(resp.Status); st.Code() == codes.NotFound {
 		return false, nil
@@ -104,6 +113,8 @@ func (a *Assets) PutAsset(ctx context.Context, uri string, qs [][2]string, path 
 			return err
 		}
 	}
-	_, err = a.push.PushBlob(ctx, &rapb.PushBlobRequest{InstanceName: a.store.instance, Uris: []string{uri}, Qualifiers: qualifierList(qs), BlobDigest: d.Proto()})
-	return a.store.fail(ctx, "pushing the asset "+uri, err)
+	return a.store.call(ctx, "pushing the asset "+uri, func(ctx context.Context) error {
+		_, err := a.push.PushBlob(ctx, &rapb.PushBlobRequest{InstanceName: a.store.instance, Uris: []string{uri}, Qualifiers: qualifierList(qs), BlobDigest: d.Proto()})
+		return err
+	})
 }

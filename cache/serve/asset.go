@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -150,23 +151,31 @@ func assetBlobs(c *cache.Cache, r *assetRecord) ([]cache.Digest, error) {
 	return out, nil
 }
 
-// readAssetRecord reads the record at path.
-func readAssetRecord(path string) (*assetRecord, error) {
+// readAssetRecord reads the record at path, and returns its bytes too.
+func readAssetRecord(path string) (*assetRecord, []byte, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	r := &assetRecord{}
 	if err := json.Unmarshal(data, r); err != nil {
-		return nil, fmt.Errorf("asset record %s: %v: %w", filepath.Base(path), err, cache.ErrCorrupt)
+		return nil, data, fmt.Errorf("asset record %s: %v: %w", filepath.Base(path), err, cache.ErrCorrupt)
 	}
-	return r, nil
+	return r, data, nil
+}
+
+// dropAssetRecord removes the record at path if it still holds data: a push
+// that replaced it meanwhile is kept.
+func dropAssetRecord(path string, data []byte) {
+	if now, err := os.ReadFile(path); err == nil && bytes.Equal(now, data) {
+		os.Remove(path)
+	}
 }
 
 // assetRefs is the evictor's view of the record at path: the hashes of the
 // blobs it keeps. A record that does not read keeps nothing (and goes in its turn).
 func assetRefs(c *cache.Cache, path string) []string {
-	r, err := readAssetRecord(path)
+	r, _, err := readAssetRecord(path)
 	if err != nil {
 		return nil
 	}
@@ -185,17 +194,17 @@ func assetRefs(c *cache.Cache, path string) []string {
 func (s *Server) lookupAsset(kind string, uris []string, qs []qualifier, oldest time.Time) *assetRecord {
 	for _, uri := range uris {
 		p := s.assetPath(kind, uri, qs)
-		r, err := readAssetRecord(p)
+		r, data, err := readAssetRecord(p)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
 		if err != nil {
 			s.log.Printf("%v: removed the record", err)
-			os.Remove(p)
+			dropAssetRecord(p, data)
 			continue
 		}
 		if r.ExpireAt != nil && !time.Now().Before(*r.ExpireAt) {
-			os.Remove(p)
+			dropAssetRecord(p, data)
 			continue
 		}
 		if !oldest.IsZero() && r.Stored.Before(oldest) {
@@ -212,7 +221,7 @@ func (s *Server) lookupAsset(kind string, uris []string, qs []qualifier, oldest 
 		}
 		if err != nil {
 			s.log.Printf("asset %s (%s): %v: removed the record", uri, kind, err)
-			os.Remove(p)
+			dropAssetRecord(p, data)
 			continue
 		}
 		for _, d := range blobs {
