@@ -32,14 +32,16 @@ import (
 // Spec is one configured remote, from [[remote]] in the user config or
 // project.toml, or from --remote.
 type Spec struct {
-	URL        string `toml:"url" json:"url"`                   // may carry basic-auth userinfo: never print it, use Display
-	Push       bool   `toml:"push" json:"push"`                 // push-enabled
-	Sources    bool   `toml:"sources" json:"sources,omitempty"` // keeps sources too (Remote Asset API; asset.go)
-	Instance   string `toml:"instance" json:"instance"`         // REAPI instance name
-	ServerCA   string `toml:"server-ca" json:"server-ca"`       // PEM file of the CA that signs the server's certificate
-	ClientCert string `toml:"client-cert" json:"client-cert"`   // PEM file: client certificate for mutual TLS
-	ClientKey  string `toml:"client-key" json:"client-key"`     // PEM file: its key
-	TokenFile  string `toml:"token-file" json:"token-file"`     // file holding a bearer token (sent as Authorization: Bearer …)
+	URL        string `toml:"url" json:"url"`                 // may carry basic-auth userinfo: never print it, use Display
+	Push       bool   `toml:"push" json:"push"`               // push-enabled
+	Instance   string `toml:"instance" json:"instance"`       // REAPI instance name
+	ServerCA   string `toml:"server-ca" json:"server-ca"`     // PEM file of the CA that signs the server's certificate
+	ClientCert string `toml:"client-cert" json:"client-cert"` // PEM file: client certificate for mutual TLS
+	ClientKey  string `toml:"client-key" json:"client-key"`   // PEM file: its key
+	TokenFile  string `toml:"token-file" json:"token-file"`   // file holding a bearer token (sent as Authorization: Bearer …)
+
+	// Sources: the remote keeps sources too, through the Remote Asset API (asset.go).
+	Sources bool `toml:"sources" json:"sources,omitempty"`
 
 	// IdleTimeout is how long an exchange may receive nothing (response headers,
 	// body bytes, a stream message) before it fails as unavailable (a stall); 0 means

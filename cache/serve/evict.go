@@ -20,7 +20,8 @@ import (
 // through the open file). Least recently used first, where use is the file's
 // mtime (written, or refreshed by a hit): an ActionCache entry, a Remote
 // Asset record (asset.go) and the unreferenced blobs are the units evicted; a
-// blob referenced by an entry or record goes only with the last one that references it. A blob refreshed after the scan
+// blob referenced by an entry or record goes only with the last one that
+// references it. A blob refreshed after the scan
 // began (an entry written meanwhile touches its blobs) is kept; should one
 // still go, the entry that needs it reads as a miss (ReadActionResult), never half-present.
 //
