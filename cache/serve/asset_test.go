@@ -266,6 +266,10 @@ func TestAssetAuth(t *testing.T) {
 	wantStatus(t, "anonymous fetch from origin", rpcStatus(err), codes.Unauthenticated, "fetching from origin (--asset-fetch) needs a client that may write: credentials required")
 	_, err = a.fetchBlob(t, "r3ad", &rapb.FetchBlobRequest{Uris: []string{origin.URL + "/f"}})
 	wantStatus(t, "reader's fetch from origin", rpcStatus(err), codes.PermissionDenied, "fetching from origin (--asset-fetch) needs a client that may write: client reader may only read")
+	resp, err := a.fetchBlob(t, "r3ad", &rapb.FetchBlobRequest{Uris: []string{"urn:gantry:git-bundle:https://h/r"}, Qualifiers: qs("vcs.commit", "c0")})
+	if err != nil || resp.Status.Code != int32(codes.NotFound) {
+		t.Errorf("a reader's fetch of an unknown URN: %v %v, want NOT_FOUND: nothing to fetch from origin", resp, err)
+	}
 	if n := hits.Load(); n != 0 {
 		t.Errorf("refused fetches reached the origin %d times", n)
 	}

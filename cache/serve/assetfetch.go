@@ -138,8 +138,18 @@ func (e *originError) GRPCStatus() *status.Status { return e.st }
 
 // fetchOrigin downloads the first http(s) URI of req that yields content
 // matching its checksum.sri qualifier, stores it, and records it under every
-// URI of req. It needs a client that may write.
+// URI of req. It needs a client that may write; a request without an
+// http(s) URI is NOT_FOUND for any client, whatever its qualifiers.
 func (s *Server) fetchOrigin(ctx context.Context, req *rapb.FetchBlobRequest, qs []qualifier) (*assetRecord, error) {
+	var fetchable []int // the http(s) URIs: others are not the server's to fetch
+	for i, uri := range req.Uris {
+		if u, err := url.Parse(uri); err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "" {
+			fetchable = append(fetchable, i)
+		}
+	}
+	if len(fetchable) == 0 {
+		return nil, &originError{req.Uris[0], notFound(assetBlob, req.Uris)}
+	}
 	if _, err := s.grpcAuthorize(ctx, pushBlobMethod); err != nil {
 		st, _ := status.FromError(err)
 		return nil, status.Errorf(st.Code(), "fetching from origin (--asset-fetch) needs a client that may write: %s", st.Message())
@@ -155,11 +165,8 @@ func (s *Server) fetchOrigin(ctx context.Context, req *rapb.FetchBlobRequest, qs
 	}
 	started := time.Now()
 	var last error
-	for i, uri := range req.Uris {
-		u, err := url.Parse(uri)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			continue
-		}
+	for _, i := range fetchable {
+		uri := req.Uris[i]
 		d, err := s.download(ctx, uri, o.headers[i], o.sri)
 		if err != nil {
 			var oe *originError
@@ -176,9 +183,6 @@ func (s *Server) fetchOrigin(ctx context.Context, req *rapb.FetchBlobRequest, qs
 		}
 		r.URI = uri
 		return &r, nil
-	}
-	if last == nil {
-		return nil, &originError{req.Uris[0], notFound(assetBlob, req.Uris)}
 	}
 	return nil, last
 }
