@@ -127,7 +127,8 @@ func (s *Server) assetPath(kind, uri string, qs []qualifier) string {
 
 // assetBlobs returns every blob a record needs: its blob, or the Directory
 // blobs and files of its tree, and those of its references. An error (a
-// Directory missing or damaged) means the record cannot be answered.
+// Directory missing, a *missingBlobError, or damaged) means the record cannot
+// be answered; the blobs found until then are returned with it.
 func assetBlobs(c *cache.Cache, r *assetRecord) ([]cache.Digest, error) {
 	out := append([]cache.Digest(nil), r.RefBlobs...)
 	dirs := r.RefDirs
@@ -136,20 +137,43 @@ func assetBlobs(c *cache.Cache, r *assetRecord) ([]cache.Digest, error) {
 	} else {
 		out = append(out, r.Digest)
 	}
-	for _, d := range dirs {
-		out = append(out, d)
-		err := c.WalkTree(d, func(e cache.TreeEntry) error {
-			if e.Type == cache.TypeFile || e.Type == cache.TypeDir {
-				out = append(out, e.Digest)
-			}
+	seen := map[cache.Digest]bool{}
+	var walk func(d cache.Digest) error
+	walk = func(d cache.Digest) error {
+		if seen[d] {
 			return nil
-		})
+		}
+		seen[d] = true
+		out = append(out, d)
+		dir, err := c.ReadDirectory(d)
+		if errors.Is(err, fs.ErrNotExist) {
+			return &missingBlobError{d}
+		}
 		if err != nil {
-			return nil, err
+			return err
+		}
+		for _, f := range dir.Files {
+			out = append(out, cache.DigestFromProto(f.Digest))
+		}
+		for _, sub := range dir.Directories {
+			if err := walk(cache.DigestFromProto(sub.Digest)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for _, d := range dirs {
+		if err := walk(d); err != nil {
+			return out, err // what was found, for the evictor
 		}
 	}
 	return out, nil
 }
+
+// missingBlobError is a Directory of a record's tree that is not in the CAS.
+type missingBlobError struct{ d cache.Digest }
+
+func (e *missingBlobError) Error() string { return fmt.Sprintf("blob %s is not in the CAS", e.d) }
 
 // readAssetRecord reads the record at path, and returns its bytes too.
 func readAssetRecord(path string) (*assetRecord, []byte, error) {
@@ -352,8 +376,14 @@ func (a *assetService) push(ctx context.Context, op string, uris []string, qs []
 	}
 	r.Stored = time.Now()
 	blobs, err := assetBlobs(a.s.c, &r)
-	if err != nil {
-		return status.Errorf(codes.FailedPrecondition, "%s: %v: push the directory's blobs to the CAS first", uris[0], err)
+	var missing *missingBlobError
+	switch {
+	case errors.As(err, &missing):
+		return status.Errorf(codes.FailedPrecondition, "%s: %v: push it first", uris[0], err)
+	case errors.Is(err, cache.ErrCorrupt):
+		return status.Errorf(codes.InvalidArgument, "%s: %v", uris[0], err)
+	case err != nil:
+		return grpcError(err)
 	}
 	for _, d := range blobs {
 		if !a.s.c.HasBlob(d) {

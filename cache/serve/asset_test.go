@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
@@ -175,7 +176,8 @@ func TestAssetPushThenFetch(t *testing.T) {
 	wantStatus(t, "no URI", rpcStatus(err), codes.InvalidArgument, "no URI: a request names at least one")
 }
 
-// TestAssetDirectory: a pushed directory needs its whole tree in the CAS; a
+// TestAssetDirectory: a pushed directory needs its whole tree in the CAS (and
+// valid Directories); a
 // record whose tree lost a blob is NOT_FOUND and removed, never handed out.
 func TestAssetDirectory(t *testing.T) {
 	a := startAssetServer(t, t.TempDir(), Options{})
@@ -212,6 +214,17 @@ func TestAssetDirectory(t *testing.T) {
 	}
 	_, err = push.PushDirectory(as("s3cret"), &rapb.PushDirectoryRequest{Uris: []string{"urn:d2"}, RootDirectoryDigest: root2.Proto()})
 	wantStatus(t, "a directory with a missing file", rpcStatus(err), codes.FailedPrecondition, "urn:d2: blob "+lost.String()+" is not in the CAS: push it first")
+
+	absentDir := cache.DigestOf([]byte("no such directory"))
+	_, err = push.PushDirectory(as("s3cret"), &rapb.PushDirectoryRequest{Uris: []string{"urn:d3"}, RootDirectoryDigest: absentDir.Proto()})
+	wantStatus(t, "a directory not in the CAS", rpcStatus(err), codes.FailedPrecondition, "urn:d3: blob "+absentDir.String()+" is not in the CAS: push it first")
+	unsorted, err := c.PutBlob(mustMarshal(t, &repb.Directory{Files: []*repb.FileNode{{Name: "b", Digest: file.Proto()}, {Name: "a", Digest: file.Proto()}}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = push.PushDirectory(as("s3cret"), &rapb.PushDirectoryRequest{Uris: []string{"urn:d4"}, RootDirectoryDigest: unsorted.Proto()})
+	wantStatus(t, "an invalid directory", rpcStatus(err), codes.InvalidArgument,
+		"urn:d4: directory "+unsorted.String()+`: entries not sorted by name at "a": cache entry is corrupt`)
 
 	if _, _, err := c.RemoveBlob(file.Hash); err != nil {
 		t.Fatal(err)
@@ -443,4 +456,13 @@ func TestAssetEvictionKeepsRecordedBlobs(t *testing.T) {
 			}
 		})
 	}
+}
+
+func mustMarshal(t *testing.T, m proto.Message) []byte {
+	t.Helper()
+	data, err := proto.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
 }
