@@ -176,9 +176,9 @@ func TestAssetPushThenFetch(t *testing.T) {
 	wantStatus(t, "no URI", rpcStatus(err), codes.InvalidArgument, "no URI: a request names at least one")
 }
 
-// TestAssetDirectory: a pushed directory needs its whole tree in the CAS (and
-// valid Directories); a
-// record whose tree lost a blob is NOT_FOUND and removed, never handed out.
+// TestAssetDirectory: a pushed directory needs its whole tree in the CAS, of
+// valid Directories; a record whose tree lost a blob is NOT_FOUND and
+// removed, never handed out.
 func TestAssetDirectory(t *testing.T) {
 	a := startAssetServer(t, t.TempDir(), Options{})
 	c := a.srv.c
