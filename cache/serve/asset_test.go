@@ -317,11 +317,14 @@ func TestAssetFetchFromOrigin(t *testing.T) {
 	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		hits.Add(1)
 		gotAuth.Store(r.Header.Get("Authorization"))
-		if r.URL.Path == "/missing" {
+		switch r.URL.Path {
+		case "/missing":
 			http.NotFound(w, r)
-			return
+		case "/bad":
+			io.WriteString(w, "not what was asked for")
+		default:
+			io.WriteString(w, content)
 		}
-		io.WriteString(w, content)
 	}))
 	defer origin.Close()
 	a := startAssetServer(t, t.TempDir(), Options{AssetFetch: true})
@@ -356,7 +359,10 @@ func TestAssetFetchFromOrigin(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantStatus(t, "mismatch", status.FromProto(resp.Status), codes.Aborted,
-		uri+": checksum mismatch: checksum.sri wants "+sri("sha256", "expected")+", the content is "+sri("sha256", content)+": nothing stored")
+		uri+": checksum mismatch: checksum.sri wants "+sri("sha256", "expected")+", the content is "+sri("sha256", "not what was asked for")+": nothing stored")
+	if a.srv.c.HasBlob(cache.DigestOf([]byte("not what was asked for"))) {
+		t.Error("the content of a checksum mismatch is in the CAS")
+	}
 	if _, err := os.Stat(a.srv.assetPath(assetBlob, uri, []qualifier{{"checksum.sri", sri("sha256", "expected")}})); !os.IsNotExist(err) {
 		t.Errorf("a record of the mismatch: %v", err)
 	}
