@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
@@ -471,4 +472,46 @@ func mustMarshal(t *testing.T, m proto.Message) []byte {
 		t.Fatal(err)
 	}
 	return data
+}
+
+// TestAssetFetchLimits: a download from origin over --max-blob-size is
+// RESOURCE_EXHAUSTED, whether the origin states its size or not, and one past
+// the request's timeout is DEADLINE_EXCEEDED; nothing is recorded.
+func TestAssetFetchLimits(t *testing.T) {
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/stated":
+			io.WriteString(w, "twelve bytes")
+		case "/chunked":
+			w.(http.Flusher).Flush() // no Content-Length
+			io.WriteString(w, "twelve bytes")
+		case "/slow":
+			<-r.Context().Done()
+		}
+	}))
+	defer origin.Close()
+	a := startAssetServer(t, t.TempDir(), Options{AssetFetch: true, MaxBlobSize: 5})
+	for _, tc := range []struct{ path, msg string }{
+		{"/stated", "12 bytes is over the server's limit of 5 bytes"},
+		{"/chunked", "over the server's limit of 5 bytes"},
+	} {
+		uri := origin.URL + tc.path
+		resp, err := a.fetchBlob(t, "s3cret", &rapb.FetchBlobRequest{Uris: []string{uri}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantStatus(t, tc.path, status.FromProto(resp.Status), codes.ResourceExhausted, uri+": "+tc.msg)
+	}
+	uri := origin.URL + "/slow"
+	resp, err := a.fetchBlob(t, "s3cret", &rapb.FetchBlobRequest{Uris: []string{uri}, Timeout: durationpb.New(100 * time.Millisecond)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := status.FromProto(resp.Status); st.Code() != codes.DeadlineExceeded || !strings.HasPrefix(st.Message(), uri+": ") {
+		t.Errorf("a download past its timeout: %s %q", st.Code(), st.Message())
+	}
+	entries, _ := os.ReadDir(filepath.Join(a.srv.c.Root, assetDir))
+	if len(entries) != 0 {
+		t.Errorf("records of failed downloads: %v", entries)
+	}
 }

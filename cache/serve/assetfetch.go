@@ -226,9 +226,9 @@ func (s *Server) download(ctx context.Context, uri string, header http.Header, s
 	default:
 		return fail(codes.Unavailable, "the origin answered %s", resp.Status)
 	}
-	max := s.opts.MaxBlobSize
-	if max > 0 && resp.ContentLength > max {
-		return fail(codes.ResourceExhausted, "%d bytes is over the server's limit of %d bytes", resp.ContentLength, max)
+	limit := s.opts.MaxBlobSize
+	if limit > 0 && resp.ContentLength > limit {
+		return fail(codes.ResourceExhausted, "%d bytes is over the server's limit of %d bytes", resp.ContentLength, limit)
 	}
 	tmp := s.c.TempName("asset-fetch")
 	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
@@ -247,8 +247,8 @@ func (s *Server) download(ctx context.Context, uri string, header http.Header, s
 		}
 	}
 	body := io.Reader(resp.Body)
-	if max > 0 {
-		body = io.LimitReader(body, max+1)
+	if limit > 0 {
+		body = io.LimitReader(body, limit+1)
 	}
 	n, err = io.Copy(io.MultiWriter(ws...), body)
 	if err != nil {
@@ -257,8 +257,8 @@ func (s *Server) download(ctx context.Context, uri string, header http.Header, s
 		}
 		return fail(codes.Unavailable, "reading the body: %v", err)
 	}
-	if max > 0 && n > max {
-		return fail(codes.ResourceExhausted, "over the server's limit of %d bytes", max)
+	if limit > 0 && n > limit {
+		return fail(codes.ResourceExhausted, "over the server's limit of %d bytes", limit)
 	}
 	if len(sri) > 0 {
 		matched := false
