@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/gantry-build/gantry/cache"
+	"github.com/gantry-build/gantry/cache/remote"
 	"github.com/gantry-build/gantry/element"
 	"github.com/gantry-build/gantry/job"
 	"github.com/gantry-build/gantry/queues"
@@ -23,6 +25,8 @@ type sourcesSpec struct {
 	Sources     []source.Spec `json:"sources"`
 	// TrackWithMirrors: track asks the mirrors too, not upstream alone.
 	TrackWithMirrors bool `json:"track-with-mirrors,omitempty"`
+	// Remotes keep sources ([[remote]] sources = true): fetch asks them first.
+	Remotes []remote.Spec `json:"source-remotes,omitempty"`
 }
 
 func (sp *sourcesSpec) options(r *job.Reporter) (source.FetchOptions, error) {
@@ -66,6 +70,15 @@ func fetchJob(ctx context.Context, spec job.Spec, r *job.Reporter) (job.Result, 
 	if err != nil {
 		return job.Result{}, err
 	}
+	idle, _ := NetIdleTimeout() // decodeSources checked it
+	for _, spec := range withIdleTimeout(sp.Remotes, idle) {
+		a, err := remote.OpenAssets(spec)
+		if err != nil {
+			return job.Result{}, err
+		}
+		defer a.Close()
+		o.Remotes = append(o.Remotes, a)
+	}
 	for i := range sp.Sources {
 		s := &sp.Sources[i]
 		if source.Cached(sp.SourcesDir, s) {
@@ -87,12 +100,14 @@ type Sources struct {
 	NetworkRetries int
 	// TrackWithMirrors: track jobs ask the mirrors too (--track-with-mirrors).
 	TrackWithMirrors bool
+	// Remotes are the session's remotes; those with sources = true keep sources.
+	Remotes []remote.Spec
 }
 
 // Payload is the payload of a fetch or track job for e.
 func (s Sources) Payload(e *element.Element) (json.RawMessage, error) {
 	return json.Marshal(sourcesSpec{CacheDir: s.Cache.Root, ProjectRoot: projectRoot(s.Project.Root, e), SourcesDir: s.Cache.SourcesDir(), Sources: e.Sources,
-		TrackWithMirrors: s.TrackWithMirrors})
+		TrackWithMirrors: s.TrackWithMirrors, Remotes: slices.DeleteFunc(slices.Clone(s.Remotes), func(r remote.Spec) bool { return !r.Sources })})
 }
 
 // servedBy reports, as the job's status, which URL served source i (0-based) of a job:

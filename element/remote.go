@@ -10,7 +10,7 @@ import (
 
 // remoteKeys are the keys of a [[remote]] table (one artifact cache, DESIGN.md §7),
 // in project.toml and the user config.
-var remoteKeys = []string{"url", "push", "instance", "server-ca", "client-cert", "client-key", "token-file"}
+var remoteKeys = []string{"url", "push", "sources", "instance", "server-ca", "client-cert", "client-key", "token-file"}
 
 // checkRemotes validates the [[remote]] tables of a file and makes their file paths
 // absolute, relative to dir (the directory holding the file).
@@ -30,6 +30,9 @@ func checkRemotes(doc *tomlDoc, remotes []remote.Spec, dir string) error {
 			if *p != "" && !filepath.IsAbs(*p) {
 				*p = filepath.Join(dir, *p)
 			}
+		}
+		if u, _ := url.Parse(r.URL); r.Sources && u.Scheme != "grpc" && u.Scheme != "grpcs" {
+			return doc.valueError(at("sources"), "sources are kept through the Remote Asset API, which is gRPC: use a grpc:// or grpcs:// url, or drop sources = true")
 		}
 		if (r.ClientCert == "") != (r.ClientKey == "") {
 			return doc.valueError(at("client-cert"), "client-cert and client-key must be given together")

@@ -32,10 +32,10 @@ type RemoteExecution struct {
 }
 
 // remoteExecKeys are the keys of [remote-execution]; serviceKeys those of each of
-// its services (a [[remote]]'s but push).
+// its services (a [[remote]]'s but push and sources).
 var (
 	remoteExecKeys = []string{"execution-service", "storage-service", "action-cache-service", "platform", "remote-jobs", "wrap", "timeout"}
-	serviceKeys    = slices.DeleteFunc(slices.Clone(remoteKeys), func(k string) bool { return k == "push" })
+	serviceKeys    = slices.DeleteFunc(slices.Clone(remoteKeys), func(k string) bool { return k == "push" || k == "sources" })
 )
 
 // remoteExecCandidates are the known keys under parent in a [remote-execution] table

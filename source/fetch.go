@@ -27,6 +27,13 @@ type FetchOptions struct {
 	// Served, when set, hears which URL served a source with an alias (a mirror's, or
 	// upstream's), once it did.
 	Served func(url string)
+	// Remotes are caches that keep sources (remotecache.go): asked before the
+	// source's URLs, and given what those served.
+	Remotes []AssetCache
+
+	// remoteMisses are the remotes asked for the source being fetched, and why
+	// they did not serve it (missedRemotes).
+	remoteMisses []string
 
 	// Set for the repositories of git submodules (see checkSubmoduleURL).
 	submodule bool // the url comes from .gitmodules: git may use network transports only
@@ -74,10 +81,18 @@ func Fetch(ctx context.Context, s *Spec, o FetchOptions) error {
 			o.logf("%s was downloaded meanwhile by another job", redactURL(s.URL))
 			return nil
 		}
-		return fromURLs(ctx, s, s.fetchURLs(), &o, func(u string) error {
+		if fileFromRemotes(ctx, s, &o) {
+			return nil
+		}
+		err = fromURLs(ctx, s, s.fetchURLs(), &o, func(u string) error {
 			_, err := storeFile(ctx, u, s.Ref, &o)
 			return err
 		})
+		if err != nil {
+			return o.missedRemotes(s, err)
+		}
+		pushFile(ctx, s, &o)
+		return nil
 	case Git:
 		return fetchGit(ctx, s, &o)
 	}
@@ -111,6 +126,11 @@ func Track(ctx context.Context, s *Spec, o FetchOptions) (string, error) {
 // is "", and returns the sha256. The file is written to tmp/, synced and renamed: a
 // reader never sees a partial file.
 func storeFile(ctx context.Context, rawURL, want string, o *FetchOptions) (string, error) {
+	return storeFrom(rawURL, want, o, func(w io.Writer) error { return download(ctx, rawURL, w, o) })
+}
+
+// storeFrom is storeFile with what get writes for the content of rawURL.
+func storeFrom(rawURL, want string, o *FetchOptions, get func(w io.Writer) error) (string, error) {
 	if o.SourcesDir == "" {
 		return "", fmt.Errorf("downloading %s: no source cache directory", redactURL(rawURL))
 	}
@@ -127,7 +147,7 @@ func storeFile(ctx context.Context, rawURL, want string, o *FetchOptions) (strin
 	defer tmp.Close()
 
 	h := sha256.New()
-	if err := download(ctx, rawURL, io.MultiWriter(tmp, h), o); err != nil {
+	if err := get(io.MultiWriter(tmp, h)); err != nil {
 		return "", err
 	}
 	got := hex.EncodeToString(h.Sum(nil))

@@ -133,9 +133,17 @@ func fetchCommit(ctx context.Context, top string, repo *Spec, ref string, submod
 		if hasCommit(ctx, m, ref) {
 			return nil
 		}
-		return fromURLs(ctx, repo, repo.fetchURLs(), o, func(url string) error {
+		if gitFromRemotes(ctx, repo, m, ref, o) {
+			return nil
+		}
+		err := fromURLs(ctx, repo, repo.fetchURLs(), o, func(url string) error {
 			return fetchCommitFrom(ctx, url, m, ref, o)
 		})
+		if err != nil {
+			return o.missedRemotes(repo, err)
+		}
+		pushGit(ctx, repo, m, ref, o)
+		return nil
 	})
 	if err != nil || !submodules {
 		return err

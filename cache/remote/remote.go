@@ -45,6 +45,9 @@ type Spec struct {
 	// setting.
 	TokenEnv string `toml:"-" json:"token-env,omitempty"`
 
+	// Sources: the remote keeps sources too, through the Remote Asset API (asset.go).
+	Sources bool `toml:"sources" json:"sources,omitempty"`
+
 	// IdleTimeout is how long an exchange may receive nothing (response headers,
 	// body bytes, a stream message) before it fails as unavailable (a stall); 0 means
 	// defaultIdle. Not a file setting: gantry sets it from GANTRY_NET_IDLE_TIMEOUT.

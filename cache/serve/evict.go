@@ -18,9 +18,10 @@ import (
 // evictor keeps the server's store under its quota, in the background: reads
 // never wait for it (a blob removed while it is being sent stays readable
 // through the open file). Least recently used first, where use is the file's
-// mtime (written, or refreshed by a hit): an ActionCache entry and the
-// unreferenced blobs are the units evicted; a blob referenced by an entry goes
-// only with the last entry that references it. A blob refreshed after the scan
+// mtime (written, or refreshed by a hit): an ActionCache entry, a Remote
+// Asset record (asset.go) and the unreferenced blobs are the units evicted; a
+// blob referenced by an entry or record goes only with the last one that
+// references it. A blob refreshed after the scan
 // began (an entry written meanwhile touches its blobs) is kept; should one
 // still go, the entry that needs it reads as a miss (ReadActionResult), never half-present.
 //
@@ -187,6 +188,12 @@ func (e *evictor) evict() error {
 			}
 		}
 		acs = append(acs, u)
+	}); err != nil {
+		return err
+	}
+	// Remote Asset records keep their blobs as entries do (asset.go).
+	if err := walk(filepath.Join(e.c.Root, assetDir), func(p string, fi fs.FileInfo) {
+		acs = append(acs, &evictUnit{path: p, size: fi.Size(), mtime: fi.ModTime(), isAC: true, refs: assetRefs(e.c, p)})
 	}); err != nil {
 		return err
 	}

@@ -145,6 +145,7 @@ func (s *Server) newGRPCServer() *grpc.Server {
 	leasepb.RegisterLeasesServer(g, &leaseService{s: s})
 	bstpb.RegisterReferenceStorageServer(g, &refStorage{s: s}) // BuildStream 1.x: refstorage.go
 	s.registerHealth(g)
+	s.registerAsset(g)
 	return g
 }
 

@@ -42,33 +42,12 @@ func startGantryServer(t *testing.T) (dir string, specs map[string]remote.Spec) 
 	if err := os.WriteFile(tokenFile, []byte("s3cret\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	h, g := serveForTest(t, Options{Dir: dir, HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", TokenFile: tokens})
+	srv, _ := serveForTest(t, Options{Dir: dir, HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", TokenFile: tokens, ShutdownGrace: time.Second})
+	h, g := srv.Addrs()
 	return dir, map[string]remote.Spec{
 		"http": {URL: "http://" + h, TokenFile: tokenFile},
 		"grpc": {URL: "grpc://" + g, TokenFile: tokenFile},
 	}
-}
-
-// serveForTest serves opts until the test ends and returns the HTTP and gRPC
-// addresses.
-func serveForTest(t *testing.T, opts Options) (httpAddr, grpcAddr string) {
-	t.Helper()
-	opts.ShutdownGrace = time.Second
-	srv, err := New(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Listen(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
-	return srv.Addrs()
 }
 
 // TestPushToGantryServerNeverUploadsADamagedBlob: against gantry's own server,

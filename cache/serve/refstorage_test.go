@@ -83,7 +83,8 @@ func TestReferenceStorageOverGRPC(t *testing.T) {
 	if err := os.WriteFile(tokens, []byte("s3cret ci\nlook-only dev read\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, addr := serveForTest(t, Options{Dir: dir, GRPCAddr: "127.0.0.1:0", TokenFile: tokens, AllowAnonymousRead: true})
+	srv, _ := serveForTest(t, Options{Dir: dir, GRPCAddr: "127.0.0.1:0", TokenFile: tokens, AllowAnonymousRead: true, ShutdownGrace: time.Second})
+	_, addr := srv.Addrs()
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)

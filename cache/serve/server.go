@@ -55,6 +55,10 @@ type Options struct {
 	// take to send its request headers (HTTP) or its handshake (gRPC).
 	IdleTimeout, HeaderTimeout time.Duration
 
+	// AssetFetch lets the Remote Asset Fetch service download http(s) URIs it
+	// has no record of into the store (asset.go).
+	AssetFetch bool
+
 	Log       io.Writer // the access log, request errors, events and lifecycle; never a credential
 	LogFormat string    // LogText ("" too) or LogJSON
 }

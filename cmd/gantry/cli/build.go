@@ -522,7 +522,8 @@ func (s *session) cleanupConfig(flag string, c *cache.Cache, g *element.Graph) (
 
 // sources makes the payloads of the session's fetch and track jobs.
 func (s *session) sources(c *cache.Cache) actions.Sources {
-	return actions.Sources{Cache: c, Project: s.project, NetworkRetries: s.networkRetries(), TrackWithMirrors: s.opts.mirrors.trackWithMirrors}
+	return actions.Sources{Cache: c, Project: s.project, NetworkRetries: s.networkRetries(), TrackWithMirrors: s.opts.mirrors.trackWithMirrors,
+		Remotes: append(slices.Clone(s.user.Remotes), s.project.Remotes...)}
 }
 
 // forwardSignals turns signals into scheduler commands until the returned stop is called;

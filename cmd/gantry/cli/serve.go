@@ -98,6 +98,7 @@ exit 0. SIGHUP: reread the token and htpasswd files.`,
 	fl.DurationVar(&o.ShutdownGrace, "shutdown-grace", serve.DefaultShutdownGrace, "how long SIGTERM waits for requests in flight")
 	fl.DurationVar(&o.IdleTimeout, "idle-timeout", serve.DefaultIdleTimeout, "close connections idle, and request bodies stalled, this long")
 	fl.StringVar(&o.LogFormat, "log-format", serve.LogText, "write the log (stderr) as `FORMAT`: text or json (log/slog's, one line per request)")
+	fl.BoolVar(&o.AssetFetch, "asset-fetch", false, "let the Remote Asset Fetch service download http(s) URIs it has no record of (for clients that may write), checking checksum.sri")
 	fl.DurationVar(&o.HeaderTimeout, "header-timeout", serve.DefaultHeaderTimeout, "close new connections that have not sent their request headers (or gRPC handshake) within this")
 	return cmd
 }
