@@ -2,6 +2,7 @@ package actions
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -9,8 +10,10 @@ import (
 	"strings"
 
 	"github.com/gantry-build/gantry/cache"
+	"github.com/gantry-build/gantry/cache/remote"
 	"github.com/gantry-build/gantry/element"
 	"github.com/gantry-build/gantry/job"
+	"github.com/gantry-build/gantry/queues"
 	rexec "github.com/gantry-build/gantry/remote/exec"
 	"github.com/gantry-build/gantry/sandbox"
 	"github.com/gantry-build/gantry/source"
@@ -39,6 +42,47 @@ func (spec *buildSpec) runsRemotely() bool {
 	return true
 }
 
+// remoteSpec sets what spec needs to build it on the session's execution
+// service, if it has one: the configuration, its element's own platform and
+// timeout, and the session's invocation id.
+func (b *Build) remoteSpec(spec *buildSpec, it *queues.Item) {
+	if !b.Remote.Enabled() {
+		return
+	}
+	if b.invocation == "" {
+		b.invocation = remote.NewUUID()
+	}
+	cfg := b.Remote
+	spec.Remote, spec.RemoteInvocation = &cfg, b.invocation
+	spec.RemotePlatform, spec.RemoteTimeout = it.Element.RemoteExecution.Platform, it.Element.RemoteExecution.Timeout
+}
+
+// remoteClient is the job worker's client of spec's execution service, dialled
+// by its first remote build and kept for the next ones (job.Reporter.Keep):
+// one set of connections, one Capabilities call, the session's invocation id
+// on every call. A broken one is dialled again.
+func remoteClient(ctx context.Context, spec *buildSpec, r *job.Reporter) (*rexec.Client, error) {
+	key, err := json.Marshal(struct {
+		Config     *rexec.Config
+		Invocation string
+	}{spec.Remote, spec.RemoteInvocation})
+	if err != nil {
+		return nil, err
+	}
+	res, err := r.Keep("remote execution "+cache.DigestOf(key).Hash, func() (job.Resident, error) {
+		cl, err := rexec.DialSession(ctx, *spec.Remote, spec.RemoteInvocation)
+		if err != nil {
+			return nil, err
+		}
+		r.Log("remote build: connected to " + cl.Name())
+		return cl, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return res.(*rexec.Client), nil
+}
+
 // buildRemote builds spec on the execution service, its outputs into t. It
 // holds the cache lock shared from the merge of the input root to the import
 // of the outputs: the Directories it stores are referenced by no artifact
@@ -51,11 +95,10 @@ func buildRemote(ctx context.Context, c *cache.Cache, spec *buildSpec, t tree, r
 	if err := waitForBuilder(ctx, r); err != nil {
 		return err
 	}
-	cl, err := rexec.Dial(ctx, *spec.Remote)
+	cl, err := remoteClient(ctx, spec, r)
 	if err != nil {
 		return &infraError{err}
 	}
-	defer cl.Close()
 	var res rexec.Result
 	err = underLock(ctx, c, r, func() error {
 		deps, err := lookupDependencies(c, spec)

@@ -195,9 +195,8 @@ type testResident struct {
 	broken bool
 }
 
-func (t *testResident) Descriptors() []int { return []int{int(t.f.Fd())} }
-func (t *testResident) Broken() bool       { return t.broken }
-func (t *testResident) Close() error       { close(t.stop); return t.f.Close() }
+func (t *testResident) Broken() bool { return t.broken }
+func (t *testResident) Close() error { close(t.stop); return t.f.Close() }
 
 // residentsOpened counts the "keep" handler's residents in this worker.
 var residentsOpened int

@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -13,14 +15,14 @@ import (
 
 // Resident is what a handler keeps for the life of its worker process, for the
 // jobs the worker runs after it: a connection to a server, whose dial and
-// handshake a job should not pay again (Reporter.Keep). Its descriptors and
-// goroutines are the worker's own, not a job's leftovers; anything else a job
-// leaves still retires the worker (see workerState).
+// handshake a job should not pay again (Reporter.Keep). The descriptors and
+// goroutines its opening made are the worker's own, not a job's leftovers;
+// anything else a job leaves still retires the worker (see workerState).
 type Resident interface {
-	// Descriptors are the file descriptors it holds now.
-	Descriptors() []int
-	// Broken says it can serve no further job (its connection closed): Keep
-	// closes it and opens another.
+	// Broken says it can serve no further job: Keep closes it and opens
+	// another. A resident whose descriptors changed since it was opened (a
+	// connection closed, or another made) must say so: the new ones would
+	// retire the worker, and the closed ones' numbers are a job's to reuse.
 	Broken() bool
 	Close() error
 }
@@ -39,14 +41,17 @@ type residents struct {
 
 type keptResident struct {
 	res   Resident
-	label string // the residentLabel value of its goroutines
+	label string   // the residentLabel value of its goroutines
+	fds   []string // the descriptors its opening made
 }
 
 // Keep returns the worker's resident of key, opening it with open when the
 // worker has none (its first job of the kind) or the one it has is Broken (it
 // is closed first, and the log says so). Every goroutine open starts, and what
-// those start, belong to the resident, as do its Descriptors while it is kept:
-// the check of the worker after each job counts them as the worker's own.
+// those start, and every descriptor open leaves open, belong to the resident
+// while it is kept: the check of the worker after each job counts them as the
+// worker's own. open runs alone: what another goroutine of the job opens
+// meanwhile would count as the resident's.
 // A resident must not hold the job's context: it outlives the job. The worker
 // closes its residents when it exits.
 func (r *Reporter) Keep(key string, open func() (Resident, error)) (Resident, error) {
@@ -63,16 +68,23 @@ func (r *Reporter) Keep(key string, open func() (Resident, error)) (Resident, er
 	}
 	k.count++
 	label := key + "#" + strconv.Itoa(k.count)
+	before, err := openFiles()
+	if err != nil {
+		return nil, err
+	}
 	var res Resident
-	var err error
 	pprof.Do(context.Background(), pprof.Labels(residentLabel, label), func(context.Context) { res, err = open() })
 	if err != nil {
 		return nil, err
 	}
+	after, err := openFiles()
+	if err != nil {
+		return nil, errors.Join(err, res.Close())
+	}
 	if k.kept == nil {
 		k.kept = map[string]keptResident{}
 	}
-	k.kept[key] = keptResident{res: res, label: label}
+	k.kept[key] = keptResident{res: res, label: label, fds: slices.DeleteFunc(after, func(fd string) bool { return slices.Contains(before, fd) })}
 	return res, nil
 }
 
@@ -96,8 +108,8 @@ func (k *residents) descriptors() map[string]bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	for _, kr := range k.kept {
-		for _, fd := range kr.res.Descriptors() {
-			fds[strconv.Itoa(fd)] = true
+		for _, fd := range kr.fds {
+			fds[fd] = true
 		}
 	}
 	return fds
