@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/gantry-build/gantry/cache"
@@ -32,14 +33,37 @@ import (
 // is configured, the kind runs commands, and the element does not build from
 // an open workspace (its build directory is on this machine).
 func (spec *buildSpec) runsRemotely() bool {
-	if spec.Remote == nil || spec.Workspace != nil {
-		return false
-	}
-	switch spec.Kind {
+	return spec.Remote != nil && spec.Workspace == nil && remoteKind(spec.Kind)
+}
+
+// remoteKind says whether a kind's builds run remotely when they can: those
+// that run commands. The others (import, compose, filter, stack) only move
+// files, which the CAS has here.
+func remoteKind(kind string) bool {
+	switch kind {
 	case "import", "compose", "filter", "stack":
 		return false
 	}
 	return true
+}
+
+// NeedsLocalSandbox says whether building e needs this machine's sandbox,
+// which a session checks works before it starts (a fault of the machine must
+// not be cached as a failed build). Without remote execution every build may
+// (as the check always was). With it, only a build that stays here and runs
+// commands: a kind that runs commands built from its open workspace, or a
+// compose staging an element with integration commands (whether it
+// integrates is in its resolved config: such a compose is checked anyway).
+func NeedsLocalSandbox(g *element.Graph, e *element.Element, rx *rexec.Config) bool {
+	switch {
+	case !rx.Enabled():
+		return true
+	case e.Kind.Name == "compose":
+		return slices.ContainsFunc(g.StageDeps(e), (*element.Element).HasIntegration)
+	case !remoteKind(e.Kind.Name):
+		return false
+	}
+	return e.Workspace != ""
 }
 
 // remoteSpec sets what spec needs to build it on the session's execution

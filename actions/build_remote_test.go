@@ -36,6 +36,40 @@ func TestRunsRemotely(t *testing.T) {
 	}
 }
 
+func TestNeedsLocalSandbox(t *testing.T) {
+	remoteCfg := &rexec.Config{Execution: remote.Spec{URL: "grpc://127.0.0.1:1"}}
+	kind := func(name string) *element.Kind {
+		k, ok := element.LookupKind(name)
+		if !ok {
+			t.Fatalf("no kind %s", name)
+		}
+		return k
+	}
+	for _, tc := range []struct {
+		e      *element.Element
+		remote bool
+		want   bool
+	}{
+		{&element.Element{Kind: kind("manual")}, true, false},
+		{&element.Element{Kind: kind("autotools")}, true, false},
+		{&element.Element{Kind: kind("manual"), Workspace: "w"}, true, true},
+		{&element.Element{Kind: kind("import")}, true, false},
+		{&element.Element{Kind: kind("import"), Workspace: "w"}, true, false},
+		{&element.Element{Kind: kind("stack")}, true, false},
+		{&element.Element{Kind: kind("filter")}, true, false},
+		{&element.Element{Kind: kind("manual")}, false, true},
+		{&element.Element{Kind: kind("import")}, false, true},
+	} {
+		rx := &rexec.Config{}
+		if tc.remote {
+			rx = remoteCfg
+		}
+		if got := NeedsLocalSandbox(nil, tc.e, rx); got != tc.want {
+			t.Errorf("%s (remote %v, workspace %q): NeedsLocalSandbox = %v, want %v", tc.e.Kind.Name, tc.remote, tc.e.Workspace, got, tc.want)
+		}
+	}
+}
+
 func TestRemoteBuildOfASpec(t *testing.T) {
 	c, err := cache.Open(t.TempDir())
 	if err != nil {
