@@ -274,11 +274,11 @@ type Reporter struct {
 	log     io.Writer
 	sendErr error // first failure to send; later messages are dropped
 	writers []*lineWriter
-	// available: Available was called; slotDone: SlotDone was.
-	available, slotDone bool
-	ctl                 *controls  // the worker's control pipe; nil before the spec is read
-	gated               bool       // the job's spec is Gated
-	residents           *residents // the worker's (Keep)
+	// available: Available was called; slotDone: SlotDone was; atGate: Gate was.
+	available, slotDone, atGate bool
+	ctl                         *controls  // the worker's control pipe; nil before the spec is read
+	gated                       bool       // the job's spec is Gated
+	residents                   *residents // the worker's (Keep)
 }
 
 // Status sends a short description of what the job is doing now, e.g.
@@ -359,15 +359,26 @@ func (r *Reporter) Available(data json.RawMessage) {
 }
 
 // Gate is where a job's preparation ends and the work that needs its slot
-// begins. For a job whose spec is not Gated, or whose gate the parent has
-// opened already (Job.Open), it returns nil at once and says nothing.
-// Otherwise it writes "[gate] status" to the log, sends status as a status
-// message (so that displays show why the job waits), and waits until the
-// parent opens the gate (nil) or ctx is done (context.Cause(ctx): the job was
-// terminated, or gantry died); the log says how long it waited. The wait costs
-// nothing: the worker sleeps on its control pipe until a line comes.
+// begins. For a job whose spec is not Gated it returns nil at once and says
+// nothing. A gated job sends MessageGate on its first call (the parent may take
+// back what the job held to prepare); then, if the parent
+// has opened its gate already (Job.Open), it returns nil. Otherwise it writes
+// "[gate] status" to the log, sends status as a status message (so that
+// displays show why the job waits), and waits until the parent opens the gate
+// (nil) or ctx is done (context.Cause(ctx): the job was terminated, or gantry
+// died); the log says how long it waited. The wait costs nothing: the worker
+// sleeps on its control pipe until a line comes.
 func (r *Reporter) Gate(ctx context.Context, status string) error {
-	if !r.gated || r.ctl.isOpen() {
+	if !r.gated {
+		return nil
+	}
+	r.mu.Lock()
+	if !r.atGate {
+		r.atGate = true
+		r.send(Message{Type: MessageGate})
+	}
+	r.mu.Unlock()
+	if r.ctl.isOpen() {
 		return nil
 	}
 	r.mu.Lock()
