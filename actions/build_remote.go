@@ -16,6 +16,7 @@ import (
 	"github.com/gantry-build/gantry/job"
 	"github.com/gantry-build/gantry/queues"
 	rexec "github.com/gantry-build/gantry/remote/exec"
+	"github.com/gantry-build/gantry/resources"
 	"github.com/gantry-build/gantry/sandbox"
 	"github.com/gantry-build/gantry/source"
 )
@@ -81,6 +82,17 @@ func (b *Build) remoteSpec(spec *buildSpec, it *queues.Item) {
 	spec.RemotePlatform, spec.RemoteTimeout = it.Element.RemoteExecution.Platform, it.Element.RemoteExecution.Timeout
 }
 
+// PrepareOn makes Build a queues.Preparer: with remote execution a build stages
+// and caches on this machine's builders, and waits at its gate for a remote slot,
+// which it holds only until its action is done on the cluster (the SlotDone of
+// buildRemote); without, it is a plain Gater.
+func (b *Build) PrepareOn() resources.Resource {
+	if b.Remote.Enabled() {
+		return resources.Process
+	}
+	return ""
+}
+
 // remoteClient is the job worker's client of spec's execution service, dialled
 // by its first remote build and kept for the next ones (job.Reporter.Keep):
 // one set of connections, one Capabilities call, the session's invocation id
@@ -116,7 +128,7 @@ func buildRemote(ctx context.Context, c *cache.Cache, spec *buildSpec, t tree, r
 	if err := stageSources(ctx, spec.Sources, so, func(s *source.Spec) error { r.Status("staging " + s.Describe()); return nil }); err != nil {
 		return err
 	}
-	if err := waitForBuilder(ctx, r); err != nil {
+	if err := r.Gate(ctx, "staged, waiting for a remote slot"); err != nil {
 		return err
 	}
 	cl, err := remoteClient(ctx, spec, r)
@@ -135,7 +147,20 @@ func buildRemote(ctx context.Context, c *cache.Cache, spec *buildSpec, t tree, r
 			return &infraError{fmt.Errorf("storing the staged sources: %w", err)}
 		}
 		b := remoteBuild(ctx, c, spec, deps, sources)
-		b.Status = func(s rexec.Stage) { r.Status(s.String()) }
+		sent := false
+		b.Status = func(s rexec.Stage) {
+			r.Status(s.String())
+			switch s {
+			case rexec.Uploading:
+				sent = true
+			case rexec.Fetching:
+				if sent {
+					// The action is done on the cluster: its remote slot goes to
+					// the next build while this one fetches and caches what it made.
+					r.SlotDone()
+				}
+			}
+		}
 		r.Log("building remotely on " + cl.Name())
 		res, err = cl.Run(ctx, c, b)
 		return err

@@ -155,6 +155,20 @@ func startEmptyBuildsFake(t *testing.T) *testreapi.Fake {
 	return fake
 }
 
+// remoteThroughProxy starts an empty builds fake behind a counting proxy, and
+// returns them with a new cache and the configuration of remote execution on
+// the proxy.
+func remoteThroughProxy(t *testing.T) (*testreapi.Fake, *countingProxy, *cache.Cache, rexec.Config) {
+	t.Helper()
+	fake := startEmptyBuildsFake(t)
+	proxy := startCountingProxy(t, fake.Addr)
+	c, err := cache.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fake, proxy, c, rexec.Config{Execution: remote.Spec{URL: "grpc://" + proxy.addr}}
+}
+
 // remoteSession runs n remote builds, one after another, through a pool of
 // job workers of a session of its own (a Build's), and returns the session's
 // invocation id, the workers' pids and the builds' logs. before, if not nil,
@@ -204,13 +218,7 @@ func remoteSession(t *testing.T, c *cache.Cache, cfg rexec.Config, n int, before
 // connections, each asking the Capabilities once, for all of them, and every
 // call carries the session's invocation id; another session has another.
 func TestRemoteBuildsShareTheWorkersClient(t *testing.T) {
-	fake := startEmptyBuildsFake(t)
-	proxy := startCountingProxy(t, fake.Addr)
-	c, err := cache.Open(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := rexec.Config{Execution: remote.Spec{URL: "grpc://" + proxy.addr}}
+	fake, proxy, c, cfg := remoteThroughProxy(t)
 	const builds = 4
 	calls := func(from int) (capabilities, executes int, invocations map[string]int) {
 		invocations = map[string]int{}
@@ -254,13 +262,8 @@ func TestRemoteBuildsShareTheWorkersClient(t *testing.T) {
 // A job worker's client whose connections the server closed is dialled again
 // by the next build, in the same worker.
 func TestRemoteBuildRedialsABrokenClient(t *testing.T) {
-	fake := startEmptyBuildsFake(t)
-	proxy := startCountingProxy(t, fake.Addr)
-	c, err := cache.Open(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, pids, logged := remoteSession(t, c, rexec.Config{Execution: remote.Spec{URL: "grpc://" + proxy.addr}}, 3, func(i int) {
+	_, proxy, c, cfg := remoteThroughProxy(t)
+	_, pids, logged := remoteSession(t, c, cfg, 3, func(i int) {
 		if i == 2 {
 			proxy.drop()
 			proxy.waitGone(t, 2)
