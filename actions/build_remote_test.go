@@ -14,6 +14,7 @@ import (
 	"github.com/gantry-build/gantry/element"
 	"github.com/gantry-build/gantry/internal/testtree"
 	rexec "github.com/gantry-build/gantry/remote/exec"
+	"github.com/gantry-build/gantry/resources"
 )
 
 func TestRunsRemotely(t *testing.T) {
@@ -33,6 +34,18 @@ func TestRunsRemotely(t *testing.T) {
 		if got := tc.spec.runsRemotely(); got != tc.want {
 			t.Errorf("%s (remote %v, workspace %v): runsRemotely = %v, want %v", tc.spec.Kind, tc.spec.Remote != nil, tc.spec.Workspace != nil, got, tc.want)
 		}
+	}
+}
+
+// With remote execution a build stages and caches on the builders, its gate a
+// remote slot; without, it is a plain Gater of the builders.
+func TestBuildPreparesOnTheBuilders(t *testing.T) {
+	remoteBuilds := &Build{Remote: rexec.Config{Execution: remote.Spec{URL: "grpc://127.0.0.1:1"}}}
+	if remoteBuilds.PrepareOn() != resources.Process || remoteBuilds.GateOn() != resources.Remote {
+		t.Errorf("with remote execution: prepare on %q, gate on %q; want %q, %q", remoteBuilds.PrepareOn(), remoteBuilds.GateOn(), resources.Process, resources.Remote)
+	}
+	if local := (&Build{}); local.PrepareOn() != "" || local.GateOn() != resources.Process {
+		t.Errorf("without: prepare on %q, gate on %q; want none, %q", local.PrepareOn(), local.GateOn(), resources.Process)
 	}
 }
 

@@ -234,7 +234,15 @@ func TestRemoteBuildsShareTheWorkersClient(t *testing.T) {
 		return capabilities, executes, invocations
 	}
 
-	first, pids, _ := remoteSession(t, c, cfg, builds, nil)
+	first, pids, logs := remoteSession(t, c, cfg, builds, nil)
+	// The remote slot goes back once the action is done, before its outputs are
+	// fetched and cached (see Build.PrepareOn).
+	for i, log := range logs {
+		done, fetched := strings.Index(log, "[slot done]"), strings.Index(log, "remote build: action ")
+		if done < 0 || fetched < 0 || done > fetched || !strings.Contains(log[:done], "[status] fetching outputs") {
+			t.Errorf("build %d gave its slot back (at %d) not between its action's end and the import of its outputs (at %d):\n%s", i, done, fetched, log)
+		}
+	}
 	caps, executes, invocations := calls(0)
 	if len(pids) != 1 || executes != builds {
 		t.Fatalf("%d builds ran in workers %v and executed %d actions; want one worker, %d actions", builds, pids, executes, builds)
