@@ -51,13 +51,13 @@ type buildSpec struct {
 	Workspace *workspaceBuild `json:"workspace,omitempty"`
 	// FatalOverlaps: the element's project makes overlaps an error (fatal-warnings).
 	FatalOverlaps bool `json:"fatal-overlaps,omitempty"`
+	// RemoteInvocation is the session's invocation id, on every call for it.
+	RemoteInvocation string `json:"remote-invocation,omitempty"`
 	// Remote: the build runs on this execution service (build_remote.go); nil: here.
 	// RemotePlatform and RemoteTimeout are the element's own [remote-execution].
-	// RemoteInvocation is the session's invocation id, on every call for it.
-	Remote           *rexec.Config     `json:"remote,omitempty"`
-	RemotePlatform   map[string]string `json:"remote-platform,omitempty"`
-	RemoteTimeout    time.Duration     `json:"remote-timeout,omitempty"`
-	RemoteInvocation string            `json:"remote-invocation,omitempty"`
+	Remote         *rexec.Config     `json:"remote,omitempty"`
+	RemotePlatform map[string]string `json:"remote-platform,omitempty"`
+	RemoteTimeout  time.Duration     `json:"remote-timeout,omitempty"`
 
 	// builtOn is where the remote build ran, set by buildRemote for the artifact
 	// (cache.Artifact.BuiltOn).
@@ -190,14 +190,15 @@ type Build struct {
 	MaxJobs     int    // the builds' %{max-jobs}
 	RetryFailed bool   // build cached failures again
 	Stats       *cache.Stats
+	// invocation is the session's REAPI invocation id, made at its first remote build.
+	invocation string
 	// Remote is the session's remote execution: when Enabled, a build holds a remote
 	// slot (resources.Remote, remote-jobs of them) instead of a builder; when
 	// CacheOnly, builds run here and their results are looked up and recorded in its
 	// action cache (docs/remote-execution.md).
-	Remote     rexec.Config
-	invocation string        // the session's REAPI invocation id, made at its first remote build
-	staged     stagedDigests // each dependency looked up once per session
-	claims     *buildClaims  // made at the first claim
+	Remote rexec.Config
+	staged stagedDigests // each dependency looked up once per session
+	claims *buildClaims  // made at the first claim
 }
 
 func (*Build) Action() queues.Action { return queues.Build }
@@ -279,7 +280,11 @@ func (b *Build) Payload(it *queues.Item) (json.RawMessage, error) {
 	work := b.Cache.TempName("build")
 	spec, err := newBuildSpec(b.Graph, it.Element, b.Cache.Root, work, b.Sandbox, b.MaxJobs)
 	if err == nil {
-		b.remoteSpec(spec, it)
+		if b.Remote.Enabled() {
+			remote := b.Remote
+			spec.Remote, spec.RemotePlatform, spec.RemoteTimeout = &remote, it.Element.RemoteExecution.Platform, it.Element.RemoteExecution.Timeout
+			spec.RemoteInvocation = b.sessionInvocation()
+		}
 		b.staged.Fill(b.Cache, spec)
 		err = spec.checkStagedShell(b.Cache)
 	}

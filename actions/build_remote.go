@@ -14,7 +14,6 @@ import (
 	"github.com/gantry-build/gantry/cache/remote"
 	"github.com/gantry-build/gantry/element"
 	"github.com/gantry-build/gantry/job"
-	"github.com/gantry-build/gantry/queues"
 	rexec "github.com/gantry-build/gantry/remote/exec"
 	"github.com/gantry-build/gantry/resources"
 	"github.com/gantry-build/gantry/sandbox"
@@ -67,19 +66,14 @@ func NeedsLocalSandbox(g *element.Graph, e *element.Element, rx *rexec.Config) b
 	return e.Workspace != ""
 }
 
-// remoteSpec sets what spec needs to build it on the session's execution
-// service, if it has one: the configuration, its element's own platform and
-// timeout, and the session's invocation id.
-func (b *Build) remoteSpec(spec *buildSpec, it *queues.Item) {
-	if !b.Remote.Enabled() {
-		return
-	}
+// sessionInvocation is the session's REAPI invocation id (RequestMetadata's
+// tool_invocation_id), made at its first remote build: one per gantry
+// invocation, on every call of every build of it.
+func (b *Build) sessionInvocation() string {
 	if b.invocation == "" {
 		b.invocation = remote.NewUUID()
 	}
-	cfg := b.Remote
-	spec.Remote, spec.RemoteInvocation = &cfg, b.invocation
-	spec.RemotePlatform, spec.RemoteTimeout = it.Element.RemoteExecution.Platform, it.Element.RemoteExecution.Timeout
+	return b.invocation
 }
 
 // PrepareOn makes Build a queues.Preparer: with remote execution a build stages

@@ -188,7 +188,7 @@ func remoteSession(t *testing.T, c *cache.Cache, cfg rexec.Config, n int, before
 		spec := &buildSpec{CacheDir: c.Root, Project: "p", Element: name, Key: cache.DigestOf([]byte(logs + name)).Hash, Kind: "manual",
 			Sandbox: "bwrap", WorkDir: c.TempName("build"),
 			Bwrap: &element.Resolved{Env: map[string]string{}, Commands: map[string][]string{"build-commands": {"echo " + name}}}}
-		b.remoteSpec(spec, &queues.Item{Element: &element.Element{}})
+		spec.Remote, spec.RemoteInvocation = &cfg, b.sessionInvocation()
 		payload, err := json.Marshal(spec)
 		if err != nil {
 			t.Fatal(err)

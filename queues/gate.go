@@ -9,6 +9,19 @@ import (
 	"github.com/gantry-build/gantry/resources"
 )
 
+// Preparer is a Gater whose jobs prepare on another token than their gate's
+// (PrepareOn: the builders, for builds with remote execution, whose gate is a
+// remote slot). Its jobs always start gated, holding PrepareOn's token instead
+// of the gate's; a job gives it back when it reaches its gate (job.MessageGate),
+// and its gate opens only then, with the gate's token. Its tail (after
+// job.MessageSlotDone or job.MessageAvailable) counts against PrepareOn's limit,
+// as its preparation does. A remote build thus stages and caches on this
+// machine's builders and holds a remote slot only for its action.
+type Preparer interface {
+	Gater
+	PrepareOn() resources.Resource // "": as a Gater's jobs
+}
+
 // gatedRequest is req without the token qs's jobs wait for at their gate (and with
 // the one they prepare on, a Preparer's), when a job for it may start gated: qs is
 // a Gater whose token req asks for, and fewer of its jobs than the token's limit

@@ -178,19 +178,6 @@ type Gater interface {
 	GateOn() resources.Resource // "": the queue's jobs start only with every token
 }
 
-// Preparer is a Gater whose jobs prepare on another token than their gate's
-// (PrepareOn: the builders, for builds with remote execution, whose gate is a
-// remote slot). Its jobs always start gated, holding PrepareOn's token instead
-// of the gate's; a job gives it back when it reaches its gate (job.MessageGate),
-// and its gate opens only then, with the gate's token. Its tail (after
-// job.MessageSlotDone or job.MessageAvailable) counts against PrepareOn's limit,
-// as its preparation does. A remote build thus stages and caches on this
-// machine's builders and holds a remote slot only for its action.
-type Preparer interface {
-	Gater
-	PrepareOn() resources.Resource // "": as a Gater's jobs
-}
-
 // Runner starts jobs. The real one runs them in gantry's worker processes; the
 // scheduler's unit tests use a fake that finishes jobs when the test says so. A Runner
 // that is also an io.Closer is closed when the session ends (Run returns).
