@@ -51,6 +51,8 @@ type buildSpec struct {
 	Workspace *workspaceBuild `json:"workspace,omitempty"`
 	// FatalOverlaps: the element's project makes overlaps an error (fatal-warnings).
 	FatalOverlaps bool `json:"fatal-overlaps,omitempty"`
+	// RemoteInvocation is the session's invocation id, on every call for it.
+	RemoteInvocation string `json:"remote-invocation,omitempty"`
 	// Remote: the build runs on this execution service (build_remote.go); nil: here.
 	// RemotePlatform and RemoteTimeout are the element's own [remote-execution].
 	Remote         *rexec.Config     `json:"remote,omitempty"`
@@ -195,6 +197,8 @@ type Build struct {
 	MaxJobs     int    // the builds' %{max-jobs}
 	RetryFailed bool   // build cached failures again
 	Stats       *cache.Stats
+	// invocation is the session's REAPI invocation id, made at its first remote build.
+	invocation string
 	// Remote is the session's remote execution: when Enabled, a build holds a remote
 	// slot (resources.Remote, remote-jobs of them) instead of a builder; when
 	// CacheOnly, builds run here and their results are looked up and recorded in its
@@ -289,6 +293,7 @@ func (b *Build) Payload(it *queues.Item) (json.RawMessage, error) {
 		if b.Remote.Enabled() {
 			remote := b.Remote
 			spec.Remote, spec.RemotePlatform, spec.RemoteTimeout = &remote, it.Element.RemoteExecution.Platform, it.Element.RemoteExecution.Timeout
+			spec.RemoteInvocation = b.sessionInvocation()
 		}
 		b.actionCachePayload(spec, it)
 		b.staged.Fill(b.Cache, spec)

@@ -2,16 +2,20 @@ package actions
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/gantry-build/gantry/cache"
+	"github.com/gantry-build/gantry/cache/remote"
 	"github.com/gantry-build/gantry/element"
 	"github.com/gantry-build/gantry/job"
 	rexec "github.com/gantry-build/gantry/remote/exec"
+	"github.com/gantry-build/gantry/resources"
 	"github.com/gantry-build/gantry/sandbox"
 	"github.com/gantry-build/gantry/source"
 )
@@ -29,14 +33,84 @@ import (
 // is configured, the kind runs commands, and the element does not build from
 // an open workspace (its build directory is on this machine).
 func (spec *buildSpec) runsRemotely() bool {
-	if spec.Remote == nil || spec.Workspace != nil {
-		return false
-	}
-	switch spec.Kind {
+	return spec.Remote != nil && spec.Workspace == nil && remoteKind(spec.Kind)
+}
+
+// remoteKind says whether a kind's builds run remotely when they can: those
+// that run commands. The others (import, compose, filter, stack) only move
+// files, which the CAS has here.
+func remoteKind(kind string) bool {
+	switch kind {
 	case "import", "compose", "filter", "stack":
 		return false
 	}
 	return true
+}
+
+// NeedsLocalSandbox says whether building e needs this machine's sandbox,
+// which a session checks works before it starts (a fault of the machine must
+// not be cached as a failed build). Without remote execution every build may
+// (as the check always was). With it, only a build that stays here and runs
+// commands: a kind that runs commands built from its open workspace, or a
+// compose staging an element with integration commands (whether it
+// integrates is in its resolved config: such a compose is checked anyway).
+func NeedsLocalSandbox(g *element.Graph, e *element.Element, rx *rexec.Config) bool {
+	switch {
+	case !rx.Enabled():
+		return true
+	case e.Kind.Name == "compose":
+		return slices.ContainsFunc(g.StageDeps(e), (*element.Element).HasIntegration)
+	case !remoteKind(e.Kind.Name):
+		return false
+	}
+	return e.Workspace != ""
+}
+
+// sessionInvocation is the session's REAPI invocation id (RequestMetadata's
+// tool_invocation_id), made at its first remote build: one per gantry
+// invocation, on every call of every build of it.
+func (b *Build) sessionInvocation() string {
+	if b.invocation == "" {
+		b.invocation = remote.NewUUID()
+	}
+	return b.invocation
+}
+
+// PrepareOn makes Build a queues.Preparer: with remote execution a build stages
+// and caches on this machine's builders, and waits at its gate for a remote slot,
+// which it holds only until its action is done on the cluster (the SlotDone of
+// buildRemote); without, it is a plain Gater.
+func (b *Build) PrepareOn() resources.Resource {
+	if b.Remote.Enabled() {
+		return resources.Process
+	}
+	return ""
+}
+
+// remoteClient is the job worker's client of spec's execution service, dialled
+// by its first remote build and kept for the next ones (job.Reporter.Keep):
+// one set of connections, one Capabilities call, the session's invocation id
+// on every call. A broken one is dialled again.
+func remoteClient(ctx context.Context, spec *buildSpec, r *job.Reporter) (*rexec.Client, error) {
+	key, err := json.Marshal(struct {
+		Config     *rexec.Config
+		Invocation string
+	}{spec.Remote, spec.RemoteInvocation})
+	if err != nil {
+		return nil, err
+	}
+	res, err := r.Keep("remote execution "+cache.DigestOf(key).Hash, func() (job.Resident, error) {
+		cl, err := rexec.DialSession(ctx, *spec.Remote, spec.RemoteInvocation)
+		if err != nil {
+			return nil, err
+		}
+		r.Log("remote build: connected to " + cl.Name())
+		return cl, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return res.(*rexec.Client), nil
 }
 
 // buildRemote builds spec on the execution service, its outputs into t. It
@@ -48,14 +122,13 @@ func buildRemote(ctx context.Context, c *cache.Cache, spec *buildSpec, t tree, r
 	if err := stageSources(ctx, spec.Sources, so, func(s *source.Spec) error { r.Status("staging " + s.Describe()); return nil }); err != nil {
 		return err
 	}
-	if err := waitForBuilder(ctx, r); err != nil {
+	if err := r.Gate(ctx, "staged, waiting for a remote slot"); err != nil {
 		return err
 	}
-	cl, err := rexec.Dial(ctx, *spec.Remote)
+	cl, err := remoteClient(ctx, spec, r)
 	if err != nil {
 		return &infraError{err}
 	}
-	defer cl.Close()
 	var res rexec.Result
 	err = underLock(ctx, c, r, func() error {
 		deps, err := lookupDependencies(c, spec)
@@ -68,7 +141,20 @@ func buildRemote(ctx context.Context, c *cache.Cache, spec *buildSpec, t tree, r
 			return &infraError{fmt.Errorf("storing the staged sources: %w", err)}
 		}
 		b := remoteBuild(ctx, c, spec, deps, sources)
-		b.Status = func(s rexec.Stage) { r.Status(s.String()) }
+		sent := false
+		b.Status = func(s rexec.Stage) {
+			r.Status(s.String())
+			switch s {
+			case rexec.Uploading:
+				sent = true
+			case rexec.Fetching:
+				if sent {
+					// The action is done on the cluster: its remote slot goes to
+					// the next build while this one fetches and caches what it made.
+					r.SlotDone()
+				}
+			}
+		}
 		r.Log("building remotely on " + cl.Name())
 		res, err = cl.Run(ctx, c, b)
 		return err

@@ -14,6 +14,7 @@ import (
 	"github.com/gantry-build/gantry/element"
 	"github.com/gantry-build/gantry/internal/testtree"
 	rexec "github.com/gantry-build/gantry/remote/exec"
+	"github.com/gantry-build/gantry/resources"
 )
 
 func TestRunsRemotely(t *testing.T) {
@@ -32,6 +33,52 @@ func TestRunsRemotely(t *testing.T) {
 	} {
 		if got := tc.spec.runsRemotely(); got != tc.want {
 			t.Errorf("%s (remote %v, workspace %v): runsRemotely = %v, want %v", tc.spec.Kind, tc.spec.Remote != nil, tc.spec.Workspace != nil, got, tc.want)
+		}
+	}
+}
+
+// With remote execution a build stages and caches on the builders, its gate a
+// remote slot; without, it is a plain Gater of the builders.
+func TestBuildPreparesOnTheBuilders(t *testing.T) {
+	remoteBuilds := &Build{Remote: rexec.Config{Execution: remote.Spec{URL: "grpc://127.0.0.1:1"}}}
+	if remoteBuilds.PrepareOn() != resources.Process || remoteBuilds.GateOn() != resources.Remote {
+		t.Errorf("with remote execution: prepare on %q, gate on %q; want %q, %q", remoteBuilds.PrepareOn(), remoteBuilds.GateOn(), resources.Process, resources.Remote)
+	}
+	if local := (&Build{}); local.PrepareOn() != "" || local.GateOn() != resources.Process {
+		t.Errorf("without: prepare on %q, gate on %q; want none, %q", local.PrepareOn(), local.GateOn(), resources.Process)
+	}
+}
+
+func TestNeedsLocalSandbox(t *testing.T) {
+	remoteCfg := &rexec.Config{Execution: remote.Spec{URL: "grpc://127.0.0.1:1"}}
+	kind := func(name string) *element.Kind {
+		k, ok := element.LookupKind(name)
+		if !ok {
+			t.Fatalf("no kind %s", name)
+		}
+		return k
+	}
+	for _, tc := range []struct {
+		e      *element.Element
+		remote bool
+		want   bool
+	}{
+		{&element.Element{Kind: kind("manual")}, true, false},
+		{&element.Element{Kind: kind("autotools")}, true, false},
+		{&element.Element{Kind: kind("manual"), Workspace: "w"}, true, true},
+		{&element.Element{Kind: kind("import")}, true, false},
+		{&element.Element{Kind: kind("import"), Workspace: "w"}, true, false},
+		{&element.Element{Kind: kind("stack")}, true, false},
+		{&element.Element{Kind: kind("filter")}, true, false},
+		{&element.Element{Kind: kind("manual")}, false, true},
+		{&element.Element{Kind: kind("import")}, false, true},
+	} {
+		rx := &rexec.Config{}
+		if tc.remote {
+			rx = remoteCfg
+		}
+		if got := NeedsLocalSandbox(nil, tc.e, rx); got != tc.want {
+			t.Errorf("%s (remote %v, workspace %q): NeedsLocalSandbox = %v, want %v", tc.e.Kind.Name, tc.remote, tc.e.Workspace, got, tc.want)
 		}
 	}
 }

@@ -44,7 +44,8 @@ var ErrParentDied = errors.New("gantry exited")
 // A handler runs in a process that runs other jobs before and after it: it
 // must leave no goroutine running, no file open and no process-wide setting
 // changed when it returns (RunChild puts back what it can and retires the
-// worker otherwise).
+// worker otherwise), but for what it keeps for the worker's later jobs
+// through Reporter.Keep.
 type Handler func(ctx context.Context, spec Spec, r *Reporter) (Result, error)
 
 // RunChild is the whole of a worker process: it reads job specs from stdin,
@@ -101,6 +102,8 @@ func serve(life context.Context, stdin io.Reader, msgs io.Writer, ctl *controls,
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "gantry job: warning: %v: this worker runs one job\n", err)
 	}
+	kept := &residents{}
+	defer kept.closeAll()
 	specs := bufio.NewReader(stdin)
 	for {
 		line, readErr := specs.ReadBytes('\n')
@@ -115,7 +118,7 @@ func serve(life context.Context, stdin io.Reader, msgs io.Writer, ctl *controls,
 			}
 			continue
 		}
-		if retire := runOne(life, line, msgs, ctl, handlers, term, base); retire != "" {
+		if retire := runOne(life, line, msgs, ctl, handlers, term, base, kept); retire != "" {
 			// Told so with the result, the parent closes stdin: exit then.
 			if _, err := io.Copy(io.Discard, specs); err != nil {
 				return 1
@@ -127,8 +130,8 @@ func serve(life context.Context, stdin io.Reader, msgs io.Writer, ctl *controls,
 
 // runOne runs the job whose spec is line and reports its result. It returns
 // why the worker must take no further job, or "".
-func runOne(life context.Context, line []byte, msgs io.Writer, ctl *controls, handlers map[string]Handler, term *termSignal, base *workerState) (retire string) {
-	r := &Reporter{msgs: msgs, log: io.Discard}
+func runOne(life context.Context, line []byte, msgs io.Writer, ctl *controls, handlers map[string]Handler, term *termSignal, base *workerState, kept *residents) (retire string) {
+	r := &Reporter{msgs: msgs, log: io.Discard, residents: kept}
 	var spec Spec
 	if err := json.Unmarshal(line, &spec); err != nil {
 		retire = "its last spec could not be read"
@@ -175,7 +178,7 @@ func runOne(life context.Context, line []byte, msgs io.Writer, ctl *controls, ha
 	case base == nil:
 		retire = "its state before the first job was not recorded"
 	default:
-		retire = base.restore(logFile)
+		retire = base.restore(logFile, kept)
 	}
 	if retire != "" {
 		r.logOnly("[worker] pid " + strconv.Itoa(os.Getpid()) + " takes no further job: " + retire)
@@ -271,10 +274,11 @@ type Reporter struct {
 	log     io.Writer
 	sendErr error // first failure to send; later messages are dropped
 	writers []*lineWriter
-	// available: Available was called; slotDone: SlotDone was.
-	available, slotDone bool
-	ctl                 *controls // the worker's control pipe; nil before the spec is read
-	gated               bool      // the job's spec is Gated
+	// available: Available was called; slotDone: SlotDone was; atGate: Gate was.
+	available, slotDone, atGate bool
+	ctl                         *controls  // the worker's control pipe; nil before the spec is read
+	gated                       bool       // the job's spec is Gated
+	residents                   *residents // the worker's (Keep)
 }
 
 // Status sends a short description of what the job is doing now, e.g.
@@ -355,15 +359,26 @@ func (r *Reporter) Available(data json.RawMessage) {
 }
 
 // Gate is where a job's preparation ends and the work that needs its slot
-// begins. For a job whose spec is not Gated, or whose gate the parent has
-// opened already (Job.Open), it returns nil at once and says nothing.
-// Otherwise it writes "[gate] status" to the log, sends status as a status
-// message (so that displays show why the job waits), and waits until the
-// parent opens the gate (nil) or ctx is done (context.Cause(ctx): the job was
-// terminated, or gantry died); the log says how long it waited. The wait costs
-// nothing: the worker sleeps on its control pipe until a line comes.
+// begins. For a job whose spec is not Gated it returns nil at once and says
+// nothing. A gated job sends MessageGate on its first call (the parent may take
+// back what the job held to prepare); then, if the parent
+// has opened its gate already (Job.Open), it returns nil. Otherwise it writes
+// "[gate] status" to the log, sends status as a status message (so that
+// displays show why the job waits), and waits until the parent opens the gate
+// (nil) or ctx is done (context.Cause(ctx): the job was terminated, or gantry
+// died); the log says how long it waited. The wait costs nothing: the worker
+// sleeps on its control pipe until a line comes.
 func (r *Reporter) Gate(ctx context.Context, status string) error {
-	if !r.gated || r.ctl.isOpen() {
+	if !r.gated {
+		return nil
+	}
+	r.mu.Lock()
+	if !r.atGate {
+		r.atGate = true
+		r.send(Message{Type: MessageGate})
+	}
+	r.mu.Unlock()
+	if r.ctl.isOpen() {
 		return nil
 	}
 	r.mu.Lock()

@@ -45,6 +45,18 @@ func sentGateStatus(s started) bool {
 	return slices.ContainsFunc(s.rec.messages(), func(m Message) bool { return m.Type == MessageStatus && m.Text == gateStatus })
 }
 
+// gateMessages counts the job's MessageGate messages (it says it is at its
+// gate, open or not).
+func gateMessages(s started) int {
+	n := 0
+	for _, m := range s.rec.messages() {
+		if m.Type == MessageGate {
+			n++
+		}
+	}
+	return n
+}
+
 // waitNeverGated waits for the end of a job whose gate was opened before it got
 // there, failing as soon as the job says it waits at its gate.
 func waitNeverGated(t *testing.T, s started) Outcome {
@@ -102,6 +114,9 @@ func TestGateBlocksUntilOpen(t *testing.T) {
 		if want := []string{gateStatus, pastGate}; !slices.Equal(statuses, want) {
 			t.Errorf("status messages %q, want %q", statuses, want)
 		}
+		if n := gateMessages(s); n != 1 {
+			t.Errorf("%d gate messages, want 1", n)
+		}
 		log := readFile(t, s.log)
 		for _, want := range []string{"[gate] " + gateStatus + "\n", "[gate] opened after "} {
 			if !strings.Contains(log, want) {
@@ -143,6 +158,9 @@ func TestGateOpenBeforeReached(t *testing.T) {
 			}
 			if log := readFile(t, s.log); strings.Contains(log, "[gate]") {
 				t.Errorf("the log of a job that never waited mentions its gate:\n%s", log)
+			}
+			if n := gateMessages(s); n != 1 {
+				t.Errorf("a job that found its gate open sent %d gate messages, want 1 (it is there)", n)
 			}
 		})
 	}
@@ -195,6 +213,9 @@ func TestGateUngated(t *testing.T) {
 	out := waitNeverGated(t, s)
 	if !out.Result.OK || !exists(marker) {
 		t.Errorf("outcome %+v (marker there: %v), want OK, through the gate", out, exists(marker))
+	}
+	if n := gateMessages(s); n != 0 {
+		t.Errorf("an ungated job sent %d gate messages, want none", n)
 	}
 	if log := readFile(t, s.log); strings.Contains(log, "[gate]") {
 		t.Errorf("an ungated job's log mentions its gate:\n%s", log)

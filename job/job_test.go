@@ -136,6 +136,9 @@ var testHandlers = map[string]Handler{
 		}()
 		return Result{OK: true}, nil
 	},
+	// keep keeps a resident (a file open and a goroutine), and reports how many
+	// its worker opened (see keepPayload).
+	"keep": keepHandler,
 	// leak leaves a file open.
 	"leak": func(ctx context.Context, spec Spec, r *Reporter) (Result, error) {
 		_, err := os.Open(os.Args[0])
@@ -176,6 +179,63 @@ var testHandlers = map[string]Handler{
 		r.Log("grandchild: " + cmd.Wait().Error())
 		return Result{}, context.Cause(ctx)
 	},
+}
+
+// keepPayload configures the "keep" handler.
+type keepPayload struct {
+	Break  bool // the kept resident breaks: Keep replaces it
+	Leak   bool // the job also leaves a file open
+	Linger bool // the job also leaves a goroutine running for ever
+}
+
+// testResident is a resident holding a file open and a goroutine.
+type testResident struct {
+	f      *os.File
+	stop   chan struct{}
+	broken bool
+}
+
+func (t *testResident) Broken() bool { return t.broken }
+func (t *testResident) Close() error { close(t.stop); return t.f.Close() }
+
+// residentsOpened counts the "keep" handler's residents in this worker.
+var residentsOpened int
+
+func keepHandler(ctx context.Context, spec Spec, r *Reporter) (Result, error) {
+	var p keepPayload
+	if err := json.Unmarshal(spec.Payload, &p); err != nil {
+		return Result{}, err
+	}
+	open := func() (Resident, error) {
+		f, err := os.Open(os.Args[0])
+		if err != nil {
+			return nil, err
+		}
+		residentsOpened++
+		t := &testResident{f: f, stop: make(chan struct{})}
+		go func() { <-t.stop }()
+		return t, nil
+	}
+	res, err := r.Keep("test", open)
+	if err != nil {
+		return Result{}, err
+	}
+	if p.Break {
+		res.(*testResident).broken = true
+		if _, err := r.Keep("test", open); err != nil {
+			return Result{}, err
+		}
+	}
+	if p.Leak {
+		if _, err := os.Open(os.Args[0]); err != nil {
+			return Result{}, err
+		}
+	}
+	if p.Linger {
+		go func() { select {} }()
+	}
+	data, err := json.Marshal(residentsOpened)
+	return Result{OK: true, Data: data}, err
 }
 
 // recorder collects a job's messages and lets a test wait for one.

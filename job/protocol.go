@@ -73,7 +73,10 @@ const (
 	// MessageSlotDone, at most once and before the result: the work of the job
 	// that needs its slot is over; see Reporter.SlotDone.
 	MessageSlotDone MessageType = "slot-done"
-	MessageResult   MessageType = "result"
+	// MessageGate, from a gated job (Spec.Gated), at most once and before the
+	// result: the job has prepared and is at its gate; see Reporter.Gate.
+	MessageGate   MessageType = "gate"
+	MessageResult MessageType = "result"
 )
 
 // String returns the type's name.

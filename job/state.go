@@ -25,6 +25,8 @@ const maxWorkerRSS = 512 << 20
 // resource limits, ignored signals, which exec passes on to build commands).
 // Package-level state of the handlers is theirs to keep job-independent: the
 // only one today is sandbox's bwrap probe, whose answer holds for the session.
+// What handlers keep through Reporter.Keep (a connection) is the worker's own:
+// its descriptors and goroutines are not counted as a job's.
 type workerState struct {
 	cwd        string
 	umask      int
@@ -70,7 +72,7 @@ func captureState() (*workerState, error) {
 // restore puts the working directory, umask and environment back as they were
 // and returns why the worker must take no further job, or "" if it is as it
 // was before its first job. log, the job's log file, is still open.
-func (s *workerState) restore(log *os.File) string {
+func (s *workerState) restore(log *os.File, kept *residents) string {
 	syscall.Umask(s.umask)
 	if cwd, err := os.Getwd(); err != nil || cwd != s.cwd {
 		if err := os.Chdir(s.cwd); err != nil {
@@ -86,15 +88,15 @@ func (s *workerState) restore(log *os.File) string {
 			}
 		}
 	}
-	if n := s.goroutinesLeft(); n > 0 {
+	if n := s.goroutinesLeft(kept); n > 0 {
 		return fmt.Sprintf("its job left %d goroutines running", n)
 	}
 	fds, err := openFiles()
 	if err != nil {
 		return err.Error()
 	}
-	logFD := strconv.Itoa(int(log.Fd()))
-	fds = slices.DeleteFunc(fds, func(fd string) bool { return fd == logFD })
+	logFD, own := strconv.Itoa(int(log.Fd())), kept.descriptors()
+	fds = slices.DeleteFunc(fds, func(fd string) bool { return fd == logFD || own[fd] })
 	if !slices.Equal(fds, s.fds) {
 		var left []string
 		for _, fd := range fds {
@@ -126,11 +128,15 @@ func (s *workerState) restore(log *os.File) string {
 const goroutineSettle = 20 * time.Millisecond
 
 // goroutinesLeft returns how many more goroutines run than before the first
-// job, once those on their way out have had goroutineSettle to exit.
-func (s *workerState) goroutinesLeft() int {
+// job, not counting those of the kept residents, once those on their way out
+// have had goroutineSettle to exit.
+func (s *workerState) goroutinesLeft(kept *residents) int {
 	deadline := time.Now().Add(goroutineSettle)
 	for {
 		n := runtime.NumGoroutine() - s.goroutines
+		if n > 0 {
+			n -= kept.goroutines()
+		}
 		if n <= 0 || time.Now().After(deadline) {
 			return n
 		}

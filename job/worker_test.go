@@ -1,11 +1,13 @@
 package job
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -95,6 +97,48 @@ func TestWorkerRetiresAfterLeak(t *testing.T) {
 			out, next.job.Pid(), leak.job.Pid(), p.Started())
 	}
 	proctest.Eventually(t, "the retired worker to exit", func() bool { return !proctest.Alive(leak.job.Pid()) })
+}
+
+// What a job keeps through Reporter.Keep (a connection: a descriptor and
+// goroutines) serves the worker's later jobs without retiring it; a broken
+// one is replaced; anything else a job leaves still retires the worker.
+func TestWorkerKeepsResidents(t *testing.T) {
+	p := newPool(t)
+	keep := func(payload keepPayload) (started, int) {
+		t.Helper()
+		s, out := runIn(t, p, "keep", payload)
+		if !out.Result.OK {
+			t.Fatalf("keep %+v: %+v", payload, out)
+		}
+		var opened int
+		if err := json.Unmarshal(out.Result.Data, &opened); err != nil {
+			t.Fatal(err)
+		}
+		return s, opened
+	}
+	first, _ := keep(keepPayload{})
+	for i, payload := range []keepPayload{{}, {}, {Break: true}, {}} {
+		s, opened := keep(payload)
+		want := 1
+		if i >= 2 {
+			want = 2
+		}
+		if s.job.Pid() != first.job.Pid() || opened != want {
+			t.Fatalf("job %d (%+v) ran in worker %d having opened %d residents; want worker %d, %d opened\n%s",
+				i+2, payload, s.job.Pid(), opened, first.job.Pid(), want, readFile(t, s.log))
+		}
+		if payload.Break && !strings.Contains(readFile(t, s.log), "[resident] test is broken: closed (<nil>), opening another") {
+			t.Errorf("the log of the job that replaced the broken resident does not say so:\n%s", readFile(t, s.log))
+		}
+	}
+	leak, _ := keep(keepPayload{Leak: true})
+	if log := readFile(t, leak.log); leak.job.Pid() != first.job.Pid() || !regexp.MustCompile(`takes no further job: its job left files open: descriptors \d+ \(`+regexp.QuoteMeta(os.Args[0])+`\)\n`).MatchString(log) {
+		t.Errorf("a file left open beside a kept resident did not retire worker %d (the job ran in %d):\n%s", first.job.Pid(), leak.job.Pid(), log)
+	}
+	linger, _ := keep(keepPayload{Linger: true})
+	if log := readFile(t, linger.log); linger.job.Pid() == leak.job.Pid() || !strings.Contains(log, "takes no further job: its job left 1 goroutines running") {
+		t.Errorf("a goroutine left running beside a kept resident did not retire worker %d (leak's worker %d):\n%s", linger.job.Pid(), leak.job.Pid(), log)
+	}
 }
 
 // A daemon a job leaves behind is dead, and reaped, when the job's result

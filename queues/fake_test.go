@@ -233,6 +233,11 @@ func (j *fakeJob) FailTemporarily(t testing.TB, msg string) {
 	j.Finish(t, job.Outcome{Result: job.Result{Error: msg, Temporary: true}, ExitCode: 1})
 }
 
+// AtGate says the job has prepared and waits at its gate, as Reporter.Gate does.
+func (j *fakeJob) AtGate() {
+	j.onMessage(job.Message{Type: job.MessageGate, Time: time.Now()})
+}
+
 // Say sends a status message as the child would.
 func (j *fakeJob) Say(text string) {
 	j.onMessage(job.Message{Type: job.MessageStatus, Time: time.Now(), Text: text})
@@ -386,9 +391,10 @@ func (h *session) sync(j *fakeJob) {
 	h.t.Helper()
 	h.barrier++
 	text := fmt.Sprintf("sync %d", h.barrier)
-	if slices.ContainsFunc(eventsOf[JobEnd](h.events), func(e JobEnd) bool { return e.JobID == j.Spec.ID }) {
-		// Past its JobEnd (its tail) a job's status lines are not published: a
-		// notice is.
+	if slices.ContainsFunc(eventsOf[JobEnd](h.events), func(e JobEnd) bool { return e.JobID == j.Spec.ID }) ||
+		!slices.ContainsFunc(eventsOf[JobStart](h.events), func(e JobStart) bool { return e.JobID == j.Spec.ID }) {
+		// Past its JobEnd (its tail), or before its JobStart (at its gate), a job's
+		// status lines are not published: a notice is.
 		j.onMessage(job.Message{Type: job.MessageNotice, Time: time.Now(), Text: text})
 		waitEvent(h.t, h.events, func(e Notice) bool { return e.Text == text })
 		return
@@ -445,6 +451,7 @@ type testQueue struct {
 	done      func(it *Item, res job.Result)                // nil: nothing to record
 	waitsOn   func(it *Item) *Item                          // nil: waits on no item (never parked)
 	gate      resources.Resource                            // "": its jobs start with every token
+	prepare   resources.Resource                            // "": its gated jobs prepare with no token of their own
 	claim     func(it *Item) Claim                          // nil: claimed
 	available func(it *Item, data json.RawMessage)          // nil: nothing to record
 	recover   func(it *Item, res job.Result) (string, bool) // nil: nothing recovers
@@ -480,6 +487,8 @@ func (q *testQueue) WaitsOn(it *Item) *Item {
 }
 
 func (q *testQueue) GateOn() resources.Resource { return q.gate }
+
+func (q *testQueue) PrepareOn() resources.Resource { return q.prepare }
 
 func (q *testQueue) Claim(it *Item) Claim {
 	if q.claim == nil {

@@ -9,9 +9,23 @@ import (
 	"github.com/gantry-build/gantry/resources"
 )
 
-// gatedRequest is req without the token qs's jobs wait for at their gate, when a job
-// for it may start gated: qs is a Gater whose token req asks for, and fewer of its
-// jobs than the token's limit wait at their gates.
+// Preparer is a Gater whose jobs prepare on another token than their gate's
+// (PrepareOn: the builders, for builds with remote execution, whose gate is a
+// remote slot). Its jobs always start gated, holding PrepareOn's token instead
+// of the gate's; a job gives it back when it reaches its gate (job.MessageGate),
+// and its gate opens only then, with the gate's token. Its tail (after
+// job.MessageSlotDone or job.MessageAvailable) counts against PrepareOn's limit,
+// as its preparation does. A remote build thus stages and caches on this
+// machine's builders and holds a remote slot only for its action.
+type Preparer interface {
+	Gater
+	PrepareOn() resources.Resource // "": as a Gater's jobs
+}
+
+// gatedRequest is req without the token qs's jobs wait for at their gate (and with
+// the one they prepare on, a Preparer's), when a job for it may start gated: qs is
+// a Gater whose token req asks for, and fewer of its jobs than the token's limit
+// wait at their gates.
 func (s *Scheduler) gatedRequest(qs *queueState, req resources.Request) (resources.Request, bool) {
 	token := gateToken(qs)
 	if token == "" || !slices.Contains(req.Shared, token) {
@@ -20,7 +34,41 @@ func (s *Scheduler) gatedRequest(qs *queueState, req resources.Request) (resourc
 	if limit := s.cfg.Pool.Limit(token); limit == 0 || len(qs.gated) >= limit {
 		return req, false
 	}
-	return resources.Request{Shared: without(req.Shared, token), Exclusive: req.Exclusive}, true
+	shared := without(req.Shared, token)
+	if p := prepareToken(qs); p != "" && !slices.Contains(shared, p) {
+		shared = append(shared, p)
+	}
+	return resources.Request{Shared: shared, Exclusive: req.Exclusive}, true
+}
+
+// mustGate says whether a job of qs asking for req starts only gated: qs is a
+// Preparer, and req asks for its gate's token, which has a limit.
+func (s *Scheduler) mustGate(qs *queueState, req resources.Request) bool {
+	token := gateToken(qs)
+	return prepareToken(qs) != "" && slices.Contains(req.Shared, token) && s.cfg.Pool.Limit(token) > 0
+}
+
+// prepareToken is the token the jobs of qs prepare on before their gate (see
+// Preparer), or "".
+func prepareToken(qs *queueState) resources.Resource {
+	if p, ok := qs.q.(Preparer); ok {
+		return p.PrepareOn()
+	}
+	return ""
+}
+
+// atGate books a gated job's word that it has prepared and waits at its gate
+// (job.MessageGate): the token it prepared on goes back (see Preparer), and its
+// gate may open. It reports whether anything changed.
+func (s *Scheduler) atGate(a *activeJob) bool {
+	if a.atGate {
+		return false
+	}
+	a.atGate = true
+	if p := prepareToken(a.qs); p != "" && a.tokens.holds(p) {
+		a.tokens.giveBack(p)
+	}
+	return true
 }
 
 // gateToken is the token the jobs of qs may start without and wait for at their
@@ -38,10 +86,14 @@ func without(rs []resources.Resource, r resources.Resource) []resources.Resource
 }
 
 // firstGated is the job of qs waiting at its gate that comes first in the queue's
-// order, or nil.
+// order, or nil. A Preparer's job waits there only once it said it has got there.
 func (qs *queueState) firstGated() *activeJob {
 	var first *activeJob
+	preparer := prepareToken(qs) != ""
 	for _, a := range qs.gated {
+		if preparer && !a.atGate {
+			continue
+		}
 		if first == nil || before(a.item, first.item) {
 			first = a
 		}

@@ -20,6 +20,84 @@ func remoteBuildQueue() *testQueue {
 	return q
 }
 
+// remotePreparingQueue is remoteBuildQueue whose builds prepare on the builders
+// (a Preparer): they stage and cache on this machine's builders, and hold a
+// remote slot only for their action.
+func remotePreparingQueue() *testQueue {
+	q := remoteBuildQueue()
+	q.prepare = resources.Process
+	return q
+}
+
+// TestRemoteBuildsPrepareOnTheBuilders: with one builder and four remote slots, one
+// build stages at a time (on the builder, which it gives back at its gate), four
+// have their action on the cluster at once, each only until its action is done
+// (SlotDone), and one caches at a time (its tail, counted against the builders):
+// a second build done meanwhile keeps its slot.
+func TestRemoteBuildsPrepareOnTheBuilders(t *testing.T) {
+	const slots = 4
+	g := newGraph(t, "a", "b", "c", "d", "e", "f")
+	pool := resources.NewPool(map[resources.Resource]int{resources.Process: 1, resources.Remote: slots, resources.Cache: 0})
+	h := startSession(t, Config{Queues: []Queue{remotePreparingQueue()}, Items: plan(t, g, PlanOptions{}), Pool: pool})
+	var acting []*fakeJob
+	for n := 1; n <= slots; n++ {
+		j := h.next()
+		h.sync(j)
+		h.noStart() // one builder: nothing else stages meanwhile
+		if !j.Spec.Gated || j.Opened() {
+			t.Fatalf("%s started ungated (%v) or was opened before it staged", j, !j.Spec.Gated)
+		}
+		j.AtGate()
+		if w := h.nthWorkStart(n); w != j {
+			t.Fatalf("work start %d is %s, want %s, at its gate with a slot free", n, w, j)
+		}
+		acting = append(acting, j)
+	}
+	// The fifth build stages (the fourth gave the builder back at its gate) and
+	// waits at its gate: the four slots are taken. The sixth stages meanwhile.
+	e := h.next()
+	h.sync(e)
+	h.noStart()
+	e.AtGate()
+	f := h.next()
+	h.sync(f)
+	if e.Opened() {
+		t.Fatalf("%s was opened with the %d remote slots taken", e, slots)
+	}
+	if got := h.runner.maxRunning(Build); got != slots {
+		t.Errorf("%d builds had their action on the cluster at once, want %d", got, slots)
+	}
+	// a's action is done: its slot goes to e at once, and a caches in its tail.
+	acting[0].slotDone()
+	if w := h.nthWorkStart(slots + 1); w != e {
+		t.Fatalf("work start %d is %s, want %s", slots+1, w, e)
+	}
+	// b's action is done while a still caches: one tail at a time, so b keeps its
+	// slot, and f, at its gate, waits for one.
+	f.AtGate()
+	acting[1].slotDone()
+	h.sync(acting[1])
+	if f.Opened() {
+		t.Fatalf("%s was opened while b, done, waited to cache behind a", f)
+	}
+	acting[0].Succeed(t)
+	h.ended(acting[0])
+	for _, j := range append(acting[1:], e) {
+		j.Succeed(t)
+	}
+	if w := h.nthWorkStart(slots + 2); w != f {
+		t.Fatalf("work start %d is %s, want %s", slots+2, w, f)
+	}
+	f.Succeed(t)
+	if sum := h.wait(); !sum.OK() || sum.Queues[0].Processed != len(g.Order) {
+		t.Errorf("summary %+v, want all %d built", sum, len(g.Order))
+	}
+	if got := h.runner.maxWaitingAtGate(Build); got > slots {
+		t.Errorf("%d builds were gated at once, want at most %d", got, slots)
+	}
+	checkTokensFree(t, pool, resources.Process, resources.Remote, resources.Cache)
+}
+
 // TestRemoteSlotsBoundBuildsWhateverTheBuilders: with remote execution, as many
 // builds work at once as there are remote slots (remote-jobs), be the builders fewer
 // or more; as many more wait at their gates.

@@ -152,6 +152,7 @@ type activeJob struct {
 	// token (see Gater); gateWait is how long it waited there until it was opened.
 	gated    bool
 	gateWait time.Duration
+	atGate   bool      // it said it has got to its gate (job.MessageGate)
 	prepared time.Time // a job started gated: when it was (its start); zero for another
 	// begun: its worker began it (job.MessageStart). announced: its JobStart is
 	// published (see announce), and held are its log lines from before (a gated
@@ -425,7 +426,11 @@ func (s *Scheduler) spawn(qs *queueState, it *Item, refused *[]resources.Request
 			return false
 		}
 	}
-	tokens, ok := reserveTokens(s.cfg.Pool, req)
+	var tokens heldTokens
+	ok := false
+	if !s.mustGate(qs, req) {
+		tokens, ok = reserveTokens(s.cfg.Pool, req)
+	}
 	gated := false
 	if !ok {
 		// Without its gate's token, it may still start and wait at its gate.
@@ -553,6 +558,8 @@ func (s *Scheduler) handle(m any) bool {
 			return s.available(a, m.msg)
 		case job.MessageSlotDone:
 			return s.slotDone(a, m.msg)
+		case job.MessageGate:
+			return s.atGate(a)
 		case job.MessageNotice:
 			s.jobNotice(a.item.Name(), m.msg)
 		case job.MessageStatus, job.MessageLog, job.MessageProgress:
@@ -769,9 +776,13 @@ func (s *Scheduler) beginTail(a *activeJob) bool {
 	return true
 }
 
-// tailToken is the token whose limit bounds the jobs of qs in their tails: its gate
-// token (the builders, or the remote execution slots), else the builders.
+// tailToken is the token whose limit bounds the jobs of qs in their tails: the one
+// they prepare on (a Preparer's), else its gate token (the builders, or the remote
+// execution slots), else the builders.
 func tailToken(qs *queueState) resources.Resource {
+	if t := prepareToken(qs); t != "" {
+		return t
+	}
 	if t := gateToken(qs); t != "" {
 		return t
 	}

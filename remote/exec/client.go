@@ -14,14 +14,18 @@ import (
 	"fmt"
 	"runtime/debug"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"cloud.google.com/go/longrunning/autogen/longrunningpb"
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
+	"github.com/gantry-build/gantry/cache"
 	"github.com/gantry-build/gantry/cache/remote"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 )
@@ -36,7 +40,7 @@ type Client struct {
 	name       string // the execution service's URL without userinfo
 	instance   string // of the execution service
 	acInstance string // of the action cache
-	invocation string // RequestMetadata's tool_invocation_id: one per Client
+	invocation string // RequestMetadata's tool_invocation_id: the session's
 
 	conns []*grpc.ClientConn
 	exec  repb.ExecutionClient
@@ -50,6 +54,10 @@ type Client struct {
 
 	retryBase time.Duration // the first backoff wait; doubled per attempt
 	attempts  int           // how many times an action is sent before its infrastructure failure is final
+
+	watch  connWatch // its connections, made and ended
+	dialed int32     // how many connections Dial made
+	closed atomic.Bool
 }
 
 // toolName and toolVersion are RequestMetadata's tool_details.
@@ -63,8 +71,20 @@ func toolVersion() string {
 }
 
 // Dial connects to the services of cfg and asks the execution service's
-// Capabilities: SHA-256 digests and execution enabled, or a clear error.
+// Capabilities: SHA-256 digests and execution enabled, or a clear error. Its
+// calls carry an invocation id of their own.
 func Dial(ctx context.Context, cfg Config) (*Client, error) {
+	return DialSession(ctx, cfg, remote.NewUUID())
+}
+
+// DialSession is Dial for the builds of a session, whose calls all carry its
+// invocation id (RequestMetadata's tool_invocation_id): one per gantry
+// invocation, as REAPI intends, however many clients its job workers dial. It
+// connects every connection before it returns (the execution service's, the
+// action cache's, the CAS's), from the calling goroutine: a worker keeps the
+// client for its later builds (job.Reporter.Keep), and what a connection
+// starts is then the worker's.
+func DialSession(ctx context.Context, cfg Config, invocation string) (*Client, error) {
 	if cfg.Execution.URL == "" {
 		return nil, errors.New("remote execution: no execution-service url")
 	}
@@ -72,8 +92,11 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 		return nil, fmt.Errorf("remote execution: wrap = %q: the only wrapper is %q", cfg.Wrap, WrapBwrap)
 	}
 	cl := &Client{cfg: cfg, name: remote.RedactURL(cfg.Execution.URL), instance: cfg.Execution.Instance,
-		invocation: remote.NewUUID(), retryBase: time.Second, attempts: 4}
-	opts := []grpc.DialOption{grpc.WithChainUnaryInterceptor(cl.unaryMetadata), grpc.WithChainStreamInterceptor(cl.streamMetadata)}
+		invocation: invocation, retryBase: time.Second, attempts: 4}
+	// No idle mode: a channel leaving it would start its resolver from the
+	// goroutine of a call, a build job's.
+	opts := []grpc.DialOption{grpc.WithChainUnaryInterceptor(cl.unaryMetadata), grpc.WithChainStreamInterceptor(cl.streamMetadata),
+		grpc.WithStatsHandler(&cl.watch), grpc.WithIdleTimeout(0)}
 	conn, err := remote.DialGRPC(cfg.Execution, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("remote execution: %w", err)
@@ -89,6 +112,10 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 		}
 		cl.conns = append(cl.conns, acConn)
 		cl.ac, cl.acInstance = repb.NewActionCacheClient(acConn), cfg.ActionCache.Instance
+		if err := connect(ctx, acConn); err != nil {
+			cl.Close()
+			return nil, &InfraError{Op: "connecting to the action-cache-service " + remote.RedactURL(cfg.ActionCache.URL), Err: err}
+		}
 	}
 	spec := cfg.StorageService()
 	spec.DialOptions = opts
@@ -100,11 +127,59 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 		cl.Close()
 		return nil, err
 	}
+	// The CAS's connection is the store's: a call makes it (the empty blob,
+	// which every CAS has).
+	if _, err := cl.cas.FindMissing(ctx, []cache.Digest{cache.DigestOf(nil)}); err != nil {
+		cl.Close()
+		return nil, &InfraError{Op: "connecting to the storage-service " + cl.cas.Name(), Err: err}
+	}
+	cl.dialed = cl.watch.begun.Load()
 	return cl, nil
+}
+
+// connect makes conn connect, and waits until it has.
+func connect(ctx context.Context, conn *grpc.ClientConn) error {
+	conn.Connect()
+	for {
+		switch s := conn.GetState(); s {
+		case connectivity.Ready:
+			return nil
+		case connectivity.TransientFailure, connectivity.Shutdown:
+			return fmt.Errorf("the connection is %s", s)
+		default:
+			if !conn.WaitForStateChange(ctx, s) {
+				return context.Cause(ctx)
+			}
+		}
+	}
+}
+
+// Broken says whether the client can serve no further build: closed, or a
+// connection of its dial ended, or another was made since (gRPC reconnects
+// from the goroutine of a call). A job worker keeping the client then dials
+// another (job.Resident).
+func (cl *Client) Broken() bool {
+	return cl.closed.Load() || cl.watch.ended.Load() > 0 || cl.watch.begun.Load() != cl.dialed
+}
+
+// connWatch counts a client's connections as gRPC makes and ends them.
+type connWatch struct{ begun, ended atomic.Int32 }
+
+func (w *connWatch) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context   { return ctx }
+func (w *connWatch) HandleRPC(context.Context, stats.RPCStats)                         {}
+func (w *connWatch) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context { return ctx }
+func (w *connWatch) HandleConn(_ context.Context, s stats.ConnStats) {
+	switch s.(type) {
+	case *stats.ConnBegin:
+		w.begun.Add(1)
+	case *stats.ConnEnd:
+		w.ended.Add(1)
+	}
 }
 
 // Close releases the connections.
 func (cl *Client) Close() error {
+	cl.closed.Store(true)
 	var errs []error
 	if cl.cas != nil {
 		errs = append(errs, cl.cas.Close())

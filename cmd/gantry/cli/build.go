@@ -263,11 +263,11 @@ func runBuild(opts *buildOptions) error {
 	} else if items, err = queues.Plan(g, selected, planOpts); err != nil {
 		return missingRefsError(g, selected, err)
 	}
-	if err := checkSandbox(opts.sandbox, items); err != nil {
-		return err
-	}
 	rx, err := s.remoteExecution(opts.executor)
 	if err != nil {
+		return err
+	}
+	if err := checkSandbox(opts.sandbox, items, func(e *element.Element) bool { return actions.NeedsLocalSandbox(g, e, &rx) }); err != nil {
 		return err
 	}
 	if err := checkRemoteExecution(rx, items); err != nil {
@@ -348,11 +348,12 @@ func checkSandboxFlag(kind string) error {
 }
 
 // checkSandbox fails the session before it starts, naming the fix, when the sandbox
-// asked for cannot run on this machine and something is to be built: a fault of the
-// machine must never be cached as an element's failed build.
-func checkSandbox(kind string, items []*queues.Item) error {
+// asked for cannot run on this machine and something is to be built that needs it
+// (remote builds do not): a fault of the machine must never be cached as an
+// element's failed build.
+func checkSandbox(kind string, items []*queues.Item, needs func(*element.Element) bool) error {
 	for _, it := range items {
-		if !it.Cached && !it.Failed {
+		if !it.Cached && !it.Failed && needs(it.Element) {
 			return sandbox.CheckAvailable(sandbox.Kind(kind))
 		}
 	}
