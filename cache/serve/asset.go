@@ -494,8 +494,21 @@ func (a *assetService) FetchDirectory(ctx context.Context, req *rapb.FetchDirect
 		return nil, err
 	}
 	if r == nil {
+		if slices.ContainsFunc(req.Uris, isBuildStreamURN) {
+			// BuildStream 1.x reads a miss only as the call's NOT_FOUND: a miss
+			// in the response (the protocol's way, Bazel's) makes it fetch an
+			// empty digest and crash.
+			return nil, notFound(assetDirectory, req.Uris).Err()
+		}
 		return &rapb.FetchDirectoryResponse{Status: notFound(assetDirectory, req.Uris).Proto(), Uri: req.Uris[0]}, nil
 	}
 	return &rapb.FetchDirectoryResponse{Status: status.New(codes.OK, "").Proto(), Uri: r.URI, Qualifiers: qualifierProtos(r.Qualifiers),
 		ExpiresAt: expiresAt(r), RootDirectoryDigest: r.Digest.Proto(), DigestFunction: repb.DigestFunction_SHA256}, nil
 }
+
+// buildStreamURNPrefix starts the URIs under which BuildStream keeps its artifacts
+// and sources as assets (urn:fdc:buildstream.build:2020:v1:<ref> and the like).
+const buildStreamURNPrefix = "urn:fdc:buildstream.build:"
+
+// isBuildStreamURN says whether uri names one of BuildStream's assets.
+func isBuildStreamURN(uri string) bool { return strings.HasPrefix(uri, buildStreamURNPrefix) }
