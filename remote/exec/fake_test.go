@@ -42,6 +42,9 @@ type fakeREAPI struct {
 	work func(srv *fakeREAPI, cmd *repb.Command, root *repb.Directory) *repb.ActionResult
 	// unavailable is how many Execute calls fail UNAVAILABLE at once.
 	unavailable int
+	// busy is how many FindMissingBlobs calls fail RESOURCE_EXHAUSTED at once, as
+	// BuildGrid over its limit of concurrent calls.
+	busy int
 	// breakStreams is how many Execute calls send their operation's name and
 	// then break, like a dropped connection.
 	breakStreams int
@@ -227,6 +230,15 @@ func (srv *fakeREAPI) GetCapabilities(context.Context, *repb.GetCapabilitiesRequ
 }
 
 func (srv *fakeREAPI) FindMissingBlobs(_ context.Context, req *repb.FindMissingBlobsRequest) (*repb.FindMissingBlobsResponse, error) {
+	srv.mu.Lock()
+	busy := srv.busy > 0
+	if busy {
+		srv.busy--
+	}
+	srv.mu.Unlock()
+	if busy {
+		return nil, status.Error(codes.ResourceExhausted, "Concurrent RPC limit exceeded!")
+	}
 	resp := &repb.FindMissingBlobsResponse{}
 	for _, d := range req.BlobDigests {
 		if _, ok := srv.get(d); !ok {

@@ -87,7 +87,7 @@ func (cl *Client) Run(ctx context.Context, c *cache.Cache, b Build) (Result, err
 		res = Result{Overlaps: overlaps, Action: actDigest}
 	}
 	say(Uploading)
-	if err := cl.upload(ctx, c, root, cmdDigest, actDigest); err != nil {
+	if err := cl.retrying(ctx, func() error { return cl.upload(ctx, c, root, cmdDigest, actDigest) }); err != nil {
 		return res, err
 	}
 	resp, err := cl.execute(ctx, c, actDigest, root, cmdDigest, ar != nil, say)
@@ -96,10 +96,31 @@ func (cl *Client) Run(ctx context.Context, c *cache.Cache, b Build) (Result, err
 	}
 	res.Cached, res.Message = resp.CachedResult, resp.GetMessage()
 	say(Fetching)
-	if err := cl.results(ctx, c, resp.Result, b, &res); err != nil {
+	if err := cl.retrying(ctx, func() error { return cl.results(ctx, c, resp.Result, b, &res) }); err != nil {
 		return res, err
 	}
 	return res, nil
+}
+
+// retrying runs a transfer f (an upload, the fetch of the outputs) until it
+// succeeds, fails for good, or has failed cl.attempts times with an
+// *InfraError — a server that is busy (RESOURCE_EXHAUSTED: BuildGrid's limit of
+// concurrent calls) or unavailable for a moment — waiting with backoff between.
+func (cl *Client) retrying(ctx context.Context, f func() error) error {
+	for attempt := 1; ; attempt++ {
+		err := f()
+		var infra *InfraError
+		if err == nil || !errors.As(err, &infra) || attempt >= cl.attempts {
+			return err
+		}
+		t := time.NewTimer(backoff.Exponential(cl.retryBase, attempt))
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return context.Cause(ctx)
+		}
+	}
 }
 
 // lookup asks the action cache for the result of the action; nil on a miss.

@@ -375,6 +375,33 @@ func TestRunBacksOffWhileUnavailable(t *testing.T) {
 	}
 }
 
+// A CAS that is busy (RESOURCE_EXHAUSTED, as BuildGrid over its limit of
+// concurrent calls) is waited out with backoff, not reported at once as the
+// build's infrastructure failure; one that stays busy is, after 4 attempts.
+func TestRunRetriesABusyCAS(t *testing.T) {
+	srv, cl, c := startHello(t, nil)
+	cl.retryBase = time.Millisecond
+	srv.mu.Lock()
+	srv.busy = 2
+	srv.mu.Unlock()
+	if _, err := cl.Run(context.Background(), c, testBuild(t, c)); err != nil {
+		t.Fatalf("Run with the CAS busy twice: %v", err)
+	}
+	if n := srv.count("FindMissingBlobs"); n < 3 {
+		t.Errorf("%d FindMissingBlobs calls, want the two refused ones and one more", n)
+	}
+	srv.mu.Lock()
+	srv.busy, srv.ac = 100, map[cache.Digest]*repb.ActionResult{}
+	srv.mu.Unlock()
+	b := testBuild(t, c)
+	b.Env["SALT"] = "another action"
+	_, err := cl.Run(context.Background(), c, b)
+	var infra *InfraError
+	if !errors.As(err, &infra) || !strings.Contains(err.Error(), "ResourceExhausted") {
+		t.Fatalf("Run with the CAS busy for good: %v, want an *InfraError saying ResourceExhausted", err)
+	}
+}
+
 func TestRunStatusNotOKIsAnInfrastructureFailure(t *testing.T) {
 	srv := newFakeREAPI()
 	srv.badStatus = status.New(codes.Internal, "the bot died")

@@ -35,8 +35,8 @@ const bgKeepalive = 15 * time.Second
 
 // bgThreads is BuildGrid's thread pool, its limit of concurrent RPCs: the
 // default (5 per CPU, 10 here) is below gantry's Execute streams (remote-jobs,
-// 32) and the workers' polls, and gantry's CAS transfers do not retry the
-// ResourceExhausted that BuildGrid answers over it.
+// 32) and the workers' polls: over it BuildGrid answers ResourceExhausted, which
+// gantry waits out with backoff (TestRunRetriesABusyCAS), at a cost in time.
 const bgThreads = 64
 
 // bgProjectTOML is a project.toml for BuildGrid: no [remote-execution] settings, so
