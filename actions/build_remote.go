@@ -170,6 +170,8 @@ func buildRemote(ctx context.Context, c *cache.Cache, spec *buildSpec, t tree, r
 	switch {
 	case errors.As(err, &conflict):
 		return &stagingError{err}
+	case errors.As(err, &infra) && infra.Refused:
+		return &infraError{fmt.Errorf("%w; not cached as the element's failure: the execution service refuses the action as configured — check [remote-execution] (timeout, platform, instance) against what the service accepts", err)}
 	case errors.As(err, &infra):
 		return &infraError{fmt.Errorf("%w; not cached as the element's failure: build again to retry", err)}
 	case err != nil:

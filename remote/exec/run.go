@@ -23,6 +23,11 @@ import (
 type InfraError struct {
 	Op  string // what was being done
 	Err error
+	// Refused: the service refused the action as it is configured
+	// (INVALID_ARGUMENT, PERMISSION_DENIED, UNIMPLEMENTED: a timeout over its
+	// maximum, a platform it has no worker for, an instance it does not know);
+	// building again will not help, changing the configuration may.
+	Refused bool
 }
 
 func (e *InfraError) Error() string { return "remote execution: " + e.Op + ": " + e.Err.Error() }
@@ -191,6 +196,8 @@ func (cl *Client) execute(ctx context.Context, c *cache.Cache, act, root, cmd ca
 				return resp, nil
 			case codes.DeadlineExceeded:
 				return nil, &InfraError{Op: "executing action " + act.String(), Err: fmt.Errorf("the action timed out: %s", st.Message())}
+			case codes.InvalidArgument, codes.PermissionDenied, codes.Unimplemented, codes.OutOfRange:
+				return nil, &InfraError{Op: "executing action " + act.String(), Err: fmt.Errorf("the server answered %s: %s", st.Code(), st.Message()), Refused: true}
 			case codes.FailedPrecondition:
 				if !uploaded { // blobs gone from the CAS since they were found there: once more
 					uploaded = true
@@ -208,7 +215,7 @@ func (cl *Client) execute(ctx context.Context, c *cache.Cache, act, root, cmd ca
 			case retryable(code):
 				lastErr = errors.New(statusText(err))
 			default:
-				return nil, &InfraError{Op: "executing action " + act.String(), Err: errors.New(statusText(err))}
+				return nil, &InfraError{Op: "executing action " + act.String(), Err: errors.New(statusText(err)), Refused: refused(code)}
 			}
 		}
 		if progress {
@@ -250,6 +257,16 @@ func (cl *Client) attempt(ctx context.Context, act cache.Digest, skipCache bool,
 }
 
 // retryable is whether a call that failed with code may succeed later.
+// refused says whether a call failing with code was refused as configured
+// (InfraError.Refused).
+func refused(code codes.Code) bool {
+	switch code {
+	case codes.InvalidArgument, codes.PermissionDenied, codes.Unimplemented, codes.OutOfRange:
+		return true
+	}
+	return false
+}
+
 func retryable(code codes.Code) bool {
 	switch code {
 	case codes.Unavailable, codes.Aborted, codes.Internal, codes.Unknown, codes.ResourceExhausted, codes.DeadlineExceeded:

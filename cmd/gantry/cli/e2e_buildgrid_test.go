@@ -119,6 +119,20 @@ func TestE2EBuildGridTwoWorkers(t *testing.T) {
 		checkRemoteFailure(t, p, m[0], bg.URL()+" (worker "+m[1]+")")
 	})
 
+	// An Action.timeout over BuildGrid's maximum (7200 s): refused at once, not
+	// retried, said to be a matter of configuration, and nothing cached.
+	t.Run("TimeoutRefused", func(t *testing.T) {
+		p := newBusyboxProject(t, bgProjectTOML("bad.toml")+"\n[remote-execution]\ntimeout = \"3h\"\n", badElement)
+		stderr := build(p, 1, bg.URL())
+		want := regexp.MustCompile(`bad.toml \(build\): remote execution: executing action [0-9a-f]{64}/\d+: .*InvalidArgument.*timeout.*; not cached as the element's failure: the execution service refuses the action as configured — check \[remote-execution\] \(timeout, platform, instance\)`)
+		if !want.MatchString(stderr) {
+			t.Errorf("the session's output does not match %s:\n%s", want, stderr)
+		}
+		if st := p.state("bad.toml"); st == "failed" || st == "cached" {
+			t.Errorf("bad.toml is %q after a refused action, want it not cached", st)
+		}
+	})
+
 	// Every connection between gantry and BuildGrid cut while the action runs:
 	// gantry follows the operation again with WaitExecution (BuildGrid keeps
 	// operations), and the action runs once.
