@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -14,6 +15,7 @@ import (
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 
 	"github.com/gantry-build/gantry/internal/proctest"
+	"github.com/gantry-build/gantry/internal/testpki"
 	"github.com/gantry-build/gantry/internal/testreapi"
 )
 
@@ -105,4 +107,84 @@ func TestWorkerBuildGridUnhealthyWorker(t *testing.T) {
 	if got := worker(wait); got != "gantry-sick-bot" {
 		t.Errorf("the action ran on %s, want gantry-sick-bot (recovered)", got)
 	}
+}
+
+// TestWorkerBuildGridTLS: BuildGrid serving TLS, asking for client certificates
+// and JWTs; gantry worker reaches it with --server-ca, --client-cert, --client-key
+// and --token-file, or the same keys in [worker.bots], and stops with what to do
+// when its CA or its token is not the server's.
+func TestWorkerBuildGridTLS(t *testing.T) {
+	gantryBinary(t)
+	pki := testpki.New(t)
+	bg := testreapi.StartBuildGrid(t, testreapi.BuildGridOptions{TLS: pki, JWTSecret: "gantry-worker-test-secret"})
+	conn := bg.Conn(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	runsOn := func(t *testing.T, want string) {
+		t.Helper()
+		blobs := testreapi.Blobs{}
+		_, wait := bgExecute(t, ctx, conn, bg, blobs, bgAction(t, blobs, map[string]string{}, []string{"/bin/sh", "-c", "echo over tls"}))
+		resp := wait()
+		if resp.GetStatus().GetCode() != 0 || resp.GetResult().GetExitCode() != 0 {
+			t.Fatalf("status %v, exit code %d; want OK and 0", resp.GetStatus(), resp.GetResult().GetExitCode())
+		}
+		if got := resp.GetResult().GetExecutionMetadata().GetWorker(); got != want {
+			t.Errorf("the action ran on %s, want %s", got, want)
+		}
+	}
+	credentials := []string{"--server-ca", pki.CA, "--client-cert", pki.ClientCert, "--client-key", pki.ClientKey}
+
+	t.Run("Flags", func(t *testing.T) {
+		w := startGantryWorker(t, bg, "gantry-tls-flags-bot", append([]string{"--sandbox", "host", "--token-file", bg.TokenFile}, credentials...)...)
+		runsOn(t, "gantry-tls-flags-bot")
+		w.stop()
+	})
+
+	t.Run("WorkerConfig", func(t *testing.T) {
+		config := filepath.Join(t.TempDir(), "user.toml")
+		text := fmt.Sprintf("[worker]\nsandbox = \"host\"\n[worker.bots]\nurl = %q\nserver-ca = %q\nclient-cert = %q\nclient-key = %q\ntoken-file = %q\n",
+			bg.URL(), pki.CA, pki.ClientCert, pki.ClientKey, bg.TokenFile)
+		if err := os.WriteFile(config, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		w := startGantryWorker(t, nil, "gantry-tls-config-bot", "--config", config)
+		runsOn(t, "gantry-tls-config-bot")
+		w.stop()
+	})
+
+	// What the worker says and does when the server will not have it: exit 1.
+	refused := func(t *testing.T, args ...string) string {
+		t.Helper()
+		run, stop := context.WithTimeout(ctx, time.Minute)
+		defer stop()
+		cmd := exec.CommandContext(run, gantryBinary(t), append([]string{"worker", "--bots", bg.URL(), "--bot-id", "gantry-refused-bot",
+			"--work-dir", t.TempDir(), "--sandbox", "host"}, args...)...)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		err := cmd.Run()
+		if code := cmd.ProcessState.ExitCode(); code != 1 {
+			t.Fatalf("gantry worker: %v, exit code %d, want 1:\n%s", err, code, &stderr)
+		}
+		return stderr.String()
+	}
+
+	t.Run("WrongCA", func(t *testing.T) {
+		other := testpki.New(t)
+		got := refused(t, "--server-ca", other.CA, "--client-cert", pki.ClientCert, "--client-key", pki.ClientKey, "--token-file", bg.TokenFile)
+		want := "gantry: worker: creating a bot session on " + bg.URL() + `: Unavailable: connection error: desc = "transport: authentication handshake failed: ` +
+			`tls: failed to verify certificate: x509: certificate signed by unknown authority (possibly because of \"x509: ECDSA verification failure\" ` +
+			`while trying to verify candidate authority certificate \"gantry test CA\")": give the CA that signed the server's certificate with --server-ca FILE (server-ca in [worker.bots])` + "\n"
+		if got != want {
+			t.Fatalf("stderr:\n%s\nwant\n%s", got, want)
+		}
+	})
+
+	t.Run("NoToken", func(t *testing.T) {
+		got := refused(t, credentials...)
+		want := "gantry: worker: creating a bot session on " + bg.URL() + ": Unauthenticated: No valid authorization or authentication provided: " +
+			"give a token the server accepts with --token-file FILE (token-file in [worker.bots])\n"
+		if got != want {
+			t.Fatalf("stderr:\n%s\nwant\n%s", got, want)
+		}
+	})
 }

@@ -211,6 +211,10 @@ func (b *bot) loop(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
+		if fix := credentialsFix(err); fix != "" {
+			st := status.Convert(err)
+			return fmt.Errorf("worker: creating a bot session on %s: %v: %s: %s", b.cfg.Bots.Display(), st.Code(), st.Message(), fix)
+		}
 		if err != nil {
 			b.logf("creating a bot session on %s: %v (retrying)", b.cfg.Bots.Display(), err)
 			if !sleepCtx(ctx, time.Second) {
@@ -391,6 +395,25 @@ func (b *bot) shutdown(name, version string) {
 	if _, err := b.bots.UpdateBotSession(call, &rwapipb.UpdateBotSessionRequest{Name: name, BotSession: s}); err != nil {
 		b.logf("handing back the leases of %s: %v", name, err)
 	}
+}
+
+// credentialsFix says what to do about an error retrying will not mend: the
+// server's certificate not trusted, the worker's certificate or token refused;
+// "" for any other error.
+func credentialsFix(err error) string {
+	msg := status.Convert(err).Message()
+	switch {
+	case err == nil:
+		return ""
+	case strings.Contains(msg, "x509:"):
+		return "give the CA that signed the server's certificate with --server-ca FILE (server-ca in [worker.bots])"
+	case strings.Contains(msg, "tls: certificate required"), strings.Contains(msg, "tls: bad certificate"),
+		strings.Contains(msg, "tls: unknown certificate authority"):
+		return "give a client certificate the server trusts with --client-cert FILE and --client-key FILE (client-cert and client-key in [worker.bots])"
+	case status.Code(err) == codes.Unauthenticated, status.Code(err) == codes.PermissionDenied:
+		return "give a token the server accepts with --token-file FILE (token-file in [worker.bots])"
+	}
+	return ""
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) bool {
