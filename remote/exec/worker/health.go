@@ -11,7 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gantry-build/gantry/cache"
-	"github.com/gantry-build/gantry/remote/exec/internal/rwapipb"
+	"github.com/gantry-build/gantry/internal/rwapipb"
 )
 
 // Health. The bot checks every Config.HealthInterval that it can do work: its work

@@ -22,7 +22,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/gantry-build/gantry/cache/remote"
-	"github.com/gantry-build/gantry/remote/exec/internal/rwapipb"
+	"github.com/gantry-build/gantry/internal/rwapipb"
 	"github.com/gantry-build/gantry/sandbox"
 )
 

@@ -29,7 +29,7 @@ import (
 	"github.com/gantry-build/gantry/cache"
 	"github.com/gantry-build/gantry/cache/remote"
 	"github.com/gantry-build/gantry/job"
-	"github.com/gantry-build/gantry/remote/exec/internal/rwapipb"
+	"github.com/gantry-build/gantry/internal/rwapipb"
 	"github.com/gantry-build/gantry/sandbox"
 )
 
