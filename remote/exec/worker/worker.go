@@ -28,8 +28,8 @@ import (
 
 	"github.com/gantry-build/gantry/cache"
 	"github.com/gantry-build/gantry/cache/remote"
-	"github.com/gantry-build/gantry/job"
 	"github.com/gantry-build/gantry/internal/rwapipb"
+	"github.com/gantry-build/gantry/job"
 	"github.com/gantry-build/gantry/sandbox"
 )
 
