@@ -18,9 +18,11 @@ import (
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/gantry-build/gantry/cache"
 	"github.com/gantry-build/gantry/cache/remote"
 	"github.com/gantry-build/gantry/internal/rwapipb"
 	"github.com/gantry-build/gantry/sandbox"
@@ -37,6 +39,9 @@ type fakeBots struct {
 	sessions []*rwapipb.BotSession // every CreateBotSession and UpdateBotSession, in order
 	changed  chan struct{}         // closed and replaced on each
 	offer    *rwapipb.Lease
+	// busy FindMissingBlobs calls are answered RESOURCE_EXHAUSTED, as BuildGrid
+	// answers when its threads are all taken; finds counts the calls.
+	busy, finds atomic.Int32
 }
 
 func (f *fakeBots) record(s *rwapipb.BotSession) *rwapipb.Lease {
@@ -71,6 +76,10 @@ func (f *fakeBots) UpdateBotSession(ctx context.Context, req *rwapipb.UpdateBotS
 }
 
 func (f *fakeBots) FindMissingBlobs(_ context.Context, req *repb.FindMissingBlobsRequest) (*repb.FindMissingBlobsResponse, error) {
+	f.finds.Add(1)
+	if f.busy.Add(-1) >= 0 {
+		return nil, grpcstatus.Error(codes.ResourceExhausted, "Concurrent RPC limit exceeded!")
+	}
 	return &repb.FindMissingBlobsResponse{MissingBlobDigests: req.GetBlobDigests()}, nil
 }
 
@@ -271,5 +280,42 @@ func TestHealthUnhealthyHandsLeaseBack(t *testing.T) {
 	}
 	if !strings.Contains(log.String(), "lease lease-1 handed back: unhealthy\n") || strings.Contains(log.String(), "accepted") {
 		t.Fatalf("log:\n%s\nwant lease-1 handed back, none accepted", log)
+	}
+}
+
+// A CAS too busy to answer (RESOURCE_EXHAUSTED) is asked again, with backoff,
+// rather than failing the lease.
+func TestUploadRetriesABusyCAS(t *testing.T) {
+	f, url := startFakeBots(t)
+	saved := workerRetryBase
+	workerRetryBase = time.Millisecond
+	t.Cleanup(func() { workerRetryBase = saved })
+	store, err := remote.Open(remote.Spec{URL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	local, err := cache.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := local.PutBlob([]byte("an output\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &bot{store: store, cas: local}
+	f.busy.Store(transferAttempts - 1)
+	// The blob is reported missing once the CAS answers; the fake stores nothing,
+	// so the upload then fails: what matters is that FindMissingBlobs was asked
+	// until it answered.
+	_ = b.upload(context.Background(), []cache.Digest{d})
+	if got := f.finds.Load(); got != transferAttempts {
+		t.Fatalf("FindMissingBlobs called %d times, want %d (%d busy answers, then one)", got, transferAttempts, transferAttempts-1)
+	}
+	f.finds.Store(0)
+	f.busy.Store(transferAttempts)
+	err = b.upload(context.Background(), []cache.Digest{d})
+	if got := f.finds.Load(); got != transferAttempts || codes.Code(grpcstatus.Code(err)) != codes.Unavailable {
+		t.Fatalf("a CAS busy every time: %d calls, %v; want %d and UNAVAILABLE", got, err, transferAttempts)
 	}
 }

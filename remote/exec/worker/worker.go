@@ -28,6 +28,7 @@ import (
 
 	"github.com/gantry-build/gantry/cache"
 	"github.com/gantry-build/gantry/cache/remote"
+	"github.com/gantry-build/gantry/internal/backoff"
 	"github.com/gantry-build/gantry/internal/rwapipb"
 	"github.com/gantry-build/gantry/job"
 	"github.com/gantry-build/gantry/sandbox"
@@ -652,9 +653,36 @@ func (b *bot) tree(root cache.Digest) (*repb.Tree, []cache.Digest, error) {
 	return tree, files, walk(root, true)
 }
 
+// transferAttempts is how many times a CAS call is tried when it fails for a
+// reason that may pass: BuildGrid answers RESOURCE_EXHAUSTED ("Concurrent RPC
+// limit exceeded!") while all its threads are busy.
+const transferAttempts = 4
+
+// workerRetryBase is the first wait before trying a CAS call again.
+var workerRetryBase = 250 * time.Millisecond
+
+// retry calls f until it succeeds, fails for good, or has been tried
+// transferAttempts times.
+func retry(ctx context.Context, f func() error) error {
+	for attempt := 1; ; attempt++ {
+		err := f()
+		var re *remote.Error
+		if err == nil || attempt == transferAttempts || !errors.As(err, &re) || !re.Temporary() {
+			return err
+		}
+		if !sleepCtx(ctx, backoff.Exponential(workerRetryBase, attempt)) {
+			return err
+		}
+	}
+}
+
 // upload sends the blobs the remote CAS lacks.
 func (b *bot) upload(ctx context.Context, blobs []cache.Digest) error {
-	missing, err := b.store.FindMissing(ctx, dedupe(blobs))
+	var missing []cache.Digest
+	err := retry(ctx, func() (err error) {
+		missing, err = b.store.FindMissing(ctx, dedupe(blobs))
+		return err
+	})
 	if err != nil {
 		return status.Errorf(codes.Unavailable, "uploading outputs: %v", err)
 	}
@@ -662,7 +690,9 @@ func (b *bot) upload(ctx context.Context, blobs []cache.Digest) error {
 	g.SetLimit(8)
 	for _, d := range missing {
 		g.Go(func() error {
-			return b.store.WriteBlob(gctx, d, func() (io.ReadCloser, error) { return b.cas.OpenBlob(d) })
+			return retry(gctx, func() error {
+				return b.store.WriteBlob(gctx, d, func() (io.ReadCloser, error) { return b.cas.OpenBlob(d) })
+			})
 		})
 	}
 	if err := g.Wait(); err != nil {
@@ -692,12 +722,18 @@ func (b *bot) fetch(ctx context.Context, ds []cache.Digest) error {
 			continue
 		}
 		g.Go(func() error {
-			imp, err := b.cas.StartBlobImport(d)
+			var imp *cache.BlobImport
+			err := retry(gctx, func() error {
+				var err error
+				if imp, err = b.cas.StartBlobImport(d); err != nil {
+					return err
+				}
+				if err = b.store.ReadBlob(gctx, d, imp); err != nil {
+					imp.Abort()
+				}
+				return err
+			})
 			if err != nil {
-				return status.Errorf(codes.Internal, "fetching blob %s: %v", d, err)
-			}
-			if err := b.store.ReadBlob(gctx, d, imp); err != nil {
-				imp.Abort()
 				if errors.Is(err, cache.ErrNotFound) {
 					return status.Errorf(codes.FailedPrecondition, "blob %s is missing from %s: %v", d, b.store.Name(), err)
 				}
