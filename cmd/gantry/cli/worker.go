@@ -42,7 +42,10 @@ func newWorkerCmd(g *globalOptions) *cobra.Command {
 Action's Command and input root from the CAS into a local CAS under --work-dir, run the
 command with the input root as / under bubblewrap (--sandbox host: in the input root's
 directory), upload its outputs, stdout and stderr, and complete the lease with the
-ActionResult. docs/remote-execution.md ("gantry worker") has the details.
+ActionResult. Each command runs in a job process: whatever it starts dies when it ends,
+and when the worker dies. Every --health-interval the worker checks its work directory,
+the sandbox and the CAS, and reports UNHEALTHY (taking no leases) while one fails.
+docs/remote-execution.md ("gantry worker", "Run a small cluster") has the details.
 
 SIGTERM or SIGINT: kill the running actions, hand their leases back, exit 0.`,
 		Args: noArgs,
