@@ -166,13 +166,8 @@ func StartBuildGrid(t testing.TB, opts BuildGridOptions) *BuildGrid {
 
 // buildGridConfig is bgd's configuration: server and authorization (serverConfig),
 // database, CAS directory, instance. The execution service brings the Bots and
-// Operations services; Capabilities is always served. Every Execute stream and
-// every bot's long poll holds one of bgd's threads (5 per core by default, 10 here),
-// and a call beyond them fails with RESOURCE_EXHAUSTED: 100. max-execution-timeout is
-// gantry's default Action timeout, 24 h: BuildGrid's own, 2 h, refuses its Actions
-// ("Action timeout is larger than the server's maximum execution timeout").
+// Operations services; Capabilities is always served.
 const buildGridConfig = `%s
-thread-pool-size: 100
 connections:
   - !sql-connection &sql
     connection-string: "%s"
@@ -189,7 +184,6 @@ caches:
 schedulers:
   - !sql-scheduler &scheduler
     sql: *sql
-    max-execution-timeout: 86400
     action-cache: *ac
     storage: *cas
 instances:
