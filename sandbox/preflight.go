@@ -16,9 +16,25 @@ func CheckAvailable(k Kind) error {
 		return nil
 	}
 	if ok, why := probeBwrap(); !ok {
-		return &MachineError{Msg: fmt.Sprintf("--sandbox bwrap: bwrap does not work on this machine (%s): install bubblewrap, or use --sandbox host", why)}
+		return bwrapUnavailable(why)
 	}
 	return nil
+}
+
+// CheckAvailableNow is CheckAvailable asking again each time rather than once per
+// process: for a long-lived `gantry worker`, whose machine may change under it.
+func CheckAvailableNow(k Kind) error {
+	if k != Bwrap {
+		return nil
+	}
+	if ok, why := runProbe(); !ok {
+		return bwrapUnavailable(why)
+	}
+	return nil
+}
+
+func bwrapUnavailable(why string) error {
+	return &MachineError{Msg: fmt.Sprintf("--sandbox bwrap: bwrap does not work on this machine (%s): install bubblewrap, or use --sandbox host", why)}
 }
 
 // CheckSysroot reports, as a *MachineError naming the fix, why commands cannot

@@ -16,7 +16,7 @@ var layers = [][]string{
 	{"cache/serve"},
 	{"queues", "queues/queuestest"},
 	{"element"},
-	{"remote/exec", "remote/exec/worker", "remote/exec/internal/..."},
+	{"remote/exec", "remote/exec/worker"},
 	{"cache/remote"},
 	{"source"},
 	{"cache", "cache/internal/..."},

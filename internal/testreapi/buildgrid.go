@@ -20,7 +20,8 @@ import (
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
-	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/gantry-build/gantry/internal/testpki"
 )
 
 // BuildGridVersion is the BuildGrid release the tests run against; .ci/run installs it.
@@ -51,24 +52,34 @@ const buildGridStartTimeout = 90 * time.Second
 type BuildGrid struct {
 	Addr     string // host:port of the gRPC server
 	Instance string // the REAPI instance name
-	log      *lockedBuffer
+	// TokenFile holds a JWT the server accepts when BuildGridOptions.JWTSecret is
+	// set ("" otherwise).
+	TokenFile string
+	opts      BuildGridOptions
+	log       *lockedBuffer
 }
 
-// URL is the server's address as gantry's remote options take it.
-func (b *BuildGrid) URL() string { return "grpc://" + b.Addr }
+// URL is the server's address as gantry's remote options take it: grpcs:// with
+// BuildGridOptions.TLS.
+func (b *BuildGrid) URL() string {
+	if b.opts.TLS != nil {
+		return "grpcs://" + b.Addr
+	}
+	return "grpc://" + b.Addr
+}
 
 // Log is what bgd and its PostgreSQL printed so far.
 func (b *BuildGrid) Log() string { return b.log.String() }
 
-// Conn is a plaintext gRPC connection to the server, closed when the test ends.
+// Conn is a gRPC connection to the server (with the PKI's CA and client
+// certificate, and the token, as the options ask), closed when the test ends.
 func (b *BuildGrid) Conn(t testing.TB) *grpc.ClientConn {
 	t.Helper()
-	conn, err := grpc.NewClient(b.Addr,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+	conn, err := grpc.NewClient(b.Addr, append(b.credentials(t),
 		grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff:           backoff.Config{BaseDelay: 20 * time.Millisecond, Multiplier: 1.6, MaxDelay: 250 * time.Millisecond},
 			MinConnectTimeout: 5 * time.Second,
-		}))
+		}))...)
 	if err != nil {
 		t.Fatalf("dialing BuildGrid at %s: %v", b.Addr, err)
 	}
@@ -91,6 +102,12 @@ type BuildGridOptions struct {
 	// and each bot's long poll holds one; a call over the limit fails with
 	// ResourceExhausted: "Concurrent RPC limit exceeded!".
 	ThreadPoolSize int
+	// TLS serves TLS with the PKI's server certificate, and asks clients for a
+	// certificate signed by its CA.
+	TLS *testpki.PKI
+	// JWTSecret makes every call need a JWT signed with it (HS256): the server's
+	// TokenFile holds one.
+	JWTSecret string
 }
 
 // serverSettings are the top-level lines opts adds to bgd's configuration.
@@ -131,7 +148,7 @@ func StartBuildGrid(t testing.TB, opts BuildGridOptions) *BuildGrid {
 		buildGridMissing(t, "PostgreSQL is not installed (no /usr/lib/postgresql/*/bin/postgres)")
 	}
 
-	b := &BuildGrid{Instance: "", log: &lockedBuffer{}}
+	b := &BuildGrid{Instance: "", opts: opts, log: &lockedBuffer{}}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("BuildGrid's output:\n%s", b.log.String())
@@ -147,7 +164,7 @@ func StartBuildGrid(t testing.TB, opts BuildGridOptions) *BuildGrid {
 	}
 	b.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	config := filepath.Join(dir, "buildgrid.yml")
-	text := fmt.Sprintf(buildGridConfig, opts.serverSettings(), b.Addr, db, filepath.Join(dir, "cas"), opts.schedulerSettings(t), b.Instance)
+	text := fmt.Sprintf(buildGridConfig, opts.serverSettings(), b.serverConfig(t, dir), db, filepath.Join(dir, "cas"), opts.schedulerSettings(t), b.Instance)
 	if err := os.WriteFile(config, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -179,17 +196,11 @@ func StartBuildGrid(t testing.TB, opts BuildGridOptions) *BuildGrid {
 	return b
 }
 
-// buildGridConfig is bgd's configuration: further server settings (lines),
-// address, database, CAS directory, the scheduler's further settings (lines),
-// instance.
-// The execution service brings the Bots and Operations services; Capabilities is
-// always served.
-const buildGridConfig = `%sserver:
-  - !channel
-    address: "%s"
-    insecure-mode: true
-authorization:
-  method: none
+// buildGridConfig is bgd's configuration: further server settings (lines), server
+// and authorization (serverConfig), database, CAS directory, the scheduler's further
+// settings (lines), instance. The execution service brings the Bots and Operations
+// services; Capabilities is always served.
+const buildGridConfig = `%s%s
 connections:
   - !sql-connection &sql
     connection-string: "%s"

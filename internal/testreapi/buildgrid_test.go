@@ -15,15 +15,10 @@ import (
 	"cloud.google.com/go/longrunning/autogen/longrunningpb"
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 	bspb "google.golang.org/genproto/googleapis/bytestream"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/reflect/protodesc"
-	"google.golang.org/protobuf/reflect/protoreflect"
-	"google.golang.org/protobuf/reflect/protoregistry"
-	"google.golang.org/protobuf/types/descriptorpb"
-	"google.golang.org/protobuf/types/dynamicpb"
-	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/gantry-build/gantry/internal/rwapipb"
 )
 
 // TestBuildGrid starts one BuildGrid and talks REAPI and the Remote Workers API to it.
@@ -159,22 +154,28 @@ func TestBuildGrid(t *testing.T) {
 		}
 	})
 
-	bots := newBotsMessages(t)
-	var session *dynamicpb.Message // the bot's, once created
+	bots := rwapipb.NewBotsClient(conn)
+	var session *rwapipb.BotSession // the bot's, once created
 	t.Run("BotsCreateBotSession", func(t *testing.T) {
 		// BuildGrid holds a CreateBotSession for leases for 80% of its deadline unless
 		// that is under 3s: with a 3.5s deadline it answers at once.
 		call, stop := context.WithTimeout(ctx, 3500*time.Millisecond)
 		defer stop()
-		resp := bots.create(call, t, conn, bg.Instance, "gantry-test-bot")
+		resp, err := bots.CreateBotSession(call, &rwapipb.CreateBotSessionRequest{Parent: bg.Instance,
+			BotSession: &rwapipb.BotSession{BotId: "gantry-test-bot", Status: rwapipb.BotStatus_OK,
+				Worker: &rwapipb.Worker{Devices: []*rwapipb.Device{{Handle: "gantry-test-bot-device",
+					Properties: []*rwapipb.Device_Property{{Key: "OSFamily", Value: "linux"}}}}}}})
+		if err != nil {
+			t.Fatalf("CreateBotSession for gantry-test-bot: %v", err)
+		}
 		session = resp
-		if got := resp.Get(bots.field(resp, "bot_id")).String(); got != "gantry-test-bot" {
+		if got := resp.GetBotId(); got != "gantry-test-bot" {
 			t.Errorf("bot_id %q, want gantry-test-bot", got)
 		}
-		if got := resp.Get(bots.field(resp, "name")).String(); got == "" {
+		if resp.GetName() == "" {
 			t.Errorf("the bot session has no name: %v", resp)
 		}
-		if n := resp.Get(bots.field(resp, "leases")).List().Len(); n != 0 {
+		if n := len(resp.GetLeases()); n != 0 {
 			t.Errorf("%d leases with nothing queued: %v", n, resp)
 		}
 	})
@@ -207,27 +208,25 @@ func TestBuildGrid(t *testing.T) {
 		}
 		call, stop := context.WithTimeout(ctx, 30*time.Second)
 		defer stop()
-		resp := bots.update(call, t, conn, session)
-		leases := resp.Get(bots.field(resp, "leases")).List()
-		if leases.Len() != 1 {
-			t.Fatalf("%d leases, want the queued action's: %v", leases.Len(), resp)
+		resp, err := bots.UpdateBotSession(call, &rwapipb.UpdateBotSessionRequest{Name: session.GetName(), BotSession: session})
+		if err != nil {
+			t.Fatalf("UpdateBotSession %s: %v", session.GetName(), err)
 		}
-		lease := leases.Get(0).Message()
+		if len(resp.GetLeases()) != 1 {
+			t.Fatalf("%d leases, want the queued action's: %v", len(resp.GetLeases()), resp)
+		}
+		lease := resp.GetLeases()[0]
 		// BuildGrid 0.9.1 moves the job to EXECUTING when it assigns it, so the lease
 		// comes ACTIVE, not PENDING; its payload is the Action itself.
-		if state := lease.Get(lease.Descriptor().Fields().ByName("state")).Enum(); state != 2 {
-			t.Errorf("lease state %d, want ACTIVE (2)", state)
+		if lease.GetState() != rwapipb.LeaseState_ACTIVE {
+			t.Errorf("lease state %v, want ACTIVE", lease.GetState())
 		}
-		if id := lease.Get(lease.Descriptor().Fields().ByName("id")).String(); id == "" {
+		if lease.GetId() == "" {
 			t.Errorf("the lease has no id: %v", lease)
 		}
-		payload := &anypb.Any{}
-		if err := proto.Unmarshal(bgMarshalReflect(t, lease.Get(lease.Descriptor().Fields().ByName("payload")).Message()), payload); err != nil {
-			t.Fatal(err)
-		}
 		var got repb.Action
-		if err := payload.UnmarshalTo(&got); err != nil {
-			t.Fatalf("lease payload %s: %v, want the Action", payload.GetTypeUrl(), err)
+		if err := lease.GetPayload().UnmarshalTo(&got); err != nil {
+			t.Fatalf("lease payload %s: %v, want the Action", lease.GetPayload().GetTypeUrl(), err)
 		}
 		if !bytes.Equal(bgMarshal(t, &got), action) {
 			t.Errorf("lease payload %v, want the Action uploaded", &got)
@@ -355,129 +354,4 @@ func bgCancelCode(t *testing.T, op *longrunningpb.Operation) codes.Code {
 		t.Fatalf("operation %s response: %v", op.GetName(), err)
 	}
 	return codes.Code(resp.GetStatus().GetCode())
-}
-
-// botsMessages describes the part of google.devtools.remoteworkers.v1test2 the test
-// sends and reads; neither the remote-apis module nor the current genproto carries Go
-// code for it. Field numbers as in bots.proto and worker.proto; fields left out
-// (expire_time, configs, update_mask, most of Lease) stay unknown fields.
-type botsMessages struct{ file protoreflect.FileDescriptor }
-
-func newBotsMessages(t *testing.T) botsMessages {
-	t.Helper()
-	str := descriptorpb.FieldDescriptorProto_TYPE_STRING.Enum()
-	msg := descriptorpb.FieldDescriptorProto_TYPE_MESSAGE.Enum()
-	enum := descriptorpb.FieldDescriptorProto_TYPE_ENUM.Enum()
-	opt := descriptorpb.FieldDescriptorProto_LABEL_OPTIONAL.Enum()
-	rep := descriptorpb.FieldDescriptorProto_LABEL_REPEATED.Enum()
-	field := func(name string, n int32, typ *descriptorpb.FieldDescriptorProto_Type, label *descriptorpb.FieldDescriptorProto_Label, typeName string) *descriptorpb.FieldDescriptorProto {
-		f := &descriptorpb.FieldDescriptorProto{Name: proto.String(name), Number: proto.Int32(n), Type: typ, Label: label}
-		if typeName != "" {
-			f.TypeName = proto.String(".google.devtools.remoteworkers.v1test2." + typeName)
-		}
-		return f
-	}
-	property := &descriptorpb.DescriptorProto{Name: proto.String("Property"), Field: []*descriptorpb.FieldDescriptorProto{
-		field("key", 1, str, opt, ""), field("value", 2, str, opt, "")}}
-	fd := &descriptorpb.FileDescriptorProto{
-		Name:       proto.String("gantry_test/remoteworkers_v1test2_subset.proto"),
-		Package:    proto.String("google.devtools.remoteworkers.v1test2"),
-		Syntax:     proto.String("proto3"),
-		Dependency: []string{"google/protobuf/any.proto"},
-		EnumType: []*descriptorpb.EnumDescriptorProto{{Name: proto.String("BotStatus"), Value: []*descriptorpb.EnumValueDescriptorProto{
-			{Name: proto.String("BOT_STATUS_UNSPECIFIED"), Number: proto.Int32(0)},
-			{Name: proto.String("OK"), Number: proto.Int32(1)},
-		}}, {Name: proto.String("LeaseState"), Value: []*descriptorpb.EnumValueDescriptorProto{
-			{Name: proto.String("LEASE_STATE_UNSPECIFIED"), Number: proto.Int32(0)},
-			{Name: proto.String("PENDING"), Number: proto.Int32(1)},
-			{Name: proto.String("ACTIVE"), Number: proto.Int32(2)},
-		}}},
-		MessageType: []*descriptorpb.DescriptorProto{
-			{Name: proto.String("Worker"), NestedType: []*descriptorpb.DescriptorProto{property}, Field: []*descriptorpb.FieldDescriptorProto{
-				field("devices", 1, msg, rep, "Device"), field("properties", 2, msg, rep, "Worker.Property")}},
-			{Name: proto.String("Device"), NestedType: []*descriptorpb.DescriptorProto{proto.Clone(property).(*descriptorpb.DescriptorProto)}, Field: []*descriptorpb.FieldDescriptorProto{
-				field("handle", 1, str, opt, ""), field("properties", 2, msg, rep, "Device.Property")}},
-			{Name: proto.String("BotSession"), Field: []*descriptorpb.FieldDescriptorProto{
-				field("name", 1, str, opt, ""), field("bot_id", 2, str, opt, ""),
-				field("status", 3, enum, opt, "BotStatus"), field("worker", 4, msg, opt, "Worker"),
-				field("leases", 5, msg, rep, "Lease"), field("version", 7, str, opt, "")}},
-			{Name: proto.String("Lease"), Field: []*descriptorpb.FieldDescriptorProto{
-				field("state", 2, enum, opt, "LeaseState"), field("id", 7, str, opt, ""),
-				{Name: proto.String("payload"), Number: proto.Int32(8), Type: msg, Label: opt, TypeName: proto.String(".google.protobuf.Any")}}},
-			{Name: proto.String("CreateBotSessionRequest"), Field: []*descriptorpb.FieldDescriptorProto{
-				field("parent", 1, str, opt, ""), field("bot_session", 2, msg, opt, "BotSession")}},
-			{Name: proto.String("UpdateBotSessionRequest"), Field: []*descriptorpb.FieldDescriptorProto{
-				field("name", 1, str, opt, ""), field("bot_session", 2, msg, opt, "BotSession")}},
-		},
-	}
-	file, err := protodesc.NewFile(fd, protoregistry.GlobalFiles)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return botsMessages{file}
-}
-
-func (b botsMessages) desc(name string) protoreflect.MessageDescriptor {
-	return b.file.Messages().ByName(protoreflect.Name(name))
-}
-
-func (b botsMessages) field(m *dynamicpb.Message, name string) protoreflect.FieldDescriptor {
-	return m.Descriptor().Fields().ByName(protoreflect.Name(name))
-}
-
-// create calls Bots.CreateBotSession for a new bot.
-func (b botsMessages) create(ctx context.Context, t *testing.T, conn grpc.ClientConnInterface, instance, botID string) *dynamicpb.Message {
-	t.Helper()
-	req := dynamicpb.NewMessage(b.desc("CreateBotSessionRequest"))
-	req.Set(b.field(req, "parent"), protoreflect.ValueOfString(instance))
-	req.Set(b.field(req, "bot_session"), protoreflect.ValueOfMessage(b.session(botID, map[string]string{"OSFamily": "linux"})))
-	resp := dynamicpb.NewMessage(b.desc("BotSession"))
-	if err := conn.Invoke(ctx, "/google.devtools.remoteworkers.v1test2.Bots/CreateBotSession", req, resp); err != nil {
-		t.Fatalf("CreateBotSession for %s: %v", botID, err)
-	}
-	return resp
-}
-
-// update calls Bots.UpdateBotSession with session, which it long-polls for leases.
-func (b botsMessages) update(ctx context.Context, t *testing.T, conn grpc.ClientConnInterface, session *dynamicpb.Message) *dynamicpb.Message {
-	t.Helper()
-	name := session.Get(b.field(session, "name")).String()
-	req := dynamicpb.NewMessage(b.desc("UpdateBotSessionRequest"))
-	req.Set(b.field(req, "name"), protoreflect.ValueOfString(name))
-	req.Set(b.field(req, "bot_session"), protoreflect.ValueOfMessage(session))
-	resp := dynamicpb.NewMessage(b.desc("BotSession"))
-	if err := conn.Invoke(ctx, "/google.devtools.remoteworkers.v1test2.Bots/UpdateBotSession", req, resp); err != nil {
-		t.Fatalf("UpdateBotSession %s: %v", name, err)
-	}
-	return resp
-}
-
-func bgMarshalReflect(t *testing.T, m protoreflect.Message) []byte {
-	t.Helper()
-	data, err := proto.Marshal(m.Interface())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return data
-}
-
-// session is a BotSession with status OK and one device with the given properties,
-// which BuildGrid matches actions' platforms against.
-func (b botsMessages) session(botID string, props map[string]string) *dynamicpb.Message {
-	device := dynamicpb.NewMessage(b.desc("Device"))
-	device.Set(b.field(device, "handle"), protoreflect.ValueOfString(botID+"-device"))
-	list := device.Mutable(b.field(device, "properties")).List()
-	for k, v := range props {
-		p := dynamicpb.NewMessage(b.desc("Device").Messages().ByName("Property"))
-		p.Set(b.field(p, "key"), protoreflect.ValueOfString(k))
-		p.Set(b.field(p, "value"), protoreflect.ValueOfString(v))
-		list.Append(protoreflect.ValueOfMessage(p))
-	}
-	worker := dynamicpb.NewMessage(b.desc("Worker"))
-	worker.Mutable(b.field(worker, "devices")).List().Append(protoreflect.ValueOfMessage(device))
-	s := dynamicpb.NewMessage(b.desc("BotSession"))
-	s.Set(b.field(s, "bot_id"), protoreflect.ValueOfString(botID))
-	s.Set(b.field(s, "status"), protoreflect.ValueOfEnum(1)) // OK
-	s.Set(b.field(s, "worker"), protoreflect.ValueOfMessage(worker))
-	return s
 }

@@ -3,7 +3,7 @@
 // descset writes the FileDescriptorSet of remote_execution.proto and everything
 // it imports, as compiled into the remote-apis Go module, and field_mask.proto, so
 // that protoc can resolve the imports of buildstream.proto (and of
-// remote/exec/internal/rwapipb's bots.proto) without a checkout of googleapis.
+// internal/rwapipb's bots.proto) without a checkout of googleapis.
 //
 //	go run descset.go OUT
 package main

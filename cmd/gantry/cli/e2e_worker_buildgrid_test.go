@@ -48,12 +48,15 @@ type gantryWorker struct {
 }
 
 // startGantryWorker runs `gantry worker` (the real binary) against bg with args and
-// returns once its bot session exists. It is stopped when the test ends.
+// returns once its bot session exists (bg nil: args or the user configuration name
+// the server). It is stopped when the test ends.
 func startGantryWorker(t *testing.T, bg *testreapi.BuildGrid, botID string, args ...string) *gantryWorker {
 	t.Helper()
+	if bg != nil {
+		args = append([]string{"--bots", bg.URL()}, args...)
+	}
 	workDir := t.TempDir()
-	cmd := exec.Command(gantryBinary(t), append([]string{"worker", "--bots", bg.URL(), "--bot-id", botID,
-		"--work-dir", workDir}, args...)...)
+	cmd := exec.Command(gantryBinary(t), append([]string{"worker", "--bot-id", botID, "--work-dir", workDir}, args...)...)
 	log := &workerLog{}
 	cmd.Stdout = lockedWriter{&log.mu, &log.buf}
 	cmd.Stderr = cmd.Stdout

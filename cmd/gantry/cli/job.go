@@ -3,6 +3,7 @@ package cli
 import (
 	"github.com/gantry-build/gantry/actions"
 	"github.com/gantry-build/gantry/job"
+	rworker "github.com/gantry-build/gantry/remote/exec/worker"
 )
 
 // jobCommand is the hidden first argument with which gantry re-executes itself as a job
@@ -11,5 +12,9 @@ const jobCommand = "__job"
 
 func runJob() int {
 	defer actions.DropSpareWorkDir()
-	return job.RunChild(actions.Handlers())
+	handlers := actions.Handlers()
+	for kind, h := range rworker.Handlers() { // `gantry worker`'s actions
+		handlers[kind] = h
+	}
+	return job.RunChild(handlers)
 }

@@ -9,11 +9,13 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/gantry-build/gantry/cache/remote"
 	"github.com/gantry-build/gantry/element"
+	"github.com/gantry-build/gantry/internal/proctree"
 	rexec "github.com/gantry-build/gantry/remote/exec"
 	rworker "github.com/gantry-build/gantry/remote/exec/worker"
 	"github.com/gantry-build/gantry/sandbox"
@@ -24,6 +26,7 @@ type workerOptions struct {
 	bots, cas, instance, botID, sandbox, workDir string
 	platform                                     []string
 	slots                                        int
+	healthInterval                               time.Duration
 	serverCA, clientCert, clientKey, tokenFile   string
 	// botsSpec and casSpec are the services of the user configuration's [worker]
 	// when their flag was not given; the flags given go over them.
@@ -39,7 +42,10 @@ func newWorkerCmd(g *globalOptions) *cobra.Command {
 Action's Command and input root from the CAS into a local CAS under --work-dir, run the
 command with the input root as / under bubblewrap (--sandbox host: in the input root's
 directory), upload its outputs, stdout and stderr, and complete the lease with the
-ActionResult. docs/remote-execution.md ("gantry worker") has the details.
+ActionResult. Each command runs in a job process: whatever it starts dies when it ends,
+and when the worker dies. Every --health-interval the worker checks its work directory,
+the sandbox and the CAS, and reports UNHEALTHY (taking no leases) while one fails.
+docs/remote-execution.md ("gantry worker", "Run a small cluster") has the details.
 
 SIGTERM or SIGINT: kill the running actions, hand their leases back, exit 0.`,
 		Args: noArgs,
@@ -59,6 +65,7 @@ SIGTERM or SIGINT: kill the running actions, hand their leases back, exit 0.`,
 	f.IntVar(&o.slots, "slots", 1, "how many actions run at once")
 	f.StringVar(&o.sandbox, "sandbox", "bwrap", "bwrap (the input root as /) or host (in the input root's directory)")
 	f.StringVar(&o.workDir, "work-dir", "", "`DIR` of the local CAS and the actions' directories (default $XDG_CACHE_HOME/gantry/worker)")
+	f.DurationVar(&o.healthInterval, "health-interval", rworker.DefaultHealthInterval, "how often the bot checks it can work (work directory, sandbox, CAS)")
 	f.StringVar(&o.botID, "bot-id", "", "the bot's name to the server (default HOSTNAME-PID)")
 	f.StringVar(&o.serverCA, "server-ca", "", "PEM `FILE` of the CA of the servers' certificates (grpcs://)")
 	f.StringVar(&o.clientCert, "client-cert", "", "PEM `FILE` of a client certificate (grpcs://)")
@@ -110,7 +117,7 @@ func workerDefaults(o workerOptions, w *element.WorkerConfig, changed func(strin
 // workerConfig checks o and turns it into the bot's configuration.
 func workerConfig(o workerOptions) (rworker.Config, error) {
 	cfg := rworker.Config{Slots: o.slots, Sandbox: sandbox.Kind(o.sandbox), WorkDir: o.workDir, BotID: o.botID,
-		Platform: rexec.DefaultPlatform()}
+		Platform: rexec.DefaultPlatform(), HealthInterval: o.healthInterval}
 	if o.bots == "" {
 		return cfg, usagef("worker: --bots URL is required (the Bots service: grpc://HOST:PORT)")
 	}
@@ -149,6 +156,9 @@ func workerConfig(o workerOptions) (rworker.Config, error) {
 	if o.slots < 1 {
 		return cfg, usagef("worker: --slots %d: at least 1", o.slots)
 	}
+	if o.healthInterval <= 0 {
+		return cfg, usagef("worker: --health-interval %s: more than 0", o.healthInterval)
+	}
 	switch cfg.Sandbox {
 	case sandbox.Bwrap, sandbox.Host:
 	default:
@@ -177,9 +187,19 @@ func runWorker(g *globalOptions, o workerOptions) error {
 		if err := sandbox.CheckAvailable(sandbox.Bwrap); err != nil {
 			return fmt.Errorf("worker: %w", err)
 		}
+		cfg.SandboxCheck = func() error { return sandbox.CheckAvailableNow(sandbox.Bwrap) }
 	}
-	cfg.Log = g.ios.ErrOut
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("worker: finding gantry's executable for the actions' job processes: %w", err)
+	}
+	cfg.Log, cfg.JobCommand = g.ios.ErrOut, []string{exe, jobCommand}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
+	// A job killed outright cannot kill what it started: the worker adopts those
+	// processes and kills them when it stops.
+	if proctree.AdoptOrphans() == nil {
+		defer proctree.KillDescendants()
+	}
 	return rworker.Run(ctx, cfg)
 }

@@ -5,7 +5,6 @@
 package worker
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -29,7 +28,9 @@ import (
 
 	"github.com/gantry-build/gantry/cache"
 	"github.com/gantry-build/gantry/cache/remote"
-	"github.com/gantry-build/gantry/remote/exec/internal/rwapipb"
+	"github.com/gantry-build/gantry/internal/backoff"
+	"github.com/gantry-build/gantry/internal/rwapipb"
+	"github.com/gantry-build/gantry/job"
 	"github.com/gantry-build/gantry/sandbox"
 )
 
@@ -54,6 +55,18 @@ type Config struct {
 	WorkDir string
 	// Log receives a line per lease and per problem; nil discards them.
 	Log io.Writer
+	// JobCommand is the argv of a job child (job.Options.Command) whose
+	// job.RunChild serves Handlers: each lease's command runs in one, under the
+	// job's process-tree rules.
+	JobCommand []string
+	// SandboxCheck, if set, is the sandbox's self-check, run with the health
+	// checks: an error makes the bot UNHEALTHY.
+	SandboxCheck func() error
+	// HealthInterval is how often the bot checks its health (0:
+	// DefaultHealthInterval); MinFree the free bytes its work directory needs
+	// (0: DefaultMinFree).
+	HealthInterval time.Duration
+	MinFree        int64
 }
 
 // Worker timing. BuildGrid holds an UpdateBotSession for 80% of its deadline,
@@ -66,6 +79,9 @@ var (
 	workerActivePoll = 4 * time.Second
 	workerHeartbeat  = 500 * time.Millisecond
 	workerCallLimit  = 10 * time.Second
+	// actionGrace is how long a cancelled action's processes have between SIGTERM
+	// and SIGKILL.
+	actionGrace = 2 * time.Second
 )
 
 // Run runs the bot until ctx ends: it then kills the running actions, hands
@@ -79,6 +95,12 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	if cfg.Log == nil {
 		cfg.Log = io.Discard
+	}
+	if cfg.HealthInterval <= 0 {
+		cfg.HealthInterval = DefaultHealthInterval
+	}
+	if cfg.MinFree <= 0 {
+		cfg.MinFree = DefaultMinFree
 	}
 	conn, err := remote.DialGRPC(cfg.Bots)
 	if err != nil {
@@ -101,8 +123,12 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := os.MkdirAll(runDir, 0o755); err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
-	b := &bot{cfg: cfg, bots: rwapipb.NewBotsClient(conn), store: store, cas: local, runDir: runDir,
+	jobs := job.NewWorkers(job.Options{Command: cfg.JobCommand, Grace: actionGrace})
+	defer jobs.Close()
+	b := &bot{cfg: cfg, bots: rwapipb.NewBotsClient(conn), store: store, cas: local, runDir: runDir, jobs: jobs,
 		leases: map[string]*leaseRun{}, changed: make(chan struct{}, 1)}
+	b.checkHealth(ctx)
+	go b.watchHealth(ctx)
 	return b.loop(ctx)
 }
 
@@ -112,6 +138,8 @@ type bot struct {
 	store  remote.Store
 	cas    *cache.Cache
 	runDir string
+	jobs   *job.Workers
+	health health
 
 	mu      sync.Mutex
 	leases  map[string]*leaseRun // by lease id: running or finished, not yet reported
@@ -176,12 +204,17 @@ func (b *bot) loop(ctx context.Context) error {
 	var session *rwapipb.BotSession
 	for session == nil {
 		call, stop := context.WithTimeout(ctx, workerCallLimit)
-		s, _ := b.session("", "", rwapipb.BotStatus_OK)
+		health, _ := b.status()
+		s, _ := b.session("", "", health)
 		var err error
 		session, err = b.bots.CreateBotSession(call, &rwapipb.CreateBotSessionRequest{Parent: b.cfg.Bots.Instance, BotSession: s})
 		stop()
 		if ctx.Err() != nil {
 			return nil
+		}
+		if fix := credentialsFix(err); fix != "" {
+			st := status.Convert(err)
+			return fmt.Errorf("worker: creating a bot session on %s: %v: %s: %s", b.cfg.Bots.Display(), st.Code(), st.Message(), fix)
 		}
 		if err != nil {
 			b.logf("creating a bot session on %s: %v (retrying)", b.cfg.Bots.Display(), err)
@@ -194,17 +227,19 @@ func (b *bot) loop(ctx context.Context) error {
 	b.take(ctx, session)
 	version := session.GetVersion()
 	for ctx.Err() == nil {
-		s, completed := b.session(session.GetName(), version, rwapipb.BotStatus_OK)
+		health, _ := b.status()
+		s, completed := b.session(session.GetName(), version, health)
 		busy := len(s.Leases)-len(completed) >= b.cfg.Slots
+		unhealthy := health != rwapipb.BotStatus_OK
 		limit := workerPoll
 		if len(s.Leases) > 0 {
 			limit = workerActivePoll
 		}
-		if busy || len(completed) > 0 {
-			limit = workerCallLimit // BuildGrid answers at once: at capacity, or a change
+		if busy || unhealthy || len(completed) > 0 {
+			limit = workerCallLimit // BuildGrid answers at once: at capacity, not OK, or a change
 		}
 		call, stop := context.WithTimeout(ctx, limit)
-		if !busy && len(completed) == 0 {
+		if !busy && !unhealthy && len(completed) == 0 {
 			// A lease finishing ends the long poll, to report it at once.
 			go func() {
 				select {
@@ -229,10 +264,14 @@ func (b *bot) loop(ctx context.Context) error {
 		b.forget(completed)
 		version = resp.GetVersion()
 		b.take(ctx, resp)
-		if busy {
+		if busy || unhealthy {
+			pace := workerHeartbeat
+			if !busy {
+				pace = workerUnhealthyPoll
+			}
 			select {
 			case <-b.changed:
-			case <-time.After(workerHeartbeat):
+			case <-time.After(pace):
 			case <-ctx.Done():
 			}
 		}
@@ -257,6 +296,10 @@ func (b *bot) take(ctx context.Context, resp *rwapipb.BotSession) {
 				b.cancelLease(id, l)
 			}
 		case l == nil && (lease.GetState() == rwapipb.LeaseState_PENDING || lease.GetState() == rwapipb.LeaseState_ACTIVE):
+			if health, why := b.status(); health != rwapipb.BotStatus_OK {
+				b.handBack(id, why)
+				continue
+			}
 			b.start(ctx, id, lease)
 		}
 	}
@@ -318,11 +361,21 @@ func (b *bot) start(ctx context.Context, id string, lease *rwapipb.Lease) {
 		} else {
 			b.logf("lease %s done: exit code %d", id, result.GetExitCode())
 		}
-		select {
-		case b.changed <- struct{}{}:
-		default:
-		}
+		b.wake()
 	}()
+}
+
+// handBack completes lease id at once with UNAVAILABLE, which BuildGrid re-queues
+// for another bot: an unhealthy bot runs nothing.
+func (b *bot) handBack(id, why string) {
+	l := &leaseRun{cancel: func() {}, done: make(chan struct{}),
+		status: status.New(codes.Unavailable, "gantry worker "+b.cfg.BotID+" is unhealthy: "+why).Proto()}
+	close(l.done)
+	b.mu.Lock()
+	b.leases[id] = l
+	b.mu.Unlock()
+	b.logf("lease %s handed back: unhealthy", id)
+	b.wake()
 }
 
 // shutdown kills what still runs and hands the leases back.
@@ -343,6 +396,25 @@ func (b *bot) shutdown(name, version string) {
 	if _, err := b.bots.UpdateBotSession(call, &rwapipb.UpdateBotSessionRequest{Name: name, BotSession: s}); err != nil {
 		b.logf("handing back the leases of %s: %v", name, err)
 	}
+}
+
+// credentialsFix says what to do about an error retrying will not mend: the
+// server's certificate not trusted, the worker's certificate or token refused;
+// "" for any other error.
+func credentialsFix(err error) string {
+	msg := status.Convert(err).Message()
+	switch {
+	case err == nil:
+		return ""
+	case strings.Contains(msg, "x509:"):
+		return "give the CA that signed the server's certificate with --server-ca FILE (server-ca in [worker.bots])"
+	case strings.Contains(msg, "tls: certificate required"), strings.Contains(msg, "tls: bad certificate"),
+		strings.Contains(msg, "tls: unknown certificate authority"):
+		return "give a client certificate the server trusts with --client-cert FILE and --client-key FILE (client-cert and client-key in [worker.bots])"
+	case status.Code(err) == codes.Unauthenticated, status.Code(err) == codes.PermissionDenied:
+		return "give a token the server accepts with --token-file FILE (token-file in [worker.bots])"
+	}
+	return ""
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) bool {
@@ -399,43 +471,32 @@ func (b *bot) execute(ctx context.Context, id string, lease *rwapipb.Lease) (*re
 		}
 	}
 
-	var stdout, stderr bytes.Buffer
 	env := map[string]string{}
 	for _, kv := range command.GetEnvironmentVariables() {
 		env[kv.GetName()] = kv.GetValue()
 	}
-	cfg := sandbox.Config{Kind: b.cfg.Sandbox, BuildDir: filepath.Join(inputRoot, wd), Env: env,
-		Stdout: &stdout, Stderr: &stderr, Group: sandbox.NewGroup}
-	if b.cfg.Sandbox == sandbox.Bwrap {
-		cfg.Sysroot, cfg.WritableSysroot, cfg.SandboxBuildRoot = inputRoot, true, "/"+wd
-	}
-	runCtx := ctx
-	if t := action.GetTimeout(); t != nil && t.AsDuration() > 0 {
-		var stop context.CancelFunc
-		runCtx, stop = context.WithTimeout(ctx, t.AsDuration())
-		defer stop()
-	}
-	runner, err := sandbox.Prepare(cfg)
-	if err != nil {
-		return nil, status.Errorf(codes.FailedPrecondition, "lease %s: %v", id, err)
-	}
-	runErr := runner.Run(runCtx, shellWords(command.GetArguments()))
-	_ = runner.Close()
+	spec := actionSpec{Sandbox: b.cfg.Sandbox, InputRoot: inputRoot, Dir: wd, Env: env,
+		Script: shellWords(command.GetArguments()), Timeout: action.GetTimeout().AsDuration(),
+		Stdout: filepath.Join(dir, "stdout"), Stderr: filepath.Join(dir, "stderr")}
+	out, runErr := b.run(ctx, id, filepath.Join(dir, "job.log"), spec)
 	executed := time.Now()
-	result := &repb.ActionResult{}
-	var exit *sandbox.ExitError
 	switch {
 	case ctx.Err() != nil: // cancelled or the worker stopping: no result
 		return nil, status.Errorf(codes.Canceled, "lease %s cancelled", id)
-	case runCtx.Err() != nil:
-		result.ExitCode = -1
-	case errors.As(runErr, &exit):
-		result.ExitCode = int32(exit.ExitCode)
 	case runErr != nil:
 		return nil, status.Errorf(codes.Internal, "running lease %s: %v", id, runErr)
 	}
+	result := &repb.ActionResult{ExitCode: int32(out.ExitCode)}
+	stdout, err := os.ReadFile(spec.Stdout)
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "reading the stdout of lease %s: %v", id, err)
+	}
+	stderr, err := os.ReadFile(spec.Stderr)
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "reading the stderr of lease %s: %v", id, err)
+	}
 	var blobs []cache.Digest
-	if blobs, err = b.collect(filepath.Join(inputRoot, wd), outputs, result, stdout.Bytes(), stderr.Bytes()); err != nil {
+	if blobs, err = b.collect(filepath.Join(inputRoot, wd), outputs, result, stdout, stderr); err != nil {
 		return nil, status.Errorf(codes.Internal, "collecting the outputs of lease %s: %v", id, err)
 	}
 	if err := b.upload(ctx, blobs); err != nil {
@@ -446,7 +507,7 @@ func (b *bot) execute(ctx context.Context, id string, lease *rwapipb.Lease) (*re
 		InputFetchCompletedTimestamp: timestamppb.New(fetched), ExecutionStartTimestamp: timestamppb.New(fetched),
 		ExecutionCompletedTimestamp: timestamppb.New(executed), OutputUploadStartTimestamp: timestamppb.New(executed),
 		OutputUploadCompletedTimestamp: timestamppb.New(time.Now()), WorkerCompletedTimestamp: timestamppb.New(time.Now())}
-	if runCtx.Err() != nil {
+	if out.TimedOut {
 		return result, status.Errorf(codes.DeadlineExceeded, "lease %s exceeded the Action's timeout of %s", id, action.GetTimeout().AsDuration())
 	}
 	return result, nil
@@ -592,9 +653,36 @@ func (b *bot) tree(root cache.Digest) (*repb.Tree, []cache.Digest, error) {
 	return tree, files, walk(root, true)
 }
 
+// transferAttempts is how many times a CAS call is tried when it fails for a
+// reason that may pass: BuildGrid answers RESOURCE_EXHAUSTED ("Concurrent RPC
+// limit exceeded!") while all its threads are busy.
+const transferAttempts = 4
+
+// workerRetryBase is the first wait before trying a CAS call again.
+var workerRetryBase = 250 * time.Millisecond
+
+// retry calls f until it succeeds, fails for good, or has been tried
+// transferAttempts times.
+func retry(ctx context.Context, f func() error) error {
+	for attempt := 1; ; attempt++ {
+		err := f()
+		var re *remote.Error
+		if err == nil || attempt == transferAttempts || !errors.As(err, &re) || !re.Temporary() {
+			return err
+		}
+		if !sleepCtx(ctx, backoff.Exponential(workerRetryBase, attempt)) {
+			return err
+		}
+	}
+}
+
 // upload sends the blobs the remote CAS lacks.
 func (b *bot) upload(ctx context.Context, blobs []cache.Digest) error {
-	missing, err := b.store.FindMissing(ctx, dedupe(blobs))
+	var missing []cache.Digest
+	err := retry(ctx, func() (err error) {
+		missing, err = b.store.FindMissing(ctx, dedupe(blobs))
+		return err
+	})
 	if err != nil {
 		return status.Errorf(codes.Unavailable, "uploading outputs: %v", err)
 	}
@@ -602,7 +690,9 @@ func (b *bot) upload(ctx context.Context, blobs []cache.Digest) error {
 	g.SetLimit(8)
 	for _, d := range missing {
 		g.Go(func() error {
-			return b.store.WriteBlob(gctx, d, func() (io.ReadCloser, error) { return b.cas.OpenBlob(d) })
+			return retry(gctx, func() error {
+				return b.store.WriteBlob(gctx, d, func() (io.ReadCloser, error) { return b.cas.OpenBlob(d) })
+			})
 		})
 	}
 	if err := g.Wait(); err != nil {
@@ -632,12 +722,18 @@ func (b *bot) fetch(ctx context.Context, ds []cache.Digest) error {
 			continue
 		}
 		g.Go(func() error {
-			imp, err := b.cas.StartBlobImport(d)
+			var imp *cache.BlobImport
+			err := retry(gctx, func() error {
+				var err error
+				if imp, err = b.cas.StartBlobImport(d); err != nil {
+					return err
+				}
+				if err = b.store.ReadBlob(gctx, d, imp); err != nil {
+					imp.Abort()
+				}
+				return err
+			})
 			if err != nil {
-				return status.Errorf(codes.Internal, "fetching blob %s: %v", d, err)
-			}
-			if err := b.store.ReadBlob(gctx, d, imp); err != nil {
-				imp.Abort()
 				if errors.Is(err, cache.ErrNotFound) {
 					return status.Errorf(codes.FailedPrecondition, "blob %s is missing from %s: %v", d, b.store.Name(), err)
 				}

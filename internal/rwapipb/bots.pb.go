@@ -656,7 +656,7 @@ const file_google_devtools_remoteworkers_v1test2_bots_proto_rawDesc = "" +
 	"\tCANCELLED\x10\x052\x9a\x02\n" +
 	"\x04Bots\x12\x87\x01\n" +
 	"\x10CreateBotSession\x12>.google.devtools.remoteworkers.v1test2.CreateBotSessionRequest\x1a1.google.devtools.remoteworkers.v1test2.BotSession\"\x00\x12\x87\x01\n" +
-	"\x10UpdateBotSession\x12>.google.devtools.remoteworkers.v1test2.UpdateBotSessionRequest\x1a1.google.devtools.remoteworkers.v1test2.BotSession\"\x00B=Z;github.com/gantry-build/gantry/remote/exec/internal/rwapipbb\x06proto3"
+	"\x10UpdateBotSession\x12>.google.devtools.remoteworkers.v1test2.UpdateBotSessionRequest\x1a1.google.devtools.remoteworkers.v1test2.BotSession\"\x00B1Z/github.com/gantry-build/gantry/internal/rwapipbb\x06proto3"
 
 var (
 	file_google_devtools_remoteworkers_v1test2_bots_proto_rawDescOnce sync.Once

@@ -327,7 +327,7 @@ const file_google_devtools_remoteworkers_v1test2_worker_proto_rawDesc = "" +
 	"properties\x1a2\n" +
 	"\bProperty\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05valueB=Z;github.com/gantry-build/gantry/remote/exec/internal/rwapipbb\x06proto3"
+	"\x05value\x18\x02 \x01(\tR\x05valueB1Z/github.com/gantry-build/gantry/internal/rwapipbb\x06proto3"
 
 var (
 	file_google_devtools_remoteworkers_v1test2_worker_proto_rawDescOnce sync.Once

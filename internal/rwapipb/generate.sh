@@ -4,14 +4,14 @@
 # (google/devtools/remoteworkers/v1test2/), which BuildGrid's protos import them by.
 # Needs protoc (Debian's protobuf-compiler); installs the Go plugins (pinned) into a
 # temporary GOBIN.
-#   go generate ./remote/exec/internal/rwapipb
+#   go generate ./internal/rwapipb
 set -euo pipefail
 cd "$(dirname "$0")"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 GOBIN=$tmp go install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
 GOBIN=$tmp go install google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2
-go run ../../../../cache/internal/bstpb/descset.go "$tmp/deps.pb"
+go run ../../cache/internal/bstpb/descset.go "$tmp/deps.pb"
 src=$tmp/src/google/devtools/remoteworkers/v1test2
 mkdir -p "$src" "$tmp/out"
 cp bots.proto worker.proto "$src/"
