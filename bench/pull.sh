@@ -7,8 +7,8 @@
 #   bench/pull.sh [N]
 #
 # Environment: SIZE_KIB (256), ROUNDS (5), GANTRY=/path/to/gantry (default: built
-# from this tree), BEFORE=/path/to/another/gantry (timed in the same rounds),
-# KEEP=1.
+# from this tree), BEFORE="/path/to/gantry …" (other binaries timed in the same
+# rounds), KEEP=1.
 set -euo pipefail
 
 N=${1:-2000}
@@ -86,10 +86,11 @@ timed() {
 	t1=$(date +%s.%N)
 	eval "$var+=(\$(echo \"\$t1 - \$t0\" | bc -l))"
 }
-pull_with() { # BINARY
+pull_with() { # BINARY: also logs its CPU time (user + system, jobs included)
 	rm -rf "$TMP/cacheB"
-	GANTRY_CACHE_DIR=$TMP/cacheB "$1" -C "$P" --config "$TMP/remote.toml" --ui plain pull big.toml >/dev/null 2>"$TMP/pull.err" ||
+	GANTRY_CACHE_DIR=$TMP/cacheB /usr/bin/time -f "cpu %U+%S s" -o "$TMP/cpu" "$1" -C "$P" --config "$TMP/remote.toml" --ui plain pull big.toml >/dev/null 2>"$TMP/pull.err" ||
 		{ cat "$TMP/pull.err" >&2; exit 1; }
+	log "$1: $(cat "$TMP/cpu")"
 }
 curl8() {
 	rm -rf "$TMP/curl"
@@ -99,12 +100,19 @@ curl8() {
 curl8sync() { curl8 && sync -f "$TMP/curl"; }
 stats() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {printf "%.3f / %.3f s", a[1], a[int((NR+1)/2)]}'; }
 
-new=() before=() curl=() curls=()
+new=() curl=() curls=()
+read -ra others <<<"${BEFORE:-}"
+for i in "${!others[@]}"; do eval "other$i=()"; done
 for r in $(seq "$ROUNDS"); do
 	log "round $r (load $(cut -d' ' -f1-3 /proc/loadavg))"
 	timed curl curl8
+	log "curl ×8 ${curl[-1]} s"
 	timed new pull_with "$GANTRY"
-	[[ -n ${BEFORE:-} ]] && timed before pull_with "$BEFORE"
+	log "gantry pull ${new[-1]} s"
+	for i in "${!others[@]}"; do
+		timed "other$i" pull_with "${others[$i]}"
+		eval "log \"${others[$i]} \${other$i[-1]} s\""
+	done
 	timed curls curl8sync
 done
 mib=$((N * SIZE_KIB / 1024))
@@ -112,5 +120,8 @@ echo "# pull of one artifact of $N × $SIZE_KIB KiB ($mib MiB) from nginx, $ROUN
 echo "curl ×8:                $(stats "${curl[@]}")"
 echo "curl ×8 + sync:         $(stats "${curls[@]}")"
 echo "gantry pull:            $(stats "${new[@]}")"
-[[ -n ${BEFORE:-} ]] && echo "gantry pull (BEFORE):   $(stats "${before[@]}")"
+for i in "${!others[@]}"; do
+	eval "times=(\"\${other$i[@]}\")"
+	echo "gantry pull (${others[$i]}): $(stats "${times[@]}")"
+done
 true
