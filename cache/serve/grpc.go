@@ -130,6 +130,8 @@ func (s *Server) newGRPCServer() *grpc.Server {
 			return s.grpcRedact(info.FullMethod, h(srv, wrappedStream{ss, ctx}))
 		}),
 		grpc.ConnectionTimeout(s.opts.HeaderTimeout),
+		grpc.InitialWindowSize(remote.GRPCStreamWindow), grpc.InitialConnWindowSize(remote.GRPCConnWindow),
+		grpc.ReadBufferSize(remote.GRPCBufferSize), grpc.WriteBufferSize(remote.GRPCBufferSize), grpc.SharedWriteBuffer(true),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: s.opts.IdleTimeout, Time: keepalivePing, Timeout: keepaliveAck}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveMinClientPing, PermitWithoutStream: true}),
 	}
