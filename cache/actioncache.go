@@ -89,9 +89,20 @@ func (u *BlobImport) Abort() {
 	os.Remove(u.f.Name())
 }
 
-// commit checks the digest and moves the blob into cas/; on any error the
-// upload is dropped and nothing is stored.
-func (u *BlobImport) Commit() error {
+// commit checks the digest and moves the blob into cas/, fsynced; on any
+// error the upload is dropped and nothing is stored.
+func (u *BlobImport) Commit() error { return u.commit(fileSynced) }
+
+// CommitVolatile is Commit without waiting for the blob to be durable: its
+// writeback is started, and as for the blobs of a build the Commit of an
+// artifact naming it makes it durable (one syncfs) before the artifact's ref
+// is written. A pull stores many blobs for one ref.
+func (u *BlobImport) CommitVolatile() error {
+	startWriteback(u.f)
+	return u.commit(volatile)
+}
+
+func (u *BlobImport) commit(dur durability) error {
 	got := u.Sum()
 	if u.want.Size < 0 {
 		u.want.Size = u.n
@@ -104,7 +115,7 @@ func (u *BlobImport) Commit() error {
 		u.Abort()
 		return fmt.Errorf("storing blob %s: %w", u.want, err)
 	}
-	if err := u.f.Sync(); err != nil {
+	if err := syncFile(u.f, dur); err != nil {
 		return fail(err)
 	}
 	if err := u.f.Chmod(blobMode); err != nil {
@@ -114,9 +125,13 @@ func (u *BlobImport) Commit() error {
 		os.Remove(u.f.Name())
 		return fmt.Errorf("storing blob %s: %w", u.want, err)
 	}
-	if err := renameInto(u.f.Name(), u.c.BlobPath(u.want)); err != nil {
+	dst := u.c.BlobPath(u.want)
+	if err := renameInto(u.f.Name(), dst); err != nil {
 		os.Remove(u.f.Name())
 		return fmt.Errorf("storing blob %s: %w", u.want, err)
+	}
+	if dur == volatile {
+		u.c.note(eventBlob, dst)
 	}
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 	"github.com/gantry-build/gantry/internal/testtree"
 )
 
@@ -135,4 +136,52 @@ func TestAttachLeavesTemp(t *testing.T) {
 	if _, err := Attach(filepath.Join(t.TempDir(), "none")); err == nil || !strings.Contains(err.Error(), "no tmp/ directory") {
 		t.Errorf("Attach to a directory that is no cache: %v, want an error saying so", err)
 	}
+}
+
+// TestVolatileImportDurableBeforeRef: a blob received without an fsync of its
+// own (a pull's, CommitVolatile) is in place at once and made durable by the
+// Commit of the artifact naming it, before that artifact's ref.
+func TestVolatileImportDurableBeforeRef(t *testing.T) {
+	c := openTestCache(t)
+	var events []string
+	c.trace = func(kind, path string) { events = append(events, kind+" "+path) }
+	data := []byte("a pulled file\n")
+	d := DigestOf(data)
+	u, err := c.StartBlobImport(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := u.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	if err := u.CommitVolatile(); err != nil {
+		t.Fatal(err)
+	}
+	if !c.HasBlob(d) {
+		t.Fatalf("blob %s not in place after CommitVolatile", d)
+	}
+	dir := &repb.Directory{Files: []*repb.FileNode{{Name: "f", Digest: d.Proto()}}}
+	root, err := c.PutDirectory(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &Artifact{Project: "demo", Element: "app.toml", Key: "k", Success: true, Files: root}
+	if err := c.Commit(a); err != nil {
+		t.Fatal(err)
+	}
+	blob, synced := -1, -1
+	for i, e := range events {
+		switch {
+		case e == eventBlob+" "+c.BlobPath(d):
+			blob = i
+		case strings.HasPrefix(e, eventSync+" ") && blob >= 0 && synced < 0:
+			synced = i
+		case strings.HasPrefix(e, eventRef+" "):
+			if blob < 0 || synced < 0 {
+				t.Fatalf("ref written before the imported blob was made durable: events %q", events)
+			}
+			return
+		}
+	}
+	t.Fatalf("no ref written: events %q", events)
 }

@@ -454,7 +454,9 @@ func pullBlob(ctx context.Context, c *cache.Cache, store Store, d cache.Digest, 
 		u.Abort()
 		return mismatchFrom(store, d, got)
 	}
-	if err := u.Commit(); err != nil {
+	// Durable with the artifact's Commit, before its ref (one syncfs, not an
+	// fsync per blob).
+	if err := u.CommitVolatile(); err != nil {
 		return err
 	}
 	m.blobs.Add(1)

@@ -167,6 +167,8 @@ func dialGRPC(spec Spec, u *url.URL, certAsked *atomic.Bool, opts ...grpc.DialOp
 	if auth != "" {
 		all = append(all, grpc.WithPerRPCCredentials(auth))
 	}
+	all = append(all, grpc.WithInitialWindowSize(GRPCStreamWindow), grpc.WithInitialConnWindowSize(GRPCConnWindow),
+		grpc.WithReadBufferSize(GRPCBufferSize), grpc.WithWriteBufferSize(GRPCBufferSize), grpc.WithSharedWriteBuffer(true))
 	all = append(append(all, spec.DialOptions...), opts...)
 	conn, err := grpc.NewClient(u.Host, all...)
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
@@ -220,7 +221,9 @@ func (s *httpStore) get(ctx context.Context, op, kind, hash string, w io.Writer)
 		return x.fail(resp.StatusCode, nil)
 	}
 	wr := &watchReader{r: resp.Body, x: x}
-	if _, err := io.Copy(w, wr); err != nil {
+	buf := copyBuffers.Get().(*[]byte)
+	defer copyBuffers.Put(buf)
+	if _, err := io.CopyBuffer(w, wr, *buf); err != nil {
 		var we *writeErr
 		if errors.As(err, &we) {
 			return fmt.Errorf("remote %s: %s: %w", s.name, op, we.err)
@@ -232,6 +235,11 @@ func (s *httpStore) get(ctx context.Context, op, kind, hash string, w io.Writer)
 	}
 	return nil
 }
+
+// copyBuffers hold the buffers a download is copied through: 256 KiB, so a
+// blob of that size takes one write into the cache rather than eight of
+// io.Copy's 32 KiB, and no buffer is allocated per blob.
+var copyBuffers = sync.Pool{New: func() any { b := make([]byte, 256<<10); return &b }}
 
 // writeErr marks an error of the local writer, so it is not taken for the remote's.
 type writeErr struct{ err error }

@@ -19,3 +19,14 @@ type LeaseReply struct {
 	WaitMs  int64  `json:"wait_ms"`          // when not granted: ask again after this long
 	Holder  string `json:"holder,omitempty"` // when not granted: the client holding the lease (its name, never a credential)
 }
+
+// gRPC flow control of blob transfers, on gantry's clients and on `cache
+// serve`: fixed windows large enough that a 1 MiB ByteStream message never
+// waits for a window update on loopback or a LAN (gRPC's default starts at
+// 64 KiB and grows by probing the bandwidth-delay product), and transport
+// buffers of 256 KiB rather than 32 KiB (fewer system calls per MiB).
+const (
+	GRPCStreamWindow = 8 << 20  // per stream
+	GRPCConnWindow   = 32 << 20 // per connection, all its streams
+	GRPCBufferSize   = 256 << 10
+)

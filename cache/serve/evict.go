@@ -39,6 +39,32 @@ type evictor struct {
 	over    atomic.Int64 // the store's size after the last scan's evictions, when still over the quota; else 0
 	kick    chan struct{}
 	scanned atomic.Int64 // scans done, for tests
+	// scanAt is when the last scan started (Unix nanoseconds; 0 before any):
+	// a read of a blob not refreshed since refreshes it (touchBlob).
+	scanAt atomic.Int64
+}
+
+// touchStep is the resolution of the LRU: a read refreshes a blob's time only
+// when that time is older than this, or older than the start of the evictor's
+// last scan (whose removals keep what was refreshed since) — most reads of a
+// busy blob make no utimensat, which also dirties its inode.
+const touchStep = 10 * time.Second
+
+// touchBlob marks blob d, read now, as used; mtime is its time as opened.
+func (s *Server) touchBlob(d cache.Digest, mtime time.Time) {
+	if time.Since(mtime) < touchStep && mtime.UnixNano() > s.evictor.scanAt.Load() {
+		return
+	}
+	s.c.TouchBlob(d)
+}
+
+// touchRead is touchBlob for a blob read without its time at hand (a batch).
+func (s *Server) touchRead(d cache.Digest) {
+	if fi, err := os.Stat(s.c.BlobPath(d)); err == nil {
+		s.touchBlob(d, fi.ModTime())
+		return
+	}
+	s.c.TouchBlob(d)
 }
 
 // emptyDigest is the empty blob's, which a REAPI server always has: clients
@@ -134,6 +160,9 @@ type evictUnit struct {
 // under evictLowWater of the quota.
 func (e *evictor) evict() error {
 	scanStart := time.Now()
+	if e.quota > 0 { // without one, a scan only measures: it removes nothing
+		e.scanAt.Store(scanStart.UnixNano())
+	}
 	writtenAtStart := e.written.Load()
 	e.scanned.Add(1)
 	blobs := map[string]*evictUnit{}

@@ -130,6 +130,8 @@ func (s *Server) newGRPCServer() *grpc.Server {
 			return s.grpcRedact(info.FullMethod, h(srv, wrappedStream{ss, ctx}))
 		}),
 		grpc.ConnectionTimeout(s.opts.HeaderTimeout),
+		grpc.InitialWindowSize(remote.GRPCStreamWindow), grpc.InitialConnWindowSize(remote.GRPCConnWindow),
+		grpc.ReadBufferSize(remote.GRPCBufferSize), grpc.WriteBufferSize(remote.GRPCBufferSize), grpc.SharedWriteBuffer(true),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: s.opts.IdleTimeout, Time: keepalivePing, Timeout: keepaliveAck}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveMinClientPing, PermitWithoutStream: true}),
 	}
@@ -272,7 +274,7 @@ func (g *grpcService) BatchReadBlobs(ctx context.Context, req *repb.BatchReadBlo
 			st, _ = status.FromError(grpcError(err))
 			data = nil
 		} else {
-			g.s.c.TouchBlob(d)
+			g.s.touchRead(d)
 		}
 		sent += int64(len(data))
 		resp.Responses = append(resp.Responses, &repb.BatchReadBlobsResponse_Response{Digest: p, Data: data, Status: st.Proto()})
@@ -360,7 +362,11 @@ func (g *grpcService) Read(req *bspb.ReadRequest, stream bspb.ByteStream_ReadSer
 		return grpcError(err)
 	}
 	defer f.Close()
-	g.s.c.TouchBlob(d)
+	if fi, err := f.Stat(); err == nil {
+		g.s.touchBlob(d, fi.ModTime())
+	} else {
+		g.s.c.TouchBlob(d)
+	}
 	if req.ReadOffset < 0 || req.ReadOffset > d.Size {
 		return status.Errorf(codes.OutOfRange, "read offset %d of blob %s", req.ReadOffset, d)
 	}

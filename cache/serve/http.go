@@ -139,7 +139,7 @@ func (s *Server) serveCAS(w http.ResponseWriter, r *http.Request, client, hash s
 			return
 		}
 		s.metrics.lookup(true)
-		s.c.TouchBlob(cache.Digest{Hash: hash})
+		s.touchBlob(cache.Digest{Hash: hash}, fi.ModTime())
 		w.Header().Set("Content-Length", strconv.FormatInt(fi.Size(), 10))
 		w.Header().Set("Content-Type", "application/octet-stream")
 		if r.Method == http.MethodHead {

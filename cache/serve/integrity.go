@@ -45,16 +45,22 @@ const (
 func sendBlob(f *os.File, d cache.Digest, off, n int64, chunk int, send func([]byte) error) (int64, error) {
 	h := cache.NewDigestWriter()
 	readErr := func(err error) error { return fmt.Errorf("reading blob %s: %w", d, err) }
-	if _, err := io.Copy(h, io.NewSectionReader(f, 0, off)); err != nil {
+	if err := hashRange(h, f, 0, off); err != nil {
 		return 0, readErr(err)
 	}
 	r := io.NewSectionReader(f, off, n)
 	size := int(max(min(int64(chunk), n), 1))
-	next, spare := make([]byte, size), make([]byte, size)
+	// The second buffer only for a blob of more than one chunk: a small blob
+	// costs one allocation of its size.
+	next, spare := make([]byte, size), []byte(nil)
 	var held []byte // read and hashed, not sent yet
-	var sent int64
-	for {
+	var sent, read int64
+	for read < n || n == 0 {
+		if next == nil {
+			next = make([]byte, size)
+		}
 		k, err := io.ReadFull(r, next)
+		read += int64(k)
 		if k > 0 {
 			h.Write(next[:k])
 			if held != nil {
@@ -73,7 +79,7 @@ func sendBlob(f *os.File, d cache.Digest, off, n int64, chunk int, send func([]b
 			return sent, readErr(err)
 		}
 	}
-	if _, err := io.Copy(h, io.NewSectionReader(f, off+n, d.Size-off-n)); err != nil {
+	if err := hashRange(h, f, off+n, d.Size-off-n); err != nil {
 		return sent, readErr(err)
 	}
 	if got := h.Digest(); got != d {
@@ -86,6 +92,17 @@ func sendBlob(f *os.File, d cache.Digest, off, n int64, chunk int, send func([]b
 		sent += int64(len(held))
 	}
 	return sent, nil
+}
+
+// hashRange hashes n bytes of f from off, outside the range a read sends;
+// nothing for an empty range (a whole blob's read: io.Copy would allocate
+// its buffer all the same).
+func hashRange(h io.Writer, f *os.File, off, n int64) error {
+	if n <= 0 {
+		return nil
+	}
+	_, err := io.Copy(h, io.NewSectionReader(f, off, n))
+	return err
 }
 
 // readBatched reads blob d whole (BatchReadBlobs, GetTree: small blobs, whose
