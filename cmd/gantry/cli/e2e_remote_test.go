@@ -15,6 +15,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gantry-build/gantry/internal/testreapi"
 )
@@ -136,4 +137,56 @@ func TestE2ERemoteWorkerKilled(t *testing.T) {
 	if st := p.state("long.toml"); st != "cached" {
 		t.Errorf("long.toml is %q after the rebuild, want cached", st)
 	}
+}
+
+// Every connection between gantry and Bazel's worker cut while the action runs
+// (a TCP proxy between them): gantry follows the operation again with
+// WaitExecution, or, when the worker has forgotten it, executes the action again
+// (it is deterministic); either way the build succeeds on a new connection and its
+// artifact is cached. Which of the two happened is logged: the worker keeps
+// in-flight operations only.
+func TestE2ERemoteDroppedStreamOnBazelWorker(t *testing.T) {
+	t.Parallel()
+	worker := startRemoteWorker(t, 2)
+	proxy := testreapi.StartFaultProxy(t, worker.Addr)
+	p := newBusyboxProject(t, remoteProjectTOML(proxy.URL(), "dropped.toml"), map[string]string{
+		"elements/dropped.toml": "kind = \"manual\"\nbuild-depends = [\"sysroot.toml\"]\n[config]\nbuild-commands = " +
+			tomlList("sleep 6.23", "mkdir -p %{install-root}/x", "echo done > %{install-root}/x/y") + "\n",
+	})
+	g := p.start("build", "--ui", "plain")
+	g.waitForSleep("6.23")
+	conns := proxy.Conns()
+	if n := proxy.Cut(); n == 0 {
+		t.Fatalf("no connection to cut while the action ran\n%s", g.output())
+	}
+	// The runs of the action: the distinct `sleep 6.23` processes seen until
+	// the session ends (a second run lasts 6 s: it cannot be missed).
+	runs := map[int]bool{}
+	done := make(chan int, 1)
+	go func() { done <- g.wait(remoteTimeout) }()
+	var code int
+	for watching := true; watching; {
+		for _, pid := range sleepPids("6.23") {
+			runs[pid] = true
+		}
+		select {
+		case code = <-done:
+			watching = false
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	if code != 0 {
+		t.Fatalf("exit code %d after the dropped stream, want 0\n%s", code, g.output())
+	}
+	if proxy.Conns() <= conns {
+		t.Errorf("gantry made no new connection after the cut (%d before, %d after)", conns, proxy.Conns())
+	}
+	if st := p.state("dropped.toml"); st != "cached" {
+		t.Errorf("dropped.toml is %q, want cached", st)
+	}
+	how := "followed with WaitExecution"
+	if len(runs) > 1 {
+		how = "executed again"
+	}
+	t.Logf("the action ran %d time(s): %s", len(runs), how)
 }
