@@ -17,7 +17,8 @@
 #   SERVER=buildgrid bench/remote-exec.sh [N]
 #
 # Environment: ROUNDS (default 3), JOBS (8), LOCAL (2, buildgrid 4), SLOW (0.5),
-# WORKERS (2), SLOTS (2), GANTRY=/path/to/gantry, WORKER=dir of Bazel's worker's
+# WORKERS (2), SLOTS (2), POLL (BuildGrid's poll, bot-poll and job-assignment intervals,
+# a Go duration; default BuildGrid's 1 s), GANTRY=/path/to/gantry, WORKER=dir of Bazel's worker's
 # compiled classes (default the newest $XDG_CACHE_HOME/gantry-tests/bazel-worker-*:
 # `go test -run TestBazelWorker ./internal/testreapi` compiles it), KEEP=1 keeps the
 # directory.
@@ -103,7 +104,7 @@ else
 	log "starting BuildGrid"
 	mkdir -p "$TMP/bgd"
 	(cd "$ROOT" && go test -c -o "$TMP/bgserve" ./bench/bgserve)
-	GANTRY_BENCH_BUILDGRID_DIR=$TMP/bgd "$TMP/bgserve" -test.run '^TestServe$' -test.timeout 0 >"$TMP/bgd/log" 2>&1 &
+	GANTRY_BENCH_BUILDGRID_DIR=$TMP/bgd GANTRY_BENCH_BUILDGRID_POLL=${POLL:-} "$TMP/bgserve" -test.run '^TestServe$' -test.timeout 0 >"$TMP/bgd/log" 2>&1 &
 	SERVER_PID=$!
 	for _ in $(seq 1200); do [[ -f $TMP/bgd/url ]] && break; kill -0 "$SERVER_PID" 2>/dev/null || break; sleep 0.1; done
 	[[ -f $TMP/bgd/url ]] || { echo "remote-exec.sh: BuildGrid did not start:" >&2; tail -n 20 "$TMP/bgd/log" >&2; exit 1; }

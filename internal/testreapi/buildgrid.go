@@ -102,6 +102,10 @@ type BuildGridOptions struct {
 	// and each bot's long poll holds one; a call over the limit fails with
 	// ResourceExhausted: "Concurrent RPC limit exceeded!".
 	ThreadPoolSize int
+	// PollInterval sets the scheduler's poll-interval (operation updates),
+	// bot-poll-interval and job-assignment-interval (0: BuildGrid's defaults, 1 s
+	// each: about a second of latency per action).
+	PollInterval time.Duration
 	// TLS serves TLS with the PKI's server certificate, and asks clients for a
 	// certificate signed by its CA.
 	TLS *testpki.PKI
@@ -121,13 +125,18 @@ func (opts BuildGridOptions) serverSettings() string {
 // schedulerSettings are the lines opts adds to the !sql-scheduler.
 func (opts BuildGridOptions) schedulerSettings(t testing.TB) string {
 	t.Helper()
+	var lines string
+	if opts.PollInterval > 0 {
+		secs := opts.PollInterval.Seconds()
+		lines = fmt.Sprintf("    poll-interval: %g\n    bot-poll-interval: %g\n    job-assignment-interval: %g\n", secs, secs, secs)
+	}
 	if opts.BotKeepalive == 0 {
-		return ""
+		return lines
 	}
 	if opts.BotKeepalive < 4*time.Second || opts.BotKeepalive%time.Second != 0 {
 		t.Fatalf("BuildGridOptions.BotKeepalive %s: whole seconds, at least 4s (BuildGrid leases nothing to a poll held under 3s)", opts.BotKeepalive)
 	}
-	return fmt.Sprintf("    bot-session-keepalive-timeout: %d\n    session-expiry-timer-interval: 1\n", opts.BotKeepalive/time.Second)
+	return lines + fmt.Sprintf("    bot-session-keepalive-timeout: %d\n    session-expiry-timer-interval: 1\n", opts.BotKeepalive/time.Second)
 }
 
 // StartBuildGrid starts BuildGrid on a free port of 127.0.0.1 and returns once it
