@@ -5,6 +5,7 @@
 //	cas/ab/abcdef…                   blobs named by SHA-256, fanned out by the first two hex characters
 //	exec/ab/abcdef…                  executable twins: copies of blobs with mode 0555, for linked staging (twin.go)
 //	refs/<project>/<element>/<key>   "hash/size" of an artifact record blob (element names may contain "/")
+//	weak/<project>/<hash>            weak refs: hard links to refs, by element and weak key (weak.go)
 //	sources/                         fetched sources (owned by package source)
 //	logs/                            build logs being written
 //	tmp/                             temporary files and directories, on the same filesystem
@@ -56,7 +57,7 @@ import (
 const (
 	CASDir     = "cas" // the blobs, by digest
 	refsDir    = "refs"
-	weakDir    = "weak" // weak refs: weak key -> key (writeWeakRef)
+	weakDir    = "weak" // weak refs: links to refs, by element and weak key (weak.go)
 	sourcesDir = "sources"
 	logsDir    = "logs"
 	tmpDir     = "tmp"
