@@ -208,15 +208,15 @@ func (c *Cache) Commit(a *Artifact) error {
 	// them durable; then the ref is renamed into place, last, and its directory
 	// fsynced: from here on the artifact is visible. Two flushes per commit,
 	// none per file.
-	tmp, err := c.writeTemp(refPath, []byte(rd.String()+"\n"), 0o644, volatile)
+	nf, err := c.writeNew(refPath, []byte(rd.String()+"\n"), 0o644, volatile)
 	if err != nil {
 		return fmt.Errorf("committing artifact %s: %w", a.Name(), err)
 	}
 	if err := c.syncBlobs(); err != nil {
-		os.Remove(tmp)
+		nf.discard()
 		return fmt.Errorf("committing artifact %s: %w", a.Name(), err)
 	}
-	if err := place(tmp, refPath, dirSynced); err != nil {
+	if err := c.place(nf, refPath, dirSynced); err != nil {
 		return fmt.Errorf("committing artifact %s: %w", a.Name(), err)
 	}
 	c.note(eventRef, refPath)

@@ -14,9 +14,10 @@
 //
 // Invariants, which make it safe for several gantry processes to use one cache
 // at once and for any of them to be killed at any instant:
-//   - Everything is written to a fresh temporary name under tmp/ and renamed
-//     into place, so a reader never sees a partial file (an install root's
-//     files, under tmp/ already, are renamed in themselves: see TakeTree).
+//   - Everything is written to a file with no name (O_TMPFILE, on Linux) linked
+//     into place, or to a fresh temporary name under tmp/ renamed into place, so a
+//     reader never sees a partial file (an install root's files, under tmp/
+//     already, are renamed in themselves: see TakeTree). See newFile.
 //     Blobs are made durable together, before the ref that reaches them (see
 //     durable.go).
 //   - A blob's content never changes once it is in cas/: blobs are read-only
@@ -261,52 +262,94 @@ func (c *Cache) tempFile(pattern string) (*os.File, error) {
 	return nil, fmt.Errorf("creating temporary file in %s: no free name found", c.tmpPath())
 }
 
-// writeFileAtomic writes data to dst through a temporary file: fsync (unless
-// volatile), chmod, rename. With dirSynced it also fsyncs dst's directory so that
-// the rename itself is durable (used for refs, which must never point at lost
-// blobs).
+// writeFileAtomic writes data to a new file and places it at dst (newFile): fsync
+// (unless volatile), chmod, link or rename. With dirSynced it also fsyncs dst's
+// directory so that the placing itself is durable (used for refs, which must never
+// point at lost blobs).
 func (c *Cache) writeFileAtomic(dst string, data []byte, perm fs.FileMode, d durability) error {
-	tmp, err := c.writeTemp(dst, data, perm, d)
+	f, err := c.writeNew(dst, data, perm, d)
 	if err != nil {
 		return err
 	}
-	return place(tmp, dst, d)
+	return c.place(f, dst, d)
 }
 
-// writeTemp writes data to a fresh file under tmp/ with mode perm, fsynced
-// unless d is volatile, and returns its name; dst, where it will go, names it
-// in errors.
-func (c *Cache) writeTemp(dst string, data []byte, perm fs.FileMode, d durability) (string, error) {
-	f, err := c.tempFile("write")
-	if err != nil {
-		return "", err
+// newFile is a file written for a place in the cache, not there yet: a file with no
+// name in the directory it goes to (O_TMPFILE), placed with one link(2), or where the
+// filesystem has no such files, one under a temporary name in tmp/, placed with a
+// rename(2). Either way a reader never sees it partial.
+type newFile struct {
+	f   *os.File
+	tmp string // the temporary name, "" for a file with none
+}
+
+// createNew opens a new file for a place in dir (see newFile), mode 0600.
+func (c *Cache) createNew(dir string) (*newFile, error) {
+	f, err := openUnnamed(dir, 0o600)
+	if errors.Is(err, fs.ErrNotExist) && os.MkdirAll(dir, 0o755) == nil {
+		f, err = openUnnamed(dir, 0o600)
 	}
-	tmp := f.Name()
+	if err == nil {
+		return &newFile{f: f}, nil
+	}
+	if f, err = c.tempFile("write"); err != nil {
+		return nil, err
+	}
+	return &newFile{f: f, tmp: f.Name()}, nil
+}
+
+// discard closes nf and removes its temporary name, if any.
+func (nf *newFile) discard() {
+	nf.f.Close()
+	if nf.tmp != "" {
+		os.Remove(nf.tmp)
+	}
+}
+
+// writeNew writes data to a new file for dst with mode perm, fsynced unless d is
+// volatile; dst names it in errors.
+func (c *Cache) writeNew(dst string, data []byte, perm fs.FileMode, d durability) (*newFile, error) {
+	nf, err := c.createNew(filepath.Dir(dst))
+	if err != nil {
+		return nil, err
+	}
 	err = func() error {
-		if _, err := f.Write(data); err != nil {
+		if _, err := nf.f.Write(data); err != nil {
 			return err
 		}
-		if err := syncFile(f, d); err != nil {
+		if err := syncFile(nf.f, d); err != nil {
 			return err
 		}
-		return f.Chmod(perm)
+		return nf.f.Chmod(perm)
 	}()
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
 	if err != nil {
-		os.Remove(tmp)
-		return "", fmt.Errorf("writing %s: %w", dst, err)
+		nf.discard()
+		return nil, fmt.Errorf("writing %s: %w", dst, err)
 	}
-	return tmp, nil
+	return nf, nil
 }
 
-// place renames the temporary file tmp to dst and, with dirSynced, fsyncs
-// dst's directory. tmp is removed if it cannot be placed.
-func place(tmp, dst string, d durability) error {
-	if err := renameInto(tmp, dst); err != nil {
-		os.Remove(tmp)
-		return err
+// place puts nf at dst, replacing what is there, closes it and, with dirSynced, fsyncs
+// dst's directory. nf is removed if it cannot be placed.
+func (c *Cache) place(nf *newFile, dst string, d durability) error {
+	var err error
+	if nf.tmp != "" {
+		err = nf.f.Close()
+		if err == nil {
+			err = renameInto(nf.tmp, dst)
+		}
+		if err != nil {
+			os.Remove(nf.tmp)
+			return err
+		}
+	} else {
+		err = c.linkInto(nf.f, dst)
+		if cerr := nf.f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
 	}
 	if d == dirSynced {
 		if err := syncDirectory(filepath.Dir(dst)); err != nil {
@@ -314,6 +357,37 @@ func place(tmp, dst string, d durability) error {
 		}
 	}
 	return nil
+}
+
+// linkInto names the unnamed file f dst (linkUnnamed), creating dst's directory if
+// needed (a concurrent Delete may remove an emptied one), and replacing what is there:
+// through a second name under tmp/, renamed over it (renameInto).
+func (c *Cache) linkInto(f *os.File, dst string) error {
+	var err error
+	for range 4 {
+		err = linkUnnamed(f, dst)
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, fs.ErrExist):
+			tmp := c.TempName("write")
+			if err := linkUnnamed(f, tmp); err != nil {
+				return fmt.Errorf("moving a new file to %s: %w", dst, err)
+			}
+			if err := renameInto(tmp, dst); err != nil {
+				os.Remove(tmp)
+				return err
+			}
+			return nil
+		case errors.Is(err, fs.ErrNotExist):
+			if merr := os.MkdirAll(filepath.Dir(dst), 0o755); merr != nil {
+				return fmt.Errorf("creating directory for %s: %w", dst, merr)
+			}
+		default:
+			return err
+		}
+	}
+	return err
 }
 
 // renameInto renames src to dst, creating dst's directory if needed. It
