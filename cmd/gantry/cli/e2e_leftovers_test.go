@@ -143,22 +143,21 @@ func TestE2EGCCountsWhatKilledSessionsLeft(t *testing.T) {
 		t.Fatal("the kill left nothing in tmp/: the test kills nothing that matters")
 	}
 
-	// The quota is well above the artifacts and below them with the leftovers (2 MiB):
-	// the cache itself is about 1 MiB, most of it cas/'s 256 fan-out directories.
-	out, _ := p.mustRun(0, "cache", "gc", "--dry-run", "--quota", "2M")
+	// The quota is well above the artifacts and below them with the leftovers.
+	out, _ := p.mustRun(0, "cache", "gc", "--dry-run", "--quota", "1M")
 	for name := range left {
 		if !strings.Contains(out, "would remove leftover "+filepath.Join(p.cache, "tmp", name)+"\n") {
 			t.Errorf("gc --dry-run does not list %s, left by the killed session:\n%s", name, out)
 		}
 	}
 	if strings.Contains(out, "would remove artifact") {
-		t.Errorf("gc --dry-run --quota 2M would remove an artifact for space the leftovers free:\n%s", out)
+		t.Errorf("gc --dry-run --quota 1M would remove an artifact for space the leftovers free:\n%s", out)
 	}
 	if after := tmpEntries(t, p); len(after) != len(left) {
 		t.Errorf("gc --dry-run removed from tmp/: %d entries before, %d after:\n%s", len(left), len(after), out)
 	}
 
-	out, _ = p.mustRun(0, "cache", "gc", "--quota", "2M")
+	out, _ = p.mustRun(0, "cache", "gc", "--quota", "1M")
 	if !strings.Contains(out, fmt.Sprintf("removed 0 artifacts, 0 blobs, %d leftovers: ", len(left))) {
 		t.Errorf("gc does not count the %d leftovers of the killed session, or removed an artifact:\n%s", len(left), out)
 	}
