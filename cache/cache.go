@@ -137,39 +137,10 @@ func (c *Cache) Prepare() error {
 // MakeLayout creates the layout of the cache At gave, if needed, and removes
 // nothing: `cache gc` lists, counts and removes what crashed processes left
 // itself (CleanupOptions.Leftovers), or with --dry-run removes nothing.
-//
-// A new cas/ gets its 256 fan-out directories at once: made on first use, they were
-// new inodes in the first build jobs (and a failed rename and a retry each).
 func (c *Cache) MakeLayout() error {
-	if err := os.MkdirAll(c.Root, 0o755); err != nil {
-		return fmt.Errorf("opening cache %s: %w", c.Root, err)
-	}
 	for _, d := range []string{CASDir, refsDir, sourcesDir, logsDir, tmpDir} {
-		p := filepath.Join(c.Root, d)
-		err := os.Mkdir(p, 0o755)
-		switch {
-		case err == nil && d == CASDir:
-			err = makeFanOut(p)
-		case errors.Is(err, fs.ErrExist):
-			if fi, serr := os.Stat(p); serr == nil && fi.IsDir() {
-				err = nil
-			}
-		}
-		if err != nil {
+		if err := os.MkdirAll(filepath.Join(c.Root, d), 0o755); err != nil {
 			return fmt.Errorf("opening cache %s: %w", c.Root, err)
-		}
-	}
-	return nil
-}
-
-// makeFanOut makes dir/00 … dir/ff. One missing (a crash while making them, a cache made
-// before) is made when a blob first goes there (renameInto).
-func makeFanOut(dir string) error {
-	const hexDigits = "0123456789abcdef"
-	for i := range 256 {
-		name := string([]byte{hexDigits[i>>4], hexDigits[i&15]})
-		if err := os.Mkdir(filepath.Join(dir, name), 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
-			return err
 		}
 	}
 	return nil

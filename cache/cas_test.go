@@ -146,29 +146,3 @@ func TestInvalidDigestIsNotAPath(t *testing.T) {
 		t.Errorf("ReadBlob(invalid) succeeded")
 	}
 }
-
-// A new cache has its 256 fan-out directories under cas/ from the start, so that no
-// build job makes one; a cache whose cas/ lacks one still stores a blob there.
-func TestFanOutMadeWithTheCache(t *testing.T) {
-	c, err := Open(filepath.Join(t.TempDir(), "new", "cache"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	entries, err := os.ReadDir(filepath.Join(c.Root, CASDir))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(entries) != 256 || entries[0].Name() != "00" || entries[255].Name() != "ff" {
-		t.Fatalf("cas/ of a new cache holds %d entries, want 00 … ff", len(entries))
-	}
-	d := DigestOf([]byte("x"))
-	if err := os.Remove(filepath.Dir(c.BlobPath(d))); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.PutBlob([]byte("x")); err != nil {
-		t.Fatal(err)
-	}
-	if !c.HasBlob(d) {
-		t.Fatal("a blob whose fan-out directory was missing was not stored")
-	}
-}
