@@ -208,7 +208,7 @@ func (c *Cache) Commit(a *Artifact) error {
 	// them durable; then the ref is renamed into place, last, and its directory
 	// fsynced: from here on the artifact is visible. Two flushes per commit,
 	// none per file.
-	nf, err := c.writeNew(refPath, []byte(rd.String()+"\n"), 0o644, volatile)
+	nf, err := c.writeNew(refPath, []byte(rd.String()+"\n"), 0o644, volatile, true)
 	if err != nil {
 		return fmt.Errorf("committing artifact %s: %w", a.Name(), err)
 	}

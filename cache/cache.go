@@ -233,12 +233,22 @@ func (c *Cache) tempFile(pattern string) (*os.File, error) {
 	return nil, fmt.Errorf("creating temporary file in %s: no free name found", c.tmpPath())
 }
 
-// writeFileAtomic writes data to a new file and places it at dst (newFile): fsync
-// (unless volatile), chmod, link or rename. With dirSynced it also fsyncs dst's
-// directory so that the placing itself is durable (used for refs, which must never
-// point at lost blobs).
+// writeFileAtomic writes data to dst through a temporary file: fsync (unless
+// volatile), chmod, rename. With dirSynced it also fsyncs dst's directory so that the
+// rename itself is durable.
 func (c *Cache) writeFileAtomic(dst string, data []byte, perm fs.FileMode, d durability) error {
-	f, err := c.writeNew(dst, data, perm, d)
+	return c.writePlaced(dst, data, perm, d, false)
+}
+
+// writeFileLinked is writeFileAtomic through a file with no name where the filesystem
+// has them (newFile): for what every build job writes, its blobs.
+func (c *Cache) writeFileLinked(dst string, data []byte, perm fs.FileMode, d durability) error {
+	return c.writePlaced(dst, data, perm, d, true)
+}
+
+// writePlaced writes data to a new file (writeNew) and places it at dst.
+func (c *Cache) writePlaced(dst string, data []byte, perm fs.FileMode, d durability, unnamed bool) error {
+	f, err := c.writeNew(dst, data, perm, d, unnamed)
 	if err != nil {
 		return err
 	}
@@ -254,16 +264,20 @@ type newFile struct {
 	tmp string // the temporary name, "" for a file with none
 }
 
-// createNew opens a new file for a place in dir (see newFile), mode 0600.
-func (c *Cache) createNew(dir string) (*newFile, error) {
-	f, err := openUnnamed(dir, 0o600)
-	if errors.Is(err, fs.ErrNotExist) && os.MkdirAll(dir, 0o755) == nil {
-		f, err = openUnnamed(dir, 0o600)
+// createNew opens a new file for a place in dir (see newFile), mode 0600: with no name
+// when unnamed and the filesystem allows, else under a temporary name.
+func (c *Cache) createNew(dir string, unnamed bool) (*newFile, error) {
+	if unnamed {
+		f, err := openUnnamed(dir, 0o600)
+		if errors.Is(err, fs.ErrNotExist) && os.MkdirAll(dir, 0o755) == nil {
+			f, err = openUnnamed(dir, 0o600)
+		}
+		if err == nil {
+			return &newFile{f: f}, nil
+		}
 	}
-	if err == nil {
-		return &newFile{f: f}, nil
-	}
-	if f, err = c.tempFile("write"); err != nil {
+	f, err := c.tempFile("write")
+	if err != nil {
 		return nil, err
 	}
 	return &newFile{f: f, tmp: f.Name()}, nil
@@ -277,10 +291,10 @@ func (nf *newFile) discard() {
 	}
 }
 
-// writeNew writes data to a new file for dst with mode perm, fsynced unless d is
-// volatile; dst names it in errors.
-func (c *Cache) writeNew(dst string, data []byte, perm fs.FileMode, d durability) (*newFile, error) {
-	nf, err := c.createNew(filepath.Dir(dst))
+// writeNew writes data to a new file for dst (createNew) with mode perm, fsynced
+// unless d is volatile; dst names it in errors.
+func (c *Cache) writeNew(dst string, data []byte, perm fs.FileMode, d durability, unnamed bool) (*newFile, error) {
+	nf, err := c.createNew(filepath.Dir(dst), unnamed)
 	if err != nil {
 		return nil, err
 	}

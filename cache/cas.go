@@ -63,7 +63,7 @@ func (c *Cache) PutBlob(data []byte) (Digest, error) {
 			return d, nil
 		}
 	}
-	if err := c.writeFileAtomic(p, data, blobMode, volatile); err != nil {
+	if err := c.writeFileLinked(p, data, blobMode, volatile); err != nil {
 		return Digest{}, fmt.Errorf("storing blob %s: %w", d, err)
 	}
 	c.note(eventBlob, p)
@@ -108,7 +108,7 @@ func (c *Cache) putFile(path string) (Digest, fs.FileMode, error) {
 	}
 	// The copy is hashed again: if the file changed meanwhile, the blob is
 	// still named after what was stored.
-	nf, err := c.createNew(filepath.Join(c.Root, CASDir))
+	nf, err := c.createNew(filepath.Join(c.Root, CASDir), true)
 	if err != nil {
 		return Digest{}, 0, fmt.Errorf("storing file %s: %w", path, err)
 	}
