@@ -22,10 +22,9 @@ const (
 	dirSynced                    // and its directory after: the rename survives too (refs)
 )
 
-// syncBlobs makes every blob written so far durable: by a syncfs of this process's,
-// or one that another process sharing the cache began after (groupSync).
+// syncBlobs makes every blob written so far durable.
 func (c *Cache) syncBlobs() error {
-	if err := c.groupSync(); err != nil {
+	if err := c.flush(); err != nil {
 		return fmt.Errorf("making the blobs in %s durable: %w", c.Root, err)
 	}
 	c.note(eventSync, c.Root)
@@ -54,12 +53,7 @@ const (
 	// it began is durable once it ends.
 	eventSyncBegin = "sync-begin"
 	eventSyncEnd   = "sync-end"
-	// eventSyncWait: a commit has read which syncfs it needs and waits for the lock
-	// of group commits (groupSync); eventSyncShared: one that another process began
-	// after this one's writes made them durable. eventSync follows either way.
-	eventSyncWait   = "sync-wait"
-	eventSyncShared = "sync-shared"
-	eventRef        = "ref" // a ref is in place and durable
+	eventRef       = "ref" // a ref is in place and durable
 )
 
 // note reports a durability event to the test hook, if any.

@@ -14,32 +14,31 @@ import (
 	"time"
 )
 
-// groupCommitChildEnv makes the test binary a committing process of
-// TestGroupCommitCrash: the value is the test's directory, then a space and the
-// process's number.
-const groupCommitChildEnv = "GANTRY_TEST_GROUP_COMMIT_CHILD"
+// commitChildEnv makes the test binary a committing process of TestCommitCrash: the
+// value is the test's directory, then a space and the process's number.
+const commitChildEnv = "GANTRY_TEST_COMMIT_CHILD"
 
-// TestGroupCommitCrash: four processes commit artifacts into one cache, sharing flushes
-// (group commits), and are killed with SIGKILL at random instants and started again,
+// TestCommitCrash: four processes commit artifacts into one cache at once, and are
+// killed with SIGKILL at random instants and started again,
 // forty times; each writes every durability event to a shared trace as it happens. Then,
 // for a power loss at any instant of the run, no ref that was in place may reach a blob
 // that was not durable: every blob the ref's artifact reaches (record, log, every
 // directory and file of its tree) was written before a syncfs began (of any process)
 // that ended before the ref was placed.
 //
-// What it proves: that the group-commit protocol (the shared counters, the lock, the
-// order of writes, flushes and refs) never lets a ref be placed, by a process killed or
-// not, before a syncfs that covers its blobs has ended, assuming syncfs(2) makes durable
-// everything written to the filesystem before it began. It does not test the kernel or
+// What it proves: that the order of writes, flushes and refs never lets a ref be placed,
+// by a process killed or not, before a syncfs that covers its blobs has ended, whatever
+// the other processes do meanwhile, assuming syncfs(2) makes durable everything written
+// to the filesystem before it began. It does not test the kernel or
 // the disk: dropping the page cache (it drops only clean pages) would prove nothing more,
 // and a block-level fault injector (dm-log-writes) is not at hand here.
-func TestGroupCommitCrash(t *testing.T) {
-	if v := os.Getenv(groupCommitChildEnv); v != "" {
-		groupCommitChild(t, v)
+func TestCommitCrash(t *testing.T) {
+	if v := os.Getenv(commitChildEnv); v != "" {
+		commitChild(t, v)
 		return
 	}
 	if runtime.GOOS != "linux" {
-		t.Skip("group commits are Linux's")
+		t.Skip("syncfs is Linux's")
 	}
 	dir := t.TempDir()
 	c, err := Open(filepath.Join(dir, "cache"))
@@ -53,8 +52,8 @@ func TestGroupCommitCrash(t *testing.T) {
 	next := 0
 	start := func() *exec.Cmd {
 		next++
-		cmd := exec.Command(os.Args[0], "-test.run=^TestGroupCommitCrash$", "-test.count=1")
-		cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s %d", groupCommitChildEnv, dir, next))
+		cmd := exec.Command(os.Args[0], "-test.run=^TestCommitCrash$", "-test.count=1")
+		cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s %d", commitChildEnv, dir, next))
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
@@ -77,11 +76,11 @@ func TestGroupCommitCrash(t *testing.T) {
 		_ = p.Process.Signal(syscall.SIGKILL)
 		_ = p.Wait()
 	}
-	checkGroupCommitTrace(t, c, trace)
+	checkCommitTrace(t, c, trace)
 }
 
-// checkGroupCommitTrace checks the trace of TestGroupCommitCrash.
-func checkGroupCommitTrace(t *testing.T, c *Cache, trace string) {
+// checkCommitTrace checks the trace of TestCommitCrash.
+func checkCommitTrace(t *testing.T, c *Cache, trace string) {
 	f, err := os.Open(trace)
 	if err != nil {
 		t.Fatal(err)
@@ -93,7 +92,6 @@ func checkGroupCommitTrace(t *testing.T, c *Cache, trace string) {
 		flushes []flush            // ended flushes
 		begun   = map[string]int{} // process -> its flush begun, not ended
 		refs    = 0
-		shared  = 0
 	)
 	sc := bufio.NewScanner(f)
 	for i := 0; sc.Scan(); i++ {
@@ -111,8 +109,6 @@ func checkGroupCommitTrace(t *testing.T, c *Cache, trace string) {
 			}
 			delete(begun, proc)
 			flushes = append(flushes, flush{b, i})
-		case eventSyncShared:
-			shared++
 		case eventRef:
 			refs++
 			rel, err := filepath.Rel(filepath.Join(c.Root, refsDir), path)
@@ -155,15 +151,15 @@ func checkGroupCommitTrace(t *testing.T, c *Cache, trace string) {
 	if err := sc.Err(); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("%d refs, %d syncfs, %d commits served by another's syncfs", refs, len(flushes), shared)
+	t.Logf("%d refs, %d syncfs", refs, len(flushes))
 	if refs < 20 {
 		t.Errorf("only %d artifacts were committed: the test proves little", refs)
 	}
 }
 
-// groupCommitChild commits artifacts of unique content until it is killed, noting every
+// commitChild commits artifacts of unique content until it is killed, noting every
 // durability event in the shared trace.
-func groupCommitChild(t *testing.T, v string) {
+func commitChild(t *testing.T, v string) {
 	dir, id, _ := strings.Cut(v, " ")
 	c, err := Attach(filepath.Join(dir, "cache"))
 	if err != nil {
