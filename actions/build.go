@@ -102,6 +102,9 @@ type stagedArtifact struct {
 	// and its ref may not be written yet (no Record): the job stages Files without
 	// looking the artifact up.
 	Pending bool `json:"pending,omitempty"`
+	// Touch: this is the session's first build that stages the artifact, and the
+	// job records the use (touchStaged); the later ones leave its ref alone.
+	Touch bool `json:"touch,omitempty"`
 	// Public is what the build uses of the element's public data (integrate.go).
 	Public *stagedPublic `json:"public,omitempty"`
 	// Name is the element as users name it (its graph name), for overlaps;

@@ -25,11 +25,18 @@ func underLock(ctx context.Context, c *cache.Cache, r *job.Reporter, f func() er
 	return f()
 }
 
-// touchStaged records the use of every staged dependency: cleanup removes the least
-// recently used artifacts first.
+// touchStaged records the use of the staged dependencies this session had not staged
+// before (stagedArtifact.Touch): cleanup removes the least recently used artifacts
+// first, and a use a session already recorded need not be recorded again for each
+// build that stages the artifact (a utimes per dependency per job, about 15 per job
+// at 2,000 elements). The ref's time is then the session's first use of it, or its
+// commit, whichever came later; while the session lives, cleanup keeps what it
+// needs whatever the times (cache.Session.Need).
 func touchStaged(c *cache.Cache, spec *buildSpec) {
 	for _, s := range spec.Stage {
-		c.Touch(s.project(spec), s.Element, s.Key)
+		if s.Touch {
+			c.Touch(s.project(spec), s.Element, s.Key)
+		}
 	}
 }
 

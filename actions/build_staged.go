@@ -32,6 +32,9 @@ type Built struct {
 // looked up for staging. Its methods are called only on the scheduler goroutine.
 type stagedDigests struct {
 	known map[stagedName]stagedArtifact
+	// touched: the artifacts a spec of this session already asked its job to
+	// touch (stagedArtifact.Touch).
+	touched map[stagedName]bool
 }
 
 type stagedName struct{ project, element, key string }
@@ -57,6 +60,9 @@ func (m *stagedDigests) Fill(c *cache.Cache, spec *buildSpec) {
 	if m.known == nil {
 		m.known = map[stagedName]stagedArtifact{}
 	}
+	if m.touched == nil {
+		m.touched = map[stagedName]bool{}
+	}
 	for i := range spec.Stage {
 		s := &spec.Stage[i]
 		name := stagedName{s.project(spec), s.Element, s.Key}
@@ -64,6 +70,7 @@ func (m *stagedDigests) Fill(c *cache.Cache, spec *buildSpec) {
 		if !ok {
 			a, err := c.Lookup(name.project, s.Element, s.Key)
 			if err != nil || !a.Success {
+				s.Touch = true // whatever the job finds, until one is found here
 				continue
 			}
 			known = stagedArtifact{Element: s.Element, Key: s.Key, Record: a.Record, Files: a.Files}
@@ -71,6 +78,8 @@ func (m *stagedDigests) Fill(c *cache.Cache, spec *buildSpec) {
 		}
 		known.Project, known.Public = name.project, s.Public // the build's own
 		known.Name, known.Whitelist = s.Name, s.Whitelist
+		known.Touch = !m.touched[name]
+		m.touched[name] = true
 		*s = known
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/gantry-build/gantry/cache"
 )
@@ -250,5 +251,53 @@ func TestStagingAVanishedDependencyHeals(t *testing.T) {
 	var damaged *DamagedDependencyError
 	if !errors.As(err, &damaged) || damaged.Element != "lib.toml" || damaged.Removals != 1 {
 		t.Fatalf("staging lib.toml removed by a cleanup = %v, want a DamagedDependencyError for lib.toml after 1 removal", err)
+	}
+}
+
+// TestStagedTouchedOncePerSession: the first build of a session that stages an
+// artifact records its use (its ref's time, cleanup's LRU order); the session's later
+// builds that stage it do not touch it again. An artifact the session could not look
+// up is touched by every job, as before, until a lookup finds it.
+func TestStagedTouchedOncePerSession(t *testing.T) {
+	c, err := cache.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	commitDep(t, c, "base.toml", "k1", "base")
+	ref, err := c.RefPath("p", "base.toml", "k1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-time.Hour).Truncate(time.Second)
+	aged := func() {
+		t.Helper()
+		if err := os.Chtimes(ref, old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	touched := func() bool {
+		t.Helper()
+		fi, err := os.Stat(ref)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return !fi.ModTime().Equal(old)
+	}
+	var staged stagedDigests
+	specs := make([]*buildSpec, 3)
+	for i := range specs {
+		specs[i] = &buildSpec{Project: "p", Element: fmt.Sprintf("app%d.toml", i),
+			Stage: []stagedArtifact{{Element: "base.toml", Key: "k1"}, {Element: "gone.toml", Key: "k9"}}}
+		staged.Fill(c, specs[i])
+	}
+	for i, spec := range specs {
+		aged()
+		touchStaged(c, spec)
+		if got, want := touched(), i == 0; got != want {
+			t.Errorf("build %d of the session: base touched = %t, want %t", i, got, want)
+		}
+		if !spec.Stage[1].Touch {
+			t.Errorf("build %d of the session: an artifact not found at planning is not touched by its job", i)
+		}
 	}
 }

@@ -208,105 +208,20 @@ func (c *Cache) Commit(a *Artifact) error {
 	// them durable; then the ref is renamed into place, last, and its directory
 	// fsynced: from here on the artifact is visible. Two flushes per commit,
 	// none per file.
-	tmp, err := c.writeTemp(refPath, []byte(rd.String()+"\n"), 0o644, volatile)
+	nf, err := c.writeNew(refPath, []byte(rd.String()+"\n"), 0o644, volatile, true)
 	if err != nil {
 		return fmt.Errorf("committing artifact %s: %w", a.Name(), err)
 	}
 	if err := c.syncBlobs(); err != nil {
-		os.Remove(tmp)
+		nf.discard()
 		return fmt.Errorf("committing artifact %s: %w", a.Name(), err)
 	}
-	if err := place(tmp, refPath, dirSynced); err != nil {
+	if err := c.place(nf, refPath, dirSynced); err != nil {
 		return fmt.Errorf("committing artifact %s: %w", a.Name(), err)
 	}
 	c.note(eventRef, refPath)
-	c.writeWeakRef(a)
+	c.writeWeakRef(a, refPath, rd)
 	return nil
-}
-
-// writeWeakRef points a's weak ref (weak/<project>/<element>/<weak key>) at a's key,
-// for a successful artifact with a weak key: the latest such artifact of an element
-// is what a non-strict session finds by its weak key. Best effort, after the ref: a
-// weak ref missing (a crash, a full disk) only makes a non-strict session build what
-// it could have reused; one left behind by a deleted artifact leads nowhere
-// (LookupWeak).
-func (c *Cache) writeWeakRef(a *Artifact) {
-	if !a.Success || a.WeakKey == "" {
-		return
-	}
-	if p, err := c.weakRefPath(a.Project, a.Element, a.WeakKey); err == nil {
-		_ = c.writeFileAtomic(p, []byte(a.Key+"\n"), 0o644, volatile)
-	}
-}
-
-// weakRefPath is the path of the weak ref of element's artifacts with weak key weak.
-func (c *Cache) weakRefPath(project, element, weak string) (string, error) {
-	if err := validateRefName(project, element, weak); err != nil {
-		return "", err
-	}
-	return filepath.Join(c.Root, weakDir, project, filepath.FromSlash(element), weak), nil
-}
-
-// pruneWeakRefs removes the weak refs whose artifact is gone, or that are damaged: a
-// cleanup that removed artifacts calls it.
-func (c *Cache) pruneWeakRefs() error {
-	root := filepath.Join(c.Root, weakDir)
-	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		switch {
-		case errors.Is(err, fs.ErrNotExist):
-			return nil // no weak refs yet, or removed meanwhile
-		case err != nil:
-			return fmt.Errorf("pruning weak refs: %w", err)
-		case d.IsDir():
-			return nil
-		}
-		rel, err := filepath.Rel(root, p)
-		if err != nil {
-			return nil
-		}
-		dir := filepath.Dir(rel) // project/element
-		data, err := os.ReadFile(p)
-		if err != nil {
-			return nil // gone meanwhile
-		}
-		key := string(bytes.TrimSpace(data))
-		if _, err := os.Lstat(filepath.Join(c.Root, refsDir, dir, key)); validSegment(key) && err == nil {
-			return nil
-		}
-		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("pruning weak refs: %w", err)
-		}
-		return nil
-	})
-}
-
-// LookupWeak reads the latest successful artifact of element built with weak key weak
-// (its weak ref). None, or one whose artifact is gone or no longer has that weak key,
-// gives an error wrapping ErrNotFound.
-func (c *Cache) LookupWeak(project, element, weak string) (*Artifact, error) {
-	p, err := c.weakRefPath(project, element, weak)
-	if err != nil {
-		return nil, fmt.Errorf("looking up %s/%s by weak key: %w", project, element, err)
-	}
-	data, err := os.ReadFile(p)
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
-			return nil, fmt.Errorf("no artifact of %s/%s with weak key %s: %w", project, element, weak, ErrNotFound)
-		}
-		return nil, fmt.Errorf("looking up %s/%s by weak key: %w", project, element, err)
-	}
-	key := string(bytes.TrimSpace(data))
-	if !validSegment(key) {
-		return nil, fmt.Errorf("weak ref %s is damaged (%q): %w", p, key, ErrNotFound)
-	}
-	a, err := c.Lookup(project, element, key)
-	if err != nil {
-		return nil, err
-	}
-	if !a.Success || a.WeakKey != weak {
-		return nil, fmt.Errorf("artifact %s no longer has weak key %s: %w", a.Name(), weak, ErrNotFound)
-	}
-	return a, nil
 }
 
 func utc(t time.Time) time.Time {

@@ -363,7 +363,8 @@ func TestLookupWeak(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, w := range []string{"w1", "w2"} {
-		if _, err := os.Stat(filepath.Join(c.Root, "weak", "demo", "app.toml", w)); !errors.Is(err, os.ErrNotExist) {
+		p, _ := c.weakRefPath("demo", "app.toml", w)
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("pruneWeakRefs left weak ref %s, whose artifact is gone: %v", w, err)
 		}
 	}
@@ -372,5 +373,84 @@ func TestLookupWeak(t *testing.T) {
 	}
 	if _, err := c.LookupWeak("demo", "app.toml", "../x"); err == nil || !strings.Contains(err.Error(), `invalid cache key "../x"`) {
 		t.Fatalf("bad weak key: %v", err)
+	}
+}
+
+// A weak ref is a second name of its artifact's ref, in one directory per project: writing
+// it makes no new inode, and no directory per element. A weak ref of a cache written
+// before (weak/<project>/<element>/<weak key>, holding the key) is still found, and
+// pruned once its artifact is gone.
+func TestWeakRefIsALinkOfTheRef(t *testing.T) {
+	c := openTestCache(t)
+	for _, el := range []string{"app.toml", "sub/lib.toml"} {
+		a := &Artifact{Project: "demo", Element: el, Key: "k1", WeakKey: "w1", Success: true}
+		if err := c.Commit(a); err != nil {
+			t.Fatal(err)
+		}
+		ref, _ := c.RefPath("demo", el, "k1")
+		weak, _ := c.weakRefPath("demo", el, "w1")
+		ri, err := os.Stat(ref)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wi, err := os.Stat(weak)
+		if err != nil {
+			t.Fatalf("no weak ref for %s: %v", el, err)
+		}
+		if !os.SameFile(ri, wi) {
+			t.Errorf("the weak ref of %s is a file of its own, not a link of its ref", el)
+		}
+		if filepath.Dir(weak) != filepath.Join(c.Root, "weak", "demo") {
+			t.Errorf("weak ref of %s at %s, want it in weak/demo/", el, weak)
+		}
+		if got, err := c.LookupWeak("demo", el, "w1"); err != nil || got.Key != "k1" || got.Element != el {
+			t.Errorf("LookupWeak(%s) = %+v, %v; want k1", el, got, err)
+		}
+	}
+	if _, err := c.LookupWeak("demo", "other.toml", "w1"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("an element of the same weak key but another name: %v, want ErrNotFound", err)
+	}
+
+	// A cache written before.
+	if err := c.Commit(&Artifact{Project: "demo", Element: "old.toml", Key: "k2", WeakKey: "w2", Success: true}); err != nil {
+		t.Fatal(err)
+	}
+	p, _ := c.weakRefPath("demo", "old.toml", "w2")
+	if err := os.Remove(p); err != nil {
+		t.Fatal(err)
+	}
+	old := c.oldWeakRefPath("demo", "old.toml", "w2")
+	if err := os.MkdirAll(filepath.Dir(old), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(old, []byte("k2\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := c.LookupWeak("demo", "old.toml", "w2"); err != nil || got.Key != "k2" {
+		t.Fatalf("LookupWeak through an old weak ref = %+v, %v; want k2", got, err)
+	}
+	if err := c.pruneWeakRefs(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(old); err != nil {
+		t.Fatalf("pruneWeakRefs removed a live old weak ref: %v", err)
+	}
+	if err := c.Delete("demo", "old.toml", "k2"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Delete("demo", "app.toml", "k1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.pruneWeakRefs(); err != nil {
+		t.Fatal(err)
+	}
+	gone, _ := c.weakRefPath("demo", "app.toml", "w1")
+	for _, p := range []string{old, gone} {
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("pruneWeakRefs left %s, whose artifact is gone: %v", p, err)
+		}
+	}
+	if got, err := c.LookupWeak("demo", "sub/lib.toml", "w1"); err != nil || got.Key != "k1" {
+		t.Errorf("pruneWeakRefs removed a live weak ref: %+v, %v", got, err)
 	}
 }

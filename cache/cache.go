@@ -5,6 +5,7 @@
 //	cas/ab/abcdef…                   blobs named by SHA-256, fanned out by the first two hex characters
 //	exec/ab/abcdef…                  executable twins: copies of blobs with mode 0555, for linked staging (twin.go)
 //	refs/<project>/<element>/<key>   "hash/size" of an artifact record blob (element names may contain "/")
+//	weak/<project>/<hash>            weak refs: hard links to refs, by element and weak key (weak.go)
 //	sources/                         fetched sources (owned by package source)
 //	logs/                            build logs being written
 //	tmp/                             temporary files and directories, on the same filesystem
@@ -13,9 +14,10 @@
 //
 // Invariants, which make it safe for several gantry processes to use one cache
 // at once and for any of them to be killed at any instant:
-//   - Everything is written to a fresh temporary name under tmp/ and renamed
-//     into place, so a reader never sees a partial file (an install root's
-//     files, under tmp/ already, are renamed in themselves: see TakeTree).
+//   - Everything is written to a file with no name (O_TMPFILE, on Linux) linked
+//     into place, or to a fresh temporary name under tmp/ renamed into place, so a
+//     reader never sees a partial file (an install root's files, under tmp/
+//     already, are renamed in themselves: see TakeTree). See newFile.
 //     Blobs are made durable together, before the ref that reaches them (see
 //     durable.go).
 //   - A blob's content never changes once it is in cas/: blobs are read-only
@@ -56,7 +58,7 @@ import (
 const (
 	CASDir     = "cas" // the blobs, by digest
 	refsDir    = "refs"
-	weakDir    = "weak" // weak refs: weak key -> key (writeWeakRef)
+	weakDir    = "weak" // weak refs: links to refs, by element and weak key (weak.go)
 	sourcesDir = "sources"
 	logsDir    = "logs"
 	tmpDir     = "tmp"
@@ -232,51 +234,107 @@ func (c *Cache) tempFile(pattern string) (*os.File, error) {
 }
 
 // writeFileAtomic writes data to dst through a temporary file: fsync (unless
-// volatile), chmod, rename. With dirSynced it also fsyncs dst's directory so that
-// the rename itself is durable (used for refs, which must never point at lost
-// blobs).
+// volatile), chmod, rename. With dirSynced it also fsyncs dst's directory so that the
+// rename itself is durable.
 func (c *Cache) writeFileAtomic(dst string, data []byte, perm fs.FileMode, d durability) error {
-	tmp, err := c.writeTemp(dst, data, perm, d)
+	return c.writePlaced(dst, data, perm, d, false)
+}
+
+// writeFileLinked is writeFileAtomic through a file with no name where the filesystem
+// has them (newFile): for what every build job writes, its blobs.
+func (c *Cache) writeFileLinked(dst string, data []byte, perm fs.FileMode, d durability) error {
+	return c.writePlaced(dst, data, perm, d, true)
+}
+
+// writePlaced writes data to a new file (writeNew) and places it at dst.
+func (c *Cache) writePlaced(dst string, data []byte, perm fs.FileMode, d durability, unnamed bool) error {
+	f, err := c.writeNew(dst, data, perm, d, unnamed)
 	if err != nil {
 		return err
 	}
-	return place(tmp, dst, d)
+	return c.place(f, dst, d)
 }
 
-// writeTemp writes data to a fresh file under tmp/ with mode perm, fsynced
-// unless d is volatile, and returns its name; dst, where it will go, names it
-// in errors.
-func (c *Cache) writeTemp(dst string, data []byte, perm fs.FileMode, d durability) (string, error) {
+// newFile is a file written for a place in the cache, not there yet: a file with no
+// name in the directory it goes to (O_TMPFILE), placed with one link(2), or where the
+// filesystem has no such files, one under a temporary name in tmp/, placed with a
+// rename(2). Either way a reader never sees it partial.
+type newFile struct {
+	f   *os.File
+	tmp string // the temporary name, "" for a file with none
+}
+
+// createNew opens a new file for a place in dir (see newFile), mode 0600: with no name
+// when unnamed and the filesystem allows, else under a temporary name.
+func (c *Cache) createNew(dir string, unnamed bool) (*newFile, error) {
+	if unnamed {
+		f, err := openUnnamed(dir, 0o600)
+		if errors.Is(err, fs.ErrNotExist) && os.MkdirAll(dir, 0o755) == nil {
+			f, err = openUnnamed(dir, 0o600)
+		}
+		if err == nil {
+			return &newFile{f: f}, nil
+		}
+	}
 	f, err := c.tempFile("write")
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	tmp := f.Name()
-	err = func() error {
-		if _, err := f.Write(data); err != nil {
-			return err
-		}
-		if err := syncFile(f, d); err != nil {
-			return err
-		}
-		return f.Chmod(perm)
-	}()
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return "", fmt.Errorf("writing %s: %w", dst, err)
-	}
-	return tmp, nil
+	return &newFile{f: f, tmp: f.Name()}, nil
 }
 
-// place renames the temporary file tmp to dst and, with dirSynced, fsyncs
-// dst's directory. tmp is removed if it cannot be placed.
-func place(tmp, dst string, d durability) error {
-	if err := renameInto(tmp, dst); err != nil {
-		os.Remove(tmp)
-		return err
+// discard closes nf and removes its temporary name, if any.
+func (nf *newFile) discard() {
+	nf.f.Close()
+	if nf.tmp != "" {
+		os.Remove(nf.tmp)
+	}
+}
+
+// writeNew writes data to a new file for dst (createNew) with mode perm, fsynced
+// unless d is volatile; dst names it in errors.
+func (c *Cache) writeNew(dst string, data []byte, perm fs.FileMode, d durability, unnamed bool) (*newFile, error) {
+	nf, err := c.createNew(filepath.Dir(dst), unnamed)
+	if err != nil {
+		return nil, err
+	}
+	err = func() error {
+		if _, err := nf.f.Write(data); err != nil {
+			return err
+		}
+		if err := syncFile(nf.f, d); err != nil {
+			return err
+		}
+		return nf.f.Chmod(perm)
+	}()
+	if err != nil {
+		nf.discard()
+		return nil, fmt.Errorf("writing %s: %w", dst, err)
+	}
+	return nf, nil
+}
+
+// place puts nf at dst, replacing what is there, closes it and, with dirSynced, fsyncs
+// dst's directory. nf is removed if it cannot be placed.
+func (c *Cache) place(nf *newFile, dst string, d durability) error {
+	var err error
+	if nf.tmp != "" {
+		err = nf.f.Close()
+		if err == nil {
+			err = renameInto(nf.tmp, dst)
+		}
+		if err != nil {
+			os.Remove(nf.tmp)
+			return err
+		}
+	} else {
+		err = c.linkInto(nf.f, dst)
+		if cerr := nf.f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
 	}
 	if d == dirSynced {
 		if err := syncDirectory(filepath.Dir(dst)); err != nil {
@@ -284,6 +342,37 @@ func place(tmp, dst string, d durability) error {
 		}
 	}
 	return nil
+}
+
+// linkInto names the unnamed file f dst (linkUnnamed), creating dst's directory if
+// needed (a concurrent Delete may remove an emptied one), and replacing what is there:
+// through a second name under tmp/, renamed over it (renameInto).
+func (c *Cache) linkInto(f *os.File, dst string) error {
+	var err error
+	for range 4 {
+		err = linkUnnamed(f, dst)
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, fs.ErrExist):
+			tmp := c.TempName("write")
+			if err := linkUnnamed(f, tmp); err != nil {
+				return fmt.Errorf("moving a new file to %s: %w", dst, err)
+			}
+			if err := renameInto(tmp, dst); err != nil {
+				os.Remove(tmp)
+				return err
+			}
+			return nil
+		case errors.Is(err, fs.ErrNotExist):
+			if merr := os.MkdirAll(filepath.Dir(dst), 0o755); merr != nil {
+				return fmt.Errorf("creating directory for %s: %w", dst, merr)
+			}
+		default:
+			return err
+		}
+	}
+	return err
 }
 
 // renameInto renames src to dst, creating dst's directory if needed. It

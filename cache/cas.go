@@ -63,7 +63,7 @@ func (c *Cache) PutBlob(data []byte) (Digest, error) {
 			return d, nil
 		}
 	}
-	if err := c.writeFileAtomic(p, data, blobMode, volatile); err != nil {
+	if err := c.writeFileLinked(p, data, blobMode, volatile); err != nil {
 		return Digest{}, fmt.Errorf("storing blob %s: %w", d, err)
 	}
 	c.note(eventBlob, p)
@@ -108,29 +108,23 @@ func (c *Cache) putFile(path string) (Digest, fs.FileMode, error) {
 	}
 	// The copy is hashed again: if the file changed meanwhile, the blob is
 	// still named after what was stored.
-	tmp, err := c.tempFile("blob")
+	nf, err := c.createNew(filepath.Join(c.Root, CASDir), true)
 	if err != nil {
 		return Digest{}, 0, fmt.Errorf("storing file %s: %w", path, err)
 	}
 	fail := func(err error) (Digest, fs.FileMode, error) {
-		tmp.Close()
-		os.Remove(tmp.Name())
+		nf.discard()
 		return Digest{}, 0, fmt.Errorf("storing file %s: %w", path, err)
 	}
-	d, err := copyHashed(tmp, src)
+	d, err := copyHashed(nf.f, src)
 	if err != nil {
 		return fail(err)
 	}
 	dst := c.BlobPath(d)
-	if err := tmp.Chmod(blobMode); err != nil {
+	if err := nf.f.Chmod(blobMode); err != nil {
 		return fail(err)
 	}
-	if err := tmp.Close(); err != nil {
-		os.Remove(tmp.Name())
-		return Digest{}, 0, fmt.Errorf("storing file %s: %w", path, err)
-	}
-	if err := renameInto(tmp.Name(), dst); err != nil {
-		os.Remove(tmp.Name())
+	if err := c.place(nf, dst, volatile); err != nil {
 		return Digest{}, 0, fmt.Errorf("storing file %s as blob %s: %w", path, d, err)
 	}
 	c.note(eventBlob, dst)

@@ -24,10 +24,21 @@ const (
 
 // syncBlobs makes every blob written so far durable.
 func (c *Cache) syncBlobs() error {
-	if err := syncFS(c.Root); err != nil {
+	if err := c.flush(); err != nil {
 		return fmt.Errorf("making the blobs in %s durable: %w", c.Root, err)
 	}
 	c.note(eventSync, c.Root)
+	return nil
+}
+
+// flush is one syncfs of the cache's filesystem, between the events that say when it
+// began and ended.
+func (c *Cache) flush() error {
+	c.note(eventSyncBegin, c.Root)
+	if err := syncFS(c.Root); err != nil {
+		return err
+	}
+	c.note(eventSyncEnd, c.Root)
 	return nil
 }
 
@@ -38,7 +49,11 @@ const (
 	// last checks (take_linux.go); eventBlob follows.
 	eventBlobMoved = "blob-moved"
 	eventSync      = "sync" // everything written before is durable
-	eventRef       = "ref"  // a ref is in place and durable
+	// A syncfs of this process's begins and ends (flush): everything written before
+	// it began is durable once it ends.
+	eventSyncBegin = "sync-begin"
+	eventSyncEnd   = "sync-end"
+	eventRef       = "ref" // a ref is in place and durable
 )
 
 // note reports a durability event to the test hook, if any.

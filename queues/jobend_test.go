@@ -225,8 +225,8 @@ func TestLogOfAnElementWithoutAKeyIsNamedByTime(t *testing.T) {
 	pool := resources.NewPool(map[resources.Resource]int{resources.Download: 1, resources.Cache: 0})
 	h := startSession(t, Config{Queues: []Queue{track}, Items: PlanTracked(g, []*element.Element{a}, PlanOptions{}), Pool: pool})
 	j := h.expect(Track, "a")
-	if dir, file := filepath.Split(j.Spec.LogPath); dir != "/logs/test/a/" || !regexp.MustCompile(`^track-\d{8}-\d{6}\.log$`).MatchString(file) {
-		t.Errorf("track log %s, want /logs/test/a/track-YYYYMMDD-HHMMSS.log", j.Spec.LogPath)
+	if dir, file := filepath.Split(j.Spec.LogPath); dir != "/logs/test/" || !regexp.MustCompile(`^a\.track-\d{8}-\d{6}\.log$`).MatchString(file) {
+		t.Errorf("track log %s, want /logs/test/a.track-YYYYMMDD-HHMMSS.log", j.Spec.LogPath)
 	}
 	j.Succeed(t)
 	h.wait()

@@ -520,10 +520,14 @@ func (s *Scheduler) startJob(a *activeJob, action Action, element string, payloa
 	return nil
 }
 
+// logPath is where the job of action on it logs. The logs of a project share its
+// directory, ELEMENT.KEY-ACTION.log each (an element in
+// a subdirectory of elements/ keeps that subdirectory): one directory per element was
+// one more new inode per job, the costliest thing a job does on some filesystems.
 func (s *Scheduler) logPath(it *Item, action Action) string {
 	name := strings.TrimSuffix(it.Name(), ".toml")
-	// KEY-ACTION.log; an element with no key yet (tracking one without a ref) has
-	// ACTION-TIME.log instead, the time in UTC, beside its other logs.
+	// ELEMENT.KEY-ACTION.log; an element with no key yet (tracking one without a ref)
+	// has ELEMENT.ACTION-TIME.log instead, the time in UTC, beside its other logs.
 	stem := fmt.Sprintf("%s-%s", it.Element.ShortKey(), action)
 	if it.Element.Key == "" {
 		stem = fmt.Sprintf("%s-%s", action, time.Now().UTC().Format("20060102-150405"))
@@ -532,7 +536,7 @@ func (s *Scheduler) logPath(it *Item, action Action) string {
 	if it.attempt > 1 {
 		file = fmt.Sprintf("%s.%d.log", stem, it.attempt)
 	}
-	return filepath.Join(s.cfg.LogDir, s.cfg.Project, filepath.FromSlash(name), file)
+	return filepath.Join(s.cfg.LogDir, s.cfg.Project, filepath.FromSlash(name)+"."+file)
 }
 
 // handle processes one inbox message. It reports whether the message may have

@@ -13,8 +13,8 @@ import (
 // task column is padded so that the verbs and messages line up:
 //
 //	[00:00:00][        ][session]        START    demo: 3 elements, queues fetch → build
-//	[00:00:01][1a2b3c4d][build:app.toml] START    /cache/logs/app/1a2b3c4d-build.log
-//	[00:00:03][1a2b3c4d][build:app.toml] SUCCESS  /cache/logs/app/1a2b3c4d-build.log
+//	[00:00:01][1a2b3c4d][build:app.toml] START    /cache/logs/demo/app.1a2b3c4d-build.log
+//	[00:00:03][1a2b3c4d][build:app.toml] SUCCESS  /cache/logs/demo/app.1a2b3c4d-build.log
 type Plain struct {
 	w     io.Writer
 	opts  Options

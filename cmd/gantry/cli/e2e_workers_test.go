@@ -28,7 +28,7 @@ var jobStartRE = regexp.MustCompile(`\[start\] (\w+) (\S+) \(job \S+, pid (\d+)\
 func (p *e2eProject) jobPids() map[string]int {
 	p.t.Helper()
 	pids := map[string]int{}
-	logs, err := filepath.Glob(filepath.Join(p.cache, "logs", "e2e", "*", "*-build*.log"))
+	logs, err := filepath.Glob(filepath.Join(p.cache, "logs", "e2e", "*.*-build*.log"))
 	if err != nil {
 		p.t.Fatal(err)
 	}
@@ -121,7 +121,7 @@ func TestE2EWorkerCrashFailsOnlyItsJob(t *testing.T) {
 	if st := p.state("crash.toml"); st == "failed" {
 		t.Errorf("crash.toml's crash was cached as its failure; want nothing cached (a machine fault)")
 	}
-	logs, _ := filepath.Glob(filepath.Join(p.cache, "logs", "e2e", "crash", "*-build.log"))
+	logs, _ := filepath.Glob(filepath.Join(p.cache, "logs", "e2e", "crash.*-build.log"))
 	if len(logs) != 1 {
 		t.Fatalf("crash.toml's build logs: %v, want one", logs)
 	}
@@ -168,7 +168,7 @@ func TestE2ESuspendLeavesIdleWorkerRunning(t *testing.T) {
 	// Its JobEnd comes when its artifact is available; its worker is idle once the
 	// job has made it durable and ended, as its log's last line says.
 	eventually(t, e2eTimeout, "quick.toml's job has ended", func() bool {
-		logs, _ := filepath.Glob(filepath.Join(p.cache, "logs", "e2e", "quick", "*-build.log"))
+		logs, _ := filepath.Glob(filepath.Join(p.cache, "logs", "e2e", "quick.*-build.log"))
 		if len(logs) != 1 {
 			return false
 		}
@@ -287,7 +287,7 @@ func TestE2EIdleWorkerDeathHandsItsJobOver(t *testing.T) {
 		if st := p.state(b + ".toml"); st != "cached" {
 			t.Errorf("%s.toml is %s, want cached", b, st)
 		}
-		logs, _ := filepath.Glob(filepath.Join(p.cache, "logs", "e2e", b, "*-build.log"))
+		logs, _ := filepath.Glob(filepath.Join(p.cache, "logs", "e2e", b+".*-build.log"))
 		for _, l := range logs {
 			if strings.Contains(read(l), fmt.Sprintf("[worker] pid %d exited before it started job", idle)) {
 				handedOver++
@@ -432,7 +432,7 @@ func (p *e2eProject) buildWithStoppedIdleWorker(t *testing.T, bCommands func(b s
 	})
 	eventually(t, e2eTimeout, "both b's jobs handed to workers (their logs made)", func() bool {
 		for _, b := range []string{"b1", "b2"} {
-			if logs, _ := filepath.Glob(filepath.Join(p.cache, "logs", "e2e", b, "*-build.log")); len(logs) == 0 {
+			if logs, _ := filepath.Glob(filepath.Join(p.cache, "logs", "e2e", b+".*-build.log")); len(logs) == 0 {
 				return false
 			}
 		}
@@ -453,7 +453,7 @@ func TestE2EGatedBuildStagesWhileTheBuilderIsBusy(t *testing.T) {
 	p.write("elements/b.toml", manualElement(nil, "echo ran > "+ran))
 	g := p.start("build", "--ui", "json", "--sandbox", "host", "--builders", "1")
 	bLog := func() string {
-		logs, _ := filepath.Glob(filepath.Join(p.cache, "logs", "e2e", "b", "*-build.log"))
+		logs, _ := filepath.Glob(filepath.Join(p.cache, "logs", "e2e", "b.*-build.log"))
 		if len(logs) != 1 {
 			return ""
 		}
