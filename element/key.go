@@ -176,8 +176,8 @@ func (g *Graph) weakKey(e *Element) string {
 }
 
 // weakKeys says whether keys are computed with weak keys: unless the command reads
-// none (Project.NoWeakKeys). Two sixths of the hashing of a first load is the weak key
-// and the run digests only weak keys read.
+// none (Project.NoWeakKeys). The weak key and the two run digests only weak keys read
+// are three of the five hashes of an element with runtime dependencies.
 func (g *Graph) weakKeys() bool { return g.Project == nil || !g.Project.NoWeakKeys }
 
 // setRunDigests sets e.run from e's keys and its runtime dependencies' run digests,
