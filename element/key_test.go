@@ -491,25 +491,7 @@ func TestKeysWithoutWeakKeys(t *testing.T) {
 	cacheDir := t.TempDir()
 	load := func(noWeak, cached bool) map[string]*Element {
 		t.Helper()
-		p, err := loadProject(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		p.NoWeakKeys = noWeak
-		var pc *ParseCache
-		if cached {
-			pc = OpenParseCache(cacheDir, dir)
-			pc.racy = -time.Hour
-		}
-		g, err := LoadCached(p, &Lock{Entries: map[string][]string{}}, []string{"all.toml"}, pc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if cached {
-			if err := pc.Save(); err != nil {
-				t.Fatal(err)
-			}
-		}
+		g, _ := loadSaved(t, dir, cacheDir, "all.toml", cached, func(p *Project) { p.NoWeakKeys = noWeak })
 		return g.Elements
 	}
 	want := load(false, false)
