@@ -91,7 +91,8 @@ func (g *Graph) computeKeys() {
 	}
 }
 
-// ComputeKey sets e's cache key, its weak key and the digests of what a build stages
+// ComputeKey sets e's cache key, its weak key (unless the project asks for none:
+// Project.NoWeakKeys) and the digests of what a build stages
 // of it (runDigests) from its configuration, its sources' keys and its dependencies'
 // keys, which must be current; or reuses those last computed from the same inputs
 // (keyMemo). It leaves them empty when a source of e lacks a ref or a dependency (build
@@ -116,8 +117,9 @@ func (g *Graph) ComputeKey(e *Element) {
 	}
 	var inputs string
 	memo := g.parseCache != nil
+	weak := g.weakKeys()
 	if memo {
-		if inputs = g.keyInputs(e); g.reuseKey(e, inputs) {
+		if inputs = g.keyInputs(e); g.reuseKey(e, inputs, weak) {
 			return
 		}
 	}
@@ -125,8 +127,10 @@ func (g *Graph) ComputeKey(e *Element) {
 		e.encodeConfig(g)
 	}
 	e.Key = g.strongKey(e)
-	e.WeakKey = g.weakKey(e)
-	e.setRunDigests()
+	if weak {
+		e.WeakKey = g.weakKey(e)
+	}
+	e.setRunDigests(weak)
 	if memo {
 		g.rememberKey(e, inputs)
 	}
@@ -171,17 +175,22 @@ func (g *Graph) weakKey(e *Element) string {
 	return hex.EncodeToString(sum[:])
 }
 
+// weakKeys says whether keys are computed with weak keys: unless the command reads
+// none (Project.NoWeakKeys). The weak key and the two run digests only weak keys read
+// are three of the five hashes of an element with runtime dependencies.
+func (g *Graph) weakKeys() bool { return g.Project == nil || !g.Project.NoWeakKeys }
+
 // setRunDigests sets e.run from e's keys and its runtime dependencies' run digests,
-// which must be current.
-func (e *Element) setRunDigests() {
+// which must be current; names and weak only when weak (weakKeys), "" otherwise.
+func (e *Element) setRunDigests(weak bool) {
 	if len(e.RunDeps) == 0 {
 		e.run = runDigests{key: e.Key, weak: e.WeakKey}
 		return
 	}
-	e.run = runDigests{
-		key:   runDigest(e, "key", e.Key, stagedKey),
-		names: runDigest(e, "names", "", stagedNames),
-		weak:  runDigest(e, "weak", e.WeakKey, stagedWeak),
+	e.run = runDigests{key: runDigest(e, "key", e.Key, stagedKey)}
+	if weak {
+		e.run.names = runDigest(e, "names", "", stagedNames)
+		e.run.weak = runDigest(e, "weak", e.WeakKey, stagedWeak)
 	}
 }
 

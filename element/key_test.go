@@ -482,3 +482,38 @@ func TestRuntimeOnlyDependenciesLeaveTheKey(t *testing.T) {
 		})
 	}
 }
+
+// A load without weak keys (Project.NoWeakKeys) gives every element the key a load
+// with them gives, and remembers no weak key that a later load with them would reuse
+// as empty.
+func TestKeysWithoutWeakKeys(t *testing.T) {
+	dir := writeProject(t, runtimeFiles)
+	cacheDir := t.TempDir()
+	load := func(noWeak, cached bool) map[string]*Element {
+		t.Helper()
+		g, _ := loadSaved(t, dir, cacheDir, "all.toml", cached, func(p *Project) { p.NoWeakKeys = noWeak })
+		return g.Elements
+	}
+	want := load(false, false)
+	all := func(e *Element) string {
+		return e.Key + " " + e.WeakKey + " " + e.run.key + " " + e.run.names + " " + e.run.weak
+	}
+	for _, noWeak := range []bool{true, false, true, false} {
+		got := load(noWeak, true)
+		for name, w := range want {
+			e := got[name]
+			if w.Key == "" || w.WeakKey == "" {
+				t.Fatalf("%s: no key or weak key: %q %q", name, w.Key, w.WeakKey)
+			}
+			if e.Key != w.Key || e.run.key != w.run.key {
+				t.Errorf("no weak keys %v: %s key %s run key %s, want %s %s", noWeak, name, e.Key, e.run.key, w.Key, w.run.key)
+			}
+			if !noWeak && all(e) != all(w) {
+				t.Errorf("after a load without weak keys: %s keys %s, want %s", name, all(e), all(w))
+			}
+		}
+	}
+	if e := load(true, false)["b.toml"]; e.WeakKey != "" || e.run.names != "" || e.run.weak != "" {
+		t.Errorf("b.toml without weak keys: weak key %q, run digests %q %q, want none", e.WeakKey, e.run.names, e.run.weak)
+	}
+}

@@ -34,7 +34,8 @@ type keyMemo struct {
 	Inputs  string // keyInputs when the key was computed (32 bytes)
 	Key     string // "" for no memo
 	Context string // keyContext when the key was computed (32 bytes)
-	// Weak and the run digests (runDigests) computed with Key.
+	// Weak and the run digests (runDigests) computed with Key; Weak, RunNames and
+	// RunWeak "" when it was computed without weak keys (Project.NoWeakKeys).
 	Weak, RunKey, RunNames, RunWeak string
 }
 
@@ -81,9 +82,11 @@ func (g *Graph) keyInputs(e *Element) string {
 }
 
 // reuseKey sets e.Key from its memo when the inputs it was computed from are unchanged
-// (inputs: keyInputs(e)), and reports whether it did.
-func (g *Graph) reuseKey(e *Element, inputs string) bool {
-	if e.keyMemo == nil || e.keyMemo.Inputs != inputs {
+// (inputs: keyInputs(e)) and, when weak keys are asked for (weak), the memo has them (a
+// load without them, Project.NoWeakKeys, remembers a key with Weak ""), and reports
+// whether it did.
+func (g *Graph) reuseKey(e *Element, inputs string, weak bool) bool {
+	if e.keyMemo == nil || e.keyMemo.Inputs != inputs || (weak && e.keyMemo.Weak == "") {
 		return false
 	}
 	m := e.keyMemo

@@ -90,7 +90,7 @@ func newCachedFile(id fileid.ID, pf *parsedFile, key keyMemo, options, kinds str
 
 // parseCacheVersion changes whenever parsedFile or the checks parseElement makes change
 // in a way a gantry build stamp would not show.
-const parseCacheVersion = 14
+const parseCacheVersion = 15
 
 // OpenParseCache opens the parse cache of the project at root, kept under dir (the
 // gantry cache's loads/). A missing, damaged or foreign cache file is an empty cache.

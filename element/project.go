@@ -59,6 +59,9 @@ type Project struct {
 	// SourcesWaiting, set by the command, is told why a load waits for the cache's lock
 	// (staging a junction while a cleanup runs).
 	SourcesWaiting func(string) `toml:"-" json:"-"`
+	// NoWeakKeys, set by a command that reads no weak key (a strict show without
+	// %{weak-key}), leaves WeakKey empty: keys are computed without it (ComputeKey).
+	NoWeakKeys bool `toml:"-" json:"-"`
 	// Workspaces maps an element to the directory of its open workspace (from
 	// WorkspacesFile).
 	Workspaces map[string]string `toml:"-"`

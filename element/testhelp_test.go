@@ -50,25 +50,35 @@ func mustGraph(t *testing.T, dir string, targets ...string) *Graph {
 // every element's key by name, and the cache (nil when not cached).
 func loadKeys(t *testing.T, dir, cacheDir string, cached bool) (map[string]string, *ParseCache) {
 	t.Helper()
+	g, pc := loadSaved(t, dir, cacheDir, "app.toml", cached, func(*Project) {})
+	keys := map[string]string{}
+	for name, e := range g.Elements {
+		keys[name] = e.Key
+	}
+	return keys, pc
+}
+
+// loadSaved loads target of the project at dir, set as set says, with a parse cache
+// kept in cacheDir (which remembers files however recently changed) when cached, and
+// saves the cache (nil when not cached).
+func loadSaved(t *testing.T, dir, cacheDir, target string, cached bool, set func(*Project)) (*Graph, *ParseCache) {
+	t.Helper()
 	p, err := loadProject(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
+	set(p)
 	var pc *ParseCache
 	if cached {
 		pc = OpenParseCache(cacheDir, dir)
 		pc.racy = -time.Hour
 	}
-	g, err := LoadCached(p, &Lock{Entries: map[string][]string{}}, []string{"app.toml"}, pc)
+	g, err := LoadCached(p, &Lock{Entries: map[string][]string{}}, []string{target}, pc)
 	if err != nil {
 		t.Fatal(err)
-	}
-	keys := map[string]string{}
-	for name, e := range g.Elements {
-		keys[name] = e.Key
 	}
 	if err := pc.Save(); err != nil {
 		t.Fatal(err)
 	}
-	return keys, pc
+	return g, pc
 }
