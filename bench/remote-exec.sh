@@ -161,7 +161,7 @@ done
 # Where a remote build's time goes: the timestamps of its job logs (the last round's
 # fast remote run), from the remote slot's gate opening to the job's end; median and
 # total over the N element builds.
-python3 - "$TMP"/cache-remote-fast-*/logs/rexec/e*/*-build.log <<'PY'
+python3 - "$TMP"/cache-remote-fast-*/logs/rexec/e*-build.log <<'PY'
 import re, statistics, sys
 marks = [("[gate] opened", "dial the services, store the sources"),
          ("building remotely on", "merge the input root, action cache lookup"),
