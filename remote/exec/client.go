@@ -70,20 +70,14 @@ func toolVersion() string {
 	return "devel"
 }
 
-// Dial connects to the services of cfg and asks the execution service's
-// Capabilities: SHA-256 digests and execution enabled, or a clear error. Its
-// calls carry an invocation id of their own.
-func Dial(ctx context.Context, cfg Config) (*Client, error) {
-	return DialSession(ctx, cfg, remote.NewUUID())
-}
-
-// DialSession is Dial for the builds of a session, whose calls all carry its
-// invocation id (RequestMetadata's tool_invocation_id): one per gantry
-// invocation, as REAPI intends, however many clients its job workers dial. It
-// connects every connection before it returns (the execution service's, the
-// action cache's, the CAS's), from the calling goroutine: a worker keeps the
-// client for its later builds (job.Reporter.Keep), and what a connection
-// starts is then the worker's.
+// DialSession connects to the services of cfg and asks the execution service's
+// Capabilities: SHA-256 digests and execution enabled, or a clear error. Its calls
+// all carry the session's invocation id (RequestMetadata's tool_invocation_id): one
+// per gantry invocation, as REAPI intends, however many clients its job workers
+// dial. It connects every connection before it returns (the execution service's,
+// the action cache's, the CAS's), from the calling goroutine: a worker keeps the
+// client for its later builds (job.Reporter.Keep), and what a connection starts is
+// then the worker's.
 func DialSession(ctx context.Context, cfg Config, invocation string) (*Client, error) {
 	if cfg.Execution.URL == "" {
 		return nil, errors.New("remote execution: no execution-service url")

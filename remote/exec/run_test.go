@@ -60,7 +60,7 @@ func storeTree(t testing.TB, c *cache.Cache, files map[string]string) cache.Dige
 func dial(t testing.TB, url string, cfg Config) *Client {
 	t.Helper()
 	cfg.Execution.URL = url
-	cl, err := Dial(context.Background(), cfg)
+	cl, err := DialSession(context.Background(), cfg, remote.NewUUID())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -513,13 +513,13 @@ func TestDialChecksCapabilities(t *testing.T) {
 			srv := newFakeREAPI()
 			tc.set(srv)
 			url := srv.start(t)
-			_, err := Dial(context.Background(), Config{Execution: remote.Spec{URL: url}})
+			_, err := DialSession(context.Background(), Config{Execution: remote.Spec{URL: url}}, remote.NewUUID())
 			if want := strings.ReplaceAll(tc.want, "URL", url); err == nil || err.Error() != want {
 				t.Errorf("Dial: %v, want %s", err, want)
 			}
 		})
 	}
-	_, err := Dial(context.Background(), Config{Execution: remote.Spec{URL: "grpc://127.0.0.1:1"}, Wrap: "docker"})
+	_, err := DialSession(context.Background(), Config{Execution: remote.Spec{URL: "grpc://127.0.0.1:1"}, Wrap: "docker"}, remote.NewUUID())
 	if want := `remote execution: wrap = "docker": the only wrapper is "bwrap"`; err == nil || err.Error() != want {
 		t.Errorf("Dial: %v, want %s", err, want)
 	}
@@ -564,7 +564,7 @@ func TestRunOverMutualTLSWithATokenAndAnInstance(t *testing.T) {
 	}
 
 	svc.TokenFile = filepath.Join(t.TempDir(), "absent")
-	_, err = Dial(context.Background(), Config{Execution: svc})
+	_, err = DialSession(context.Background(), Config{Execution: svc}, remote.NewUUID())
 	if want := "remote execution: remote " + url + ": reading token-file: open " + svc.TokenFile + ": no such file or directory"; err == nil || err.Error() != want {
 		t.Errorf("Dial: %v, want %s", err, want)
 	}
@@ -594,7 +594,7 @@ func TestDialUnreachableIsAnInfrastructureFailure(t *testing.T) {
 	}
 	url := "grpc://" + lis.Addr().String()
 	lis.Close() // nothing listens there now
-	_, err = Dial(context.Background(), Config{Execution: remote.Spec{URL: url}})
+	_, err = DialSession(context.Background(), Config{Execution: remote.Spec{URL: url}}, remote.NewUUID())
 	var infra *InfraError
 	want := "remote execution: asking the execution service " + url + " its capabilities: Unavailable: "
 	if !errors.As(err, &infra) || !strings.HasPrefix(err.Error(), want) {
