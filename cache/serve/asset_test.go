@@ -491,8 +491,8 @@ func TestAssetFetchLimits(t *testing.T) {
 	defer origin.Close()
 	a := startAssetServer(t, t.TempDir(), Options{AssetFetch: true, MaxBlobSize: 5})
 	for _, tc := range []struct{ path, msg string }{
-		{"/stated", "12 bytes is over the server's limit of 5 bytes"},
-		{"/chunked", "over the server's limit of 5 bytes"},
+		{"/stated", "12 B (12 bytes) is over the server's limit of 5 B (5 bytes)"},
+		{"/chunked", "over the server's limit of 5 B (5 bytes)"},
 	} {
 		uri := origin.URL + tc.path
 		resp, err := a.fetchBlob(t, "s3cret", &rapb.FetchBlobRequest{Uris: []string{uri}})

@@ -228,7 +228,7 @@ func (s *Server) download(ctx context.Context, uri string, header http.Header, s
 	}
 	limit := s.opts.MaxBlobSize
 	if limit > 0 && resp.ContentLength > limit {
-		return fail(codes.ResourceExhausted, "%d bytes is over the server's limit of %d bytes", resp.ContentLength, limit)
+		return fail(codes.ResourceExhausted, "%s is over the server's limit of %s", limitText(resp.ContentLength), limitText(limit))
 	}
 	tmp := s.c.TempName("asset-fetch")
 	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
@@ -258,7 +258,7 @@ func (s *Server) download(ctx context.Context, uri string, header http.Header, s
 		return fail(codes.Unavailable, "reading the body: %v", err)
 	}
 	if limit > 0 && n > limit {
-		return fail(codes.ResourceExhausted, "over the server's limit of %d bytes", limit)
+		return fail(codes.ResourceExhausted, "over the server's limit of %s", limitText(limit))
 	}
 	if len(sri) > 0 {
 		matched := false

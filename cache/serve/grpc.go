@@ -252,7 +252,7 @@ func (g *grpcService) BatchReadBlobs(ctx context.Context, req *repb.BatchReadBlo
 		want += min(max(p.SizeBytes, 0), batchLimit+1)
 	}
 	if want > batchLimit {
-		return nil, status.Errorf(codes.InvalidArgument, "batch of %d bytes is over the limit of %d: use ByteStream", want, batchLimit)
+		return nil, status.Errorf(codes.InvalidArgument, "batch of %s is over the limit of %s: use ByteStream", limitText(want), limitText(batchLimit))
 	}
 	client := grpcClient(ctx)
 	release, err := g.s.admit.acquire(ctx, client, want)
@@ -408,7 +408,7 @@ func (g *grpcService) Write(stream bspb.ByteStream_WriteServer) error {
 	}
 	if g.s.opts.MaxBlobSize > 0 && d.Size > g.s.opts.MaxBlobSize {
 		g.s.metrics.rejected.Inc()
-		return status.Errorf(codes.InvalidArgument, "blob %s is over the server's limit of %d bytes", d, g.s.opts.MaxBlobSize)
+		return status.Errorf(codes.InvalidArgument, "blob %s is over the server's limit of %s", d, limitText(g.s.opts.MaxBlobSize))
 	}
 	if g.s.c.HasBlob(d) {
 		// Already stored: answer at once, as REAPI allows.

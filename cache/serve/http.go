@@ -94,7 +94,7 @@ func (s *Server) httpFail(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
 	case errors.As(err, &tooBig):
 		s.metrics.rejected.Inc()
-		http.Error(w, fmt.Sprintf("blob is over the server's limit of %d bytes", tooBig.Limit), http.StatusRequestEntityTooLarge)
+		http.Error(w, "blob is over the server's limit of "+limitText(tooBig.Limit), http.StatusRequestEntityTooLarge)
 	case errors.Is(err, cache.ErrDigestMismatch) || errors.Is(err, cache.ErrCorrupt):
 		s.metrics.rejected.Inc()
 		s.httpError(w, r, http.StatusBadRequest, err)
@@ -163,7 +163,7 @@ func (s *Server) serveCAS(w http.ResponseWriter, r *http.Request, client, hash s
 		size := r.ContentLength
 		if s.opts.MaxBlobSize > 0 && size > s.opts.MaxBlobSize {
 			s.metrics.rejected.Inc()
-			http.Error(w, fmt.Sprintf("blob of %d bytes is over the server's limit of %d", size, s.opts.MaxBlobSize), http.StatusRequestEntityTooLarge)
+			http.Error(w, fmt.Sprintf("blob of %s is over the server's limit of %s", limitText(size), limitText(s.opts.MaxBlobSize)), http.StatusRequestEntityTooLarge)
 			return
 		}
 		body := io.Reader(r.Body)

@@ -2,6 +2,7 @@ package serve
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -11,6 +12,8 @@ import (
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/gantry-build/gantry/internal/units"
 )
 
 // What the server says to its clients: errors of the store name its files, which
@@ -116,3 +119,7 @@ func (s *Server) stallWriter(w http.ResponseWriter) func([]byte) error {
 // stalled reports whether err, from writing a response, says the client stopped
 // reading it for the idle timeout.
 func stalled(err error) bool { return errors.Is(err, os.ErrDeadlineExceeded) }
+
+// limitText is a size in a message of the server's limits: its unit as everywhere
+// in gantry (units.Bytes), then the exact count.
+func limitText(n int64) string { return fmt.Sprintf("%s (%d bytes)", units.Bytes(n), n) }
