@@ -415,9 +415,10 @@ func (s *grpcStore) fail(ctx context.Context, op string, err error) error {
 		kind = Unavailable
 		if k, ok := tlsFailure(st.Message()); ok {
 			kind = k
-		} else if strings.Contains(st.Message(), "error reading server preface: EOF") && strings.HasPrefix(s.name, "grpc://") {
-			// The server hung up on the plaintext HTTP/2 preface: a TLS server
-			// refusing what is not a TLS handshake. Retrying cannot mend it.
+		} else if prefaceRefused(st.Message()) && strings.HasPrefix(s.name, "grpc://") {
+			// The server hung up on the plaintext HTTP/2 preface (closed or reset
+			// the connection, depending on timing): a TLS server refusing what is
+			// not a TLS handshake. Retrying cannot mend it.
 			kind = Refused
 			err = fmt.Errorf("the server closed the connection at once, refusing a connection without TLS: if it serves TLS, use grpcs:// (%w)", err)
 		} else if s.certAsked.Load() {
@@ -450,3 +451,12 @@ type statusError struct{ st *status.Status }
 
 func (e statusError) Error() string              { return e.st.Code().String() + ": " + e.st.Message() }
 func (e statusError) GRPCStatus() *status.Status { return e.st }
+
+// prefaceRefused says whether a gRPC error message says the server ended the
+// connection before its HTTP/2 preface: closed (EOF) or reset, as a TLS server
+// answers a plaintext client.
+func prefaceRefused(msg string) bool {
+	return strings.Contains(msg, "error reading server preface: EOF") ||
+		strings.Contains(msg, "error reading server preface: read tcp") && strings.Contains(msg, "connection reset by peer") ||
+		strings.Contains(msg, "error reading server preface: connection reset by peer")
+}

@@ -717,3 +717,19 @@ func TestGRPCUserAgentHasGantrysVersion(t *testing.T) {
 		t.Errorf("user-agent = %q, want %q first", got, version.UserAgent())
 	}
 }
+
+// A TLS server ends a plaintext client's connection before the HTTP/2 preface by
+// closing it or, depending on timing, resetting it: both read as a refusal of a
+// connection without TLS (the reset failed TestGRPCPlaintextToTLSServer under load).
+func TestPrefaceRefused(t *testing.T) {
+	for msg, want := range map[string]bool{
+		`connection error: desc = "error reading server preface: EOF"`:                                                               true,
+		`connection error: desc = "error reading server preface: connection reset by peer"`:                                          true,
+		`connection error: desc = "error reading server preface: read tcp 127.0.0.1:1->127.0.0.1:2: read: connection reset by peer"`: true,
+		`connection error: desc = "transport: Error while dialing: dial tcp 127.0.0.1:1: connect: connection refused"`:               false,
+	} {
+		if got := prefaceRefused(msg); got != want {
+			t.Errorf("prefaceRefused(%q) = %v, want %v", msg, got, want)
+		}
+	}
+}
