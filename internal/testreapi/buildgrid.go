@@ -56,7 +56,7 @@ type BuildGrid struct {
 	// set ("" otherwise).
 	TokenFile string
 	opts      BuildGridOptions
-	log       *lockedBuffer
+	log       *LockedBuffer
 }
 
 // URL is the server's address as gantry's remote options take it: grpcs:// with
@@ -157,7 +157,7 @@ func StartBuildGrid(t testing.TB, opts BuildGridOptions) *BuildGrid {
 		buildGridMissing(t, "PostgreSQL is not installed (no /usr/lib/postgresql/*/bin/postgres)")
 	}
 
-	b := &BuildGrid{Instance: "", opts: opts, log: &lockedBuffer{}}
+	b := &BuildGrid{Instance: "", opts: opts, log: &LockedBuffer{}}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("BuildGrid's output:\n%s", b.log.String())
@@ -244,7 +244,7 @@ schedulers:
 // startPostgres runs a PostgreSQL of the test's own, listening only on a Unix socket in
 // a new directory, and returns BuildGrid's connection string for it. PostgreSQL refuses
 // to run as root: as root it runs as the postgres user.
-func startPostgres(t testing.TB, pgBin string, log *lockedBuffer) string {
+func startPostgres(t testing.TB, pgBin string, log *LockedBuffer) string {
 	t.Helper()
 	// Not under t.TempDir(): the postgres user must reach it, and a socket path is
 	// limited to 107 bytes.
@@ -351,7 +351,7 @@ func startBuildGridProcess(t testing.TB, cmd *exec.Cmd, name string, stop syscal
 // runBounded runs a setup command to its end, for at most buildGridStartTimeout.
 func runBounded(t testing.TB, cmd *exec.Cmd, what string) {
 	t.Helper()
-	var out lockedBuffer
+	var out LockedBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	exited := startBuildGridProcess(t, cmd, what, syscall.SIGKILL)
 	start := time.Now()

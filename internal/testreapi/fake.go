@@ -718,7 +718,7 @@ func (f *Fake) run(ctx context.Context, instance string, action *repb.Action, cm
 	for _, e := range cmd.EnvironmentVariables {
 		c.Env = append(c.Env, e.Name+"="+e.Value)
 	}
-	var stdout, stderr lockedBuffer
+	var stdout, stderr LockedBuffer
 	c.Stdout, c.Stderr = &stdout, &stderr
 	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	c.Cancel = func() error { return syscall.Kill(-c.Process.Pid, syscall.SIGKILL) }

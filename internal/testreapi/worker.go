@@ -55,7 +55,7 @@ type Worker struct {
 
 	cmd    *exec.Cmd
 	exited chan struct{}
-	log    lockedBuffer
+	log    LockedBuffer
 	once   sync.Once
 }
 
@@ -289,20 +289,20 @@ func compileWorkerFrom(dir, jar string) (string, error) {
 	return out, nil
 }
 
-// lockedBuffer is a bytes.Buffer safe for the process's writes and the test's
-// reads at once.
-type lockedBuffer struct {
+// LockedBuffer is a bytes.Buffer safe for a process's (or goroutine's) writes and
+// the test's reads at once.
+type LockedBuffer struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
 }
 
-func (b *lockedBuffer) Write(p []byte) (int, error) {
+func (b *LockedBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.Write(p)
 }
 
-func (b *lockedBuffer) String() string {
+func (b *LockedBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()

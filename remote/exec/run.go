@@ -188,6 +188,9 @@ func (cl *Client) execute(ctx context.Context, c *cache.Cache, act, root, cmd ca
 		}
 		if err == nil {
 			st := status.FromProto(resp.GetStatus())
+			if refused(st.Code()) {
+				return nil, &InfraError{Op: "executing action " + act.String(), Err: fmt.Errorf("the server answered %s: %s", st.Code(), st.Message()), Refused: true}
+			}
 			switch st.Code() {
 			case codes.OK:
 				if resp.GetResult() == nil {
@@ -196,8 +199,6 @@ func (cl *Client) execute(ctx context.Context, c *cache.Cache, act, root, cmd ca
 				return resp, nil
 			case codes.DeadlineExceeded:
 				return nil, &InfraError{Op: "executing action " + act.String(), Err: fmt.Errorf("the action timed out: %s", st.Message())}
-			case codes.InvalidArgument, codes.PermissionDenied, codes.Unimplemented, codes.OutOfRange:
-				return nil, &InfraError{Op: "executing action " + act.String(), Err: fmt.Errorf("the server answered %s: %s", st.Code(), st.Message()), Refused: true}
 			case codes.FailedPrecondition:
 				if !uploaded { // blobs gone from the CAS since they were found there: once more
 					uploaded = true

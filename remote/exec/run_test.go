@@ -601,3 +601,20 @@ func TestDialUnreachableIsAnInfrastructureFailure(t *testing.T) {
 		t.Errorf("Dial: %v, want an *InfraError starting %q", err, want)
 	}
 }
+
+// An ExecuteResponse refusing the action as configured (a timeout over the
+// server's maximum: INVALID_ARGUMENT) fails at once, marked Refused: sending it
+// again cannot help.
+func TestRunRefusedActionIsNotRetried(t *testing.T) {
+	srv, cl, c := startHello(t, func(s *fakeREAPI) {
+		s.badStatus = status.New(codes.InvalidArgument, "Action timeout is larger than the server's maximum execution timeout.")
+	})
+	_, err := cl.Run(context.Background(), c, testBuild(t, c))
+	var infra *InfraError
+	if !errors.As(err, &infra) || !infra.Refused {
+		t.Fatalf("Run: %v, want a Refused *InfraError", err)
+	}
+	if n := srv.count("Execute"); n != 1 {
+		t.Errorf("%d Execute calls, want 1", n)
+	}
+}

@@ -1,7 +1,6 @@
 package worker
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -25,6 +24,7 @@ import (
 	"github.com/gantry-build/gantry/cache"
 	"github.com/gantry-build/gantry/cache/remote"
 	"github.com/gantry-build/gantry/internal/rwapipb"
+	"github.com/gantry-build/gantry/internal/testreapi"
 	"github.com/gantry-build/gantry/sandbox"
 )
 
@@ -110,24 +110,6 @@ func reported(want rwapipb.BotStatus) func(*rwapipb.BotSession) bool {
 	return func(s *rwapipb.BotSession) bool { return s.GetStatus() == want }
 }
 
-// lockedBuffer is the bot's log.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // startFakeBots serves a fakeBots (Bots and CAS) on 127.0.0.1.
 func startFakeBots(t *testing.T) (*fakeBots, string) {
 	t.Helper()
@@ -145,11 +127,11 @@ func startFakeBots(t *testing.T) (*fakeBots, string) {
 }
 
 // runBot runs a bot with cfg's blanks filled against url until the test ends.
-func runBot(t *testing.T, url string, cfg Config) *lockedBuffer {
+func runBot(t *testing.T, url string, cfg Config) *testreapi.LockedBuffer {
 	t.Helper()
 	saved := workerUnhealthyPoll
 	workerUnhealthyPoll = 10 * time.Millisecond
-	log := &lockedBuffer{}
+	log := &testreapi.LockedBuffer{}
 	cfg.Bots, cfg.BotID, cfg.Sandbox, cfg.Log = remote.Spec{URL: url, Instance: "farm"}, "health-bot", sandbox.Host, log
 	if cfg.WorkDir == "" {
 		cfg.WorkDir = t.TempDir()
