@@ -25,13 +25,13 @@ type Preparer interface {
 // gatedRequest is req without the token qs's jobs wait for at their gate (and with
 // the one they prepare on, a Preparer's), when a job for it may start gated: qs is
 // a Gater whose token req asks for, and fewer of its jobs than the token's limit
-// wait at their gates.
+// wait at their gates, its tails past the limit counted among them (see tailRoom).
 func (s *Scheduler) gatedRequest(qs *queueState, req resources.Request) (resources.Request, bool) {
 	token := gateToken(qs)
 	if token == "" || !slices.Contains(req.Shared, token) {
 		return req, false
 	}
-	if limit := s.cfg.Pool.Limit(token); limit == 0 || len(qs.gated) >= limit {
+	if limit := s.cfg.Pool.Limit(token); limit == 0 || len(qs.gated)+qs.pastTails(limit) >= limit {
 		return req, false
 	}
 	shared := without(req.Shared, token)
@@ -144,12 +144,23 @@ func (s *Scheduler) slotDone(a *activeJob, m job.Message) bool {
 	// the builder to a less urgent build now would make the most urgent of those wait
 	// for it (a critical path through this job), so the builder goes back now only to
 	// a build at least as urgent as they are; else at available, as it would anyway.
-	if next := a.qs.nextUp(); next == nil || next.Priority < a.item.Priority-a.item.Estimate || !s.beginTail(a) {
+	next := a.qs.nextUp()
+	if next == nil || next.Priority < a.item.Priority-a.item.Estimate {
+		return false
+	}
+	opens := a.qs.firstGated()
+	if opens != nil && opens.item != next {
+		opens = nil
+	}
+	if !s.beginTail(a, opens) {
 		return false
 	}
 	a.tokens.giveBack(token)
 	s.cfg.Publish(JobMessage{Base: Base{m.Time}, JobID: a.id, Action: a.qs.q.Action(), Element: a.item.Name(),
 		Key: a.item.Element.Key, Kind: KindSlotDone, Text: "commands done; caching"})
+	if opens != nil {
+		s.open(a.qs, opens) // now, before anything else can take the builder (see tailRoom)
+	}
 	return true
 }
 

@@ -268,12 +268,14 @@ func (j *fakeJob) slotDone() {
 	j.onMessage(job.Message{Type: job.MessageSlotDone, Time: time.Now()})
 }
 
-// TestSlotDoneOpensTheNextGate: a build whose commands have ended gives its builder
-// back before it is available, so the build waiting at its gate starts at once;
-// the builds past their slot count as tails, at most as many as the builders, and a
-// build past that keeps its builder until it ends.
+// TestSlotDoneOpensTheNextGate: a build gives its builder back when its commands end,
+// to the build waiting at its gate. A tail past the builders takes the room of a job
+// at its gate (the workers stay at three times the builders): the build whose
+// builder goes to a job already at its gate begins its tail, and no new job starts
+// gated until a tail ends; without a job at its gate to open, a build keeps its
+// builder to its end.
 func TestSlotDoneOpensTheNextGate(t *testing.T) {
-	g := newGraph(t, "a", "b", "c")
+	g := newGraph(t, "a", "b", "c", "d")
 	pool := buildPool(1)
 	h := startSession(t, Config{Queues: []Queue{gatedBuildQueue()}, Items: plan(t, g, PlanOptions{}), Pool: pool})
 	a := h.expect(Build, "a")
@@ -284,21 +286,36 @@ func TestSlotDoneOpensTheNextGate(t *testing.T) {
 	if !c.Spec.Gated {
 		t.Fatal("c did not start gated")
 	}
-	// The one tail there is room for is a's: b keeps its builder past its slot.
+	// a is in the one tail of the builder's; b's builder goes to c, at its gate: b's
+	// tail takes c's room there, and d does not start gated meanwhile.
 	b.slotDone()
-	h.sync(b)
-	if slices.Contains(c.Calls(), "open") {
-		t.Fatalf("c was opened while b held the builder past its slot, a being in its tail")
-	}
-	b.Succeed(t)
 	waitEvent(t, h.events, func(e JobStart) bool { return e.JobID == c.Spec.ID && e.Gated })
-	a.Succeed(t)
+	h.sync(b)
+	h.noStart()
+	// Nothing at the gate: c keeps its builder past its slot.
+	c.slotDone()
+	h.sync(c)
+	if pool.InUse(resources.Process) != 1 {
+		t.Errorf("%d builders in use, want 1 (c's)", pool.InUse(resources.Process))
+	}
+	a.Succeed(t) // a tail ends: room at the gate again
+	d := h.expect(Build, "d")
+	if !d.Spec.Gated {
+		t.Fatal("d did not start gated")
+	}
+	h.sync(d)
+	if slices.Contains(d.Calls(), "open") {
+		t.Fatal("d was opened while c held the builder past its slot")
+	}
 	c.Succeed(t)
+	waitEvent(t, h.events, func(e JobStart) bool { return e.JobID == d.Spec.ID && e.Gated })
+	b.Succeed(t)
+	d.Succeed(t)
 	if sum := h.wait(); !sum.OK() {
 		t.Errorf("summary not OK: %+v", sum)
 	}
-	if got := h.runner.maxRunning(Build); got != 2 {
-		t.Errorf("%d builds ran at once (fake runner count), want 2: a past its slot and b", got)
+	if got := h.runner.maxRunning(Build); got != 3 {
+		t.Errorf("%d builds ran at once (fake runner count), want 3: a and b in their tails, and c", got)
 	}
 	checkTokensFree(t, pool, resources.Process, resources.Cache)
 

@@ -158,7 +158,8 @@ func MissingRef(e *element.Element) error {
 }
 
 // setPriorities gives each item the length of the longest chain of builds from it to
-// the end of the plan: the build queue starts the longest critical path first.
+// the end of the plan: the build queue starts the longest critical path first; and
+// the longest chain before it (its Depth): among equals, the deepest first.
 func setPriorities(order []*Item, estimate func(*element.Element) (time.Duration, bool)) {
 	// Each item's Priority first holds the longest chain after it: every item that
 	// stages it comes later in order, so it is final when the walk back reaches it.
@@ -180,6 +181,13 @@ func setPriorities(order []*Item, estimate func(*element.Element) (time.Duration
 		it.Priority += own
 		for _, d := range it.Stage {
 			d.Priority = max(d.Priority, it.Priority)
+		}
+	}
+	// Every item it stages comes before it in order: its Depth is final when reached.
+	for _, it := range order {
+		it.Depth = 0
+		for _, d := range it.Stage {
+			it.Depth = max(it.Depth, d.Depth+d.Estimate)
 		}
 	}
 }

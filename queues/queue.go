@@ -67,6 +67,10 @@ type Item struct {
 	// Estimate is its own expected build time (learned durations): 0 for an element
 	// cached or failed at planning. The session's ETA adds these up.
 	Estimate time.Duration
+	// Depth is the longest chain of estimated builds before it in the plan (what
+	// its own build waits for at the least): among items of equal Priority the
+	// deeper one starts first, depth-first, continuing the chains already begun.
+	Depth time.Duration
 	// Unlearned: no build time was learned for it: Estimate is a guess, good for
 	// ordering the builds, not for telling the user how long they take (eta.go).
 	Unlearned bool

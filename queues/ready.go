@@ -23,8 +23,8 @@ import (
 //     is skipped.
 //
 // A turn then costs what it starts, skips or wakes, not what waits: the loop stays
-// flat as the graph grows. Every place keeps the wait list's order: priority, then the
-// order items entered the queue.
+// flat as the graph grows. Every place keeps the wait list's order: priority, then
+// depth, then the order items entered the queue.
 
 // Waiter is implemented by a queue that can say what a waiting item waits for.
 type Waiter interface {
@@ -50,10 +50,14 @@ type entry struct {
 
 func (e entry) live(st state) bool { return e.it.state == st && e.it.slot.gen == e.gen }
 
-// before is the order of every place: higher priority first, then first come.
+// before is the order of every place: higher priority first, then deeper first (see
+// Item.Depth), then first come.
 func before(a, b *Item) bool {
 	if a.Priority != b.Priority {
 		return a.Priority > b.Priority
+	}
+	if a.Depth != b.Depth {
+		return a.Depth > b.Depth
 	}
 	return a.slot.seq < b.slot.seq
 }

@@ -698,7 +698,7 @@ func (s *Scheduler) available(a *activeJob, m job.Message) bool {
 	it, qs := a.item, a.qs
 	s.ungate(a) // available without passing its gate (a stack): nothing left to open
 	q.Available(it, m.Data)
-	if s.beginTail(a) {
+	if s.beginTail(a, nil) {
 		var give []resources.Resource
 		for _, r := range a.tokens.shared() {
 			if r != resources.Cache {
@@ -767,17 +767,46 @@ func (s *Scheduler) endTail(a *activeJob, out job.Outcome, end JobEnd) {
 
 // beginTail starts a's tail, the part of it that needs no builder (see available
 // and slotDone), unless as many jobs of its queue as there are builders are in
-// theirs: that bounds the worker processes. It reports whether a is in its tail.
-func (s *Scheduler) beginTail(a *activeJob) bool {
+// theirs and there is no room at the gates to borrow (see tailRoom): that bounds
+// the worker processes. opens is the job at its gate that a's builder goes to at
+// once, or nil. It reports whether a is in its tail.
+func (s *Scheduler) beginTail(a *activeJob, opens *activeJob) bool {
 	if a.tail {
 		return true
 	}
-	if limit := s.cfg.Pool.Limit(tailToken(a.qs)); limit != 0 && a.qs.tails >= limit {
+	if limit := s.cfg.Pool.Limit(tailToken(a.qs)); limit != 0 && a.qs.tails >= limit && !tailRoom(a.qs, limit, opens) {
 		return false
 	}
 	a.tail = true
 	a.qs.tails++
 	return true
+}
+
+// tailRoom says whether one more job of qs may begin its tail past limit, the
+// builders: a local build queue's tails beyond the builders take the room of the
+// jobs waiting at its gates (gatedRequest), so that its workers stay bounded at
+// three times the builders. opens, the job at its gate the tail's builder goes to
+// at once, is counted out: it keeps its worker, opened. Without such room a job
+// keeps its builder to its end, through its syncfs, which on a busy machine takes
+// tens of milliseconds while the builder idles.
+func tailRoom(qs *queueState, limit int, opens *activeJob) bool {
+	if prepareToken(qs) != "" || gateToken(qs) == "" {
+		return false
+	}
+	gated := len(qs.gated)
+	if opens != nil {
+		gated--
+	}
+	return qs.tails-limit+1+gated <= limit
+}
+
+// pastTails is how many of qs's jobs are in their tails beyond limit, the builders:
+// each takes the room of a job at its gate (see tailRoom).
+func (qs *queueState) pastTails(limit int) int {
+	if prepareToken(qs) != "" {
+		return 0
+	}
+	return max(qs.tails-limit, 0)
 }
 
 // tailToken is the token whose limit bounds the jobs of qs in their tails: the one

@@ -790,8 +790,32 @@ func TestPriority(t *testing.T) {
 			name:     "the longest of several paths counts",
 			graph:    []string{"root", "side", "a: root", "b: root", "c: b"},
 			estimate: map[string]time.Duration{"root": time.Second, "side": 3 * time.Second, "a": 1 * time.Second, "b": time.Second, "c": 2 * time.Second},
-			// Paths: root 1+1+2 = 4, side 3, b 3, c 2, a 1; side and b tie, plan order decides.
-			want: []string{"root", "side", "b", "c", "a"},
+			// Paths: root 1+1+2 = 4, side 3, b 3, c 2, a 1; side and b tie: b, a
+			// second build of the chain root began, goes first (depth-first).
+			want: []string{"root", "b", "side", "c", "a"},
+		},
+		{
+			name:  "learned durations change the order hop counts give",
+			graph: []string{"h1", "h2: h1", "h3: h2", "h4: h3", "long1", "long2: long1"},
+			// Unlearned, the four hops are the longest chain (h1 first); learned, the
+			// two long builds are (6 s): long1 first. Then h1 (4 s) before long2 (3 s),
+			// and long2 ties with h2 (3 s) and goes first, being the deeper.
+			estimate: map[string]time.Duration{"h1": time.Second, "h2": time.Second, "h3": time.Second, "h4": time.Second, "long1": 3 * time.Second, "long2": 3 * time.Second},
+			want:     []string{"long1", "h1", "long2", "h2", "h3", "h4"},
+		},
+		{
+			name:  "nothing learned: hop counts, ties depth-first",
+			graph: []string{"long1", "long2: long1", "h1", "h2: h1", "h3: h2", "h4: h3"},
+			// 2 s each: h1 8 s, h2 6 s; then long1 4 s ties with h3 and goes after it,
+			// h3 continuing a chain begun (first come would take long1); then long2
+			// 2 s ties with h4, the deeper.
+			want: []string{"h1", "h2", "h3", "long1", "h4", "long2"},
+		},
+		{
+			name:     "a tie goes to the deeper build, not the first declared",
+			graph:    []string{"a1", "b", "a2: a1"},
+			estimate: map[string]time.Duration{"a1": time.Second, "b": time.Second, "a2": time.Second},
+			want:     []string{"a1", "a2", "b"},
 		},
 	}
 	for _, tc := range tests {
