@@ -667,8 +667,8 @@ func TestStartErrors(t *testing.T) {
 		{"no log", Spec{ID: "b"}, Options{Command: []string{"true"}}, "starting job b: no log path given"},
 		{"missing executable", Spec{ID: "c", Action: "build", Element: "x.toml", LogPath: filepath.Join(dir, "c.log")},
 			Options{Command: []string{filepath.Join(dir, "nonexistent")}}, "starting job c (build of x.toml)"},
-		{"bad payload", Spec{ID: "d", LogPath: filepath.Join(dir, "d.log"), Payload: json.RawMessage("{")},
-			Options{Command: []string{"true"}}, "starting job d: encoding spec"},
+		{"oversize payload", Spec{ID: "d", Action: "build", Element: "x.toml", LogPath: "d.log", Payload: make([]byte, maxFrame)},
+			Options{Command: []string{"true"}}, "starting job d (build of x.toml): its spec holds 67108881 bytes, over the limit of a frame, 64.0 MiB (67108864 bytes)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
