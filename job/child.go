@@ -328,7 +328,8 @@ func (r *Reporter) SlotDone() {
 }
 
 // Available tells the parent that what the job makes is usable by later jobs
-// before the job ends: data says what it is (it must be valid JSON). What the
+// before the job ends: data says what it is, in the form the queue's
+// Available reads (opaque to this package: a build's is binary). What the
 // job still does after it, such as making its output durable, must need no job
 // slot (no CPU to speak of) and start no process: the scheduler may give the
 // slot to another job, and starts the jobs that wait for this one's output,
@@ -336,7 +337,7 @@ func (r *Reporter) SlotDone() {
 // Available first kills every process the job left, as the job's end does. The
 // job still ends with its result, and a failure then is still its failure.
 // Only the first call sends anything.
-func (r *Reporter) Available(data json.RawMessage) {
+func (r *Reporter) Available(data []byte) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.available {
@@ -344,10 +345,6 @@ func (r *Reporter) Available(data json.RawMessage) {
 	}
 	r.available = true
 	endJobProcesses()
-	if len(data) > 0 && !json.Valid(data) {
-		r.writeLog("[available] not sent: its data is not valid JSON")
-		return
-	}
 	r.writeLog("[available]")
 	r.send(Message{Type: MessageAvailable, Data: data})
 }

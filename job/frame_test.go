@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"io"
 	"os"
@@ -280,4 +281,75 @@ func cutoffHandler(ctx context.Context, spec Spec, r *Reporter) (Result, error) 
 	_, _ = os.NewFile(messageFD, "msgs").Write([]byte{40, frameMessage, 1})
 	os.Exit(3)
 	return Result{}, nil
+}
+
+// benchMessages are a no-op build job's messages, as its worker sends them.
+func benchMessages() []Message {
+	now := time.Now()
+	return []Message{{Type: MessageStart, Time: now, Text: "build e1999.toml"},
+		{Type: MessageLog, Time: now, Text: "element: e1999.toml, key: 306f4e9c0e330d1045b0f844de13c5d61c3864a310deb1ef1e39263fef7f24af, project: synth"},
+		{Type: MessageStatus, Time: now, Text: "staging 15 dependencies"}, {Type: MessageGate, Time: now}, {Type: MessageSlotDone, Time: now},
+		{Type: MessageAvailable, Time: now, Data: []byte(`{"files":{"Hash":"e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855","Size":0}}`)},
+		{Type: MessageResult, Time: now, Result: &Result{OK: true, CacheBytes: 1234}}}
+}
+
+// The worker's encoding and the parent's decoding of a no-op build job's
+// messages, as frames and, for comparison, as the JSON lines they were before.
+func BenchmarkMessageEncode(b *testing.B) {
+	msgs := benchMessages()
+	b.Run("binary", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			for _, m := range msgs {
+				if _, err := encodeMessage(m); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	})
+	b.Run("json", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			for _, m := range msgs {
+				if _, err := json.Marshal(m); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	})
+}
+
+func BenchmarkMessageDecode(b *testing.B) {
+	msgs := benchMessages()
+	var frames, lines []byte
+	for _, m := range msgs {
+		f, _ := encodeMessage(m)
+		frames = append(frames, f...)
+		l, _ := json.Marshal(m)
+		lines = append(append(lines, l...), '\n')
+	}
+	b.Run("binary", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if got, err := readMessages(frames); err != nil || len(got) != len(msgs) {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("json", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			br := bufio.NewReader(bytes.NewReader(lines))
+			for {
+				line, err := br.ReadBytes('\n')
+				if err != nil {
+					break
+				}
+				var m Message
+				if err := json.Unmarshal(line, &m); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	})
 }

@@ -1,6 +1,7 @@
 package job
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -53,9 +54,9 @@ var testHandlers = map[string]Handler{
 		r.Available(json.RawMessage(`"again"`))
 		return Result{OK: true, Data: spec.Payload}, nil
 	},
-	// badAvailable says something is available with data that is not JSON.
-	"badAvailable": func(ctx context.Context, spec Spec, r *Reporter) (Result, error) {
-		r.Available(json.RawMessage(`{not json`))
+	// binaryAvailable says something is available with data that is not JSON.
+	"binaryAvailable": func(ctx context.Context, spec Spec, r *Reporter) (Result, error) {
+		r.Available(binaryData)
 		return Result{OK: true}, nil
 	},
 	// marker creates the payload's file, then waits until terminated.
@@ -494,18 +495,25 @@ func TestAvailableOnceBeforeResult(t *testing.T) {
 		t.Errorf("log does not say once when the output was available:\n%s", log)
 	}
 
-	// Data that is not JSON is not sent (it could not be decoded), and the log says so.
-	s = start(t, "badAvailable", nil, 0)
+	// Data is opaque: any bytes, JSON or not, reach the parent as they were sent.
+	s = start(t, "binaryAvailable", nil, 0)
 	waitOutcome(t, s.job)
+	sent := 0
 	for _, m := range s.rec.messages() {
 		if m.Type == MessageAvailable {
-			t.Errorf("invalid data sent as available: %+v", m)
+			sent++
+			if !bytes.Equal(m.Data, binaryData) {
+				t.Errorf("available data %q, want %q", m.Data, binaryData)
+			}
 		}
 	}
-	if log := readFile(t, s.log); !strings.Contains(log, "[available] not sent") {
-		t.Errorf("log does not say the available message was not sent:\n%s", log)
+	if sent != 1 {
+		t.Errorf("%d available messages, want 1", sent)
 	}
 }
+
+// binaryData is data that JSON could not carry as it is.
+var binaryData = []byte{0, 0xff, '\n', '{'}
 
 var logStampRE = regexp.MustCompile(`^\[\d\d:\d\d:\d\d\.\d{3}\] `)
 

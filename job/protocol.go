@@ -62,6 +62,13 @@ type Spec struct {
 	Gated bool
 }
 
+// Input is a job's action-specific input, as its queue makes it: the Spec's
+// Payload and Shared.
+type Input struct {
+	Payload []byte
+	Shared  []string
+}
+
 // MessageType says what a Message carries.
 type MessageType string
 
@@ -93,14 +100,14 @@ func (t MessageType) String() string { return string(t) }
 // each one to the onMessage given to Workers.Start, in the order the child
 // sent them.
 type Message struct {
-	Type   MessageType     `json:"type"`
-	Time   time.Time       `json:"time"`
-	Text   string          `json:"text,omitempty"`  // status text or log line (no trailing newline)
-	Level  string          `json:"level,omitempty"` // with MessageNotice: "warning" (Reporter.Warn), else info
-	Done   int64           `json:"done,omitempty"`  // progress, in bytes or steps
-	Total  int64           `json:"total,omitempty"` // 0 when unknown
-	Data   json.RawMessage `json:"data,omitempty"`  // with MessageAvailable: what is available
-	Result *Result         `json:"result,omitempty"`
+	Type   MessageType `json:"type"`
+	Time   time.Time   `json:"time"`
+	Text   string      `json:"text,omitempty"`  // status text or log line (no trailing newline)
+	Level  string      `json:"level,omitempty"` // with MessageNotice: "warning" (Reporter.Warn), else info
+	Done   int64       `json:"done,omitempty"`  // progress, in bytes or steps
+	Total  int64       `json:"total,omitempty"` // 0 when unknown
+	Data   []byte      `json:"data,omitempty"`  // with MessageAvailable: what is available, opaque to this package
+	Result *Result     `json:"result,omitempty"`
 	// Retire, with a result: the worker that ran the job takes no further job,
 	// and why (its state could not be made fresh again, see RunChild).
 	Retire string `json:"retire,omitempty"`
