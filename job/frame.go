@@ -44,8 +44,10 @@ const (
 // maxFrame is the largest frame either side reads or writes.
 const maxFrame = 64 << 20
 
-// sharedLimit bounds the bytes of shared parts a worker holds.
-const sharedLimit = 32 << 20
+// sharedLimit bounds the bytes of shared parts a worker holds, and the parent
+// remembers for it: a build's parts are a few hundred bytes per element
+// staged, so most projects' fit many times over.
+const sharedLimit = 8 << 20
 
 // errOversize is the error of a frame over maxFrame.
 func errOversize(n uint64) error {

@@ -264,11 +264,6 @@ func TestCorruptOrCutMessages(t *testing.T) {
 	}
 }
 
-func init() {
-	testHandlers["corrupt"] = corruptHandler
-	testHandlers["cutoff"] = cutoffHandler
-}
-
 // corruptHandler writes a frame of an unknown message type to the parent and
 // waits to be killed for it; cutoffHandler writes the start of a frame and dies.
 func corruptHandler(ctx context.Context, spec Spec, r *Reporter) (Result, error) {

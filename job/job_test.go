@@ -90,6 +90,8 @@ var testHandlers = map[string]Handler{
 		r.Log("about to fail")
 		return Result{Temporary: true}, errors.New("fetching foo.tar: remote unreachable")
 	},
+	"corrupt": corruptHandler, // frame_test.go
+	"cutoff":  cutoffHandler,
 	"crash": func(ctx context.Context, spec Spec, r *Reporter) (Result, error) {
 		r.Log("crashing")
 		os.Exit(3)
