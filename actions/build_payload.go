@@ -27,8 +27,9 @@ import (
 //   - the payload, this build's own: element, key, work directory, sources,
 //     resolved config, which dependencies it touches.
 //
-// Maps are written in key order, so that equal parts are equal bytes, and nil
-// is told from empty, so that the job reads back exactly the spec the loop made
+// A shared part's maps are written in key order, so that equal parts are equal
+// bytes (the payload's in any order: sorting is the encoding's largest cost);
+// nil is told from empty, so that the job reads back exactly the spec the loop made
 // (TestBuildSpecRoundTrip fills every field).
 
 // buildParts is the number of shared parts before the staged dependencies'.
@@ -55,7 +56,7 @@ func (spec *buildSpec) input() job.Input {
 		w.staged(&spec.Stage[i])
 		shared = append(shared, string(w.B))
 	}
-	w.B = make([]byte, 0, 1024)
+	w.B, w.anyOrder = make([]byte, 0, 1024), true
 	w.own(spec)
 	return job.Input{Payload: w.B, Shared: shared}
 }
@@ -95,7 +96,10 @@ func readBuildSpec(js job.Spec) (*buildSpec, error) {
 }
 
 // wire writes a build spec's parts.
-type wire struct{ bincode.Writer }
+type wire struct {
+	bincode.Writer
+	anyOrder bool // maps in iteration order: not a shared part
+}
 
 // count writes the length of a list or map, 0 for nil.
 func (w *wire) count(n int, isNil bool) {
@@ -117,6 +121,14 @@ func (w *wire) strMap(m map[string]string) { w.strMapExcept(m, "") }
 
 // strMapExcept writes m, in key order, without the key except ("" for none).
 func (w *wire) strMapExcept(m map[string]string, except string) {
+	if w.anyOrder && except == "" {
+		w.count(len(m), m == nil)
+		for k, v := range m {
+			w.Str(k)
+			w.Str(v)
+		}
+		return
+	}
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		if k != except || except == "" {
@@ -132,6 +144,14 @@ func (w *wire) strMapExcept(m map[string]string, except string) {
 }
 
 func (w *wire) listMap(m map[string][]string) {
+	if w.anyOrder {
+		w.count(len(m), m == nil)
+		for k, l := range m {
+			w.Str(k)
+			w.strs(l)
+		}
+		return
+	}
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)
