@@ -286,8 +286,8 @@ func (b *Build) Available(it *queues.Item, data json.RawMessage) {
 
 func (*Build) Retries() int { return 0 }
 
-// Payload is the buildSpec of the build of it.
-func (b *Build) Payload(it *queues.Item) (json.RawMessage, error) {
+// Payload is the buildSpec of the build of it, in its binary form (build_payload.go).
+func (b *Build) Payload(it *queues.Item) (job.Input, error) {
 	// Named, not made: the job makes it, or renames its worker's last one
 	// into place (takeWorkDir).
 	work := b.Cache.TempName("build")
@@ -303,9 +303,9 @@ func (b *Build) Payload(it *queues.Item) (json.RawMessage, error) {
 		err = spec.checkStagedShell(b.Cache)
 	}
 	if err != nil {
-		return nil, err
+		return job.Input{}, err
 	}
-	return json.Marshal(spec)
+	return spec.input(), nil
 }
 
 // JobEnded is the build's side of the session's OnJobEnd hook, run on the scheduler
@@ -402,9 +402,9 @@ func hostRefs(host element.Paths) element.Paths {
 // the install root and commit the artifact (failed builds too). The artifact's ref is
 // written last, so a build killed at any point leaves nothing half-visible.
 func buildJob(ctx context.Context, js job.Spec, r *job.Reporter) (res job.Result, err error) {
-	var spec buildSpec
-	if err := json.Unmarshal(js.Payload, &spec); err != nil {
-		return job.Result{}, fmt.Errorf("reading build spec: %w", err)
+	spec, err := readBuildSpec(js)
+	if err != nil {
+		return job.Result{}, err // nothing of the element ran: nothing is cached
 	}
 	c, err := cache.Attach(spec.CacheDir)
 	if err != nil {
@@ -428,7 +428,7 @@ func buildJob(ctx context.Context, js job.Spec, r *job.Reporter) (res job.Result
 	}
 	started := time.Now()
 	out := &faultWatcher{w: r.Writer()}
-	runner, buildErr := build(ctx, c, &spec, r, out)
+	runner, buildErr := build(ctx, c, spec, r, out)
 	defer runner.Close()
 	defer spec.closeActionCache()
 	if ctx.Err() != nil {
@@ -495,13 +495,9 @@ func buildJob(ctx context.Context, js job.Spec, r *job.Reporter) (res job.Result
 	if buildErr == nil {
 		// Its files are in the cache: the builds that stage it can start while
 		// this job writes the record and makes it all durable (see Built).
-		data, err := json.Marshal(Built{Files: a.Files})
-		if err != nil {
-			return job.Result{}, fmt.Errorf("caching the artifact of %s: %w", spec.Element, err)
-		}
-		r.Available(data)
+		r.Available(Built{Files: a.Files}.encode())
 		// Before the log is stored: it says what came of the record.
-		recorded = recordActionCache(ctx, c, &spec, a.Files, r)
+		recorded = recordActionCache(ctx, c, spec, a.Files, r)
 	}
 	// What the commands wrote reaches the log before it is stored; a leftover
 	// process writing later gets EPIPE (Available killed them all on success).

@@ -1,7 +1,6 @@
 package actions
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -189,12 +188,10 @@ func remoteSession(t *testing.T, c *cache.Cache, cfg rexec.Config, n int, before
 			Sandbox: "bwrap", WorkDir: c.TempName("build"),
 			Bwrap: &element.Resolved{Env: map[string]string{}, Commands: map[string][]string{"build-commands": {"echo " + name}}}}
 		spec.Remote, spec.RemoteInvocation = &cfg, b.sessionInvocation()
-		payload, err := json.Marshal(spec)
-		if err != nil {
-			t.Fatal(err)
-		}
+		in := spec.input()
 		log := filepath.Join(logs, name+".log")
-		j, err := pool.Start(job.Spec{ID: fmt.Sprintf("build-%d", i), Action: string(queues.Build), Element: name, LogPath: log, Payload: payload}, nil)
+		j, err := pool.Start(job.Spec{ID: fmt.Sprintf("build-%d", i), Action: string(queues.Build), Element: name, LogPath: log,
+			Payload: in.Payload, Shared: in.Shared}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

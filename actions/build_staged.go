@@ -1,7 +1,6 @@
 package actions
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -17,7 +16,7 @@ import (
 // or damaged blob still takes the heal path (a *cache.BlobError).
 
 // Built is what a successful build job makes available before it ends
-// (job.Reporter.Available): the digest of its artifact's files, stored in the
+// (job.Reporter.Available, in binary: encode): the digest of its artifact's files, stored in the
 // CAS. The job then stores the log and the record and makes them all durable
 // before it writes the ref; the builds that stage the artifact need only the
 // files, so they start without waiting for that (stagedDigests.Built). A crash
@@ -25,7 +24,7 @@ import (
 // that is not durable; and a build that staged the files commits its own
 // artifact after a flush of the whole filesystem, which covers them too.
 type Built struct {
-	Files cache.Digest `json:"files"`
+	Files cache.Digest
 }
 
 // stagedDigests remembers the digests of the dependency artifacts a session has
@@ -43,8 +42,8 @@ type stagedName struct{ project, element, key string }
 // (data: a Built), for the builds that stage it. Data it cannot read is ignored:
 // they look the artifact up themselves, once its ref is written.
 func (m *stagedDigests) Built(project, element, key string, data []byte) {
-	var b Built
-	if err := json.Unmarshal(data, &b); err != nil || b.Files.IsZero() {
+	b, err := decodeBuilt(data)
+	if err != nil || b.Files.IsZero() {
 		return
 	}
 	if m.known == nil {

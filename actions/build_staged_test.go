@@ -1,7 +1,6 @@
 package actions
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -198,12 +197,8 @@ func TestStagingWhatABuildMadeAvailable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	data, err := json.Marshal(Built{Files: files})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var staged stagedDigests
-	staged.Built("p", "lib.toml", "k2", data)
+	staged.Built("p", "lib.toml", "k2", Built{Files: files}.encode())
 	staged.Built("p", "bad.toml", "k3", []byte(`{"files": 3}`))
 	spec := &buildSpec{Project: "p", Element: "app.toml", Stage: []stagedArtifact{{Element: "lib.toml", Key: "k2"}}}
 	staged.Fill(c, spec)

@@ -162,8 +162,8 @@ func (sourceJobs) Resources(*queues.Item) resources.Request {
 	return resources.Request{Shared: []resources.Resource{resources.Download}}
 }
 
-func (q sourceJobs) Payload(it *queues.Item) (json.RawMessage, error) {
-	return q.sources.Payload(it.Element)
+func (q sourceJobs) Payload(it *queues.Item) (job.Input, error) {
+	return jsonInput(q.sources.Payload(it.Element))
 }
 
 func (q sourceJobs) Retries() int { return q.sources.NetworkRetries }

@@ -307,8 +307,8 @@ func (*PullQueue) Resources(*queues.Item) resources.Request {
 	return resources.Request{Shared: []resources.Resource{resources.Download, resources.Cache}}
 }
 
-func (q *PullQueue) Payload(it *queues.Item) (json.RawMessage, error) {
-	return q.rs.payload(q.c, it, false)
+func (q *PullQueue) Payload(it *queues.Item) (job.Input, error) {
+	return jsonInput(q.rs.payload(q.c, it, false))
 }
 
 // Done books a pull: where from, the lease it was granted, the remotes that served
@@ -325,6 +325,9 @@ func (q *PullQueue) Done(it *queues.Item, res job.Result) {
 		}
 	}
 }
+
+// jsonInput is a job input whose payload is data, JSON, with no shared parts.
+func jsonInput(data []byte, err error) (job.Input, error) { return job.Input{Payload: data}, err }
 
 // Warning makes PullQueue a Warner: a remote served wrong bytes, another had it.
 func (*PullQueue) Warning(it *queues.Item, res job.Result) string {

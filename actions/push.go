@@ -179,8 +179,8 @@ func (*PushQueue) Resources(*queues.Item) resources.Request {
 	return resources.Request{Shared: []resources.Resource{resources.Upload}}
 }
 
-func (q *PushQueue) Payload(it *queues.Item) (json.RawMessage, error) {
-	return q.rs.payload(q.c, it, true)
+func (q *PushQueue) Payload(it *queues.Item) (job.Input, error) {
+	return jsonInput(q.rs.payload(q.c, it, true))
 }
 
 func (*PushQueue) Done(*queues.Item, job.Result) {}

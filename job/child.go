@@ -49,7 +49,7 @@ var ErrParentDied = errors.New("gantry exited")
 type Handler func(ctx context.Context, spec Spec, r *Reporter) (Result, error)
 
 // RunChild is the whole of a worker process: it reads job specs from stdin,
-// one JSON line each, and runs them one at a time until stdin is closed, then
+// as frames (frame.go), and runs them one at a time until stdin is closed, then
 // returns the exit code for the caller to exit with (0; 1 if the specs could
 // not be read). For each job it opens the job's log file; if the parent named
 // the job on fd 4 (it was terminated before the worker started it), it reports
@@ -104,21 +104,21 @@ func serve(life context.Context, stdin io.Reader, msgs io.Writer, ctl *controls,
 	}
 	kept := &residents{}
 	defer kept.closeAll()
-	specs := bufio.NewReader(stdin)
+	specs := bufio.NewReaderSize(stdin, 64<<10)
+	var held heldParts
 	for {
-		line, readErr := specs.ReadBytes('\n')
-		if len(bytes.TrimSpace(line)) == 0 {
-			if readErr == io.EOF {
-				return 0
-			}
-			if readErr != nil {
-				r := &Reporter{msgs: msgs, log: io.Discard}
-				r.finish(Result{Error: fmt.Sprintf("reading job spec from stdin: %v", readErr)}, "")
-				return 1
-			}
-			continue
+		spec, readErr := held.readJob(specs)
+		if readErr == io.EOF {
+			return 0
 		}
-		if retire := runOne(life, line, msgs, ctl, handlers, term, base, kept); retire != "" {
+		if readErr != nil {
+			// The stream cannot be followed past a frame it could not read: the
+			// result goes to the job the parent gave it, and the worker exits.
+			r := &Reporter{msgs: msgs, log: io.Discard}
+			r.finish(Result{Error: fmt.Sprintf("reading a job spec from gantry: %v", readErr)}, "its last spec could not be read")
+			return 1
+		}
+		if retire := runOne(life, spec, msgs, ctl, handlers, term, base, kept); retire != "" {
 			// Told so with the result, the parent closes stdin: exit then.
 			if _, err := io.Copy(io.Discard, specs); err != nil {
 				return 1
@@ -128,16 +128,10 @@ func serve(life context.Context, stdin io.Reader, msgs io.Writer, ctl *controls,
 	}
 }
 
-// runOne runs the job whose spec is line and reports its result. It returns
-// why the worker must take no further job, or "".
-func runOne(life context.Context, line []byte, msgs io.Writer, ctl *controls, handlers map[string]Handler, term *termSignal, base *workerState, kept *residents) (retire string) {
+// runOne runs the job of spec and reports its result. It returns why the
+// worker must take no further job, or "".
+func runOne(life context.Context, spec Spec, msgs io.Writer, ctl *controls, handlers map[string]Handler, term *termSignal, base *workerState, kept *residents) (retire string) {
 	r := &Reporter{msgs: msgs, log: io.Discard, residents: kept}
-	var spec Spec
-	if err := json.Unmarshal(line, &spec); err != nil {
-		retire = "its last spec could not be read"
-		r.finish(Result{Error: fmt.Sprintf("reading job spec from stdin: %v", err)}, retire)
-		return retire
-	}
 	r.ctl, r.gated = ctl, spec.Gated
 	logFile, err := os.OpenFile(spec.LogPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {
@@ -334,7 +328,8 @@ func (r *Reporter) SlotDone() {
 }
 
 // Available tells the parent that what the job makes is usable by later jobs
-// before the job ends: data says what it is (it must be valid JSON). What the
+// before the job ends: data says what it is, in the form the queue's
+// Available reads (opaque to this package: a build's is binary). What the
 // job still does after it, such as making its output durable, must need no job
 // slot (no CPU to speak of) and start no process: the scheduler may give the
 // slot to another job, and starts the jobs that wait for this one's output,
@@ -342,7 +337,7 @@ func (r *Reporter) SlotDone() {
 // Available first kills every process the job left, as the job's end does. The
 // job still ends with its result, and a failure then is still its failure.
 // Only the first call sends anything.
-func (r *Reporter) Available(data json.RawMessage) {
+func (r *Reporter) Available(data []byte) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.available {
@@ -350,10 +345,6 @@ func (r *Reporter) Available(data json.RawMessage) {
 	}
 	r.available = true
 	endJobProcesses()
-	if len(data) > 0 && !json.Valid(data) {
-		r.writeLog("[available] not sent: its data is not valid JSON")
-		return
-	}
 	r.writeLog("[available]")
 	r.send(Message{Type: MessageAvailable, Data: data})
 }
@@ -469,13 +460,18 @@ func (r *Reporter) send(m Message) {
 		return
 	}
 	m.Time = time.Now()
-	b, err := json.Marshal(m)
+	b, err := encodeMessage(m)
 	if err != nil {
-		// Only Result.Data can fail to encode; say so instead.
-		m.Result = &Result{Error: fmt.Sprintf("encoding job message: %v", err)}
-		b, _ = json.Marshal(m) // without Result.Data, a message always encodes
+		// Too big (its data: a log line is cut at maxLine): say so instead.
+		m.Data = nil
+		if m.Result != nil {
+			m.Result = &Result{Error: fmt.Sprintf("encoding job message: %v", err)}
+		}
+		if b, err = encodeMessage(m); err != nil {
+			return
+		}
 	}
-	_, r.sendErr = r.msgs.Write(append(b, '\n'))
+	_, r.sendErr = r.msgs.Write(b)
 }
 
 // logOnly writes line to the log only: it is not sent to the parent.

@@ -16,7 +16,7 @@ const DefaultGrace = 5 * time.Second
 // Options says how to start worker processes.
 type Options struct {
 	// Command is the argv that starts a worker, e.g. {exe, "__job"}; the worker
-	// must call RunChild. Job specs are written to its stdin as JSON lines.
+	// must call RunChild. Job specs are written to its stdin as frames (frame.go).
 	Command []string
 	// Env is the worker's environment; nil means the parent's.
 	Env []string
@@ -36,7 +36,6 @@ type Options struct {
 // died), the job signals nothing any more.
 type Job struct {
 	spec      Spec
-	line      []byte // spec as the JSON line a worker reads
 	grace     time.Duration
 	onMessage func(Message)
 	done      chan struct{}
@@ -294,7 +293,7 @@ func (j *Job) handOver(old *worker) bool {
 		// A new pipe has room; if the worker died already, its watcher ends the job.
 		_ = w.control(controlOpen, j.spec.ID)
 	}
-	w.send(j.line)
+	w.send(j.spec)
 	return true
 }
 
@@ -358,13 +357,38 @@ func (j *Job) complete(res *Result, retire string, ps *os.ProcessState, waitErr 
 		if ps != nil {
 			out.ExitCode = ps.ExitCode()
 		}
-		out.Result = Result{Error: fmt.Sprintf("job process %s without reporting a result (see log %s)",
-			describeExit(ps, waitErr), j.spec.LogPath)}
+		out.Result = Result{Error: j.deathError(w, ps, waitErr)}
 		retire = "it exited"
 	}
 	w.release(retire)
 	j.outcome = out
 	close(j.done)
+}
+
+// deathError is the error of a job whose worker w exited without its result:
+// how the process ended and where the log is; and, when its messages could not
+// be read to the end (a frame cut off by its death, or a corrupt one, for
+// which the worker was killed), which job of which element that was and why,
+// as a fault of gantry or the machine: the job caches nothing, so the next
+// session tries the element again.
+func (j *Job) deathError(w *worker, ps *os.ProcessState, waitErr error) string {
+	exit := fmt.Sprintf("job process %s without reporting a result (see log %s)", describeExit(ps, waitErr), j.spec.LogPath)
+	w.mu.Lock()
+	sendErr := w.sendErr
+	w.mu.Unlock()
+	var why error
+	switch {
+	case sendErr != nil:
+		why = sendErr
+	case w.readErr == nil: // read ended before watch looked: see worker.read
+		return exit
+	case errors.Is(w.readErr, errCutOff):
+		why = fmt.Errorf("reading its worker's messages: %w", w.readErr)
+	default:
+		why = fmt.Errorf("a corrupt message from its worker (pid %d, killed): %w", w.pid, w.readErr)
+	}
+	return fmt.Sprintf("job %s (%s of %s): %v; %s: a fault of gantry or the machine, not of %s",
+		j.spec.ID, j.spec.Action, j.spec.Element, why, exit, j.spec.Element)
 }
 
 func describeExit(ps *os.ProcessState, waitErr error) string {

@@ -1,6 +1,7 @@
 package job
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -53,9 +54,9 @@ var testHandlers = map[string]Handler{
 		r.Available(json.RawMessage(`"again"`))
 		return Result{OK: true, Data: spec.Payload}, nil
 	},
-	// badAvailable says something is available with data that is not JSON.
-	"badAvailable": func(ctx context.Context, spec Spec, r *Reporter) (Result, error) {
-		r.Available(json.RawMessage(`{not json`))
+	// binaryAvailable says something is available with data that is not JSON.
+	"binaryAvailable": func(ctx context.Context, spec Spec, r *Reporter) (Result, error) {
+		r.Available(binaryData)
 		return Result{OK: true}, nil
 	},
 	// marker creates the payload's file, then waits until terminated.
@@ -89,6 +90,8 @@ var testHandlers = map[string]Handler{
 		r.Log("about to fail")
 		return Result{Temporary: true}, errors.New("fetching foo.tar: remote unreachable")
 	},
+	"corrupt": corruptHandler, // frame_test.go
+	"cutoff":  cutoffHandler,
 	"crash": func(ctx context.Context, spec Spec, r *Reporter) (Result, error) {
 		r.Log("crashing")
 		os.Exit(3)
@@ -494,18 +497,25 @@ func TestAvailableOnceBeforeResult(t *testing.T) {
 		t.Errorf("log does not say once when the output was available:\n%s", log)
 	}
 
-	// Data that is not JSON is not sent (it could not be decoded), and the log says so.
-	s = start(t, "badAvailable", nil, 0)
+	// Data is opaque: any bytes, JSON or not, reach the parent as they were sent.
+	s = start(t, "binaryAvailable", nil, 0)
 	waitOutcome(t, s.job)
+	sent := 0
 	for _, m := range s.rec.messages() {
 		if m.Type == MessageAvailable {
-			t.Errorf("invalid data sent as available: %+v", m)
+			sent++
+			if !bytes.Equal(m.Data, binaryData) {
+				t.Errorf("available data %q, want %q", m.Data, binaryData)
+			}
 		}
 	}
-	if log := readFile(t, s.log); !strings.Contains(log, "[available] not sent") {
-		t.Errorf("log does not say the available message was not sent:\n%s", log)
+	if sent != 1 {
+		t.Errorf("%d available messages, want 1", sent)
 	}
 }
+
+// binaryData is data that JSON could not carry as it is.
+var binaryData = []byte{0, 0xff, '\n', '{'}
 
 var logStampRE = regexp.MustCompile(`^\[\d\d:\d\d:\d\d\.\d{3}\] `)
 
@@ -667,8 +677,8 @@ func TestStartErrors(t *testing.T) {
 		{"no log", Spec{ID: "b"}, Options{Command: []string{"true"}}, "starting job b: no log path given"},
 		{"missing executable", Spec{ID: "c", Action: "build", Element: "x.toml", LogPath: filepath.Join(dir, "c.log")},
 			Options{Command: []string{filepath.Join(dir, "nonexistent")}}, "starting job c (build of x.toml)"},
-		{"bad payload", Spec{ID: "d", LogPath: filepath.Join(dir, "d.log"), Payload: json.RawMessage("{")},
-			Options{Command: []string{"true"}}, "starting job d: encoding spec"},
+		{"oversize payload", Spec{ID: "d", Action: "build", Element: "x.toml", LogPath: "d.log", Payload: make([]byte, maxFrame)},
+			Options{Command: []string{"true"}}, "starting job d (build of x.toml): its spec holds 67108881 bytes, over the limit of a frame, 64.0 MiB (67108864 bytes)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

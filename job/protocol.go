@@ -7,10 +7,11 @@
 // a re-execution of gantry (the caller supplies the argv, e.g. {exe, "__job"})
 // in its own session and process group, each running one job at a time and
 // many over its life, so that Go's start-up is paid per worker, not per job.
-// A job's Spec goes to an idle worker's stdin as a JSON line; the worker,
-// RunChild, runs the handler for the spec's action and sends Messages back
-// over fd 3 as JSON lines (start, status, log, progress and finally result),
-// while writing the full log to Spec.LogPath. During the job the worker's
+// A job's Spec goes to an idle worker's stdin as a binary frame, with the
+// parts it shares with earlier jobs sent to that worker only once (frame.go);
+// the worker, RunChild, runs the handler for the spec's action and sends
+// Messages back over fd 3, a frame each (start, status, log, progress and
+// finally result), while writing the full log to Spec.LogPath. During the job the worker's
 // stdout and stderr go to the same log file, so a crash's panic trace is kept.
 //
 // A job is still a unit of its own. While it runs, its worker's process group
@@ -43,16 +44,29 @@ import (
 	"time"
 )
 
-// Spec is what one job attempt must do. It travels to the child as JSON.
+// Spec is what one job attempt must do. It travels to the worker as a frame
+// (frame.go).
 type Spec struct {
-	ID      string          `json:"id"`      // unique per job attempt
-	Action  string          `json:"action"`  // "track", "pull", "fetch", "build", "push"
-	Element string          `json:"element"` // the element's name, e.g. "base/gcc.toml"
-	LogPath string          `json:"log_path"`
-	Payload json.RawMessage `json:"payload,omitempty"` // action-specific, opaque to this package
+	ID      string // unique per job attempt
+	Action  string // "track", "pull", "fetch", "build", "push"
+	Element string // the element's name, e.g. "base/gcc.toml"
+	LogPath string
+	Payload []byte // action-specific, opaque to this package (JSON, or the build's binary spec)
+	// Shared are parts of the job's input that recur from job to job (a build's
+	// staged dependencies, its project's configuration), opaque to this package
+	// as Payload is: a worker is sent each part once, and later jobs name it (see
+	// frame.go). The handler gets them back, in this order.
+	Shared []string
 	// Gated: the job prepares (stages its inputs) but does the work that needs its
 	// slot only once the parent opens its gate (Job.Open): see Reporter.Gate.
-	Gated bool `json:"gated,omitempty"`
+	Gated bool
+}
+
+// Input is a job's action-specific input, as its queue makes it: the Spec's
+// Payload and Shared.
+type Input struct {
+	Payload []byte
+	Shared  []string
 }
 
 // MessageType says what a Message carries.
@@ -86,14 +100,14 @@ func (t MessageType) String() string { return string(t) }
 // each one to the onMessage given to Workers.Start, in the order the child
 // sent them.
 type Message struct {
-	Type   MessageType     `json:"type"`
-	Time   time.Time       `json:"time"`
-	Text   string          `json:"text,omitempty"`  // status text or log line (no trailing newline)
-	Level  string          `json:"level,omitempty"` // with MessageNotice: "warning" (Reporter.Warn), else info
-	Done   int64           `json:"done,omitempty"`  // progress, in bytes or steps
-	Total  int64           `json:"total,omitempty"` // 0 when unknown
-	Data   json.RawMessage `json:"data,omitempty"`  // with MessageAvailable: what is available
-	Result *Result         `json:"result,omitempty"`
+	Type   MessageType `json:"type"`
+	Time   time.Time   `json:"time"`
+	Text   string      `json:"text,omitempty"`  // status text or log line (no trailing newline)
+	Level  string      `json:"level,omitempty"` // with MessageNotice: "warning" (Reporter.Warn), else info
+	Done   int64       `json:"done,omitempty"`  // progress, in bytes or steps
+	Total  int64       `json:"total,omitempty"` // 0 when unknown
+	Data   []byte      `json:"data,omitempty"`  // with MessageAvailable: what is available, opaque to this package
+	Result *Result     `json:"result,omitempty"`
 	// Retire, with a result: the worker that ran the job takes no further job,
 	// and why (its state could not be made fresh again, see RunChild).
 	Retire string `json:"retire,omitempty"`

@@ -2,9 +2,9 @@ package job
 
 import (
 	"bufio"
-	"bytes"
-	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gantry-build/gantry/internal/proctree"
+	"github.com/gantry-build/gantry/internal/units"
 )
 
 // Workers starts jobs in long-lived worker processes, one job at a time per
@@ -57,9 +58,8 @@ func (p *Workers) Start(spec Spec, onMessage func(Message)) (*Job, error) {
 	if spec.LogPath == "" {
 		return nil, fmt.Errorf("starting job %s: no log path given", spec.ID)
 	}
-	specJSON, err := json.Marshal(spec)
-	if err != nil {
-		return nil, fmt.Errorf("starting job %s: encoding spec: %w", spec.ID, err)
+	if err := checkSpecSize(spec); err != nil {
+		return nil, fmt.Errorf("starting job %s (%s of %s): %w", spec.ID, spec.Action, spec.Element, err)
 	}
 	if err := os.MkdirAll(filepath.Dir(spec.LogPath), 0o755); err != nil {
 		return nil, fmt.Errorf("starting job %s: creating log directory: %w", spec.ID, err)
@@ -70,7 +70,7 @@ func (p *Workers) Start(spec Spec, onMessage func(Message)) (*Job, error) {
 	}
 	defer logFile.Close()
 
-	j := &Job{spec: spec, line: append(specJSON, '\n'), grace: p.opts.Grace, onMessage: onMessage, done: make(chan struct{})}
+	j := &Job{spec: spec, grace: p.opts.Grace, onMessage: onMessage, done: make(chan struct{})}
 	if j.grace <= 0 {
 		j.grace = DefaultGrace
 	}
@@ -80,16 +80,41 @@ func (p *Workers) Start(spec Spec, onMessage func(Message)) (*Job, error) {
 			return nil, fmt.Errorf("starting job %s (%s of %s): %w", spec.ID, spec.Action, spec.Element, err)
 		}
 	}
-	w.send(j.line)
+	w.send(spec)
 	return j, nil
 }
 
-// send writes the spec line to the worker's stdin from a goroutine of its own:
-// a stopped worker reads nothing. An error means the worker died before
-// reading the spec; its watcher hands the job over or ends it.
-func (w *worker) send(line []byte) {
+// checkSpecSize says whether spec's frames would be over maxFrame, before a
+// worker is given the job.
+func checkSpecSize(spec Spec) error {
+	n := len(spec.ID) + len(spec.Action) + len(spec.Element) + len(spec.LogPath) + len(spec.Payload)
+	if n+10*(len(spec.Shared)+6) > maxFrame {
+		return fmt.Errorf("its spec holds %d bytes, over the limit of a frame, %s (%d bytes)", n, units.Bytes(maxFrame), maxFrame)
+	}
+	for _, part := range spec.Shared {
+		if len(part)+21 > maxFrame {
+			return fmt.Errorf("a shared part of its spec holds %d bytes, over the limit of a frame, %s (%d bytes)", len(part), units.Bytes(maxFrame), maxFrame)
+		}
+	}
+	return nil
+}
+
+// send writes the frames of spec (its shared parts the worker lacks, then the
+// job) to the worker's stdin from a goroutine of its own: a stopped worker
+// reads nothing. An error means the worker died before reading the spec; its
+// watcher hands the job over or ends it. Only the goroutine that gave the
+// worker its job calls send, once per job.
+func (w *worker) send(spec Spec) {
+	frames, err := w.sent.encodeJob(spec)
+	if err != nil { // checkSpecSize let it through: cannot happen
+		w.mu.Lock()
+		w.sendErr = fmt.Errorf("encoding its spec: %w", err)
+		w.mu.Unlock()
+		w.kill()
+		return
+	}
 	go func() {
-		_, _ = w.specs.Write(line)
+		_, _ = w.specs.Write(frames)
 		if w.pool.oneShot {
 			w.retire()
 		}
@@ -172,16 +197,21 @@ type worker struct {
 	pool     *Workers
 	cmd      *exec.Cmd
 	pid      int           // also its process group id
-	specs    *os.File      // its stdin: one JSON spec per line
-	msgs     *os.File      // its fd 3: one JSON message per line
+	specs    *os.File      // its stdin: spec frames (frame.go)
+	msgs     *os.File      // its fd 3: message frames
 	controls *os.File      // its fd 4: the control pipe (see controlTerminate)
 	readDone chan struct{} // closed when msgs reached EOF (or was closed)
 	dead     chan struct{} // closed once the process has exited and been reaped
+	sent     sentParts     // the shared parts it was sent (send)
+	// readErr is why read stopped before the end of msgs (a frame cut off, or
+	// corrupt), or nil; set before readDone is closed.
+	readErr error
 
 	mu      sync.Mutex // guards the fields below
 	current *Job       // the job it runs, or nil when idle
 	exited  bool       // the process has exited (maybe not reaped yet)
 	retired bool       // takes no further job; its stdin is closed
+	sendErr error      // why send killed it, or nil
 }
 
 // startWorker starts a worker process for job j, its stdout and stderr going to
@@ -275,35 +305,35 @@ func (w *worker) kill() {
 // read delivers the worker's messages to its current job until the pipe is
 // closed. A job's messages end with its result, and the worker sends the next
 // job's only once it has that job's spec, which it is given after the result
-// was delivered here: so every message reaches the job it belongs to.
+// was delivered here: so every message reaches the job it belongs to. A frame
+// that cannot be read (cut off by the worker's death, or corrupt) ends the
+// reading: the stream cannot be followed past it. A corrupt one kills the
+// worker, and its job fails as a fault of gantry (see Job.complete).
 func (w *worker) read() {
 	defer close(w.readDone)
-	br := bufio.NewReader(w.msgs)
+	br := bufio.NewReaderSize(w.msgs, 64<<10)
 	for {
-		line, err := br.ReadBytes('\n')
-		if line = bytes.TrimSpace(line); len(line) > 0 {
-			m := decodeMessage(line)
-			w.mu.Lock()
-			j := w.current
-			w.mu.Unlock()
-			if j != nil {
-				j.deliver(m)
-			}
+		body, err := readFrame(br)
+		var m Message
+		if err == nil {
+			m, err = decodeMessage(body)
 		}
 		if err != nil {
+			if err != io.EOF && !errors.Is(err, os.ErrClosed) {
+				w.readErr = err
+				if !errors.Is(err, errCutOff) {
+					w.kill()
+				}
+			}
 			return
 		}
+		w.mu.Lock()
+		j := w.current
+		w.mu.Unlock()
+		if j != nil {
+			j.deliver(m)
+		}
 	}
-}
-
-// decodeMessage decodes one line; a line that is not a message is passed on
-// as a log line, so that nothing the worker said is lost.
-func decodeMessage(line []byte) Message {
-	var m Message
-	if err := json.Unmarshal(line, &m); err != nil || m.Type == "" {
-		return Message{Type: MessageLog, Time: time.Now(), Text: "malformed job message: " + string(line)}
-	}
-	return m
 }
 
 // watch waits for the worker to exit, kills what its job left in the worker's

@@ -122,7 +122,7 @@ func (s *Scheduler) harvestCleanup() {
 	s.publishNeeds(keep)
 	payload, err := s.cfg.Cleanup.Payload(keep)
 	if err == nil {
-		err = s.startJob(a, Cleanup, cleanupElement, payload)
+		err = s.startJob(a, Cleanup, cleanupElement, job.Input{Payload: payload})
 	}
 	if err != nil {
 		tokens.releaseAll()

@@ -469,7 +469,7 @@ func (q *testQueue) Status(it *Item) (Status, string) {
 
 func (q *testQueue) Resources(it *Item) resources.Request { return q.resources(it) }
 
-func (q *testQueue) Payload(*Item) (json.RawMessage, error) { return nil, nil }
+func (q *testQueue) Payload(*Item) (job.Input, error) { return job.Input{}, nil }
 
 func (q *testQueue) Done(it *Item, res job.Result) {
 	if q.done != nil {

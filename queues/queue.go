@@ -151,8 +151,8 @@ type Queue interface {
 	Status(it *Item) (Status, string)
 	// Resources are what one job of this queue needs for it.
 	Resources(it *Item) resources.Request
-	// Payload is the job's action-specific input.
-	Payload(it *Item) (json.RawMessage, error)
+	// Payload is the job's action-specific input (job.Spec's Payload and Shared).
+	Payload(it *Item) (job.Input, error)
 	// Done records a job's success (for example the element is now cached).
 	Done(it *Item, res job.Result)
 	// Retries is how often a temporary failure is retried (network queues).

@@ -1,7 +1,6 @@
 package queues
 
 import (
-	"encoding/json"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -113,9 +112,9 @@ func (q *volatileQueue) Status(it *Item) (Status, string) {
 	return Ready, ""
 }
 
-func (q *volatileQueue) Payload(*Item) (json.RawMessage, error) {
+func (q *volatileQueue) Payload(*Item) (job.Input, error) {
 	q.running++
-	return nil, nil
+	return job.Input{}, nil
 }
 
 func (q *volatileQueue) Done(*Item, job.Result) { q.running-- }

@@ -1,7 +1,6 @@
 package queues
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -507,8 +506,8 @@ func (s *Scheduler) nextJobID(action Action) string {
 
 // startJob starts the job a describes and books it as active: the one place a job
 // process is started. Its messages and its end reach the loop through the inbox.
-func (s *Scheduler) startJob(a *activeJob, action Action, element string, payload json.RawMessage) error {
-	spec := job.Spec{ID: a.id, Action: string(action), Element: element, LogPath: a.logPath, Payload: payload, Gated: a.gated}
+func (s *Scheduler) startJob(a *activeJob, action Action, element string, in job.Input) error {
+	spec := job.Spec{ID: a.id, Action: string(action), Element: element, LogPath: a.logPath, Payload: in.Payload, Shared: in.Shared, Gated: a.gated}
 	running, err := s.cfg.Runner.Start(spec, func(m job.Message) { s.inbox <- jobMessage{a.id, m} })
 	if err != nil {
 		return err

@@ -1,8 +1,6 @@
 package sim
 
 import (
-	"encoding/json"
-
 	"github.com/gantry-build/gantry/actions"
 	"github.com/gantry-build/gantry/job"
 	"github.com/gantry-build/gantry/queues"
@@ -34,9 +32,9 @@ func (simulatedFetch) Resources(it *queues.Item) resources.Request {
 	return (&actions.FetchQueue{}).Resources(it)
 }
 
-func (simulatedFetch) Payload(*queues.Item) (json.RawMessage, error) { return nil, nil }
-func (simulatedFetch) Done(*queues.Item, job.Result)                 {}
-func (simulatedFetch) Retries() int                                  { return 0 }
+func (simulatedFetch) Payload(*queues.Item) (job.Input, error) { return job.Input{}, nil }
+func (simulatedFetch) Done(*queues.Item, job.Result)           {}
+func (simulatedFetch) Retries() int                            { return 0 }
 
 // simulatedBuild is actions.Build without its payload, claims and cache: its rules are
 // asked of a Build that has none.
@@ -50,7 +48,7 @@ func (*simulatedBuild) Action() queues.Action { return queues.Build }
 func (q *simulatedBuild) Status(it *queues.Item) (queues.Status, string) { return q.rules.Status(it) }
 func (q *simulatedBuild) WaitsOn(it *queues.Item) *queues.Item           { return q.rules.WaitsOn(it) }
 func (q *simulatedBuild) Resources(it *queues.Item) resources.Request    { return q.rules.Resources(it) }
-func (*simulatedBuild) Payload(*queues.Item) (json.RawMessage, error)    { return nil, nil }
+func (*simulatedBuild) Payload(*queues.Item) (job.Input, error)          { return job.Input{}, nil }
 func (q *simulatedBuild) Done(it *queues.Item, res job.Result)           { q.rules.Done(it, res) }
 func (q *simulatedBuild) Retries() int                                   { return q.rules.Retries() }
 
