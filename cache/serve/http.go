@@ -39,7 +39,7 @@ func (s *Server) httpHandler() http.Handler {
 			certs = r.TLS.PeerCertificates
 		}
 		id := s.auth.identify(r.Header.Get("Authorization"), r.RemoteAddr, certs)
-		setClient(r.Context(), id.name)
+		httpCall(w).setClient(id.name)
 		write := r.Method != http.MethodGet && r.Method != http.MethodHead
 		if d := s.authorize(id, write); d != nil {
 			switch d.http {
@@ -64,12 +64,12 @@ func (s *Server) httpHandler() http.Handler {
 			s.metrics.handler().ServeHTTP(w, r)
 			return
 		}
-		parts := strings.Split(path, "/")
-		if len(parts) < 2 {
+		rest, hash, ok := cutLast(path)
+		if !ok {
 			http.Error(w, "not found: paths are [/PREFIX]/cas/<sha256> and [/PREFIX]/ac/<sha256>", http.StatusNotFound)
 			return
 		}
-		kind, hash := parts[len(parts)-2], parts[len(parts)-1]
+		_, kind, _ := cutLast(rest)
 		if err := (cache.Digest{Hash: hash}).Validate(); err != nil {
 			http.Error(w, fmt.Sprintf("bad digest in %s: %v", r.URL.Path, err), http.StatusBadRequest)
 			return
@@ -85,6 +85,16 @@ func (s *Server) httpHandler() http.Handler {
 			http.Error(w, "not found: paths are [/PREFIX]/cas/<sha256> and [/PREFIX]/ac/<sha256>", http.StatusNotFound)
 		}
 	})
+}
+
+// cutLast cuts path at its last slash: what is before it and the last
+// element; ok is false when path has no slash.
+func cutLast(path string) (before, last string, ok bool) {
+	i := strings.LastIndexByte(path, '/')
+	if i < 0 {
+		return "", path, false
+	}
+	return path[:i], path[i+1:], true
 }
 
 // httpFail answers an error: a body over --max-blob-size is 413, integrity and
@@ -120,8 +130,7 @@ const httpChunk = 256 << 10
 func (s *Server) serveCAS(w http.ResponseWriter, r *http.Request, client, hash string) {
 	switch r.Method {
 	case http.MethodGet, http.MethodHead:
-		p := s.c.BlobPath(cache.Digest{Hash: hash})
-		f, err := os.Open(p)
+		f, err := s.blobs.open(hash)
 		if err != nil {
 			s.metrics.lookup(false)
 			http.NotFound(w, r)

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"time"
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
@@ -50,14 +51,20 @@ func sendBlob(f *os.File, d cache.Digest, off, n int64, chunk int, send func([]b
 	}
 	r := io.NewSectionReader(f, off, n)
 	size := int(max(min(int64(chunk), n), 1))
-	// The second buffer only for a blob of more than one chunk: a small blob
-	// costs one allocation of its size.
-	next, spare := make([]byte, size), []byte(nil)
+	// The buffers come from a pool of chunk-sized ones (send copies what it
+	// sends before it returns); the second only for a blob of more than one
+	// chunk.
+	pool := chunkPool(chunk)
+	first := pool.Get().(*[]byte)
+	defer pool.Put(first)
+	next, spare := (*first)[:size], []byte(nil)
 	var held []byte // read and hashed, not sent yet
 	var sent, read int64
 	for read < n || n == 0 {
 		if next == nil {
-			next = make([]byte, size)
+			second := pool.Get().(*[]byte)
+			defer pool.Put(second)
+			next = (*second)[:size]
 		}
 		k, err := io.ReadFull(r, next)
 		read += int64(k)
@@ -92,6 +99,18 @@ func sendBlob(f *os.File, d cache.Digest, off, n int64, chunk int, send func([]b
 		sent += int64(len(held))
 	}
 	return sent, nil
+}
+
+// chunkPools holds a sync.Pool of buffers for each chunk size sendBlob is
+// called with (a few constants).
+var chunkPools sync.Map
+
+func chunkPool(chunk int) *sync.Pool {
+	if p, ok := chunkPools.Load(chunk); ok {
+		return p.(*sync.Pool)
+	}
+	p, _ := chunkPools.LoadOrStore(chunk, &sync.Pool{New: func() any { b := make([]byte, chunk); return &b }})
+	return p.(*sync.Pool)
 }
 
 // hashRange hashes n bytes of f from off, outside the range a read sends;

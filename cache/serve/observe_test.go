@@ -514,3 +514,56 @@ func TestServeReloadFailureLogged(t *testing.T) {
 		t.Errorf("no ERROR line for the failed reload with its cause in:\n%s", o.log())
 	}
 }
+
+// lockedBuffer is a log destination tests read while the server writes it.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// TestLogBatchesAccessLinesOnly: access lines wait in the log's buffer (one
+// write for many requests), any other line is written at once with the
+// access lines before it, in order, and waiting access lines are written
+// within logFlushDelay without another line to push them.
+func TestLogBatchesAccessLinesOnly(t *testing.T) {
+	var out lockedBuffer
+	lw := newLogWriter(&out)
+	inner, err := newLogger(lw, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := slog.New(flushHandler{inner.Handler(), lw})
+	l.Info(accessMsg, "path", "/cas/1")
+	l.Info(accessMsg, "path", "/cas/2")
+	if got := out.String(); got != "" {
+		t.Errorf("access lines written at once: %q, want them batched", got)
+	}
+	l.Warn("blob is damaged")
+	got := out.String()
+	i1, i2, iw := strings.Index(got, "path=/cas/1"), strings.Index(got, "path=/cas/2"), strings.Index(got, "msg=\"blob is damaged\"")
+	if i1 < 0 || i2 < 0 || iw < 0 || !(i1 < i2 && i2 < iw) {
+		t.Errorf("after a warning the log is %q, want both access lines, then the warning", got)
+	}
+	l.Info(accessMsg, "path", "/cas/3")
+	proctest.Eventually(t, "the waiting access line written by the timer", func() bool { return strings.Contains(out.String(), "path=/cas/3") })
+}
+
+// TestServeAccessLogWrittenWhileServing: a request's access line reaches the
+// log while the server serves, with no other line after it and no stop.
+func TestServeAccessLogWrittenWhileServing(t *testing.T) {
+	o := startObserved(t, "", Options{})
+	o.request("GET", "/cas/"+cache.DigestOf([]byte("absent")).Hash, nil, true)
+	proctest.Eventually(t, "the GET's access line", func() bool { return strings.Contains(o.log(), `"status":"404"`) })
+}
