@@ -159,7 +159,7 @@ func (s *Server) serveCAS(w http.ResponseWriter, r *http.Request, client, hash s
 			return
 		}
 		d := cache.Digest{Hash: hash, Size: fi.Size()}
-		n, err := sendBlob(f, d, 0, d.Size, httpChunk, s.stallWriter(w))
+		n, err := sendBlob(f, d, 0, d.Size, httpChunk, newWriteSink(httpChunk, s.stallWriter(w)))
 		if stalled(err) {
 			s.log.Warn(fmt.Sprintf("GET %s: the client read nothing for %v: connection closed after %d of %d bytes", r.URL.Path, s.opts.IdleTimeout, n, d.Size))
 		}
