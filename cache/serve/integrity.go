@@ -131,20 +131,29 @@ func chunkPool(chunk int) *sync.Pool {
 	return p.(*sync.Pool)
 }
 
+// smallChunk is the size of the buffers of blobs up to its size: a pool of
+// their own, so that a small read neither holds nor, after a collection
+// emptied the pool, clears a whole chunk.
+const smallChunk = 16 << 10
+
 // writeSink sends chunks through a function that is done with them when it
-// returns (an HTTP response's writes): its buffers go back to the pool of
-// chunk-sized ones at once.
+// returns (an HTTP response's writes): its buffers go back to their pool at
+// once.
 type writeSink struct {
-	pool  *sync.Pool
+	chunk int
 	write func([]byte) error
 }
 
 func newWriteSink(chunk int, write func([]byte) error) writeSink {
-	return writeSink{chunkPool(chunk), write}
+	return writeSink{chunk, write}
 }
 
 func (w writeSink) get(size int) *[]byte {
-	b := w.pool.Get().(*[]byte)
+	c := w.chunk
+	if size <= smallChunk && smallChunk < c {
+		c = smallChunk
+	}
+	b := chunkPool(c).Get().(*[]byte)
 	*b = (*b)[:size]
 	return b
 }
@@ -155,7 +164,7 @@ func (w writeSink) send(b *[]byte) error {
 	return err
 }
 
-func (w writeSink) put(b *[]byte) { w.pool.Put(b) }
+func (w writeSink) put(b *[]byte) { chunkPool(cap(*b)).Put(b) }
 
 // hashRange hashes n bytes of f from off, outside the range a read sends;
 // nothing for an empty range (a whole blob's read: io.Copy would allocate

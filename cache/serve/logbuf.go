@@ -24,6 +24,7 @@ const (
 // for w.
 type logWriter struct {
 	w     io.Writer
+	delay time.Duration // logFlushDelay but in tests
 	timer *time.Timer
 
 	mu      sync.Mutex
@@ -31,8 +32,8 @@ type logWriter struct {
 	pending bool // the timer is set
 }
 
-func newLogWriter(w io.Writer) *logWriter {
-	l := &logWriter{w: w}
+func newLogWriter(w io.Writer, delay time.Duration) *logWriter {
+	l := &logWriter{w: w, delay: delay}
 	l.timer = time.AfterFunc(time.Hour, l.flush)
 	l.timer.Stop()
 	return l
@@ -47,7 +48,7 @@ func (l *logWriter) Write(p []byte) (int, error) {
 		l.flushLocked()
 	case !l.pending:
 		l.pending = true
-		l.timer.Reset(logFlushDelay)
+		l.timer.Reset(l.delay)
 	}
 	return len(p), nil
 }

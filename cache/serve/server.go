@@ -130,7 +130,7 @@ func New(opts Options) (*Server, error) {
 	if opts.Log == nil {
 		opts.Log = io.Discard
 	}
-	logw := newLogWriter(opts.Log)
+	logw := newLogWriter(opts.Log, logFlushDelay)
 	logger, err := newLogger(logw, opts.LogFormat)
 	if err != nil {
 		return nil, config(err)
