@@ -11,6 +11,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/gantry-build/gantry/cache"
@@ -137,35 +138,41 @@ func (s *Server) serveCAS(w http.ResponseWriter, r *http.Request, client, hash s
 			return
 		}
 		defer f.Close()
-		fi, err := f.Stat()
+		st, err := f.stat()
 		if err != nil {
 			s.httpFail(w, r, err)
 			return
 		}
-		if !fi.Mode().IsRegular() { // damage (a directory in the blob's place): a miss, which an upload replaces
+		if st.Mode&syscall.S_IFMT != syscall.S_IFREG { // damage (a directory in the blob's place): a miss, which an upload replaces
 			s.metrics.lookup(false)
 			http.NotFound(w, r)
 			return
 		}
 		s.metrics.lookup(true)
-		s.touchBlob(cache.Digest{Hash: hash}, fi.ModTime())
-		w.Header().Set("Content-Length", strconv.FormatInt(fi.Size(), 10))
+		size := st.Size
+		s.touchBlob(cache.Digest{Hash: hash}, time.Unix(st.Mtim.Unix()))
+		w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
 		w.Header().Set("Content-Type", "application/octet-stream")
 		if r.Method == http.MethodHead {
 			return
 		}
-		release, err := s.admit.acquire(r.Context(), client, fi.Size())
+		release, err := s.admit.acquire(r.Context(), client, size)
 		if err != nil {
 			return
 		}
-		d := cache.Digest{Hash: hash, Size: fi.Size()}
+		d := cache.Digest{Hash: hash, Size: size}
 		n, err := sendBlob(f, d, 0, d.Size, httpChunk, newWriteSink(httpChunk, s.stallWriter(w)))
 		if stalled(err) {
 			s.log.Warn(fmt.Sprintf("GET %s: the client read nothing for %v: connection closed after %d of %d bytes", r.URL.Path, s.opts.IdleTimeout, n, d.Size))
 		}
 		release(n)
 		if servedCorrupt(err) {
-			s.quarantine(f, d, err)
+			if of, ferr := f.osFile(); ferr == nil {
+				s.quarantine(of, d, err)
+				of.Close()
+			} else {
+				s.log.Error(fmt.Sprintf("blob %s is damaged, and could not be quarantined (%v): run `gantry cache verify --dir %s --repair`", d, ferr, s.c.Root), "digest", d.String(), "error", err)
+			}
 			abortHTTP(w)
 		}
 	case http.MethodPut:

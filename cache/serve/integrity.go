@@ -43,7 +43,7 @@ const (
 // chunk is sent only once the whole blob hashed to d: on a mismatch the error
 // wraps ErrCorrupt (a *cache.MismatchError) and the last chunk is never sent. It
 // returns the bytes sent.
-func sendBlob(f *os.File, d cache.Digest, off, n int64, chunk int, out chunkSink) (int64, error) {
+func sendBlob(f blobReader, d cache.Digest, off, n int64, chunk int, out chunkSink) (int64, error) {
 	h := cache.NewDigestWriter()
 	readErr := func(err error) error { return fmt.Errorf("reading blob %s: %w", d, err) }
 	if err := hashRange(h, f, 0, off); err != nil {
@@ -108,6 +108,12 @@ func sendBlob(f *os.File, d cache.Digest, off, n int64, chunk int, out chunkSink
 	return sent, nil
 }
 
+// blobReader is a blob open for reading: an *os.File or a blobFile.
+type blobReader interface {
+	io.ReaderAt
+	Name() string
+}
+
 // chunkSink is where sendBlob reads a blob's chunks into and sends them.
 type chunkSink interface {
 	// get returns a buffer of size bytes (at most the chunk) to read into.
@@ -169,7 +175,7 @@ func (w writeSink) put(b *[]byte) { chunkPool(cap(*b)).Put(b) }
 // hashRange hashes n bytes of f from off, outside the range a read sends;
 // nothing for an empty range (a whole blob's read: io.Copy would allocate
 // its buffer all the same).
-func hashRange(h io.Writer, f *os.File, off, n int64) error {
+func hashRange(h io.Writer, f io.ReaderAt, off, n int64) error {
 	if n <= 0 {
 		return nil
 	}
