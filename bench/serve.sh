@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # `gantry cache serve` throughput (see bench/README.md): 8 local clients reading small
 # blobs (req/s) and large blobs (MB/s) over HTTP and gRPC, writing small and large blobs,
-# next to nginx serving the same files; the server's CPU time per MB moved; and the
-# latency of a small client while another pushes 1 GiB blobs (fair admission).
+# next to nginx serving the same files; the server's CPU time (nginx's workers too) per
+# request and per MB; and the latency of a small client while another pushes 1 GiB
+# blobs (fair admission).
 #
 #   bench/serve.sh
 #
 # Environment: SMALL_N (2000 blobs of 4 KiB), LARGE_N (8 blobs), LARGE_MIB (64),
-# TIME (10s per run), CLIENTS (8), BIG_MIB (1024: the blob the background pusher uploads), KEEP=1.
+# TIME (10s per run), CLIENTS (8), BIG_MIB (1024: the blob the background pusher uploads), KEEP=1,
+# READS=1 (the read lines only), GANTRY (a gantry binary to serve with; default: built here).
 set -euo pipefail
 
 SMALL_N=${SMALL_N:-2000}
@@ -29,6 +31,7 @@ NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 [[ -x $NGINX ]] || { echo "serve.sh: apt-get install nginx" >&2; exit 1; }
 
 (cd "$ROOT" && go build -o "$TMP/gantry" ./cmd/gantry && go build -o "$TMP/serveload" ./bench/serveload)
+[[ -n ${GANTRY:-} ]] && cp "$GANTRY" "$TMP/gantry"
 STORE=$TMP/store
 chmod 755 "$TMP" # nginx workers run as another user
 log "writing $SMALL_N blobs of 4 KiB and $LARGE_N of $LARGE_MIB MiB into $STORE"
@@ -79,19 +82,25 @@ CONF
 NGINX_PID=$!
 sleep 0.5
 
-cpu() { awk '{print $14+$15}' "/proc/$SERVE_PID/stat"; }
+# cpu PID: the CPU ticks of a server, its worker processes included (nginx's).
+cpu() {
+	local t=0 p
+	for p in "$1" $(pgrep -P "$1" || true); do t=$((t + $(awk '{print $14+$15}' "/proc/$p/stat"))); done
+	echo "$t"
+}
 HZ=$(getconf CLK_TCK)
-measure() { # label, serveload args... ; prints the result and gantry's CPU per MB
+measure() { # label, serveload args... ; prints the result and the server's CPU per request and per MB
 	local label=$1; shift
-	local c0 out c1 bytes
-	c0=$(cpu)
+	local pid=$SERVE_PID c0 out c1 bytes reqs
+	[[ $label == nginx* ]] && pid=$NGINX_PID
+	c0=$(cpu "$pid")
 	out=$("$TMP/serveload" -clients "$CLIENTS" -time "$TIME" -token-file "$TMP/client-token" "$@")
-	c1=$(cpu)
+	c1=$(cpu "$pid")
 	bytes=${out##*bytes=}
+	reqs=$(sed -n 's/.* \([0-9]*\) requests in .*/\1/p' <<<"$out")
 	printf '%-28s %s' "$label" "${out% bytes=*}"
-	if [[ $label == gantry* ]]; then
-		awk -v t=$((c1 - c0)) -v hz="$HZ" -v b="$bytes" 'BEGIN { printf "  [server CPU %.2f s, %.1f ms/MB]", t/hz, (b>0 ? 1000*t/hz/(b/1e6) : 0) }'
-	fi
+	awk -v t=$((c1 - c0)) -v hz="$HZ" -v b="$bytes" -v r="${reqs:-0}" \
+		'BEGIN { printf "  [server CPU %.2f s, %.1f µs/request, %.1f ms/MB]", t/hz, (r>0 ? 1e6*t/hz/r : 0), (b>0 ? 1000*t/hz/(b/1e6) : 0) }'
 	echo
 }
 measure "gantry http small read" -url "http://$HTTP" -op read -blobs "$TMP/small.txt"
@@ -100,6 +109,7 @@ measure "nginx small read" -url "http://127.0.0.1:$NPORT" -op read -blobs "$TMP/
 measure "gantry http large read" -url "http://$HTTP" -op read -blobs "$TMP/large.txt"
 measure "gantry grpc large read" -url "grpc://$GRPC" -op read -blobs "$TMP/large.txt"
 measure "nginx large read" -url "http://127.0.0.1:$NPORT" -op read -blobs "$TMP/large.txt"
+[[ ${READS:-0} == 1 ]] && exit 0
 measure "gantry http small write" -url "http://$HTTP" -op write -size 4096
 measure "gantry grpc small write" -url "grpc://$GRPC" -op write -size 4096
 measure "gantry http large write" -url "http://$HTTP" -op write -size $((LARGE_MIB << 20))

@@ -20,7 +20,7 @@ func (s *Server) accessLog(ci *callInfo, client, status string, in, out int64, d
 	}
 	attrs = append(attrs, slog.String("status", status), slog.Int64("bytes_in", in), slog.Int64("bytes_out", out), slog.Duration("duration", d))
 	attrs = append(attrs, extra...)
-	s.log.LogAttrs(context.Background(), slog.LevelInfo, "request", attrs...)
+	s.log.LogAttrs(context.Background(), slog.LevelInfo, accessMsg, attrs...)
 }
 
 // httpMethods are the methods counted by name; any other is counted as
@@ -38,7 +38,9 @@ func (s *Server) observeHTTP(next http.Handler) http.Handler {
 		if r.Body != nil {
 			r.Body = countedBody{r.Body, ci}
 		}
-		r = r.WithContext(context.WithValue(r.Context(), callKey{}, ci))
+		// The handler finds ci through ow (httpCall), not the request's
+		// context: a context and a copy of the request per request cost more
+		// than the rest of the middleware.
 		completed := false
 		defer func() {
 			// Also when the handler broke the response off (abortHTTP panics).
@@ -50,11 +52,39 @@ func (s *Server) observeHTTP(next http.Handler) http.Handler {
 			if !completed {
 				extra = append(extra, slog.String("error", "response broken off"))
 			}
-			s.finish(ci, method, strconv.Itoa(ow.code()), extra...)
+			s.finish(ci, method, statusText(ow.code()), extra...)
 		}()
 		next.ServeHTTP(ow, r)
 		completed = true
 	})
+}
+
+// httpCall returns the callInfo of the request w answers, nil outside
+// observeHTTP.
+func httpCall(w http.ResponseWriter) *callInfo {
+	if ow, ok := w.(*observedWriter); ok {
+		return ow.ci
+	}
+	return nil
+}
+
+// statusTexts are the statuses' labels, made once.
+var statusTexts = func() map[int]string {
+	m := map[int]string{}
+	for code := 100; code < 600; code++ {
+		if http.StatusText(code) != "" {
+			m[code] = strconv.Itoa(code)
+		}
+	}
+	return m
+}()
+
+// statusText is code as the metrics and the log name it.
+func statusText(code int) string {
+	if t, ok := statusTexts[code]; ok {
+		return t
+	}
+	return strconv.Itoa(code)
 }
 
 // observedWriter keeps the status and counts the body bytes of a response.

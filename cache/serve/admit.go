@@ -83,11 +83,6 @@ func (a *admission) acquire(ctx context.Context, client string, cost int64) (rel
 	}
 	a.seq++
 	start := max(a.clock, cq.tag)
-	w := &waiter{start: start, tag: start + c + 1, seq: a.seq, client: client, ready: make(chan struct{})}
-	cq.tag = w.tag
-	heap.Push(&a.waiting, w)
-	a.dispatch()
-	a.mu.Unlock()
 	release = func(moved int64) {
 		a.mu.Lock()
 		cq.ema = emaAlpha*float64(moved) + (1-emaAlpha)*cq.ema
@@ -96,6 +91,21 @@ func (a *admission) acquire(ctx context.Context, client string, cost int64) (rel
 		a.dispatch()
 		a.mu.Unlock()
 	}
+	if a.waiting.Len() == 0 && a.slots > 0 && cq.active < a.maxPerClient {
+		// Nobody waits and a slot is free: dispatch would admit this
+		// request at once; it is admitted without a waiter or a channel.
+		cq.tag = start + c + 1
+		cq.active++
+		a.slots--
+		a.clock = max(a.clock, start)
+		a.mu.Unlock()
+		return release, nil
+	}
+	w := &waiter{start: start, tag: start + c + 1, seq: a.seq, client: client, ready: make(chan struct{})}
+	cq.tag = w.tag
+	heap.Push(&a.waiting, w)
+	a.dispatch()
+	a.mu.Unlock()
 	select {
 	case <-w.ready:
 		return release, nil

@@ -113,6 +113,7 @@ func (s *Server) newGRPCServer() *grpc.Server {
 		grpc.MaxRecvMsgSize(batchLimit + 1<<20),
 		grpc.MaxConcurrentStreams(uint32(4 * s.opts.MaxStreams)),
 		grpc.StatsHandler(grpcObserver{s}),
+		newServerCodec(), // grpccodec.go: ByteStream reads without copies
 		grpc.UnknownServiceHandler(s.grpcUnknown),
 		grpc.UnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 			ctx, err := s.grpcAuthorize(ctx, info.FullMethod)
@@ -347,8 +348,13 @@ func parseResource(name string, write bool) (cache.Digest, error) {
 	return cache.Digest{}, status.Errorf(codes.InvalidArgument, "resource %s: not a blob resource name", name)
 }
 
-// readChunk is the most data one ByteStream ReadResponse carries.
-const readChunk = 1 << 20
+// readChunk is the most data one ByteStream ReadResponse carries: a message
+// of 1 MiB once encoded (the data's tag and length take 4 bytes), the largest
+// gRPC's buffer pool keeps. A message of 1 MiB of data is one byte over it:
+// each was a new buffer, cleared and collected, on the server (the encoded
+// message) and on the client (the received one). Larger messages would be
+// the same, and over the 4 MiB a client takes by default.
+const readChunk = 1<<20 - 16
 
 func (g *grpcService) Read(req *bspb.ReadRequest, stream bspb.ByteStream_ReadServer) error {
 	d, err := parseResource(req.ResourceName, false)
@@ -380,7 +386,7 @@ func (g *grpcService) Read(req *bspb.ReadRequest, stream bspb.ByteStream_ReadSer
 	}
 	var sent int64
 	defer func() { release(sent) }()
-	sent, err = sendBlob(f, d, req.ReadOffset, n, readChunk, func(b []byte) error { return stream.Send(&bspb.ReadResponse{Data: b}) })
+	sent, err = sendBlob(f, d, req.ReadOffset, n, readChunk, streamSink{stream})
 	if servedCorrupt(err) {
 		g.s.quarantine(f, d, err)
 		return status.Error(codes.DataLoss, corruptStatus(d))

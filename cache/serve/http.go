@@ -11,6 +11,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/gantry-build/gantry/cache"
@@ -39,7 +40,7 @@ func (s *Server) httpHandler() http.Handler {
 			certs = r.TLS.PeerCertificates
 		}
 		id := s.auth.identify(r.Header.Get("Authorization"), r.RemoteAddr, certs)
-		setClient(r.Context(), id.name)
+		httpCall(w).setClient(id.name)
 		write := r.Method != http.MethodGet && r.Method != http.MethodHead
 		if d := s.authorize(id, write); d != nil {
 			switch d.http {
@@ -64,12 +65,12 @@ func (s *Server) httpHandler() http.Handler {
 			s.metrics.handler().ServeHTTP(w, r)
 			return
 		}
-		parts := strings.Split(path, "/")
-		if len(parts) < 2 {
+		rest, hash, ok := cutLast(path)
+		if !ok {
 			http.Error(w, "not found: paths are [/PREFIX]/cas/<sha256> and [/PREFIX]/ac/<sha256>", http.StatusNotFound)
 			return
 		}
-		kind, hash := parts[len(parts)-2], parts[len(parts)-1]
+		_, kind, _ := cutLast(rest)
 		if err := (cache.Digest{Hash: hash}).Validate(); err != nil {
 			http.Error(w, fmt.Sprintf("bad digest in %s: %v", r.URL.Path, err), http.StatusBadRequest)
 			return
@@ -85,6 +86,16 @@ func (s *Server) httpHandler() http.Handler {
 			http.Error(w, "not found: paths are [/PREFIX]/cas/<sha256> and [/PREFIX]/ac/<sha256>", http.StatusNotFound)
 		}
 	})
+}
+
+// cutLast cuts path at its last slash: what is before it and the last
+// element; ok is false when path has no slash.
+func cutLast(path string) (before, last string, ok bool) {
+	i := strings.LastIndexByte(path, '/')
+	if i < 0 {
+		return "", path, false
+	}
+	return path[:i], path[i+1:], true
 }
 
 // httpFail answers an error: a body over --max-blob-size is 413, integrity and
@@ -120,43 +131,48 @@ const httpChunk = 256 << 10
 func (s *Server) serveCAS(w http.ResponseWriter, r *http.Request, client, hash string) {
 	switch r.Method {
 	case http.MethodGet, http.MethodHead:
-		p := s.c.BlobPath(cache.Digest{Hash: hash})
-		f, err := os.Open(p)
+		f, err := s.blobs.open(hash)
 		if err != nil {
 			s.metrics.lookup(false)
 			http.NotFound(w, r)
 			return
 		}
 		defer f.Close()
-		fi, err := f.Stat()
+		st, err := f.stat()
 		if err != nil {
 			s.httpFail(w, r, err)
 			return
 		}
-		if !fi.Mode().IsRegular() { // damage (a directory in the blob's place): a miss, which an upload replaces
+		if st.Mode&syscall.S_IFMT != syscall.S_IFREG { // damage (a directory in the blob's place): a miss, which an upload replaces
 			s.metrics.lookup(false)
 			http.NotFound(w, r)
 			return
 		}
 		s.metrics.lookup(true)
-		s.touchBlob(cache.Digest{Hash: hash}, fi.ModTime())
-		w.Header().Set("Content-Length", strconv.FormatInt(fi.Size(), 10))
+		size := st.Size
+		s.touchBlob(cache.Digest{Hash: hash}, time.Unix(st.Mtim.Unix()))
+		w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
 		w.Header().Set("Content-Type", "application/octet-stream")
 		if r.Method == http.MethodHead {
 			return
 		}
-		release, err := s.admit.acquire(r.Context(), client, fi.Size())
+		release, err := s.admit.acquire(r.Context(), client, size)
 		if err != nil {
 			return
 		}
-		d := cache.Digest{Hash: hash, Size: fi.Size()}
-		n, err := sendBlob(f, d, 0, d.Size, httpChunk, s.stallWriter(w))
+		d := cache.Digest{Hash: hash, Size: size}
+		n, err := sendBlob(f, d, 0, d.Size, httpChunk, newWriteSink(httpChunk, s.stallWriter(w)))
 		if stalled(err) {
 			s.log.Warn(fmt.Sprintf("GET %s: the client read nothing for %v: connection closed after %d of %d bytes", r.URL.Path, s.opts.IdleTimeout, n, d.Size))
 		}
 		release(n)
 		if servedCorrupt(err) {
-			s.quarantine(f, d, err)
+			if of, ferr := f.osFile(); ferr == nil {
+				s.quarantine(of, d, err)
+				of.Close()
+			} else {
+				s.log.Error(fmt.Sprintf("blob %s is damaged, and could not be quarantined (%v): run `gantry cache verify --dir %s --repair`", d, ferr, s.c.Root), "digest", d.String(), "error", err)
+			}
 			abortHTTP(w)
 		}
 	case http.MethodPut:

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"time"
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
@@ -37,12 +38,12 @@ const (
 )
 
 // sendBlob sends bytes [off, off+n) of blob d, open as f (its size already
-// checked against d), through send in chunks of at most chunk bytes, hashing
+// checked against d), through out in chunks of at most chunk bytes, hashing
 // the whole blob while it reads, the bytes outside the range too. The last
 // chunk is sent only once the whole blob hashed to d: on a mismatch the error
 // wraps ErrCorrupt (a *cache.MismatchError) and the last chunk is never sent. It
 // returns the bytes sent.
-func sendBlob(f *os.File, d cache.Digest, off, n int64, chunk int, send func([]byte) error) (int64, error) {
+func sendBlob(f blobReader, d cache.Digest, off, n int64, chunk int, out chunkSink) (int64, error) {
 	h := cache.NewDigestWriter()
 	readErr := func(err error) error { return fmt.Errorf("reading blob %s: %w", d, err) }
 	if err := hashRange(h, f, 0, off); err != nil {
@@ -50,27 +51,41 @@ func sendBlob(f *os.File, d cache.Digest, off, n int64, chunk int, send func([]b
 	}
 	r := io.NewSectionReader(f, off, n)
 	size := int(max(min(int64(chunk), n), 1))
-	// The second buffer only for a blob of more than one chunk: a small blob
-	// costs one allocation of its size.
-	next, spare := make([]byte, size), []byte(nil)
-	var held []byte // read and hashed, not sent yet
-	var sent, read int64
-	for read < n || n == 0 {
-		if next == nil {
-			next = make([]byte, size)
+	var held *[]byte // read and hashed, not sent yet
+	defer func() {
+		if held != nil {
+			out.put(held)
 		}
-		k, err := io.ReadFull(r, next)
+	}()
+	// sendHeld sends the chunk held back; out owns it from then on.
+	var sent int64
+	sendHeld := func() error {
+		b := held
+		held = nil
+		m := int64(len(*b))
+		if err := out.send(b); err != nil {
+			return err
+		}
+		sent += m
+		return nil
+	}
+	var read int64
+	for read < n || n == 0 {
+		next := out.get(size)
+		k, err := io.ReadFull(r, *next)
 		read += int64(k)
-		if k > 0 {
-			h.Write(next[:k])
+		if k == 0 {
+			out.put(next)
+		} else {
+			h.Write((*next)[:k])
 			if held != nil {
-				if err := send(held); err != nil {
+				if err := sendHeld(); err != nil {
+					out.put(next)
 					return sent, err
 				}
-				sent += int64(len(held))
 			}
-			held = next[:k]
-			next, spare = spare, next
+			*next = (*next)[:k]
+			held = next
 		}
 		if err == io.EOF || err == io.ErrUnexpectedEOF {
 			break
@@ -86,18 +101,81 @@ func sendBlob(f *os.File, d cache.Digest, off, n int64, chunk int, send func([]b
 		return sent, cache.Mismatch(d, got, f.Name())
 	}
 	if held != nil {
-		if err := send(held); err != nil {
+		if err := sendHeld(); err != nil {
 			return sent, err
 		}
-		sent += int64(len(held))
 	}
 	return sent, nil
 }
 
+// blobReader is a blob open for reading: an *os.File or a blobFile.
+type blobReader interface {
+	io.ReaderAt
+	Name() string
+}
+
+// chunkSink is where sendBlob reads a blob's chunks into and sends them.
+type chunkSink interface {
+	// get returns a buffer of size bytes (at most the chunk) to read into.
+	get(size int) *[]byte
+	// send sends *b, a buffer of get's, and takes it: the caller no longer
+	// touches it.
+	send(b *[]byte) error
+	// put gives back a buffer of get's that is not sent.
+	put(b *[]byte)
+}
+
+// chunkPools holds a sync.Pool of buffers for each chunk size sendBlob is
+// called with (a few constants).
+var chunkPools sync.Map
+
+func chunkPool(chunk int) *sync.Pool {
+	if p, ok := chunkPools.Load(chunk); ok {
+		return p.(*sync.Pool)
+	}
+	p, _ := chunkPools.LoadOrStore(chunk, &sync.Pool{New: func() any { b := make([]byte, chunk); return &b }})
+	return p.(*sync.Pool)
+}
+
+// smallChunk is the size of the buffers of blobs up to its size: a pool of
+// their own, so that a small read neither holds nor, after a collection
+// emptied the pool, clears a whole chunk.
+const smallChunk = 16 << 10
+
+// writeSink sends chunks through a function that is done with them when it
+// returns (an HTTP response's writes): its buffers go back to their pool at
+// once.
+type writeSink struct {
+	chunk int
+	write func([]byte) error
+}
+
+func newWriteSink(chunk int, write func([]byte) error) writeSink {
+	return writeSink{chunk, write}
+}
+
+func (w writeSink) get(size int) *[]byte {
+	c := w.chunk
+	if size <= smallChunk && smallChunk < c {
+		c = smallChunk
+	}
+	b := chunkPool(c).Get().(*[]byte)
+	*b = (*b)[:size]
+	return b
+}
+
+func (w writeSink) send(b *[]byte) error {
+	err := w.write(*b)
+	w.put(b)
+	return err
+}
+
+func (w writeSink) put(b *[]byte) { chunkPool(cap(*b)).Put(b) }
+
 // hashRange hashes n bytes of f from off, outside the range a read sends;
 // nothing for an empty range (a whole blob's read: io.Copy would allocate
 // its buffer all the same).
-func hashRange(h io.Writer, f *os.File, off, n int64) error {
+func hashRange(h io.Writer, f io.ReaderAt, off, n int64) error {
 	if n <= 0 {
 		return nil
 	}

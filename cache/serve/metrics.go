@@ -2,6 +2,7 @@ package serve
 
 import (
 	"net/http"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -31,7 +32,25 @@ type serverMetrics struct {
 
 	leasesGranted, leaseRenewals, leaseWaits prometheus.Counter
 	leasesExpired, fencingRefused            prometheus.Counter
+
+	// The series a request counts in, resolved once per label set rather than
+	// by a label lookup (hashing the labels, a map under a lock) for each of
+	// seven metrics per request: requestKey → *requestSeries, client name →
+	// *clientSeries, protocol → *protocolSeries. They hold what the vectors
+	// hold anyway (a series, once made, stays).
+	byRequest, byClient, byProtocol sync.Map
 }
+
+type requestKey struct{ protocol, method, status string }
+
+type requestSeries struct {
+	count    prometheus.Counter
+	duration prometheus.Observer
+}
+
+type clientSeries struct{ requests, in, out prometheus.Counter }
+
+type protocolSeries struct{ received, sent prometheus.Counter }
 
 // metricPrefix starts every metric of the server's own.
 const metricPrefix = "gantry_serve_"
@@ -102,6 +121,36 @@ func (m *serverMetrics) lookup(hit bool) {
 	} else {
 		m.misses.Inc()
 	}
+}
+
+// request counts one request of protocol, method and status, which took
+// seconds, moved in and out bytes, for client.
+func (m *serverMetrics) request(protocol, method, status, client string, seconds float64, in, out int64) {
+	k := requestKey{protocol, method, status}
+	rs, ok := m.byRequest.Load(k)
+	if !ok {
+		rs, _ = m.byRequest.LoadOrStore(k, &requestSeries{m.requests.WithLabelValues(protocol, method, status), m.duration.WithLabelValues(protocol, method, status)})
+	}
+	r := rs.(*requestSeries)
+	r.count.Inc()
+	r.duration.Observe(seconds)
+	ps, ok := m.byProtocol.Load(protocol)
+	if !ok {
+		ps, _ = m.byProtocol.LoadOrStore(protocol, &protocolSeries{m.received.WithLabelValues(protocol), m.sent.WithLabelValues(protocol)})
+	}
+	p := ps.(*protocolSeries)
+	cs, ok := m.byClient.Load(client)
+	if !ok {
+		cs, _ = m.byClient.LoadOrStore(client, &clientSeries{m.clientRequests.WithLabelValues(client), m.clientIn.WithLabelValues(client), m.clientOut.WithLabelValues(client)})
+	}
+	c := cs.(*clientSeries)
+	c.requests.Inc()
+	// A series is made even when nothing moved: a client that only reads still
+	// shows its bytes received (0).
+	p.received.Add(float64(in))
+	p.sent.Add(float64(out))
+	c.in.Add(float64(in))
+	c.out.Add(float64(out))
 }
 
 // handler serves GET /metrics.

@@ -66,7 +66,11 @@ func callFrom(ctx context.Context) *callInfo {
 // setClient names the client of the request of ctx, once its credentials are
 // checked: a token's name, a user, a certificate's subject or "anonymous".
 func setClient(ctx context.Context, name string) {
-	if ci := callFrom(ctx); ci != nil {
+	callFrom(ctx).setClient(name)
+}
+
+func (ci *callInfo) setClient(name string) {
+	if ci != nil {
 		ci.mu.Lock()
 		ci.client = name
 		ci.mu.Unlock()
@@ -85,14 +89,7 @@ func (s *Server) finish(ci *callInfo, metricMethod, status string, errAttr ...sl
 	d := time.Since(ci.start)
 	client := ci.clientName()
 	in, out := ci.in.Load(), ci.out.Load()
-	m := s.metrics
-	m.requests.WithLabelValues(ci.protocol, metricMethod, status).Inc()
-	m.duration.WithLabelValues(ci.protocol, metricMethod, status).Observe(d.Seconds())
-	m.received.WithLabelValues(ci.protocol).Add(float64(in))
-	m.sent.WithLabelValues(ci.protocol).Add(float64(out))
-	m.clientRequests.WithLabelValues(client).Inc()
-	m.clientIn.WithLabelValues(client).Add(float64(in))
-	m.clientOut.WithLabelValues(client).Add(float64(out))
+	s.metrics.request(ci.protocol, metricMethod, status, client, d.Seconds(), in, out)
 	s.accessLog(ci, client, status, in, out, d, errAttr)
 }
 

@@ -29,6 +29,7 @@ import (
 
 	"github.com/gantry-build/gantry/cache"
 	"github.com/gantry-build/gantry/internal/proctest"
+	"github.com/gantry-build/gantry/internal/testreapi"
 )
 
 // discardLog is a logger for parts tested without a server.
@@ -513,4 +514,43 @@ func TestServeReloadFailureLogged(t *testing.T) {
 	if !found {
 		t.Errorf("no ERROR line for the failed reload with its cause in:\n%s", o.log())
 	}
+}
+
+// TestLogBatchesAccessLinesOnly: access lines wait in the log's buffer (one
+// write for many requests), any other line is written at once with the
+// access lines before it, in order, and waiting access lines are written
+// after the delay without another line to push them.
+func TestLogBatchesAccessLinesOnly(t *testing.T) {
+	logger := func(delay time.Duration) (*slog.Logger, *testreapi.LockedBuffer) {
+		var out testreapi.LockedBuffer
+		lw := newLogWriter(&out, delay)
+		inner, err := newLogger(lw, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return slog.New(flushHandler{inner.Handler(), lw}), &out
+	}
+	l, out := logger(time.Hour) // a loaded machine may pause the test for longer than logFlushDelay
+	l.Info(accessMsg, "path", "/cas/1")
+	l.Info(accessMsg, "path", "/cas/2")
+	if got := out.String(); got != "" {
+		t.Errorf("access lines written at once: %q, want them batched", got)
+	}
+	l.Warn("blob is damaged")
+	got := out.String()
+	i1, i2, iw := strings.Index(got, "path=/cas/1"), strings.Index(got, "path=/cas/2"), strings.Index(got, "msg=\"blob is damaged\"")
+	if i1 < 0 || i2 < 0 || iw < 0 || !(i1 < i2 && i2 < iw) {
+		t.Errorf("after a warning the log is %q, want both access lines, then the warning", got)
+	}
+	l, out = logger(time.Millisecond)
+	l.Info(accessMsg, "path", "/cas/3")
+	proctest.Eventually(t, "the waiting access line written by the timer", func() bool { return strings.Contains(out.String(), "path=/cas/3") })
+}
+
+// TestServeAccessLogWrittenWhileServing: a request's access line reaches the
+// log while the server serves, with no other line after it and no stop.
+func TestServeAccessLogWrittenWhileServing(t *testing.T) {
+	o := startObserved(t, "", Options{})
+	o.request("GET", "/cas/"+cache.DigestOf([]byte("absent")).Hash, nil, true)
+	proctest.Eventually(t, "the GET's access line", func() bool { return strings.Contains(o.log(), `"status":"404"`) })
 }

@@ -84,6 +84,8 @@ type Server struct {
 	uploads *uploadTable
 	evictor *evictor
 	log     *slog.Logger
+	logw    *logWriter // the log's buffer (logbuf.go)
+	blobs   blobDir    // cas/, for reads (blobfile.go)
 	started time.Time
 
 	health    *health.Server
@@ -128,10 +130,12 @@ func New(opts Options) (*Server, error) {
 	if opts.Log == nil {
 		opts.Log = io.Discard
 	}
-	logger, err := newLogger(opts.Log, opts.LogFormat)
+	logw := newLogWriter(opts.Log, logFlushDelay)
+	logger, err := newLogger(logw, opts.LogFormat)
 	if err != nil {
 		return nil, config(err)
 	}
+	logger = slog.New(flushHandler{logger.Handler(), logw})
 	auth, err := newAuthenticator(opts.TokenFile, opts.HtpasswdFile, opts.HtpasswdReadFile, opts.AuthRetryInterval)
 	if err != nil {
 		return nil, config(err)
@@ -160,6 +164,8 @@ func New(opts Options) (*Server, error) {
 		metrics: newMetrics(),
 		uploads: newUploadTable(),
 		log:     logger,
+		logw:    logw,
+		blobs:   openBlobDir(c),
 		started: time.Now(),
 		tlsConf: tlsConf,
 	}
@@ -310,6 +316,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	<-evictDone
 	wg.Wait()
 	s.uploads.dropAll()
+	s.logw.flush()
 	return err
 }
 
