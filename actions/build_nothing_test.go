@@ -1,0 +1,166 @@
+package actions
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gantry-build/gantry/cache"
+	"github.com/gantry-build/gantry/element"
+	"github.com/gantry-build/gantry/job"
+	"github.com/gantry-build/gantry/queues"
+)
+
+// runBuildJobs runs the build of each spec, in order, in one real worker process
+// (the test binary, as TestMain runs it) and returns each job's log. before, when
+// set, runs before each job with its index.
+func runBuildJobs(t *testing.T, specs []*buildSpec, before func(i int)) []string {
+	t.Helper()
+	pool := job.NewWorkers(job.Options{Command: []string{os.Args[0]}, Env: append(os.Environ(), childEnv+"=1")})
+	defer pool.Close()
+	logs := t.TempDir()
+	var logged []string
+	for i, spec := range specs {
+		if before != nil {
+			before(i)
+		}
+		payload, err := json.Marshal(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		log := filepath.Join(logs, fmt.Sprintf("%d.log", i))
+		j, err := pool.Start(job.Spec{ID: fmt.Sprintf("build-%d", i), Action: string(queues.Build), Element: spec.Element, LogPath: log, Payload: payload}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-j.Done():
+		case <-time.After(time.Minute):
+			_ = j.Kill()
+			t.Fatalf("the build of %s did not end within a minute", spec.Element)
+		}
+		b, _ := os.ReadFile(log)
+		if out := j.Wait(); !out.Result.OK {
+			t.Fatalf("build of %s: %+v\n%s", spec.Element, out, b)
+		}
+		logged = append(logged, string(b))
+	}
+	return logged
+}
+
+// stamp and pid match what changes from run to run in a job log's lines.
+var stamp, pid = regexp.MustCompile(`^\[\d\d:\d\d:\d\d\.\d{3}\] `), regexp.MustCompile(`pid \d+`)
+
+// logLines is a job log's lines without their times and pids.
+func logLines(log string) []string {
+	var lines []string
+	for l := range strings.Lines(log) {
+		lines = append(lines, pid.ReplaceAllString(stamp.ReplaceAllString(strings.TrimSuffix(l, "\n"), ""), "pid "))
+	}
+	return lines
+}
+
+// noCommandSpec is the build of a manual element with no commands, staging deps.
+func noCommandSpec(c *cache.Cache, name, sandbox string, deps ...stagedArtifact) *buildSpec {
+	env := map[string]string{"GANTRY_BUILD_ROOT": "/b", "ONE": "1"}
+	return &buildSpec{CacheDir: c.Root, Project: "p", Element: name, Key: cache.DigestOf([]byte(c.Root + name)).Hash, Kind: "manual",
+		Sandbox: sandbox, WorkDir: c.TempName("build"), Stage: deps, DepKeys: map[string]string{},
+		Host: &element.Resolved{Env: env, Commands: map[string][]string{}}, Bwrap: &element.Resolved{Env: env, Commands: map[string][]string{}}}
+}
+
+// TestBuildRunningNothingNeedsNoWorkDir: the build of an element with no commands
+// whose dependencies install nothing makes no work directory (no sysroot staged, no
+// HOME, no install root: the cache's tmp/ stays empty after its job) and
+// prepares no sandbox, and still leaves what such a build always left: the same log
+// line for line (the sandbox, the environment, the staging status), an artifact of
+// the empty tree, its log stored, a record naming its dependencies. A build that
+// runs a command still works in its work directory.
+func TestBuildRunningNothingNeedsNoWorkDir(t *testing.T) {
+	t.Cleanup(DropSpareWorkDir)
+	c, err := cache.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Commit(&cache.Artifact{Project: "p", Element: "dep.toml", Key: "k1", Success: true}); err != nil {
+		t.Fatal(err)
+	}
+	dep := stagedArtifact{Element: "dep.toml", Key: "k1"}
+	specs := []*buildSpec{noCommandSpec(c, "auto.toml", "auto", dep), noCommandSpec(c, "host.toml", "host", dep), noCommandSpec(c, "alone.toml", "auto")}
+	withCommand := noCommandSpec(c, "cmd.toml", "host", dep)
+	withCommand.Host = &element.Resolved{Env: map[string]string{}, Commands: map[string][]string{"build-commands": {"test -d \"$HOME\" && echo built"}}}
+	specs = append(specs, withCommand)
+	var staged stagedDigests
+	for _, s := range specs {
+		s.DepKeys = map[string]string{"dep.toml": "k1"}
+		staged.Fill(c, s)
+	}
+	tmp := filepath.Dir(specs[0].WorkDir)
+	tmpEmpty := func(when string) {
+		t.Helper()
+		if entries, err := os.ReadDir(tmp); err != nil || len(entries) != 0 {
+			t.Errorf("%s: the cache's tmp/ holds %d entries (%v), want none: a work directory was made", when, len(entries), err)
+		}
+	}
+	logs := runBuildJobs(t, specs[:3], func(i int) {
+		if i > 0 {
+			tmpEmpty("after the build of " + specs[i-1].Element)
+		}
+	})
+	tmpEmpty("after the build of " + specs[2].Element)
+	logs = append(logs, runBuildJobs(t, specs[3:], nil)...)
+
+	home := func(s *buildSpec) string { return "env: HOME=" + filepath.Join(s.WorkDir, "home") }
+	want := func(s *buildSpec, deps int, sandbox string) []string {
+		lines := []string{"[start] build " + s.Element + " (job build-0, pid )", "element: " + s.Element + ", key: " + s.Key + ", project: p"}
+		if deps > 0 {
+			lines = append(lines, fmt.Sprintf("[status] staging %d dependencies", deps))
+		}
+		lines = append(lines, "sandbox: host ("+sandbox+")", "env: GANTRY_BUILD_ROOT=/b", home(s), "env: LC_ALL=C", "env: ONE=1",
+			"env: SOURCE_DATE_EPOCH=315532800", "env: TZ=UTC",
+			"[slot done]", "[status] caching artifact", "[available]", "[success]")
+		return lines
+	}
+	for i, tc := range []struct {
+		spec    *buildSpec
+		deps    int
+		sandbox string
+	}{
+		{specs[0], 1, "auto: the sysroot cannot run commands under bwrap"},
+		{specs[1], 1, "host sandbox requested"},
+		{specs[2], 0, "auto: the sysroot cannot run commands under bwrap"},
+	} {
+		w := want(tc.spec, tc.deps, tc.sandbox)
+		w[0] = strings.Replace(w[0], "build-0", fmt.Sprintf("build-%d", i), 1)
+		if got := logLines(logs[i]); !slices.Equal(got, w) {
+			t.Errorf("the log of %s:\n%s\nwant:\n%s", tc.spec.Element, strings.Join(got, "\n"), strings.Join(w, "\n"))
+		}
+		a, err := c.Lookup("p", tc.spec.Element, tc.spec.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		empty, err := c.EmptyTree()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !a.Success || a.Files != empty || !a.BuildTree.IsZero() || a.Dependencies["dep.toml"] != "k1" {
+			t.Errorf("the artifact of %s: success %t, files %s, build tree %s, dependencies %v; want success, the empty tree %s, no build tree, dep.toml k1",
+				tc.spec.Element, a.Success, a.Files, a.BuildTree, a.Dependencies, empty)
+		}
+		stored, err := c.ReadBlob(a.Log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(logs[i], string(stored)) || !strings.Contains(string(stored), "[available]") || strings.Contains(string(stored), "[success]") {
+			t.Errorf("the stored log of %s is not the job's log up to its commit:\n%s", tc.spec.Element, stored)
+		}
+	}
+	if !strings.Contains(logs[3], "] built\n") {
+		t.Errorf("the build with a command did not run it in its work directory:\n%s", logs[3])
+	}
+}
