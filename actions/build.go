@@ -512,7 +512,7 @@ func buildJob(ctx context.Context, js job.Spec, r *job.Reporter) (res job.Result
 		r.Log("warning: closing the commands' output: " + err.Error()) // nothing of the build is lost
 	}
 	if js.LogPath != "" {
-		if a.Log, err = c.PutFile(js.LogPath); err != nil {
+		if a.Log, err = storeLog(c, js.LogPath); err != nil {
 			return job.Result{}, fmt.Errorf("caching the build log of %s: %w", spec.Element, err)
 		}
 	}

@@ -164,3 +164,38 @@ func TestBuildRunningNothingNeedsNoWorkDir(t *testing.T) {
 		t.Errorf("the build with a command did not run it in its work directory:\n%s", logs[3])
 	}
 }
+
+// TestStoreLog: a job log is stored as the blob of its content, read whole when it
+// is small and streamed when it is larger than logReadWhole; a missing log, or one
+// that is not a file, is an error naming it.
+func TestStoreLog(t *testing.T) {
+	c, err := cache.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for _, size := range []int{0, 100, logReadWhole, logReadWhole + 1} {
+		content := []byte(strings.Repeat("[12:00:00.000] a log line\n", size/26+1)[:size])
+		path := filepath.Join(dir, fmt.Sprintf("%d.log", size))
+		if err := os.WriteFile(path, content, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		d, err := storeLog(c, path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := cache.DigestOf(content); d != want {
+			t.Errorf("a log of %d bytes stored as %s, want %s", size, d, want)
+		}
+		if got, err := c.ReadBlob(d); err != nil || string(got) != string(content) {
+			t.Errorf("the blob of a log of %d bytes: %d bytes (%v), want its content", size, len(got), err)
+		}
+	}
+	missing := filepath.Join(dir, "missing.log")
+	if _, err := storeLog(c, missing); err == nil || err.Error() != "storing file "+missing+": no such file or directory" {
+		t.Errorf("storing a missing log: %v, want storing file %s: no such file or directory", err, missing)
+	}
+	if _, err := storeLog(c, dir); err == nil || err.Error() != "storing file "+dir+": not a regular file" {
+		t.Errorf("storing a directory as a log: %v, want storing file %s: not a regular file", err, dir)
+	}
+}
