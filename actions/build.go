@@ -599,7 +599,7 @@ func build(ctx context.Context, c *cache.Cache, spec *buildSpec, work *workDir, 
 		return nil, err
 	}
 	if nothing {
-		return nil, runNothing(ctx, c, spec, t, r)
+		return nil, runNothing(ctx, c, spec, r)
 	}
 	if w := spec.Workspace; w != nil {
 		// One build at a time in the kept build directory, whichever gantry runs it.

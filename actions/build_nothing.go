@@ -117,10 +117,11 @@ func stageNothing(spec *buildSpec, deps []*cache.Artifact, r *job.Reporter) (*st
 
 // runNothing is what the build of spec does after staging nothing, when it runs
 // nothing: what prepareCommands and the command loop log for no commands, and its
-// gate. t is the work tree it would have had.
-func runNothing(ctx context.Context, c *cache.Cache, spec *buildSpec, t tree, r *job.Reporter) error {
-	// With nothing staged the sysroot has no /bin/sh: auto resolves to the host.
-	kind, reason := sandbox.Resolve(sandbox.Kind(spec.Sandbox), t.sysroot)
+// gate.
+func runNothing(ctx context.Context, c *cache.Cache, spec *buildSpec, r *job.Reporter) error {
+	// Nothing staged, no sysroot (t.sysroot was never made): auto resolves to the
+	// host, as it does for an empty sysroot, which has no /bin/sh.
+	kind, reason := sandbox.Resolve(sandbox.Kind(spec.Sandbox), "")
 	env := commandEnv(ctx, nil, c.SourcesDir(), filepath.Join(spec.WorkDir, "home"), spec.Host.Env)
 	logBuildHeader(r, kind, reason, env)
 	return waitForBuilder(ctx, r)
