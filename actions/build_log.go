@@ -32,7 +32,7 @@ func storeLog(c *cache.Cache, path string) (cache.Digest, error) {
 // max bytes, and nil (with no error) if it holds more. It reads with plain system
 // calls (an *os.File asks the poller about a regular file each time it is opened).
 func readSmallFile(path string, max int64) ([]byte, error) {
-	fd, err := openRetry(path)
+	fd, err := openRetry(path, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -68,10 +68,10 @@ func readSmallFile(path string, max int64) ([]byte, error) {
 	}
 }
 
-// openRetry opens path read-only, again when a signal interrupts it.
-func openRetry(path string) (int, error) {
+// openRetry opens path read-only with flags, again when a signal interrupts it.
+func openRetry(path string, flags int) (int, error) {
 	for {
-		fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC|flags, 0)
 		if err != unix.EINTR {
 			return fd, err
 		}
