@@ -18,14 +18,27 @@ import (
 )
 
 // runBuildJobs runs the build of each spec, in order, in one real worker process
-// (the test binary, as TestMain runs it) and returns each job's log. before, when
-// set, runs before each job with its index.
+// (the test binary, as TestMain runs it) and returns each job's log; every build must
+// succeed. before, when set, runs before each job with its index.
 func runBuildJobs(t *testing.T, specs []*buildSpec, before func(i int)) []string {
+	t.Helper()
+	logged, results := runBuildJobsResults(t, specs, before)
+	for i, res := range results {
+		if !res.OK {
+			t.Fatalf("build of %s: %+v\n%s", specs[i].Element, res, logged[i])
+		}
+	}
+	return logged
+}
+
+// runBuildJobsResults is runBuildJobs with each job's result, whatever it is.
+func runBuildJobsResults(t *testing.T, specs []*buildSpec, before func(i int)) ([]string, []job.Result) {
 	t.Helper()
 	pool := job.NewWorkers(job.Options{Command: []string{os.Args[0]}, Env: append(os.Environ(), childEnv+"=1")})
 	defer pool.Close()
 	logs := t.TempDir()
 	var logged []string
+	var results []job.Result
 	for i, spec := range specs {
 		if before != nil {
 			before(i)
@@ -46,12 +59,9 @@ func runBuildJobs(t *testing.T, specs []*buildSpec, before func(i int)) []string
 			t.Fatalf("the build of %s did not end within a minute", spec.Element)
 		}
 		b, _ := os.ReadFile(log)
-		if out := j.Wait(); !out.Result.OK {
-			t.Fatalf("build of %s: %+v\n%s", spec.Element, out, b)
-		}
-		logged = append(logged, string(b))
+		logged, results = append(logged, string(b)), append(results, j.Wait().Result)
 	}
-	return logged
+	return logged, results
 }
 
 // stamp and pid match what changes from run to run in a job log's lines.
@@ -197,5 +207,52 @@ func TestStoreLog(t *testing.T) {
 	}
 	if _, err := storeLog(c, dir); err == nil || err.Error() != "storing file "+dir+": not a regular file" {
 		t.Errorf("storing a directory as a log: %v, want storing file %s: not a regular file", err, dir)
+	}
+}
+
+// TestBuildRunningNothingFailsAndFallsBackAsBefore: a build with no commands whose
+// dependency vanished from the cache fails as any build does (the dependency named,
+// for the session to build it again; nothing cached) and makes no work directory; one
+// whose dependency installs a file stages it in a work directory as before.
+func TestBuildRunningNothingFailsAndFallsBackAsBefore(t *testing.T) {
+	t.Cleanup(DropSpareWorkDir)
+	c, err := cache.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Commit(&cache.Artifact{Project: "p", Element: "gone.toml", Key: "k1", Success: true}); err != nil {
+		t.Fatal(err)
+	}
+	commitDep(t, c, "full.toml", "k2", "a file")
+	vanished := noCommandSpec(c, "vanished.toml", "auto", stagedArtifact{Element: "gone.toml", Key: "k1"})
+	staging := noCommandSpec(c, "staging.toml", "host", stagedArtifact{Element: "full.toml", Key: "k2"})
+	var staged stagedDigests
+	staged.Fill(c, vanished)
+	staged.Fill(c, staging)
+	if _, err := c.Cleanup(cache.CleanupOptions{Remove: []cache.ArtifactRef{{Project: "p", Element: "gone.toml", Key: "k1"}}}); err != nil {
+		t.Fatal(err)
+	}
+	tmp := filepath.Dir(vanished.WorkDir)
+	logs, results := runBuildJobsResults(t, []*buildSpec{vanished, staging}, func(i int) {
+		if entries, _ := os.ReadDir(tmp); i == 1 && len(entries) != 0 {
+			t.Errorf("the failed build with no commands left %d entries in tmp/, want none", len(entries))
+		}
+	})
+	var damaged queues.DamagedDependency
+	if res := results[0]; res.OK || json.Unmarshal(res.Data, &damaged) != nil || damaged.Element != "gone.toml" ||
+		!strings.Contains(res.Error, "staging dependency gone.toml: its artifact k1 is gone from the cache") {
+		t.Errorf("the build of an element whose dependency vanished: %+v, want a failure naming gone.toml\n%s", res, logs[0])
+	}
+	if _, err := c.Lookup("p", "vanished.toml", vanished.Key); err == nil {
+		t.Error("the failure of an element whose dependency vanished was cached")
+	}
+	if !results[1].OK {
+		t.Fatalf("the build staging full.toml: %+v\n%s", results[1], logs[1])
+	}
+	if entries, _ := os.ReadDir(tmp); len(entries) != 1 {
+		t.Errorf("tmp/ holds %d entries after a build that staged a file, want its work directory, kept for the next job", len(entries))
+	}
+	if !strings.Contains(logs[1], "] [status] staging 1 dependencies\n") || !strings.Contains(logs[1], "] sandbox: host (host sandbox requested)\n") {
+		t.Errorf("the log of the build staging full.toml:\n%s", logs[1])
 	}
 }
