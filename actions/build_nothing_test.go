@@ -43,25 +43,33 @@ func runBuildJobsResults(t *testing.T, specs []*buildSpec, before func(i int)) (
 		if before != nil {
 			before(i)
 		}
-		payload, err := json.Marshal(spec)
-		if err != nil {
-			t.Fatal(err)
-		}
 		log := filepath.Join(logs, fmt.Sprintf("%d.log", i))
-		j, err := pool.Start(job.Spec{ID: fmt.Sprintf("build-%d", i), Action: string(queues.Build), Element: spec.Element, LogPath: log, Payload: payload}, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case <-j.Done():
-		case <-time.After(time.Minute):
-			_ = j.Kill()
-			t.Fatalf("the build of %s did not end within a minute", spec.Element)
-		}
+		j := runBuildJob(t, pool, i, spec, log)
 		b, _ := os.ReadFile(log)
 		logged, results = append(logged, string(b)), append(results, j.Wait().Result)
 	}
 	return logged, results
+}
+
+// runBuildJob runs the build of spec in pool as job build-i, its log at log, and
+// waits a minute at most for it to end.
+func runBuildJob(t *testing.T, pool *job.Workers, i int, spec *buildSpec, log string) *job.Job {
+	t.Helper()
+	payload, err := json.Marshal(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := pool.Start(job.Spec{ID: fmt.Sprintf("build-%d", i), Action: string(queues.Build), Element: spec.Element, LogPath: log, Payload: payload}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-j.Done():
+	case <-time.After(time.Minute):
+		_ = j.Kill()
+		t.Fatalf("the build of %s did not end within a minute", spec.Element)
+	}
+	return j
 }
 
 // stamp and pid match what changes from run to run in a job log's lines.
