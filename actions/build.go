@@ -413,11 +413,14 @@ func buildJob(ctx context.Context, js job.Spec, r *job.Reporter) (res job.Result
 	// The executable twins a linked staging made stay in the cache, whatever
 	// comes of the build: the quota counts them.
 	defer func() { res.CacheBytes += c.TwinBytes() }()
-	c.RememberDirectories() // this job's: each dependency's tree is read and checked once
-	if err := takeWorkDir(spec.WorkDir); err != nil {
-		return job.Result{}, &infraError{err}
+	c.RememberDirectories()              // this job's: each dependency's tree is read and checked once
+	work := &workDir{path: spec.WorkDir} // taken by build if it needs one after all
+	defer work.release()
+	if spec.needsWorkDir() {
+		if err := work.take(); err != nil {
+			return job.Result{}, err
+		}
 	}
-	defer releaseWorkDir(spec.WorkDir)
 	// Hashed before staging (the files the build is about to read) and encoded
 	// then too: the record needs it only after the artifact is available, and
 	// before the gate it takes nothing from a builder.
@@ -428,7 +431,7 @@ func buildJob(ctx context.Context, js job.Spec, r *job.Reporter) (res job.Result
 	}
 	started := time.Now()
 	out := &faultWatcher{w: r.Writer()}
-	runner, buildErr := build(ctx, c, spec, r, out)
+	runner, buildErr := build(ctx, c, spec, work, r, out)
 	defer runner.Close()
 	defer spec.closeActionCache()
 	if ctx.Err() != nil {
@@ -478,15 +481,15 @@ func buildJob(ctx context.Context, js job.Spec, r *job.Reporter) (res job.Result
 	if buildErr != nil {
 		a.Error = buildErr.Error()
 		r.Log("error: " + buildErr.Error())
-		a.Files, err = c.TakeTree(filepath.Join(spec.WorkDir, "install"))
+		a.Files, err = work.tree(c, filepath.Join(spec.WorkDir, "install"), true)
 		if err == nil {
 			// Keep the failed build tree, for `gantry shell --build`: copied, as a
 			// workspace's build directory is kept between builds.
-			a.BuildTree, err = c.StoreTree(spec.buildDir())
+			a.BuildTree, err = work.tree(c, spec.buildDir(), false)
 		}
 	} else {
 		r.Status("caching artifact")
-		a.Files, err = c.TakeTree(filepath.Join(spec.WorkDir, "install"))
+		a.Files, err = work.tree(c, filepath.Join(spec.WorkDir, "install"), true)
 	}
 	if err != nil {
 		return job.Result{}, fmt.Errorf("caching the artifact of %s: %w", spec.Element, err)
@@ -505,7 +508,7 @@ func buildJob(ctx context.Context, js job.Spec, r *job.Reporter) (res job.Result
 		r.Log("warning: closing the commands' output: " + err.Error()) // nothing of the build is lost
 	}
 	if js.LogPath != "" {
-		if a.Log, err = c.PutFile(js.LogPath); err != nil {
+		if a.Log, err = storeLog(c, js.LogPath); err != nil {
 			return job.Result{}, fmt.Errorf("caching the build log of %s: %w", spec.Element, err)
 		}
 	}
@@ -528,11 +531,23 @@ func (e *infraError) Unwrap() error { return e.err }
 // the Runner they ran in (nil for kinds that run none), still open: the caller
 // closes it once the job's processes are gone, before storing the log, so that
 // what a leftover process wrote reaches the log, and not on the builder's time.
-func build(ctx context.Context, c *cache.Cache, spec *buildSpec, r *job.Reporter, out io.Writer) (*sandbox.Runner, error) {
+func build(ctx context.Context, c *cache.Cache, spec *buildSpec, work *workDir, r *job.Reporter, out io.Writer) (*sandbox.Runner, error) {
 	r.Log("element: " + spec.Element + ", key: " + spec.Key + ", project: " + spec.Project)
 	t := workTree(spec.WorkDir, spec.buildDir())
-	if err := t.make(); err != nil {
-		return nil, &infraError{fmt.Errorf("preparing the build directory: %w", err)}
+	// The work directory, if the build has taken it (or takes it, staging).
+	makeTree := func() error {
+		if err := work.take(); err != nil {
+			return err
+		}
+		if err := t.make(); err != nil {
+			return &infraError{fmt.Errorf("preparing the build directory: %w", err)}
+		}
+		return nil
+	}
+	if work.taken {
+		if err := makeTree(); err != nil {
+			return nil, err
+		}
 	}
 	sysroot, buildDir, installDir := t.sysroot, t.build, t.install
 	if spec.Kind == "stack" {
@@ -546,12 +561,23 @@ func build(ctx context.Context, c *cache.Cache, spec *buildSpec, r *job.Reporter
 	// Staging holds the cache lock shared: a cleanup waits until it is done, and
 	// what was staged (copies, or hard links) stays if a cleanup comes later.
 	var deps []*cache.Artifact
-	var links bool
+	var links, nothing bool
 	var staged *staging
 	err := underLock(ctx, c, r, func() error {
 		var err error
 		if deps, err = lookupDependencies(c, spec); err != nil {
 			return err
+		}
+		if !work.taken {
+			if nothing = stagesNothing(deps); nothing {
+				// Nothing to stage and nothing runs (build_nothing.go).
+				staged, err = stageNothing(spec, deps, r)
+				touchStaged(c, spec)
+				return err
+			}
+			if err := makeTree(); err != nil {
+				return err
+			}
 		}
 		// Hard links into the cache are safe only where nothing can write through
 		// them: see stageLinks.
@@ -567,6 +593,9 @@ func build(ctx context.Context, c *cache.Cache, spec *buildSpec, r *job.Reporter
 	}
 	if err := reportOverlaps(spec, staged, r); err != nil {
 		return nil, err
+	}
+	if nothing {
+		return nil, runNothing(ctx, c, spec, r)
 	}
 	if w := spec.Workspace; w != nil {
 		// One build at a time in the kept build directory, whichever gantry runs it.
@@ -816,9 +845,7 @@ func hasBin(c *cache.Cache, a *cache.Artifact) bool {
 // is replaced at most once. A later dependency's path replaces an earlier one's
 // (staging.go): the staging returned says which did.
 func stageDependencies(c *cache.Cache, spec *buildSpec, deps []*cache.Artifact, sysroot string, links bool, r *job.Reporter) (*staging, error) {
-	if len(deps) > 0 {
-		r.Status(fmt.Sprintf("staging %d dependencies", len(deps)))
-	}
+	sayStaging(deps, r)
 	replaced := make([]bool, len(deps))
 	s := newStaging(c, sysroot, links)
 	for i := 0; i < len(deps); i++ {
@@ -848,6 +875,13 @@ func stageDependencies(c *cache.Cache, spec *buildSpec, deps []*cache.Artifact, 
 		}
 	}
 	return s, nil
+}
+
+// sayStaging is the status of a build staging deps.
+func sayStaging(deps []*cache.Artifact, r *job.Reporter) {
+	if len(deps) > 0 {
+		r.Status(fmt.Sprintf("staging %d dependencies", len(deps)))
+	}
 }
 
 // reportOverlaps warns of what staging s overlapped (in the log and to the user), or

@@ -19,7 +19,6 @@ import (
 	"github.com/gantry-build/gantry/element"
 	"github.com/gantry-build/gantry/internal/testreapi"
 	"github.com/gantry-build/gantry/job"
-	"github.com/gantry-build/gantry/queues"
 	rexec "github.com/gantry-build/gantry/remote/exec"
 	"google.golang.org/protobuf/proto"
 )
@@ -188,19 +187,8 @@ func remoteSession(t *testing.T, c *cache.Cache, cfg rexec.Config, n int, before
 			Sandbox: "bwrap", WorkDir: c.TempName("build"),
 			Bwrap: &element.Resolved{Env: map[string]string{}, Commands: map[string][]string{"build-commands": {"echo " + name}}}}
 		spec.Remote, spec.RemoteInvocation = &cfg, b.sessionInvocation()
-		in := spec.input()
 		log := filepath.Join(logs, name+".log")
-		j, err := pool.Start(job.Spec{ID: fmt.Sprintf("build-%d", i), Action: string(queues.Build), Element: name, LogPath: log,
-			Payload: in.Payload, Shared: in.Shared}, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case <-j.Done():
-		case <-time.After(time.Minute):
-			_ = j.Kill()
-			t.Fatalf("the build of %s did not end within a minute", name)
-		}
+		j := runBuildJob(t, pool, i, spec, log)
 		b, _ := os.ReadFile(log)
 		if out := j.Wait(); !out.Result.OK {
 			t.Fatalf("build of %s: %+v\n%s", name, out, b)

@@ -64,21 +64,31 @@ func newStaging(c *cache.Cache, dir string, links bool) *staging {
 // returned as it is; a path it cannot replace is a *stagingError naming both elements.
 func (s *staging) stage(name string, files cache.Digest, whitelist []string) error {
 	i := len(s.staged)
-	t := stagedTree{name: name, files: files}
-	for _, glob := range whitelist {
-		re, err := whitelistRegexp(glob)
-		if err != nil {
-			return &stagingError{fmt.Errorf("staging %s: [public] overlap-whitelist: %w", name, err)}
-		}
-		t.whitelist = append(t.whitelist, re)
+	res, err := whitelistRegexps(name, whitelist)
+	if err != nil {
+		return err
 	}
-	s.staged = append(s.staged, t)
-	err := s.c.Checkout(files, s.dir, cache.CheckoutOptions{Hardlink: s.links, Replace: func(rel string) error { return s.replace(i, rel) }})
+	s.staged = append(s.staged, stagedTree{name: name, files: files, whitelist: res})
+	err = s.c.Checkout(files, s.dir, cache.CheckoutOptions{Hardlink: s.links, Replace: func(rel string) error { return s.replace(i, rel) }})
 	var conflict *cache.ConflictError
 	if errors.As(err, &conflict) {
 		return s.conflict(i, conflict)
 	}
 	return err
+}
+
+// whitelistRegexps compiles the overlap whitelist of the element name; a glob that
+// does not compile is a *stagingError.
+func whitelistRegexps(name string, whitelist []string) ([]*regexp.Regexp, error) {
+	var res []*regexp.Regexp
+	for _, glob := range whitelist {
+		re, err := whitelistRegexp(glob)
+		if err != nil {
+			return nil, &stagingError{fmt.Errorf("staging %s: [public] overlap-whitelist: %w", name, err)}
+		}
+		res = append(res, re)
+	}
+	return res, nil
 }
 
 // whitelistRegexp compiles a whitelist glob, matched against absolute paths: a glob
