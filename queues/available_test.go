@@ -176,3 +176,45 @@ func TestAvailableTailsAtMostTheBuilders(t *testing.T) {
 	}
 	checkTokensFree(t, pool, resources.Process, resources.Cache)
 }
+
+// committing sends what a Runner that makes a job's output durable in the session
+// sends once the job's worker is done (MessageCommitting).
+func (j *fakeJob) committing() {
+	j.onMessage(job.Message{Type: MessageCommitting, Time: time.Now()})
+}
+
+// A job whose worker is done while the session makes its artifact durable
+// (MessageCommitting) no longer counts among the tails: the next job gives its
+// builder back at Available; and one that kept its builder past the cap gives it
+// back then. Each still ends (JobDurable, its CACHE token) only with its result.
+func TestCommittingLeavesTheTails(t *testing.T) {
+	g := newGraph(t, "a", "b", "c", "d")
+	pool := buildPool(1)
+	h := startSession(t, Config{Queues: []Queue{buildQueue()}, Items: plan(t, g, PlanOptions{}), Pool: pool})
+
+	first := h.next()
+	first.Available(`{}`)
+	second := h.next() // on the builder first gave back
+	second.Available(`{}`)
+	h.availableSeen(second)
+	h.sync(second)
+	h.noStart() // first is in its tail: second keeps the builder
+	second.committing()
+	third := h.next() // its worker done, second gives its builder back
+	first.committing()
+	third.Available(`{}`)
+	fourth := h.next() // no tail left: third gives its builder back at once
+	if pool.InUse(resources.Cache) != 4 {
+		t.Errorf("%d cache tokens in use, want 4: a job keeps its own until its result", pool.InUse(resources.Cache))
+	}
+	if ds := eventsOf[JobDurable](h.events); len(ds) != 0 {
+		t.Errorf("JobDurable %+v published before the jobs' results", ds)
+	}
+	for _, j := range []*fakeJob{first, second, third, fourth} {
+		j.Succeed(t)
+	}
+	if sum := h.wait(); !sum.OK() || sum.Queues[0].Processed != 4 {
+		t.Errorf("summary = %+v, want 4 built", sum)
+	}
+	checkTokensFree(t, pool, resources.Process, resources.Cache)
+}
