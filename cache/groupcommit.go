@@ -2,6 +2,7 @@ package cache
 
 import (
 	"fmt"
+	"path/filepath"
 	"sync"
 )
 
@@ -11,7 +12,8 @@ import (
 // and the session that ran it places the ref through a GroupCommitter: one syncfs
 // makes durable the blobs of every artifact queued before it began, their refs are
 // placed after it ended, and the next syncfs — the next group's — makes those refs
-// durable too. A ref is thus never placed before a syncfs that began after its blobs
+// durable too (or, when no group follows and they are few, an fsync of each one's
+// directory). A ref is thus never placed before a syncfs that began after its blobs
 // were written has ended, and Commit returns only once the ref is durable: a power
 // loss at any instant leaves no ref to a blob that did not survive, and a kill at
 // any instant at worst blobs no ref names (gc's to sweep).
@@ -54,8 +56,14 @@ type GroupCommitter struct {
 
 type groupEntry struct {
 	p    PendingRef
+	ref  string // its path, once placed
 	done chan error
 }
+
+// fsyncRefsAtMost is how many placed refs, with nothing queued behind them, are made
+// durable by an fsync of each one's directory rather than a syncfs: a lone commit
+// then costs what Commit does (one syncfs, one directory fsync), not two syncfs.
+const fsyncRefsAtMost = 2
 
 // NewGroupCommitter returns a committer of refs into c.
 func (c *Cache) NewGroupCommitter() *GroupCommitter { return &GroupCommitter{c: c} }
@@ -90,6 +98,13 @@ func (g *GroupCommitter) flushes() {
 			return
 		}
 		g.mu.Unlock()
+		if len(group) == 0 && len(placed) <= fsyncRefsAtMost {
+			for _, e := range placed {
+				e.done <- syncDirectory(filepath.Dir(e.ref))
+			}
+			placed = placed[:0]
+			continue
+		}
 		err := g.c.syncBlobs()
 		for _, e := range placed {
 			e.done <- err
@@ -100,33 +115,35 @@ func (g *GroupCommitter) flushes() {
 				e.done <- fmt.Errorf("committing artifact %s/%s: %w", e.p.Project, e.p.Element, err)
 				continue
 			}
-			if err := g.c.placeRef(e.p); err != nil {
+			ref, err := g.c.placeRef(e.p)
+			if err != nil {
 				e.done <- err
 				continue
 			}
+			e.ref = ref
 			placed = append(placed, e)
 		}
 	}
 }
 
 // placeRef writes the ref of p, and its weak ref, without any fsync: the next
-// syncfs makes them durable.
-func (c *Cache) placeRef(p PendingRef) error {
+// syncfs makes them durable. It returns the ref's path.
+func (c *Cache) placeRef(p PendingRef) (string, error) {
 	a := &Artifact{Project: p.Project, Element: p.Element, Key: p.Key, WeakKey: p.WeakKey, Success: p.Success}
 	refPath, err := c.RefPath(p.Project, p.Element, p.Key)
 	if err != nil {
-		return fmt.Errorf("committing artifact %s: %w", a.Name(), err)
+		return "", fmt.Errorf("committing artifact %s: %w", a.Name(), err)
 	}
 	nf, err := c.writeNew(refPath, []byte(p.Record.String()+"\n"), 0o644, volatile, true)
 	if err != nil {
-		return fmt.Errorf("committing artifact %s: %w", a.Name(), err)
+		return "", fmt.Errorf("committing artifact %s: %w", a.Name(), err)
 	}
 	if err := c.place(nf, refPath, volatile); err != nil {
-		return fmt.Errorf("committing artifact %s: %w", a.Name(), err)
+		return "", fmt.Errorf("committing artifact %s: %w", a.Name(), err)
 	}
 	c.note(eventRef, refPath)
 	c.writeWeakRef(a, refPath, p.Record)
-	return nil
+	return refPath, nil
 }
 
 // Stored checks that p's record and every blob it reaches are in the cache: for a

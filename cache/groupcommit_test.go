@@ -118,3 +118,29 @@ func TestGroupCommitFlushError(t *testing.T) {
 		t.Fatalf("Commit = %v, want %q…", err, want)
 	}
 }
+
+// TestGroupCommitAloneCostsACommit: a commit with no other behind it costs what
+// Commit does — one syncfs, then its ref placed and its directory fsynced — not a
+// second syncfs for the ref.
+func TestGroupCommitAloneCostsACommit(t *testing.T) {
+	c := openTestCache(t)
+	var events []string
+	c.trace = func(event, _ string) {
+		if event != eventBlob && event != eventSync {
+			events = append(events, event)
+		}
+	}
+	p, err := c.StoreBlobs(&Artifact{Project: "demo", Element: "app.toml", Key: "k", Success: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.NewGroupCommitter().Commit(p); err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprint([]string{eventSyncBegin, eventSyncEnd, eventRef}); fmt.Sprint(events) != want {
+		t.Errorf("events %v, want %v", events, want)
+	}
+	if _, err := c.Lookup("demo", "app.toml", "k"); err != nil {
+		t.Error(err)
+	}
+}
