@@ -156,13 +156,7 @@ func TestAvailableTailsAtMostTheBuilders(t *testing.T) {
 	pool := buildPool(1)
 	h := startSession(t, Config{Queues: []Queue{buildQueue()}, Items: plan(t, g, PlanOptions{}), Pool: pool})
 
-	first := h.next()
-	first.Available(`{}`)
-	second := h.next() // on the builder first gave back
-	second.Available(`{}`)
-	h.availableSeen(second)
-	h.sync(second)
-	h.noStart() // first is in its tail: second keeps the builder
+	first, second := h.tailThenKept()
 	if pool.InUse(resources.Process) != 1 {
 		t.Errorf("%d builders in use, want 1 (second's)", pool.InUse(resources.Process))
 	}
@@ -175,6 +169,20 @@ func TestAvailableTailsAtMostTheBuilders(t *testing.T) {
 		t.Errorf("summary = %+v, want 3 built", sum)
 	}
 	checkTokensFree(t, pool, resources.Process, resources.Cache)
+}
+
+// tailThenKept starts two builds on one builder: the first gives it back at
+// Available (its tail), the second, available too, keeps it (one tail per builder).
+func (h *session) tailThenKept() (first, second *fakeJob) {
+	h.t.Helper()
+	first = h.next()
+	first.Available(`{}`)
+	second = h.next() // on the builder first gave back
+	second.Available(`{}`)
+	h.availableSeen(second)
+	h.sync(second)
+	h.noStart() // first is in its tail: second keeps the builder
+	return first, second
 }
 
 // committing sends what a Runner that makes a job's output durable in the session
@@ -192,13 +200,7 @@ func TestCommittingLeavesTheTails(t *testing.T) {
 	pool := buildPool(1)
 	h := startSession(t, Config{Queues: []Queue{buildQueue()}, Items: plan(t, g, PlanOptions{}), Pool: pool})
 
-	first := h.next()
-	first.Available(`{}`)
-	second := h.next() // on the builder first gave back
-	second.Available(`{}`)
-	h.availableSeen(second)
-	h.sync(second)
-	h.noStart() // first is in its tail: second keeps the builder
+	first, second := h.tailThenKept()
 	second.committing()
 	third := h.next() // its worker done, second gives its builder back
 	first.committing()

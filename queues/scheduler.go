@@ -704,13 +704,7 @@ func (s *Scheduler) available(a *activeJob, m job.Message) bool {
 	s.ungate(a) // available without passing its gate (a stack): nothing left to open
 	q.Available(it, m.Data)
 	if s.beginTail(a) {
-		var give []resources.Resource
-		for _, r := range a.tokens.shared() {
-			if r != resources.Cache {
-				give = append(give, r)
-			}
-		}
-		a.tokens.giveBack(give...)
+		giveBackAllButCache(a)
 	}
 	s.wake(it)
 	now := time.Now()
@@ -788,6 +782,13 @@ func (s *Scheduler) committing(a *activeJob) bool {
 		return true
 	}
 	a.tail = true
+	giveBackAllButCache(a)
+	return true
+}
+
+// giveBackAllButCache gives back a's tokens but the cache's: a job in its tail
+// still writes to the cache.
+func giveBackAllButCache(a *activeJob) {
 	var give []resources.Resource
 	for _, r := range a.tokens.shared() {
 		if r != resources.Cache {
@@ -795,7 +796,6 @@ func (s *Scheduler) committing(a *activeJob) bool {
 		}
 	}
 	a.tokens.giveBack(give...)
-	return true
 }
 
 // beginTail starts a's tail, the part of it that needs no builder (see available
