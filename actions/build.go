@@ -63,6 +63,9 @@ type buildSpec struct {
 	// this session, so none is recorded.
 	ActionCache         *rexec.Config `json:"action-cache,omitempty"`
 	ActionCacheReadOnly bool          `json:"action-cache-read-only,omitempty"`
+	// CommitTicket: a successful build leaves its ref to the session (GroupCommits),
+	// and waits on this ticket before it ends; nil: it writes its ref.
+	CommitTicket *commitTicket `json:"commit-ticket,omitempty"`
 
 	// builtOn is where the remote build ran, set by buildRemote for the artifact
 	// (cache.Artifact.BuiltOn).
@@ -200,6 +203,9 @@ type Build struct {
 	MaxJobs     int    // the builds' %{max-jobs}
 	RetryFailed bool   // build cached failures again
 	Stats       *cache.Stats
+	// Commits: the session places the refs of successful builds (GroupCommits); nil:
+	// each build job writes its own.
+	Commits *GroupCommits
 	// invocation is the session's REAPI invocation id, made at its first remote build.
 	invocation string
 	// Remote is the session's remote execution: when Enabled, a build holds a remote
@@ -301,6 +307,9 @@ func (b *Build) Payload(it *queues.Item) (job.Input, error) {
 		b.actionCachePayload(spec, it)
 		b.staged.Fill(b.Cache, spec)
 		err = spec.checkStagedShell(b.Cache)
+		if err == nil && b.Commits != nil {
+			spec.CommitTicket, err = b.Commits.ticket(it.Name())
+		}
 	}
 	if err != nil {
 		return job.Input{}, err
@@ -511,6 +520,9 @@ func buildJob(ctx context.Context, js job.Spec, r *job.Reporter) (res job.Result
 		if a.Log, err = storeLog(c, js.LogPath); err != nil {
 			return job.Result{}, fmt.Errorf("caching the build log of %s: %w", spec.Element, err)
 		}
+	}
+	if buildErr == nil && spec.CommitTicket != nil {
+		return groupCommitResult(c, a, spec.CommitTicket, added, recorded)
 	}
 	if err := c.Commit(a); err != nil {
 		return job.Result{}, err

@@ -290,6 +290,11 @@ func (w *wire) own(spec *buildSpec) {
 	w.Str(spec.WeakKey)
 	w.Str(spec.Kind)
 	w.Str(spec.WorkDir)
+	w.Bool(spec.CommitTicket != nil)
+	if t := spec.CommitTicket; t != nil {
+		w.Str(t.Path)
+		w.Int(t.Byte)
+	}
 	w.strMap(spec.DepKeys)
 	w.count(len(spec.Sources), spec.Sources == nil)
 	for i := range spec.Sources {
@@ -518,6 +523,9 @@ func (u unwire) own(spec *buildSpec, vars map[string]string) {
 	spec.WeakKey = u.Str()
 	spec.Kind = u.Str()
 	spec.WorkDir = u.Str()
+	if u.Bool() {
+		spec.CommitTicket = &commitTicket{Path: u.Str(), Byte: u.Int()}
+	}
 	spec.DepKeys = u.strMap()
 	if n, isNil := u.count(); !isNil {
 		spec.Sources = make([]source.Spec, n)

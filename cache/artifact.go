@@ -170,6 +170,34 @@ func (c *Cache) Commit(a *Artifact) error {
 	if err != nil {
 		return fmt.Errorf("committing artifact %s: %w", a.Name(), err)
 	}
+	if err := c.storeRecord(a); err != nil {
+		return err
+	}
+	rd := a.Record
+	// The ref's content is written beside the blobs and one pass makes all of
+	// them durable; then the ref is renamed into place, last, and its directory
+	// fsynced: from here on the artifact is visible. Two flushes per commit,
+	// none per file.
+	nf, err := c.writeNew(refPath, []byte(rd.String()+"\n"), 0o644, volatile, true)
+	if err != nil {
+		return fmt.Errorf("committing artifact %s: %w", a.Name(), err)
+	}
+	if err := c.syncBlobs(); err != nil {
+		nf.discard()
+		return fmt.Errorf("committing artifact %s: %w", a.Name(), err)
+	}
+	if err := c.place(nf, refPath, dirSynced); err != nil {
+		return fmt.Errorf("committing artifact %s: %w", a.Name(), err)
+	}
+	c.note(eventRef, refPath)
+	c.writeWeakRef(a, refPath, rd)
+	return nil
+}
+
+// storeRecord checks that every blob a points at is stored and stores its record
+// (volatile, as every blob), setting a.Record. A zero a.Files is set to the empty tree.
+func (c *Cache) storeRecord(a *Artifact) error {
+	var err error
 	if a.Files.IsZero() {
 		if a.Files, err = c.EmptyTree(); err != nil {
 			return fmt.Errorf("committing artifact %s: %w", a.Name(), err)
@@ -204,23 +232,6 @@ func (c *Cache) Commit(a *Artifact) error {
 		return fmt.Errorf("committing artifact %s: %w", a.Name(), err)
 	}
 	a.Record = rd
-	// The ref's content is written beside the blobs and one pass makes all of
-	// them durable; then the ref is renamed into place, last, and its directory
-	// fsynced: from here on the artifact is visible. Two flushes per commit,
-	// none per file.
-	nf, err := c.writeNew(refPath, []byte(rd.String()+"\n"), 0o644, volatile, true)
-	if err != nil {
-		return fmt.Errorf("committing artifact %s: %w", a.Name(), err)
-	}
-	if err := c.syncBlobs(); err != nil {
-		nf.discard()
-		return fmt.Errorf("committing artifact %s: %w", a.Name(), err)
-	}
-	if err := c.place(nf, refPath, dirSynced); err != nil {
-		return fmt.Errorf("committing artifact %s: %w", a.Name(), err)
-	}
-	c.note(eventRef, refPath)
-	c.writeWeakRef(a, refPath, rd)
 	return nil
 }
 

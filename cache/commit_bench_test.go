@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 )
 
@@ -123,5 +124,57 @@ func BenchmarkStageExecutables(b *testing.B) {
 				b.StartTimer()
 			}
 		})
+	}
+}
+
+// BenchmarkGroupCommit is four build jobs committing at once, as a session's build
+// jobs end: "each" commits every artifact with Commit (one syncfs and one directory
+// fsync each), "group" stores its blobs (StoreBlobs) and leaves its ref to one
+// GroupCommitter (one syncfs for every artifact queued while the last one ran). An
+// operation is one artifact: its install root written and moved in, its log stored,
+// its ref durable.
+func BenchmarkGroupCommit(b *testing.B) {
+	shapes := []struct {
+		name              string
+		dirs, files, size int
+	}{{"tiny", 0, 0, 0}, {"small-500x100B", 5, 100, 100}, {"large-2x8MiB", 1, 2, 8 << 20}}
+	for _, shape := range shapes {
+		for _, mode := range []string{"each", "group"} {
+			b.Run(shape.name+"/"+mode, func(b *testing.B) {
+				b.SetBytes(int64(shape.dirs * shape.files * shape.size))
+				c := openTestCache(b)
+				g := c.NewGroupCommitter()
+				var round atomic.Int64
+				b.SetParallelism(2) // four committers on two cores
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						n := int(round.Add(1))
+						root, log := writeInstallRoot(b, c, shape.dirs, shape.files, shape.size, n)
+						files, err := c.TakeTree(root)
+						if err != nil {
+							b.Fatal(err)
+						}
+						logBlob, err := c.PutFile(log)
+						if err != nil {
+							b.Fatal(err)
+						}
+						a := &Artifact{Project: "bench", Element: "e.toml", Key: fmt.Sprint("k", n), Success: true, Files: files, Log: logBlob}
+						if mode == "each" {
+							err = c.Commit(a)
+						} else {
+							var p PendingRef
+							if p, err = c.StoreBlobs(a); err == nil {
+								err = g.Commit(p)
+							}
+						}
+						if err != nil {
+							b.Fatal(err)
+						}
+						removeAll(root)
+						os.Remove(log)
+					}
+				})
+			})
+		}
 	}
 }

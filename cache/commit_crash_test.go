@@ -9,13 +9,15 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 )
 
-// commitChildEnv makes the test binary a committing process of TestCommitCrash: the
-// value is the test's directory, then a space and the process's number.
+// commitChildEnv makes the test binary a committing process of TestCommitCrash or
+// TestGroupCommitCrash: the value is the test's directory, then a space and the
+// process's number.
 const commitChildEnv = "GANTRY_TEST_COMMIT_CHILD"
 
 // TestCommitCrash: four processes commit artifacts into one cache at once, and are
@@ -34,9 +36,32 @@ const commitChildEnv = "GANTRY_TEST_COMMIT_CHILD"
 // and a block-level fault injector (dm-log-writes) is not at hand here.
 func TestCommitCrash(t *testing.T) {
 	if v := os.Getenv(commitChildEnv); v != "" {
-		commitChild(t, v)
+		commitChild(t, v, false)
 		return
 	}
+	commitCrash(t, "TestCommitCrash")
+}
+
+// TestGroupCommitCrash is TestCommitCrash with group commits, as a session commits
+// its build jobs' artifacts: in each of the four processes three goroutines store
+// artifacts (StoreBlobs) and commit them through one GroupCommitter, whose syncfs
+// each serves every artifact queued before it began and whose refs are placed only
+// after it ended. The same check: after a power loss at any instant, no ref in
+// place reaches a blob that no finished syncfs begun after its write covers; and
+// the refs are fewer than the syncfs calls, or the group shared nothing.
+func TestGroupCommitCrash(t *testing.T) {
+	if v := os.Getenv(commitChildEnv); v != "" {
+		commitChild(t, v, true)
+		return
+	}
+	if shared := commitCrash(t, "TestGroupCommitCrash"); shared < 2 {
+		t.Errorf("no syncfs served more than %d ref: the groups shared none", shared)
+	}
+}
+
+// commitCrash runs the committing processes of test, kills them at random instants,
+// and checks the trace; it returns the most refs a process placed after one syncfs.
+func commitCrash(t *testing.T, test string) int {
 	if runtime.GOOS != "linux" {
 		t.Skip("syncfs is Linux's")
 	}
@@ -52,7 +77,7 @@ func TestCommitCrash(t *testing.T) {
 	next := 0
 	start := func() *exec.Cmd {
 		next++
-		cmd := exec.Command(os.Args[0], "-test.run=^TestCommitCrash$", "-test.count=1")
+		cmd := exec.Command(os.Args[0], "-test.run=^"+test+"$", "-test.count=1")
 		cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s %d", commitChildEnv, dir, next))
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		if err := cmd.Start(); err != nil {
@@ -76,11 +101,12 @@ func TestCommitCrash(t *testing.T) {
 		_ = p.Process.Signal(syscall.SIGKILL)
 		_ = p.Wait()
 	}
-	checkCommitTrace(t, c, trace)
+	return checkCommitTrace(t, c, trace)
 }
 
-// checkCommitTrace checks the trace of TestCommitCrash.
-func checkCommitTrace(t *testing.T, c *Cache, trace string) {
+// checkCommitTrace checks the trace of TestCommitCrash; it returns the most refs a
+// process placed after one syncfs (before its next).
+func checkCommitTrace(t *testing.T, c *Cache, trace string) int {
 	f, err := os.Open(trace)
 	if err != nil {
 		t.Fatal(err)
@@ -92,6 +118,8 @@ func checkCommitTrace(t *testing.T, c *Cache, trace string) {
 		flushes []flush            // ended flushes
 		begun   = map[string]int{} // process -> its flush begun, not ended
 		refs    = 0
+		group   = map[string]int{} // process -> refs placed since its last syncfs ended
+		shared  = 0
 	)
 	sc := bufio.NewScanner(f)
 	for i := 0; sc.Scan(); i++ {
@@ -109,8 +137,11 @@ func checkCommitTrace(t *testing.T, c *Cache, trace string) {
 			}
 			delete(begun, proc)
 			flushes = append(flushes, flush{b, i})
+			group[proc] = 0
 		case eventRef:
 			refs++
+			group[proc]++
+			shared = max(shared, group[proc])
 			rel, err := filepath.Rel(filepath.Join(c.Root, refsDir), path)
 			if err != nil {
 				t.Fatal(err)
@@ -155,11 +186,13 @@ func checkCommitTrace(t *testing.T, c *Cache, trace string) {
 	if refs < 20 {
 		t.Errorf("only %d artifacts were committed: the test proves little", refs)
 	}
+	return shared
 }
 
 // commitChild commits artifacts of unique content until it is killed, noting every
-// durability event in the shared trace.
-func commitChild(t *testing.T, v string) {
+// durability event in the shared trace: one after the other with Commit, or, with
+// group, from three goroutines through one GroupCommitter.
+func commitChild(t *testing.T, v string, group bool) {
 	dir, id, _ := strings.Cut(v, " ")
 	c, err := Attach(filepath.Join(dir, "cache"))
 	if err != nil {
@@ -172,29 +205,55 @@ func commitChild(t *testing.T, v string) {
 	c.trace = func(event, path string) {
 		_, _ = trace.WriteString(id + " " + event + " " + path + "\n") // one write(2): appended whole
 	}
-	src := filepath.Join(dir, "src-"+id)
+	var mu sync.Mutex // one trace line at a time: one write(2) each
+	note := c.trace
+	c.trace = func(event, path string) {
+		mu.Lock()
+		defer mu.Unlock()
+		note(event, path)
+	}
+	if !group {
+		commitArtifacts(t, c, filepath.Join(dir, "src-"+id), id, c.Commit)
+		return
+	}
+	g := c.NewGroupCommitter()
+	for w := range 3 {
+		go commitArtifacts(t, c, filepath.Join(dir, fmt.Sprint("src-", id, "-", w)), fmt.Sprint(id, "-", w), func(a *Artifact) error {
+			p, err := c.StoreBlobs(a)
+			if err != nil {
+				return err
+			}
+			return g.Commit(p)
+		})
+	}
+	select {} // until killed
+}
+
+// commitArtifacts makes trees of unique content under src and commits them with
+// commit until the process is killed.
+func commitArtifacts(t *testing.T, c *Cache, src, id string, commit func(*Artifact) error) {
 	for i := 0; ; i++ {
 		tree := filepath.Join(src, fmt.Sprint(i))
 		for j := range 3 {
 			sub := filepath.Join(tree, fmt.Sprint("d", j))
 			if err := os.MkdirAll(sub, 0o755); err != nil {
-				t.Fatal(err)
+				panic(err)
 			}
 			if err := os.WriteFile(filepath.Join(sub, "f"), []byte(fmt.Sprintf("process %s artifact %d file %d\n", id, i, j)), 0o644); err != nil {
-				t.Fatal(err)
+				panic(err)
 			}
 		}
 		files, err := c.StoreTree(tree)
 		if err != nil {
-			t.Fatal(err)
+			panic(err)
 		}
 		log, err := c.PutBlob([]byte(fmt.Sprintf("log of process %s artifact %d\n", id, i)))
 		if err != nil {
-			t.Fatal(err)
+			panic(err)
 		}
 		a := &Artifact{Project: "demo", Element: "app.toml", Key: fmt.Sprintf("p%s-%d", id, i), Success: true, Files: files, Log: log}
-		if err := c.Commit(a); err != nil {
-			t.Fatal(err)
+		if err := commit(a); err != nil {
+			panic(err)
 		}
 	}
 }

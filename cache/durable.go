@@ -53,7 +53,7 @@ const (
 	// it began is durable once it ends.
 	eventSyncBegin = "sync-begin"
 	eventSyncEnd   = "sync-end"
-	eventRef       = "ref" // a ref is in place and durable
+	eventRef       = "ref" // a ref is in place: durable now (Commit), or after the next syncfs (GroupCommitter)
 )
 
 // note reports a durability event to the test hook, if any.

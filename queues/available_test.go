@@ -156,13 +156,7 @@ func TestAvailableTailsAtMostTheBuilders(t *testing.T) {
 	pool := buildPool(1)
 	h := startSession(t, Config{Queues: []Queue{buildQueue()}, Items: plan(t, g, PlanOptions{}), Pool: pool})
 
-	first := h.next()
-	first.Available(`{}`)
-	second := h.next() // on the builder first gave back
-	second.Available(`{}`)
-	h.availableSeen(second)
-	h.sync(second)
-	h.noStart() // first is in its tail: second keeps the builder
+	first, second := h.tailThenKept()
 	if pool.InUse(resources.Process) != 1 {
 		t.Errorf("%d builders in use, want 1 (second's)", pool.InUse(resources.Process))
 	}
@@ -173,6 +167,56 @@ func TestAvailableTailsAtMostTheBuilders(t *testing.T) {
 	h.next().Succeed(t)
 	if sum := h.wait(); !sum.OK() || sum.Queues[0].Processed != 3 {
 		t.Errorf("summary = %+v, want 3 built", sum)
+	}
+	checkTokensFree(t, pool, resources.Process, resources.Cache)
+}
+
+// tailThenKept starts two builds on one builder: the first gives it back at
+// Available (its tail), the second, available too, keeps it (one tail per builder).
+func (h *session) tailThenKept() (first, second *fakeJob) {
+	h.t.Helper()
+	first = h.next()
+	first.Available(`{}`)
+	second = h.next() // on the builder first gave back
+	second.Available(`{}`)
+	h.availableSeen(second)
+	h.sync(second)
+	h.noStart() // first is in its tail: second keeps the builder
+	return first, second
+}
+
+// committing sends what a Runner that makes a job's output durable in the session
+// sends once the job's worker is done (MessageCommitting).
+func (j *fakeJob) committing() {
+	j.onMessage(job.Message{Type: MessageCommitting, Time: time.Now()})
+}
+
+// A job whose worker is done while the session makes its artifact durable
+// (MessageCommitting) no longer counts among the tails: the next job gives its
+// builder back at Available; and one that kept its builder past the cap gives it
+// back then. Each still ends (JobDurable, its CACHE token) only with its result.
+func TestCommittingLeavesTheTails(t *testing.T) {
+	g := newGraph(t, "a", "b", "c", "d")
+	pool := buildPool(1)
+	h := startSession(t, Config{Queues: []Queue{buildQueue()}, Items: plan(t, g, PlanOptions{}), Pool: pool})
+
+	first, second := h.tailThenKept()
+	second.committing()
+	third := h.next() // its worker done, second gives its builder back
+	first.committing()
+	third.Available(`{}`)
+	fourth := h.next() // no tail left: third gives its builder back at once
+	if pool.InUse(resources.Cache) != 4 {
+		t.Errorf("%d cache tokens in use, want 4: a job keeps its own until its result", pool.InUse(resources.Cache))
+	}
+	if ds := eventsOf[JobDurable](h.events); len(ds) != 0 {
+		t.Errorf("JobDurable %+v published before the jobs' results", ds)
+	}
+	for _, j := range []*fakeJob{first, second, third, fourth} {
+		j.Succeed(t)
+	}
+	if sum := h.wait(); !sum.OK() || sum.Queues[0].Processed != 4 {
+		t.Errorf("summary = %+v, want 4 built", sum)
 	}
 	checkTokensFree(t, pool, resources.Process, resources.Cache)
 }

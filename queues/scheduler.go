@@ -147,6 +147,9 @@ type activeJob struct {
 	// availableAfter into the job; tail: it then gave its builder back (see available).
 	available, tail bool
 	availableAfter  time.Duration
+	// committing: its worker is done and the session makes its output durable
+	// (MessageCommitting): it no longer counts among its queue's tails.
+	committing bool
 	// gated: it was started gated and waits at its gate without its queue's GateOn
 	// token (see Gater); gateWait is how long it waited there until it was opened.
 	gated    bool
@@ -561,6 +564,8 @@ func (s *Scheduler) handle(m any) bool {
 			return s.available(a, m.msg)
 		case job.MessageSlotDone:
 			return s.slotDone(a, m.msg)
+		case MessageCommitting:
+			return s.committing(a)
 		case job.MessageGate:
 			return s.atGate(a)
 		case job.MessageNotice:
@@ -626,7 +631,7 @@ func (s *Scheduler) finish(a *activeJob, out job.Outcome) {
 		s.add(qs, it)
 		return
 	}
-	if a.tail {
+	if a.tail && !a.committing {
 		qs.tails--
 	}
 	if a.ended {
@@ -698,13 +703,7 @@ func (s *Scheduler) available(a *activeJob, m job.Message) bool {
 	s.ungate(a) // available without passing its gate (a stack): nothing left to open
 	q.Available(it, m.Data)
 	if s.beginTail(a, nil) {
-		var give []resources.Resource
-		for _, r := range a.tokens.shared() {
-			if r != resources.Cache {
-				give = append(give, r)
-			}
-		}
-		a.tokens.giveBack(give...)
+		giveBackAllButCache(a)
 	}
 	s.wake(it)
 	now := time.Now()
@@ -762,6 +761,40 @@ func (s *Scheduler) endTail(a *activeJob, out job.Outcome, end JobEnd) {
 	msg := fmt.Sprintf("making the artifact durable after the %s job succeeded: %s", end.Action, out.Result.Error)
 	s.cfg.Publish(Notice{Base: end.Base, Level: "error", Element: it.Name(), Text: msg})
 	s.fail(qs, it, msg, a.logPath)
+}
+
+// MessageCommitting is a message a Runner makes, not a job: the job's worker is done
+// and the session makes what it made durable (actions.GroupCommits), holding no
+// worker; its result follows when that is done.
+const MessageCommitting job.MessageType = "committing"
+
+// committing books that a's worker is done while its output is made durable: a job
+// in its tail no longer counts among its queue's tails (they bound the workers), and
+// one that kept its builder for want of a tail gives it back now.
+func (s *Scheduler) committing(a *activeJob) bool {
+	if !a.available || a.committing {
+		return false
+	}
+	a.committing = true
+	if a.tail {
+		a.qs.tails--
+		return true
+	}
+	a.tail = true
+	giveBackAllButCache(a)
+	return true
+}
+
+// giveBackAllButCache gives back a's tokens but the cache's: a job in its tail
+// still writes to the cache.
+func giveBackAllButCache(a *activeJob) {
+	var give []resources.Resource
+	for _, r := range a.tokens.shared() {
+		if r != resources.Cache {
+			give = append(give, r)
+		}
+	}
+	a.tokens.giveBack(give...)
 }
 
 // beginTail starts a's tail, the part of it that needs no builder (see available

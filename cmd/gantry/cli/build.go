@@ -292,7 +292,8 @@ func runBuild(opts *buildOptions) error {
 			opts.ios.Info("explain: " + x.Text)
 		}
 	}
-	build := &actions.Build{Cache: c, Graph: g, Sandbox: opts.sandbox, MaxJobs: maxJobs, RetryFailed: opts.retryFailed, Stats: stats, Remote: rx}
+	build := &actions.Build{Cache: c, Graph: g, Sandbox: opts.sandbox, MaxJobs: maxJobs, RetryFailed: opts.retryFailed, Stats: stats, Remote: rx,
+		Commits: actions.NewGroupCommits(c)}
 	cleanup, err := s.cleanupConfig(opts.quota, c, g)
 	if err != nil {
 		return err
@@ -303,6 +304,7 @@ func runBuild(opts *buildOptions) error {
 		remoteDown: rs.PushDownWarnings(),
 		onJobEnd:   func(end queues.JobEnd) error { rs.LeaseJobEnded(end); return build.JobEnded(end) },
 		trace:      opts.trace,
+		commits:    build.Commits,
 	})
 	if err != nil {
 		return err
@@ -375,6 +377,8 @@ type schedulerRun struct {
 	// remoteDown maps those of notices that marked a push remote down to the remote.
 	remoteDown map[string]string
 	trace      string // write the session's Chrome trace there; "": none
+	// commits places the refs of the build jobs (actions.GroupCommits); nil: they do.
+	commits *actions.GroupCommits
 }
 
 // runScheduler runs a session with signals forwarded, and waits until the display has
@@ -414,12 +418,16 @@ func (s *session) runScheduler(r schedulerRun) (*queues.Summary, error) {
 		rec.Observe(e)
 		pub.Publish(e)
 	}
+	var runner queues.Runner = queues.NewProcessRunner([]string{exe, jobCommand}, live.JobEnv(), job.DefaultGrace)
+	if r.commits != nil {
+		runner = r.commits.Runner(runner)
+	}
 	sched := queues.New(queues.Config{
 		Project:  s.project.Name,
 		Queues:   r.queues,
 		Items:    r.items,
 		Pool:     resources.NewPool(r.limits),
-		Runner:   queues.NewProcessRunner([]string{exe, jobCommand}, live.JobEnv(), job.DefaultGrace),
+		Runner:   runner,
 		OnError:  r.onError,
 		LogDir:   r.cache.LogsDir(),
 		Publish:  publish,
