@@ -1,6 +1,7 @@
 package remote
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -110,7 +111,7 @@ func (s *grpcStore) WriteBlob(ctx context.Context, d cache.Digest, open func() (
 	if !info.writes.fits(d) {
 		return s.writeStream(ctx, op, d, open)
 	}
-	data, err := readBlobContent(open)
+	data, err := readBlobContent(d, open)
 	if err != nil {
 		return fmt.Errorf("%s to remote %s: %w", op, s.name, err)
 	}
@@ -126,15 +127,25 @@ func (s *grpcStore) batchFailure(ctx context.Context, op string, err error) erro
 	return err
 }
 
-// readBlobContent reads the content of a small blob to upload. open is a
-// hashedUpload's: it yields d's bytes or fails.
-func readBlobContent(open func() (io.ReadCloser, error)) ([]byte, error) {
+// readBlobContent reads the content of small blob d to upload, into a buffer of
+// its size (io.ReadAll's would grow by copies). open is a hashedUpload's: it yields
+// d's bytes, checked once the last is read, or fails.
+func readBlobContent(d cache.Digest, open func() (io.ReadCloser, error)) ([]byte, error) {
 	r, err := open()
 	if err != nil {
 		return nil, err
 	}
 	defer r.Close()
-	return io.ReadAll(r)
+	data := make([]byte, d.Size)
+	if _, err := io.ReadFull(r, data); err != nil {
+		return nil, err
+	}
+	// The end: where the empty blob's content is checked.
+	var one [1]byte
+	if _, err := r.Read(one[:]); err != io.EOF {
+		return nil, cmp.Or(err, errTooLong)
+	}
+	return data, nil
 }
 
 // resource returns a ByteStream resource name: the instance name, if any, then
@@ -259,7 +270,7 @@ func (s *grpcStore) sendReads(ops []*batchOp) {
 	}
 	var resp *repb.BatchReadBlobsResponse
 	err := s.call(s.ctx, fmt.Sprintf("reading a batch of %d blobs", len(want)), func(ctx context.Context) (err error) {
-		resp, err = s.cas.BatchReadBlobs(ctx, req)
+		resp, err = s.cas.BatchReadBlobs(ctx, req, batchCodec)
 		return err
 	})
 	for _, r := range resp.GetResponses() {
@@ -287,7 +298,7 @@ func (s *grpcStore) sendWrites(ops []*batchOp) {
 	}
 	var resp *repb.BatchUpdateBlobsResponse
 	err := s.call(s.ctx, fmt.Sprintf("writing a batch of %d blobs", len(want)), func(ctx context.Context) (err error) {
-		resp, err = s.cas.BatchUpdateBlobs(ctx, req)
+		resp, err = s.cas.BatchUpdateBlobs(ctx, req, batchCodec)
 		return err
 	})
 	for i, r := range resp.GetResponses() {
