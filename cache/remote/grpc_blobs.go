@@ -85,6 +85,7 @@ func (s *grpcStore) ReadBlob(ctx context.Context, d cache.Digest, w io.Writer) e
 		return s.readStream(ctx, op, d, w)
 	}
 	b := &batchOp{d: d}
+	defer b.finish()
 	if err := info.reads.do(ctx, b); err != nil {
 		if status.Code(err) == codes.Unimplemented && ctx.Err() == nil {
 			// A server without BatchReadBlobs (Bazel's remote worker): ByteStream
@@ -268,11 +269,21 @@ func (s *grpcStore) sendReads(ops []*batchOp) {
 	for d := range want {
 		req.Digests = append(req.Digests, d.Proto())
 	}
-	var resp *repb.BatchReadBlobsResponse
-	err := s.call(s.ctx, fmt.Sprintf("reading a batch of %d blobs", len(want)), func(ctx context.Context) (err error) {
-		resp, err = s.cas.BatchReadBlobs(ctx, req, batchCodec)
-		return err
+	reply := &batchReadReply{resp: &repb.BatchReadBlobsResponse{}}
+	err := s.call(s.ctx, fmt.Sprintf("reading a batch of %d blobs", len(want)), func(ctx context.Context) error {
+		return s.conn.Invoke(ctx, repb.ContentAddressableStorage_BatchReadBlobs_FullMethodName, req, reply, batchCodec)
 	})
+	resp := reply.resp
+	if err != nil {
+		resp = nil
+	} else if reply.buf != nil {
+		// The blobs are slices of reply.buf: each op gives it back once written (ReadBlob).
+		shared := &sharedBuffer{buf: reply.buf}
+		shared.refs.Store(int64(len(ops)))
+		for _, op := range ops {
+			op.release = shared.release
+		}
+	}
 	for _, r := range resp.GetResponses() {
 		d, group, rerr := s.answer(want, r.Digest, r.Status, "reading")
 		if group == nil {
@@ -358,6 +369,22 @@ type batchOp struct {
 	data []byte // a write's content; a read's result
 	err  error
 	done chan struct{} // closed when data and err are set
+	// release, if set, gives back the buffer a read's data is a slice of; it is
+	// called once data is no longer used (finish).
+	release func()
+}
+
+// finish releases the buffer of a read done, once its data is written out. A read
+// its caller abandoned before it was answered leaves the buffer to the garbage
+// collector.
+func (op *batchOp) finish() {
+	select {
+	case <-op.done:
+		if op.release != nil {
+			op.release()
+		}
+	default:
+	}
 }
 
 // A batcher packs concurrent small-blob requests into few batch calls (group

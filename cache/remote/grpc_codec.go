@@ -2,6 +2,8 @@ package remote
 
 import (
 	"errors"
+	"sync"
+	"sync/atomic"
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 	"google.golang.org/grpc"
@@ -71,13 +73,64 @@ var errBadBatch = errors.New("malformed BatchReadBlobsResponse")
 
 // Unmarshal decodes a BatchReadBlobsResponse with each blob's Data a slice of the
 // message (one copy out of the transport's frames, none per blob); every other
-// field is decoded by the proto codec.
+// field is decoded by the proto codec. A batchReadReply's message is copied into a
+// pooled buffer, neither allocated nor cleared per call.
 func (blobCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	resp, ok := v.(*repb.BatchReadBlobsResponse)
-	if !ok {
-		return protoCodec().Unmarshal(data, v)
+	switch v := v.(type) {
+	case *repb.BatchReadBlobsResponse:
+		return decodeBatchRead(data.Materialize(), v)
+	case *batchReadReply:
+		buf := messageBuffer(data.Len())
+		data.CopyTo(*buf)
+		if err := decodeBatchRead(*buf, v.resp); err != nil {
+			messageBuffers.Put(buf)
+			return err
+		}
+		v.buf = buf
+		return nil
 	}
-	b := data.Materialize()
+	return protoCodec().Unmarshal(data, v)
+}
+
+// batchReadReply is a BatchReadBlobsResponse that blobCodec decodes into buf, a
+// pooled buffer its blobs' Data are slices of: given back (sharedBuffer) once
+// every blob is written out.
+type batchReadReply struct {
+	resp *repb.BatchReadBlobsResponse
+	buf  *[]byte
+}
+
+// messageBuffers hold the buffers batch read replies are decoded into.
+var messageBuffers sync.Pool
+
+// messageBuffer returns a buffer of n bytes from messageBuffers, or a new one of
+// n rounded up to the next MiB.
+func messageBuffer(n int) *[]byte {
+	if p, ok := messageBuffers.Get().(*[]byte); ok && cap(*p) >= n {
+		*p = (*p)[:n]
+		return p
+	}
+	b := make([]byte, n, (n+1<<20-1)&^(1<<20-1))
+	return &b
+}
+
+// sharedBuffer is a reply's buffer shared by the reads it answers: the last to
+// release it puts it back in messageBuffers. A read abandoned by its caller never
+// releases it, and the buffer is left to the garbage collector.
+type sharedBuffer struct {
+	refs atomic.Int64
+	buf  *[]byte
+}
+
+func (s *sharedBuffer) release() {
+	if s.refs.Add(-1) == 0 {
+		messageBuffers.Put(s.buf)
+	}
+}
+
+// decodeBatchRead decodes the BatchReadBlobsResponse b into resp, each blob's
+// Data a slice of b.
+func decodeBatchRead(b []byte, resp *repb.BatchReadBlobsResponse) error {
 	var rest []byte // the message without its responses
 	var responses []*repb.BatchReadBlobsResponse_Response
 	for len(b) > 0 {

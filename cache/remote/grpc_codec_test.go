@@ -67,6 +67,19 @@ func TestBatchCodecSendsBlobsUncopied(t *testing.T) {
 		t.Error("the response's blobs were copied out of the message")
 	}
 
+	// A reply decoded into a pooled buffer: its blobs are slices of it.
+	reply := &batchReadReply{resp: &repb.BatchReadBlobsResponse{}}
+	if err := (blobCodec{}).Unmarshal(in, reply); err != nil {
+		t.Fatal(err)
+	}
+	if !proto.Equal(reply.resp, resp) {
+		t.Errorf("decoded %v, want %v", reply.resp, resp)
+	}
+	buf := *reply.buf
+	if d := reply.resp.Responses[0].Data; &d[0] != &buf[bytes.Index(buf, blob)] {
+		t.Error("the reply's blob is not a slice of its buffer")
+	}
+
 	if err := (blobCodec{}).Unmarshal(mem.BufferSlice{mem.SliceBuffer(wire[:len(wire)-1])}, &dec); err == nil {
 		t.Error("a truncated response decoded")
 	}
