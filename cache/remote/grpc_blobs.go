@@ -37,8 +37,11 @@ const (
 	// besides the instance name.
 	batchBlobOverhead = 128
 	batchBaseOverhead = 256
-	// batchLanes is how many batch calls of one kind may be in flight at once.
-	batchLanes = 4
+	// batchLanes is how many batch calls of one kind may be in flight at once: as
+	// many as a transfer's requests, as over HTTP. A server stores a batch's blobs
+	// one after another (gantry's, each made durable), so 4 lanes for 16 callers
+	// made a push of 256 KiB blobs about 1.7× HTTP's wall time.
+	batchLanes = parallelism
 )
 
 // FindMissing asks FindMissingBlobs about ds, in chunks.
