@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Pull of one artifact of N files (default 2,000 × 256 KiB) from a local nginx
+# Pull of one artifact of N files (default 2,000 × 256 KiB, a tar source) from a local nginx
 # (WebDAV), verified and durable, against curl ×8 downloading the same blobs from
 # the same server (8 processes, each reusing its connection for its share):
 # interleaved rounds, min / median wall (see bench/README.md).
@@ -60,20 +60,30 @@ for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$port/" && break;
 URL=http://127.0.0.1:$port/cache
 printf '[[remote]]\nurl = "%s"\npush = true\n' "$URL" >"$TMP/remote.toml"
 
-log "an import element of $N files of $SIZE_KIB KiB, pushed to nginx"
+log "an import element of $N files of $SIZE_KIB KiB (a tar on the same nginx), pushed to nginx"
+# The element's source is a tar whose ref is its hash: its key is computed without
+# reading the files (a local source's key hashes every file in the session first,
+# which is loading, not pulling).
 P=$TMP/project
-mkdir -p "$P/elements" "$P/files"
+mkdir -p "$P/elements" "$NG/root/src"
 printf 'name = "pullbench"\ndefault-targets = ["big.toml"]\n' >"$P/project.toml"
-printf 'kind = "import"\n[[sources]]\nkind = "local"\npath = "files"\n' >"$P/elements/big.toml"
-python3 - "$P/files" "$N" "$SIZE_KIB" <<'PY'
-import os, sys
-d, n, kib = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-for i in range(n):
-    with open(os.path.join(d, "f%05d" % i), "wb") as f:
-        f.write(os.urandom(kib * 1024))
+python3 - "$NG/root/src/files.tar" "$TMP/urls.sha" "$N" "$SIZE_KIB" <<'PY'
+import hashlib, io, os, sys, tarfile
+out, shas, n, kib = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+with tarfile.open(out, "w", format=tarfile.GNU_FORMAT) as t, open(shas, "w") as s:
+    for i in range(n):
+        data = os.urandom(kib * 1024)
+        info = tarfile.TarInfo("f%05d" % i)
+        info.size, info.mode = len(data), 0o644
+        t.addfile(info, io.BytesIO(data))
+        s.write(hashlib.sha256(data).hexdigest() + "\n")
 PY
-GANTRY_CACHE_DIR=$TMP/cacheA "$GANTRY" -C "$P" --config "$TMP/remote.toml" --ui plain build >/dev/null 2>&1
-(cd "$P/files" && sha256sum f*) | awk -v u="$URL" '{print u "/cas/" $1}' >"$TMP/urls"
+ref=$(sha256sum "$NG/root/src/files.tar" | cut -d' ' -f1)
+printf 'kind = "import"\n[[sources]]\nkind = "tar"\nurl = "http://127.0.0.1:%s/src/files.tar"\nref = "%s"\n' "$port" "$ref" >"$P/elements/big.toml"
+GANTRY_CACHE_DIR=$TMP/cacheA "$GANTRY" -C "$P" --config "$TMP/remote.toml" --ui plain build >"$TMP/build.log" 2>&1 ||
+	{ cat "$TMP/build.log" >&2; exit 1; }
+rm "$NG/root/src/files.tar"
+awk -v u="$URL" '{print u "/cas/" $1}' "$TMP/urls.sha" >"$TMP/urls"
 [[ $(curl -s -o /dev/null -w '%{http_code}' "$(head -1 "$TMP/urls")") == 200 ]] || { echo "pull.sh: the push left no blobs on nginx" >&2; exit 1; }
 rm -rf "$TMP/cacheA"
 

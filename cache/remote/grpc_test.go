@@ -327,8 +327,8 @@ func TestGRPCBatchPacksQueuedReads(t *testing.T) {
 		}
 	}
 	srv.locked(func() {
-		if !slices.Equal(srv.batchReads, []int{1, 1, 1, 1, 17}) {
-			t.Errorf("blobs per BatchReadBlobs call = %v, want 4 single reads then the 17 queued ones in one call", srv.batchReads)
+		if want := append(slices.Repeat([]int{1}, batchLanes), 17); !slices.Equal(srv.batchReads, want) {
+			t.Errorf("blobs per BatchReadBlobs call = %v, want %d single reads then the 17 queued ones in one call", srv.batchReads, batchLanes)
 		}
 	})
 }
