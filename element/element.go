@@ -266,20 +266,55 @@ func readElementFile(dir elementDir, path, display string) ([]byte, fileid.ID, e
 // option values (the parse cache keys every parse by its kind's defaults).
 func parseElement(data []byte, display string, scope optionScope, origin includeOrigin) (pf *parsedFile, doc *tomlDoc, conditional bool, err error) {
 	pf, doc, err = parseElementFile(data, display, scope, origin)
-	return pf, doc, doc != nil && doc.md.IsDefined("if"), err
+	return pf, doc, doc != nil && doc.isDefined("if"), err
 }
 
 func parseElementFile(data []byte, display string, scope optionScope, origin includeOrigin) (*parsedFile, *tomlDoc, error) {
+	// A file in simpleTOML's subset whose top-level keys are all known is read from its
+	// values without the decoder; any error it has is reported as the decoder's path
+	// reports it, by reading it again that way.
+	text := string(data)
+	if simple, ok := simpleTOML(text); ok && simpleKnownKeys(simple) {
+		doc := &tomlDoc{display: display, text: text, simple: simple}
+		if pf, doc, err := parseElementDoc(data, doc, simple, scope, origin); err == nil {
+			return pf, doc, nil
+		}
+	}
+	return parseElementDecoded(data, display, scope, origin)
+}
+
+// parseElementDecoded is parseElementFile through the decoder.
+func parseElementDecoded(data []byte, display string, scope optionScope, origin includeOrigin) (*parsedFile, *tomlDoc, error) {
 	var plain any
 	doc, err := decodeTOMLBytes(data, display, &plain)
 	if err != nil {
 		return nil, nil, err
 	}
+	return parseElementDoc(data, doc, plain, scope, origin)
+}
+
+// simpleKnownKeys says of a file simpleTOML decoded whether every key is one
+// onlyKnownKeys accepts: a known top-level key, or one in a table under it (simpleTOML
+// decodes no deeper table). Files that include others or have [[if]] blocks are left to
+// the decoder.
+func simpleKnownKeys(m map[string]any) bool {
+	for k := range m {
+		if k == "include" || k == "if" || !slices.Contains(elementKeys, k) {
+			return false
+		}
+	}
+	return true
+}
+
+// parseElementDoc is parseElementFile once data is decoded: doc, and plain, its values.
+func parseElementDoc(data []byte, doc *tomlDoc, plain any, scope optionScope, origin includeOrigin) (*parsedFile, *tomlDoc, error) {
+	display := doc.display
+	var err error
 	var f elementFile
 	var tables []any // each source, a toml.Primitive or a plain table
 	var blocks []any // each [[if]] block, the same
 	var config, public any
-	known := onlyKnownKeys(doc.md)
+	known := doc.simple != nil || onlyKnownKeys(doc.md)
 	var includes []includedFile
 	if m, ok := plain.(map[string]any); ok {
 		name, _ := m["kind"].(string)
@@ -312,7 +347,7 @@ func parseElementFile(data []byte, display string, scope optionScope, origin inc
 			blocks[i] = p
 		}
 		config = f.Config
-		if doc.md.IsDefined("public") {
+		if doc.isDefined("public") {
 			public = f.Public
 		}
 	}
@@ -367,7 +402,7 @@ func parseElementFile(data []byte, display string, scope optionScope, origin inc
 			return nil, nil, err
 		}
 	}
-	if pf.Config, err = parseConfig(doc, kind, config, configSet || doc.md.IsDefined("config") || config != nil); err != nil {
+	if pf.Config, err = parseConfig(doc, kind, config, configSet || doc.isDefined("config") || config != nil); err != nil {
 		return nil, nil, err
 	}
 	if pf.Public, err = parsePublic(doc, public); err != nil {
