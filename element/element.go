@@ -107,7 +107,7 @@ type Element struct {
 	configJSON []byte            // resolved as the key encodes it (encodeConfig)
 	fileID     fileid.ID         // the file's identity when it was read (zero when unknown)
 	keyMemo    *keyMemo          // the key last computed from this version of the file, if any
-	cacheName  string            // its file's name in the parse cache (parseCacheName)
+	cached     *cachedFile       // its file's parse cache entry (nil for none), where its key is remembered
 	named      map[string]string // graph name -> the name its file gives, for dependencies a junction's override resolved
 	depNames   map[string]string // the reverse: the name its file gives -> graph name
 	sourceKeys []string          // unique key per source; "" for a source without a ref
@@ -199,11 +199,11 @@ func loadElement(p *Project, dir elementDir, lock *Lock, name string, pc *ParseC
 		if pf, doc, conditional, err = parseElement(data, display, *scope, dir.origin); err != nil {
 			return nil, err
 		}
-		pc.remember(cacheName, id, pf, conditional, *scope, doc.includes)
+		c = pc.remember(cacheName, id, pf, conditional, *scope, doc.includes)
 	}
 	e := &Element{Name: name, local: name, project: p, File: display, Description: pf.Description, Pool: pf.Pool,
 		Depends: pf.Depends, BuildDepends: pf.BuildDepends, RuntimeDepends: pf.RuntimeDepends,
-		root: p.Root, rel: rel, doc: doc, scope: scope, origin: dir.origin, fileID: id, keyMemo: memo, cacheName: cacheName, public: pf.Public,
+		root: p.Root, rel: rel, doc: doc, scope: scope, origin: dir.origin, fileID: id, keyMemo: memo, cached: c, public: pf.Public,
 		RemoteExecution: pf.RemoteExecution}
 	e.Kind, _ = LookupKind(pf.Kind) // parseElement checked it
 	if e.Pool != "" {

@@ -99,5 +99,5 @@ func (g *Graph) reuseKey(e *Element, inputs string, weak bool) bool {
 func (g *Graph) rememberKey(e *Element, inputs string) {
 	e.keyMemo = &keyMemo{Inputs: inputs, Key: e.Key, Context: g.keyContextOf(e),
 		Weak: e.WeakKey, RunKey: e.run.key, RunNames: e.run.names, RunWeak: e.run.weak}
-	g.parseCache.rememberKey(e.cacheName, e.fileID, e.keyMemo)
+	g.parseCache.rememberKey(e.cached, e.fileID, e.keyMemo)
 }

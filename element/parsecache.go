@@ -52,13 +52,13 @@ type ParseCache struct {
 
 	mu    sync.Mutex
 	files map[string]*cachedFile // file as shown ("elements/app.toml") -> what it was
-	dirty bool
+	dirty atomic.Bool
 }
 
 // cachedFile is one file's entry. An entry read from the cache file is decoded from raw
-// when first used (decode), and replaced, never changed, afterwards (loadElement keeps
-// pointers into it), but for seen; one this load made (remember) gets its key memo in
-// place.
+// when first used (decode), and not changed afterwards (loadElement keeps pointers into
+// it) but for seen and its key memo (rememberKey, under mu), which a key computed again
+// replaces.
 type cachedFile struct {
 	ID     fileid.ID
 	Parsed parsedFile
@@ -74,11 +74,13 @@ type cachedFile struct {
 	// it was parsed: the parse is reused only while each is unchanged.
 	Includes []includedFile
 
-	raw   string      // the stored form; "" for an entry this load made
-	once  sync.Once   // decodes raw
-	whole bool        // raw decoded without error (or nothing to decode)
-	seen  atomic.Bool // looked up by this load (Save keeps others only while current)
-	drop  bool        // left out by the Save under way; set and read by Save alone
+	raw     string      // the stored form; "" for an entry this load made
+	mu      sync.Mutex  // held to set Key (rememberKey)
+	rekeyed bool        // Key set by this load: raw's is stale
+	once    sync.Once   // decodes raw
+	whole   bool        // raw decoded without error (or nothing to decode)
+	seen    atomic.Bool // looked up by this load (Save keeps others only while current)
+	drop    bool        // left out by the Save under way; set and read by Save alone
 }
 
 // newCachedFile is an entry made by this load.
@@ -249,14 +251,14 @@ func (pc *ParseCache) size() int {
 // it was read: a change during the read gives the file a new identity, so it is parsed
 // again); conditional says the parse read the option values of scope; includes are
 // the files it included, with their identities (a file whose identity is unknown is
-// not remembered).
-func (pc *ParseCache) remember(name string, id fileid.ID, pf *parsedFile, conditional bool, scope optionScope, includes []includedFile) {
+// not remembered). It returns the entry, nil when it made none.
+func (pc *ParseCache) remember(name string, id fileid.ID, pf *parsedFile, conditional bool, scope optionScope, includes []includedFile) *cachedFile {
 	if pc == nil || id == (fileid.ID{}) {
-		return
+		return nil
 	}
 	for _, inc := range includes {
 		if inc.ID == (fileid.ID{}) {
-			return
+			return nil
 		}
 	}
 	options := ""
@@ -266,28 +268,24 @@ func (pc *ParseCache) remember(name string, id fileid.ID, pf *parsedFile, condit
 	c := newCachedFile(id, pf, keyMemo{}, options, scope.kindDigests[pf.Kind], includes)
 	pc.mu.Lock()
 	pc.files[name] = c
-	pc.dirty = true
 	pc.mu.Unlock()
+	pc.dirty.Store(true)
+	return c
 }
 
-// rememberKey records m as the key memo of name's parse at identity id, unless the
-// cache holds another version of the file by now.
-func (pc *ParseCache) rememberKey(name string, id fileid.ID, m *keyMemo) {
-	if pc == nil || id == (fileid.ID{}) {
+// rememberKey records m as the key memo of c, the entry of an element's file at
+// identity id, which the element was loaded from (loadedFrom): no lookup in the map, and
+// no lock but the entry's (elements of one depth are keyed in parallel; two that share a
+// file, through two junctions, may be among them). An entry read from the cache file is
+// written from its fields from then on (rekeyed).
+func (pc *ParseCache) rememberKey(c *cachedFile, id fileid.ID, m *keyMemo) {
+	if pc == nil || c == nil || id == (fileid.ID{}) || !c.decode() || c.ID != id {
 		return
 	}
-	pc.mu.Lock()
-	defer pc.mu.Unlock()
-	c, ok := pc.files[name]
-	switch {
-	case !ok || !c.decode() || c.ID != id:
-		return
-	case c.raw == "":
-		c.Key = *m // made by this load (remember), which nothing else reads now
-	default:
-		pc.files[name] = newCachedFile(id, &c.Parsed, *m, c.Options, c.Kinds, c.Includes) // written back from raw otherwise
-	}
-	pc.dirty = true
+	c.mu.Lock()
+	c.Key, c.rekeyed = *m, true
+	c.mu.Unlock()
+	pc.dirty.Store(true)
 }
 
 // Save writes the cache if this load parsed anything, atomically (temporary file, then
@@ -297,7 +295,7 @@ func (pc *ParseCache) rememberKey(name string, id fileid.ID, m *keyMemo) {
 // project's files, not every version of every file it ever had. Errors are returned for
 // a warning: a cache that cannot be written only costs speed.
 func (pc *ParseCache) Save() error {
-	if pc == nil || !pc.dirty {
+	if pc == nil || !pc.dirty.Load() {
 		return nil
 	}
 	return cache.WriteLoadsFile(pc.path, "the element parse cache", func(w io.Writer, now int64) error {

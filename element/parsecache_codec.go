@@ -44,7 +44,10 @@ func encodeParseCache(out io.Writer, stamp string, files map[string]*cachedFile)
 			continue
 		}
 		entry.B = entry.B[:0]
-		if c.raw != "" { // as read: entries never change
+		c.mu.Lock()
+		rekeyed := c.rekeyed
+		c.mu.Unlock()
+		if c.raw != "" && !rekeyed { // as read
 			entry.B = append(entry.B, c.raw...)
 		} else {
 			c.ID.Append(&entry)

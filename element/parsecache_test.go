@@ -319,7 +319,7 @@ func TestParseCacheIgnoresDamagedAndForeignFiles(t *testing.T) {
 	other := OpenParseCache(cacheDir, dir)
 	other.stamp = "another gantry build"
 	other.racy = -time.Hour
-	other.dirty = true
+	other.dirty.Store(true)
 	if err := other.Save(); err != nil {
 		t.Fatal(err)
 	}
