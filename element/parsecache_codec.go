@@ -12,7 +12,8 @@ import (
 )
 
 // The parse cache's stored form: the stamp, the number of files, then each file's
-// name and its entry — identity, parse, key memo and options digest, every field in declaration order,
+// name and its entry — identity, parse, options and kinds digests, included files, then the key
+// memo (last, so that an entry whose key is computed again keeps the rest as it is), every field in declaration order,
 // in bincode's form (an empty list or map decodes as nil) — as one string, so that
 // opening the cache only indexes the entries and each is decoded when its file is
 // looked up, on the goroutines that load the graph. TestParseCacheCodecRoundTrips sets
@@ -47,11 +48,17 @@ func encodeParseCache(out io.Writer, stamp string, files map[string]*cachedFile)
 		c.mu.Lock()
 		rekeyed := c.rekeyed
 		c.mu.Unlock()
-		if c.raw != "" && !rekeyed { // as read
+		switch {
+		case c.raw != "" && !rekeyed: // as read
 			entry.B = append(entry.B, c.raw...)
-		} else {
-			c.ID.Append(&entry)
-			writeParsed(&entry, &c.Parsed)
+		case c.raw != "": // as read, with the key computed again (c decoded)
+			entry.B = append(entry.B, c.raw[:c.keyAt]...)
+		case c.head != "": // made by this load
+			entry.B = append(entry.B, c.head...)
+		default:
+			writeHead(&entry, c.ID, &c.Parsed, c.Options, c.Kinds, c.Includes)
+		}
+		if c.raw == "" || rekeyed {
 			entry.Str(c.Key.Inputs)
 			entry.Str(c.Key.Key)
 			entry.Str(c.Key.Context)
@@ -59,15 +66,6 @@ func encodeParseCache(out io.Writer, stamp string, files map[string]*cachedFile)
 			entry.Str(c.Key.RunKey)
 			entry.Str(c.Key.RunNames)
 			entry.Str(c.Key.RunWeak)
-			entry.Str(c.Options)
-			entry.Str(c.Kinds)
-			entry.Uint(uint64(len(c.Includes)))
-			for _, inc := range c.Includes {
-				entry.Str(inc.Name)
-				inc.ID.Append(&entry)
-				entry.Str(inc.Via)
-				entry.Str(inc.Root)
-			}
 		}
 		head.B = head.B[:0]
 		head.Str(name)
@@ -123,25 +121,52 @@ func decodeParseCache(data string) (stamp string, files map[string]*cachedFile, 
 // that was whole: a damaged entry is a miss. Safe for concurrent use.
 func (c *cachedFile) decode() bool {
 	c.once.Do(func() {
-		if c.raw == "" {
-			c.whole = true // made by this load
+		if c.raw == "" { // made by this load: its parse from head, the rest is set
+			if c.head != "" {
+				var d cachedFile
+				r := bincode.NewStringReader(c.head)
+				readHead(r, &d)
+				c.Parsed = d.Parsed
+			}
+			c.whole = true
 			return
 		}
 		r := bincode.NewStringReader(c.raw)
-		c.ID = fileid.Read(r)
-		readParsed(r, &c.Parsed)
+		readHead(r, c)
+		c.keyAt = len(c.raw) - r.Len()
 		c.Key = keyMemo{Inputs: r.Str(), Key: r.Str(), Context: r.Str(), Weak: r.Str(), RunKey: r.Str(), RunNames: r.Str(), RunWeak: r.Str()}
-		c.Options = r.Str()
-		c.Kinds = r.Str()
-		if n := r.Count(); n > 0 {
-			c.Includes = make([]includedFile, n)
-			for i := range c.Includes {
-				c.Includes[i] = includedFile{Name: r.Str(), ID: fileid.Read(r), Via: r.Str(), Root: r.Str()}
-			}
-		}
 		c.whole = r.Err == nil && r.Len() == 0
 	})
 	return c.whole
+}
+
+// writeHead writes an entry's stored form but for its key memo, which follows it.
+func writeHead(w *bincode.Writer, id fileid.ID, pf *parsedFile, options, kinds string, includes []includedFile) {
+	id.Append(w)
+	writeParsed(w, pf)
+	w.Str(options)
+	w.Str(kinds)
+	w.Uint(uint64(len(includes)))
+	for _, inc := range includes {
+		w.Str(inc.Name)
+		inc.ID.Append(w)
+		w.Str(inc.Via)
+		w.Str(inc.Root)
+	}
+}
+
+// readHead reads what writeHead wrote into c.
+func readHead(r *bincode.Reader, c *cachedFile) {
+	c.ID = fileid.Read(r)
+	readParsed(r, &c.Parsed)
+	c.Options = r.Str()
+	c.Kinds = r.Str()
+	if n := r.Count(); n > 0 {
+		c.Includes = make([]includedFile, n)
+		for i := range c.Includes {
+			c.Includes[i] = includedFile{Name: r.Str(), ID: fileid.Read(r), Via: r.Str(), Root: r.Str()}
+		}
+	}
 }
 
 // id is c's file identity, from its stored form if it was not decoded (not decoding

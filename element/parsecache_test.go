@@ -399,6 +399,25 @@ func TestParseCacheCodecRoundTrips(t *testing.T) {
 	if err != nil || again["full.toml"] == nil || again["full.toml"].raw != got["full.toml"].raw {
 		t.Fatalf("read, written and read again: %v, %#v", err, again["full.toml"])
 	}
+	// An entry this load made is kept in its stored form (head) and reads back as
+	// made, with the key memo given it afterwards; so does one read whose key is
+	// computed again (rememberKey), the rest of it as read.
+	made := newCachedFile(full.ID, &full.Parsed, full.Options, full.Kinds, full.Includes)
+	if !made.decode() || !reflect.DeepEqual(made.Parsed, full.Parsed) {
+		t.Fatalf("an entry made decoded as %#v", made.Parsed)
+	}
+	rekeyed := got["full.toml"]
+	newKey := keyMemo{Inputs: "i2", Key: "k2", Context: "c2", Weak: "w2", RunKey: "r2", RunNames: "n2", RunWeak: "rw2"}
+	var pc ParseCache
+	made.Key = full.Key
+	pc.rememberKey(rekeyed, rekeyed.ID, &newKey)
+	_, again, err = decodeParseCache(encodeToString(t, map[string]*cachedFile{"made.toml": made, "rekeyed.toml": rekeyed}))
+	for name, key := range map[string]keyMemo{"made.toml": full.Key, "rekeyed.toml": newKey} {
+		c := again[name]
+		if err != nil || c == nil || !c.decode() || c.id() != full.ID || !reflect.DeepEqual(c.Parsed, full.Parsed) || c.Key != key || !reflect.DeepEqual(c.Includes, full.Includes) {
+			t.Fatalf("%s written and read again: %v, %#v", name, err, c)
+		}
+	}
 	damaged := &cachedFile{raw: got["full.toml"].raw[:len(got["full.toml"].raw)-1]}
 	if damaged.decode() {
 		t.Error("an entry one byte short decoded")
