@@ -185,7 +185,7 @@ func loadElement(p *Project, dir elementDir, lock *Lock, name string, pc *ParseC
 	var doc *tomlDoc
 	var id fileid.ID
 	if ok {
-		pf, id = &c.Parsed, c.ID
+		pf, id = c.Parsed, c.ID
 		if c.Key.Key != "" {
 			memo = &c.Key
 		}

@@ -62,8 +62,8 @@ type ParseCache struct {
 // replaces.
 type cachedFile struct {
 	ID     fileid.ID
-	Parsed parsedFile
-	Key    keyMemo // the key last computed from this parse (Key "" for none)
+	Parsed *parsedFile // nil for an entry this load made until decoded (head)
+	Key    keyMemo     // the key last computed from this parse (Key "" for none)
 	// Options is the digest of the option values the file was parsed with when it has
 	// [[if]] blocks (optionScope.digest), "" when its parse reads no option: a
 	// conditional file's parse is reused only under the same values.
@@ -93,12 +93,17 @@ type cachedFile struct {
 // off Save, which read every parse again from all over the heap.
 func newCachedFile(id fileid.ID, pf *parsedFile, options, kinds string, includes []includedFile) *cachedFile {
 	c := &cachedFile{ID: id, Options: options, Kinds: kinds, Includes: includes}
-	w := bincode.Writer{B: make([]byte, 0, 256)}
-	writeHead(&w, id, pf, options, kinds, includes)
+	w := headWriters.Get().(*bincode.Writer)
+	w.B = w.B[:0]
+	writeHead(w, id, pf, options, kinds, includes)
 	c.head = string(w.B)
+	headWriters.Put(w)
 	c.seen.Store(true)
 	return c
 }
+
+// headWriters are newCachedFile's buffers.
+var headWriters = sync.Pool{New: func() any { return &bincode.Writer{B: make([]byte, 0, 512)} }}
 
 // parseCacheVersion changes whenever parsedFile or the checks parseElement makes change
 // in a way a gantry build stamp would not show.
@@ -289,7 +294,9 @@ func (pc *ParseCache) remember(name string, id fileid.ID, pf *parsedFile, condit
 // file, through two junctions, may be among them). An entry read from the cache file is
 // written from its fields from then on (rekeyed).
 func (pc *ParseCache) rememberKey(c *cachedFile, id fileid.ID, m *keyMemo) {
-	if pc == nil || c == nil || id == (fileid.ID{}) || !c.decode() || c.ID != id {
+	// An entry read is decoded by now (its element was loaded from it); one made by
+	// this load has its identity without decoding its parse again.
+	if pc == nil || c == nil || id == (fileid.ID{}) || c.raw != "" && !c.decode() || c.ID != id {
 		return
 	}
 	c.mu.Lock()

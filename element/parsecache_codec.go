@@ -56,7 +56,11 @@ func encodeParseCache(out io.Writer, stamp string, files map[string]*cachedFile)
 		case c.head != "": // made by this load
 			entry.B = append(entry.B, c.head...)
 		default:
-			writeHead(&entry, c.ID, &c.Parsed, c.Options, c.Kinds, c.Includes)
+			pf := c.Parsed
+			if pf == nil {
+				pf = &parsedFile{}
+			}
+			writeHead(&entry, c.ID, pf, c.Options, c.Kinds, c.Includes)
 		}
 		if c.raw == "" || rekeyed {
 			entry.Str(c.Key.Inputs)
@@ -124,8 +128,7 @@ func (c *cachedFile) decode() bool {
 		if c.raw == "" { // made by this load: its parse from head, the rest is set
 			if c.head != "" {
 				var d cachedFile
-				r := bincode.NewStringReader(c.head)
-				readHead(r, &d)
+				readHead(bincode.NewStringReader(c.head), &d)
 				c.Parsed = d.Parsed
 			}
 			c.whole = true
@@ -158,7 +161,8 @@ func writeHead(w *bincode.Writer, id fileid.ID, pf *parsedFile, options, kinds s
 // readHead reads what writeHead wrote into c.
 func readHead(r *bincode.Reader, c *cachedFile) {
 	c.ID = fileid.Read(r)
-	readParsed(r, &c.Parsed)
+	c.Parsed = new(parsedFile)
+	readParsed(r, c.Parsed)
 	c.Options = r.Str()
 	c.Kinds = r.Str()
 	if n := r.Count(); n > 0 {

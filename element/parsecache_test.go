@@ -382,7 +382,7 @@ func TestParseCacheCodecRoundTrips(t *testing.T) {
 		full.Parsed.Config.Options[i].Written = ""
 	}
 	full.Includes = []includedFile{{Name: "a.toml", ID: fileid.ID{Size: 6, Mtime: 7}}, {Name: "b/c.toml", ID: fileid.ID{Ino: 8, Dev: 9}, Via: "base.toml:", Root: "/abs/base"}}
-	files := map[string]*cachedFile{"full.toml": full, "empty.toml": {}}
+	files := map[string]*cachedFile{"full.toml": full, "empty.toml": {Parsed: &parsedFile{}}}
 	data := encodeToString(t, files)
 	stamp, got, err := decodeParseCache(data)
 	if err != nil || stamp != "stamp" || len(got) != len(files) {
@@ -402,7 +402,7 @@ func TestParseCacheCodecRoundTrips(t *testing.T) {
 	// An entry this load made is kept in its stored form (head) and reads back as
 	// made, with the key memo given it afterwards; so does one read whose key is
 	// computed again (rememberKey), the rest of it as read.
-	made := newCachedFile(full.ID, &full.Parsed, full.Options, full.Kinds, full.Includes)
+	made := newCachedFile(full.ID, full.Parsed, full.Options, full.Kinds, full.Includes)
 	if !made.decode() || !reflect.DeepEqual(made.Parsed, full.Parsed) {
 		t.Fatalf("an entry made decoded as %#v", made.Parsed)
 	}
@@ -480,7 +480,7 @@ func (w *blockWriter) Write(p []byte) (int, error) {
 func TestParseCacheEncodesInBlocks(t *testing.T) {
 	files := map[string]*cachedFile{}
 	for i := range 4 * saveBlock / 200 {
-		files[fmt.Sprintf("e%d.toml", i)] = &cachedFile{Parsed: parsedFile{Kind: "manual", Description: strings.Repeat("d", 200)}, drop: i%3 == 0}
+		files[fmt.Sprintf("e%d.toml", i)] = &cachedFile{Parsed: &parsedFile{Kind: "manual", Description: strings.Repeat("d", 200)}, drop: i%3 == 0}
 	}
 	var w blockWriter
 	if err := encodeParseCache(&w, "stamp", files); err != nil {
