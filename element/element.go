@@ -730,6 +730,7 @@ func parseConfig(doc *tomlDoc, kind *Kind, v any, defined bool) (Config, error) 
 				c.Commands[step] = list
 			}
 		}
+		c.Commands = sharedCommands(c.Commands)
 	case kind.Name == "import":
 		if c.Source, err = t.str("source"); err != nil {
 			return c, err

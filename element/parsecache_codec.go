@@ -328,6 +328,7 @@ func readParsed(r *bincode.Reader, pf *parsedFile) {
 			step := r.Str()
 			c.Commands[step] = r.Strs()
 		}
+		c.Commands = sharedCommands(c.Commands)
 	}
 	c.Source = r.Str()
 	c.Target = r.Str()

@@ -138,3 +138,28 @@ func TestSimpleElementFile(t *testing.T) {
 		checkSimpleElementFile(t, []byte(s))
 	}
 }
+
+// Elements that set no commands, or one step to an empty list, share one Commands map
+// of that shape; others have their own.
+func TestSharedCommands(t *testing.T) {
+	parse := func(text string) map[string][]string {
+		pf, _, err := parseElementFile([]byte(text), "elements/x.toml", optionScope{}, includeOrigin{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pf.Config.Commands
+	}
+	a := parse("kind = \"manual\"\n[config]\nbuild-commands = []\n")
+	b := parse("kind = \"manual\"\ndepends = [\"x.toml\"]\n[config]\nbuild-commands = []\n")
+	c := parse("kind = \"manual\"\n[config]\nbuild-commands = [\"make\"]\n")
+	d := parse("kind = \"manual\"\n[config]\nbuild-commands = [\"make\"]\n")
+	if reflect.ValueOf(a).UnsafePointer() != reflect.ValueOf(b).UnsafePointer() || len(a) != 1 || a["build-commands"] == nil {
+		t.Errorf("two files with build-commands = []: %v and %v, not one map", a, b)
+	}
+	if reflect.ValueOf(c).UnsafePointer() == reflect.ValueOf(d).UnsafePointer() {
+		t.Error("two files with commands share their map")
+	}
+	if got := sharedCommands(nil); got != nil {
+		t.Errorf("no map shared as %v", got)
+	}
+}
