@@ -64,6 +64,9 @@ func keyContext(p *Project) string {
 func (g *Graph) keyInputs(e *Element) string {
 	var buf [1024]byte // on the stack: most elements' inputs fit
 	b := buf[:0]
+	if n := 64 + 80*len(e.sourceKeys) + 80*(len(e.BuildDeps)+len(e.RunDeps)); n > len(buf) {
+		b = make([]byte, 0, n) // made at once: a target depending on 30,000 elements
+	}
 	b = append(b, g.keyContextOf(e)...)
 	b = binary.AppendUvarint(b, uint64(len(e.sourceKeys)))
 	for _, k := range e.sourceKeys {
