@@ -51,7 +51,7 @@ type ParseCache struct {
 	// name (an includeStat each): elements that share an include stat it once.
 	included sync.Map
 
-	mu    sync.Mutex
+	mu    sync.RWMutex           // read-locked by lookups, which the loading goroutines make at once
 	files map[string]*cachedFile // file as shown ("elements/app.toml") -> what it was
 	dirty atomic.Bool
 }
@@ -199,9 +199,9 @@ func (pc *ParseCache) lookup(dir elementDir, root, path, name string, scope opti
 }
 
 func (pc *ParseCache) find(dir elementDir, root, path, name string, scope optionScope) (*cachedFile, bool, error) {
-	pc.mu.Lock()
+	pc.mu.RLock()
 	c, hit := pc.files[name]
-	pc.mu.Unlock()
+	pc.mu.RUnlock()
 	if !hit {
 		return nil, false, nil
 	}
@@ -257,8 +257,8 @@ func (pc *ParseCache) size() int {
 	if pc == nil {
 		return 0
 	}
-	pc.mu.Lock()
-	defer pc.mu.Unlock()
+	pc.mu.RLock()
+	defer pc.mu.RUnlock()
 	return len(pc.files)
 }
 

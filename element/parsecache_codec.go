@@ -101,17 +101,20 @@ func decodeParseCache(data string) (stamp string, files map[string]*cachedFile, 
 	stamp = r.Str()
 	n := r.Count()
 	files = make(map[string]*cachedFile, n)
-	var block []cachedFile // entries are allocated a block at a time, not one by one
+	// Entries and their parses are allocated a block at a time, not one by one.
+	var block []cachedFile
+	var parses []parsedFile
 	for range n {
 		name, raw := r.Str(), r.Str()
 		if r.Err != nil {
 			break
 		}
 		if len(block) == 0 {
-			block = make([]cachedFile, min(n, 1024))
+			block, parses = make([]cachedFile, min(n, 1024)), make([]parsedFile, min(n, 1024))
 		}
 		c := &block[0]
-		block = block[1:]
+		c.Parsed = &parses[0]
+		block, parses = block[1:], parses[1:]
 		c.raw = raw
 		files[name] = c
 	}
@@ -161,7 +164,9 @@ func writeHead(w *bincode.Writer, id fileid.ID, pf *parsedFile, options, kinds s
 // readHead reads what writeHead wrote into c.
 func readHead(r *bincode.Reader, c *cachedFile) {
 	c.ID = fileid.Read(r)
-	c.Parsed = new(parsedFile)
+	if c.Parsed == nil {
+		c.Parsed = new(parsedFile)
+	}
 	readParsed(r, c.Parsed)
 	c.Options = r.Str()
 	c.Kinds = r.Str()
