@@ -37,35 +37,19 @@ func simpleTOML(text string) (map[string]any, bool) {
 			p.i++
 			p.space()
 			name, ok := p.bareKey()
-			if !ok {
-				return nil, false
-			}
-			p.space()
-			if p.i == len(p.s) || p.s[p.i] != ']' {
-				return nil, false
-			}
-			p.i++
-			if _, dup := top[name]; dup {
+			if _, dup := top[name]; !ok || dup || !p.after(']') {
 				return nil, false
 			}
 			cur = make(map[string]any, 2)
 			top[name] = cur
 		default:
 			key, ok := p.bareKey()
-			if !ok {
+			if _, dup := cur[key]; !ok || dup || !p.after('=') {
 				return nil, false
 			}
-			p.space()
-			if p.i == len(p.s) || p.s[p.i] != '=' {
-				return nil, false
-			}
-			p.i++
 			p.space()
 			v, ok := p.value()
 			if !ok {
-				return nil, false
-			}
-			if _, dup := cur[key]; dup {
 				return nil, false
 			}
 			cur[key] = v
@@ -86,6 +70,16 @@ func (p *simpleParser) space() {
 	for p.i < len(p.s) && (p.s[p.i] == ' ' || p.s[p.i] == '\t') {
 		p.i++
 	}
+}
+
+// after reads spaces, then c.
+func (p *simpleParser) after(c byte) bool {
+	p.space()
+	if p.i == len(p.s) || p.s[p.i] != c {
+		return false
+	}
+	p.i++
+	return true
 }
 
 // lineEnd reads what may follow a key's value or a header: spaces, a comment, then a
