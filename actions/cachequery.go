@@ -42,6 +42,10 @@ func (q CacheQuery) Artifact(project, name, key string) element.ArtifactStatus {
 type KnownArtifacts struct {
 	CacheQuery
 	known map[string]knownArtifact // by project/element, the artifact's names
+	// empty is the project whose cache had no ref when asked (a new cache), and no
+	// element of another project was asked about: known is not made (a map of every
+	// element, 3% of a first show of 100,000), every artifact of it is missing.
+	empty string
 }
 
 type knownArtifact struct {
@@ -82,10 +86,15 @@ func (q CacheQuery) WithArtifacts(project string, elements []*element.Element) (
 		})
 	}
 	wg.Wait()
-	k := KnownArtifacts{CacheQuery: q, known: make(map[string]knownArtifact, len(keyed))}
-	for i, e := range keyed {
-		p, name := e.ArtifactName(project)
-		k.known[p+"/"+name] = knownArtifact{key: e.Key, status: statuses[i]}
+	k := KnownArtifacts{CacheQuery: q}
+	if asking == 0 {
+		k.empty = project
+	} else {
+		k.known = make(map[string]knownArtifact, len(keyed))
+		for i, e := range keyed {
+			p, name := e.ArtifactName(project)
+			k.known[p+"/"+name] = knownArtifact{key: e.Key, status: statuses[i]}
+		}
 	}
 	errs := []error{q.Memo.Save()}
 	for _, p := range slices.Sorted(maps.Keys(q.subMemos)) {
@@ -102,6 +111,9 @@ func (q CacheQuery) Of(top string, e *element.Element) element.ArtifactStatus {
 }
 
 func (k KnownArtifacts) Artifact(project, name, key string) element.ArtifactStatus {
+	if k.empty != "" && project == k.empty {
+		return element.ArtifactMissing
+	}
 	if a, ok := k.known[project+"/"+name]; ok && a.key == key {
 		return a.status
 	}

@@ -20,7 +20,9 @@ type tomlDoc struct {
 	text    string   // the file's text
 	lines   []string // text's lines, for error context; split on first use (see textLines)
 	md      toml.MetaData
-	index   map[string]int // key path ("sources[1].path") -> 1-based line; built on first use
+	// simple is the file's values when simpleTOML decoded it (md is then empty).
+	simple map[string]any
+	index  map[string]int // key path ("sources[1].path") -> 1-based line; built on first use
 	// moved maps a key path to where the value it has was written: a key a [[if]]
 	// block set ("config.build-commands" -> "if[0].config.build-commands"), a source
 	// it added ("sources[2]" -> "if[0].sources[0]", and so each of its keys).
@@ -433,10 +435,10 @@ var tomlTypeNames = map[string]string{"String": "a string", "Integer": "an integ
 // silently drop `variables = "x"`.
 func (d *tomlDoc) checkTables(keys ...string) error {
 	for _, k := range keys {
-		if !d.md.IsDefined(k) {
+		if !d.isDefined(k) {
 			continue // Type would make a string of the key to say so
 		}
-		t := d.md.Type(k)
+		t := d.keyType(k)
 		if t == "" || t == "Hash" {
 			continue
 		}
@@ -447,4 +449,39 @@ func (d *tomlDoc) checkTables(keys ...string) error {
 		return d.valueError(k, "expected a table, found %s", name)
 	}
 	return nil
+}
+
+// isDefined is MetaData.IsDefined, of the values simpleTOML decoded if it did.
+func (d *tomlDoc) isDefined(key ...string) bool {
+	if d.simple == nil {
+		return d.md.IsDefined(key...)
+	}
+	var v any = d.simple
+	for _, k := range key {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return false
+		}
+		if v, ok = m[k]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// keyType is MetaData.Type of a top-level key, of the values simpleTOML decoded if it
+// did (strings, arrays and tables only).
+func (d *tomlDoc) keyType(k string) string {
+	if d.simple == nil {
+		return d.md.Type(k)
+	}
+	switch d.simple[k].(type) {
+	case map[string]any:
+		return "Hash"
+	case []any:
+		return "Array"
+	case string:
+		return "String"
+	}
+	return ""
 }

@@ -107,7 +107,7 @@ type Element struct {
 	configJSON []byte            // resolved as the key encodes it (encodeConfig)
 	fileID     fileid.ID         // the file's identity when it was read (zero when unknown)
 	keyMemo    *keyMemo          // the key last computed from this version of the file, if any
-	cacheName  string            // its file's name in the parse cache (parseCacheName)
+	cached     *cachedFile       // its file's parse cache entry (nil for none), where its key is remembered
 	named      map[string]string // graph name -> the name its file gives, for dependencies a junction's override resolved
 	depNames   map[string]string // the reverse: the name its file gives -> graph name
 	sourceKeys []string          // unique key per source; "" for a source without a ref
@@ -185,7 +185,7 @@ func loadElement(p *Project, dir elementDir, lock *Lock, name string, pc *ParseC
 	var doc *tomlDoc
 	var id fileid.ID
 	if ok {
-		pf, id = &c.Parsed, c.ID
+		pf, id = c.Parsed, c.ID
 		if c.Key.Key != "" {
 			memo = &c.Key
 		}
@@ -199,11 +199,11 @@ func loadElement(p *Project, dir elementDir, lock *Lock, name string, pc *ParseC
 		if pf, doc, conditional, err = parseElement(data, display, *scope, dir.origin); err != nil {
 			return nil, err
 		}
-		pc.remember(cacheName, id, pf, conditional, *scope, doc.includes)
+		c = pc.remember(cacheName, id, pf, conditional, *scope, doc.includes)
 	}
 	e := &Element{Name: name, local: name, project: p, File: display, Description: pf.Description, Pool: pf.Pool,
 		Depends: pf.Depends, BuildDepends: pf.BuildDepends, RuntimeDepends: pf.RuntimeDepends,
-		root: p.Root, rel: rel, doc: doc, scope: scope, origin: dir.origin, fileID: id, keyMemo: memo, cacheName: cacheName, public: pf.Public,
+		root: p.Root, rel: rel, doc: doc, scope: scope, origin: dir.origin, fileID: id, keyMemo: memo, cached: c, public: pf.Public,
 		RemoteExecution: pf.RemoteExecution}
 	e.Kind, _ = LookupKind(pf.Kind) // parseElement checked it
 	if e.Pool != "" {
@@ -266,20 +266,55 @@ func readElementFile(dir elementDir, path, display string) ([]byte, fileid.ID, e
 // option values (the parse cache keys every parse by its kind's defaults).
 func parseElement(data []byte, display string, scope optionScope, origin includeOrigin) (pf *parsedFile, doc *tomlDoc, conditional bool, err error) {
 	pf, doc, err = parseElementFile(data, display, scope, origin)
-	return pf, doc, doc != nil && doc.md.IsDefined("if"), err
+	return pf, doc, doc != nil && doc.isDefined("if"), err
 }
 
 func parseElementFile(data []byte, display string, scope optionScope, origin includeOrigin) (*parsedFile, *tomlDoc, error) {
+	// A file in simpleTOML's subset whose top-level keys are all known is read from its
+	// values without the decoder; any error it has is reported as the decoder's path
+	// reports it, by reading it again that way.
+	text := string(data)
+	if simple, ok := simpleTOML(text); ok && simpleKnownKeys(simple) {
+		doc := &tomlDoc{display: display, text: text, simple: simple}
+		if pf, doc, err := parseElementDoc(data, doc, simple, scope, origin); err == nil {
+			return pf, doc, nil
+		}
+	}
+	return parseElementDecoded(data, display, scope, origin)
+}
+
+// parseElementDecoded is parseElementFile through the decoder.
+func parseElementDecoded(data []byte, display string, scope optionScope, origin includeOrigin) (*parsedFile, *tomlDoc, error) {
 	var plain any
 	doc, err := decodeTOMLBytes(data, display, &plain)
 	if err != nil {
 		return nil, nil, err
 	}
+	return parseElementDoc(data, doc, plain, scope, origin)
+}
+
+// simpleKnownKeys says of a file simpleTOML decoded whether every key is one
+// onlyKnownKeys accepts: a known top-level key, or one in a table under it (simpleTOML
+// decodes no deeper table). Files that include others or have [[if]] blocks are left to
+// the decoder.
+func simpleKnownKeys(m map[string]any) bool {
+	for k := range m {
+		if k == "include" || k == "if" || !slices.Contains(elementKeys, k) {
+			return false
+		}
+	}
+	return true
+}
+
+// parseElementDoc is parseElementFile once data is decoded: doc, and plain, its values.
+func parseElementDoc(data []byte, doc *tomlDoc, plain any, scope optionScope, origin includeOrigin) (*parsedFile, *tomlDoc, error) {
+	display := doc.display
+	var err error
 	var f elementFile
 	var tables []any // each source, a toml.Primitive or a plain table
 	var blocks []any // each [[if]] block, the same
 	var config, public any
-	known := onlyKnownKeys(doc.md)
+	known := doc.simple != nil || onlyKnownKeys(doc.md)
 	var includes []includedFile
 	if m, ok := plain.(map[string]any); ok {
 		name, _ := m["kind"].(string)
@@ -312,7 +347,7 @@ func parseElementFile(data []byte, display string, scope optionScope, origin inc
 			blocks[i] = p
 		}
 		config = f.Config
-		if doc.md.IsDefined("public") {
+		if doc.isDefined("public") {
 			public = f.Public
 		}
 	}
@@ -367,7 +402,7 @@ func parseElementFile(data []byte, display string, scope optionScope, origin inc
 			return nil, nil, err
 		}
 	}
-	if pf.Config, err = parseConfig(doc, kind, config, configSet || doc.md.IsDefined("config") || config != nil); err != nil {
+	if pf.Config, err = parseConfig(doc, kind, config, configSet || doc.isDefined("config") || config != nil); err != nil {
 		return nil, nil, err
 	}
 	if pf.Public, err = parsePublic(doc, public); err != nil {
@@ -695,6 +730,7 @@ func parseConfig(doc *tomlDoc, kind *Kind, v any, defined bool) (Config, error) 
 				c.Commands[step] = list
 			}
 		}
+		c.Commands = sharedCommands(c.Commands)
 	case kind.Name == "import":
 		if c.Source, err = t.str("source"); err != nil {
 			return c, err

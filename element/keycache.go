@@ -64,6 +64,9 @@ func keyContext(p *Project) string {
 func (g *Graph) keyInputs(e *Element) string {
 	var buf [1024]byte // on the stack: most elements' inputs fit
 	b := buf[:0]
+	if n := 64 + 80*len(e.sourceKeys) + 80*(len(e.BuildDeps)+len(e.RunDeps)); n > len(buf) {
+		b = make([]byte, 0, n) // made at once: a target depending on 30,000 elements
+	}
 	b = append(b, g.keyContextOf(e)...)
 	b = binary.AppendUvarint(b, uint64(len(e.sourceKeys)))
 	for _, k := range e.sourceKeys {
@@ -99,5 +102,5 @@ func (g *Graph) reuseKey(e *Element, inputs string, weak bool) bool {
 func (g *Graph) rememberKey(e *Element, inputs string) {
 	e.keyMemo = &keyMemo{Inputs: inputs, Key: e.Key, Context: g.keyContextOf(e),
 		Weak: e.WeakKey, RunKey: e.run.key, RunNames: e.run.names, RunWeak: e.run.weak}
-	g.parseCache.rememberKey(e.cacheName, e.fileID, e.keyMemo)
+	g.parseCache.rememberKey(e.cached, e.fileID, e.keyMemo)
 }

@@ -12,7 +12,8 @@ import (
 )
 
 // The parse cache's stored form: the stamp, the number of files, then each file's
-// name and its entry — identity, parse, key memo and options digest, every field in declaration order,
+// name and its entry — identity, parse, options and kinds digests, included files, then the key
+// memo (last, so that an entry whose key is computed again keeps the rest as it is), every field in declaration order,
 // in bincode's form (an empty list or map decodes as nil) — as one string, so that
 // opening the cache only indexes the entries and each is decoded when its file is
 // looked up, on the goroutines that load the graph. TestParseCacheCodecRoundTrips sets
@@ -44,11 +45,24 @@ func encodeParseCache(out io.Writer, stamp string, files map[string]*cachedFile)
 			continue
 		}
 		entry.B = entry.B[:0]
-		if c.raw != "" { // as read: entries never change
+		c.mu.Lock()
+		rekeyed := c.rekeyed
+		c.mu.Unlock()
+		switch {
+		case c.raw != "" && !rekeyed: // as read
 			entry.B = append(entry.B, c.raw...)
-		} else {
-			c.ID.Append(&entry)
-			writeParsed(&entry, &c.Parsed)
+		case c.raw != "": // as read, with the key computed again (c decoded)
+			entry.B = append(entry.B, c.raw[:c.keyAt]...)
+		case c.head != "": // made by this load
+			entry.B = append(entry.B, c.head...)
+		default:
+			pf := c.Parsed
+			if pf == nil {
+				pf = &parsedFile{}
+			}
+			writeHead(&entry, c.ID, pf, c.Options, c.Kinds, c.Includes)
+		}
+		if c.raw == "" || rekeyed {
 			entry.Str(c.Key.Inputs)
 			entry.Str(c.Key.Key)
 			entry.Str(c.Key.Context)
@@ -56,15 +70,6 @@ func encodeParseCache(out io.Writer, stamp string, files map[string]*cachedFile)
 			entry.Str(c.Key.RunKey)
 			entry.Str(c.Key.RunNames)
 			entry.Str(c.Key.RunWeak)
-			entry.Str(c.Options)
-			entry.Str(c.Kinds)
-			entry.Uint(uint64(len(c.Includes)))
-			for _, inc := range c.Includes {
-				entry.Str(inc.Name)
-				inc.ID.Append(&entry)
-				entry.Str(inc.Via)
-				entry.Str(inc.Root)
-			}
 		}
 		head.B = head.B[:0]
 		head.Str(name)
@@ -96,17 +101,20 @@ func decodeParseCache(data string) (stamp string, files map[string]*cachedFile, 
 	stamp = r.Str()
 	n := r.Count()
 	files = make(map[string]*cachedFile, n)
-	var block []cachedFile // entries are allocated a block at a time, not one by one
+	// Entries and their parses are allocated a block at a time, not one by one.
+	var block []cachedFile
+	var parses []parsedFile
 	for range n {
 		name, raw := r.Str(), r.Str()
 		if r.Err != nil {
 			break
 		}
 		if len(block) == 0 {
-			block = make([]cachedFile, min(n, 1024))
+			block, parses = make([]cachedFile, min(n, 1024)), make([]parsedFile, min(n, 1024))
 		}
 		c := &block[0]
-		block = block[1:]
+		c.Parsed = &parses[0]
+		block, parses = block[1:], parses[1:]
 		c.raw = raw
 		files[name] = c
 	}
@@ -120,25 +128,54 @@ func decodeParseCache(data string) (stamp string, files map[string]*cachedFile, 
 // that was whole: a damaged entry is a miss. Safe for concurrent use.
 func (c *cachedFile) decode() bool {
 	c.once.Do(func() {
-		if c.raw == "" {
-			c.whole = true // made by this load
+		if c.raw == "" { // made by this load: its parse from head, the rest is set
+			if c.head != "" {
+				var d cachedFile
+				readHead(bincode.NewStringReader(c.head), &d)
+				c.Parsed = d.Parsed
+			}
+			c.whole = true
 			return
 		}
 		r := bincode.NewStringReader(c.raw)
-		c.ID = fileid.Read(r)
-		readParsed(r, &c.Parsed)
+		readHead(r, c)
+		c.keyAt = len(c.raw) - r.Len()
 		c.Key = keyMemo{Inputs: r.Str(), Key: r.Str(), Context: r.Str(), Weak: r.Str(), RunKey: r.Str(), RunNames: r.Str(), RunWeak: r.Str()}
-		c.Options = r.Str()
-		c.Kinds = r.Str()
-		if n := r.Count(); n > 0 {
-			c.Includes = make([]includedFile, n)
-			for i := range c.Includes {
-				c.Includes[i] = includedFile{Name: r.Str(), ID: fileid.Read(r), Via: r.Str(), Root: r.Str()}
-			}
-		}
 		c.whole = r.Err == nil && r.Len() == 0
 	})
 	return c.whole
+}
+
+// writeHead writes an entry's stored form but for its key memo, which follows it.
+func writeHead(w *bincode.Writer, id fileid.ID, pf *parsedFile, options, kinds string, includes []includedFile) {
+	id.Append(w)
+	writeParsed(w, pf)
+	w.Str(options)
+	w.Str(kinds)
+	w.Uint(uint64(len(includes)))
+	for _, inc := range includes {
+		w.Str(inc.Name)
+		inc.ID.Append(w)
+		w.Str(inc.Via)
+		w.Str(inc.Root)
+	}
+}
+
+// readHead reads what writeHead wrote into c.
+func readHead(r *bincode.Reader, c *cachedFile) {
+	c.ID = fileid.Read(r)
+	if c.Parsed == nil {
+		c.Parsed = new(parsedFile)
+	}
+	readParsed(r, c.Parsed)
+	c.Options = r.Str()
+	c.Kinds = r.Str()
+	if n := r.Count(); n > 0 {
+		c.Includes = make([]includedFile, n)
+		for i := range c.Includes {
+			c.Includes[i] = includedFile{Name: r.Str(), ID: fileid.Read(r), Via: r.Str(), Root: r.Str()}
+		}
+	}
 }
 
 // id is c's file identity, from its stored form if it was not decoded (not decoding
@@ -296,6 +333,7 @@ func readParsed(r *bincode.Reader, pf *parsedFile) {
 			step := r.Str()
 			c.Commands[step] = r.Strs()
 		}
+		c.Commands = sharedCommands(c.Commands)
 	}
 	c.Source = r.Str()
 	c.Target = r.Str()

@@ -319,7 +319,7 @@ func TestParseCacheIgnoresDamagedAndForeignFiles(t *testing.T) {
 	other := OpenParseCache(cacheDir, dir)
 	other.stamp = "another gantry build"
 	other.racy = -time.Hour
-	other.dirty = true
+	other.dirty.Store(true)
 	if err := other.Save(); err != nil {
 		t.Fatal(err)
 	}
@@ -382,7 +382,7 @@ func TestParseCacheCodecRoundTrips(t *testing.T) {
 		full.Parsed.Config.Options[i].Written = ""
 	}
 	full.Includes = []includedFile{{Name: "a.toml", ID: fileid.ID{Size: 6, Mtime: 7}}, {Name: "b/c.toml", ID: fileid.ID{Ino: 8, Dev: 9}, Via: "base.toml:", Root: "/abs/base"}}
-	files := map[string]*cachedFile{"full.toml": full, "empty.toml": {}}
+	files := map[string]*cachedFile{"full.toml": full, "empty.toml": {Parsed: &parsedFile{}}}
 	data := encodeToString(t, files)
 	stamp, got, err := decodeParseCache(data)
 	if err != nil || stamp != "stamp" || len(got) != len(files) {
@@ -398,6 +398,25 @@ func TestParseCacheCodecRoundTrips(t *testing.T) {
 	_, again, err := decodeParseCache(encodeToString(t, got))
 	if err != nil || again["full.toml"] == nil || again["full.toml"].raw != got["full.toml"].raw {
 		t.Fatalf("read, written and read again: %v, %#v", err, again["full.toml"])
+	}
+	// An entry this load made is kept in its stored form (head) and reads back as
+	// made, with the key memo given it afterwards; so does one read whose key is
+	// computed again (rememberKey), the rest of it as read.
+	made := newCachedFile(full.ID, full.Parsed, full.Options, full.Kinds, full.Includes)
+	if !made.decode() || !reflect.DeepEqual(made.Parsed, full.Parsed) {
+		t.Fatalf("an entry made decoded as %#v", made.Parsed)
+	}
+	rekeyed := got["full.toml"]
+	newKey := keyMemo{Inputs: "i2", Key: "k2", Context: "c2", Weak: "w2", RunKey: "r2", RunNames: "n2", RunWeak: "rw2"}
+	var pc ParseCache
+	made.Key = full.Key
+	pc.rememberKey(rekeyed, rekeyed.ID, &newKey)
+	_, again, err = decodeParseCache(encodeToString(t, map[string]*cachedFile{"made.toml": made, "rekeyed.toml": rekeyed}))
+	for name, key := range map[string]keyMemo{"made.toml": full.Key, "rekeyed.toml": newKey} {
+		c := again[name]
+		if err != nil || c == nil || !c.decode() || c.id() != full.ID || !reflect.DeepEqual(c.Parsed, full.Parsed) || c.Key != key || !reflect.DeepEqual(c.Includes, full.Includes) {
+			t.Fatalf("%s written and read again: %v, %#v", name, err, c)
+		}
 	}
 	damaged := &cachedFile{raw: got["full.toml"].raw[:len(got["full.toml"].raw)-1]}
 	if damaged.decode() {
@@ -461,7 +480,7 @@ func (w *blockWriter) Write(p []byte) (int, error) {
 func TestParseCacheEncodesInBlocks(t *testing.T) {
 	files := map[string]*cachedFile{}
 	for i := range 4 * saveBlock / 200 {
-		files[fmt.Sprintf("e%d.toml", i)] = &cachedFile{Parsed: parsedFile{Kind: "manual", Description: strings.Repeat("d", 200)}, drop: i%3 == 0}
+		files[fmt.Sprintf("e%d.toml", i)] = &cachedFile{Parsed: &parsedFile{Kind: "manual", Description: strings.Repeat("d", 200)}, drop: i%3 == 0}
 	}
 	var w blockWriter
 	if err := encodeParseCache(&w, "stamp", files); err != nil {
