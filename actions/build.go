@@ -849,7 +849,9 @@ func hasBin(c *cache.Cache, a *cache.Artifact) bool {
 
 // stageDependencies checks out deps, the artifacts of spec.Stage, into
 // sysroot, as hard links or as copies (reflinks where the filesystem can).
-// Every file is hashed as it is staged; a dependency found damaged is dropped
+// Blobs are trusted (cache.CheckoutOptions.Trusted): checked by type, size and
+// mode, not hashed, since the cache hashed them when they entered it and they
+// are read-only since; a dependency found damaged is dropped
 // from the cache (see damagedDependency), unless another session has
 // committed the same key since it was looked up: then that artifact replaces
 // it (deps[i]) and the sysroot is staged again. It is called under the cache
@@ -859,7 +861,8 @@ func hasBin(c *cache.Cache, a *cache.Artifact) bool {
 func stageDependencies(c *cache.Cache, spec *buildSpec, deps []*cache.Artifact, sysroot string, links bool, r *job.Reporter) (*staging, error) {
 	sayStaging(deps, r)
 	replaced := make([]bool, len(deps))
-	s := newStaging(c, sysroot, links)
+	opts := cache.CheckoutOptions{Hardlink: links, Trusted: true}
+	s := newStaging(c, sysroot, opts)
 	for i := 0; i < len(deps); i++ {
 		a := deps[i]
 		err := s.stage(spec.Stage[i].displayName(), a.Files, spec.Stage[i].Whitelist)
@@ -878,7 +881,7 @@ func stageDependencies(c *cache.Cache, spec *buildSpec, deps []*cache.Artifact, 
 			if err := emptySysroot(sysroot); err != nil {
 				return nil, err
 			}
-			s = newStaging(c, sysroot, links)
+			s = newStaging(c, sysroot, opts)
 			i = -1 // from the first again
 			continue
 		}

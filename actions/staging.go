@@ -31,9 +31,9 @@ const shownOverlaps = 10
 
 // staging is one staging of artifacts, in staging order, into dir.
 type staging struct {
-	c     *cache.Cache
-	dir   string
-	links bool // hard links to the cache's blobs (cache.CheckoutOptions.Hardlink)
+	c    *cache.Cache
+	dir  string
+	opts cache.CheckoutOptions // how files are staged: links, trusted blobs (Replace is stage's)
 
 	staged []stagedTree // so far, in order
 
@@ -55,8 +55,8 @@ type overlap struct {
 	by, over int
 }
 
-func newStaging(c *cache.Cache, dir string, links bool) *staging {
-	return &staging{c: c, dir: dir, links: links}
+func newStaging(c *cache.Cache, dir string, opts cache.CheckoutOptions) *staging {
+	return &staging{c: c, dir: dir, opts: opts}
 }
 
 // stage checks out files, the artifact of the element name (whose overlap whitelist is
@@ -69,7 +69,9 @@ func (s *staging) stage(name string, files cache.Digest, whitelist []string) err
 		return err
 	}
 	s.staged = append(s.staged, stagedTree{name: name, files: files, whitelist: res})
-	err = s.c.Checkout(files, s.dir, cache.CheckoutOptions{Hardlink: s.links, Replace: func(rel string) error { return s.replace(i, rel) }})
+	opts := s.opts
+	opts.Replace = func(rel string) error { return s.replace(i, rel) }
+	err = s.c.Checkout(files, s.dir, opts)
 	var conflict *cache.ConflictError
 	if errors.As(err, &conflict) {
 		return s.conflict(i, conflict)
@@ -254,7 +256,8 @@ func StageArtifacts(c *cache.Cache, p *element.Project, arts []Staged, dir, doin
 		}
 		return fmt.Errorf("%s: %w", doing, err)
 	}
-	s := newStaging(c, dir, false) // copies: the user's files must not alias the cache
+	// Copies, every file hashed: the user's files must not alias the cache.
+	s := newStaging(c, dir, cache.CheckoutOptions{})
 	for _, a := range arts {
 		whitelist, err := a.Element.OverlapWhitelist(p)
 		if err != nil {

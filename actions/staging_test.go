@@ -58,7 +58,7 @@ func TestOverlapReport(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			s := newStaging(c, dir, false)
+			s := newStaging(c, dir, cache.CheckoutOptions{Trusted: true})
 			for i, name := range []string{"a.toml", "b.toml", "c.toml"} {
 				if err := s.stage(name, trees[i], tc.whitelists[i]); err != nil {
 					t.Fatal(err)

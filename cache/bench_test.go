@@ -91,7 +91,7 @@ func BenchmarkCheckoutVerify(b *testing.B) {
 		}
 		for _, hardlink := range []bool{false, true} {
 			for _, verify := range []bool{true, false} {
-				opts := CheckoutOptions{Hardlink: hardlink, unverified: !verify}
+				opts := CheckoutOptions{Hardlink: hardlink, Trusted: !verify}
 				b.Run(fmt.Sprintf("%s/hardlink=%v/verify=%v", set.name, hardlink, verify), func(b *testing.B) {
 					b.SetBytes(int64(set.n * set.size))
 					out := b.TempDir()

@@ -24,7 +24,8 @@
 //     (mode 0444) and are hard-linked only where nothing writes through the link
 //     (see CheckoutOptions.Hardlink). Writing the same blob twice renames
 //     identical content over itself, which is harmless; a blob found damaged is
-//     removed (see integrity.go).
+//     removed (see integrity.go). Staging a build's dependencies relies on this:
+//     it checks a blob's type, size and mode, not its content.
 //   - An artifact's ref is written last, after every blob it reaches is
 //     durable (one syncfs), so an artifact is visible only when complete; the
 //     ref and its directory are fsynced. Deleting a ref leaves the blobs for

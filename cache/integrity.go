@@ -27,6 +27,22 @@ import (
 // Cached-or-not questions (the plan, `show`) stay cheap: they read refs and
 // records only. Hashing every dependency on every null build would cost as much
 // as staging it; `cache verify` hashes everything on demand.
+//
+// Staging a build's dependencies does not hash either (CheckoutOptions.Trusted):
+// every blob was hashed when it entered the cache (a commit hashes each file it
+// moves in, a pull each blob it receives, an executable twin is checked against
+// its blob as it is made), always into a new inode, which is read-only from
+// then on (blobMode, twinMode) and made durable before any ref reaches it (a
+// twin before it is named); gantry never writes to it again, and hard-links it
+// only where nothing can write through the link (bwrap's read-only sysroot;
+// the host sandbox gets copies). What staging checks instead comes with the
+// one fstat (lstat for a link) it makes anyway: a regular file of the blob's
+// size, with the blob's mode. A write by anyone but root needs the mode changed
+// first, and a blob whose mode was changed is hashed as it is staged; a blob
+// cut short or grown is damage. Damage that keeps the size and the mode — the
+// medium's own (bit rot), root writing into cas/ and putting the mode back — is
+// staged as it is: `cache verify` finds it, and `artifact checkout`, `shell`,
+// push and serve still hash what they read.
 
 // BlobError reports a blob that is missing or whose content does not match its
 // digest, found while reading it. A damaged blob has already been removed from

@@ -12,14 +12,15 @@ import (
 )
 
 // A blob of the right size but the wrong content, or no blob at all, is
-// found while checking out (by copy or by hard link): the error names the
-// blob and its place in the tree, a corrupt blob is removed from the CAS,
-// and nothing damaged is left in the destination.
+// found while checking out (by copy or by hard link, hashed or trusted: the
+// write left the blob writable, so a trusted checkout hashes it): the error
+// names the blob and its place in the tree, a corrupt blob is removed from the
+// CAS, and nothing damaged is left in the destination.
 func TestCheckoutDetectsDamagedBlob(t *testing.T) {
 	docs := DigestOf([]byte("docs"))
 	for _, damage := range []string{"corrupt", "missing"} {
-		for _, hardlink := range []bool{false, true} {
-			t.Run(damage+map[bool]string{false: "/copy", true: "/hardlink"}[hardlink], func(t *testing.T) {
+		for _, mode := range checkoutModes {
+			t.Run(damage+"/"+mode.name, func(t *testing.T) {
 				c := openTestCache(t)
 				a := commitSample(t, c, "demo", "app.toml", "k")
 				if damage == "corrupt" {
@@ -28,7 +29,7 @@ func TestCheckoutDetectsDamagedBlob(t *testing.T) {
 					t.Fatal(err)
 				}
 				dest := t.TempDir()
-				err := c.Checkout(a.Files, dest, CheckoutOptions{Hardlink: hardlink})
+				err := c.Checkout(a.Files, dest, mode.opts)
 				var be *BlobError
 				if !errors.As(err, &be) {
 					t.Fatalf("Checkout = %v, want a *BlobError", err)
@@ -253,5 +254,86 @@ func TestWriteReplacesADirectoryInPlaceOfAFile(t *testing.T) {
 	a := commitSample(t, c, "demo", "app.toml", "k")
 	if got, err := c.Lookup("demo", "app.toml", "k"); err != nil || got.Record != a.Record {
 		t.Fatalf("Lookup after committing over a directory in the ref's place = %v, %v", got, err)
+	}
+}
+
+// A trusted checkout (what staging a build's dependencies does) checks each
+// blob by its type, size and mode, never by its content: a blob cut short, or
+// that is not a file, is damage (found, named and removed, as a hashed
+// checkout does); a blob made writable is hashed, and staged if its content is
+// right; a blob changed in place with its size and mode kept (bit rot, root
+// restoring the mode) is staged as it is: only a hashed checkout and Verify
+// find it.
+func TestTrustedCheckoutChecksTypeSizeAndMode(t *testing.T) {
+	docs := DigestOf([]byte("docs"))
+	damages := []struct {
+		name    string
+		damage  func(t *testing.T, blob string)
+		corrupt bool   // a trusted checkout finds it
+		staged  string // what it stages at usr/share/doc otherwise
+	}{
+		{"cut short", func(t *testing.T, blob string) {
+			if err := os.Truncate(blob, 2); err != nil {
+				t.Fatal(err)
+			}
+		}, true, ""},
+		{"a symlink", func(t *testing.T, blob string) {
+			other := filepath.Join(t.TempDir(), "other")
+			if err := os.WriteFile(other, []byte("docs"), 0o444); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Remove(blob); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(other, blob); err != nil {
+				t.Fatal(err)
+			}
+		}, true, ""},
+		{"made writable", func(t *testing.T, blob string) {
+			if err := os.Chmod(blob, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}, false, "docs"},
+		{"changed, size and mode kept", func(t *testing.T, blob string) {
+			testtree.CorruptFile(t, blob)
+			if err := os.Chmod(blob, blobMode); err != nil {
+				t.Fatal(err)
+			}
+		}, false, "\x9bocs"},
+	}
+	for _, d := range damages {
+		for _, hardlink := range []bool{false, true} {
+			t.Run(d.name+map[bool]string{false: "/copy", true: "/hardlink"}[hardlink], func(t *testing.T) {
+				c := openTestCache(t)
+				a := commitSample(t, c, "demo", "app.toml", "k")
+				d.damage(t, c.BlobPath(docs))
+				dest := t.TempDir()
+				err := c.Checkout(a.Files, dest, CheckoutOptions{Hardlink: hardlink, Trusted: true})
+				doc := filepath.Join(dest, "usr", "share", "doc")
+				if d.corrupt {
+					var be *BlobError
+					if !errors.As(err, &be) || be.Digest != docs || be.Path != "usr/share/doc" || be.Missing || !errors.Is(err, ErrCorrupt) {
+						t.Fatalf("Checkout = %v, want a *BlobError: %s at usr/share/doc is corrupt", err, docs)
+					}
+					if _, err := os.Lstat(c.BlobPath(docs)); !errors.Is(err, fs.ErrNotExist) {
+						t.Errorf("the damaged blob is still in the CAS (%v)", err)
+					}
+					if _, err := os.Lstat(doc); !errors.Is(err, fs.ErrNotExist) {
+						t.Errorf("the damaged file was left in the checkout: %v", err)
+					}
+					return
+				}
+				if err != nil {
+					t.Fatalf("Checkout = %v", err)
+				}
+				if got, err := os.ReadFile(doc); err != nil || string(got) != d.staged {
+					t.Errorf("staged usr/share/doc = %q, %v; want %q", got, err, d.staged)
+				}
+				hashed := c.Checkout(a.Files, t.TempDir(), CheckoutOptions{})
+				if good := d.staged == "docs"; good != (hashed == nil) {
+					t.Errorf("a hashed checkout after it = %v, want an error: %v", hashed, !good)
+				}
+			})
+		}
 	}
 }

@@ -3,7 +3,6 @@ package cache
 import (
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path"
@@ -65,9 +64,14 @@ type CheckoutOptions struct {
 	// *ConflictError. Without Replace, any path that differs is one.
 	Replace func(rel string) error
 
-	// unverified skips hashing file contents (sizes are still checked), to
-	// measure what verification costs. Never set outside benchmarks.
-	unverified bool
+	// Trusted checks each file's blob by its type, size and mode (one fstat or
+	// lstat) instead of hashing its content, and copies with the kernel's
+	// copy_file_range: for staging a build's dependencies, whose blobs were
+	// hashed when they entered the cache and have been read-only since (see
+	// integrity.go for what that catches and what it does not). A blob whose
+	// mode says it was made writable is hashed as without it. Directory blobs
+	// are hashed either way.
+	Trusted bool
 }
 
 // ioParallelism bounds the goroutines copying files in and out of the cache.
@@ -337,9 +341,10 @@ func (c *Cache) finishDir(sd *scannedDir) (Digest, error) {
 // be partly populated.
 //
 // Every file's content is hashed as it is checked out (copied, or read once
-// through the new hard link), and every Directory blob when it is read. A
-// blob that is missing or does not match its digest gives an error wrapping a
-// *BlobError; a corrupt blob has then been removed from the CAS.
+// through the new hard link), but for opts.Trusted, and every Directory blob
+// when it is read. A blob that is missing or does not match its digest gives
+// an error wrapping a *BlobError; a corrupt blob has then been removed from
+// the CAS.
 func (c *Cache) Checkout(root Digest, dest string, opts CheckoutOptions) error {
 	if err := os.MkdirAll(dest, 0o755); err != nil {
 		return fmt.Errorf("checking out %s: %w", root, err)
@@ -475,12 +480,16 @@ func (c *Cache) checkoutFile(f *repb.FileNode, p, rel string, opts CheckoutOptio
 	if opts.Hardlink {
 		src, err := c.linkFile(d, f.IsExecutable, p)
 		if err == nil {
-			err = c.checkLinked(d, src, p, opts)
+			if opts.Trusted {
+				err = c.checkLinkedTrusted(d, src, p, linkedMode(f.IsExecutable))
+			} else {
+				err = c.checkLinked(d, src, p)
+			}
 			if f.IsExecutable && errors.Is(err, ErrCorrupt) {
 				// The twin is damaged, which says nothing of its blob: drop
 				// it (the next linked staging makes it again) and copy.
 				os.Remove(src)
-				return c.copyBlob(f, p, rel, opts)
+				return c.copyFile(f, p, rel, opts)
 			}
 			return err
 		}
@@ -490,26 +499,36 @@ func (c *Cache) checkoutFile(f *repb.FileNode, p, rel string, opts CheckoutOptio
 		// Otherwise (EXDEV, EMLINK, EPERM, a missing blob): copy, which
 		// also reports a missing blob clearly.
 	}
+	return c.copyFile(f, p, rel, opts)
+}
+
+// linkedMode is the mode of what a file is linked to: its blob, or for an
+// executable its twin.
+func linkedMode(executable bool) uint32 {
+	if executable {
+		return twinMode
+	}
+	return blobMode
+}
+
+// copyFile copies blob f to the new file p (rel in the tree): copyTrusted or
+// copyBlob, as opts says.
+func (c *Cache) copyFile(f *repb.FileNode, p, rel string, opts CheckoutOptions) error {
+	if opts.Trusted {
+		return c.copyTrusted(f, p, rel, opts)
+	}
 	return c.copyBlob(f, p, rel, opts)
 }
 
 // checkLinked checks the content of blob d through p, a hard link to src (the
 // blob or its twin) just made; the link to damaged content is removed.
-func (c *Cache) checkLinked(d Digest, src, p string, opts CheckoutOptions) error {
+func (c *Cache) checkLinked(d Digest, src, p string) error {
 	f, err := os.Open(p)
 	if err != nil {
 		return fmt.Errorf("checking out %s: %w", p, err)
 	}
 	defer f.Close()
-	var got Digest
-	if opts.unverified {
-		var fi fs.FileInfo
-		if fi, err = f.Stat(); err == nil {
-			got = Digest{Hash: d.Hash, Size: fi.Size()}
-		}
-	} else {
-		got, err = DigestOfReader(f)
-	}
+	got, err := DigestOfReader(f)
 	if err != nil {
 		return fmt.Errorf("checking out %s: %w", p, err)
 	}
@@ -540,10 +559,8 @@ func (c *Cache) copyBlob(f *repb.FileNode, p, rel string, opts CheckoutOptions) 
 	if f.IsExecutable {
 		mode = 0o755
 	}
-	got := d
+	var got Digest
 	switch {
-	case opts.unverified:
-		_, err = io.Copy(dst, src) // copy_file_range: a reflink where the filesystem can
 	case cloneFile(dst, src) == nil:
 		got, err = DigestOfReader(src) // the clone shares these bytes
 	default:

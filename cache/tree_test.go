@@ -32,13 +32,22 @@ var sampleTree = map[string]string{
 	"deep/1/2/3/4/5/6/7/leaf": "exec:deep",
 }
 
+// checkoutModes are the ways Checkout stages files: copies or hard links, their
+// content hashed or their blobs trusted (CheckoutOptions.Trusted).
+var checkoutModes = []struct {
+	name string
+	opts CheckoutOptions
+}{
+	{"copy", CheckoutOptions{}},
+	{"hardlink", CheckoutOptions{Hardlink: true}},
+	{"trusted-copy", CheckoutOptions{Trusted: true}},
+	{"trusted-hardlink", CheckoutOptions{Hardlink: true, Trusted: true}},
+}
+
 func TestStoreTreeCheckoutRoundTrip(t *testing.T) {
-	for _, hardlink := range []bool{false, true} {
-		name := "copy"
-		if hardlink {
-			name = "hardlink"
-		}
-		t.Run(name, func(t *testing.T) {
+	for _, mode := range checkoutModes {
+		hardlink := mode.opts.Hardlink
+		t.Run(mode.name, func(t *testing.T) {
 			c := openTestCache(t)
 			src := t.TempDir()
 			testtree.Write(t, src, sampleTree, nil)
@@ -47,7 +56,7 @@ func TestStoreTreeCheckoutRoundTrip(t *testing.T) {
 				t.Fatal(err)
 			}
 			dest := filepath.Join(t.TempDir(), "out")
-			if err := c.Checkout(root, dest, CheckoutOptions{Hardlink: hardlink}); err != nil {
+			if err := c.Checkout(root, dest, mode.opts); err != nil {
 				t.Fatal(err)
 			}
 			want := testtree.WithDirs(sampleTree)
@@ -237,28 +246,28 @@ func TestCheckoutMerge(t *testing.T) {
 		}
 		roots = append(roots, d)
 	}
-	for _, hardlink := range []bool{false, true} {
-		opts := CheckoutOptions{Hardlink: hardlink}
+	for _, mode := range checkoutModes {
+		opts, name := mode.opts, mode.name
 		dest := t.TempDir()
 		for _, r := range roots[:2] {
 			if err := c.Checkout(r, dest, opts); err != nil {
-				t.Fatalf("hardlink=%v: merging identical content: %v", hardlink, err)
+				t.Fatalf("%s: merging identical content: %v", name, err)
 			}
 		}
 		// Checking out the same tree twice is fine too.
 		if err := c.Checkout(roots[0], dest, opts); err != nil {
-			t.Fatalf("hardlink=%v: second checkout: %v", hardlink, err)
+			t.Fatalf("%s: second checkout: %v", name, err)
 		}
 		want := map[string]string{
 			"usr": "dir", "usr/bin": "dir", "usr/lib": "dir", "link": "symlink:usr",
 			"usr/bin/a": "exec:a", "usr/bin/b": "exec:b", "usr/lib/shared": "file:same",
 		}
 		if d := testtree.Diff(want, testtree.Read(t, dest)); d != "" {
-			t.Errorf("hardlink=%v: merged tree differs:\n%s", hardlink, d)
+			t.Errorf("%s: merged tree differs:\n%s", name, d)
 		}
 		err := c.Checkout(roots[2], dest, opts)
 		if conflict := filepath.Join(dest, "usr/lib/shared"); err == nil || !strings.Contains(err.Error(), conflict) {
-			t.Errorf("hardlink=%v: conflicting checkout error = %v, want one naming %s", hardlink, err, conflict)
+			t.Errorf("%s: conflicting checkout error = %v, want one naming %s", name, err, conflict)
 		}
 	}
 }
@@ -308,10 +317,10 @@ func TestCheckoutMissingBlob(t *testing.T) {
 	if err := os.Remove(blob); err != nil {
 		t.Fatal(err)
 	}
-	for _, hardlink := range []bool{false, true} {
-		err := c.Checkout(root, t.TempDir(), CheckoutOptions{Hardlink: hardlink})
+	for _, mode := range checkoutModes {
+		err := c.Checkout(root, t.TempDir(), mode.opts)
 		if !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), "lost") {
-			t.Errorf("hardlink=%v: Checkout with missing blob: %v", hardlink, err)
+			t.Errorf("%s: Checkout with missing blob: %v", mode.name, err)
 		}
 	}
 }
@@ -408,34 +417,36 @@ func TestCheckoutReplace(t *testing.T) {
 	}
 	lower := store(map[string]string{"x": "file:a", "tool": "exec:a", "l": "symlink:a", "same": "file:s", "e": "dir", "out": "symlink:/"})
 	upper := store(map[string]string{"x": "exec:b", "tool": "symlink:x", "l": "file:b", "same": "file:s", "e": "symlink:x"})
-	for _, hardlink := range []bool{false, true} {
+	for _, mode := range checkoutModes {
+		name := mode.name
 		dest := t.TempDir()
-		if err := c.Checkout(lower, dest, CheckoutOptions{Hardlink: hardlink}); err != nil {
+		if err := c.Checkout(lower, dest, mode.opts); err != nil {
 			t.Fatal(err)
 		}
 		var mu sync.Mutex
 		var replaced []string
-		opts := CheckoutOptions{Hardlink: hardlink, Replace: func(rel string) error {
+		opts := mode.opts
+		opts.Replace = func(rel string) error {
 			mu.Lock()
 			defer mu.Unlock()
 			replaced = append(replaced, rel)
 			return nil
-		}}
+		}
 		if err := c.Checkout(upper, dest, opts); err != nil {
-			t.Fatalf("hardlink=%v: %v", hardlink, err)
+			t.Fatalf("%s: %v", name, err)
 		}
 		slices.Sort(replaced)
 		if got := strings.Join(replaced, " "); got != "e l tool x" {
-			t.Errorf("hardlink=%v: replaced %s, want e l tool x", hardlink, got)
+			t.Errorf("%s: replaced %s, want e l tool x", name, got)
 		}
 		want := map[string]string{"x": "exec:b", "tool": "symlink:x", "l": "file:b", "same": "file:s", "e": "symlink:x", "out": "symlink:/"}
 		if d := testtree.Diff(want, testtree.Read(t, dest)); d != "" {
-			t.Errorf("hardlink=%v: replaced tree differs:\n%s", hardlink, d)
+			t.Errorf("%s: replaced tree differs:\n%s", name, d)
 		}
 		// The blobs of the lower tree are intact: replacing unlinks, never writes.
 		check := t.TempDir()
 		if err := c.Checkout(lower, check, CheckoutOptions{}); err != nil {
-			t.Errorf("hardlink=%v: the lower tree after replacing: %v", hardlink, err)
+			t.Errorf("%s: the lower tree after replacing: %v", name, err)
 		}
 	}
 

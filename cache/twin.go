@@ -17,9 +17,10 @@ import (
 // and linked from then on.
 //
 // A twin is derived data, local to this cache: never pushed, pulled or served
-// (remotes deal in blobs), not made durable (a twin a power loss damaged is found
-// by the hash every linked file gets when staged, and made again), and removed by
-// gc, and by a server's eviction (cache/serve), with its blob. A build job
+// (remotes deal in blobs), made durable (fsync) before it is named, since staging
+// trusts it as it trusts blobs (integrity.go) and a twin a power loss left torn
+// would otherwise be linked as it is, and removed by gc, and by a server's
+// eviction (cache/serve), with its blob. A build job
 // counts the twins it made (TwinBytes) in what it added to the cache. Verify hashes twins as it does blobs; Repair removes a damaged
 // one. Like a blob, a twin's content never changes once in place, and it is
 // linked only where nothing can write through the link.
@@ -96,6 +97,9 @@ func (c *Cache) makeTwin(d Digest) error {
 	}
 	if err == nil {
 		err = tmp.Chmod(twinMode)
+	}
+	if err == nil {
+		err = tmp.Sync() // once per twin, ever: staging will trust it
 	}
 	if cerr := tmp.Close(); err == nil {
 		err = cerr

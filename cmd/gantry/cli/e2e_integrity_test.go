@@ -168,6 +168,30 @@ func TestE2EDamagedDependencyHeals(t *testing.T) {
 	}
 }
 
+// A build's staging checks each blob by its type, size and mode, not its
+// content (the cache hashed it when it came in, and it is read-only since): a
+// blob changed in place with its size and mode put back, as only root or the
+// disk can, is staged as it is, with nothing hashed; `cache verify` finds it.
+// A blob left writable by the change is hashed and heals (the test above).
+func TestE2EStagingChecksBlobsByTypeSizeAndMode(t *testing.T) {
+	t.Parallel()
+	p := newIntegrityProject(t, "cp %{sysroot}/a.txt %{install-root}/copy.txt")
+	p.mustRun(0, "build", "--ui", "plain", "--sandbox", "host", "base.toml")
+	blob := p.blobPath(integrityContent)
+	damageBlob(t, blob, "corrupt")
+	if err := os.Chmod(blob, 0o444); err != nil {
+		t.Fatal(err)
+	}
+	p.mustRun(0, "build", "--ui", "plain", "--sandbox", "host")
+	if got, want := p.checkoutFile("app.toml", "copy.txt"), strings.ToUpper(integrityContent); got != want {
+		t.Errorf("app.toml staged a.txt as %q, want the changed blob's %q: staging hashed it", got, want)
+	}
+	stdout, _ := p.mustRun(1, "cache", "verify")
+	if digest := cache.DigestOf([]byte(integrityContent)).Hash; !strings.Contains(stdout, digest) {
+		t.Errorf("cache verify does not name the changed blob %s:\n%s", digest, stdout)
+	}
+}
+
 // `artifact delete` and a rebuild give a sound artifact even though the
 // damaged blob, of the right size, is still in the CAS.
 func TestE2ERebuildReplacesCorruptBlob(t *testing.T) {
