@@ -44,6 +44,26 @@ func (c *Cache) HasBlob(d Digest) bool {
 	return p != "" && blobPresent(p, d.Size)
 }
 
+// HasIntactBlob is HasBlob with the blob's bytes hashed too: for a blob about to be
+// adopted instead of fetched (a pull, a remote build's outputs). A build's staging
+// trusts a blob by its type, size and mode, as it was hashed when it came in; but one
+// that came in by a session the machine lost before its syncfs has no ref and may be
+// torn with its size kept, and adopting it by its size would let a build stage it.
+// A damaged copy is then fetched again, and its replacement renamed over it.
+func (c *Cache) HasIntactBlob(d Digest) bool {
+	p := c.BlobPath(d)
+	if p == "" || !blobPresent(p, d.Size) {
+		return false
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	got, err := copyHashed(io.Discard, f)
+	return err == nil && got == d
+}
+
 func blobPresent(path string, size int64) bool {
 	fi, err := os.Lstat(path)
 	return err == nil && fi.Mode().IsRegular() && fi.Size() == size

@@ -116,7 +116,9 @@ func copyHashed(dst io.Writer, src io.Reader) (Digest, error) {
 	h := NewDigestWriter()
 	buf := copyBuffers.Get().(*[256 << 10]byte)
 	defer copyBuffers.Put(buf)
-	if _, err := io.CopyBuffer(io.MultiWriter(dst, h), src, buf[:]); err != nil {
+	// src as a plain Reader: an *os.File's WriteTo would copy through a new 32 KiB
+	// buffer of its own, never this one.
+	if _, err := io.CopyBuffer(io.MultiWriter(dst, h), struct{ io.Reader }{src}, buf[:]); err != nil {
 		return Digest{}, err
 	}
 	return h.Digest(), nil

@@ -330,7 +330,7 @@ func PullArtifact(ctx context.Context, c *cache.Cache, store Store, project, ele
 	var missing []cache.Digest
 	seen := map[cache.Digest]bool{}
 	for _, d := range needed {
-		if !seen[d] && !c.HasBlob(d) {
+		if !seen[d] && !c.HasIntactBlob(d) {
 			seen[d] = true
 			missing = append(missing, d)
 			m.total.Add(d.Size)
@@ -386,7 +386,7 @@ func pullDirectories(ctx context.Context, c *cache.Cache, store Store, root cach
 		g.SetLimit(parallelism)
 		for i, d := range level {
 			g.Go(func() error {
-				if !c.HasBlob(d) {
+				if !c.HasIntactBlob(d) {
 					data, err := fetchSmall(gctx, store, d, m)
 					if err != nil {
 						return err

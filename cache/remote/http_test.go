@@ -330,3 +330,42 @@ func TestHTTPRemoteTokenFromEnvironmentAndUserAgent(t *testing.T) {
 		t.Errorf("an empty token variable: %v, want it named", err)
 	}
 }
+
+// A blob left by a session the machine lost before its syncfs can be torn with its
+// size and mode kept, and no ref names it; a pull adopting it by its size would hand
+// it to a build's staging, which trusts blobs by type, size and mode.
+func TestPullReplacesATornPresentBlob(t *testing.T) {
+	remote := newMemRemote(t)
+	src, dst := openTestCache(t), openTestCache(t)
+	a := builtArtifact(t, src)
+	store := remote.store(t, "")
+	if _, _, err := PushArtifact(context.Background(), src, store, a, nil); err != nil {
+		t.Fatal(err)
+	}
+	var torn cache.Digest
+	src.WalkTree(a.Files, func(e cache.TreeEntry) error {
+		if e.Type == cache.TypeFile && e.Size > 1000 {
+			torn = e.Digest
+		}
+		return nil
+	})
+	p := dst.BlobPath(torn)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, make([]byte, torn.Size), 0o444); err != nil {
+		t.Fatal(err)
+	}
+	if !dst.HasBlob(torn) || dst.HasIntactBlob(torn) {
+		t.Fatalf("the torn blob: present %v, intact %v; want present by its size, not intact", dst.HasBlob(torn), dst.HasIntactBlob(torn))
+	}
+	if _, err := PullArtifact(context.Background(), dst, store, a.Project, a.Element, a.Key, nil); err != nil {
+		t.Fatalf("pull: %v", err)
+	}
+	if !dst.HasIntactBlob(torn) {
+		t.Fatal("the pull adopted the torn blob instead of fetching it")
+	}
+	if rep, err := dst.Verify(); err != nil || !rep.Clean() {
+		t.Fatalf("verify after pull: %+v %v", rep, err)
+	}
+}

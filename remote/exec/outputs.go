@@ -70,7 +70,7 @@ func (cl *Client) importTree(ctx context.Context, c *cache.Cache, od *repb.Outpu
 			}
 		}
 		for _, f := range dir.Files {
-			if fd := cache.DigestFromProto(f.Digest); !seen[fd] && !c.HasBlob(fd) {
+			if fd := cache.DigestFromProto(f.Digest); !seen[fd] && !c.HasIntactBlob(fd) {
 				seen[fd] = true
 				files = append(files, fd)
 			}
