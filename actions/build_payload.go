@@ -266,19 +266,7 @@ func (w *wire) staged(s *stagedArtifact) {
 }
 
 func (w *wire) source(s *source.Spec) {
-	w.Str(string(s.Kind))
-	w.Str(s.URL)
-	w.Str(s.Path)
-	w.Str(s.Ref)
-	w.Str(s.Track)
-	w.Str(s.Directory)
-	w.Str(s.BaseDir)
-	w.Str(s.Filename)
-	w.Bool(s.Executable)
-	w.Bool(s.Submodules)
-	w.Bool(s.DotGit)
-	w.Int(int64(s.StripLevel))
-	w.Bool(s.Pinned)
+	s.WriteFields(&w.Writer)
 	w.Str(s.Upstream)
 	w.strs(s.Mirrors)
 }
@@ -499,19 +487,7 @@ func (u unwire) staged(s *stagedArtifact) {
 }
 
 func (u unwire) source(s *source.Spec) {
-	s.Kind = source.Kind(u.Str())
-	s.URL = u.Str()
-	s.Path = u.Str()
-	s.Ref = u.Str()
-	s.Track = u.Str()
-	s.Directory = u.Str()
-	s.BaseDir = u.Str()
-	s.Filename = u.Str()
-	s.Executable = u.Bool()
-	s.Submodules = u.Bool()
-	s.DotGit = u.Bool()
-	s.StripLevel = int(u.Int())
-	s.Pinned = u.Bool()
+	s.ReadFields(u.Reader)
 	s.Upstream = u.Str()
 	s.Mirrors = u.strs()
 }

@@ -200,20 +200,7 @@ func writeParsed(w *bincode.Writer, pf *parsedFile) {
 	w.StrMap(pf.Environment)
 	w.Uint(uint64(len(pf.Sources)))
 	for i := range pf.Sources {
-		s := &pf.Sources[i]
-		w.Str(string(s.Kind))
-		w.Str(s.URL)
-		w.Str(s.Path)
-		w.Str(s.Ref)
-		w.Str(s.Track)
-		w.Str(s.Directory)
-		w.Str(s.BaseDir)
-		w.Str(s.Filename)
-		w.Bool(s.Executable)
-		w.Bool(s.Submodules)
-		w.Bool(s.DotGit)
-		w.Int(int64(s.StripLevel))
-		w.Bool(s.Pinned)
+		pf.Sources[i].WriteFields(w)
 	}
 	c := &pf.Config
 	w.Uint(uint64(len(c.Commands)))
@@ -306,24 +293,7 @@ func readParsed(r *bincode.Reader, pf *parsedFile) {
 	if n := r.Count(); n > 0 {
 		pf.Sources = make([]source.Spec, n)
 		for i := range pf.Sources {
-			s := &pf.Sources[i]
-			s.Kind = source.Kind(r.Str())
-			s.URL = r.Str()
-			s.Path = r.Str()
-			s.Ref = r.Str()
-			s.Track = r.Str()
-			s.Directory = r.Str()
-			s.BaseDir = r.Str()
-			s.Filename = r.Str()
-			s.Executable = r.Bool()
-			s.Submodules = r.Bool()
-			s.DotGit = r.Bool()
-			level := r.Int()
-			if level < math.MinInt32 || level > math.MaxInt32 {
-				r.Err = bincode.ErrTruncated
-			}
-			s.StripLevel = int(level)
-			s.Pinned = r.Bool()
+			pf.Sources[i].ReadFields(r)
 		}
 	}
 	c := &pf.Config
