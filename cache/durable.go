@@ -53,7 +53,8 @@ const (
 	// it began is durable once it ends.
 	eventSyncBegin = "sync-begin"
 	eventSyncEnd   = "sync-end"
-	eventRef       = "ref" // a ref is in place: durable now (Commit), or after the next syncfs (GroupCommitter)
+	eventRef       = "ref"    // a ref is in place: durable now (Commit), or after the next syncfs (GroupCommitter)
+	eventQueued    = "queued" // an artifact waits for a GroupCommitter's next syncfs
 )
 
 // note reports a durability event to the test hook, if any.

@@ -77,6 +77,7 @@ func (g *GroupCommitter) Commit(p PendingRef) error {
 	start := !g.running
 	g.running = true
 	g.mu.Unlock()
+	g.c.note(eventQueued, "")
 	if start {
 		go g.flushes()
 	}

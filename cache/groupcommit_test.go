@@ -23,14 +23,20 @@ func TestGroupCommitSharesAFlush(t *testing.T) {
 	)
 	first := make(chan struct{})
 	release := make(chan struct{})
+	queued := make(chan struct{}, 4)
 	c.trace = func(event, path string) {
 		mu.Lock()
-		events = append(events, event)
+		if event != eventQueued {
+			events = append(events, event)
+		}
 		if event == eventSyncBegin {
 			syncs++
 		}
 		n := syncs
 		mu.Unlock()
+		if event == eventQueued && n == 1 {
+			queued <- struct{}{} // one behind the first syncfs
+		}
 		if event == eventSyncBegin && n == 1 {
 			close(first)
 			<-release // the first syncfs "runs" until the others are queued
@@ -56,20 +62,14 @@ func TestGroupCommitSharesAFlush(t *testing.T) {
 		p := pending(i)
 		go func() { errs <- g.Commit(p) }()
 	}
-	// Queued behind the running syncfs: each commit is queued once its goroutine has
-	// called Commit; none returns before the syncfs ends.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		g.mu.Lock()
-		n := len(g.queued)
-		g.mu.Unlock()
-		if n == 3 {
-			break
-		}
-		if time.Now().After(deadline) {
+	// Queued behind the running syncfs: none returns before the syncfs ends.
+	timeout := time.After(10 * time.Second)
+	for n := 0; n < 3; n++ {
+		select {
+		case <-queued:
+		case <-timeout:
 			t.Fatalf("%d commits queued, want 3", n)
 		}
-		time.Sleep(time.Millisecond) // polling a queue no event announces
 	}
 	for i := 1; i < 4; i++ {
 		if _, err := c.Lookup("demo", fmt.Sprint("e", i, ".toml"), "k"); !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, ErrNotFound) {
@@ -126,7 +126,7 @@ func TestGroupCommitAloneCostsACommit(t *testing.T) {
 	c := openTestCache(t)
 	var events []string
 	c.trace = func(event, _ string) {
-		if event != eventBlob && event != eventSync {
+		if event != eventBlob && event != eventSync && event != eventQueued {
 			events = append(events, event)
 		}
 	}
