@@ -386,22 +386,24 @@ func pullDirectories(ctx context.Context, c *cache.Cache, store Store, root cach
 		g.SetLimit(parallelism)
 		for i, d := range level {
 			g.Go(func() error {
-				if !c.HasIntactBlob(d) {
-					data, err := fetchSmall(gctx, store, d, m)
-					if err != nil {
-						return err
-					}
-					dir := &repb.Directory{}
-					if err := proto.Unmarshal(data, dir); err != nil || cache.ValidateDirectory(dir) != nil {
-						return &Error{Remote: store.Name(), Op: "reading directory " + d.String(), Kind: Corrupt, Err: errors.New("not a valid Directory")}
-					}
-					if _, err := c.PutBlob(data); err != nil {
-						return err
-					}
+				// Read (hashed and checked) where it is here and intact; else fetched.
+				if dir, err := c.ReadDirectory(d); err == nil {
+					dirs[i] = dir
+					return nil
 				}
-				dir, err := c.ReadDirectory(d)
+				data, err := fetchSmall(gctx, store, d, m)
+				if err != nil {
+					return err
+				}
+				dir := &repb.Directory{}
+				if err := proto.Unmarshal(data, dir); err != nil || cache.ValidateDirectory(dir) != nil {
+					return &Error{Remote: store.Name(), Op: "reading directory " + d.String(), Kind: Corrupt, Err: errors.New("not a valid Directory")}
+				}
+				if _, err := c.PutBlob(data); err != nil {
+					return err
+				}
 				dirs[i] = dir
-				return err
+				return nil
 			})
 		}
 		if err := g.Wait(); err != nil {

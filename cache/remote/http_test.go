@@ -349,12 +349,14 @@ func TestPullReplacesATornPresentBlob(t *testing.T) {
 		}
 		return nil
 	})
-	p := dst.BlobPath(torn)
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(p, make([]byte, torn.Size), 0o444); err != nil {
-		t.Fatal(err)
+	for _, d := range []cache.Digest{torn, a.Files} { // a file and the root Directory
+		p := dst.BlobPath(d)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, make([]byte, d.Size), 0o444); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if !dst.HasBlob(torn) || dst.HasIntactBlob(torn) {
 		t.Fatalf("the torn blob: present %v, intact %v; want present by its size, not intact", dst.HasBlob(torn), dst.HasIntactBlob(torn))
@@ -362,8 +364,8 @@ func TestPullReplacesATornPresentBlob(t *testing.T) {
 	if _, err := PullArtifact(context.Background(), dst, store, a.Project, a.Element, a.Key, nil); err != nil {
 		t.Fatalf("pull: %v", err)
 	}
-	if !dst.HasIntactBlob(torn) {
-		t.Fatal("the pull adopted the torn blob instead of fetching it")
+	if !dst.HasIntactBlob(torn) || !dst.HasIntactBlob(a.Files) {
+		t.Fatal("the pull adopted a torn blob instead of fetching it")
 	}
 	if rep, err := dst.Verify(); err != nil || !rep.Clean() {
 		t.Fatalf("verify after pull: %+v %v", rep, err)
